@@ -1,0 +1,19 @@
+"""collectives: hand-written MPI collectives for data-parallel deep learning.
+
+``collectives.allreduce(x, algorithm="ring")`` and friends; see :mod:`collectives.api` for the
+conventions and :data:`ALGORITHMS` for the catalogue.
+"""
+
+from ._arrays import SUPPORTED_DTYPES
+from .algorithms import ALGORITHMS
+from .api import allgather, allreduce, bcast, reduce, reduce_scatter
+from .blocks import ALLGATHER, BCAST, REDUCE, REDUCE_SCATTER
+from .ops import OPS
+from .options import Options
+
+__all__ = [
+    "allreduce", "reduce_scatter", "allgather", "bcast", "reduce",
+    "ALGORITHMS", "REDUCE_SCATTER", "ALLGATHER", "BCAST", "REDUCE",
+    "OPS", "Options", "SUPPORTED_DTYPES",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,89 @@
+"""Array handling for every public entry point: the one place that knows array types.
+
+Collectives see a flat, contiguous 1-D view of the caller's array (``flat``) and never look at
+shapes, strides or array libraries themselves. CuPy support plugs in here (a second backend in
+``_BACKENDS``), so the algorithms stay array-library agnostic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["SUPPORTED_DTYPES", "check_input", "check_out", "flat", "new_like", "copy_into"]
+
+#: Every dtype a collective accepts, by NumPy name.
+SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(
+    np.dtype(name)
+    for name in (
+        "float16", "float32", "float64",
+        "int8", "int16", "int32", "int64",
+        "uint8", "uint16", "uint32", "uint64",
+    )
+)
+_SUPPORTED = frozenset(SUPPORTED_DTYPES)
+_NAMES = ", ".join(str(d) for d in SUPPORTED_DTYPES)
+
+
+def check_input(x: object, what: str = "x") -> np.ndarray:
+    """Return ``x`` if it is a contiguous array of a supported dtype, else raise.
+
+    Raises
+    ------
+    TypeError
+        ``x`` is not a NumPy array, or its dtype is not one of :data:`SUPPORTED_DTYPES`.
+    ValueError
+        ``x`` is neither C- nor Fortran-contiguous.
+    """
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{what} must be a numpy.ndarray, got {type(x).__name__}")
+    if x.dtype not in _SUPPORTED:
+        raise TypeError(f"{what} has unsupported dtype {x.dtype}; supported dtypes: {_NAMES}")
+    if not (x.flags.c_contiguous or x.flags.f_contiguous):
+        raise ValueError(
+            f"{what} must be contiguous (C or Fortran order); pass np.ascontiguousarray({what})"
+        )
+    return x
+
+
+def check_out(out: object, x: np.ndarray, shape: tuple[int, ...] | None = None,
+              what: str = "out") -> np.ndarray:
+    """Check a caller-supplied result array against the input ``x``.
+
+    ``shape`` is the expected result shape (``x.shape`` when None). ``out`` must have that shape,
+    ``x``'s dtype, be writeable, contiguous in the same memory order as ``x`` (so element ``i`` of
+    the flat views corresponds), and either be ``x`` itself (in place) or not overlap it.
+    """
+    expected = x.shape if shape is None else shape
+    check_input(out, what)
+    assert isinstance(out, np.ndarray)
+    if out.shape != expected:
+        raise ValueError(f"{what} has shape {out.shape}, expected {expected}")
+    if out.dtype != x.dtype:
+        raise ValueError(f"{what} has dtype {out.dtype}, expected {x.dtype} (the input's dtype)")
+    if not out.flags.writeable:
+        raise ValueError(f"{what} is read-only")
+    if out is not x:
+        if shape is None and out.ndim > 1 and out.flags.c_contiguous != x.flags.c_contiguous:
+            raise ValueError(f"{what} must have the same memory order (C or Fortran) as the input")
+        if np.may_share_memory(out, x):
+            raise ValueError(f"{what} overlaps the input without being the input; "
+                             f"pass out=x to reduce in place")
+    return out
+
+
+def flat(a: np.ndarray) -> np.ndarray:
+    """A 1-D view of a contiguous array in memory order (no copy)."""
+    return a.reshape(-1, order="F" if a.ndim > 1 and not a.flags.c_contiguous else "C")
+
+
+def new_like(x: np.ndarray, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """A new uninitialised result array like ``x`` (same memory order when shapes agree)."""
+    if shape is None:
+        return np.empty_like(x)
+    return np.empty(shape, dtype=x.dtype)
+
+
+def copy_into(src: np.ndarray, dst: np.ndarray) -> None:
+    """Copy flat ``src`` into flat ``dst`` unless they are the same buffer."""
+    if src is not dst and src.size:
+        np.copyto(dst, src)

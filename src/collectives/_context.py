@@ -1,0 +1,59 @@
+"""Per-communicator private state: a duplicate communicator and cached sub-communicators.
+
+Like MPI libraries do internally, every collective talks on a private duplicate of the caller's
+communicator, so its point-to-point messages can never match the caller's own. The duplicate and
+anything derived from it (the node communicators of "hierarchical") hang off the caller's
+communicator as an MPI attribute, so they are created once, collectively, on first use, and are
+freed when the caller frees that communicator.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from mpi4py import MPI
+
+__all__ = ["Context", "context"]
+
+
+class Context:
+    """Private duplicate of a communicator plus a cache of derived objects."""
+
+    def __init__(self, comm: MPI.Comm, dup: bool = True) -> None:
+        self.comm: MPI.Comm = comm.Dup() if dup else comm
+        self._owned = dup
+        self._cache: dict[Any, Any] = {}
+
+    def cached(self, key: Any, make: Callable[[MPI.Comm], Any]) -> Any:
+        """``make(self.comm)`` on first use of ``key`` (collectively on all ranks), then cached."""
+        if key not in self._cache:
+            self._cache[key] = make(self.comm)
+        return self._cache[key]
+
+    def free(self) -> None:
+        """Free what this context created (cached values free themselves via ``free()``)."""
+        for value in self._cache.values():
+            if hasattr(value, "free"):
+                value.free()
+        self._cache.clear()
+        if self._owned:
+            self.comm.Free()
+
+
+def _delete(comm: MPI.Comm, keyval: int, ctx: Context) -> None:
+    try:
+        ctx.free()
+    except MPI.Exception:  # pragma: no cover - MPI already finalizing
+        pass
+
+
+_KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete)
+
+
+def context(comm: MPI.Comm) -> Context:
+    """The :class:`Context` of ``comm``; the first call on a communicator is collective."""
+    ctx = comm.Get_attr(_KEYVAL)
+    if ctx is None:
+        ctx = Context(comm)
+        comm.Set_attr(_KEYVAL, ctx)
+    return ctx

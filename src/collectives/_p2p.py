@@ -1,0 +1,55 @@
+"""Point-to-point helpers: buffer-based (no pickling), every array sent as raw bytes.
+
+Sending bytes keeps the hand-written algorithms independent of which datatypes the MPI library has
+(MPI has no float16); the reductions happen locally in NumPy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+__all__ = ["send", "recv", "sendrecv", "nsegments", "split", "partition"]
+
+TAG = 7117
+
+
+def send(comm: MPI.Comm, a: np.ndarray, dest: int) -> None:
+    comm.Send([a, MPI.BYTE], dest, TAG)
+
+
+def recv(comm: MPI.Comm, a: np.ndarray, source: int) -> None:
+    comm.Recv([a, MPI.BYTE], source, TAG)
+
+
+def sendrecv(comm: MPI.Comm, a: np.ndarray, dest: int, b: np.ndarray, source: int) -> None:
+    """Send ``a`` to ``dest`` while receiving ``b`` from ``source``."""
+    comm.Sendrecv([a, MPI.BYTE], dest, TAG, [b, MPI.BYTE], source, TAG)
+
+
+def nsegments(longest: int, itemsize: int, segment_bytes: int) -> int:
+    """How many segments a pipelined algorithm cuts each block into (at least one).
+
+    Every block of one call is cut into the same number of segments, so that the two partners of
+    each exchange always agree on how many messages follow, even when blocks differ in length.
+    """
+    seg = max(1, segment_bytes // itemsize)
+    return max(1, -(-longest // seg))
+
+
+def split(lo: int, hi: int, parts: int) -> list[slice]:
+    """The element range [lo, hi) as ``parts`` consecutive near-equal slices (some may be empty)."""
+    if parts == 1:
+        return [slice(lo, hi)]
+    offsets = partition(hi - lo, parts)
+    return [slice(lo + a, lo + b) for a, b in zip(offsets[:-1], offsets[1:])]
+
+
+def partition(count: int, parts: int) -> list[int]:
+    """Offsets (length ``parts + 1``) splitting ``count`` elements into near-equal blocks.
+
+    Like ``np.array_split``: the first ``count % parts`` blocks hold one element more. Plain
+    Python integers: this runs on every call, where NumPy's per-call overhead would dominate.
+    """
+    base, extra = divmod(count, parts)
+    return [i * base + min(i, extra) for i in range(parts + 1)]

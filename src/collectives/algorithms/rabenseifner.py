@@ -1,0 +1,63 @@
+"""Rabenseifner's allreduce: recursive-halving reduce-scatter + recursive-doubling allgather.
+
+(Rabenseifner 2004; Thakur, Rabenseifner & Gropp 2005.) After the fold (``_fold.py``) the vector
+is cut into ``pof2`` blocks. Reduce-scatter by recursive halving: in the step with distance
+``mask`` = pof2/2, pof2/4, ..., 1, each rank and its ``partner = newrank ^ mask`` split the block
+range they share, ``[lo, hi)``, in halves; the rank whose ``mask`` bit is 0 keeps the lower half.
+Each sends the half it gives up and combines the half it keeps with what arrives (lower new rank
+first). After lg pof2 steps rank ``newrank`` holds block ``newrank`` fully reduced. The allgather
+retraces the steps in reverse (mask = 1, 2, ...), each rank sending the range it holds and
+receiving its partner's, until every rank has every block.
+
+Cost: 2 lg p alpha + 2 n (p-1)/p beta + n (p-1)/p gamma: ring's bandwidth with recursive
+doubling's latency. MPICH's default for medium and large messages.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._arrays import copy_into
+from .._context import Context
+from .._p2p import partition, sendrecv
+from .._workspace import scratch
+from ..ops import Op
+from ..options import Options
+from ._fold import fold_in, fold_out, pof2_of, real_rank
+
+__all__ = ["allreduce"]
+
+
+def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
+    comm = ctx.comm
+    copy_into(src, buf)
+    pof2 = pof2_of(comm.size)
+    rem = comm.size - pof2
+    newrank = fold_in(buf, op, comm)
+    if newrank >= 0:
+        off = partition(buf.size, pof2)
+        tmp = scratch("rabenseifner", int(off[pof2 // 2]), buf.dtype)  # the largest half
+        steps = []  # (partner, lo, mid, hi) of each halving step, for the allgather
+        lo, hi = 0, pof2
+        mask = pof2 >> 1
+        while mask:
+            partner = newrank ^ mask
+            mid = (lo + hi) // 2
+            keep, give = ((lo, mid), (mid, hi)) if not newrank & mask else ((mid, hi), (lo, mid))
+            kept = buf[off[keep[0]]:off[keep[1]]]
+            t = tmp[: kept.size]
+            # send the half we give up, receive the partner's copy of the half we keep
+            sendrecv(comm, buf[off[give[0]]:off[give[1]]], real_rank(partner, rem),
+                     t, real_rank(partner, rem))
+            if partner < newrank:
+                op.combine(t, kept, kept)
+            else:
+                op.combine(kept, t, kept)
+            steps.append((partner, keep, give))
+            lo, hi = keep
+            mask >>= 1
+        for partner, keep, give in reversed(steps):
+            # send the range we hold, receive the partner's into place
+            sendrecv(comm, buf[off[keep[0]]:off[keep[1]]], real_rank(partner, rem),
+                     buf[off[give[0]]:off[give[1]]], real_rank(partner, rem))
+    fold_out(buf, comm)

@@ -1,0 +1,45 @@
+"""The MPI library's own reduce-scatter, allgather, broadcast and reduce, as references.
+
+Same signatures as the hand-written blocks in ``blocks/__init__.py``; offsets are element offsets
+of each rank's block.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+from mpi4py import MPI
+
+from .._context import Context
+from .._mpitypes import native_op, native_type
+from ..ops import Op
+from ..options import Options
+
+__all__ = ["reduce_scatter", "allgather", "bcast", "reduce"]
+
+
+def reduce_scatter(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], op: Op, ctx: Context,
+                   opts: Options) -> None:
+    dtype = native_type(src.dtype)
+    counts = [b - a for a, b in zip(offsets[:-1], offsets[1:])]
+    ctx.comm.Reduce_scatter([src, dtype], [out, dtype], counts, native_op(op, src.dtype))
+
+
+def allgather(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], ctx: Context,
+              opts: Options) -> None:
+    size = out.itemsize
+    counts = [(b - a) * size for a, b in zip(offsets[:-1], offsets[1:])]
+    displs = [a * size for a in offsets[:-1]]
+    ctx.comm.Allgatherv([src, MPI.BYTE], [out, (counts, displs), MPI.BYTE])
+
+
+def bcast(buf: np.ndarray, root: int, ctx: Context, opts: Options) -> None:
+    ctx.comm.Bcast([buf, MPI.BYTE], root)
+
+
+def reduce(src: np.ndarray, out: np.ndarray | None, op: Op, root: int, ctx: Context,
+           opts: Options) -> None:
+    dtype = native_type(src.dtype)
+    recv = [out, dtype] if out is not None else None
+    ctx.comm.Reduce([src, dtype], recv, native_op(op, src.dtype), root)

@@ -1,0 +1,75 @@
+"""Tunable settings of the collectives, with environment-variable defaults.
+
+Settings that tests shrink (segment sizes) or that describe the machine (emulated node size) live
+here, not in function signatures, following Gloo's ``AllreduceOptions``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+__all__ = ["Options", "ENV"]
+
+#: Environment variables read by :meth:`Options.from_env`, by field.
+ENV = {
+    "segment_bytes": "COLLECTIVES_SEGMENT_BYTES",
+    "node_size": "COLLECTIVES_NODE_SIZE",
+    "inter_algorithm": "COLLECTIVES_INTER_ALGORITHM",
+    "validate": "COLLECTIVES_VALIDATE",
+}
+
+
+def _env_int(name: str, default: int | None) -> int | None:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+@dataclass(frozen=True)
+class Options:
+    """Settings for one call (or the process, through environment variables).
+
+    Attributes
+    ----------
+    segment_bytes
+        Largest message the pipelined algorithms ("ring", "tree") send in one piece. Tests shrink it
+        so that small arrays take the multi-segment path. Default 1 MiB.
+    node_size
+        Group ranks into emulated nodes of this many ranks (inside each real shared-memory node) for
+        "hierarchical"; None uses the real nodes from ``Split_type(COMM_TYPE_SHARED)``. The last
+        node of a machine may be smaller.
+    inter_algorithm
+        Flat algorithm "hierarchical" runs across nodes.
+    validate
+        Cross-check count, dtype, op and algorithm across ranks with one small collective.
+    """
+
+    segment_bytes: int = 1 << 20
+    node_size: int | None = None
+    inter_algorithm: str = "ring"
+    validate: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.segment_bytes, int) or self.segment_bytes < 1:
+            raise ValueError(f"segment_bytes must be a positive integer, got {self.segment_bytes!r}")
+        if self.node_size is not None and (not isinstance(self.node_size, int)
+                                           or self.node_size < 1):
+            raise ValueError(f"node_size must be a positive integer or None, got {self.node_size!r}")
+        if self.inter_algorithm in ("hierarchical", "auto"):
+            raise ValueError("inter_algorithm must be a flat algorithm, not "
+                             f"{self.inter_algorithm!r}")
+
+    @classmethod
+    def from_env(cls) -> "Options":
+        """Defaults, overridden by the ``COLLECTIVES_*`` environment variables in :data:`ENV`."""
+        return cls(
+            segment_bytes=_env_int(ENV["segment_bytes"], cls.segment_bytes),
+            node_size=_env_int(ENV["node_size"], None),
+            inter_algorithm=os.environ.get(ENV["inter_algorithm"]) or cls.inter_algorithm,
+            validate=os.environ.get(ENV["validate"], "0").lower() in ("1", "true", "yes", "on"),
+        )
