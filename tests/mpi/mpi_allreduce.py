@@ -1,0 +1,90 @@
+"""allreduce against the gather-and-reduce reference, for every algorithm.
+
+Sweeps counts {0, 1, p-1, p+1, 1001} x every dtype x every op x in place / out of place, on
+COMM_WORLD, a split communicator and COMM_SELF, with tiny segments (so ring and tree take the
+multi-segment path) and emulated nodes of 2 ranks (so hierarchical has several nodes).
+"""
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import collectives
+from reference import (DTYPES, OPS, assert_close, assert_identical_everywhere, counts_for,
+                       make_input)
+
+SMALL = collectives.Options(segment_bytes=24, node_size=2)
+
+
+def _sweep(algorithm, comm, options, dtypes=DTYPES, ops=OPS):
+    checked = 0
+    for count in counts_for(comm.size):
+        for dtype in dtypes:
+            for op in ops:
+                if op == "avg" and dtype.kind != "f":
+                    continue
+                for inplace in (False, True):
+                    what = f"{algorithm} p={comm.size} n={count} {dtype} {op} inplace={inplace}"
+                    x = make_input(count, dtype, op, comm.rank)
+                    before = x.copy()
+                    work = x.copy() if inplace else x
+                    y = collectives.allreduce(work, out=work if inplace else None, op=op,
+                                              algorithm=algorithm, comm=comm, options=options)
+                    assert (y is work) == inplace, what
+                    if not inplace:
+                        assert np.array_equal(x.view(np.uint8), before.view(np.uint8)), \
+                            f"{what}: input modified"
+                    assert_close(y, before, op, comm, what)
+                    assert_identical_everywhere(y, comm, what)
+                    checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("algorithm", list(collectives.ALGORITHMS))
+def test_allreduce_sweep(algorithm, comm):
+    assert _sweep(algorithm, comm, SMALL) > 0
+
+
+@pytest.mark.parametrize("algorithm", list(collectives.ALGORITHMS))
+def test_allreduce_default_options_large_odd(algorithm):
+    comm = MPI.COMM_WORLD
+    for dtype in (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.int64)):
+        x = make_input(100_003, dtype, "sum", comm.rank)
+        y = collectives.allreduce(x, algorithm=algorithm)
+        assert_close(y, x, "sum", comm, f"{algorithm} {dtype}")
+        assert_identical_everywhere(y, comm, algorithm)
+
+
+@pytest.mark.parametrize("algorithm", list(collectives.ALGORITHMS))
+def test_multidimensional_and_fortran_order(algorithm):
+    comm = MPI.COMM_WORLD
+    x = np.asfortranarray(make_input(35, np.dtype(np.float64), "sum", comm.rank).reshape(5, 7))
+    y = collectives.allreduce(x, algorithm=algorithm, options=SMALL)
+    assert y.shape == (5, 7) and y.flags.f_contiguous
+    assert_close(y, x, "sum", comm, algorithm)
+    out = np.empty((5, 7), order="F")
+    assert collectives.allreduce(x, out=out, algorithm=algorithm) is out
+    assert_close(out, x, "sum", comm, algorithm)
+
+
+def test_mpi_op_objects_match_names():
+    comm = MPI.COMM_WORLD
+    x = make_input(17, np.dtype(np.int32), "sum", comm.rank)
+    for obj, name in [(MPI.SUM, "sum"), (MPI.PROD, "prod"), (MPI.MIN, "min"), (MPI.MAX, "max")]:
+        assert np.array_equal(collectives.allreduce(x, op=obj),
+                              collectives.allreduce(x, op=name)), name
+
+
+def test_native_float16_user_op_fallback():
+    """Where MPI has no float16 type (Open MPI), native reduces float16 with a user-defined op."""
+    from collectives._mpitypes import native_op, native_type
+    from collectives.ops import OPS as TABLE
+
+    comm = MPI.COMM_WORLD
+    for op in ("sum", "min", "max", "prod"):
+        x = make_input(101, np.dtype(np.float16), op, comm.rank)
+        y = np.empty_like(x)
+        comm.Allreduce([x, native_type(x.dtype, force_user_op=True)],
+                       [y, native_type(x.dtype, force_user_op=True)],
+                       native_op(TABLE[op], x.dtype, force_user_op=True))
+        assert_close(y, x, op, comm, f"user op {op}")

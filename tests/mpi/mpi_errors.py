@@ -1,0 +1,158 @@
+"""Bad input: a clear error on every rank that got it, before any message is sent.
+
+With ``validate=True`` (or COLLECTIVES_VALIDATE=1) arguments that differ across ranks, and a bad
+argument on a single rank, raise the same error on every rank instead of hanging.
+"""
+
+import os
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import collectives
+from reference import make_input, reference_allreduce
+
+ALL_CALLS = {
+    "allreduce": lambda x, **kw: collectives.allreduce(x, **kw),
+    "reduce_scatter": lambda x, **kw: collectives.reduce_scatter(x, **kw),
+    "allgather": lambda x, **kw: collectives.allgather(x, **kw),
+    "bcast": lambda x, **kw: collectives.bcast(x, **kw),
+    "reduce": lambda x, **kw: collectives.reduce(x, **kw),
+}
+
+
+def _still_works(comm=MPI.COMM_WORLD):
+    """A correct allreduce right after an error: no stray message was left in flight."""
+    x = make_input(257, np.dtype(np.int64), "sum", comm.rank)
+    for algorithm in collectives.ALGORITHMS:
+        y = collectives.allreduce(x, algorithm=algorithm, comm=comm)
+        assert np.array_equal(y, reference_allreduce(x, "sum", comm)), algorithm
+
+
+LOCAL_ERRORS = [
+    (lambda: collectives.allreduce(np.ones(4), algorithm="bogus"), ValueError,
+     "unknown algorithm 'bogus'; valid choices: ring, tree"),
+    (lambda: collectives.allreduce(np.ones(4), op="xor"), ValueError, "valid ops: sum, prod"),
+    (lambda: collectives.allreduce(np.ones(4), op=MPI.BXOR), ValueError, "unsupported MPI op"),
+    (lambda: collectives.allreduce(np.ones(4, bool)), TypeError, "supported dtypes: float16"),
+    (lambda: collectives.allreduce(np.ones(4, np.complex64)), TypeError, "unsupported dtype"),
+    (lambda: collectives.allreduce([1.0, 2.0]), TypeError, "must be a numpy.ndarray"),
+    (lambda: collectives.allreduce(np.ones(8)[::2]), ValueError, "must be contiguous"),
+    (lambda: collectives.allreduce(np.ones(4), out=np.ones(5)), ValueError, "shape"),
+    (lambda: collectives.allreduce(np.ones(4), out=np.ones(4, np.float32)), ValueError, "dtype"),
+    (lambda: collectives.allreduce(np.ones((2, 3)), out=np.ones((2, 3), order="F")), ValueError,
+     "memory order"),
+    (lambda: collectives.allreduce(np.ones(4, np.int32), op="avg"), TypeError, "floating"),
+    (lambda: collectives.allreduce(np.ones(4), comm="world"), TypeError, "intracommunicator"),
+    (lambda: (lambda a: collectives.allreduce(a[:4], out=a[2:6]))(np.ones(8)), ValueError,
+     "overlaps"),
+    (lambda: collectives.allreduce(np.ones(4), options=collectives.Options(inter_algorithm="x")),
+     ValueError, "unknown inter_algorithm"),
+    (lambda: collectives.bcast(np.ones(4), root=MPI.COMM_WORLD.size), ValueError, "root must be"),
+    (lambda: collectives.reduce(np.ones(4), root=-1), ValueError, "root must be"),
+    (lambda: collectives.reduce_scatter(np.ones(4), counts=[4] * (MPI.COMM_WORLD.size + 1)),
+     ValueError, "counts must be"),
+    (lambda: collectives.reduce_scatter(np.ones(4), counts=[5] + [0] * (MPI.COMM_WORLD.size - 1)),
+     ValueError, "counts sum to 5"),
+    (lambda: collectives.allgather(np.ones(4), counts=[3] * MPI.COMM_WORLD.size), ValueError,
+     "counts["),
+    (lambda: collectives.allgather(np.ones(4), algorithm="binomial"), ValueError,
+     "valid choices: ring, native"),
+    (lambda: collectives.bcast(np.ones(4), algorithm="ring"), ValueError,
+     "valid choices: binomial, native"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(LOCAL_ERRORS)))
+def test_local_errors_on_every_rank(case):
+    call, kind, text = LOCAL_ERRORS[case]
+    with pytest.raises(kind, match=None) as info:
+        call()
+    assert text in str(info.value), str(info.value)
+
+
+def test_error_on_one_rank_sends_nothing():
+    """Rank 0 alone gets a bad argument and raises; the others don't call at all. Had rank 0
+    sent anything before raising, the next collectives would receive it and go wrong or hang."""
+    comm = MPI.COMM_WORLD
+    if comm.rank == 0:
+        for call, kind, _ in LOCAL_ERRORS:
+            with pytest.raises(kind):
+                call()
+    _still_works()
+
+
+def test_options_check_themselves():
+    with pytest.raises(ValueError, match="segment_bytes"):
+        collectives.Options(segment_bytes=0)
+    with pytest.raises(ValueError, match="node_size"):
+        collectives.Options(node_size=0)
+    with pytest.raises(ValueError, match="flat algorithm"):
+        collectives.Options(inter_algorithm="hierarchical")
+
+
+MISMATCHES = {
+    "count": lambda r: dict(x=np.ones(4 + (r == 0))),
+    "dtype": lambda r: dict(x=np.ones(4, np.float32 if r == 0 else np.float64)),
+    "op": lambda r: dict(x=np.ones(4), op="max" if r == 0 else "sum"),
+    "algorithm": lambda r: dict(x=np.ones(4), algorithm="ring" if r == 0 else "tree"),
+}
+
+
+@pytest.mark.parametrize("field", list(MISMATCHES))
+def test_validate_catches_mismatch_on_every_rank(field):
+    comm = MPI.COMM_WORLD
+    kwargs = MISMATCHES[field](comm.rank)
+    if comm.size == 1:
+        collectives.allreduce(validate=True, **kwargs)  # nothing to disagree with
+        return
+    with pytest.raises(ValueError) as info:
+        collectives.allreduce(validate=True, **kwargs)
+    assert f"arguments differ across ranks ({field}: rank 0:" in str(info.value)
+    messages = comm.allgather(str(info.value))
+    assert all(m == messages[0] for m in messages), "ranks raised different errors"
+    _still_works()
+
+
+def test_validate_spreads_a_local_error_to_every_rank():
+    comm = MPI.COMM_WORLD
+    algorithm = "bogus" if comm.rank == comm.size - 1 else "ring"
+    with pytest.raises(ValueError) as info:
+        collectives.allreduce(np.ones(4), algorithm=algorithm, validate=True)
+    assert f"invalid arguments on rank {comm.size - 1}: unknown algorithm 'bogus'" \
+        in str(info.value)
+    _still_works()
+
+
+@pytest.mark.parametrize("name", ["reduce_scatter", "bcast", "reduce", "allgather"])
+def test_validate_blocks(name):
+    comm = MPI.COMM_WORLD
+    x = np.ones(6 if comm.rank == 0 else 5)
+    if comm.size == 1:
+        ALL_CALLS[name](x, validate=True)
+        return
+    with pytest.raises(ValueError, match="arguments differ across ranks"):
+        ALL_CALLS[name](x, validate=True)
+    _still_works()
+
+
+def test_validate_from_environment(monkeypatch):
+    comm = MPI.COMM_WORLD
+    monkeypatch.setenv("COLLECTIVES_VALIDATE", "1")
+    x = np.ones(3 + comm.rank)
+    if comm.size > 1:
+        with pytest.raises(ValueError, match="count: rank 0: 3, rank 1: 4"):
+            collectives.allreduce(x)
+    monkeypatch.setenv("COLLECTIVES_VALIDATE", "0")
+    _still_works()
+
+
+def test_errors_on_split_communicator():
+    world = MPI.COMM_WORLD
+    sub = world.Split(world.rank % 2, world.rank)
+    if sub.size > 1:
+        with pytest.raises(ValueError, match="arguments differ"):
+            collectives.allreduce(np.ones(2 + sub.rank), comm=sub, validate=True)
+    _still_works(sub)
+    sub.Free()

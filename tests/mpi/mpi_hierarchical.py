@@ -1,0 +1,46 @@
+"""Hierarchical allreduce with emulated nodes: equal and unequal sizes, every inner algorithm."""
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import collectives
+from collectives.algorithms import FLAT
+from reference import assert_close, assert_identical_everywhere, make_input
+
+
+@pytest.mark.parametrize("node_size", [None, 1, 2, 3, 4])
+@pytest.mark.parametrize("inter", list(FLAT))
+def test_hierarchical_nodes(node_size, inter, comm):
+    opts = collectives.Options(node_size=node_size, inter_algorithm=inter, segment_bytes=40)
+    for count in (0, 1, comm.size + 1, 1001):
+        for dtype, op in ((np.dtype(np.float32), "sum"), (np.dtype(np.int16), "max"),
+                          (np.dtype(np.float64), "avg")):
+            x = make_input(count, dtype, op, comm.rank)
+            y = collectives.allreduce(x, op=op, algorithm="hierarchical", comm=comm, options=opts)
+            what = f"node_size={node_size} inter={inter} n={count} {dtype} {op}"
+            assert_close(y, x, op, comm, what)
+            assert_identical_everywhere(y, comm, what)
+
+
+def test_node_size_from_environment(monkeypatch):
+    comm = MPI.COMM_WORLD
+    monkeypatch.setenv("COLLECTIVES_NODE_SIZE", "3")
+    x = make_input(77, np.dtype(np.float64), "sum", comm.rank)
+    y = collectives.allreduce(x, algorithm="hierarchical")
+    assert_close(y, x, "sum", comm, "env node size")
+    monkeypatch.setenv("COLLECTIVES_NODE_SIZE", "")
+
+
+def test_layout_of_unequal_nodes():
+    """Nodes of 3 ranks: the smallest node sets the number of positions; extras fold in."""
+    from collectives.algorithms.hierarchical import layout
+
+    comm = MPI.COMM_WORLD
+    lay = layout(comm, 3)
+    sizes = comm.allgather(lay.node.size)
+    assert lay.m == min(sizes)
+    assert (lay.holders != MPI.COMM_NULL) == (lay.node.rank < lay.m)
+    if lay.cross is not None:
+        assert lay.cross.comm.size == -(-comm.size // 3)  # one holder of this position per node
+    lay.free()

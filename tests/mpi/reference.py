@@ -1,0 +1,79 @@
+"""Plain gather-then-reduce references and the checks every multi-rank test applies."""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+import collectives
+
+DTYPES = [np.dtype(d) for d in collectives.SUPPORTED_DTYPES]
+OPS = list(collectives.OPS)
+UFUNCS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum,
+          "avg": np.add}
+
+
+def counts_for(p: int) -> list[int]:
+    """The counts every sweep covers: 0, 1, p-1, p+1 and a large odd one."""
+    return sorted({0, 1, max(p - 1, 0), p + 1, 1001})
+
+
+def make_input(count: int, dtype: np.dtype, op: str, rank: int, seed: int = 0) -> np.ndarray:
+    """Deterministic per-rank test data suited to ``op`` (no integer overflow for sum/prod)."""
+    rng = np.random.default_rng([seed, rank, count, dtype.num, OPS.index(op)])
+    if dtype.kind == "f":
+        if op == "prod":
+            x = rng.uniform(0.5, 1.5, count)
+        else:
+            x = rng.standard_normal(count)
+            x[:: 7] = -0.0 if op in ("min", "max") else x[:: 7]
+    elif op == "prod":
+        x = rng.choice([1, 2] if dtype.kind == "u" else [-1, 1, 2], count, p=None)
+        x[rng.random(count) < 0.8] = 1
+    else:
+        lo = 0 if dtype.kind == "u" else -9
+        x = rng.integers(lo, 10, count)
+    return x.astype(dtype)
+
+
+def gather_all(x: np.ndarray, comm: MPI.Comm) -> np.ndarray:
+    """Every rank's ``x`` as the rows of one (p, n) array, by a plain MPI_Allgather of bytes."""
+    rows = np.empty((comm.size, x.size), dtype=x.dtype)
+    comm.Allgather([np.ascontiguousarray(x).reshape(-1), MPI.BYTE], [rows, MPI.BYTE])
+    return rows
+
+
+def reference_allreduce(x: np.ndarray, op: str, comm: MPI.Comm) -> np.ndarray:
+    """Gather everything, reduce in rank order in NumPy (float64 for floats), divide for avg."""
+    rows = gather_all(x, comm)
+    acc = rows[0].astype(np.float64) if x.dtype.kind == "f" else rows[0].copy()
+    for row in rows[1:]:
+        acc = UFUNCS[op](acc, row.astype(acc.dtype))
+    if op == "avg":
+        acc = acc / comm.size
+    return acc.reshape(x.shape)
+
+
+def assert_close(y: np.ndarray, x: np.ndarray, op: str, comm: MPI.Comm, what: str) -> None:
+    """``y`` equals the reference exactly (integers, min, max) or within rounding (floats)."""
+    ref = reference_allreduce(x, op, comm)
+    assert y.shape == x.shape and y.dtype == x.dtype, (what, y.shape, y.dtype)
+    if x.dtype.kind != "f" or op in ("min", "max"):
+        assert np.array_equal(y, ref.astype(x.dtype)), f"{what}: {y!r} != {ref!r}"
+        return
+    eps = float(np.finfo(x.dtype).eps)
+    rows = gather_all(x, comm).astype(np.float64)
+    if op == "prod":
+        bound = 2 * comm.size * eps * np.abs(ref)
+    else:
+        bound = 2 * comm.size * eps * np.abs(rows).sum(axis=0).reshape(x.shape)
+        bound = bound / (comm.size if op == "avg" else 1)
+    err = np.abs(y.astype(np.float64) - ref)
+    assert (err <= bound + np.finfo(x.dtype).tiny).all(), \
+        f"{what}: max error {err.max()} exceeds bound at {np.argmax(err - bound)}"
+
+
+def assert_identical_everywhere(y: np.ndarray, comm: MPI.Comm, what: str) -> None:
+    """The bytes of ``y`` are the same on every rank."""
+    rows = gather_all(y.reshape(-1).view(np.uint8), comm)
+    assert (rows == rows[0]).all(), f"{what}: results differ across ranks"

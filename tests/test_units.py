@@ -1,0 +1,123 @@
+"""Serial tests of the pieces the algorithms are built from (no mpiexec needed)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+from mpi4py import MPI
+
+import collectives
+from collectives._arrays import check_input, check_out, flat
+from collectives._p2p import nsegments, partition, split
+from collectives.algorithms import ALGORITHMS, FLAT
+from collectives.algorithms._fold import pof2_of, real_rank
+from collectives.algorithms.auto import choose
+from collectives.blocks.binomial import tree
+from collectives.ops import get_op
+from collectives.options import ENV, Options
+
+
+@given(st.integers(0, 10_000), st.integers(1, 64))
+def test_partition_is_array_split(count, parts):
+    offsets = partition(count, parts)
+    expected = np.cumsum([0] + [len(a) for a in np.array_split(np.empty(count), parts)])
+    assert offsets == expected.tolist()
+
+
+@given(st.integers(0, 500), st.integers(0, 500), st.integers(1, 40))
+def test_split_covers_range_in_order(lo, length, parts):
+    slices = split(lo, lo + length, parts)
+    assert len(slices) == parts
+    assert slices[0].start == lo and slices[-1].stop == lo + length
+    assert all(a.stop == b.start for a, b in zip(slices, slices[1:]))
+
+
+@given(st.integers(0, 10**7), st.sampled_from([1, 2, 4, 8]), st.integers(1, 1 << 22))
+def test_nsegments_respects_segment_size(longest, itemsize, segment_bytes):
+    n = nsegments(longest, itemsize, segment_bytes)
+    assert n >= 1
+    per = max(1, segment_bytes // itemsize)
+    assert -(-longest // n) <= per
+
+
+@given(st.integers(1, 300))
+def test_binomial_tree_is_a_spanning_tree(p):
+    parents = {}
+    for v in range(p):
+        parent, children = tree(v, p)
+        assert (parent is None) == (v == 0)
+        for c in children:
+            assert c < p and c not in parents
+            parents[c] = v
+            assert tree(c, p)[0] == v
+    assert sorted(parents) == list(range(1, p))
+
+
+@given(st.integers(1, 1000))
+def test_fold_maps_onto_power_of_two(p):
+    pof2 = pof2_of(p)
+    assert pof2 <= p < 2 * pof2
+    rem = p - pof2
+    players = sorted(real_rank(n, rem) for n in range(pof2))
+    assert len(set(players)) == pof2 and all(0 <= r < p for r in players)
+    assert all(r % 2 == 1 for r in players if r < 2 * rem)  # odd ranks play; evens sit out
+
+
+def test_tables_name_every_algorithm():
+    assert set(ALGORITHMS) == {"ring", "tree", "recursive_doubling", "rabenseifner",
+                               "hierarchical", "native", "auto"}
+    assert set(FLAT) <= set(ALGORITHMS)
+    assert collectives.ALGORITHMS is ALGORITHMS
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 8, 64])
+def test_auto_chooses_a_flat_algorithm(p):
+    for nbytes in [0, 8, 1 << 13, (1 << 13) + 8, 1 << 20, 1 << 26]:
+        assert choose(nbytes, nbytes // 4, p) in FLAT
+    assert choose(4, 1, p) == "recursive_doubling"
+    assert choose(1 << 20, 1 << 18, p) == "rabenseifner"
+
+
+def test_ops_resolve_names_and_mpi_objects():
+    f32 = np.dtype(np.float32)
+    assert get_op("sum", f32).ufunc is np.add
+    assert get_op(MPI.MAX, f32).name == "max"
+    assert get_op("avg", f32).average
+    with pytest.raises(TypeError, match="floating"):
+        get_op("avg", np.dtype(np.int8))
+    with pytest.raises(ValueError, match="valid ops"):
+        get_op("mean", f32)
+
+
+def test_array_checks():
+    x = np.zeros((3, 4))
+    assert check_input(x) is x
+    assert check_out(x, x) is x  # in place
+    with pytest.raises(ValueError, match="contiguous"):
+        check_input(x[:, ::2])
+    with pytest.raises(ValueError, match="read-only"):
+        ro = np.zeros((3, 4))
+        ro.flags.writeable = False
+        check_out(ro, x)
+    f = np.asfortranarray(x)
+    assert np.shares_memory(flat(f), f) and flat(f).shape == (12,)
+
+
+def test_options_from_environment(monkeypatch):
+    monkeypatch.setenv(ENV["segment_bytes"], "64")
+    monkeypatch.setenv(ENV["node_size"], "2")
+    monkeypatch.setenv(ENV["inter_algorithm"], "tree")
+    monkeypatch.setenv(ENV["validate"], "yes")
+    assert Options.from_env() == Options(segment_bytes=64, node_size=2, inter_algorithm="tree",
+                                         validate=True)
+    monkeypatch.setenv(ENV["segment_bytes"], "lots")
+    with pytest.raises(ValueError, match="not an integer"):
+        Options.from_env()
+
+
+@pytest.mark.parametrize("algorithm", list(ALGORITHMS))
+def test_single_process_is_a_copy(algorithm):
+    """In this (singleton MPI) process every algorithm returns the input, on COMM_SELF too."""
+    x = np.arange(10, dtype=np.float16)
+    for comm in (None, MPI.COMM_SELF):
+        y = collectives.allreduce(x, algorithm=algorithm, op="avg", comm=comm)
+        assert y is not x and np.array_equal(y, x)
