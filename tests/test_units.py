@@ -71,9 +71,10 @@ def test_tables_name_every_algorithm():
 
 @pytest.mark.parametrize("p", [2, 3, 4, 8, 64])
 def test_auto_chooses_a_flat_algorithm(p):
-    for nbytes in [0, 8, 1 << 13, (1 << 13) + 8, 1 << 20, 1 << 26]:
+    for nbytes in [0, 8, 1 << 16, (1 << 16) + 8, 1 << 20, 1 << 26]:
         assert choose(nbytes, nbytes // 4, p) in FLAT
-    assert choose(4, 1, p) == "recursive_doubling"
+    assert choose(4, 1, p) == "native"
+    assert choose((1 << 16) + 8, (1 << 16) // 2, p) == "rabenseifner"  # int16: more bytes
     assert choose(1 << 20, 1 << 18, p) == "rabenseifner"
 
 
