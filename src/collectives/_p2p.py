@@ -9,12 +9,15 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
+from .traffic import TRAFFIC
+
 __all__ = ["send", "recv", "sendrecv", "nsegments", "split", "partition"]
 
 TAG = 7117
 
 
 def send(comm: MPI.Comm, a: np.ndarray, dest: int) -> None:
+    TRAFFIC.add(a.nbytes)
     comm.Send([a, MPI.BYTE], dest, TAG)
 
 
@@ -24,6 +27,7 @@ def recv(comm: MPI.Comm, a: np.ndarray, source: int) -> None:
 
 def sendrecv(comm: MPI.Comm, a: np.ndarray, dest: int, b: np.ndarray, source: int) -> None:
     """Send ``a`` to ``dest`` while receiving ``b`` from ``source``."""
+    TRAFFIC.add(a.nbytes)
     comm.Sendrecv([a, MPI.BYTE], dest, TAG, [b, MPI.BYTE], source, TAG)
 
 

@@ -1,0 +1,183 @@
+"""The loop every collective benchmark shares: sizes, buffers, interleaved timing, rows, files.
+
+A benchmark is a :class:`Spec`: its OSU name and title, its algorithm table, how to allocate its
+buffers, how to call it, what the correct result is (for ``-c``) and its nccl-tests bus-bandwidth
+name. :func:`run` parses the OSU-style options, then for every message size (``S`` bytes, the
+OSU meaning of each collective's size) times the chosen algorithm, or with ``--algorithm all``
+every algorithm of the table with ``native`` first, interleaved in one loop; prints OSU rows on
+rank 0; validates once per size and algorithm after timing; and writes ``--json``/``--csv``.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Callable, Sequence, TextIO
+
+import numpy as np
+from mpi4py import MPI
+
+from ..options import Options
+from . import report
+from .options import DATATYPES, device_error, iterations_for, make_parser, message_sizes
+from .results import Record, write_csv, write_json
+from .timing import Stat, time_interleaved
+
+__all__ = ["Spec", "Buffers", "run", "pattern", "column_label"]
+
+#: Column titles that would not fit in the 20-character OSU field.
+SHORT_NAMES = {"recursive_doubling": "rec_doubling"}
+
+
+@dataclass
+class Buffers:
+    """Input and output of one call; ``expected`` is the correct output (for ``-c``)."""
+
+    x: np.ndarray
+    out: np.ndarray
+    expected: np.ndarray
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One collective benchmark.
+
+    Attributes
+    ----------
+    prog, title
+        OSU program name (``osu_allreduce``) and title (``Allreduce Latency Test``).
+    collective
+        Key of :data:`report.BUSBW_FACTOR`.
+    algorithms
+        The algorithm table (name -> function); ``--algorithm all`` times every entry.
+    buffers
+        ``buffers(count, dtype, comm)`` -> :class:`Buffers` for ``count`` elements (the OSU size).
+    call
+        ``call(algorithm, buffers, comm, options)`` runs the collective once into ``buffers.out``.
+    bus_bytes
+        ``bus_bytes(size, p)``: the S of nccl-tests' ``algbw = S / t`` for a size of ``size``.
+    default_max
+        OSU's default largest message (1 MiB for collectives).
+    """
+
+    prog: str
+    title: str
+    collective: str
+    algorithms: Sequence[str]
+    buffers: Callable[[int, np.dtype, MPI.Comm], Buffers]
+    call: Callable[[str, Buffers, MPI.Comm, Options], object]
+    bus_bytes: Callable[[int, int], int] = lambda size, p: size
+    default_max: int = 1 << 20
+    default_algorithm: str = "auto"
+
+
+def pattern(count: int, dtype: np.dtype, rank: int) -> np.ndarray:
+    """Small integers (exact in every dtype, wrapping alike everywhere) that differ by rank."""
+    return ((np.arange(count) % 7 + 1) * (rank % 3 + 1)).astype(dtype)
+
+
+def column_label(name: str) -> str:
+    """Column title of an algorithm in ``--algorithm all`` mode (fits the 20-wide field)."""
+    return f"{SHORT_NAMES.get(name, name)[:15]}(us)"
+
+
+def _names(spec: Spec, chosen: str) -> list[str]:
+    if chosen == "all":
+        return ["native"] + [a for a in spec.algorithms if a != "native"]
+    if chosen not in spec.algorithms:
+        raise SystemExit(f"{spec.prog}: unknown algorithm {chosen!r}; valid choices: "
+                         f"{', '.join(spec.algorithms)}, all")
+    return [chosen]
+
+
+def _valid(spec: Spec, name: str, count: int, dtype: np.dtype, comm: MPI.Comm,
+           options: Options) -> bool:
+    buf = spec.buffers(count, dtype, comm)
+    spec.call(name, buf, comm, options)
+    ok = bool(np.array_equal(buf.out, buf.expected))
+    return bool(comm.allreduce(int(ok), op=MPI.MIN))
+
+
+def _print_row(args, size: int, stats: dict[str, Stat], busbw: dict[str, float],
+               valid: dict[str, bool] | None, out: TextIO) -> None:
+    ok = None if valid is None else all(valid.values())
+    if len(stats) == 1:
+        (name, s), = stats.items()
+        values = [s.avg] + ([s.min, s.max] if args.full else []) + \
+                 ([busbw[name]] if args.busbw else [])
+        line = report.row(size, values, iterations=s.iterations if args.full else None, valid=ok)
+    else:
+        values = [stats[n].avg for n in stats] + ([busbw[n] for n in stats] if args.busbw else [])
+        line = report.row(size, values, valid=ok)
+    print(line, file=out, flush=True)
+
+
+def _header(spec: Spec, args, columns: list[str], p: int, out: TextIO) -> None:
+    extra = [f"Algorithm: {args.algorithm}.", f"Ranks: {p}."]
+    for line in report.preamble(spec.title, DATATYPES[args.datatype].mpi_name, extra):
+        print(line, file=out)
+    if len(columns) == 1:
+        titles = ["Avg Latency(us)"] + (["Min Latency(us)", "Max Latency(us)"] if args.full
+                                        else []) + (["Bus BW(GB/s)"] if args.busbw else [])
+        print(report.column_header(titles, iterations=args.full, validation=args.validation),
+              file=out, flush=True)
+        return
+    titles = [column_label(c) for c in columns]
+    if args.busbw:
+        titles += [f"{SHORT_NAMES.get(c, c)[:11]}(GB/s)" for c in columns]
+    print(report.column_header(titles, validation=args.validation), file=out, flush=True)
+
+
+def run(spec: Spec, argv: Sequence[str] | None = None, comm: MPI.Comm | None = None,
+        out: TextIO | None = None) -> list[Record]:
+    """Run the benchmark ``spec`` with command-line ``argv``; return its records on every rank."""
+    comm = MPI.COMM_WORLD if comm is None else comm
+    out = sys.stdout if out is None else out
+    parser = make_parser(spec.prog, f"{spec.title} (OSU-compatible output).",
+                         default_max=spec.default_max)
+    args = parser.parse_args(argv)
+    problem = device_error(args.accelerator)
+    if problem:
+        raise SystemExit(f"{spec.prog}: {problem}")
+    names = _names(spec, args.algorithm)
+    if args.memcpy and args.algorithm != "all":
+        raise SystemExit(f"{spec.prog}: --memcpy needs --algorithm all")
+    columns = names + (["memcpy"] if args.memcpy else [])
+    dtype = DATATYPES[args.datatype].dtype
+    options = Options.from_env()
+    p = comm.size
+    if comm.rank == 0:
+        _header(spec, args, columns, p, out)
+    records: list[Record] = []
+    for size in message_sizes(args):
+        count = size // dtype.itemsize
+        if count == 0:
+            continue
+        iters, warmup = iterations_for(size, args)
+        buf = spec.buffers(count, dtype, comm)
+        calls = {n: (lambda n=n: spec.call(n, buf, comm, options)) for n in names}
+        if args.memcpy:
+            src, dst = buf.x.view(np.uint8), np.empty(buf.x.nbytes, np.uint8)
+            calls["memcpy"] = lambda: np.copyto(dst, src)
+        stats = time_interleaved(calls, iters, warmup, comm)
+        valid = ({n: _valid(spec, n, count, dtype, comm, options) for n in names}
+                 if args.validation else None)
+        nbytes = count * dtype.itemsize
+        bus = {n: report.busbw_gbs(spec.collective if n != "memcpy" else "memcpy",
+                                   spec.bus_bytes(nbytes, p), stats[n].avg * 1e-6, p)
+               for n in stats}
+        if comm.rank == 0:
+            _print_row(args, nbytes, stats, bus, valid, out)
+        for n, s in stats.items():
+            algbw = report.busbw_gbs("memcpy", spec.bus_bytes(nbytes, p), s.avg * 1e-6, p)
+            records.append(Record(spec.prog, n, nbytes, p, args.datatype, s.avg, s.min, s.max,
+                                  s.median, s.iterations, algbw, bus[n],
+                                  None if valid is None else valid.get(n)))
+    if comm.rank == 0:
+        meta = {"benchmark": spec.prog, "ranks": p, "datatype": args.datatype,
+                "argv": list(sys.argv if argv is None else argv)}
+        if args.json:
+            write_json(args.json, records, **meta)
+        if args.csv:
+            write_csv(args.csv, records)
+    return records

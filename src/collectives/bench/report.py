@@ -1,0 +1,81 @@
+"""Output in the OSU Micro-Benchmarks 7.x layout, so existing OSU parsers read it.
+
+Layout (printed by rank 0 only): a blank line, ``# OSU MPI <Name> Test v7.2``, ``# Datatype:
+MPI_CHAR.``, then the column header and one row per message size. The size column is
+left-aligned in :data:`SIZE_WIDTH` (10) characters; every value is right-aligned in
+:data:`FIELD_WIDTH` (20) characters with :data:`PRECISION` (2) decimals, the iteration count in
+:data:`ITER_WIDTH` (12); a validation cell reads ``Pass`` or ``Fail``. Lines we add beyond OSU
+start with ``#`` (which every OSU parser skips) and come after the datatype line.
+
+Bus bandwidth follows nccl-tests: ``algbw = S / t`` and ``busbw = algbw * BUSBW_FACTOR(p)``,
+which makes the number comparable with the link bandwidth whatever the algorithm.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+__all__ = ["OSU_VERSION", "SIZE_WIDTH", "FIELD_WIDTH", "ITER_WIDTH", "PRECISION", "BUSBW_FACTOR",
+           "preamble", "column_header", "row", "value_cell", "validation_cell", "busbw_gbs"]
+
+OSU_VERSION = "7.2"
+SIZE_WIDTH = 10
+FIELD_WIDTH = 20
+ITER_WIDTH = 12
+PRECISION = 2
+
+#: nccl-tests bus-bandwidth factor by collective, as a function of the number of ranks.
+BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
+    "allreduce": lambda p: 2 * (p - 1) / p,
+    "reduce_scatter": lambda p: (p - 1) / p,
+    "allgather": lambda p: (p - 1) / p,
+    "bcast": lambda p: 1.0,
+    "memcpy": lambda p: 1.0,
+}
+
+
+def preamble(title: str, mpi_type: str, extra: Sequence[str] = ()) -> list[str]:
+    """The lines before the column header: blank, ``# OSU MPI <title> v7.2``, datatype, extras."""
+    return ["", f"# OSU MPI {title} v{OSU_VERSION}", f"# Datatype: {mpi_type}.",
+            *(f"# {line}" for line in extra)]
+
+
+def column_header(columns: Sequence[str], *, iterations: bool = False,
+                  validation: bool = False) -> str:
+    """``# Size`` then each column title; ``Iterations`` after the first three when asked."""
+    cells = [f"{'# Size':<{SIZE_WIDTH}}"]
+    for k, title in enumerate(columns):
+        cells.append(f"{title:>{FIELD_WIDTH}}")
+        if iterations and k == 2:
+            cells.append(f"{'Iterations':>{ITER_WIDTH}}")
+    if validation:
+        cells.append(f"{'Validation':>{FIELD_WIDTH}}")
+    return "".join(cells)
+
+
+def value_cell(value: float) -> str:
+    return f"{value:>{FIELD_WIDTH}.{PRECISION}f}"
+
+
+def validation_cell(ok: bool) -> str:
+    return f"{'Pass' if ok else 'Fail':>{FIELD_WIDTH}}"
+
+
+def row(size: int, values: Sequence[float], *, iterations: int | None = None,
+        valid: bool | None = None) -> str:
+    """One data row: the size, the values, the iterations after the third, the validation."""
+    cells = [f"{size:<{SIZE_WIDTH}d}"]
+    for k, value in enumerate(values):
+        cells.append(value_cell(value))
+        if iterations is not None and k == 2:
+            cells.append(f"{iterations:>{ITER_WIDTH}d}")
+    if valid is not None:
+        cells.append(validation_cell(valid))
+    return "".join(cells)
+
+
+def busbw_gbs(collective: str, nbytes: int, seconds: float, p: int) -> float:
+    """nccl-tests bus bandwidth in GB/s (1e9 bytes) for ``nbytes`` per rank in ``seconds``."""
+    if seconds <= 0:
+        return float("nan")
+    return nbytes / seconds * BUSBW_FACTOR[collective](p) / 1e9

@@ -1,0 +1,82 @@
+"""Benchmark results as records, written to and read back from JSON or CSV files.
+
+One :class:`Record` per (message size, algorithm). A JSON file holds
+``{"benchmark", "ranks", "datatype", "argv", "records": [...]}``; a CSV file holds one row per
+record with the field names of :class:`Record` as its header. :func:`read_records` reads either
+(by file suffix), which is what the plotting command and the tuner consume.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Iterable
+
+__all__ = ["Record", "write_json", "write_csv", "read_records"]
+
+
+@dataclass(frozen=True)
+class Record:
+    """One measured (size, algorithm) point; latencies in microseconds, bandwidths in GB/s."""
+
+    benchmark: str
+    algorithm: str
+    size: int
+    ranks: int
+    datatype: str
+    avg_us: float
+    min_us: float
+    max_us: float
+    median_us: float
+    iterations: int
+    algbw_gbs: float
+    busbw_gbs: float
+    valid: bool | None = None
+
+
+_CONVERT = {"size": int, "ranks": int, "iterations": int,
+            "valid": lambda s: None if s in ("", "None") else s == "True"}
+
+
+def write_json(path: str | Path, records: Iterable[Record], **meta: object) -> None:
+    """Write ``records`` (and metadata such as ``benchmark``, ``ranks``, ``argv``) as JSON."""
+    rows = [{k: (None if isinstance(v, float) and math.isnan(v) else v)
+             for k, v in asdict(r).items()} for r in records]
+    Path(path).write_text(json.dumps({**meta, "records": rows}, indent=1) + "\n")
+
+
+def write_csv(path: str | Path, records: Iterable[Record]) -> None:
+    """Write ``records`` as CSV, one row each, header = the :class:`Record` field names."""
+    names = [f.name for f in fields(Record)]
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=names)
+        writer.writeheader()
+        for r in records:
+            writer.writerow(asdict(r))
+
+
+def _record(row: dict) -> Record:
+    values = {}
+    for f in fields(Record):
+        raw = row.get(f.name)
+        if f.name in _CONVERT:
+            values[f.name] = _CONVERT[f.name](raw) if isinstance(raw, str) else raw
+        elif f.name in ("benchmark", "algorithm", "datatype"):
+            values[f.name] = str(raw)
+        else:
+            values[f.name] = float("nan") if raw in (None, "") else float(raw)
+    return Record(**values)
+
+
+def read_records(path: str | Path) -> list[Record]:
+    """The records of a JSON or CSV results file (by suffix; anything else is read as JSON)."""
+    path = Path(path)
+    if path.suffix.lower() == ".csv":
+        with open(path, newline="") as fh:
+            return [_record(row) for row in csv.DictReader(fh)]
+    data = json.loads(path.read_text())
+    rows = data["records"] if isinstance(data, dict) else data
+    return [_record(row) for row in rows]

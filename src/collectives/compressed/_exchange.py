@@ -1,0 +1,43 @@
+"""Variable-size byte exchanges for compressed payloads: allgatherv and alltoallv.
+
+Sizes travel first (one small native collective: 8 bytes per rank), then the payloads through the
+library's own counted point-to-point messages: a ring allgather (``blocks/ring.py``) and a pairwise
+alltoallv (in step ``s`` = 1 .. p-1 rank ``r`` sends to ``r + s`` and receives from ``r - s``; the
+order MPICH uses for long messages).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+from .._p2p import sendrecv
+from ..blocks import ring
+
+__all__ = ["allgatherv", "alltoallv"]
+
+
+def allgatherv(payload: np.ndarray, comm: MPI.Comm) -> list[np.ndarray]:
+    """Every rank's uint8 ``payload``, in rank order, on every rank."""
+    p, r = comm.size, comm.rank
+    sizes = np.empty(p, dtype=np.int64)
+    comm.Allgather(np.array([payload.size], dtype=np.int64), sizes)
+    offsets = [0] + np.cumsum(sizes).tolist()
+    buf = np.empty(offsets[-1], dtype=np.uint8)
+    buf[offsets[r]:offsets[r + 1]] = payload
+    ring.allgather(buf, offsets, comm)
+    return [buf[offsets[k]:offsets[k + 1]] for k in range(p)]
+
+
+def alltoallv(chunks: list[np.ndarray], comm: MPI.Comm) -> list[np.ndarray]:
+    """Send uint8 ``chunks[k]`` to rank ``k``; return what each rank sent here, by source."""
+    p, r = comm.size, comm.rank
+    sizes_in = np.empty(p, dtype=np.int64)
+    comm.Alltoall(np.array([c.size for c in chunks], dtype=np.int64), sizes_in)
+    received: list[np.ndarray] = [np.empty(0, np.uint8)] * p
+    received[r] = chunks[r]
+    for step in range(1, p):
+        dst, src = (r + step) % p, (r - step) % p
+        received[src] = np.empty(int(sizes_in[src]), dtype=np.uint8)
+        sendrecv(comm, chunks[dst], dst, received[src], src)
+    return received

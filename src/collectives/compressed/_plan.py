@@ -1,0 +1,68 @@
+"""One compressed allreduce call, as the strategies see it: codec, key, step and aggregation.
+
+A ``Plan`` wraps the caller's codec (a ``compress`` codec, or a memory around one such as
+``compress.ErrorFeedback`` or ``compress.DGCMemory``, which add the residual back before encoding)
+and fixes how decoded contributions combine: their sum, their mean, or, for codecs whose
+``aggregation`` is "majority" (signSGD), the sign of their sum. Aggregation runs in rank order, so
+every rank that aggregates the same contributions gets the same bits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = ["Plan", "base_codec"]
+
+
+def base_codec(codec: Any) -> Any:
+    """The codec inside any memory wrappers (they expose it as ``.codec``)."""
+    while hasattr(codec, "codec"):
+        codec = codec.codec
+    return codec
+
+
+@dataclass
+class Plan:
+    """What a strategy needs to encode, decode and aggregate one tensor."""
+
+    codec: Any          # what encodes (may be an error-feedback wrapper)
+    key: Any
+    step: int
+    average: bool       # mean (op="avg") rather than sum
+    world: int
+
+    @property
+    def base(self) -> Any:
+        return base_codec(self.codec)
+
+    @property
+    def majority(self) -> bool:
+        return self.base.aggregation == "majority"
+
+    def encode(self, x: np.ndarray, part: int | None = None) -> np.ndarray:
+        """Payload of ``x`` (``part``: which chunk of the tensor, for per-chunk state)."""
+        return self.codec.encode(x, key=self.subkey(part), step=self.step)
+
+    def subkey(self, part: int | None) -> Any:
+        return self.key if part is None else f"{self.key}#chunk{part}"
+
+    def decode(self, payload: np.ndarray) -> np.ndarray:
+        return self.base.decode(payload).reshape(-1)
+
+    def finish(self, acc: np.ndarray, count: int, out: np.ndarray) -> None:
+        """Turn a rank-order sum of ``count`` contributions into the result, written to ``out``."""
+        if self.majority:
+            np.sign(acc, out=acc)
+        elif self.average:
+            acc /= count
+        out[...] = acc
+
+    def aggregate_into(self, decoded: Sequence[np.ndarray], out: np.ndarray) -> None:
+        """Combine contributions (rank order) into ``out``; mean over ``world`` when averaging."""
+        acc = decoded[0].astype(np.result_type(decoded[0].dtype, np.float32), copy=True)
+        for d in decoded[1:]:
+            acc += d
+        self.finish(acc, self.world, out)

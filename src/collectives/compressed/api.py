@@ -1,0 +1,94 @@
+"""``compressed_allreduce``: check arguments, pick the strategy, run it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from .._arrays import check_input, check_out, flat, new_like
+from .._context import context
+from .._validate import checked
+from ..algorithms import ALGORITHMS
+from ..api import _pick, _setup
+from ..options import Options
+from ._plan import Plan, base_codec
+from .strategies import STRATEGIES, choose, incompatibility
+
+__all__ = ["compressed_allreduce"]
+
+_OPS = ("avg", "sum")
+
+
+def compressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None = None,
+                         op: str = "avg", strategy: str = "auto", comm: MPI.Comm | None = None,
+                         key: Any = None, step: int = 0, algorithm: str = "auto",
+                         validate: bool | None = None,
+                         options: Options | None = None) -> np.ndarray:
+    """Allreduce ``x`` with only ``codec``-compressed data on the wire.
+
+    Parameters
+    ----------
+    x
+        Contiguous float array (a dtype the codec supports), the same shape on every rank.
+    codec
+        A ``compress`` codec (``compress.get("topk", ratio=0.01)``), or a memory wrapping one
+        (``compress.ErrorFeedback(codec)``, ``compress.DGCMemory(...)``), the same on every rank.
+    out
+        Result array (``x``'s shape and dtype); ``out=x`` works in place.
+    op
+        "avg" (the mean of the decoded contributions) or "sum". Codecs that aggregate by majority
+        vote (signsgd) return the sign of the sum either way.
+    strategy
+        "auto" (from the codec's declared properties) or a name in
+        :data:`collectives.STRATEGIES`.
+    key, step
+        The tensor's identity and the training step: per-tensor state (error feedback, PowerSGD's
+        warm start) is kept by key, and shared-randomness codecs (randomk) draw from (key, step).
+    algorithm
+        Dense allreduce the "summable" strategy runs on the representation.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``out``: bitwise identical on every rank.
+    """
+    comm, opts, validate = _setup(comm, options, validate)
+
+    def check():
+        a = check_input(x)
+        base = base_codec(codec)
+        if not hasattr(base, "encode") or not hasattr(base, "aggregation"):
+            raise TypeError(f"codec must be a compress codec or a memory around one, "
+                            f"got {type(codec).__name__}")
+        if a.dtype not in base.dtypes:
+            raise TypeError(f"codec {base.name!r} does not take dtype {a.dtype}; valid: "
+                            + ", ".join(str(d) for d in base.dtypes))
+        if op not in _OPS:
+            raise ValueError(f"op must be one of {', '.join(_OPS)} for a compressed allreduce, "
+                             f"got {op!r}")
+        if not isinstance(step, (int, np.integer)) or step < 0:
+            raise ValueError(f"step must be a non-negative integer, got {step!r}")
+        name = choose(base) if strategy == "auto" else strategy
+        fn = _pick(STRATEGIES, name, "strategy")
+        _pick(ALGORITHMS, algorithm, "algorithm")
+        problem = incompatibility(name, base)
+        if problem:
+            raise ValueError(problem)
+        res = new_like(a) if out is None else check_out(out, a)
+        sig = {"count": a.size, "dtype": str(a.dtype), "codec": base.name, "op": op,
+               "strategy": name, "step": int(step)}
+        return (a, fn, res), sig
+
+    a, fn, res = checked("compressed_allreduce", comm, validate, check)
+    src = flat(a)
+    dst = src if res is a else flat(res)
+    plan = Plan(codec, key, int(step), op == "avg", comm.size)
+    if a.size == 0:
+        return res
+    if comm.size == 1:  # still compress: a single rank gets what the codec makes of its input
+        plan.aggregate_into([plan.decode(plan.encode(src))], dst)
+        return res
+    fn(src, dst, plan, context(comm), opts, algorithm)
+    return res

@@ -1,0 +1,129 @@
+"""Sparse strategy: a SparCML-style sparse allreduce for top-k, threshold and DGC.
+
+Renggli, Ashkboos, Aghagolzadeh, Alistarh & Hoefler, "SparCML: High-Performance Sparse
+Communication for Machine Learning", SC 2019. Each rank's payload is turned into a sorted
+(index, value) list; partial sums travel sparse and switch to dense once the merged density makes
+dense no larger (``_sparsevec.py``). Two variants:
+
+- recursive doubling (``allreduce_recursive_doubling``): the MPICH fold for non-powers of two, then
+  lg p steps in which partners swap their whole partial sums and merge them (lower rank first), so
+  both compute the same bits. Cost: lg p alpha plus, with k nonzeros per rank and little overlap,
+  about sum_s min(2^s k (4 + S), n S) beta: latency-optimal, for small vectors.
+- split (``allreduce_split``): the vector's index range is cut into p ranges; an all-to-all sends
+  each rank's entries in range j to rank j, which merges them in rank order; an allgather returns
+  every range (sparse or dense). Cost: 2 (p-1) alpha + about 2 k (4 + S) beta per rank while
+  sparse: bandwidth-friendly for large vectors.
+
+``allreduce`` picks recursive doubling up to ``SPLIT_BYTES`` of dense data or p <= 2, and the
+split variant above.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._context import Context
+from ..options import Options
+from .._p2p import partition, recv, send, sendrecv
+from ..algorithms._fold import pof2_of, real_rank
+from ._exchange import allgatherv, alltoallv
+from ._plan import Plan
+from ._sparsevec import SparseVec, combine, pack, unpack
+
+__all__ = ["allreduce", "allreduce_recursive_doubling", "allreduce_split", "SPLIT_BYTES"]
+
+SPLIT_BYTES = 256 << 10
+
+
+def _local(x: np.ndarray, plan: Plan) -> SparseVec:
+    """This rank's contribution as a sorted sparse list, from its payload."""
+    dense = plan.decode(plan.encode(x))
+    idx = np.flatnonzero(dense)
+    return SparseVec(0, x.size, _acc(x), idx, dense[idx].astype(_acc(x))).balanced()
+
+
+def _acc(x: np.ndarray) -> np.dtype:
+    """Partial sums travel in at least float32 (Numba kernels do no float16 arithmetic)."""
+    return np.result_type(x.dtype, np.float32)
+
+
+def _swap(comm, v: SparseVec, partner: int) -> SparseVec:
+    """Exchange partial sums with ``partner`` (sizes first, then the bytes)."""
+    out = pack(v)
+    size = np.empty(1, np.int64)
+    sendrecv(comm, np.array([out.size], np.int64), partner, size, partner)
+    got = np.empty(int(size[0]), np.uint8)
+    sendrecv(comm, out, partner, got, partner)
+    return unpack(got, v.lo, v.length, v.dtype)
+
+
+def _send(comm, v: SparseVec, dest: int) -> None:
+    out = pack(v)
+    send(comm, np.array([out.size], np.int64), dest)
+    send(comm, out, dest)
+
+
+def _recv(comm, source: int, like: SparseVec) -> SparseVec:
+    size = np.empty(1, np.int64)
+    recv(comm, size, source)
+    got = np.empty(int(size[0]), np.uint8)
+    recv(comm, got, source)
+    return unpack(got, like.lo, like.length, like.dtype)
+
+
+def allreduce_recursive_doubling(x: np.ndarray, out: np.ndarray, plan: Plan, ctx: Context,
+                                 opts: Options, algorithm: str) -> None:
+    comm = ctx.comm
+    rank, pof2 = comm.rank, pof2_of(comm.size)
+    rem = comm.size - pof2
+    v = _local(x, plan)
+    # fold: even ranks below 2 rem hand their list to the odd rank above and sit out
+    if rank < 2 * rem and rank % 2 == 0:
+        _send(comm, v, rank + 1)
+        v = _recv(comm, rank + 1, v)
+    else:
+        if rank < 2 * rem:
+            v = combine(_recv(comm, rank - 1, v), v)
+        newrank = rank // 2 if rank < 2 * rem else rank - rem
+        mask = 1
+        while mask < pof2:
+            partner = newrank ^ mask
+            other = _swap(comm, v, real_rank(partner, rem))
+            v = combine(other, v) if partner < newrank else combine(v, other)
+            mask <<= 1
+        if rank < 2 * rem:
+            _send(comm, v, rank - 1)
+    acc = np.empty(x.size, dtype=_acc(x))
+    v.write_into(acc)
+    plan.finish(acc, plan.world, out)
+
+
+def allreduce_split(x: np.ndarray, out: np.ndarray, plan: Plan, ctx: Context, opts: Options,
+                    algorithm: str) -> None:
+    comm = ctx.comm
+    p, r = comm.size, comm.rank
+    bounds = partition(x.size, p)
+    v = _local(x, plan)
+    if v.dense is not None:  # already dense: cut it into plain slices
+        parts = [SparseVec(bounds[k], bounds[k + 1] - bounds[k], v.dtype,
+                           dense=v.dense[bounds[k]:bounds[k + 1]]) for k in range(p)]
+    else:
+        parts = [part.balanced() for part in v.split(bounds)]
+    # all-to-all: range j to rank j, which sums the p pieces in rank order
+    got = alltoallv([pack(part) for part in parts], comm)
+    mine = [unpack(g, bounds[r], bounds[r + 1] - bounds[r], v.dtype) for g in got]
+    total = mine[0]
+    for piece in mine[1:]:
+        total = combine(total, piece)
+    # allgather: every finished range to every rank
+    acc = np.empty(x.size, dtype=v.dtype)
+    for k, g in enumerate(allgatherv(pack(total.balanced()), comm)):
+        unpack(g, bounds[k], bounds[k + 1] - bounds[k], v.dtype).write_into(acc)
+    plan.finish(acc, plan.world, out)
+
+
+def allreduce(x: np.ndarray, out: np.ndarray, plan: Plan, ctx: Context, opts: Options,
+              algorithm: str) -> None:
+    variant = allreduce_recursive_doubling if x.nbytes <= SPLIT_BYTES or ctx.comm.size <= 2 \
+        else allreduce_split
+    variant(x, out, plan, ctx, opts, algorithm)

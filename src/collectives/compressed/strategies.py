@@ -1,0 +1,44 @@
+"""The compressed-allreduce strategies by name, and the rule "auto" follows.
+
+- "summable": allreduce the compressed representation (fp16, bf16, randomk, powersgd, none);
+- "allgather": gather every payload, decode and aggregate (every codec);
+- "sparse": SparCML sparse allreduce for codecs that declare ``sparse`` output (topk, threshold,
+  dgc), with the explicit variants "sparse_recursive_doubling" and "sparse_split";
+- "two_phase": DeepSpeed's all-to-all + server compression + allgather (1-bit / sign codecs).
+
+Every strategy is ``fn(x, out, plan, ctx, opts, algorithm)`` over flat arrays; ``algorithm`` is the
+dense allreduce that "summable" runs on the representation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from . import allgather, sparse, summable, two_phase
+
+__all__ = ["STRATEGIES", "choose", "incompatibility"]
+
+STRATEGIES: dict[str, Callable[..., None]] = {
+    "summable": summable.allreduce,
+    "allgather": allgather.allreduce,
+    "sparse": sparse.allreduce,
+    "sparse_recursive_doubling": sparse.allreduce_recursive_doubling,
+    "sparse_split": sparse.allreduce_split,
+    "two_phase": two_phase.allreduce,
+}
+
+
+def choose(codec: Any) -> str:
+    """The strategy "auto" uses for ``codec`` (the codec itself, not a memory wrapper)."""
+    if codec.summable and summable.supports(codec):
+        return "summable"
+    if getattr(codec, "sparse", False):
+        return "sparse"
+    return "allgather"
+
+
+def incompatibility(strategy: str, codec: Any) -> str | None:
+    """Why ``strategy`` cannot run ``codec``, or None if it can."""
+    if strategy == "summable" and not (codec.summable and summable.supports(codec)):
+        return f"codec {codec.name!r} is not summable; use strategy 'allgather'"
+    return None

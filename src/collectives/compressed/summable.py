@@ -1,0 +1,87 @@
+"""Summable strategy: allreduce the compressed representation itself (fp16, bf16, random-k,
+PowerSGD factors, or no compression).
+
+For codecs whose representation adds up (``summable``), nothing needs decoding between ranks:
+
+- element codecs (fp16, bf16, random-k, none) expose ``summable_encode`` (the representation as
+  one array), ``summable_ufunc`` (how two representations add, e.g. bf16 addition on uint16 words)
+  and ``summable_decode``. Each rank encodes (scaled by 1/p first for op="avg", so fp16 sums cannot
+  overflow where the mean would not), the representations are summed by one dense allreduce of the
+  foundation algorithms, and every rank decodes the same sum.
+- PowerSGD (Vogels et al. 2019) exposes its two-round protocol: ``P = M Q`` summed, orthogonalised,
+  ``Q = M^T P_hat`` summed, ``M ~ P_hat Q^T``.
+
+Error feedback, when the codec is wrapped in ``compress.ErrorFeedback``: the residual is added
+before encoding, and the new residual is the compensated input minus what this rank's own
+representation decodes to (for PowerSGD, minus the aggregated approximation, as PyTorch's hook).
+
+Cost: that of the dense allreduce on the representation (e.g. ring: 2 (p-1) alpha + 2 c n (p-1)/p
+beta with c the representation's size ratio: 1/2 for fp16, k/n for random-k).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from .._context import Context
+from ..algorithms import FLAT
+from ..algorithms.auto import choose
+from ..ops import Op
+from ..options import Options
+from ._plan import Plan
+
+__all__ = ["allreduce", "supports"]
+
+
+def supports(codec: Any) -> bool:
+    """Whether ``codec`` speaks one of the two summable protocols."""
+    return hasattr(codec, "summable_encode") or hasattr(codec, "compute_p")
+
+
+def _sum(rep: np.ndarray, ufunc: np.ufunc, ctx: Context, opts: Options, algorithm: str) -> None:
+    """Sum ``rep`` over all ranks in place with a hand-written (or native, for np.add) algorithm."""
+    name = choose(rep.nbytes, rep.size, ctx.comm.size) if algorithm == "auto" else algorithm
+    if name == "native" and ufunc is not np.add:  # MPI cannot add bf16 words
+        name = "recursive_doubling"
+    FLAT[name](rep, rep, Op("sum", ufunc, MPI.SUM), ctx, opts)
+
+
+def _compensate(plan: Plan, x: np.ndarray) -> np.ndarray:
+    memory = plan.codec
+    return memory.compensate(x, key=plan.key) if hasattr(memory, "compensate") else x
+
+
+def _remember(plan: Plan, c: np.ndarray, estimate: np.ndarray) -> None:
+    memory = plan.codec
+    if hasattr(memory, "remember"):
+        memory.remember(c, estimate, key=plan.key)
+
+
+def allreduce(x: np.ndarray, out: np.ndarray, plan: Plan, ctx: Context, opts: Options,
+              algorithm: str) -> None:
+    base = plan.base
+    c = _compensate(plan, x)
+    if hasattr(base, "compute_p"):  # PowerSGD's two rounds
+        p = base.compute_p(c, key=plan.key)
+        _sum(p, np.add, ctx, opts, algorithm)
+        p_hat = base.orthogonalize(p)
+        q = base.compute_q(c, p_hat)
+        _sum(q, np.add, ctx, opts, algorithm)
+        if plan.average:
+            q /= plan.world
+        y = base.reconstruct(p_hat, q, key=plan.key, shape=x.shape, dtype=x.dtype).reshape(-1)
+        _remember(plan, c, y)
+        out[...] = y
+        return
+    scaled = c / plan.world if plan.average else c
+    rep = base.summable_encode(scaled, key=plan.key, step=plan.step)
+    if hasattr(plan.codec, "remember"):
+        own = base.summable_decode(rep, shape=x.shape, dtype=x.dtype, key=plan.key,
+                                   step=plan.step).reshape(-1)
+        _remember(plan, c, own * plan.world if plan.average else own)
+    _sum(rep, base.summable_ufunc, ctx, opts, algorithm)
+    out[...] = base.summable_decode(rep, shape=x.shape, dtype=x.dtype, key=plan.key,
+                                    step=plan.step).reshape(-1)
