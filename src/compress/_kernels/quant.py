@@ -1,0 +1,142 @@
+"""Quantization kernels (private).
+
+``quantize_levels`` is shared by QSGD, TernGrad and the 8-bit codec. The input is cut into buckets of
+``bucket`` elements; each bucket gets a scale (its L2 norm, or its max magnitude) and every element
+``x`` becomes a signed level ``q`` in ``[-s, s]`` with ``|x| / scale * s`` rounded either to nearest
+or stochastically (up with probability equal to the fractional part, which is unbiased). The stored
+code is ``q + s`` in ``[0, 2s]``, packed LSB-first with ``bits`` bits per element (byte-aligned fast
+path when ``bits == 8``). Stochastic rounding draws ``uniform24(i, seed_lo, seed_hi)`` for global element
+index ``i``.
+
+``natural_encode`` rounds ``|x|`` (float32) to one of the two neighbouring powers of two,
+up with probability ``mantissa / 2**23`` (Horvath et al. 2019), which is unbiased also for subnormals.
+"""
+
+import numpy as np
+from numba import njit
+
+from . import NJIT
+from .bits import pack_codes, unpack_codes
+from .rng import uniform24
+
+__all__ = [
+    "quantize_levels",
+    "dequantize_levels",
+    "natural_encode",
+    "natural_decode",
+    "sign_sums",
+]
+
+_INV24 = 1.0 / 16777216.0
+
+
+@njit(**NJIT)
+def _bucket_scale(x, lo, hi, use_max):
+    acc = 0.0
+    if use_max:
+        for i in range(lo, hi):
+            acc = max(acc, abs(np.float64(x[i])))
+        return acc
+    for i in range(lo, hi):
+        v = np.float64(x[i])
+        acc += v * v
+    return np.sqrt(acc)
+
+
+@njit(**NJIT)
+def quantize_levels(x, bucket, s, use_max, stochastic, seed_lo, seed_hi, bits, scales, out):
+    """Quantize ``x`` into ``scales`` (one per bucket) and the packed code stream ``out``."""
+    n = x.size
+    nb = scales.size
+    codes = np.empty(min(bucket, n), dtype=np.uint16)
+    bitpos = 0
+    for b in range(nb):
+        lo = b * bucket
+        hi = min(lo + bucket, n)
+        scales[b] = _bucket_scale(x, lo, hi, use_max)
+        scale = np.float64(scales[b])  # the value the decoder will see
+        mult = s / scale if scale > 0.0 else 0.0
+        for i in range(lo, hi):
+            v = np.float64(x[i])
+            r = abs(v) * mult
+            if stochastic:
+                r += np.float64(uniform24(i, seed_lo, seed_hi)) * _INV24
+            else:
+                r += 0.5
+            lev = min(np.int64(r), s)
+            codes[i - lo] = s - lev if v < 0 else s + lev
+        if bits == 8:
+            for i in range(lo, hi):
+                out[i] = codes[i - lo]
+        else:
+            bitpos = pack_codes(codes[: hi - lo], bits, out, bitpos)
+
+
+@njit(**NJIT)
+def dequantize_levels(packed, bits, s, bucket, scales, out):
+    """Inverse of :func:`quantize_levels`; returns the number of codes above ``2s`` (invalid)."""
+    n = out.size
+    bad = 0
+    codes = np.empty(min(bucket, n), dtype=np.int64)
+    for b in range(scales.size):
+        lo = b * bucket
+        hi = min(lo + bucket, n)
+        step = np.float64(scales[b]) / s
+        if bits == 8:
+            for i in range(lo, hi):
+                codes[i - lo] = packed[i]
+        else:
+            unpack_codes(packed, bits, lo * bits, codes[: hi - lo])
+        for i in range(lo, hi):
+            c = codes[i - lo]
+            bad += c > 2 * s
+            out[i] = (c - s) * step
+    return bad
+
+
+@njit(**NJIT)
+def natural_encode(u, seed_lo, seed_hi, exps):
+    """Stochastic power-of-two exponents of float32 words ``u`` (uint32 view) into ``exps``."""
+    for i in range(u.size):
+        a = np.int64(u[i]) & 0x7FFFFFFF
+        e = a >> 23
+        mant = a & 0x7FFFFF
+        up = np.int64(np.int64(uniform24(i, seed_lo, seed_hi) >> np.uint64(1)) < mant)
+        e = e + up if e < 255 else e
+        exps[i] = e
+
+
+@njit(**NJIT)
+def natural_decode(exps, signs, out):
+    """Float32 words ``sign | exponent << 23`` (zero mantissa) from exponents and sign bits."""
+    for i in range(out.size):
+        sign = np.int64((signs[i >> 3] >> (i & 7)) & 1)
+        e = np.int64(exps[i])
+        out[i] = (sign << 31) | (e << 23) if e > 0 else 0
+
+
+@njit(**NJIT)
+def sign_sums(x, u, shift):
+    """``(sum of x with sign bit clear, their count, sum of x with sign bit set)`` in float64.
+
+    ``u`` is the unsigned view of ``x`` and ``shift`` its sign-bit position. Eight interleaved
+    accumulators let the loop use SIMD without reassociating any single sum.
+    """
+    sp = np.zeros(8)
+    sn = np.zeros(8)
+    cp = np.zeros(8, dtype=np.int64)
+    n8 = x.size // 8 * 8
+    for i in range(0, n8, 8):
+        for j in range(8):
+            v = np.float64(x[i + j])
+            neg = np.int64(u[i + j] >> shift)
+            sn[j] += v if neg else 0.0
+            sp[j] += 0.0 if neg else v
+            cp[j] += 1 - neg
+    for i in range(n8, x.size):
+        v = np.float64(x[i])
+        neg = np.int64(u[i] >> shift)
+        sn[0] += v if neg else 0.0
+        sp[0] += 0.0 if neg else v
+        cp[0] += 1 - neg
+    return sp.sum(), cp.sum(), sn.sum()

@@ -1,0 +1,200 @@
+"""Sparse selection, gather and scatter kernels (private).
+
+All selection kernels work on *magnitude keys*: the IEEE bit pattern of ``|x|`` read as an unsigned
+integer (``bits & absmask``). For non-negative floats integer order equals numeric order, NaN keys sort
+above infinity, and comparisons never see a NaN, so selection needs no float special cases and works
+unchanged for float16, float32 and float64 (through uint16/uint32/uint64 views).
+
+``topk_indices`` finds the exact k largest keys in three steps: (1) estimate a threshold from a strided
+sample so that about ``2k`` elements pass it; (2) one pass over the data that skips blocks of 64 whose
+maximum key is below the threshold and records the indices of passing elements; (3) ``np.partition``
+on the few candidate keys gives the k-th largest key ``v``; the output takes every key ``> v`` and the
+first (lowest-index) keys ``== v`` until there are k. When the estimate fails (too few or too many
+candidates) it falls back to the same selection over all n keys, so the result is always exact.
+"""
+
+import numpy as np
+from numba import njit
+
+from . import NJIT
+from .rng import uniform_below
+
+__all__ = [
+    "topk_indices",
+    "select_from_candidates",
+    "count_at_least",
+    "collect_at_least",
+    "sample_keys",
+    "random_subset",
+    "first_bad_index",
+    "gather",
+    "scatter",
+    "scatter_scaled",
+]
+
+_BLOCK = 64
+_SAMPLE = 65536
+
+
+@njit(**NJIT)
+def count_at_least(bits, absmask, thr):
+    """Number of elements whose magnitude key is ``>= thr``."""
+    c = 0
+    for i in range(bits.size):
+        c += (bits[i] & absmask) >= thr
+    return c
+
+
+@njit(**NJIT)
+def collect_at_least(bits, absmask, thr, out):
+    """Write indices of keys ``>= thr`` into ``out`` (ascending); return how many there are.
+
+    Stops writing (but keeps counting) once ``out`` is full, so a return value larger than
+    ``out.size`` means the list is incomplete.
+    """
+    n = bits.size
+    cap = out.size
+    cnt = 0
+    nblocks = n // _BLOCK
+    for blk in range(nblocks):
+        base = blk * _BLOCK
+        m = bits.dtype.type(0)
+        for t in range(_BLOCK):
+            m = max(m, bits[base + t] & absmask)
+        if m >= thr:
+            for t in range(_BLOCK):
+                if (bits[base + t] & absmask) >= thr:
+                    if cnt < cap:
+                        out[cnt] = base + t
+                    cnt += 1
+    for i in range(nblocks * _BLOCK, n):
+        if (bits[i] & absmask) >= thr:
+            if cnt < cap:
+                out[cnt] = i
+            cnt += 1
+    return cnt
+
+
+@njit(**NJIT)
+def select_from_candidates(bits, absmask, cand, k, out):
+    """Exact top-``k`` keys among the indices ``cand`` (ascending), ties to the lowest index."""
+    keys = np.empty(cand.size, dtype=bits.dtype)
+    for j in range(cand.size):
+        keys[j] = bits[cand[j]] & absmask
+    v = np.partition(keys, cand.size - k)[cand.size - k]
+    above = 0
+    for j in range(cand.size):
+        above += keys[j] > v
+    ties = k - above
+    o = 0
+    for j in range(cand.size):
+        kj = keys[j]
+        if kj > v or (kj == v and ties > 0):
+            if kj == v:
+                ties -= 1
+            out[o] = cand[j]
+            o += 1
+
+
+@njit(**NJIT)
+def topk_indices(bits, absmask, k, out):
+    """Indices (ascending) of the ``k`` largest magnitude keys of ``bits`` into ``out[:k]``."""
+    n = bits.size
+    if k == 0:
+        return
+    if k == n:
+        for i in range(n):
+            out[i] = i
+        return
+    if n > 4 * _SAMPLE:
+        stride = n // _SAMPLE
+        sample = np.empty(_SAMPLE, dtype=bits.dtype)
+        for j in range(_SAMPLE):
+            sample[j] = bits[j * stride] & absmask
+        want = 2.0 * k + 3.0 * np.sqrt(k) + 64.0  # expected candidates, with a safety margin
+        pos = _SAMPLE - np.int64(np.ceil(want * _SAMPLE / n))
+        if pos > 0:
+            thr = np.partition(sample, pos)[pos]
+            cap = 4 * k + 1024
+            cand = np.empty(cap, dtype=np.int64)
+            cnt = collect_at_least(bits, absmask, thr, cand)
+            if k <= cnt <= cap:
+                select_from_candidates(bits, absmask, cand[:cnt], k, out)
+                return
+    select_from_candidates(bits, absmask, np.arange(n), k, out)
+
+
+@njit(**NJIT)
+def sample_keys(bits, absmask, m, stream):
+    """``m`` magnitude keys at random positions (with replacement), sorted descending."""
+    n = bits.size
+    s = np.empty(m, dtype=bits.dtype)
+    for j in range(m):
+        s[j] = bits[uniform_below(stream, j, n)] & absmask
+    s.sort()
+    return s[::-1].copy()
+
+
+@njit(**NJIT)
+def random_subset(n, k, stream, out):
+    """``k`` distinct indices of ``range(n)``, uniform over k-subsets, sorted ascending (Floyd 1987).
+
+    For ``j`` from ``n - k`` to ``n - 1``: draw ``t`` uniform in ``[0, j]``; insert ``t`` unless it is
+    already present, else insert ``j``. A power-of-two open-addressing table holds the set.
+    """
+    size = 1
+    while size < 2 * k:
+        size *= 2
+    table = np.full(size, -1, dtype=np.int64)
+    mask = size - 1
+    o = 0
+    for j in range(n - k, n):
+        t = uniform_below(stream, j, j + 1)
+        for cand in (t, np.int64(j)):
+            h = (cand * 0x9E3779B1) & mask
+            found = False
+            while table[h] != -1:
+                if table[h] == cand:
+                    found = True
+                    break
+                h = (h + 1) & mask
+            if not found:
+                table[h] = cand
+                out[o] = cand
+                o += 1
+                break
+    out[:k].sort()
+
+
+@njit(**NJIT)
+def first_bad_index(words, shift, n):
+    """Position of the first word whose index ``words[i] >> shift`` is ``>= n`` or not strictly
+    greater than the previous one; ``-1`` when all are valid."""
+    prev = -1
+    for i in range(words.size):
+        idx = np.int64(words[i] >> shift)
+        if idx >= n or idx <= prev:
+            return i
+        prev = idx
+    return -1
+
+
+@njit(**NJIT)
+def gather(src, idx, out):
+    """``out[j] = src[idx[j]]`` (indices must be valid)."""
+    for j in range(idx.size):
+        out[j] = src[idx[j]]
+
+
+@njit(**NJIT)
+def scatter(vals, idx, out):
+    """``out[idx[j]] = vals[j]`` (indices must be validated by the caller)."""
+    for j in range(idx.size):
+        out[idx[j]] = vals[j]
+
+
+@njit(**NJIT)
+def scatter_scaled(vals, idx, scale, out):
+    """``out[idx[j]] = vals[j] * scale`` (indices must be validated by the caller)."""
+    for j in range(idx.size):
+        out[idx[j]] = vals[j] * scale

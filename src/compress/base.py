@@ -1,0 +1,165 @@
+"""The codec interface shared by every compressor.
+
+A codec turns a float array into one self-describing ``np.uint8`` payload and back::
+
+    payload = codec.encode(x, key="layer1.weight", step=3)
+    y = codec.decode(payload)          # same shape and dtype as x
+
+Subclasses describe their body as typed sections (:mod:`compress._layout`) and implement
+``_encode`` / ``_decode``; this base class owns everything common: input checks, header writing and
+validation (:mod:`compress._header`), the exact-length check and the size formula. Codecs declare what
+a collective may do with them as class attributes:
+
+``summable``
+    Payload bodies (or the representation the codec exposes for it) may be added element-wise by a
+    plain allreduce and still decode to the sum.
+``unbiased``
+    ``E[decode(encode(x))] == x`` over the codec's randomness.
+``needs_error_feedback``
+    Without error feedback (:class:`compress.ErrorFeedback`) training with this codec is known to
+    stall or diverge.
+``aggregation``
+    How decoded contributions of several workers are combined: ``"mean"`` (average), ``"sum"``, or
+    ``"majority"`` (element-wise sign of the sum, signSGD's vote).
+``sparse``
+    Payloads are (index, value) lists, so a sparse allreduce (SparCML) can merge them.
+
+Summable element codecs (none, fp16, bf16, randomk) also speak the *summable protocol* a collective
+uses to add representations without decoding them: ``summable_encode(x, key=, step=)`` gives the
+representation as one 1-D array, ``summable_add(a, b, out=)`` adds two of them (a NumPy ufunc or a
+function with that calling convention), and ``summable_decode(rep, shape=, dtype=, key=, step=)``
+turns a (summed) representation back into a dense array. PowerSGD has its own two-round protocol.
+
+Input handling: dtypes outside ``dtypes`` raise ``TypeError`` naming the valid ones; non-contiguous
+input is copied to a contiguous array first (never rejected).
+"""
+
+from __future__ import annotations
+
+from math import prod
+from typing import ClassVar, Sequence
+
+import numpy as np
+
+from ._header import MAX_NDIM, Header, header_nbytes, read_header, write_header
+from ._layout import Section, body_nbytes, split_body
+from ._util import as_payload
+
+__all__ = ["Codec", "FLOAT_DTYPES"]
+
+FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+class Codec:
+    """Base class of all codecs; see the module docstring."""
+
+    name: ClassVar[str] = ""
+    codec_id: ClassVar[int] = 0
+    summable: ClassVar[bool] = False
+    unbiased: ClassVar[bool] = False
+    needs_error_feedback: ClassVar[bool] = False
+    aggregation: ClassVar[str] = "mean"
+    sparse: ClassVar[bool] = False
+    dtypes: ClassVar[tuple[np.dtype, ...]] = FLOAT_DTYPES
+    #: header parameters: (name, struct kind) with kind "Q" (uint64) or "d" (float64)
+    PARAMS: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+    # ------------------------------------------------------------------ public API
+    def encode(self, x, *, key=None, step: int = 0) -> np.ndarray:
+        """Compress ``x`` into one contiguous uint8 payload.
+
+        Parameters
+        ----------
+        x : array_like
+            Float array of a dtype in ``self.dtypes``; copied first if not C-contiguous.
+        key : None, int, str or bytes
+            Tensor identity. Codecs with shared randomness (random-k) and per-tensor state
+            (PowerSGD, error feedback) use it; others ignore it.
+        step : int
+            Training step; shared-randomness codecs draw fresh indices per step.
+        """
+        x = self._prepare(x)
+        if step < 0:
+            raise ValueError(f"step must be >= 0, got {step}")
+        return self._encode(x, key, int(step))
+
+    def decode(self, payload) -> np.ndarray:
+        """Decompress a payload of this codec into a new dense array.
+
+        Raises
+        ------
+        ValueError
+            If the payload is truncated, padded, corrupted, from another codec or otherwise
+            malformed. Validation finishes before any index is used to write.
+        """
+        buf = as_payload(payload)
+        hdr = read_header(buf, self.codec_id, self.PARAMS)
+        self._check_params(hdr)
+        sections = self._sections(hdr.count, hdr.dtype, hdr.params)
+        expected = hdr.nbytes + body_nbytes(sections)
+        if buf.size != expected:
+            raise ValueError(f"payload has {buf.size} bytes, its header implies exactly {expected}")
+        body = split_body(buf, hdr.nbytes, sections)
+        return self._decode(hdr, body).reshape(hdr.shape)
+
+    def payload_nbytes(self, shape, dtype=np.float32, **data) -> int:
+        """Exact payload size for an input of ``shape`` (an int means 1-D) and ``dtype``.
+
+        Codecs whose size depends on the data (threshold, DGC) take the number of sent elements as
+        ``nnz=``.
+        """
+        shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+        dtype = self._check_dtype(dtype)
+        return header_nbytes(len(shape), len(self.PARAMS)) + self.body_nbytes(prod(shape), dtype, **data)
+
+    def body_nbytes(self, n: int, dtype, **data) -> int:  # pragma: no cover - abstract
+        """Exact body size in bytes for ``n`` elements (the formula in the codec's docstring)."""
+        raise NotImplementedError
+
+    def aggregate(self, decoded: Sequence[np.ndarray]) -> np.ndarray:
+        """Combine decoded arrays of several workers according to ``aggregation``."""
+        if not decoded:
+            raise ValueError("aggregate needs at least one array")
+        total = np.sum(np.stack([np.asarray(d, dtype=np.float64) for d in decoded]), axis=0)
+        if self.aggregation == "mean":
+            total /= len(decoded)
+        elif self.aggregation == "majority":
+            total = np.sign(total)
+        return total.astype(decoded[0].dtype)
+
+    # ------------------------------------------------------------------ subclass hooks
+    def _sections(self, n: int, dtype: np.dtype, params: dict) -> list[Section]:  # pragma: no cover
+        raise NotImplementedError
+
+    def _encode(self, x: np.ndarray, key, step: int) -> np.ndarray:  # pragma: no cover
+        raise NotImplementedError
+
+    def _decode(self, hdr: Header, body: dict[str, np.ndarray]) -> np.ndarray:  # pragma: no cover
+        raise NotImplementedError
+
+    def _check_params(self, hdr: Header) -> None:
+        """Raise ``ValueError`` when header parameters are impossible (default: nothing to check)."""
+
+    # ------------------------------------------------------------------ helpers for subclasses
+    def _new_payload(self, x: np.ndarray, params: dict, dtype=None):
+        """Allocate a payload for ``x``, write its header; return ``(payload, body views)``."""
+        dtype = x.dtype if dtype is None else dtype
+        sections = self._sections(x.size, np.dtype(dtype), params)
+        hlen = header_nbytes(x.ndim, len(self.PARAMS))
+        buf = np.empty(hlen + body_nbytes(sections), dtype=np.uint8)
+        write_header(buf, self.codec_id, x.dtype, x.shape, self.PARAMS, params)
+        return buf, split_body(buf, hlen, sections)
+
+    def _check_dtype(self, dtype) -> np.dtype:
+        dtype = np.dtype(dtype)
+        if dtype not in self.dtypes:
+            valid = ", ".join(str(d) for d in self.dtypes)
+            raise TypeError(f"codec {self.name!r} does not support dtype {dtype}; valid dtypes: {valid}")
+        return dtype
+
+    def _prepare(self, x) -> np.ndarray:
+        x = np.asarray(x)
+        self._check_dtype(x.dtype)
+        if x.ndim > MAX_NDIM:
+            raise ValueError(f"arrays of more than {MAX_NDIM} dimensions are not supported (got {x.ndim})")
+        return x if x.flags.c_contiguous else x.copy(order="C")

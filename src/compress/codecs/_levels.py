@@ -1,0 +1,83 @@
+"""Shared machinery of the bucketed level quantizers (QSGD, TernGrad, 8-bit) (private).
+
+The input is cut into buckets of ``bucket`` elements. Each bucket stores a scale (float64 for float64
+input, float32 otherwise): its L2 norm (QSGD) or its max magnitude (TernGrad, 8-bit). Each element
+becomes a signed level ``q`` in ``[-s, s]`` (``s`` = ``levels``), ``x ~ q * scale / s``, rounded
+stochastically (unbiased) or to nearest; the code ``q + s`` is packed with
+``bits = bit_length(2 s)`` bits, LSB-first, one continuous stream. See
+:mod:`compress._kernels.quant`.
+
+Body: ``ceil(n / bucket)`` scales, then ``ceil(n * bits / 8)`` code bytes. Decoding rejects
+non-finite or negative scales, codes above ``2 s`` and nonzero padding bits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._kernels.quant import dequantize_levels, quantize_levels
+from .._layout import Section
+from .._seeding import draw_stream, split_stream
+from .._util import as_float_work, check_padding, require
+from ..base import Codec
+
+__all__ = ["LevelCodec", "level_bits", "MAX_LEVELS"]
+
+MAX_LEVELS = (1 << 15) - 1
+
+
+def level_bits(levels: int) -> int:
+    """Bits per element for ``levels`` levels per sign: ``bit_length(2 * levels)``."""
+    return (2 * int(levels)).bit_length()
+
+
+def _scale_dtype(dtype) -> np.dtype:
+    return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
+
+
+class LevelCodec(Codec):
+    """Base of the level quantizers; subclasses set ``_use_max``, ``_stochastic`` and levels/bucket."""
+
+    PARAMS = (("levels", "Q"), ("bucket", "Q"), ("stream", "Q"))
+    _use_max = False
+    _stochastic = True
+
+    def _levels_bucket(self, n: int) -> tuple[int, int]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def body_nbytes(self, n, dtype):
+        s, bucket = self._levels_bucket(n)
+        return -(-n // bucket) * _scale_dtype(dtype).itemsize + -(-n * level_bits(s) // 8)
+
+    def _sections(self, n, dtype, params):
+        s, bucket = params["levels"], params["bucket"]
+        return [
+            Section("scales", _scale_dtype(dtype), -(-n // bucket)),
+            Section("codes", np.uint8, -(-n * level_bits(s) // 8)),
+        ]
+
+    def _check_params(self, hdr):
+        s, bucket = hdr.params["levels"], hdr.params["bucket"]
+        require(1 <= s <= MAX_LEVELS, f"levels {s} outside [1, {MAX_LEVELS}]")
+        require(bucket >= 1, "bucket size must be >= 1")
+
+    def _encode(self, x, key, step):
+        s, bucket = self._levels_bucket(x.size)
+        stream = draw_stream(self._rng) if self._stochastic else 0
+        buf, body = self._new_payload(x, {"levels": s, "bucket": bucket, "stream": stream})
+        lo, hi = split_stream(stream)
+        bits = level_bits(s)
+        quantize_levels(as_float_work(x).reshape(-1), bucket, s, self._use_max, self._stochastic,
+                        lo, hi, bits, body["scales"], body["codes"])
+        return buf
+
+    def _decode(self, hdr, body):
+        s, bucket = hdr.params["levels"], hdr.params["bucket"]
+        bits = level_bits(s)
+        scales, codes = body["scales"], body["codes"]
+        require(bool(np.all(np.isfinite(scales)) and np.all(scales >= 0)), "bucket scales must be finite and >= 0")
+        check_padding(codes, hdr.count * bits)
+        out = np.empty(hdr.count, dtype=_scale_dtype(hdr.dtype))
+        bad = dequantize_levels(codes, bits, s, bucket, scales, out)
+        require(bad == 0, f"{bad} codes exceed the largest level code {2 * s}")
+        return out.astype(hdr.dtype, copy=False)

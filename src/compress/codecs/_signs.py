@@ -1,0 +1,57 @@
+"""Shared body format of the 1-bit sign codecs (signSGD, EF-signSGD, 1-bit SGD) (private).
+
+Body: ``ceil(n / 8)`` bytes, bit ``i`` (LSB-first) is the IEEE sign bit of element ``i``; padding bits
+in the last byte must be zero. Each codec decodes a clear bit to one value and a set bit to another,
+given by its header parameters.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._kernels.bits import pack_sign_bits, unpack_two_values
+from .._kernels.quant import sign_sums
+from .._layout import Section
+from .._util import as_float_work, check_padding, require, uint_view
+from ..base import Codec
+
+__all__ = ["SignCodec"]
+
+
+class SignCodec(Codec):
+    """Base of 1-bit codecs; subclasses give ``_values(params) -> (pos, neg)``."""
+
+    def body_nbytes(self, n, dtype):
+        return (n + 7) // 8
+
+    def _sections(self, n, dtype, params):
+        return [Section("bits", np.uint8, (n + 7) // 8)]
+
+    def _values(self, params):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _check_params(self, hdr):
+        for name, value in hdr.params.items():
+            require(np.isfinite(value), f"parameter {name} = {value} is not finite")
+
+    @staticmethod
+    def _sign_sums(x):
+        """(sum of non-negative-signed entries, their count, sum of negative-signed entries)."""
+        work = as_float_work(x).reshape(-1)
+        u, _ = uint_view(work)
+        return sign_sums(work, u, 8 * work.dtype.itemsize - 1)
+
+    def _emit(self, x, params):
+        buf, body = self._new_payload(x, params)
+        u, _ = uint_view(x)
+        pack_sign_bits(u, 8 * x.dtype.itemsize - 1, body["bits"])
+        return buf
+
+    def _decode(self, hdr, body):
+        check_padding(body["bits"], hdr.count)
+        out = np.empty(hdr.count, dtype=hdr.dtype)
+        u, _ = uint_view(out)
+        with np.errstate(over="ignore"):  # a scale beyond float16 range decodes to ±inf
+            pair = np.array(self._values(hdr.params), dtype=hdr.dtype).view(u.dtype)
+        unpack_two_values(body["bits"], pair[0], pair[1], u)
+        return out

@@ -1,0 +1,53 @@
+"""Identity codec: the raw array bytes, no compression.
+
+How it works: the body is a byte copy of the input; decoding copies it back. It exists as the
+baseline for benchmarks and as the "no compression" entry of the codec table.
+
+Wire size: ``header + n * itemsize`` bytes, header ``= 16 + 8 * ndim``.
+
+Properties: summable (the body is the array), unbiased, no error feedback needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._layout import Section
+from ..base import Codec
+
+__all__ = ["Identity"]
+
+
+@dataclass(eq=False)
+class Identity(Codec):
+    """Send the array unchanged."""
+
+    name = "none"
+    codec_id = 1
+    summable = True
+    unbiased = True
+
+    def body_nbytes(self, n, dtype):
+        return n * np.dtype(dtype).itemsize
+
+    def _sections(self, n, dtype, params):
+        return [Section("data", dtype, n)]
+
+    def _encode(self, x, key, step):
+        buf, body = self._new_payload(x, {})
+        body["data"][:] = x.reshape(-1)
+        return buf
+
+    def _decode(self, hdr, body):
+        return body["data"].copy()
+
+    # summable protocol (see compress.base): the values themselves
+    summable_add = np.add
+
+    def summable_encode(self, x, *, key=None, step: int = 0) -> np.ndarray:
+        return self._prepare(x).reshape(-1).copy()
+
+    def summable_decode(self, rep, *, shape, dtype, key=None, step: int = 0) -> np.ndarray:
+        return rep.astype(dtype, copy=False).reshape(shape)

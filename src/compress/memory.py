@@ -1,0 +1,172 @@
+"""Compensation memories: error feedback and DGC's momentum correction.
+
+:class:`ErrorFeedback` keeps, per tensor key, the residual ``e`` that the codec dropped and adds it to
+the next input (Seide et al. 2014; Stich et al. 2018; Karimireddy et al. 2019)::
+
+    c = x + e;   payload = encode(c);   e = c - decode(payload)
+
+:class:`DGCMemory` implements Deep Gradient Compression's momentum correction and momentum factor
+masking (Lin et al., ICLR 2018): the momentum is accumulated *before* compression, and both the
+momentum and the accumulated velocity are cleared where elements were sent::
+
+    u = m u + g;   v = v + u;   payload = encode(v);   sent = decode(payload) != 0
+    v[sent] = 0;   u[sent] = 0
+
+With DGCMemory the optimizer must use plain SGD (momentum already applied). Both keep state in small
+dataclasses and check their arguments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .base import Codec
+
+__all__ = ["ErrorFeedback", "DGCMemory", "Residual", "MomentumState"]
+
+
+def _check_codec(codec) -> None:
+    if not isinstance(codec, Codec):
+        raise ValueError(f"codec must be a compress.Codec instance, got {type(codec).__name__}")
+
+
+def _check_like(name: str, state: np.ndarray, x: np.ndarray, key) -> None:
+    if state.shape != x.shape or state.dtype != x.dtype:
+        raise ValueError(
+            f"key {key!r}: {name} has shape {state.shape} and dtype {state.dtype}, but the new tensor "
+            f"has shape {x.shape} and dtype {x.dtype}; use a distinct key per tensor or call reset()"
+        )
+
+
+@dataclass
+class Residual:
+    """Error-feedback state of one tensor: the residual and how many encodes built it."""
+
+    error: np.ndarray
+    steps: int = 0
+
+    def __post_init__(self):
+        if not isinstance(self.error, np.ndarray):
+            raise ValueError("error must be a numpy array")
+
+
+@dataclass
+class ErrorFeedback:
+    """Error feedback around any codec.
+
+    Parameters
+    ----------
+    codec : Codec
+        The compressor whose error is fed back.
+    """
+
+    codec: Codec
+    state: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        _check_codec(self.codec)
+
+    def encode(self, x, *, key=None, step: int = 0) -> np.ndarray:
+        """Encode ``x`` plus the residual of ``key``, and update the residual."""
+        corrected = self.compensate(x, key=key)
+        payload = self.codec.encode(corrected, key=key, step=step)
+        self.remember(corrected, self.codec.decode(payload), key=key)
+        return payload
+
+    def compensate(self, x, *, key=None) -> np.ndarray:
+        """``x`` plus the residual of ``key`` (zeros the first time): what to compress now.
+
+        With :meth:`remember`, this lets a collective that compresses in its own way (a summable
+        allreduce, PowerSGD's two rounds) keep the same error feedback as :meth:`encode`.
+        """
+        x = np.asarray(x)
+        st = self.state.get(key)
+        if st is None:
+            st = self.state[key] = Residual(np.zeros_like(x))
+        _check_like("the residual", st.error, x, key)
+        return x + st.error
+
+    def remember(self, corrected, estimate, *, key=None) -> None:
+        """Store ``corrected - estimate`` as the new residual of ``key`` (after :meth:`compensate`)."""
+        st = self.state[key]
+        st.error = corrected - np.asarray(estimate).reshape(corrected.shape).astype(corrected.dtype)
+        st.steps += 1
+
+    def decode(self, payload) -> np.ndarray:
+        """Decode with the wrapped codec."""
+        return self.codec.decode(payload)
+
+    def residual(self, key=None) -> np.ndarray | None:
+        """The current residual of ``key`` (None before its first encode)."""
+        st = self.state.get(key)
+        return None if st is None else st.error
+
+    def reset(self, key=None) -> None:
+        """Drop the residual of ``key``, or all residuals when ``key`` is None."""
+        if key is None:
+            self.state.clear()
+        else:
+            self.state.pop(key, None)
+
+
+@dataclass
+class MomentumState:
+    """DGC state of one tensor: momentum ``u`` and accumulated velocity ``v``."""
+
+    u: np.ndarray
+    v: np.ndarray
+
+    def __post_init__(self):
+        if self.u.shape != self.v.shape:
+            raise ValueError(f"u and v must have the same shape, got {self.u.shape} and {self.v.shape}")
+
+
+@dataclass
+class DGCMemory:
+    """DGC momentum correction with momentum factor masking.
+
+    Parameters
+    ----------
+    codec : Codec
+        Usually ``compress.get("dgc")`` or ``compress.get("topk")``.
+    momentum : float
+        Momentum coefficient, in [0, 1).
+    """
+
+    codec: Codec
+    momentum: float = 0.9
+    state: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        _check_codec(self.codec)
+        if not 0.0 <= self.momentum < 1.0:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum!r}")
+
+    def encode(self, grad, *, key=None, step: int = 0) -> np.ndarray:
+        """Fold ``grad`` into momentum and velocity, encode the velocity, clear what was sent."""
+        grad = np.asarray(grad)
+        st = self.state.get(key)
+        if st is None:
+            st = self.state[key] = MomentumState(np.zeros_like(grad), np.zeros_like(grad))
+        _check_like("the momentum", st.u, grad, key)
+        st.u *= self.momentum
+        st.u += grad
+        st.v += st.u
+        payload = self.codec.encode(st.v, key=key, step=step)
+        sent = self.codec.decode(payload) != 0
+        st.v[sent] = 0
+        st.u[sent] = 0
+        return payload
+
+    def decode(self, payload) -> np.ndarray:
+        """Decode with the wrapped codec."""
+        return self.codec.decode(payload)
+
+    def reset(self, key=None) -> None:
+        """Drop the state of ``key``, or of all keys when ``key`` is None."""
+        if key is None:
+            self.state.clear()
+        else:
+            self.state.pop(key, None)

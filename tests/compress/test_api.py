@@ -1,0 +1,86 @@
+"""The public surface: catalogue, properties, input checks, state objects."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import compress
+from helpers import sample
+
+
+def test_catalogue_and_unknown_names():
+    assert len(compress.CODECS) == 15
+    assert len({cls.codec_id for cls in compress.CODECS.values()}) == 15
+    for name, cls in compress.CODECS.items():
+        assert cls.name == name and isinstance(compress.get(name), cls)
+    with pytest.raises(ValueError, match="valid names: none, fp16"):
+        compress.get("zip")
+
+
+@pytest.mark.parametrize("name", sorted(compress.CODECS))
+def test_properties_declared(name):
+    codec = compress.get(name)
+    assert isinstance(codec.summable, bool) and isinstance(codec.unbiased, bool)
+    assert isinstance(codec.needs_error_feedback, bool)
+    assert codec.aggregation in ("sum", "mean", "majority")
+
+
+def test_property_table():
+    summable = {n for n in compress.CODECS if compress.get(n).summable}
+    assert summable == {"none", "fp16", "bf16", "randomk", "powersgd"}
+    unbiased = {n for n in compress.CODECS if compress.get(n).unbiased}
+    assert unbiased == {"none", "qsgd", "terngrad", "natural"}
+    assert compress.get("signsgd").aggregation == "majority"
+
+
+@pytest.mark.parametrize("name", sorted(compress.CODECS))
+def test_dtype_and_layout_handling(name):
+    codec = compress.get(name)
+    with pytest.raises(TypeError, match="valid dtypes"):
+        codec.encode(np.arange(10, dtype=np.int32))
+    x = sample(120, np.float64, shape=(12, 10))
+    strided = x[:, ::2]
+    assert not strided.flags.c_contiguous
+    y = codec.decode(codec.encode(strided, key="s"))
+    assert y.shape == (12, 5) and y.dtype == np.float64
+
+
+@pytest.mark.parametrize("name,bad", [
+    ("topk", {"ratio": 0}), ("topk", {"ratio": 1.5}), ("randomk", {"seed": None}),
+    ("qsgd", {"levels": 0}), ("qsgd", {"bucket": 0}), ("threshold", {"tau": -1.0}),
+    ("dgc", {"density": 2.0}), ("powersgd", {"rank": 0}), ("eightbit", {"bucket": 0}),
+])
+def test_parameters_validated(name, bad):
+    with pytest.raises(ValueError):
+        compress.get(name, **bad)
+
+
+def test_error_feedback_state():
+    with pytest.raises(ValueError):
+        compress.ErrorFeedback("topk")
+    with pytest.raises(ValueError):
+        compress.DGCMemory(compress.get("topk"), momentum=1.0)
+    ef = compress.ErrorFeedback(compress.get("topk", ratio=0.1))
+    x = sample(50, np.float32)
+    y = ef.decode(ef.encode(x, key="a"))
+    np.testing.assert_allclose(ef.residual("a"), x - y)
+    with pytest.raises(ValueError, match="shape"):
+        ef.encode(sample(60, np.float32), key="a")
+    ef.reset("a")
+    assert ef.residual("a") is None
+
+
+def test_aggregate_majority_and_mean():
+    sign = compress.get("signsgd")
+    votes = [np.array([1.0, -1.0, 1.0]), np.array([1.0, -1.0, -1.0]), np.array([-1.0, -1.0, -1.0])]
+    np.testing.assert_array_equal(sign.aggregate(votes), [1.0, -1.0, -1.0])
+    np.testing.assert_allclose(compress.get("none").aggregate(votes), np.mean(votes, axis=0))
+
+
+def test_compress_never_imports_mpi():
+    code = "import sys, compress; assert not any(m.startswith('mpi4py') for m in sys.modules)"
+    subprocess.run([sys.executable, "-c", code], check=True)

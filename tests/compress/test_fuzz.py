@@ -1,0 +1,113 @@
+"""Decoders reject malformed payloads with ValueError and never write out of bounds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import compress
+from helpers import parts, sample
+
+PARAMS = {"topk": {"ratio": 0.2}, "randomk": {"ratio": 0.3}, "threshold": {"tau": 0.5},
+          "dgc": {"density": 0.2}, "powersgd": {"rank": 2}}
+FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def valid(name, n=37, dtype=np.float32, shape=None):
+    codec = compress.get(name, **PARAMS.get(name, {}))
+    return codec, codec.encode(sample(n, dtype, seed=n, shape=shape), key="k", step=2)
+
+
+def check_decode(codec, data):
+    """Decoding either raises ValueError or returns a well-formed array."""
+    try:
+        out = codec.decode(data)
+    except ValueError:
+        return None
+    assert isinstance(out, np.ndarray)
+    return out
+
+
+NAMES = sorted(compress.CODECS)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@FUZZ
+@given(data=st.binary(max_size=300))
+def test_random_bytes(name, data):
+    codec = compress.get(name, **PARAMS.get(name, {}))
+    with pytest.raises(ValueError):
+        codec.decode(data)  # no magic: always rejected
+
+
+@pytest.mark.parametrize("name", NAMES)
+@FUZZ
+@given(body=st.binary(max_size=400), cut=st.integers(0, 400))
+def test_valid_header_random_body(name, body, cut):
+    codec, payload = valid(name)
+    hdr, _ = parts(codec, payload)
+    data = payload[: hdr.nbytes].tobytes() + body
+    out = check_decode(codec, data)
+    if out is not None:
+        assert out.shape == (37,) and len(data) == payload.size
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_truncation_and_extension(name):
+    codec, payload = valid(name)
+    for cut in range(payload.size):
+        with pytest.raises(ValueError):
+            codec.decode(payload[:cut])
+    with pytest.raises(ValueError):
+        codec.decode(np.concatenate([payload, np.zeros(1, np.uint8)]))
+
+
+@pytest.mark.parametrize("name", NAMES)
+@FUZZ
+@given(flips=st.lists(st.integers(0, 10_000), min_size=1, max_size=3), shape2d=st.booleans())
+def test_bit_flips(name, flips, shape2d):
+    codec, payload = valid(name, n=36, shape=(6, 6) if shape2d else None)
+    bad = payload.copy()
+    for f in flips:
+        bad[(f // 8) % bad.size] ^= np.uint8(1 << (f % 8))
+    out = check_decode(codec, bad)
+    if out is not None:
+        assert out.shape == (36,) or out.shape == (6, 6) or out.size == 36
+
+
+def test_misaligned_and_foreign_payloads():
+    codec, payload = valid("topk")
+    shifted = np.empty(payload.size + 1, np.uint8)[1:]
+    shifted[:] = payload
+    np.testing.assert_array_equal(codec.decode(shifted), codec.decode(payload))
+    with pytest.raises(ValueError, match="codec id"):
+        compress.get("randomk").decode(payload)
+    with pytest.raises(TypeError):
+        codec.decode(payload.view(np.int8))
+
+
+@pytest.mark.parametrize("name,field,value", [
+    ("topk", "indices", None),  # out-of-order / out-of-range indices
+    ("threshold", "words", None),
+])
+def test_hostile_indices_rejected(name, field, value):
+    codec, payload = valid(name, n=1000)
+    for mutate in (lambda a: a.__setitem__(0, 5000), lambda a: a.__setitem__(1, a[0]),
+                   lambda a: a.__setitem__(-1, np.iinfo(a.dtype).max)):
+        bad = payload.copy()
+        _, body = parts(codec, bad)
+        mutate(body[field])
+        with pytest.raises(ValueError):
+            codec.decode(bad)
+
+
+@pytest.mark.parametrize("levels", [1, 3, 127])
+def test_level_codes_above_range_rejected(levels):
+    codec = compress.get("qsgd", levels=levels, bucket=8)
+    payload = codec.encode(sample(16, np.float32))
+    _, body = parts(codec, payload)
+    body["codes"][0] = 0xFF
+    with pytest.raises(ValueError):
+        codec.decode(payload)
