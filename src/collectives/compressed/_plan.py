@@ -33,6 +33,7 @@ class Plan:
     step: int
     average: bool       # mean (op="avg") rather than sum
     world: int
+    shape: tuple[int, ...] = ()  # the tensor's shape (strategies see it flat; PowerSGD needs it)
 
     @property
     def base(self) -> Any:
@@ -43,8 +44,10 @@ class Plan:
         return self.base.aggregation == "majority"
 
     def encode(self, x: np.ndarray, part: int | None = None) -> np.ndarray:
-        """Payload of ``x`` (``part``: which chunk of the tensor, for per-chunk state)."""
-        return self.codec.encode(x, key=self.subkey(part), step=self.step)
+        """Payload of flat ``x``: the whole tensor (in its shape, so per-key state such as an
+        error-feedback residual has the tensor's shape), or chunk ``part`` of it."""
+        whole = x.reshape(self.shape) if part is None else x
+        return self.codec.encode(whole, key=self.subkey(part), step=self.step)
 
     def subkey(self, part: int | None) -> Any:
         return self.key if part is None else f"{self.key}#chunk{part}"

@@ -84,11 +84,11 @@ def compressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None = 
     a, fn, res = checked("compressed_allreduce", comm, validate, check)
     src = flat(a)
     dst = src if res is a else flat(res)
-    plan = Plan(codec, key, int(step), op == "avg", comm.size)
+    plan = Plan(codec, key, int(step), op == "avg", comm.size, a.shape)
     if a.size == 0:
         return res
     if comm.size == 1:  # still compress: a single rank gets what the codec makes of its input
-        plan.aggregate_into([plan.decode(plan.encode(src))], dst)
+        plan.aggregate_into([plan.decode(plan.encode(a))], dst)
         return res
     fn(src, dst, plan, context(comm), opts, algorithm)
     return res

@@ -4,7 +4,7 @@ PowerSGD factors, or no compression).
 For codecs whose representation adds up (``summable``), nothing needs decoding between ranks:
 
 - element codecs (fp16, bf16, random-k, none) expose ``summable_encode`` (the representation as
-  one array), ``summable_ufunc`` (how two representations add, e.g. bf16 addition on uint16 words)
+  one array), ``summable_add`` (how two representations add, e.g. bf16 addition on uint16 words)
   and ``summable_decode``. Each rank encodes (scaled by 1/p first for op="avg", so fp16 sums cannot
   overflow where the mean would not), the representations are summed by one dense allreduce of the
   foundation algorithms, and every rank decodes the same sum.
@@ -50,26 +50,30 @@ def _sum(rep: np.ndarray, ufunc: np.ufunc, ctx: Context, opts: Options, algorith
 
 
 def _compensate(plan: Plan, x: np.ndarray) -> np.ndarray:
+    """Flat ``x`` plus its error-feedback residual (kept in the tensor's shape), if any."""
     memory = plan.codec
-    return memory.compensate(x, key=plan.key) if hasattr(memory, "compensate") else x
+    if not hasattr(memory, "compensate"):
+        return x
+    return memory.compensate(x.reshape(plan.shape), key=plan.key).reshape(-1)
 
 
 def _remember(plan: Plan, c: np.ndarray, estimate: np.ndarray) -> None:
     memory = plan.codec
     if hasattr(memory, "remember"):
-        memory.remember(c, estimate, key=plan.key)
+        memory.remember(c.reshape(plan.shape), estimate, key=plan.key)
 
 
 def allreduce(x: np.ndarray, out: np.ndarray, plan: Plan, ctx: Context, opts: Options,
               algorithm: str) -> None:
     base = plan.base
     c = _compensate(plan, x)
-    if hasattr(base, "compute_p"):  # PowerSGD's two rounds
-        p = base.compute_p(c, key=plan.key)
-        _sum(p, np.add, ctx, opts, algorithm)
+    if hasattr(base, "compute_p"):  # PowerSGD's two rounds, on the tensor's matrix shape
+        m = c.reshape(plan.shape)
+        p = np.ascontiguousarray(base.compute_p(m, key=plan.key))
+        _sum(p.reshape(-1), np.add, ctx, opts, algorithm)
         p_hat = base.orthogonalize(p)
-        q = base.compute_q(c, p_hat)
-        _sum(q, np.add, ctx, opts, algorithm)
+        q = np.ascontiguousarray(base.compute_q(m, p_hat))
+        _sum(q.reshape(-1), np.add, ctx, opts, algorithm)
         if plan.average:
             q /= plan.world
         y = base.reconstruct(p_hat, q, key=plan.key, shape=x.shape, dtype=x.dtype).reshape(-1)
@@ -82,6 +86,6 @@ def allreduce(x: np.ndarray, out: np.ndarray, plan: Plan, ctx: Context, opts: Op
         own = base.summable_decode(rep, shape=x.shape, dtype=x.dtype, key=plan.key,
                                    step=plan.step).reshape(-1)
         _remember(plan, c, own * plan.world if plan.average else own)
-    _sum(rep, base.summable_ufunc, ctx, opts, algorithm)
+    _sum(rep, base.summable_add, ctx, opts, algorithm)
     out[...] = base.summable_decode(rep, shape=x.shape, dtype=x.dtype, key=plan.key,
                                     step=plan.step).reshape(-1)

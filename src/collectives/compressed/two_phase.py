@@ -26,14 +26,26 @@ from ._plan import Plan
 __all__ = ["allreduce"]
 
 
-def _server_codec(plan: Plan, ctx: Context):
-    """The server's encoder for this tensor: error feedback around the base codec where needed."""
-    import compress
+def _server_encode(plan: Plan, agg: np.ndarray, part: int, ctx: Context) -> np.ndarray:
+    """Compress the server's aggregate, with server-side error feedback for codecs needing it.
 
+    The residuals live in the communicator's context, by codec, tensor key and chunk; without a ``key``
+    there is no identity to keep them by, and the aggregate is compressed as it is.
+    """
     base = plan.base
-    if not base.needs_error_feedback:
-        return base
-    return ctx.cached(("two_phase.server", base.name), lambda _: compress.ErrorFeedback(base))
+    subkey = plan.subkey(part)
+    if not base.needs_error_feedback or plan.key is None:
+        return base.encode(agg, key=subkey, step=plan.step)
+    residuals = ctx.cached("two_phase.server_residuals", lambda _: {})
+    slot = (base.name, subkey)
+    error = residuals.get(slot)
+    if error is not None and error.shape != agg.shape:
+        raise ValueError(f"key {plan.key!r}: the tensor changed size from {error.size * ctx.comm.size}"
+                         f"-ish to {agg.size * ctx.comm.size}-ish elements; use one key per tensor")
+    compensated = agg if error is None else agg + error
+    payload = base.encode(compensated, key=subkey, step=plan.step)
+    residuals[slot] = compensated - base.decode(payload).reshape(-1)
+    return payload
 
 
 def allreduce(x: np.ndarray, out: np.ndarray, plan: Plan, ctx: Context, opts: Options,
@@ -46,8 +58,7 @@ def allreduce(x: np.ndarray, out: np.ndarray, plan: Plan, ctx: Context, opts: Op
     decoded = [plan.decode(payload) for payload in mine]
     agg = np.empty(bounds[r + 1] - bounds[r], dtype=x.dtype)
     plan.aggregate_into(decoded, agg)
-    server = _server_codec(plan, ctx)
-    reply = server.encode(agg, key=plan.subkey(r), step=plan.step)
+    reply = _server_encode(plan, agg, r, ctx)
     # phase 2: every server's compressed chunk to everyone
     for i, payload in enumerate(allgatherv(reply, comm)):
         out[bounds[i]:bounds[i + 1]] = plan.decode(payload)
