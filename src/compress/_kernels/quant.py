@@ -15,7 +15,7 @@ up with probability ``mantissa / 2**23`` (Horvath et al. 2019), which is unbiase
 import numpy as np
 from numba import njit
 
-from . import NJIT
+from . import NJIT, NJIT_REDUCE
 from .bits import pack_codes, unpack_codes
 from .rng import uniform24
 
@@ -24,7 +24,7 @@ __all__ = [
     "dequantize_levels",
     "natural_encode",
     "natural_decode",
-    "sign_sums",
+    "signed_sums",
 ]
 
 _INV24 = 1.0 / 16777216.0
@@ -115,28 +115,17 @@ def natural_decode(exps, signs, out):
         out[i] = (sign << 31) | (e << 23) if e > 0 else 0
 
 
-@njit(**NJIT)
-def sign_sums(x, u, shift):
-    """``(sum of x with sign bit clear, their count, sum of x with sign bit set)`` in float64.
+@njit(**NJIT_REDUCE)
+def signed_sums(x):
+    """``(sum of max(x, 0), sum of min(x, 0))`` in float64, reassociated for SIMD.
 
-    ``u`` is the unsigned view of ``x`` and ``shift`` its sign-bit position. Eight interleaved
-    accumulators let the loop use SIMD without reassociating any single sum.
+    The scales of EF-signSGD (``(pos - neg) / n``) and 1-bit SGD (the mean of each sign) come
+    from these; summing each part directly avoids the cancellation of ``(|x| + x) / 2``.
     """
-    sp = np.zeros(8)
-    sn = np.zeros(8)
-    cp = np.zeros(8, dtype=np.int64)
-    n8 = x.size // 8 * 8
-    for i in range(0, n8, 8):
-        for j in range(8):
-            v = np.float64(x[i + j])
-            neg = np.int64(u[i + j] >> shift)
-            sn[j] += v if neg else 0.0
-            sp[j] += 0.0 if neg else v
-            cp[j] += 1 - neg
-    for i in range(n8, x.size):
+    pos = 0.0
+    neg = 0.0
+    for i in range(x.size):
         v = np.float64(x[i])
-        neg = np.int64(u[i] >> shift)
-        sn[0] += v if neg else 0.0
-        sp[0] += 0.0 if neg else v
-        cp[0] += 1 - neg
-    return sp.sum(), cp.sum(), sn.sum()
+        pos += max(v, 0.0)
+        neg += min(v, 0.0)
+    return pos, neg

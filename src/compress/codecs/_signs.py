@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from .._kernels.bits import pack_sign_bits, unpack_two_values
-from .._kernels.quant import sign_sums
+from .._header import write_header
+from .._kernels.quant import signed_sums
 from .._layout import Section
 from .._util import as_float_work, check_padding, require, uint_view
 from ..base import Codec
@@ -34,12 +35,19 @@ class SignCodec(Codec):
         for name, value in hdr.params.items():
             require(np.isfinite(value), f"parameter {name} = {value} is not finite")
 
-    @staticmethod
-    def _sign_sums(x):
-        """(sum of non-negative-signed entries, their count, sum of negative-signed entries)."""
-        work = as_float_work(x).reshape(-1)
-        u, _ = uint_view(work)
-        return sign_sums(work, u, 8 * work.dtype.itemsize - 1)
+    def _emit_scaled(self, x, params_of):
+        """Payload of ``x`` whose parameters come from its sign statistics.
+
+        ``params_of(pos_sum, neg_sum, neg_count)`` gives the header parameters from the float64
+        sums of ``max(x, 0)`` and ``min(x, 0)`` and the number of set sign bits (counted on the
+        packed bits, so it agrees with the payload exactly).
+        """
+        pos, neg = signed_sums(as_float_work(x).reshape(-1))
+        buf = self._emit(x, {name: 0.0 for name, _ in self.PARAMS})
+        bits = buf[buf.size - self.body_nbytes(x.size, x.dtype):]
+        count = int(np.bitwise_count(bits).sum())
+        write_header(buf, self.codec_id, x.dtype, x.shape, self.PARAMS, params_of(pos, neg, count))
+        return buf
 
     def _emit(self, x, params):
         buf, body = self._new_payload(x, params)

@@ -34,6 +34,5 @@ class EFSignSGD(SignCodec):
         return params["scale"], -params["scale"]
 
     def _encode(self, x, key, step):
-        sp, _, sn = self._sign_sums(x)
-        scale = (sp - sn) / x.size if x.size else 0.0
-        return self._emit(x, {"scale": scale})
+        n = x.size
+        return self._emit_scaled(x, lambda pos, neg, _: {"scale": (pos - neg) / n if n else 0.0})

@@ -34,6 +34,11 @@ class OneBit(SignCodec):
         return params["pos"], params["neg"]
 
     def _encode(self, x, key, step):
-        sp, cp, sn = self._sign_sums(x)
-        cn = x.size - cp
-        return self._emit(x, {"pos": sp / cp if cp else 0.0, "neg": sn / cn if cn else 0.0})
+        n = x.size
+
+        def means(pos, neg, negatives):
+            positives = n - negatives
+            return {"pos": pos / positives if positives else 0.0,
+                    "neg": neg / negatives if negatives else 0.0}
+
+        return self._emit_scaled(x, means)
