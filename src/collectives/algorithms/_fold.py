@@ -12,11 +12,14 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
+from typing import Callable
+
+from .._arrays import copy_into
 from .._p2p import recv, send
 from .._workspace import scratch
 from ..ops import Op
 
-__all__ = ["pof2_of", "fold_in", "fold_out", "real_rank"]
+__all__ = ["pof2_of", "fold_in", "fold_out", "real_rank", "folded"]
 
 
 def pof2_of(p: int) -> int:
@@ -51,3 +54,18 @@ def fold_out(buf: np.ndarray, comm: MPI.Comm) -> None:
             recv(comm, buf, rank + 1)
         else:
             send(comm, buf, rank - 1)
+
+
+def folded(src: np.ndarray, buf: np.ndarray, op: Op, comm: MPI.Comm,
+           body: Callable[[np.ndarray, Op, MPI.Comm, int, int, int], None]) -> None:
+    """Allreduce ``src`` into ``buf`` with a power-of-two algorithm on any number of ranks.
+
+    Copies ``src`` into ``buf``, folds the extra ranks in, runs ``body(buf, op, comm, newrank,
+    pof2, rem)`` on the ranks of the power-of-two group, and folds the result back out.
+    """
+    copy_into(src, buf)
+    pof2 = pof2_of(comm.size)
+    newrank = fold_in(buf, op, comm)
+    if newrank >= 0:
+        body(buf, op, comm, newrank, pof2, comm.size - pof2)
+    fold_out(buf, comm)

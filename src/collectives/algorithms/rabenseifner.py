@@ -16,48 +16,45 @@ doubling's latency. MPICH's default for medium and large messages.
 from __future__ import annotations
 
 import numpy as np
+from mpi4py import MPI
 
-from .._arrays import copy_into
 from .._context import Context
 from .._p2p import partition, sendrecv
 from .._workspace import scratch
 from ..ops import Op
 from ..options import Options
-from ._fold import fold_in, fold_out, pof2_of, real_rank
+from ._fold import folded, real_rank
 
 __all__ = ["allreduce"]
 
 
 def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
-    comm = ctx.comm
-    copy_into(src, buf)
-    pof2 = pof2_of(comm.size)
-    rem = comm.size - pof2
-    newrank = fold_in(buf, op, comm)
-    if newrank >= 0:
-        off = partition(buf.size, pof2)
-        tmp = scratch("rabenseifner", int(off[pof2 // 2]), buf.dtype)  # the largest half
-        steps = []  # (partner, lo, mid, hi) of each halving step, for the allgather
-        lo, hi = 0, pof2
-        mask = pof2 >> 1
-        while mask:
-            partner = newrank ^ mask
-            mid = (lo + hi) // 2
-            keep, give = ((lo, mid), (mid, hi)) if not newrank & mask else ((mid, hi), (lo, mid))
-            kept = buf[off[keep[0]]:off[keep[1]]]
-            t = tmp[: kept.size]
-            # send the half we give up, receive the partner's copy of the half we keep
-            sendrecv(comm, buf[off[give[0]]:off[give[1]]], real_rank(partner, rem),
-                     t, real_rank(partner, rem))
-            if partner < newrank:
-                op.combine(t, kept, kept)
-            else:
-                op.combine(kept, t, kept)
-            steps.append((partner, keep, give))
-            lo, hi = keep
-            mask >>= 1
-        for partner, keep, give in reversed(steps):
-            # send the range we hold, receive the partner's into place
-            sendrecv(comm, buf[off[keep[0]]:off[keep[1]]], real_rank(partner, rem),
-                     buf[off[give[0]]:off[give[1]]], real_rank(partner, rem))
-    fold_out(buf, comm)
+    folded(src, buf, op, ctx.comm, _halving_doubling)
+
+
+def _halving_doubling(buf: np.ndarray, op: Op, comm: MPI.Comm, newrank: int, pof2: int,
+                      rem: int) -> None:
+    off = partition(buf.size, pof2)
+    tmp = scratch("rabenseifner", int(off[pof2 // 2]), buf.dtype)  # the largest half
+    steps = []  # (peer, kept range, given range) of each halving step, for the allgather
+    lo, hi = 0, pof2
+    mask = pof2 >> 1
+    while mask:
+        partner = newrank ^ mask
+        peer = real_rank(partner, rem)
+        mid = (lo + hi) // 2
+        keep, give = ((lo, mid), (mid, hi)) if not newrank & mask else ((mid, hi), (lo, mid))
+        kept = buf[off[keep[0]]:off[keep[1]]]
+        t = tmp[: kept.size]
+        # send the half we give up, receive the partner's copy of the half we keep
+        sendrecv(comm, buf[off[give[0]]:off[give[1]]], peer, t, peer)
+        if partner < newrank:
+            op.combine(t, kept, kept)
+        else:
+            op.combine(kept, t, kept)
+        steps.append((peer, keep, give))
+        lo, hi = keep
+        mask >>= 1
+    for peer, keep, give in reversed(steps):
+        # send the range we hold, receive the partner's into place
+        sendrecv(comm, buf[off[keep[0]]:off[keep[1]]], peer, buf[off[give[0]]:off[give[1]]], peer)

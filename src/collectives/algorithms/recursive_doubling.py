@@ -12,34 +12,32 @@ fewest messages of all: it wins for short messages, where latency dominates.
 from __future__ import annotations
 
 import numpy as np
+from mpi4py import MPI
 
-from .._arrays import copy_into
 from .._context import Context
 from .._p2p import sendrecv
 from .._workspace import scratch
 from ..ops import Op
 from ..options import Options
-from ._fold import fold_in, fold_out, pof2_of, real_rank
+from ._fold import folded, real_rank
 
 __all__ = ["allreduce"]
 
 
 def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
-    comm = ctx.comm
-    copy_into(src, buf)
-    pof2 = pof2_of(comm.size)
-    rem = comm.size - pof2
-    newrank = fold_in(buf, op, comm)
-    if newrank >= 0:
-        tmp = scratch("recursive_doubling", buf.size, buf.dtype)
-        mask = 1
-        while mask < pof2:
-            partner = newrank ^ mask
-            # whole vector both ways, then combine in rank order
-            sendrecv(comm, buf, real_rank(partner, rem), tmp, real_rank(partner, rem))
-            if partner < newrank:
-                op.combine(tmp, buf, buf)
-            else:
-                op.combine(buf, tmp, buf)
-            mask <<= 1
-    fold_out(buf, comm)
+    folded(src, buf, op, ctx.comm, _doubling)
+
+
+def _doubling(buf: np.ndarray, op: Op, comm: MPI.Comm, newrank: int, pof2: int, rem: int) -> None:
+    tmp = scratch("recursive_doubling", buf.size, buf.dtype)
+    mask = 1
+    while mask < pof2:
+        partner = newrank ^ mask
+        peer = real_rank(partner, rem)
+        # whole vector both ways, then combine in rank order
+        sendrecv(comm, buf, peer, tmp, peer)
+        if partner < newrank:
+            op.combine(tmp, buf, buf)
+        else:
+            op.combine(buf, tmp, buf)
+        mask <<= 1
