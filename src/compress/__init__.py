@@ -27,11 +27,13 @@ from .codecs import (
     TopK,
 )
 from .memory import DGCMemory, ErrorFeedback
-from .registry import CODECS, get
+from .registry import CODECS, from_spec, get, parse_spec
 
 __all__ = [
     "CODECS",
     "get",
+    "parse_spec",
+    "from_spec",
     "Codec",
     "ErrorFeedback",
     "DGCMemory",

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .base import Codec
 from .codecs import (
     BF16,
@@ -25,7 +27,7 @@ from .codecs import (
     TopK,
 )
 
-__all__ = ["CODECS", "get"]
+__all__ = ["CODECS", "get", "parse_spec", "from_spec"]
 
 CODECS: dict[str, type[Codec]] = {
     "none": Identity,
@@ -59,3 +61,42 @@ def get(name: str, **params) -> Codec:
     except KeyError:
         raise ValueError(f"unknown codec {name!r}; valid names: {', '.join(CODECS)}") from None
     return cls(**params)
+
+
+_WORDS = {"true": True, "false": False}
+
+
+def _value(text: str) -> Any:
+    """A spec value as bool (true/false), int or float when it reads as one, else the string."""
+    if text.lower() in _WORDS:
+        return _WORDS[text.lower()]
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """``"name:k=v,k2=v2"`` (a command-line codec spec) -> ``(name, {k: v, k2: v2})``.
+
+    Raises
+    ------
+    ValueError
+        If a parameter is not of the form ``key=value``.
+    """
+    name, _, rest = spec.partition(":")
+    params: dict[str, Any] = {}
+    for item in filter(None, rest.split(",")):
+        k, eq, v = item.partition("=")
+        if not eq or not k.strip():
+            raise ValueError(f"codec parameter {item!r} in {spec!r} is not of the form key=value")
+        params[k.strip()] = _value(v.strip())
+    return name.strip(), params
+
+
+def from_spec(spec: str, **overrides) -> Codec:
+    """The codec a spec names, e.g. ``from_spec("qsgd:levels=7,bucket=256", seed=3)``."""
+    name, params = parse_spec(spec)
+    return get(name, **{**params, **overrides})

@@ -84,3 +84,16 @@ def test_aggregate_majority_and_mean():
 def test_compress_never_imports_mpi():
     code = "import sys, compress; assert not any(m.startswith('mpi4py') for m in sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_codec_specs_parse_like_the_command_line():
+    assert compress.parse_spec("topk:ratio=0.01") == ("topk", {"ratio": 0.01})
+    assert compress.parse_spec("randomk:ratio=0.5,seed=3,unbiased_scaling=true") == (
+        "randomk", {"ratio": 0.5, "seed": 3, "unbiased_scaling": True})
+    assert compress.parse_spec("fp16") == ("fp16", {})
+    codec = compress.from_spec("qsgd:levels=7", seed=1)
+    assert codec.levels == 7
+    with pytest.raises(ValueError, match="key=value"):
+        compress.parse_spec("topk:ratio")
+    with pytest.raises(ValueError, match="unknown codec"):
+        compress.from_spec("zip:level=9")
