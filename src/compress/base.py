@@ -23,6 +23,9 @@ a collective may do with them as class attributes:
     ``"majority"`` (element-wise sign of the sum, signSGD's vote).
 ``sparse``
     Payloads are (index, value) lists, so a sparse allreduce (SparCML) can merge them.
+``randomness``
+    ``None`` (deterministic), ``"private"`` (its own noise: give every rank a different ``seed``)
+    or ``"shared"`` (drawn from ``(seed, key, step)``: give every rank the same ``seed``).
 
 Summable element codecs (none, fp16, bf16, randomk) also speak the *summable protocol* a collective
 uses to add representations without decoding them: ``summable_encode(x, key=, step=)`` gives the
@@ -60,6 +63,7 @@ class Codec:
     needs_error_feedback: ClassVar[bool] = False
     aggregation: ClassVar[str] = "mean"
     sparse: ClassVar[bool] = False
+    randomness: ClassVar[str | None] = None
     dtypes: ClassVar[tuple[np.dtype, ...]] = FLOAT_DTYPES
     #: header parameters: (name, struct kind) with kind "Q" (uint64) or "d" (float64)
     PARAMS: ClassVar[tuple[tuple[str, str], ...]] = ()

@@ -97,3 +97,11 @@ def test_codec_specs_parse_like_the_command_line():
         compress.parse_spec("topk:ratio")
     with pytest.raises(ValueError, match="unknown codec"):
         compress.from_spec("zip:level=9")
+
+
+def test_randomness_is_declared():
+    declared = {name: cls.randomness for name, cls in compress.CODECS.items() if cls.randomness}
+    assert declared == {"qsgd": "private", "terngrad": "private", "natural": "private",
+                        "dgc": "private", "randomk": "shared", "powersgd": "shared"}
+    for name, cls in compress.CODECS.items():  # every random codec takes a seed
+        assert (cls.randomness is not None) == ("seed" in getattr(cls, "__dataclass_fields__", {})), name

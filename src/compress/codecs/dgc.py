@@ -53,6 +53,7 @@ class DGC(SparseCodec):
 
     name = "dgc"
     codec_id = 7
+    randomness = "private"
     sparse = True
     needs_error_feedback = True
 

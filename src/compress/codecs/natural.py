@@ -46,6 +46,7 @@ class Natural(Codec):
 
     name = "natural"
     codec_id = 14
+    randomness = "private"
     unbiased = True
     PARAMS = (("stream", "Q"),)
 

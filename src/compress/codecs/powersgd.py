@@ -77,6 +77,7 @@ class PowerSGD(Codec):
 
     name = "powersgd"
     codec_id = 15
+    randomness = "shared"
     summable = True
     needs_error_feedback = True
     dtypes = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16))

@@ -49,6 +49,7 @@ class QSGD(LevelCodec):
 
     name = "qsgd"
     codec_id = 8
+    randomness = "private"
     unbiased = True
 
     def __post_init__(self):

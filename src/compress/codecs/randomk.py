@@ -52,6 +52,7 @@ class RandomK(Codec):
 
     name = "randomk"
     codec_id = 5
+    randomness = "shared"
     summable = True
     PARAMS = (("nnz", "Q"), ("stream", "Q"), ("scale", "d"))
 

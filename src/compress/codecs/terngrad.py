@@ -44,6 +44,7 @@ class TernGrad(LevelCodec):
 
     name = "terngrad"
     codec_id = 9
+    randomness = "private"
     unbiased = True
     _use_max = True
 
