@@ -96,6 +96,21 @@ class Codec:
             If the payload is truncated, padded, corrupted, from another codec or otherwise
             malformed. Validation finishes before any index is used to write.
         """
+        hdr, body = self._parse(payload)
+        return self._decode(hdr, body).reshape(hdr.shape)
+
+    def sparse_parts(self, payload) -> tuple[np.ndarray, np.ndarray]:
+        """For ``sparse`` codecs: the payload as (strictly increasing int64 flat indices, values).
+
+        Validated like :meth:`decode` (every index in range and in order) before anything is
+        returned, so a sparse allreduce can merge the lists without decoding to dense.
+        """
+        if not self.sparse:
+            raise TypeError(f"codec {self.name!r} is not sparse")
+        return self._sparse_parts(*self._parse(payload))
+
+    def _parse(self, payload) -> tuple[Header, dict[str, np.ndarray]]:
+        """Validate the header, the parameters and the exact length; return the body sections."""
         buf = as_payload(payload)
         hdr = read_header(buf, self.codec_id, self.PARAMS)
         self._check_params(hdr)
@@ -103,8 +118,7 @@ class Codec:
         expected = hdr.nbytes + body_nbytes(sections)
         if buf.size != expected:
             raise ValueError(f"payload has {buf.size} bytes, its header implies exactly {expected}")
-        body = split_body(buf, hdr.nbytes, sections)
-        return self._decode(hdr, body).reshape(hdr.shape)
+        return hdr, split_body(buf, hdr.nbytes, sections)
 
     def payload_nbytes(self, shape, dtype=np.float32, **data) -> int:
         """Exact payload size for an input of ``shape`` (an int means 1-D) and ``dtype``.
@@ -139,6 +153,9 @@ class Codec:
         raise NotImplementedError
 
     def _decode(self, hdr: Header, body: dict[str, np.ndarray]) -> np.ndarray:  # pragma: no cover
+        raise NotImplementedError
+
+    def _sparse_parts(self, hdr: Header, body: dict[str, np.ndarray]):  # pragma: no cover
         raise NotImplementedError
 
     def _check_params(self, hdr: Header) -> None:

@@ -105,3 +105,22 @@ def test_randomness_is_declared():
                         "dgc": "private", "randomk": "shared", "powersgd": "shared"}
     for name, cls in compress.CODECS.items():  # every random codec takes a seed
         assert (cls.randomness is not None) == ("seed" in getattr(cls, "__dataclass_fields__", {})), name
+
+
+@pytest.mark.parametrize("name,params", [("topk", {"ratio": 0.05}), ("threshold", {"tau": 1.0}),
+                                         ("dgc", {"density": 0.05, "seed": 1})])
+def test_sparse_parts_match_decode(name, params):
+    codec = compress.get(name, **params)
+    x = sample(3001, np.dtype(np.float32), seed=9)
+    payload = codec.encode(x)
+    idx, vals = codec.sparse_parts(payload)
+    dense = codec.decode(payload)
+    assert idx.dtype == np.int64 and (np.diff(idx) > 0).all()
+    np.testing.assert_array_equal(dense[idx], vals)
+    assert np.count_nonzero(np.delete(dense, idx)) == 0
+    broken = payload.copy()
+    broken[-1] ^= 0xFF  # the last index goes out of order or range
+    with pytest.raises(ValueError):
+        codec.sparse_parts(broken)
+    with pytest.raises(TypeError, match="not sparse"):
+        compress.get("fp16").sparse_parts(compress.get("fp16").encode(x))

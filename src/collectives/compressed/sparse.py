@@ -37,9 +37,14 @@ SPLIT_BYTES = 256 << 10
 
 def _local(x: np.ndarray, plan: Plan) -> SparseVec:
     """This rank's contribution as a sorted sparse list, from its payload."""
-    dense = plan.decode(plan.encode(x))
-    idx = np.flatnonzero(dense)
-    return SparseVec(0, x.size, _acc(x), idx, dense[idx].astype(_acc(x))).balanced()
+    payload = plan.encode(x)
+    if plan.base.sparse:  # (index, value) lists straight from the payload, validated
+        idx, vals = plan.base.sparse_parts(payload)
+    else:  # any other codec: decode, keep the nonzeros
+        dense = plan.decode(payload)
+        idx = np.flatnonzero(dense)
+        vals = dense[idx]
+    return SparseVec(0, x.size, _acc(x), idx, vals.astype(_acc(x))).balanced()
 
 
 def _acc(x: np.ndarray) -> np.dtype:

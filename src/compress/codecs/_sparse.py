@@ -50,10 +50,17 @@ class SparseCodec(Codec):
         body["indices"][:] = idx
         return buf
 
-    def _decode(self, hdr, body):
+    def _check_indices(self, hdr, body):
         idx = body["indices"]
         bad = first_bad_index(idx, 0, hdr.count)
         require(bad < 0, f"index {int(idx[bad]) if bad >= 0 else 0} at position {bad} is out of range or out of order")
+        return idx
+
+    def _sparse_parts(self, hdr, body):
+        return self._check_indices(hdr, body).astype(np.int64), body["values"].copy()
+
+    def _decode(self, hdr, body):
+        idx = self._check_indices(hdr, body)
         out = np.zeros(hdr.count, dtype=hdr.dtype)
         values = body["values"]
         u, _ = uint_view(out)

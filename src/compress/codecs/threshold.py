@@ -71,13 +71,21 @@ class Threshold(Codec):
         body["words"][:] = (idx.astype(np.uint32) << np.uint32(1)) | sign
         return buf
 
-    def _decode(self, hdr, body):
+    def _checked_words(self, hdr, body):
+        """The words with every index validated, and the ±tau value of each."""
         words = body["words"]
         bad = first_bad_index(words, 1, hdr.count)
         require(bad < 0, f"word at position {bad} has an out-of-range or out-of-order index")
         tau = hdr.params["tau"]
         with np.errstate(over="ignore"):  # a tau beyond float16 range decodes to ±inf
-            vals = np.where(words & 1, -tau, tau).astype(hdr.dtype)
+            return words, np.where(words & 1, -tau, tau).astype(hdr.dtype)
+
+    def _sparse_parts(self, hdr, body):
+        words, vals = self._checked_words(hdr, body)
+        return (words >> np.uint32(1)).astype(np.int64), vals
+
+    def _decode(self, hdr, body):
+        words, vals = self._checked_words(hdr, body)
         out = np.zeros(hdr.count, dtype=hdr.dtype)
         u, _ = uint_view(out)
         scatter(vals.view(u.dtype), (words >> np.uint32(1)).astype(np.int64), u)
