@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import lru_cache
 
 __all__ = ["Options", "ENV"]
 
@@ -20,8 +21,7 @@ ENV = {
 }
 
 
-def _env_int(name: str, default: int | None) -> int | None:
-    raw = os.environ.get(name)
+def _env_int(name: str, raw: str | None, default: int | None) -> int | None:
     if raw is None or raw == "":
         return default
     try:
@@ -66,10 +66,20 @@ class Options:
 
     @classmethod
     def from_env(cls) -> "Options":
-        """Defaults, overridden by the ``COLLECTIVES_*`` environment variables in :data:`ENV`."""
-        return cls(
-            segment_bytes=_env_int(ENV["segment_bytes"], cls.segment_bytes),
-            node_size=_env_int(ENV["node_size"], None),
-            inter_algorithm=os.environ.get(ENV["inter_algorithm"]) or cls.inter_algorithm,
-            validate=os.environ.get(ENV["validate"], "0").lower() in ("1", "true", "yes", "on"),
-        )
+        """Defaults, overridden by the ``COLLECTIVES_*`` environment variables in :data:`ENV`.
+
+        Every call without ``options=`` lands here, so the result is cached by the variables'
+        raw values: a call costs a few dictionary lookups, and changing a variable still works.
+        """
+        return _from_values(tuple(os.environ.get(name) for name in ENV.values()))
+
+
+@lru_cache(maxsize=16)
+def _from_values(raw: tuple[str | None, ...]) -> Options:
+    values = dict(zip(ENV, raw))
+    return Options(
+        segment_bytes=_env_int(ENV["segment_bytes"], values["segment_bytes"], Options.segment_bytes),
+        node_size=_env_int(ENV["node_size"], values["node_size"], None),
+        inter_algorithm=values["inter_algorithm"] or Options.inter_algorithm,
+        validate=(values["validate"] or "0").lower() in ("1", "true", "yes", "on"),
+    )
