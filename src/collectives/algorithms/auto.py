@@ -1,39 +1,86 @@
 """Auto: pick an algorithm from the message size and the number of ranks.
 
-The rule (measured on a 2-core machine with the MPICH wheel; see docs/algorithms.md):
+Two sources, in order:
 
-- ``count < pof2`` or at most ``SMALL_BYTES`` (64 KiB): "native". There latency is all there is,
-  and every hand-written step pays a few microseconds of Python that MPI's C path does not: the
-  best of ours (recursive doubling) measured 1.04-1.45x ``MPI_Allreduce``'s time at 8 B - 8 KiB.
-- above: "rabenseifner" (2 lg p messages and the bandwidth-optimal volume): 0.43-1.04x native's
-  time from 1 MiB to 4 MiB at p = 2, 4, 8, the best or within noise of the best of ours. "ring"
-  pays p-1 latency terms per half, which oversubscribed ranks on few cores make expensive.
+1. **A per-machine tuning file** (``collectives-tune`` writes it; where it is looked for and its
+   format: :mod:`collectives.tuning`). For a world size it covers, the first rule whose
+   ``max_bytes`` is >= the message size names the algorithm.
+2. **The built-in rule** otherwise (measured on a 2-core machine with the MPICH wheel; see
+   docs/algorithms.md): "native" for ``count < pof2`` or at most ``SMALL_BYTES`` (64 KiB) - there
+   latency is all there is, and every hand-written step pays a few microseconds of Python that
+   MPI's C path does not; "rabenseifner" above (2 lg p messages and the bandwidth-optimal
+   volume; 0.43-1.04x native's time from 1 MiB to 4 MiB at p = 2, 4, 8). The fitted cost model
+   (:mod:`collectives.model`) did not do clearly better than this rule on that machine: it
+   cannot see the per-call Python overhead that decides small messages there, and picks
+   recursive doubling where native is faster (docs/benchmarks.md), so this rule stays the
+   fallback.
 
-The alpha-beta model and per-machine tuning files refine this later (benchmark issue).
+Every rank must pick the same algorithm. Only rank 0 reads the tuning file, at the first "auto"
+call on a communicator, and broadcasts its rules once (on the private duplicate, cached in the
+communicator's context); later calls use the cached rules with no extra communication. If the
+file is malformed, rank 0 warns once (``RuntimeWarning``) and every rank uses the built-in rule.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import warnings
 
+import numpy as np
+from mpi4py import MPI
+
+from .. import tuning
 from .._context import Context
 from ..ops import Op
 from ..options import Options
 from ._fold import pof2_of
 
-__all__ = ["choose", "allreduce", "SMALL_BYTES"]
+__all__ = ["choose", "builtin_choice", "comm_rules", "allreduce", "SMALL_BYTES"]
 
 SMALL_BYTES = 64 << 10
+_RULES_KEY = "auto-tuning-rules"
 
 
-def choose(nbytes: int, count: int, p: int) -> str:
-    """The algorithm "auto" runs for ``count`` elements (``nbytes`` bytes) on ``p`` ranks."""
+def builtin_choice(nbytes: int, count: int, p: int) -> str:
+    """The built-in rule: "native" up to 64 KiB or below ``pof2`` elements, else Rabenseifner."""
     if count < pof2_of(p) or nbytes <= SMALL_BYTES:
         return "native"
     return "rabenseifner"
 
 
-def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
-    from . import FLAT  # the table imports this module
+def choose(nbytes: int, count: int, p: int, rules: tuning.Rules | None = None) -> str:
+    """The algorithm "auto" runs for ``count`` elements (``nbytes`` bytes) on ``p`` ranks.
 
-    FLAT[choose(buf.nbytes, buf.size, ctx.comm.size)](src, buf, op, ctx, opts)
+    ``rules``: tuned rules for ``p`` (see :mod:`collectives.tuning`); None: the built-in rule.
+    """
+    if rules is None:
+        return builtin_choice(nbytes, count, p)
+    for limit, name in rules:
+        if nbytes <= limit:
+            return name
+    raise ValueError("tuning rules must end with an unlimited rule")
+
+
+def _agree(comm: MPI.Comm) -> tuning.Rules | None:
+    rules, problem = None, None
+    if comm.rank == 0:
+        try:
+            rules = tuning.rules_for(comm.size)
+        except tuning.TuningFileError as exc:
+            problem = str(exc)
+    rules, problem = comm.bcast((rules, problem), root=0)
+    if problem and comm.rank == 0:
+        warnings.warn(f"ignoring the tuning file: {problem}; algorithm='auto' uses its "
+                      "built-in rule", RuntimeWarning, stacklevel=2)
+    return rules
+
+
+def comm_rules(ctx: Context) -> tuning.Rules | None:
+    """Rank 0's tuned rules for this communicator, broadcast once at first use, then cached."""
+    return ctx.cached(_RULES_KEY, _agree)
+
+
+def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
+    from . import FLAT  # the table imports this module; a cached import is a dict lookup
+
+    rules = ctx.cached(_RULES_KEY, _agree)  # comm_rules, inlined: this is the per-call path
+    FLAT[choose(buf.nbytes, buf.size, ctx.comm.size, rules)](src, buf, op, ctx, opts)

@@ -23,7 +23,7 @@ from .options import DATATYPES, device_error, iterations_for, make_parser, messa
 from .results import Record, write_csv, write_json
 from .timing import Stat, time_interleaved
 
-__all__ = ["Spec", "Buffers", "run", "pattern", "column_label"]
+__all__ = ["Spec", "Buffers", "run", "entry_point", "pattern", "column_label"]
 
 #: Column titles that would not fit in the 20-character OSU field.
 SHORT_NAMES = {"recursive_doubling": "rec_doubling"}
@@ -31,11 +31,10 @@ SHORT_NAMES = {"recursive_doubling": "rec_doubling"}
 
 @dataclass
 class Buffers:
-    """Input and output of one call; ``expected`` is the correct output (for ``-c``)."""
+    """Input and output of one call."""
 
     x: np.ndarray
     out: np.ndarray
-    expected: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -52,6 +51,8 @@ class Spec:
         The algorithm table (name -> function); ``--algorithm all`` times every entry.
     buffers
         ``buffers(count, dtype, comm)`` -> :class:`Buffers` for ``count`` elements (the OSU size).
+    expected
+        ``expected(count, dtype, comm)`` -> this rank's correct output (for ``-c``).
     call
         ``call(algorithm, buffers, comm, options)`` runs the collective once into ``buffers.out``.
     bus_bytes
@@ -65,6 +66,7 @@ class Spec:
     collective: str
     algorithms: Sequence[str]
     buffers: Callable[[int, np.dtype, MPI.Comm], Buffers]
+    expected: Callable[[int, np.dtype, MPI.Comm], np.ndarray]
     call: Callable[[str, Buffers, MPI.Comm, Options], object]
     bus_bytes: Callable[[int, int], int] = lambda size, p: size
     default_max: int = 1 << 20
@@ -94,7 +96,7 @@ def _valid(spec: Spec, name: str, count: int, dtype: np.dtype, comm: MPI.Comm,
            options: Options) -> bool:
     buf = spec.buffers(count, dtype, comm)
     spec.call(name, buf, comm, options)
-    ok = bool(np.array_equal(buf.out, buf.expected))
+    ok = bool(np.array_equal(buf.out, spec.expected(count, dtype, comm)))
     return bool(comm.allreduce(int(ok), op=MPI.MIN))
 
 
@@ -134,7 +136,7 @@ def run(spec: Spec, argv: Sequence[str] | None = None, comm: MPI.Comm | None = N
     comm = MPI.COMM_WORLD if comm is None else comm
     out = sys.stdout if out is None else out
     parser = make_parser(spec.prog, f"{spec.title} (OSU-compatible output).",
-                         default_max=spec.default_max)
+                         default_max=spec.default_max, algorithm=spec.default_algorithm)
     args = parser.parse_args(argv)
     problem = device_error(args.accelerator)
     if problem:
@@ -169,7 +171,7 @@ def run(spec: Spec, argv: Sequence[str] | None = None, comm: MPI.Comm | None = N
         if comm.rank == 0:
             _print_row(args, nbytes, stats, bus, valid, out)
         for n, s in stats.items():
-            algbw = report.busbw_gbs("memcpy", spec.bus_bytes(nbytes, p), s.avg * 1e-6, p)
+            algbw = report.algbw_gbs(spec.bus_bytes(nbytes, p), s.avg * 1e-6)
             records.append(Record(spec.prog, n, nbytes, p, args.datatype, s.avg, s.min, s.max,
                                   s.median, s.iterations, algbw, bus[n],
                                   None if valid is None else valid.get(n)))
@@ -181,3 +183,14 @@ def run(spec: Spec, argv: Sequence[str] | None = None, comm: MPI.Comm | None = N
         if args.csv:
             write_csv(args.csv, records)
     return records
+
+
+def entry_point(spec: Spec) -> Callable[..., list[Record]]:
+    """``main(argv=None, comm=None, out=None)`` of the benchmark ``spec`` (see :func:`run`)."""
+
+    def main(argv: Sequence[str] | None = None, comm: MPI.Comm | None = None,
+             out: TextIO | None = None) -> list[Record]:
+        return run(spec, argv, comm, out)
+
+    main.__doc__ = f"Run ``{spec.prog}``: {spec.title}, OSU-compatible output."
+    return main

@@ -87,7 +87,8 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def make_parser(prog: str, description: str, *, default_max: int,
-                default_min: int = 1, collective: bool = True) -> argparse.ArgumentParser:
+                default_min: int = 1, collective: bool = True,
+                algorithm: str = "auto") -> argparse.ArgumentParser:
     """The argument parser of one benchmark (collective ones get ``--algorithm`` and friends)."""
     p = argparse.ArgumentParser(prog=prog, description=description)
     p.set_defaults(default_range=(default_min, default_max))
@@ -115,9 +116,9 @@ def make_parser(prog: str, description: str, *, default_max: int,
     if collective:
         p.add_argument("-f", "--full", action="store_true",
                        help="also print min and max latency across ranks and the iterations")
-        p.add_argument("--algorithm", default="auto", metavar="NAME|all",
+        p.add_argument("--algorithm", default=algorithm, metavar="NAME|all",
                        help="algorithm to time, or 'all' (one column each, native included, "
-                            "interleaved in one loop); default auto")
+                            f"interleaved in one loop); default {algorithm}")
         p.add_argument("--busbw", action="store_true",
                        help="add bus bandwidth columns (nccl-tests definition, GB/s)")
         p.add_argument("--memcpy", action="store_true",

@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 __all__ = ["OSU_VERSION", "SIZE_WIDTH", "FIELD_WIDTH", "ITER_WIDTH", "PRECISION", "BUSBW_FACTOR",
-           "preamble", "column_header", "row", "value_cell", "validation_cell", "busbw_gbs"]
+           "preamble", "column_header", "row", "value_cell", "validation_cell", "algbw_gbs",
+           "busbw_gbs"]
 
 OSU_VERSION = "7.2"
 SIZE_WIDTH = 10
@@ -74,8 +75,11 @@ def row(size: int, values: Sequence[float], *, iterations: int | None = None,
     return "".join(cells)
 
 
+def algbw_gbs(nbytes: int, seconds: float) -> float:
+    """nccl-tests algorithm bandwidth ``S / t`` in GB/s (1e9 bytes); NaN for a zero time."""
+    return nbytes / seconds / 1e9 if seconds > 0 else float("nan")
+
+
 def busbw_gbs(collective: str, nbytes: int, seconds: float, p: int) -> float:
-    """nccl-tests bus bandwidth in GB/s (1e9 bytes) for ``nbytes`` per rank in ``seconds``."""
-    if seconds <= 0:
-        return float("nan")
-    return nbytes / seconds * BUSBW_FACTOR[collective](p) / 1e9
+    """nccl-tests bus bandwidth in GB/s: :func:`algbw_gbs` times the collective's factor."""
+    return algbw_gbs(nbytes, seconds) * BUSBW_FACTOR[collective](p)

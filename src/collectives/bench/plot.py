@@ -1,0 +1,119 @@
+"""``collectives-plot``: figures and tables from benchmark result files (JSON or CSV).
+
+``collectives-plot RESULTS.json -o fig.png`` draws latency and bus bandwidth against message
+size, one line per algorithm (log-log). ``--model TUNING.json`` (or ``--alpha/--beta/--gamma``)
+adds the cost model's prediction of each algorithm as a dashed line of the same colour: the
+predicted-vs-measured plot. ``--table`` prints instead a Markdown table of every algorithm's
+median latency and its ratio to native's from the same run. matplotlib is imported only to draw
+(the optional extra ``plot``: ``pip install 'collectives[plot]'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Sequence
+
+from ..model import COSTS, Network, predict
+from .results import Record, read_records
+
+__all__ = ["ratio_table", "model_from_tuning", "plot", "main"]
+
+
+def _by_algorithm(records: Sequence[Record]) -> dict[str, list[Record]]:
+    out: dict[str, list[Record]] = {}
+    for r in records:
+        out.setdefault(r.algorithm, []).append(r)
+    return {k: sorted(v, key=lambda r: r.size) for k, v in out.items()}
+
+
+def ratio_table(records: Sequence[Record], reference: str = "native") -> str:
+    """Markdown: one row per size, each algorithm's median us and (ratio to ``reference``)."""
+    groups = _by_algorithm(records)
+    names = list(groups)
+    sizes = sorted({r.size for r in records})
+    cell = {(r.algorithm, r.size): r.median_us for r in records}
+    lines = ["| bytes | " + " | ".join(names) + " |", "|---:|" + "---:|" * len(names)]
+    for size in sizes:
+        ref = cell.get((reference, size))
+        cells = []
+        for name in names:
+            t = cell.get((name, size))
+            ratio = f" ({t / ref:.2f})" if t is not None and ref else ""
+            cells.append("" if t is None else f"{t:.1f}{ratio}")
+        lines.append(f"| {size} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def model_from_tuning(path: str | Path, p: int) -> Network:
+    """The fitted :class:`Network` stored for world size ``p`` in a tuning file."""
+    entry = json.loads(Path(path).read_text())["world_sizes"][str(p)]
+    if not entry.get("model"):
+        raise ValueError(f"{path}: no fitted model for world size {p}")
+    return Network(**entry["model"])
+
+
+def plot(records: Sequence[Record], output: str | Path, net: Network | None = None,
+         title: str | None = None) -> Path:
+    """Latency and bus bandwidth vs size per algorithm (plus predictions) into a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (lat, bw) = plt.subplots(1, 2, figsize=(13, 5))
+    for k, (name, rows) in enumerate(_by_algorithm(records).items()):
+        color = f"C{k % 10}"
+        sizes = [r.size for r in rows]
+        lat.loglog(sizes, [r.median_us for r in rows], "o-", color=color, label=name)
+        bw.semilogx(sizes, [r.busbw_gbs for r in rows], "o-", color=color, label=name)
+        if net is not None and name in COSTS:
+            p = rows[0].ranks
+            lat.loglog(sizes, [predict(name, s, p, net) * 1e6 for s in sizes], "--",
+                       color=color, alpha=0.7)
+    lat.set(xlabel="message size (bytes)", ylabel="median latency (us)")
+    bw.set(xlabel="message size (bytes)", ylabel="bus bandwidth (GB/s)")
+    for ax in (lat, bw):
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    ranks = records[0].ranks if records else "?"
+    fig.suptitle(title or f"{records[0].benchmark if records else ''}, p = {ranks}"
+                 + (" (dashed: model)" if net is not None else ""))
+    fig.tight_layout()
+    fig.savefig(output, dpi=110)
+    plt.close(fig)
+    return Path(output)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of ``collectives-plot``."""
+    ap = argparse.ArgumentParser(prog="collectives-plot", description=__doc__.split("\n\n")[0])
+    ap.add_argument("results", help="a JSON or CSV file written with --json/--csv")
+    ap.add_argument("-o", "--output", help="PNG to write (default: RESULTS with .png)")
+    ap.add_argument("--table", action="store_true", help="print the ratio table, no figure")
+    ap.add_argument("--model", help="tuning file whose fitted model to overlay")
+    ap.add_argument("--alpha", type=float)
+    ap.add_argument("--beta", type=float)
+    ap.add_argument("--gamma", type=float)
+    ap.add_argument("--title")
+    args = ap.parse_args(argv)
+    records = read_records(args.results)
+    if args.table:
+        print(ratio_table(records))
+        return
+    net = None
+    if args.model:
+        net = model_from_tuning(args.model, records[0].ranks)
+    if args.alpha is not None or args.beta is not None or args.gamma is not None:
+        base = net or Network(0.0, 0.0, 0.0)
+        net = Network(alpha=args.alpha if args.alpha is not None else base.alpha,
+                      beta=args.beta if args.beta is not None else base.beta,
+                      gamma=args.gamma if args.gamma is not None else base.gamma,
+                      alpha_native=base.alpha_native, segment_bytes=base.segment_bytes)
+    out = plot(records, args.output or Path(args.results).with_suffix(".png"), net, args.title)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+"""Per-machine tuning files: for each world size, message-size thresholds -> algorithm.
+
+``collectives-tune`` (``python -m collectives.tune``) measures and writes one; ``algorithm="auto"``
+reads it. Where it is looked for, in order:
+
+1. ``$COLLECTIVES_TUNING_FILE`` if set (an empty value, ``none`` or ``off`` disables tuning);
+2. ``$XDG_CACHE_HOME/collectives/tuning.json``, ``XDG_CACHE_HOME`` defaulting to ``~/.cache``.
+
+The file (JSON)::
+
+    {"format": "collectives-tuning", "version": 1, "host": "...", "mpi": "...",
+     "model": {"alpha": 2e-06, "beta": 1.5e-10, "gamma": 1e-10, "alpha_native": 5e-07},
+     "world_sizes": {"4": {"rules": [{"max_bytes": 65536, "algorithm": "native"},
+                                     {"max_bytes": null, "algorithm": "rabenseifner"}],
+                           "measured_us": {"8": {"native": 30.1, "ring": 80.2}}}}}
+
+Rules are read in order; the first whose ``max_bytes`` is >= the message size (``null``: no
+limit) names the algorithm. A world size missing from the file gets auto's built-in rule.
+
+Errors: a missing file means "not tuned" (no message). A file that exists but cannot be read or
+does not have this shape raises :class:`TuningFileError` naming the file and the problem;
+``auto`` turns that into one ``RuntimeWarning`` on rank 0 and uses its built-in rule, so a stale
+or half-written cache file never stops a training job. The file is read once per process
+(:func:`clear_cache` forgets it, for tests).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ENV", "FORMAT", "VERSION", "TuningFileError", "Rules", "default_path", "tuning_path",
+           "read", "rules_for", "clear_cache", "make_rules", "write"]
+
+ENV = "COLLECTIVES_TUNING_FILE"
+FORMAT = "collectives-tuning"
+VERSION = 1
+
+#: ``[(max_bytes, algorithm), ...]``, ``max_bytes`` increasing, the last one ``math.inf``.
+Rules = list[tuple[float, str]]
+
+
+class TuningFileError(ValueError):
+    """A tuning file exists but is not usable; the message names the file and the problem."""
+
+
+def default_path() -> Path:
+    """``$XDG_CACHE_HOME/collectives/tuning.json`` (``~/.cache`` when unset)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "collectives" / "tuning.json"
+
+
+def tuning_path() -> Path | None:
+    """The file ``auto`` reads, or None when ``$COLLECTIVES_TUNING_FILE`` disables tuning."""
+    raw = os.environ.get(ENV)
+    if raw is None:
+        return default_path()
+    if raw.strip().lower() in ("", "none", "off"):
+        return None
+    return Path(raw).expanduser()
+
+
+def _rules(path: Path, key: str, entry: Any, known: frozenset[str]) -> Rules:
+    where = f"{path}: world size {key}"
+    rules = entry.get("rules") if isinstance(entry, dict) else None
+    if not isinstance(rules, list) or not rules:
+        raise TuningFileError(f"{where}: 'rules' must be a non-empty list")
+    out: Rules = []
+    for k, rule in enumerate(rules):
+        if not isinstance(rule, dict) or "algorithm" not in rule or "max_bytes" not in rule:
+            raise TuningFileError(f"{where}: rule {k} must be {{'max_bytes': ..., "
+                                  f"'algorithm': ...}}, got {rule!r}")
+        name, limit = rule["algorithm"], rule["max_bytes"]
+        if name not in known:
+            raise TuningFileError(f"{where}: rule {k}: unknown algorithm {name!r}; valid "
+                                  f"choices: {', '.join(sorted(known))}")
+        last = k == len(rules) - 1
+        if limit is None and not last:
+            raise TuningFileError(f"{where}: only the last rule may have max_bytes null")
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)
+                                  or limit < 0 or (out and limit <= out[-1][0])):
+            raise TuningFileError(f"{where}: rule {k}: max_bytes must be an integer larger "
+                                  f"than the previous rule's, got {limit!r}")
+        out.append((math.inf if limit is None else limit, name))
+    if out[-1][0] != math.inf:
+        raise TuningFileError(f"{where}: the last rule must have max_bytes null (no limit)")
+    return out
+
+
+def read(path: str | Path, known: frozenset[str] | None = None) -> dict[int, Rules]:
+    """The rules of every world size in the tuning file ``path``.
+
+    Raises FileNotFoundError when it does not exist and :class:`TuningFileError` when it is not
+    a tuning file of this format (``known``: the valid algorithm names, default auto's choices).
+    """
+    if known is None:
+        from .algorithms import FLAT
+        known = frozenset(FLAT)
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TuningFileError(f"{path}: not readable as JSON ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise TuningFileError(f"{path}: not a tuning file (expected \"format\": \"{FORMAT}\")")
+    if data.get("version") != VERSION:
+        raise TuningFileError(f"{path}: version {data.get('version')!r} is not supported "
+                              f"(this library reads version {VERSION}); rerun collectives-tune")
+    sizes = data.get("world_sizes")
+    if not isinstance(sizes, dict):
+        raise TuningFileError(f"{path}: 'world_sizes' must be an object keyed by world size")
+    table = {}
+    for key, entry in sizes.items():
+        if not key.isdigit() or int(key) < 1:
+            raise TuningFileError(f"{path}: world size keys must be positive integers, "
+                                  f"got {key!r}")
+        table[int(key)] = _rules(path, key, entry, known)
+    return table
+
+
+@functools.lru_cache(maxsize=None)
+def _cached(path: Path) -> dict[int, Rules] | None:
+    try:
+        return read(path)
+    except FileNotFoundError:
+        return None
+
+
+def rules_for(p: int) -> Rules | None:
+    """The tuned rules for world size ``p``, or None (no file, tuning off, ``p`` not tuned).
+
+    Reads the file once per process; raises :class:`TuningFileError` for a malformed file.
+    """
+    path = tuning_path()
+    table = None if path is None else _cached(path)
+    return None if table is None else table.get(p)
+
+
+def clear_cache() -> None:
+    """Forget the files read so far (tests; after rewriting a tuning file in a process)."""
+    _cached.cache_clear()
+
+
+def make_rules(winners: dict[int, str]) -> list[dict[str, Any]]:
+    """Rules from the winning algorithm at each measured size.
+
+    A size between two measured ones takes the winner of the nearer one on a log scale (the
+    threshold is their geometric mean); neighbours with the same winner merge.
+    """
+    sizes = sorted(winners)
+    rules: list[dict[str, Any]] = []
+    for k, size in enumerate(sizes):
+        limit = None if k == len(sizes) - 1 else int(math.sqrt(size * sizes[k + 1]))
+        if rules and rules[-1]["algorithm"] == winners[size]:
+            rules[-1]["max_bytes"] = limit
+        else:
+            rules.append({"max_bytes": limit, "algorithm": winners[size]})
+    return rules
+
+
+def write(path: str | Path, world_sizes: dict[int, dict[str, Any]], **meta: Any) -> Path:
+    """Write (or merge into) the tuning file ``path``: entries for other world sizes are kept."""
+    path = Path(path)
+    merged: dict[str, Any] = {}
+    if path.exists():
+        try:
+            old = json.loads(path.read_text())
+            if isinstance(old, dict) and old.get("format") == FORMAT \
+                    and old.get("version") == VERSION:
+                merged = dict(old.get("world_sizes", {}))
+        except (OSError, json.JSONDecodeError):
+            merged = {}
+    merged.update({str(p): entry for p, entry in world_sizes.items()})
+    data = {"format": FORMAT, "version": VERSION, **meta,
+            "world_sizes": dict(sorted(merged.items(), key=lambda kv: int(kv[0])))}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,122 @@
+"""The benchmarks and auto's tuning file, run in-process on every world size (tiny sizes only)."""
+
+import io
+import json
+import math
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import collectives
+from collectives import tuning
+from collectives._context import context
+from collectives.algorithms import FLAT, auto
+from collectives.bench import allgather, allreduce, bcast, bw, latency, reduce_scatter
+
+TINY = ["--sizes", "8,1024", "-i", "2", "-x", "1", "-T", "mpi_float"]
+
+
+def _rows(text):
+    return [line.split() for line in text.splitlines() if line and not line.startswith("#")]
+
+
+def _run(module, *args):
+    out = io.StringIO()
+    records = module.main([*TINY, *args], comm=MPI.COMM_WORLD, out=out)
+    return records, out.getvalue()
+
+
+@pytest.mark.parametrize("module, sizes", [(allreduce, (8, 1024)), (reduce_scatter, (1024,)),
+                                           (allgather, (1024,)), (bcast, (1024,))])
+def test_all_algorithms_validate(module, sizes):
+    records, text = _run(module, "--algorithm", "all", "-c", "--busbw",
+                         "--sizes", ",".join(map(str, sizes)))
+    names = ["native"] + [a for a in module.SPEC.algorithms if a != "native"]
+    assert [(r.size, r.algorithm) for r in records] == [(s, a) for s in sizes for a in names]
+    assert all(r.valid for r in records)
+    if MPI.COMM_WORLD.rank == 0:
+        rows = _rows(text)
+        assert [row[0] for row in rows] == [str(s) for s in sizes]
+        assert all(len(row) == 1 + 2 * len(names) + 1 and row[-1] == "Pass" for row in rows)
+    else:
+        assert text == ""
+
+
+def test_allreduce_full_row_layout():
+    records, text = _run(allreduce, "--algorithm", "ring", "-f", "-c", "--busbw")
+    if MPI.COMM_WORLD.rank == 0:
+        line = [l for l in text.splitlines() if l.startswith("1024")][0]
+        assert len(line) == 10 + 3 * 20 + 12 + 20 + 20
+        assert line[10 + 60:10 + 60 + 12].strip() == "2" and line.endswith("Pass")
+    r = records[-1]
+    assert r.min_us <= r.avg_us <= r.max_us and r.iterations == 2
+    assert math.isclose(r.busbw_gbs, r.algbw_gbs * 2 * (r.ranks - 1) / r.ranks)
+
+
+@pytest.mark.parametrize("module", [latency, bw])
+def test_point_to_point(module):
+    if MPI.COMM_WORLD.size < 2:
+        with pytest.raises(SystemExit):
+            module.main(TINY, comm=MPI.COMM_WORLD, out=io.StringIO())
+        return
+    records, text = _run(module, "-c")
+    assert [r.size for r in records] == [8, 1024] and all(r.valid for r in records)
+    assert all(r.avg_us > 0 for r in records)
+
+
+def _shared_tmpdir(comm):
+    return Path(comm.bcast(tempfile.mkdtemp() if comm.rank == 0 else None, root=0))
+
+
+def _write(comm, content):
+    path = _shared_tmpdir(comm) / "tuning.json"
+    if comm.rank == 0:
+        path.write_text(content)
+    comm.Barrier()
+    return path
+
+
+def test_auto_follows_tuning_file(monkeypatch):
+    comm = MPI.COMM_WORLD
+    rules = [{"max_bytes": 16, "algorithm": "ring"}, {"max_bytes": None, "algorithm": "tree"}]
+    path = _write(comm, json.dumps({"format": tuning.FORMAT, "version": tuning.VERSION,
+                                    "world_sizes": {str(comm.size): {"rules": rules}}}))
+    monkeypatch.setenv(tuning.ENV, str(path))
+    tuning.clear_cache()
+    ran = []
+    for name in ("ring", "tree"):
+        real = FLAT[name]
+        monkeypatch.setitem(FLAT, name, lambda *a, _n=name, _f=real: (ran.append(_n), _f(*a)))
+    dup = comm.Dup()
+    try:
+        assert auto.comm_rules(context(dup)) == [(16, "ring"), (math.inf, "tree")]
+        for count in (2, 256):
+            x = np.arange(count, dtype=np.float32) + comm.rank
+            y = collectives.allreduce(x, algorithm="auto", comm=dup)
+            expected = np.arange(count, dtype=np.float32) * comm.size + sum(range(comm.size))
+            assert np.array_equal(y, expected)
+    finally:
+        dup.Free()
+        tuning.clear_cache()
+    assert ran == ([] if comm.size == 1 else ["ring", "tree"])
+
+
+def test_auto_malformed_file_falls_back(monkeypatch):
+    comm = MPI.COMM_WORLD
+    monkeypatch.setenv(tuning.ENV, str(_write(comm, "{not json")))
+    tuning.clear_cache()
+    dup = comm.Dup()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert auto.comm_rules(context(dup)) is None
+        assert len(caught) == (1 if comm.rank == 0 else 0)
+        x = np.ones(1000, np.float32)
+        assert np.array_equal(collectives.allreduce(x, comm=dup), x * comm.size)
+    finally:
+        dup.Free()
+        tuning.clear_cache()

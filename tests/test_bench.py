@@ -1,0 +1,144 @@
+"""Serial tests of the benchmarks' pieces: OSU layout, options, result files, netem commands."""
+
+import argparse
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+from collectives.bench import report
+from collectives.bench.collective import column_label
+from collectives.bench.options import (DATATYPES, LARGE_MESSAGE_SIZE, device_error,
+                                       iterations_for, make_parser, message_sizes, parse_range,
+                                       parse_sizes)
+from collectives.bench.plot import ratio_table
+from collectives.bench.results import Record, read_records, write_csv, write_json
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _args(*argv, **kw):
+    return make_parser("osu_allreduce", "test", default_max=1 << 20, **kw).parse_args(argv)
+
+
+def test_preamble_matches_osu():
+    lines = report.preamble("Allreduce Latency Test", "MPI_CHAR")
+    assert lines == ["", "# OSU MPI Allreduce Latency Test v7.2", "# Datatype: MPI_CHAR."]
+
+
+def test_header_and_row_widths():
+    head = report.column_header(["Avg Latency(us)"])
+    assert head == "# Size         Avg Latency(us)"
+    assert len(head) == 10 + 20
+    full = report.column_header(["Avg Latency(us)", "Min Latency(us)", "Max Latency(us)"],
+                                iterations=True, validation=True)
+    assert full.split() == ["#", "Size", "Avg", "Latency(us)", "Min", "Latency(us)", "Max",
+                            "Latency(us)", "Iterations", "Validation"]
+    assert len(full) == 10 + 3 * 20 + 12 + 20
+    row = report.row(1024, [12.345, 1.0, 99.999], iterations=1000, valid=True)
+    assert row == f"{'1024':<10}{'12.35':>20}{'1.00':>20}{'100.00':>20}{'1000':>12}{'Pass':>20}"
+    assert report.row(8, [0.5], valid=False).endswith("Fail")
+    assert report.row(8, [0.5]) == "8" + " " * 9 + f"{'0.50':>20}"
+
+
+def test_bus_bandwidth_definitions():
+    assert math.isclose(report.busbw_gbs("allreduce", 10**9, 1.0, 4), 1.5)
+    assert math.isclose(report.busbw_gbs("allgather", 10**9, 1.0, 4), 0.75)
+    assert math.isclose(report.algbw_gbs(10**9, 2.0), 0.5)
+    assert math.isnan(report.algbw_gbs(8, 0.0))
+
+
+def test_column_labels_fit_the_field():
+    import collectives
+    for name in collectives.ALGORITHMS:
+        assert len(column_label(name)) < report.FIELD_WIDTH
+
+
+@pytest.mark.parametrize("text, expected", [("8:1024", (8, 1024)), ("1024", (0, 1024)),
+                                            (":64", (0, 64)), ("16:", (16, -1))])
+def test_parse_range(text, expected):
+    assert parse_range(text) == expected
+
+
+@pytest.mark.parametrize("text", ["a:b", "8:4", "-1:4", "1.5"])
+def test_parse_range_rejects(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_range(text)
+
+
+def test_parse_sizes():
+    assert parse_sizes("8,64K,1M,2MiB,1G") == [8, 64 << 10, 1 << 20, 2 << 20, 1 << 30]
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_sizes("8,x")
+
+
+def test_message_sizes():
+    assert message_sizes(_args("-m", "8:1024")) == [8, 16, 32, 64, 128, 256, 512, 1024]
+    assert message_sizes(_args())[0] == 1 and message_sizes(_args())[-1] == 1 << 20
+    assert message_sizes(_args("-m", "0:4")) == [0, 1, 2, 4]
+    assert message_sizes(_args("-m", "512:"))[-1] == 1 << 20
+    assert message_sizes(_args("--sizes", "8,1M")) == [8, 1 << 20]
+
+
+def test_iterations_follow_osu_defaults_and_overrides():
+    assert iterations_for(LARGE_MESSAGE_SIZE, _args()) == (1000, 100)
+    assert iterations_for(LARGE_MESSAGE_SIZE + 1, _args()) == (100, 10)
+    assert iterations_for(1 << 20, _args("-i", "7", "-x", "2")) == (7, 2)
+    assert iterations_for(1 << 20, _args("-i", "7", "--iterations-large", "3")) == (3, 10)
+    assert iterations_for(8, _args("-i", "7", "--iterations-large", "3")) == (7, 100)
+
+
+def test_options_and_defaults():
+    args = _args("-f", "-c", "-T", "mpi_double", "--algorithm", "all", "--json", "x.json")
+    assert args.full and args.validation and args.algorithm == "all" and args.json == "x.json"
+    assert DATATYPES[args.datatype].mpi_name == "MPI_DOUBLE"
+    assert _args().algorithm == "auto" and _args().datatype == "mpi_char"
+    with pytest.raises(SystemExit):
+        _args("-T", "mpi_quad")
+
+
+def test_cuda_is_reported_clearly():
+    assert device_error("cpu") is None
+    message = device_error("cuda")
+    assert "CuPy" in message and "-d cpu" in message
+
+
+def _records():
+    return [Record("osu_allreduce", a, s, 4, "mpi_float", t, t * 0.9, t * 1.1, t, 10,
+                   s / t / 1e3, s / t / 1e3 * 1.5, True)
+            for s in (8, 1024) for a, t in (("native", 10.0), ("ring", 25.0))]
+
+
+@pytest.mark.parametrize("suffix", [".json", ".csv"])
+def test_results_round_trip(tmp_path, suffix):
+    path = tmp_path / f"r{suffix}"
+    (write_json if suffix == ".json" else write_csv)(path, _records())
+    assert read_records(path) == _records()
+
+
+def test_ratio_table():
+    table = ratio_table(_records()).splitlines()
+    assert table[0] == "| bytes | native | ring |"
+    assert table[2] == "| 8 | 10.0 (1.00) | 25.0 (2.50) |"
+
+
+def test_plot_writes_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    from collectives.bench.plot import plot
+    from collectives.model import Network
+    out = plot(_records(), tmp_path / "f.png", Network(1e-5, 1e-9, 1e-10))
+    assert out.stat().st_size > 1000
+
+
+def test_netem_commands():
+    spec = importlib.util.spec_from_file_location("netem", ROOT / "bench" / "netem.py")
+    netem = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(netem)
+    setup = netem.setup_commands("ns1", "1gbit", "256kb", "10ms")
+    assert setup[0] == ["ip", "netns", "add", "ns1"]
+    assert setup[-1][-8:] == ["root", "tbf", "rate", "1gbit", "burst", "256kb", "latency", "10ms"]
+    run = netem.run_command("ns1", ["mpiexec", "-n", "2", "osu_bw"])
+    assert run[:4] == ["ip", "netns", "exec", "ns1"]
+    assert "MPIR_CVAR_NOLOCAL=1" in run and "FI_PROVIDER=tcp" in run and run[-1] == "osu_bw"
+    assert netem.teardown_command("ns1") == ["ip", "netns", "del", "ns1"]
