@@ -120,3 +120,24 @@ def test_auto_malformed_file_falls_back(monkeypatch):
     finally:
         dup.Free()
         tuning.clear_cache()
+
+
+def test_allreduce_codec_columns_report_bytes_on_the_wire():
+    """--codec adds a compressed column and bytes sent per rank; allgather's count is exact."""
+    import compress
+
+    records, text = _run(allreduce, "--algorithm", "ring", "--codec", "topk:ratio=0.25",
+                         "--strategy", "allgather", "-c", "--sizes", "1024")
+    by_name = {r.algorithm: r for r in records}
+    assert set(by_name) == {"ring", "topk:ratio=0.25"} and all(r.valid for r in records)
+    p = MPI.COMM_WORLD.size
+    n = 1024 // 4
+    payload = compress.get("topk", ratio=0.25).payload_nbytes(n)
+    assert by_name["topk:ratio=0.25"].bytes_per_rank == payload * (p - 1)  # ring allgather
+    ring = 2 * (p - 1) * (-(-n // p)) * 4  # upper bound: p-1 steps of at most ceil(n/p) each way
+    assert by_name["ring"].bytes_per_rank <= ring
+    if MPI.COMM_WORLD.rank == 0:  # only rank 0 prints
+        header = [line for line in text.splitlines() if line.startswith("# Size")][0]
+        assert "ring(kB)" in header and "Validation" in header
+    with pytest.raises(SystemExit, match="float"):
+        _run(allreduce, "--codec", "fp16", "-T", "mpi_int")

@@ -34,7 +34,7 @@ def _call(algorithm: str, b: Buffers, comm: MPI.Comm, options: Options) -> None:
 
 SPEC = Spec(prog="osu_allreduce", title="Allreduce Latency Test", collective="allreduce",
             algorithms=list(ALGORITHMS), buffers=_buffers,
-            expected=_expected, call=_call)
+            expected=_expected, call=_call, compressed=True)
 
 #: Entry point (``argv`` defaults to the command line).
 main = entry_point(SPEC)

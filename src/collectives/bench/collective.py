@@ -18,7 +18,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..options import Options
-from . import report
+from . import compressed, report
 from .options import DATATYPES, device_error, iterations_for, make_parser, message_sizes
 from .results import Record, write_csv, write_json
 from .timing import Stat, time_interleaved
@@ -71,6 +71,7 @@ class Spec:
     bus_bytes: Callable[[int, int], int] = lambda size, p: size
     default_max: int = 1 << 20
     default_algorithm: str = "auto"
+    compressed: bool = False  # offers --codec / --strategy (allreduce only)
 
 
 def pattern(count: int, dtype: np.dtype, rank: int) -> np.ndarray:
@@ -101,7 +102,7 @@ def _valid(spec: Spec, name: str, count: int, dtype: np.dtype, comm: MPI.Comm,
 
 
 def _print_row(args, size: int, stats: dict[str, Stat], busbw: dict[str, float],
-               valid: dict[str, bool] | None, out: TextIO) -> None:
+               valid: dict[str, bool] | None, out: TextIO, sent: dict[str, float]) -> None:
     ok = None if valid is None else all(valid.values())
     if len(stats) == 1:
         (name, s), = stats.items()
@@ -110,11 +111,13 @@ def _print_row(args, size: int, stats: dict[str, Stat], busbw: dict[str, float],
         line = report.row(size, values, iterations=s.iterations if args.full else None, valid=ok)
     else:
         values = [stats[n].avg for n in stats] + ([busbw[n] for n in stats] if args.busbw else [])
+        values += [sent[n] / 1e3 for n in stats if n in sent]
         line = report.row(size, values, valid=ok)
     print(line, file=out, flush=True)
 
 
-def _header(spec: Spec, args, columns: list[str], p: int, out: TextIO) -> None:
+def _header(spec: Spec, args, columns: list[str], p: int, out: TextIO,
+            bytes_columns: bool = False) -> None:
     extra = [f"Algorithm: {args.algorithm}.", f"Ranks: {p}."]
     for line in report.preamble(spec.title, DATATYPES[args.datatype].mpi_name, extra):
         print(line, file=out)
@@ -127,6 +130,8 @@ def _header(spec: Spec, args, columns: list[str], p: int, out: TextIO) -> None:
     titles = [column_label(c) for c in columns]
     if args.busbw:
         titles += [f"{SHORT_NAMES.get(c, c)[:11]}(GB/s)" for c in columns]
+    if bytes_columns:  # kilobytes each rank sent per call
+        titles += [f"{SHORT_NAMES.get(c, c)[:13]}(kB)" for c in columns if c != "memcpy"]
     print(report.column_header(titles, validation=args.validation), file=out, flush=True)
 
 
@@ -136,20 +141,26 @@ def run(spec: Spec, argv: Sequence[str] | None = None, comm: MPI.Comm | None = N
     comm = MPI.COMM_WORLD if comm is None else comm
     out = sys.stdout if out is None else out
     parser = make_parser(spec.prog, f"{spec.title} (OSU-compatible output).",
-                         default_max=spec.default_max, algorithm=spec.default_algorithm)
+                         default_max=spec.default_max, algorithm=spec.default_algorithm,
+                         compressed=spec.compressed)
     args = parser.parse_args(argv)
+    codecs = getattr(args, "codec", None) or []
     problem = device_error(args.accelerator)
     if problem:
         raise SystemExit(f"{spec.prog}: {problem}")
     names = _names(spec, args.algorithm)
     if args.memcpy and args.algorithm != "all":
         raise SystemExit(f"{spec.prog}: --memcpy needs --algorithm all")
-    columns = names + (["memcpy"] if args.memcpy else [])
     dtype = DATATYPES[args.datatype].dtype
+    if codecs and dtype.kind != "f":
+        raise SystemExit(f"{spec.prog}: --codec needs a float type (-T mpi_float, mpi_double "
+                         f"or float16), not {args.datatype}")
+    squeezed = compressed.codec_calls(codecs, args.strategy, comm) if codecs else {}
+    columns = names + list(squeezed) + (["memcpy"] if args.memcpy else [])
     options = Options.from_env()
     p = comm.size
     if comm.rank == 0:
-        _header(spec, args, columns, p, out)
+        _header(spec, args, columns, p, out, bytes_columns=bool(codecs))
     records: list[Record] = []
     for size in message_sizes(args):
         count = size // dtype.itemsize
@@ -158,6 +169,7 @@ def run(spec: Spec, argv: Sequence[str] | None = None, comm: MPI.Comm | None = N
         iters, warmup = iterations_for(size, args)
         buf = spec.buffers(count, dtype, comm)
         calls = {n: (lambda n=n: spec.call(n, buf, comm, options)) for n in names}
+        calls.update({label: (lambda f=f: f(buf.x, buf.out)) for label, f in squeezed.items()})
         if args.memcpy:
             src, dst = buf.x.view(np.uint8), np.empty(buf.x.nbytes, np.uint8)
             calls["memcpy"] = lambda: np.copyto(dst, src)
@@ -165,16 +177,24 @@ def run(spec: Spec, argv: Sequence[str] | None = None, comm: MPI.Comm | None = N
         valid = ({n: _valid(spec, n, count, dtype, comm, options) for n in names}
                  if args.validation else None)
         nbytes = count * dtype.itemsize
+        sent = {}
+        if codecs:
+            sent = {n: compressed.bytes_per_call(calls[n], comm) for n in names + list(squeezed)}
+            sent.update({n: 2 * nbytes * (p - 1) / p for n in names if not sent[n]})
+            for n in squeezed if valid is not None else ():
+                calls[n]()
+                valid[n] = compressed.identical_everywhere(buf.out, comm)
         bus = {n: report.busbw_gbs(spec.collective if n != "memcpy" else "memcpy",
                                    spec.bus_bytes(nbytes, p), stats[n].avg * 1e-6, p)
                for n in stats}
         if comm.rank == 0:
-            _print_row(args, nbytes, stats, bus, valid, out)
+            _print_row(args, nbytes, stats, bus, valid, out, sent)
         for n, s in stats.items():
             algbw = report.algbw_gbs(spec.bus_bytes(nbytes, p), s.avg * 1e-6)
             records.append(Record(spec.prog, n, nbytes, p, args.datatype, s.avg, s.min, s.max,
                                   s.median, s.iterations, algbw, bus[n],
-                                  None if valid is None else valid.get(n)))
+                                  None if valid is None else valid.get(n),
+                                  sent.get(n, float("nan"))))
     if comm.rank == 0:
         meta = {"benchmark": spec.prog, "ranks": p, "datatype": args.datatype,
                 "argv": list(sys.argv if argv is None else argv)}

@@ -88,7 +88,7 @@ def parse_sizes(text: str) -> list[int]:
 
 def make_parser(prog: str, description: str, *, default_max: int,
                 default_min: int = 1, collective: bool = True,
-                algorithm: str = "auto") -> argparse.ArgumentParser:
+                algorithm: str = "auto", compressed: bool = False) -> argparse.ArgumentParser:
     """The argument parser of one benchmark (collective ones get ``--algorithm`` and friends)."""
     p = argparse.ArgumentParser(prog=prog, description=description)
     p.set_defaults(default_range=(default_min, default_max))
@@ -124,6 +124,13 @@ def make_parser(prog: str, description: str, *, default_max: int,
         p.add_argument("--memcpy", action="store_true",
                        help="with --algorithm all: add a column timing a local copy of the "
                             "same bytes (np.copyto), the memory-bandwidth yardstick")
+    if compressed:
+        p.add_argument("--codec", action="append", metavar="NAME[:k=v,...]",
+                       help="also time collectives.compressed_allreduce with this codec "
+                            "(repeatable; error feedback where the codec needs it), with a "
+                            "bytes-sent-per-rank column; needs a float -T")
+        p.add_argument("--strategy", default="auto",
+                       help="compressed-allreduce strategy for --codec (default auto)")
     return p
 
 

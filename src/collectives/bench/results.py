@@ -35,6 +35,7 @@ class Record:
     algbw_gbs: float
     busbw_gbs: float
     valid: bool | None = None
+    bytes_per_rank: float = float("nan")  # sent per call (--codec runs; native: ring estimate)
 
 
 _CONVERT = {"size": int, "ranks": int, "iterations": int,
