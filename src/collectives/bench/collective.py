@@ -194,7 +194,7 @@ def run(spec: Spec, argv: Sequence[str] | None = None, comm: MPI.Comm | None = N
             records.append(Record(spec.prog, n, nbytes, p, args.datatype, s.avg, s.min, s.max,
                                   s.median, s.iterations, algbw, bus[n],
                                   None if valid is None else valid.get(n),
-                                  sent.get(n, float("nan"))))
+                                  sent.get(n)))
     if comm.rank == 0:
         meta = {"benchmark": spec.prog, "ranks": p, "datatype": args.datatype,
                 "argv": list(sys.argv if argv is None else argv)}

@@ -35,11 +35,12 @@ class Record:
     algbw_gbs: float
     busbw_gbs: float
     valid: bool | None = None
-    bytes_per_rank: float = float("nan")  # sent per call (--codec runs; native: ring estimate)
+    bytes_per_rank: float | None = None  # sent per call (--codec runs; native: ring estimate)
 
 
 _CONVERT = {"size": int, "ranks": int, "iterations": int,
-            "valid": lambda s: None if s in ("", "None") else s == "True"}
+            "valid": lambda s: None if s in ("", "None") else s == "True",
+            "bytes_per_rank": lambda s: None if s in ("", "None") else float(s)}
 
 
 def write_json(path: str | Path, records: Iterable[Record], **meta: object) -> None:
