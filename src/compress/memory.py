@@ -72,7 +72,17 @@ class ErrorFeedback:
         """Encode ``x`` plus the residual of ``key``, and update the residual."""
         corrected = self.compensate(x, key=key)
         payload = self.codec.encode(corrected, key=key, step=step)
-        self.remember(corrected, self.codec.decode(payload), key=key)
+        if self.codec.sparse:
+            # decode() is zero but at the sent indices: the residual is ``corrected`` (a fresh
+            # array) minus the sent values there. O(k) instead of a dense decode and subtraction.
+            idx, vals = self.codec.sparse_parts(payload)
+            flat = corrected.reshape(-1)
+            flat[idx] -= vals
+            st = self.state[key]
+            st.error = corrected
+            st.steps += 1
+        else:
+            self.remember(corrected, self.codec.decode(payload), key=key)
         return payload
 
     def compensate(self, x, *, key=None) -> np.ndarray:

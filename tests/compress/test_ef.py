@@ -62,3 +62,19 @@ def test_dgc_memory_momentum_correction_converges():
     memory = [compress.DGCMemory(codec, momentum=0.5) for _ in range(WORKERS)]
     got = train(a, b, codec, memory, lr_factor=0.1)
     assert got <= 1.01 * reference, (got, reference)
+
+
+@pytest.mark.parametrize("name,params", [("topk", {"ratio": 0.01}), ("threshold", {"tau": 1.0}),
+                                         ("dgc", {"density": 0.01, "seed": 2}),
+                                         ("efsignsgd", {}), ("qsgd", {"seed": 1})])
+def test_residual_is_compensated_input_minus_decoded(name, params):
+    """The sparse shortcut and the dense path keep the same residual: c - decode(payload)."""
+    ef = compress.ErrorFeedback(compress.get(name, **params))
+    rng = np.random.default_rng(4)
+    residual = np.zeros(5000, np.float32)
+    for step in range(3):
+        x = rng.standard_normal(5000).astype(np.float32)
+        corrected = x + residual
+        payload = ef.encode(x, key="k", step=step)
+        residual = corrected - ef.codec.decode(payload)
+        np.testing.assert_array_equal(ef.residual("k"), residual)
