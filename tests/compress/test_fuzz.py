@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,7 +14,7 @@ from helpers import parts, sample
 
 PARAMS = {"topk": {"ratio": 0.2}, "randomk": {"ratio": 0.3}, "threshold": {"tau": 0.5},
           "dgc": {"density": 0.2}, "powersgd": {"rank": 2}}
-FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 60)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def valid(name, n=37, dtype=np.float32, shape=None):

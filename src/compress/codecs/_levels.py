@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._header import MAX_COUNT
 from .._kernels.quant import dequantize_levels, quantize_levels
 from .._layout import Section
 from .._seeding import draw_stream, split_stream
@@ -59,7 +60,7 @@ class LevelCodec(Codec):
     def _check_params(self, hdr):
         s, bucket = hdr.params["levels"], hdr.params["bucket"]
         require(1 <= s <= MAX_LEVELS, f"levels {s} outside [1, {MAX_LEVELS}]")
-        require(bucket >= 1, "bucket size must be >= 1")
+        require(1 <= bucket <= MAX_COUNT, f"bucket size {bucket} outside [1, {MAX_COUNT}]")
 
     def _encode(self, x, key, step):
         s, bucket = self._levels_bucket(x.size)

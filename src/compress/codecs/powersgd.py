@@ -151,7 +151,8 @@ class PowerSGD(Codec):
 
     def _decode(self, hdr, body):
         rows, cols, r = hdr.params["rows"], hdr.params["cols"], hdr.params["rank"]
-        y = body["p"].reshape(rows, r) @ body["q"].reshape(cols, r).T
+        with np.errstate(over="ignore", invalid="ignore"):  # factors that overflow give inf/nan
+            y = body["p"].reshape(rows, r) @ body["q"].reshape(cols, r).T
         return y.reshape(-1).astype(hdr.dtype, copy=False)
 
     # ------------------------------------------------------------------ helpers
