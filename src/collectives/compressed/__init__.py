@@ -2,5 +2,6 @@
 
 from .api import compressed_allreduce
 from .strategies import STRATEGIES
+from .two_phase import server_residuals
 
-__all__ = ["compressed_allreduce", "STRATEGIES"]
+__all__ = ["compressed_allreduce", "STRATEGIES", "server_residuals"]

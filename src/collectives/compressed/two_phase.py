@@ -17,13 +17,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._context import Context
+from .._context import Context, context
 from ..options import Options
 from .._p2p import partition
 from ._exchange import allgatherv, alltoallv
 from ._plan import Plan
 
-__all__ = ["allreduce"]
+__all__ = ["allreduce", "server_residuals"]
+
+
+def server_residuals(ctx_or_comm) -> dict:
+    """The server-side error-feedback residuals of a communicator, by (codec name, chunk key).
+
+    The live dictionary: a checkpoint saves its arrays and a resumed run puts them back, so the
+    two-phase strategy continues bit for bit. Each rank holds the residuals of the chunks it
+    serves.
+    """
+    ctx = ctx_or_comm if isinstance(ctx_or_comm, Context) else context(ctx_or_comm)
+    return ctx.cached("two_phase.server_residuals", lambda _: {})
 
 
 def _server_encode(plan: Plan, agg: np.ndarray, part: int, ctx: Context) -> np.ndarray:
@@ -36,7 +47,7 @@ def _server_encode(plan: Plan, agg: np.ndarray, part: int, ctx: Context) -> np.n
     subkey = plan.subkey(part)
     if not base.needs_error_feedback or plan.key is None:
         return base.encode(agg, key=subkey, step=plan.step)
-    residuals = ctx.cached("two_phase.server_residuals", lambda _: {})
+    residuals = server_residuals(ctx)
     slot = (base.name, subkey)
     error = residuals.get(slot)
     if error is not None and error.shape != agg.shape:

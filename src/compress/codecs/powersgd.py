@@ -120,6 +120,15 @@ class PowerSGD(Codec):
         y = p_hat @ q.T
         return y.reshape(shape if shape is not None else y.shape).astype(dtype or y.dtype, copy=False)
 
+    def state_dict(self) -> dict:
+        """The warm-start state (each key's last ``Q``, copied), equal on every rank: what a
+        checkpoint saves so that a resumed run continues bit for bit."""
+        return {k: v.copy() for k, v in self._q.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` returned (replacing all current warm-start state)."""
+        self._q = {k: np.array(v, copy=True) for k, v in state.items()}
+
     def reset(self, key=None) -> None:
         """Forget warm-start state (of one key, or of all when ``key`` is None)."""
         if key is None:

@@ -1,0 +1,10 @@
+"""Data-parallel SGD on top of ``collectives`` and ``compress``: ``mpiexec -n 4 python -m collectives.sgd``.
+
+A NumPy MLP trained on a data set that ships with scikit-learn, its gradients packed into one
+fusion buffer and averaged with :func:`collectives.allreduce` (or, with ``--codec``,
+:func:`collectives.compressed_allreduce`). See ``docs/sgd.md``.
+"""
+
+from .driver import main, train
+
+__all__ = ["main", "train"]

@@ -1,0 +1,7 @@
+"""Entry point: ``mpiexec -n 4 python -m collectives.sgd [options]`` (see ``--help``)."""
+
+import sys
+
+from .driver import main
+
+sys.exit(main())

@@ -1,0 +1,155 @@
+"""Command line of ``python -m collectives.sgd``: the parser and the checks every rank runs.
+
+Every rank parses the same arguments and runs the same checks before any message is sent, so all
+ranks reach the same verdict: a bad argument stops every rank with one line
+``collectives.sgd: error: ...`` and exit code 2 (:class:`UsageError`), never a hang or a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from dataclasses import dataclass
+
+import collectives
+import compress
+
+from . import data
+from .codecs import parse_spec
+from .exchange import parse_sync
+from .model import MODELS
+
+__all__ = ["UsageError", "Config", "parser", "parse"]
+
+PROG = "collectives.sgd"
+_STRATEGIES = ["auto", *collectives.STRATEGIES]
+
+
+class UsageError(Exception):
+    """A bad command line or checkpoint: print the one-line message, exit with code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line instead of usage + message
+        raise UsageError(message)
+
+
+def _positive(text: str) -> int:
+    v = int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return v
+
+
+def _non_negative(text: str) -> int:
+    v = int(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text}")
+    return v
+
+
+def _hidden(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated widths, got {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"widths must be positive integers, got {text!r}")
+    return sizes
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="Data-parallel SGD of a NumPy MLP, gradients averaged "
+                "with the collectives' allreduce (optionally compressed).")
+    m = p.add_argument_group("model and data")
+    m.add_argument("--dataset", choices=list(data.DATASETS), default="digits")
+    m.add_argument("--model", choices=list(MODELS), default="mlp",
+                   help="hidden widths: " + "; ".join(f"{k}={v}" for k, v in MODELS.items()))
+    m.add_argument("--hidden", type=_hidden, help="hidden widths, e.g. 4096,4096 (overrides --model)")
+    m.add_argument("--subset", type=_positive, help="use only the first N training samples")
+    o = p.add_argument_group("optimisation")
+    o.add_argument("--epochs", type=_positive, default=30)
+    o.add_argument("--batch-size", type=_positive, default=32, help="per rank (default 32)")
+    o.add_argument("--lr", type=float, default=0.1,
+                   help="base learning rate per 256 samples: peak = lr * global_batch / 256")
+    o.add_argument("--momentum", type=float, default=0.9)
+    o.add_argument("--weight-decay", type=float, default=0.0)
+    o.add_argument("--warmup-epochs", type=float, default=1.0)
+    o.add_argument("--seed", type=int, default=0)
+    c = p.add_argument_group("communication")
+    c.add_argument("--algorithm", choices=list(collectives.ALGORITHMS), default="ring",
+                   help="dense allreduce (default ring: every byte it sends is counted)")
+    c.add_argument("--codec", default="none", help="NAME[:k=v,...], e.g. topk:ratio=0.01; "
+                   "'none' = dense allreduce. Codecs: " + ", ".join(compress.CODECS))
+    c.add_argument("--error-feedback", action=argparse.BooleanOptionalAction, default=None,
+                   help="wrap the codec in error feedback (default: if the codec needs it)")
+    c.add_argument("--strategy", choices=_STRATEGIES, default="auto")
+    c.add_argument("--sync", default="sync", help="'sync' (every step) or 'local:H' (local SGD)")
+    s = p.add_argument_group("output and checkpoints")
+    s.add_argument("--log", help="per-epoch log, .csv or .json")
+    s.add_argument("--plot", help="PNG of the training curves")
+    s.add_argument("--save-params", help="write the final parameters (.npy) here")
+    s.add_argument("--checkpoint-dir")
+    s.add_argument("--checkpoint-every", type=_non_negative, default=0, help="steps (0: never)")
+    s.add_argument("--resume", action="store_true", help="continue from --checkpoint-dir")
+    s.add_argument("--stop-after", type=_positive, help="stop after this step (simulates a kill)")
+    s.add_argument("--check-replicas", action="store_true",
+                   help="test mode: allgather a hash of the parameters after every step")
+    s.add_argument("--quiet", action="store_true", help="no progress bar or epoch lines")
+    return p
+
+
+@dataclass(frozen=True)
+class Config:
+    """Checked settings of one run."""
+
+    args: argparse.Namespace
+    hidden: tuple[int, ...]
+    local_every: int
+    codec_name: str | None
+
+    def fingerprint_fields(self) -> dict:
+        """What fixes the trajectory (a checkpoint must match it to be resumed)."""
+        a = self.args
+        return {"dataset": a.dataset, "subset": a.subset, "hidden": list(self.hidden),
+                "epochs": a.epochs, "batch": a.batch_size, "lr": a.lr, "momentum": a.momentum,
+                "wd": a.weight_decay, "warmup": a.warmup_epochs, "seed": a.seed,
+                "algorithm": a.algorithm, "codec": a.codec, "ef": a.error_feedback,
+                "strategy": a.strategy, "sync": a.sync}
+
+
+def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
+    """Parse ``argv`` and check it against the world size and data; raises UsageError."""
+    a = parser().parse_args(argv)
+    try:
+        local_every = parse_sync(a.sync)
+        name, _ = parse_spec(a.codec)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if name not in compress.CODECS:
+        raise UsageError(f"unknown codec {name!r}; valid names: {', '.join(compress.CODECS)}")
+    codec_name = None if name == "none" and a.codec == "none" else name
+    if codec_name and local_every:
+        raise UsageError("--codec compresses gradients, which --sync local:H does not exchange")
+    n = min(n_train, a.subset or n_train)
+    if world > n:
+        raise UsageError(f"world size {world} exceeds the {n} training samples")
+    if (n // world) < a.batch_size:
+        raise UsageError(f"--batch-size {a.batch_size} exceeds the {n // world} training samples "
+                         f"of each of the {world} ranks")
+    if not 0 <= a.momentum < 1 or a.lr <= 0 or a.warmup_epochs < 0 or a.weight_decay < 0:
+        raise UsageError("need --lr > 0, 0 <= --momentum < 1, --warmup-epochs >= 0, "
+                         "--weight-decay >= 0")
+    if (a.resume or a.checkpoint_every) and not a.checkpoint_dir:
+        raise UsageError("--resume and --checkpoint-every need --checkpoint-dir")
+    if local_every and a.checkpoint_every % local_every:
+        raise UsageError(f"with --sync local:{local_every}, --checkpoint-every must be a multiple "
+                         f"of {local_every} (checkpoints are taken right after averaging)")
+    if codec_name is None and (a.error_feedback or a.strategy != "auto"):
+        raise UsageError("--error-feedback and --strategy need a --codec")
+    for path, exts in ((a.log, (".csv", ".json")), (a.plot, (".png",))):
+        if path and not path.lower().endswith(exts):
+            raise UsageError(f"{path}: expected a file ending in {' or '.join(exts)}")
+    if a.plot and importlib.util.find_spec("matplotlib") is None:
+        raise UsageError("--plot needs matplotlib: pip install 'collectives[plot]'")
+    return Config(a, a.hidden or MODELS[a.model], local_every, codec_name)

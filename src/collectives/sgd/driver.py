@@ -1,0 +1,291 @@
+"""The training loop of ``python -m collectives.sgd``: set up, train, checkpoint, report.
+
+Each step: forward and backward on this rank's batch (gradient into the fusion buffer), the
+exchange (:mod:`collectives.sgd.exchange`), the momentum-SGD update with the scheduled learning
+rate (:mod:`collectives.sgd.optim`); local SGD averages parameters every H steps instead. At each
+epoch's end the test set is evaluated (split across ranks, counts summed) and a line printed;
+every ``--checkpoint-every`` steps a checkpoint is written (:mod:`collectives.sgd.checkpoint`).
+
+Which state a checkpoint carries, and why resuming gives the same bits as never stopping: the
+parameters and momentum, every rank's error-feedback residuals, the state of each rank's private
+codec generator, a codec's own state where it has one (``state_dict()``: PowerSGD's warm-start
+Q), the "two_phase" strategy's server residuals (:func:`collectives.compressed.server_residuals`), and
+the step, which fixes the data order and the learning rate. Statistics (times, bytes, history)
+continue from the checkpoint too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from ..compressed import server_residuals
+from ..compressed.strategies import incompatibility
+from . import checkpoint, data, report
+from .cli import PROG, Config, UsageError, parse
+from .codecs import Built, build
+from .exchange import Exchange
+from .model import MLP
+from .optim import SGD, Schedule
+from .timing import Clock
+
+__all__ = ["train", "main"]
+
+
+
+def _fingerprint(cfg: Config, sizes: tuple[int, ...]) -> tuple[str, str]:
+    fields = dict(cfg.fingerprint_fields(), sizes=list(sizes))
+    text = json.dumps(fields, sort_keys=True)
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest(), text
+
+
+def _params_hash(params: np.ndarray) -> int:
+    return int.from_bytes(hashlib.blake2b(params.tobytes(), digest_size=8).digest(), "little")
+
+
+class Trainer:
+    """Everything one rank holds during training."""
+
+    def __init__(self, cfg: Config, ds: data.Dataset, comm: MPI.Comm) -> None:
+        a = self.args = cfg.args
+        self.cfg, self.ds, self.comm = cfg, ds, comm
+        self.world, self.rank = comm.size, comm.rank
+        self.sizes = (ds.features, *cfg.hidden, ds.classes)
+        self.spe = data.steps_per_epoch(len(ds.y_train), self.world, a.batch_size)
+        self.total = a.epochs * self.spe
+        self.schedule = Schedule(a.lr, a.batch_size * self.world,
+                                 int(round(a.warmup_epochs * self.spe)), self.total)
+        self.built: Built | None = None
+        if cfg.codec_name:
+            try:
+                self.built = build(a.codec, error_feedback=a.error_feedback, seed=a.seed,
+                                   rank=self.rank)
+            except (ValueError, TypeError) as e:
+                raise UsageError(f"--codec {a.codec}: {e}") from None
+            problem = incompatibility(a.strategy, self.built.base) if a.strategy != "auto" else None
+            if problem:
+                raise UsageError(problem)
+        self.model = MLP(self.sizes, seed=a.seed)
+        self.opt = SGD(self.model.params.flat, a.momentum, a.weight_decay)
+        self.clock = Clock()
+        self.exchange = Exchange(self.model.grads, self.model.params, self.built, a.algorithm,
+                                 a.strategy, cfg.local_every, comm, self.clock)
+        self.fingerprint, self.config_text = _fingerprint(cfg, self.sizes)
+        self.step = 0
+        self.history: list[dict] = []
+        self.elapsed = 0.0            # wall seconds of earlier runs of this job (resume)
+        self.epoch_loss = np.zeros(3)  # loss sum, correct, samples of the current epoch
+
+    # ------------------------------------------------------------------ checkpoint state
+    def _server_residuals(self) -> dict:
+        return server_residuals(self.comm)
+
+    def capture(self) -> tuple[dict, dict, dict]:
+        """(meta, shared, mine) of the state after ``self.step`` steps."""
+        shared = {"params": self.model.params.flat}
+        mine: dict[str, np.ndarray] = {"epoch_loss": self.epoch_loss,
+                                       "stats": np.array([self.exchange.stats.calls,
+                                                          self.exchange.stats.seconds,
+                                                          self.exchange.stats.bytes_sent,
+                                                          self.exchange.stats.dense_bytes])}
+        (mine if self.cfg.local_every else shared)["momentum"] = self.opt.velocity
+        b = self.built
+        if b is not None:
+            # a codec's own state (PowerSGD's warm start) is equal on every rank
+            for k, v in (b.base.state_dict() if hasattr(b.base, "state_dict") else {}).items():
+                shared[f"codec/{k}"] = v
+            if b.error_feedback is not None:
+                for k, res in b.error_feedback.state.items():
+                    mine[f"ef/{k}"] = res.error
+                    mine[f"efsteps/{k}"] = np.array(res.steps)
+            if b.rng is not None:
+                mine["rng"] = np.array(json.dumps(b.rng.bit_generator.state))
+            for (name, sub), v in self._server_residuals().items():
+                mine[f"server/{name}|{sub}"] = v
+        meta = {"version": checkpoint.VERSION, "step": self.step, "world": self.world,
+                "fingerprint": self.fingerprint, "config": self.config_text,
+                "history": self.history, "elapsed": self.elapsed + self.run_seconds(),
+                "clock": dict(self.clock.seconds)}
+        return meta, shared, mine
+
+    def restore(self, meta: dict, shared: dict, mine: dict) -> None:
+        import compress
+
+        self.step = int(meta["step"])
+        self.history = list(meta["history"])
+        self.elapsed = float(meta["elapsed"])
+        self.clock.seconds.update(meta["clock"])
+        self.model.params.flat[...] = shared["params"]
+        self.opt.velocity[...] = (mine if self.cfg.local_every else shared)["momentum"]
+        self.epoch_loss[...] = mine["epoch_loss"]
+        st = self.exchange.stats
+        st.calls, st.seconds, st.bytes_sent, st.dense_bytes = mine["stats"].tolist()
+        st.calls, st.bytes_sent, st.dense_bytes = int(st.calls), int(st.bytes_sent), int(st.dense_bytes)
+        b = self.built
+        if b is None:
+            return
+        if hasattr(b.base, "load_state_dict"):
+            b.base.load_state_dict({k[6:]: v for k, v in shared.items() if k.startswith("codec/")})
+        if b.error_feedback is not None:
+            for k, v in mine.items():
+                if k.startswith("ef/"):
+                    key = k[3:]
+                    steps = int(mine[f"efsteps/{key}"])
+                    b.error_feedback.state[key] = compress.memory.Residual(v.copy(), steps)
+        if b.rng is not None:
+            b.rng.bit_generator.state = json.loads(str(mine["rng"]))
+        server = self._server_residuals()
+        for k, v in mine.items():
+            if k.startswith("server/"):
+                name, _, sub = k[7:].partition("|")
+                server[(name, sub)] = v.copy()
+
+    # ------------------------------------------------------------------ training
+    def run_seconds(self) -> float:
+        return time.perf_counter() - self.t_start
+
+    def evaluate(self) -> dict:
+        """Epoch record: mean batch loss and accuracy of the epoch, test loss and accuracy."""
+        with self.clock.measure("eval"):
+            x, y = self.ds.x_test[self.rank::self.world], self.ds.y_test[self.rank::self.world]
+            loss, correct = self.model.evaluate(x, y)
+            tot = self.comm.allreduce(np.array([loss, correct, *self.epoch_loss]), op=MPI.SUM)
+        self.epoch_loss[...] = 0
+        return {"epoch": self.step // self.spe, "step": self.step,
+                "loss": tot[2] / max(1, tot[4]), "train_acc": tot[3] / max(1, tot[4]),
+                "test_loss": tot[0] / len(self.ds.y_test), "test_acc": tot[1] / len(self.ds.y_test),
+                "wall_s": self.elapsed + self.run_seconds(),
+                "bytes_sent": self.exchange.stats.bytes_sent}
+
+    def one_step(self, order: np.ndarray) -> None:
+        a, step = self.args, self.step
+        i = step % self.spe
+        batch = order[i * a.batch_size:(i + 1) * a.batch_size]
+        with self.clock.measure("compute"):
+            loss, correct = self.model.loss_and_grad(self.ds.x_train[batch], self.ds.y_train[batch])
+        self.epoch_loss += (loss * len(batch), correct, len(batch))
+        self.exchange(step)
+        with self.clock.measure("compute"):
+            self.opt.step(self.model.grads.flat, self.schedule(step))
+        self.exchange.average_params(step)
+        if a.check_replicas and self.exchange.exchanges_at(step):
+            hashes = self.comm.allgather(_params_hash(self.model.params.flat))
+            if len(set(hashes)) > 1:
+                raise RuntimeError(f"replicas differ after step {step}: hashes {hashes}")
+        self.step += 1
+
+    def train(self) -> bool:
+        """Train from ``self.step`` to the end (or ``--stop-after``); False if stopped early."""
+        from tqdm import tqdm
+
+        a = self.args
+        bar = tqdm(total=self.total, initial=self.step, desc=PROG, unit="step", leave=False,
+                   disable=a.quiet or self.rank != 0, file=sys.stderr)
+        order = None
+        while self.step < self.total:
+            if order is None or self.step % self.spe == 0:
+                order = data.shard(len(self.ds.y_train), self.world, self.rank, a.seed,
+                                   self.step // self.spe)
+            self.one_step(order)
+            bar.update()
+            if self.step % self.spe == 0:
+                self.history.append(self.evaluate())
+                if not a.quiet and self.rank == 0:
+                    bar.write(report.epoch_line(self.history[-1]), file=sys.stderr)
+            if a.checkpoint_every and self.step % a.checkpoint_every == 0:
+                with self.clock.measure("checkpoint"):
+                    checkpoint.save(a.checkpoint_dir, *self.capture(), self.comm)
+            if a.stop_after and self.step >= a.stop_after and self.step < self.total:
+                bar.close()
+                return False
+        bar.close()
+        return True
+
+    def summary(self) -> dict:
+        st = self.exchange.stats
+        sent = self.comm.allgather(st.bytes_sent)
+        last = self.history[-1] if self.history else {}
+        secs = dict(self.clock.seconds)
+        secs["comm"] = st.seconds - secs.get("codec", 0.0)
+        a = self.args
+        return {"label": f"{a.codec}{'+ef' if self.built and self.built.error_feedback else ''}"
+                         f" {a.algorithm}" + (f" {a.sync}" if self.cfg.local_every else ""),
+                "world": self.world, "params": self.model.params.size, "steps": self.step,
+                "codec": a.codec + (" + error feedback" if self.built and
+                                    self.built.error_feedback else ""),
+                "algorithm": a.algorithm, "sync": a.sync, "hidden": list(self.cfg.hidden),
+                "loss": last.get("loss", float("nan")), "train_acc": last.get("train_acc", 0.0),
+                "test_acc": last.get("test_acc", 0.0), "seconds": secs,
+                "wall_s": self.elapsed + self.run_seconds(), "analytic": self.exchange.analytic,
+                "exchanges": st.calls, "bytes_mean": float(np.mean(sent)),
+                "bytes_max": int(max(sent)), "dense_bytes": st.dense_bytes}
+
+
+def _limit_threads(world: int) -> None:
+    """Give each rank's BLAS its share of the cores: ranks are processes already, and BLAS
+    threads of several ranks fighting over the same cores make every matrix product slower."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(max(1, (os.cpu_count() or 1) // world))
+
+
+def train(argv: list[str] | None = None, comm: MPI.Comm | None = None) -> dict | None:
+    """Run the driver on ``comm`` (default COMM_WORLD); the summary, or None if stopped early.
+
+    Raises
+    ------
+    UsageError
+        Bad arguments or checkpoint; raised on every rank alike, before any message is sent (a
+        checkpoint's verdict is broadcast by rank 0).
+    """
+    comm = MPI.COMM_WORLD if comm is None else comm
+    pre = parse(argv, comm.size, 10**12)  # the data set's name must be valid before loading it
+    ds = data.load(pre.args.dataset, pre.args.subset)
+    cfg = parse(argv, comm.size, len(ds.y_train))
+    _limit_threads(comm.size)
+    t = Trainer(cfg, ds, comm)
+    t.t_start = time.perf_counter()
+    if cfg.args.resume:
+        try:
+            t.restore(*checkpoint.load(cfg.args.checkpoint_dir,
+                                       {"world": t.world, "fingerprint": t.fingerprint,
+                                        "config": t.config_text}, comm))
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    if not t.train():
+        if t.rank == 0 and not cfg.args.quiet:
+            print(f"{PROG}: stopped after step {t.step} (--stop-after)", file=sys.stderr)
+        return None
+    s = t.summary()
+    if t.rank == 0:
+        _outputs(t, s)
+    return s
+
+
+def _outputs(t: Trainer, s: dict) -> None:
+    a = t.args
+    print(report.final_report(s), flush=True)
+    if a.save_params:
+        tmp = a.save_params + ".tmp.npy"
+        np.save(tmp, t.model.params.flat)
+        os.replace(tmp, a.save_params)
+    if a.log:
+        report.write_log(a.log, t.history, s)
+    if a.plot:
+        report.plot({s["label"]: t.history}, a.plot)
+
+
+def main(argv: list[str] | None = None, comm: MPI.Comm | None = None) -> int:
+    """Command-line entry: 0 on success, 2 with a one-line message on a usage error."""
+    try:
+        train(argv, comm)
+    except UsageError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr, flush=True)
+        return 2
+    return 0

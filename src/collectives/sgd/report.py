@@ -1,0 +1,121 @@
+"""What a run tells its user: per-epoch lines, the final report, log files and curves.
+
+- :func:`epoch_line`: one line per epoch (loss, train and test accuracy, wall time).
+- :func:`final_report`: where the time went (compute, encode/decode, communication, evaluation)
+  and what each rank sent, against what dense fp32 ring allreduce would have sent.
+- :data:`WRITERS`: ``--log`` by extension, ``.csv`` or ``.json``.
+- :func:`plot`: loss and test accuracy against epochs and wall time, one line per run
+  (matplotlib, imported only when a plot is asked for). ``python -m collectives.sgd.report
+  OUT.png A.json B.json ...`` draws several runs' JSON logs in one picture.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+from typing import Callable, Sequence
+
+__all__ = ["epoch_line", "final_report", "WRITERS", "write_log", "plot", "main"]
+
+
+def epoch_line(r: dict) -> str:
+    return (f"epoch {r['epoch']:3d}  loss {r['loss']:.4f}  train {100 * r['train_acc']:6.2f}%  "
+            f"test {100 * r['test_acc']:6.2f}%  {r['wall_s']:7.1f} s")
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:,.2f} MB"
+
+
+def final_report(summary: dict) -> str:
+    """The report printed by rank 0 at the end of a run."""
+    s = summary
+    t = s["seconds"]
+    total = s["wall_s"]
+    lines = [
+        f"{s['world']} ranks, {s['params']:,} parameters, {s['steps']} steps, codec {s['codec']}, "
+        f"algorithm {s['algorithm']}, sync {s['sync']}",
+        f"final: loss {s['loss']:.4f}  train {100 * s['train_acc']:.2f}%  "
+        f"test {100 * s['test_acc']:.2f}%",
+        f"time (rank 0), {total:.1f} s in all:",
+    ]
+    for k in ("compute", "codec", "comm", "eval", "checkpoint"):
+        label = {"codec": "encode/decode", "comm": "communication"}.get(k, k)
+        lines.append(f"  {label:<14} {t.get(k, 0.0):8.2f} s  {100 * t.get(k, 0.0) / total:5.1f}%")
+    how = "analytic 2n(p-1)/p (native MPI_Allreduce is not counted)" if s["analytic"] \
+        else "counted by collectives.TRAFFIC"
+    dense = s["dense_bytes"]
+    ratio = f"{dense / s['bytes_mean']:.1f}x less" if s["bytes_mean"] else "nothing sent"
+    lines += [
+        f"bytes sent per rank in {s['exchanges']} exchanges ({how}): mean {_mb(s['bytes_mean'])}, "
+        f"max {_mb(s['bytes_max'])}",
+        f"  dense fp32 ring allreduce would send {_mb(dense)} per rank: {ratio}",
+    ]
+    return "\n".join(lines)
+
+
+def _write_csv(path: str, records: Sequence[dict], summary: dict) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(records[0]) if records else ["epoch"])
+        w.writeheader()
+        w.writerows(records)
+
+
+def _write_json(path: str, records: Sequence[dict], summary: dict) -> None:
+    with open(path, "w") as f:
+        json.dump({"summary": summary, "epochs": list(records)}, f, indent=1)
+
+
+#: log file extension -> writer(path, records, summary)
+WRITERS: dict[str, Callable[[str, Sequence[dict], dict], None]] = {
+    ".csv": _write_csv, ".json": _write_json}
+
+
+def write_log(path: str, records: Sequence[dict], summary: dict) -> None:
+    WRITERS[os.path.splitext(path)[1].lower()](path, records, summary)
+
+
+def plot(runs: dict[str, Sequence[dict]], path: str) -> None:
+    """Curves of every run in ``runs`` (label -> epoch records) into the PNG ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for label, recs in runs.items():
+        ep = [r["epoch"] for r in recs]
+        axes[0].plot(ep, [r["loss"] for r in recs], label=label)
+        axes[1].plot(ep, [100 * r["test_acc"] for r in recs], label=label)
+        axes[2].plot([r["wall_s"] for r in recs], [100 * r["test_acc"] for r in recs], label=label)
+    for ax, (x, y) in zip(axes, [("epoch", "training loss"), ("epoch", "test accuracy (%)"),
+                                 ("wall time (s)", "test accuracy (%)")]):
+        ax.set_xlabel(x)
+        ax.set_ylabel(y)
+        ax.grid(alpha=0.3)
+    axes[0].set_yscale("log")
+    axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m collectives.sgd.report OUT.png RUN.json [RUN.json ...]``"""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) < 2:
+        print(main.__doc__, file=sys.stderr)
+        return 2
+    runs = {}
+    for path in argv[1:]:
+        with open(path) as f:
+            log = json.load(f)
+        runs[log["summary"].get("label") or os.path.basename(path)] = log["epochs"]
+    plot(runs, argv[0])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""Stopwatches for the report: compute, encode/decode, communication.
+
+:class:`Clock` accumulates seconds per category. :func:`time_methods` replaces methods of a codec
+object (an instance attribute shadows the class's method) with versions that add their time to a
+category; nested timed calls (ErrorFeedback.encode calling the codec's encode) count once, at
+the outermost. Communication time is then the exchange's wall time minus the codec time inside it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from functools import wraps
+from typing import Any, Iterable
+
+__all__ = ["Clock", "time_methods", "CODEC_METHODS"]
+
+#: methods of codecs and memories that do encode/decode work inside a compressed allreduce
+CODEC_METHODS = ("encode", "decode", "compensate", "remember", "summable_encode",
+                 "summable_decode", "sparse_parts", "compute_p", "compute_q", "orthogonalize",
+                 "reconstruct")
+
+
+class Clock:
+    """Seconds per category, with a reentrancy guard per category."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self._depth: dict[str, int] = defaultdict(int)
+
+    @contextmanager
+    def measure(self, category: str):
+        self._depth[category] += 1
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._depth[category] -= 1
+            if not self._depth[category]:
+                self.seconds[category] += time.perf_counter() - t0
+
+
+def time_methods(obj: Any, clock: Clock, category: str,
+                 names: Iterable[str] = CODEC_METHODS) -> None:
+    """Make ``obj``'s methods in ``names`` (those it has) add their time to ``category``."""
+    for name in names:
+        fn = getattr(obj, name, None)
+        if callable(fn):
+            setattr(obj, name, _timed(fn, clock, category))
+
+
+def _timed(fn, clock: Clock, category: str):
+    @wraps(fn)
+    def timed(*args, **kwargs):
+        with clock.measure(category):
+            return fn(*args, **kwargs)
+    return timed

@@ -1,0 +1,152 @@
+"""Serial unit tests of the SGD driver's parts: model, fusion, schedule, data, codecs, checkpoint."""
+
+import numpy as np
+import pytest
+
+from collectives.sgd import checkpoint, codecs, data
+from collectives.sgd.cli import UsageError, parse
+from collectives.sgd.exchange import parse_sync, ring_bytes
+from collectives.sgd.fusion import FusionBuffer
+from collectives.sgd.model import MLP
+from collectives.sgd.optim import SGD, Schedule
+
+
+def test_fusion_views_share_the_buffer():
+    fb = FusionBuffer([(2, 3), (3,), (4,)])
+    assert fb.size == 13 and all(v.base is fb.flat for v in fb.views)
+    arrays = [np.full((2, 3), 1.0), np.full(3, 2.0), np.full(4, 3.0)]
+    flat = fb.pack(arrays)
+    assert flat.tolist() == [1.0] * 6 + [2.0] * 3 + [3.0] * 4
+    assert all(np.array_equal(a, b) for a, b in zip(fb.unpack(), arrays))
+    with pytest.raises(ValueError):
+        fb.pack(arrays[:2])
+
+
+def test_mlp_gradient_matches_finite_differences():
+    rng = np.random.default_rng(1)
+    m = MLP((5, 7, 3), seed=3)
+    x = rng.standard_normal((6, 5)).astype(np.float32)
+    y = rng.integers(0, 3, 6)
+    m.loss_and_grad(x, y)
+    grad = m.grads.flat.copy()
+    eps = 1e-2
+    for i in rng.choice(m.params.size, 12, replace=False):
+        keep = m.params.flat[i]
+        m.params.flat[i] = keep + eps
+        up = m.loss_and_grad(x, y)[0]
+        m.params.flat[i] = keep - eps
+        down = m.loss_and_grad(x, y)[0]
+        m.params.flat[i] = keep
+        assert (up - down) / (2 * eps) == pytest.approx(grad[i], abs=2e-3)
+
+
+def test_he_init_scale_and_determinism():
+    a, b = MLP((400, 300, 10), seed=5), MLP((400, 300, 10), seed=5)
+    assert np.array_equal(a.params.flat, b.params.flat)
+    assert a.layers[0][0].std() == pytest.approx(np.sqrt(2 / 400), rel=0.05)
+    assert not a.layers[0][1].any()
+
+
+def test_schedule_linear_scaling_warmup_and_decay():
+    s = Schedule(base_lr=0.1, global_batch=512, warmup_steps=10, total_steps=110)
+    assert s.peak == pytest.approx(0.2)
+    assert s(0) == pytest.approx(0.02) and s(9) == pytest.approx(0.2)
+    assert s(60) == pytest.approx(0.1) and s(109) < 1e-3
+
+
+def test_sgd_momentum_update():
+    p = np.ones(3, np.float32)
+    opt = SGD(p, momentum=0.5)
+    opt.step(np.ones(3, np.float32), lr=0.1)
+    opt.step(np.ones(3, np.float32), lr=0.1)
+    assert np.allclose(p, 1 - 0.1 * 1 - 0.1 * 1.5)
+
+
+@pytest.mark.parametrize("world", [1, 3, 4, 7])
+def test_shards_are_disjoint_equal_and_deterministic(world):
+    parts = [data.shard(100, world, r, seed=2, epoch=3) for r in range(world)]
+    assert len({len(p) for p in parts}) == 1
+    flat = np.concatenate(parts)
+    assert len(np.unique(flat)) == len(flat) == (100 // world) * world
+    assert np.array_equal(parts[0], data.shard(100, world, 0, seed=2, epoch=3))
+    assert not np.array_equal(parts[0], data.shard(100, world, 0, seed=2, epoch=4))
+
+
+def test_digits_split():
+    ds = data.load("digits")
+    assert ds.x_train.dtype == np.float32 and ds.features == 64 and ds.classes == 10
+    assert len(ds.y_train) + len(ds.y_test) == 1797 and ds.x_train.max() <= 1
+    assert len(data.load("digits", subset=100).y_train) == 100
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("topk", ("topk", {})),
+    ("topk:ratio=0.01", ("topk", {"ratio": 0.01})),
+    ("qsgd:levels=4,x=true,y=abc", ("qsgd", {"levels": 4, "x": True, "y": "abc"})),
+])
+def test_parse_spec(spec, expected):
+    assert codecs.parse_spec(spec) == expected
+
+
+def test_parse_spec_rejects_garbage():
+    with pytest.raises(ValueError, match="key=value"):
+        codecs.parse_spec("topk:ratio")
+
+
+def test_seeding_private_differs_shared_agrees():
+    q = [codecs.build("qsgd", error_feedback=None, seed=0, rank=r) for r in range(2)]
+    assert q[0].rng.integers(1 << 30) != q[1].rng.integers(1 << 30)
+    assert q[0].error_feedback is None
+    k = [codecs.build("randomk:ratio=0.1", error_feedback=None, seed=4, rank=r) for r in range(2)]
+    assert k[0].base.seed == k[1].base.seed == 4 and k[0].error_feedback is not None
+    assert codecs.build("topk", error_feedback=False, seed=0, rank=0).error_feedback is None
+
+
+def test_sync_and_bytes():
+    assert parse_sync("sync") == 0 and parse_sync("local:8") == 8
+    for bad in ("local", "local:0", "async"):
+        with pytest.raises(ValueError):
+            parse_sync(bad)
+    assert ring_bytes(400, 4) == 600 and ring_bytes(400, 1) == 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--codec", "nope"], "unknown codec"),
+    (["--batch-size", "0"], "positive integer"),
+    (["--batch-size", "500"], "exceeds"),
+    (["--sync", "local:0"], "local:H"),
+    (["--codec", "topk", "--sync", "local:2"], "does not exchange"),
+    (["--resume"], "--checkpoint-dir"),
+    (["--log", "x.txt"], ".csv or .json"),
+    (["--algorithm", "bogus"], "invalid choice"),
+])
+def test_cli_rejects(argv, message):
+    with pytest.raises(UsageError, match=message):
+        parse(argv, world=4, n_train=1437)
+
+
+def test_cli_world_larger_than_data():
+    with pytest.raises(UsageError, match="world size 9 exceeds the 8"):
+        parse(["--subset", "8", "--batch-size", "1"], world=9, n_train=1437)
+
+
+def test_atomic_write_and_read(tmp_path):
+    (tmp_path / ".checkpoint-stale.tmp").write_bytes(b"half")
+    path = str(tmp_path / checkpoint.FILENAME)
+    checkpoint.write_atomic(path, {"a": np.arange(3), "meta": np.array("{}")})
+    got = checkpoint.read(path)
+    assert got["a"].tolist() == [0, 1, 2] and str(got["meta"]) == "{}"
+    assert [p.name for p in tmp_path.iterdir()] == [checkpoint.FILENAME]
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncate", "missing"])
+def test_read_damaged_checkpoint(tmp_path, damage):
+    path = tmp_path / checkpoint.FILENAME
+    checkpoint.write_atomic(str(path), {"a": np.arange(1000)})
+    blob = path.read_bytes()
+    if damage == "missing":
+        path.unlink()
+    else:
+        path.write_bytes(b"not a zip" if damage == "garbage" else blob[: len(blob) // 2])
+    with pytest.raises(ValueError, match="checkpoint"):
+        checkpoint.read(str(path))
