@@ -69,7 +69,7 @@ class Codec:
     PARAMS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     # ------------------------------------------------------------------ public API
-    def encode(self, x, *, key=None, step: int = 0) -> np.ndarray:
+    def encode(self, x, *, key=None, step: int = 0, out=None) -> np.ndarray:
         """Compress ``x`` into one contiguous uint8 payload.
 
         Parameters
@@ -81,11 +81,15 @@ class Codec:
             (PowerSGD, error feedback) use it; others ignore it.
         step : int
             Training step; shared-randomness codecs draw fresh indices per step.
+        out : numpy.ndarray, optional
+            A contiguous uint8 array of exactly the payload's size (:meth:`payload_nbytes`) to
+            write the payload into, and return: a training loop can reuse one buffer per tensor
+            instead of allocating (and page-faulting) a new one every step.
         """
         x = self._prepare(x)
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
-        return self._encode(x, key, int(step))
+        return self._encode(x, key, int(step), out)
 
     def decode(self, payload) -> np.ndarray:
         """Decompress a payload of this codec into a new dense array.
@@ -149,7 +153,7 @@ class Codec:
     def _sections(self, n: int, dtype: np.dtype, params: dict) -> list[Section]:  # pragma: no cover
         raise NotImplementedError
 
-    def _encode(self, x: np.ndarray, key, step: int) -> np.ndarray:  # pragma: no cover
+    def _encode(self, x: np.ndarray, key, step: int, out) -> np.ndarray:  # pragma: no cover
         raise NotImplementedError
 
     def _decode(self, hdr: Header, body: dict[str, np.ndarray]) -> np.ndarray:  # pragma: no cover
@@ -162,12 +166,21 @@ class Codec:
         """Raise ``ValueError`` when header parameters are impossible (default: nothing to check)."""
 
     # ------------------------------------------------------------------ helpers for subclasses
-    def _new_payload(self, x: np.ndarray, params: dict, dtype=None):
-        """Allocate a payload for ``x``, write its header; return ``(payload, body views)``."""
+    def _new_payload(self, x: np.ndarray, out, params: dict, dtype=None):
+        """A payload for ``x`` (``out`` if given, checked, else new) with its header written;
+        return ``(payload, body views)``."""
         dtype = x.dtype if dtype is None else dtype
         sections = self._sections(x.size, np.dtype(dtype), params)
         hlen = header_nbytes(x.ndim, len(self.PARAMS))
-        buf = np.empty(hlen + body_nbytes(sections), dtype=np.uint8)
+        nbytes = hlen + body_nbytes(sections)
+        if out is None:
+            buf = np.empty(nbytes, dtype=np.uint8)
+        elif not (isinstance(out, np.ndarray) and out.dtype == np.uint8 and out.ndim == 1
+                  and out.flags.c_contiguous and out.flags.writeable and out.size == nbytes):
+            raise ValueError(f"out must be a writeable contiguous 1-D uint8 array of exactly "
+                             f"{nbytes} bytes (payload_nbytes)")
+        else:
+            buf = out
         write_header(buf, self.codec_id, x.dtype, x.shape, self.PARAMS, params)
         return buf, split_body(buf, hlen, sections)
 

@@ -68,10 +68,11 @@ class ErrorFeedback:
     def __post_init__(self):
         _check_codec(self.codec)
 
-    def encode(self, x, *, key=None, step: int = 0) -> np.ndarray:
-        """Encode ``x`` plus the residual of ``key``, and update the residual."""
+    def encode(self, x, *, key=None, step: int = 0, out=None) -> np.ndarray:
+        """Encode ``x`` plus the residual of ``key`` (into ``out``, see ``Codec.encode``), and
+        update the residual."""
         corrected = self.compensate(x, key=key)
-        payload = self.codec.encode(corrected, key=key, step=step)
+        payload = self.codec.encode(corrected, key=key, step=step, out=out)
         if self.codec.sparse:
             # decode() is zero but at the sent indices: the residual is ``corrected`` (a fresh
             # array) minus the sent values there. O(k) instead of a dense decode and subtraction.

@@ -124,3 +124,18 @@ def test_sparse_parts_match_decode(name, params):
         codec.sparse_parts(broken)
     with pytest.raises(TypeError, match="not sparse"):
         compress.get("fp16").sparse_parts(compress.get("fp16").encode(x))
+
+
+@pytest.mark.parametrize("name", ["none", "fp16", "bf16", "topk", "randomk", "signsgd",
+                                  "efsignsgd", "onebit", "qsgd", "natural", "eightbit"])
+def test_encode_into_a_reused_buffer(name):
+    """encode(out=) writes the same payload into the caller's buffer and returns it."""
+    params = {"seed": 3} if compress.CODECS[name].randomness == "private" else {}
+    x = sample(1001, np.dtype(np.float32), seed=2)
+    fresh = compress.get(name, **params).encode(x, key="k", step=1)
+    out = np.full(compress.get(name, **params).payload_nbytes(x.shape), 0xAB, np.uint8)
+    got = compress.get(name, **params).encode(x, key="k", step=1, out=out)
+    assert got is out
+    np.testing.assert_array_equal(out, fresh)
+    with pytest.raises(ValueError, match="exactly"):
+        compress.get(name, **params).encode(x, out=np.empty(out.size + 1, np.uint8))

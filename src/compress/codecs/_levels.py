@@ -62,10 +62,10 @@ class LevelCodec(Codec):
         require(1 <= s <= MAX_LEVELS, f"levels {s} outside [1, {MAX_LEVELS}]")
         require(1 <= bucket <= MAX_COUNT, f"bucket size {bucket} outside [1, {MAX_COUNT}]")
 
-    def _encode(self, x, key, step):
+    def _encode(self, x, key, step, out):
         s, bucket = self._levels_bucket(x.size)
         stream = draw_stream(self._rng) if self._stochastic else 0
-        buf, body = self._new_payload(x, {"levels": s, "bucket": bucket, "stream": stream})
+        buf, body = self._new_payload(x, out, {"levels": s, "bucket": bucket, "stream": stream})
         lo, hi = split_stream(stream)
         bits = level_bits(s)
         quantize_levels(as_float_work(x).reshape(-1), bucket, s, self._use_max, self._stochastic,

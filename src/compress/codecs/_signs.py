@@ -35,7 +35,7 @@ class SignCodec(Codec):
         for name, value in hdr.params.items():
             require(np.isfinite(value), f"parameter {name} = {value} is not finite")
 
-    def _emit_scaled(self, x, params_of):
+    def _emit_scaled(self, x, out, params_of):
         """Payload of ``x`` whose parameters come from its sign statistics.
 
         ``params_of(pos_sum, neg_sum, neg_count)`` gives the header parameters from the float64
@@ -43,14 +43,14 @@ class SignCodec(Codec):
         packed bits, so it agrees with the payload exactly).
         """
         pos, neg = signed_sums(as_float_work(x).reshape(-1))
-        buf = self._emit(x, {name: 0.0 for name, _ in self.PARAMS})
+        buf = self._emit(x, out, {name: 0.0 for name, _ in self.PARAMS})
         bits = buf[buf.size - self.body_nbytes(x.size, x.dtype):]
         count = int(np.bitwise_count(bits).sum())
         write_header(buf, self.codec_id, x.dtype, x.shape, self.PARAMS, params_of(pos, neg, count))
         return buf
 
-    def _emit(self, x, params):
-        buf, body = self._new_payload(x, params)
+    def _emit(self, x, out, params):
+        buf, body = self._new_payload(x, out, params)
         u, _ = uint_view(x)
         pack_sign_bits(u, 8 * x.dtype.itemsize - 1, body["bits"])
         return buf

@@ -42,9 +42,9 @@ class SparseCodec(Codec):
         require(x.size < 1 << 32, f"sparse codecs take at most 2**32 - 1 elements, not {x.size}")
         return x
 
-    def _emit(self, x, idx):
+    def _emit(self, x, out, idx):
         """Payload holding ``x[idx]`` for ascending int64 indices ``idx``."""
-        buf, body = self._new_payload(x, {"nnz": idx.size})
+        buf, body = self._new_payload(x, out, {"nnz": idx.size})
         u, _ = uint_view(x)
         gather(u, idx, body["values"].view(u.dtype))
         body["indices"][:] = idx

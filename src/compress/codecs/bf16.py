@@ -48,8 +48,8 @@ class BF16(Codec):
     def _sections(self, n, dtype, params):
         return [Section("bf16", np.uint16, n)]
 
-    def _encode(self, x, key, step):
-        buf, body = self._new_payload(x, {})
+    def _encode(self, x, key, step, out):
+        buf, body = self._new_payload(x, out, {})
         f32 = x.reshape(-1).astype(np.float32, copy=False)
         f32_to_bf16_bits(f32.view(np.uint32), body["bf16"])
         return buf

@@ -62,11 +62,11 @@ class DGC(SparseCodec):
         check_ratio("sample_ratio", self.sample_ratio)
         self._rng = make_generator(self.seed)
 
-    def _encode(self, x, key, step):
+    def _encode(self, x, key, step, out):
         n = x.size
         k = k_for(n, self.density)
         if k == 0:
-            return self._emit(x, np.empty(0, dtype=np.int64))
+            return self._emit(x, out, np.empty(0, dtype=np.int64))
         u, absmask = uint_view(x)
         m = min(n, max(_MIN_SAMPLE, int(np.ceil(self.sample_ratio * n))))
         sample = sample_keys(u, absmask, m, np.uint64(draw_stream(self._rng)))
@@ -83,4 +83,4 @@ class DGC(SparseCodec):
             idx = np.empty(k, dtype=np.int64)
             select_from_candidates(u, absmask, cand, k, idx)
             cand = idx
-        return self._emit(x, cand)
+        return self._emit(x, out, cand)

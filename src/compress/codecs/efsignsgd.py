@@ -33,6 +33,6 @@ class EFSignSGD(SignCodec):
     def _values(self, params):
         return params["scale"], -params["scale"]
 
-    def _encode(self, x, key, step):
+    def _encode(self, x, key, step, out):
         n = x.size
-        return self._emit_scaled(x, lambda pos, neg, _: {"scale": (pos - neg) / n if n else 0.0})
+        return self._emit_scaled(x, out, lambda pos, neg, _: {"scale": (pos - neg) / n if n else 0.0})

@@ -42,8 +42,8 @@ class FP16(Codec):
     def _sections(self, n, dtype, params):
         return [Section("half", np.uint16, n)]
 
-    def _encode(self, x, key, step):
-        buf, body = self._new_payload(x, {})
+    def _encode(self, x, key, step, out):
+        buf, body = self._new_payload(x, out, {})
         flat = x.reshape(-1)
         if x.dtype == np.float32:
             f32_to_f16_bits(flat.view(np.uint32), body["half"])

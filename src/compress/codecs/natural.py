@@ -59,9 +59,9 @@ class Natural(Codec):
     def _sections(self, n, dtype, params):
         return [Section("exponents", np.uint8, n), Section("signs", np.uint8, (n + 7) // 8)]
 
-    def _encode(self, x, key, step):
+    def _encode(self, x, key, step, out):
         stream = draw_stream(self._rng)
-        buf, body = self._new_payload(x, {"stream": stream})
+        buf, body = self._new_payload(x, out, {"stream": stream})
         u = x.reshape(-1).astype(np.float32, copy=False).view(np.uint32)
         natural_encode(u, *split_stream(stream), body["exponents"])
         pack_sign_bits(u, 31, body["signs"])

@@ -35,8 +35,8 @@ class Identity(Codec):
     def _sections(self, n, dtype, params):
         return [Section("data", dtype, n)]
 
-    def _encode(self, x, key, step):
-        buf, body = self._new_payload(x, {})
+    def _encode(self, x, key, step, out):
+        buf, body = self._new_payload(x, out, {})
         body["data"][:] = x.reshape(-1)
         return buf
 

@@ -33,7 +33,7 @@ class OneBit(SignCodec):
     def _values(self, params):
         return params["pos"], params["neg"]
 
-    def _encode(self, x, key, step):
+    def _encode(self, x, key, step, out):
         n = x.size
 
         def means(pos, neg, negatives):
@@ -41,4 +41,4 @@ class OneBit(SignCodec):
             return {"pos": pos / positives if positives else 0.0,
                     "neg": neg / negatives if negatives else 0.0}
 
-        return self._emit_scaled(x, means)
+        return self._emit_scaled(x, out, means)

@@ -147,13 +147,13 @@ class PowerSGD(Codec):
         require(rows * cols == hdr.count, f"matrix {rows} x {cols} does not hold {hdr.count} elements")
         require(r <= min(rows, cols), f"rank {r} exceeds min(rows, cols) = {min(rows, cols)}")
 
-    def _encode(self, x, key, step):
+    def _encode(self, x, key, step, out):
         m = self._matrix(x)
         rows, cols = m.shape
         p_hat = self.orthogonalize(m @ self._current_q(key, m.shape, m.dtype))
         q = self.compute_q(x, p_hat)
         self.reconstruct(p_hat, q, key=key)
-        buf, body = self._new_payload(x, {"rows": rows, "cols": cols, "rank": p_hat.shape[1]})
+        buf, body = self._new_payload(x, out, {"rows": rows, "cols": cols, "rank": p_hat.shape[1]})
         body["p"][:] = p_hat.reshape(-1)
         body["q"][:] = q.reshape(-1)
         return buf

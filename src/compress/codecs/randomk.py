@@ -104,12 +104,12 @@ class RandomK(Codec):
         require(p["nnz"] <= hdr.count, f"nnz {p['nnz']} exceeds the element count {hdr.count}")
         require(np.isfinite(p["scale"]), f"decode scale {p['scale']} is not finite")
 
-    def _encode(self, x, key, step):
+    def _encode(self, x, key, step, out):
         n = x.size
         k = k_for(n, self.ratio)
         stream = shared_stream(self.seed, key, step)
         scale = n / k if (self.unbiased_scaling and k) else 1.0
-        buf, body = self._new_payload(x, {"nnz": k, "stream": stream, "scale": scale})
+        buf, body = self._new_payload(x, out, {"nnz": k, "stream": stream, "scale": scale})
         idx = np.empty(k, dtype=np.int64)
         random_subset(n, k, np.uint64(stream), idx)
         u, _ = uint_view(x)

@@ -32,5 +32,5 @@ class SignSGD(SignCodec):
     def _values(self, params):
         return 1.0, -1.0
 
-    def _encode(self, x, key, step):
-        return self._emit(x, {})
+    def _encode(self, x, key, step, out):
+        return self._emit(x, out, {})

@@ -59,14 +59,14 @@ class Threshold(Codec):
         require(p["nnz"] <= hdr.count, f"nnz {p['nnz']} exceeds the element count {hdr.count}")
         require(np.isfinite(p["tau"]) and p["tau"] > 0, f"tau {p['tau']} must be finite and > 0")
 
-    def _encode(self, x, key, step):
+    def _encode(self, x, key, step, out):
         require(x.size < 1 << 31, f"threshold takes at most 2**31 - 1 elements, not {x.size}")
         u, absmask = uint_view(x)
         thr = np.array(self.tau, dtype=x.dtype).view(u.dtype)[()]
         nnz = count_at_least(u, absmask, thr)
         idx = np.empty(nnz, dtype=np.int64)
         collect_at_least(u, absmask, thr, idx)
-        buf, body = self._new_payload(x, {"nnz": nnz, "tau": float(self.tau)})
+        buf, body = self._new_payload(x, out, {"nnz": nnz, "tau": float(self.tau)})
         sign = (u[idx] >> (8 * x.dtype.itemsize - 1)).astype(np.uint32)
         body["words"][:] = (idx.astype(np.uint32) << np.uint32(1)) | sign
         return buf

@@ -53,9 +53,9 @@ class TopK(SparseCodec):
     def _default_nnz(self, n):
         return k_for(n, self.ratio)
 
-    def _encode(self, x, key, step):
+    def _encode(self, x, key, step, out):
         k = k_for(x.size, self.ratio)
         u, absmask = uint_view(x)
         idx = np.empty(k, dtype=np.int64)
         topk_indices(u, absmask, k, idx)
-        return self._emit(x, idx)
+        return self._emit(x, out, idx)
