@@ -1,15 +1,18 @@
 """Array handling for every public entry point: the one place that knows array types.
 
 Collectives see a flat, contiguous 1-D view of the caller's array (``flat``) and never look at
-shapes, strides or array libraries themselves. CuPy support plugs in here (a second backend in
-``_BACKENDS``), so the algorithms stay array-library agnostic.
+shapes, strides or array libraries themselves. Two array libraries are accepted: NumPy, and CuPy
+for GPU buffers (``_device.py`` says how those reach MPI); :func:`xp` gives the module of an
+array, so allocation and copies here work for both and the algorithms stay library-agnostic.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["SUPPORTED_DTYPES", "check_input", "check_out", "flat", "new_like", "copy_into"]
+from . import _device
+
+__all__ = ["SUPPORTED_DTYPES", "check_input", "check_out", "flat", "new_like", "copy_into", "xp"]
 
 #: Every dtype a collective accepts, by NumPy name.
 SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(
@@ -24,18 +27,24 @@ _SUPPORTED = frozenset(SUPPORTED_DTYPES)
 _NAMES = ", ".join(str(d) for d in SUPPORTED_DTYPES)
 
 
+def xp(a: object):
+    """The array module of ``a``: NumPy, or CuPy for a device array."""
+    return _device.cupy() if type(a) is not np.ndarray and _device.is_device(a) else np
+
+
 def check_input(x: object, what: str = "x") -> np.ndarray:
     """Return ``x`` if it is a contiguous array of a supported dtype, else raise.
 
     Raises
     ------
     TypeError
-        ``x`` is not a NumPy array, or its dtype is not one of :data:`SUPPORTED_DTYPES`.
+        ``x`` is not a NumPy or CuPy array, or its dtype is not one of :data:`SUPPORTED_DTYPES`.
     ValueError
         ``x`` is neither C- nor Fortran-contiguous.
     """
-    if not isinstance(x, np.ndarray):
-        raise TypeError(f"{what} must be a numpy.ndarray, got {type(x).__name__}")
+    if not isinstance(x, np.ndarray) and not _device.is_device(x):
+        raise TypeError(f"{what} must be a numpy.ndarray (or a cupy.ndarray), "
+                        f"got {type(x).__name__}")
     if x.dtype not in _SUPPORTED:
         raise TypeError(f"{what} has unsupported dtype {x.dtype}; supported dtypes: {_NAMES}")
     if not (x.flags.c_contiguous or x.flags.f_contiguous):
@@ -55,7 +64,8 @@ def check_out(out: object, x: np.ndarray, shape: tuple[int, ...] | None = None,
     """
     expected = x.shape if shape is None else shape
     check_input(out, what)
-    assert isinstance(out, np.ndarray)
+    if xp(out) is not xp(x):
+        raise ValueError(f"{what} must live where the input does (both NumPy or both CuPy)")
     if out.shape != expected:
         raise ValueError(f"{what} has shape {out.shape}, expected {expected}")
     if out.dtype != x.dtype:
@@ -65,7 +75,7 @@ def check_out(out: object, x: np.ndarray, shape: tuple[int, ...] | None = None,
     if out is not x:
         if shape is None and out.ndim > 1 and out.flags.c_contiguous != x.flags.c_contiguous:
             raise ValueError(f"{what} must have the same memory order (C or Fortran) as the input")
-        if np.may_share_memory(out, x):
+        if xp(x).may_share_memory(out, x):
             raise ValueError(f"{what} overlaps the input without being the input; "
                              f"pass out=x to reduce in place")
     return out
@@ -79,11 +89,11 @@ def flat(a: np.ndarray) -> np.ndarray:
 def new_like(x: np.ndarray, shape: tuple[int, ...] | None = None) -> np.ndarray:
     """A new uninitialised result array like ``x`` (same memory order when shapes agree)."""
     if shape is None:
-        return np.empty_like(x)
-    return np.empty(shape, dtype=x.dtype)
+        return xp(x).empty_like(x)
+    return xp(x).empty(shape, dtype=x.dtype)
 
 
 def copy_into(src: np.ndarray, dst: np.ndarray) -> None:
     """Copy flat ``src`` into flat ``dst`` unless they are the same buffer."""
     if src is not dst and src.size:
-        np.copyto(dst, src)
+        xp(dst).copyto(dst, src)

@@ -1,7 +1,9 @@
 """Point-to-point helpers: buffer-based (no pickling), every array sent as raw bytes.
 
 Sending bytes keeps the hand-written algorithms independent of which datatypes the MPI library has
-(MPI has no float16); the reductions happen locally in NumPy.
+(MPI has no float16); the reductions happen locally in NumPy (or CuPy). Device (CuPy) arrays go to
+MPI through ``_device.py``: directly with CUDA-aware MPI, else staged through pinned host memory,
+the stream synchronised first either way. NumPy arrays take the first branch of each function.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
+from . import _device
 from .traffic import TRAFFIC
 
 __all__ = ["send", "recv", "sendrecv", "nsegments", "split", "partition"]
@@ -16,19 +19,38 @@ __all__ = ["send", "recv", "sendrecv", "nsegments", "split", "partition"]
 TAG = 7117
 
 
+def _host(a) -> bool:
+    return type(a) is np.ndarray
+
+
 def send(comm: MPI.Comm, a: np.ndarray, dest: int) -> None:
     TRAFFIC.add(a.nbytes)
-    comm.Send([a, MPI.BYTE], dest, TAG)
+    if _host(a):
+        comm.Send([a, MPI.BYTE], dest, TAG)
+    else:  # a device array: directly (CUDA-aware MPI) or staged through pinned memory
+        comm.Send([_device.to_mpi(a, "send"), MPI.BYTE], dest, TAG)
 
 
 def recv(comm: MPI.Comm, a: np.ndarray, source: int) -> None:
-    comm.Recv([a, MPI.BYTE], source, TAG)
+    if _host(a):
+        comm.Recv([a, MPI.BYTE], source, TAG)
+        return
+    target = _device.from_mpi(a, "recv")
+    comm.Recv([target, MPI.BYTE], source, TAG)
+    _device.landed(a, target)
 
 
 def sendrecv(comm: MPI.Comm, a: np.ndarray, dest: int, b: np.ndarray, source: int) -> None:
     """Send ``a`` to ``dest`` while receiving ``b`` from ``source``."""
     TRAFFIC.add(a.nbytes)
-    comm.Sendrecv([a, MPI.BYTE], dest, TAG, [b, MPI.BYTE], source, TAG)
+    if _host(a) and _host(b):
+        comm.Sendrecv([a, MPI.BYTE], dest, TAG, [b, MPI.BYTE], source, TAG)
+        return
+    target = b if _host(b) else _device.from_mpi(b, "recv")
+    comm.Sendrecv([a if _host(a) else _device.to_mpi(a, "send"), MPI.BYTE], dest, TAG,
+                  [target, MPI.BYTE], source, TAG)
+    if not _host(b):
+        _device.landed(b, target)
 
 
 def nsegments(longest: int, itemsize: int, segment_bytes: int) -> int:

@@ -19,3 +19,26 @@ def comm(request):
     yield c
     if request.param == "split":
         c.Free()  # also frees the library's private duplicate (an attribute of c)
+
+
+def _cupy_or_skip():
+    """CuPy with a usable GPU, or skip with the reason (the CuPy cases of every test body)."""
+    try:
+        import cupy
+    except ImportError:
+        pytest.skip("CuPy is not installed (pip install '.[gpu]' on a machine with a GPU)")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("CuPy is installed but no GPU is visible")
+    except Exception as exc:  # no driver, no device
+        pytest.skip(f"CuPy is installed but CUDA is not usable here: {exc}")
+    return cupy
+
+
+@pytest.fixture(params=["numpy", "cupy"])
+def backend(request):
+    """``(to_device, to_host)`` of an array library: one test body over NumPy and CuPy."""
+    if request.param == "numpy":
+        return (lambda a: a), (lambda a: a)
+    cupy = _cupy_or_skip()
+    return cupy.asarray, cupy.asnumpy

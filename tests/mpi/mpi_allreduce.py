@@ -16,7 +16,8 @@ from reference import (DTYPES, OPS, assert_close, assert_identical_everywhere, c
 SMALL = collectives.Options(segment_bytes=24, node_size=2)
 
 
-def _sweep(algorithm, comm, options, dtypes=DTYPES, ops=OPS):
+def _sweep(algorithm, comm, options, backend, dtypes=DTYPES, ops=OPS):
+    to_device, to_host = backend
     checked = 0
     for count in counts_for(comm.size):
         for dtype in dtypes:
@@ -25,24 +26,23 @@ def _sweep(algorithm, comm, options, dtypes=DTYPES, ops=OPS):
                     continue
                 for inplace in (False, True):
                     what = f"{algorithm} p={comm.size} n={count} {dtype} {op} inplace={inplace}"
-                    x = make_input(count, dtype, op, comm.rank)
-                    before = x.copy()
-                    work = x.copy() if inplace else x
-                    y = collectives.allreduce(work, out=work if inplace else None, op=op,
+                    before = make_input(count, dtype, op, comm.rank)
+                    x = to_device(before.copy())
+                    y = collectives.allreduce(x, out=x if inplace else None, op=op,
                                               algorithm=algorithm, comm=comm, options=options)
-                    assert (y is work) == inplace, what
+                    assert (y is x) == inplace and type(y) is type(x), what
                     if not inplace:
-                        assert np.array_equal(x.view(np.uint8), before.view(np.uint8)), \
+                        assert np.array_equal(to_host(x).view(np.uint8), before.view(np.uint8)), \
                             f"{what}: input modified"
-                    assert_close(y, before, op, comm, what)
-                    assert_identical_everywhere(y, comm, what)
+                    assert_close(to_host(y), before, op, comm, what)
+                    assert_identical_everywhere(to_host(y), comm, what)
                     checked += 1
     return checked
 
 
 @pytest.mark.parametrize("algorithm", list(collectives.ALGORITHMS))
-def test_allreduce_sweep(algorithm, comm):
-    assert _sweep(algorithm, comm, SMALL) > 0
+def test_allreduce_sweep(algorithm, comm, backend):
+    assert _sweep(algorithm, comm, SMALL, backend) > 0
 
 
 @pytest.mark.parametrize("algorithm", list(collectives.ALGORITHMS))

@@ -40,7 +40,7 @@ def fold_in(buf: np.ndarray, op: Op, comm: MPI.Comm) -> int:
     if rank % 2 == 0:
         send(comm, buf, rank + 1)
         return -1
-    tmp = scratch("fold", buf.size, buf.dtype)
+    tmp = scratch("fold", buf.size, buf)
     recv(comm, tmp, rank - 1)
     op.combine(tmp, buf, buf)
     return rank // 2

@@ -84,7 +84,7 @@ def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Opti
         recv(lay.node, buf, local % m)
         return
     extras = range(local + m, lay.node.size, m)
-    tmp = scratch("hierarchical", buf.size, buf.dtype)
+    tmp = scratch("hierarchical", buf.size, buf)
     for e in extras:  # 1. fold in this holder's extras, in rank order
         recv(lay.node, tmp, e)
         op.combine(buf, tmp, buf)

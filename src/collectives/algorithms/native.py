@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
+from .. import _device
 from .._context import Context
 from .._mpitypes import native_op, native_type
 from ..ops import Op
@@ -17,6 +18,7 @@ from ..options import Options
 __all__ = ["allreduce"]
 
 
+@_device.staged(0, 1)
 def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
     dtype = native_type(buf.dtype)
     sendbuf = MPI.IN_PLACE if src is buf else [src, dtype]

@@ -35,7 +35,7 @@ def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Opti
 def _halving_doubling(buf: np.ndarray, op: Op, comm: MPI.Comm, newrank: int, pof2: int,
                       rem: int) -> None:
     off = partition(buf.size, pof2)
-    tmp = scratch("rabenseifner", int(off[pof2 // 2]), buf.dtype)  # the largest half
+    tmp = scratch("rabenseifner", int(off[pof2 // 2]), buf)  # the largest half
     steps = []  # (peer, kept range, given range) of each halving step, for the allgather
     lo, hi = 0, pof2
     mask = pof2 >> 1

@@ -29,7 +29,7 @@ def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Opti
 
 
 def _doubling(buf: np.ndarray, op: Op, comm: MPI.Comm, newrank: int, pof2: int, rem: int) -> None:
-    tmp = scratch("recursive_doubling", buf.size, buf.dtype)
+    tmp = scratch("recursive_doubling", buf.size, buf)
     mask = 1
     while mask < pof2:
         partner = newrank ^ mask

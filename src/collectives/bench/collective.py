@@ -17,9 +17,11 @@ from typing import Callable, Sequence, TextIO
 import numpy as np
 from mpi4py import MPI
 
+from .._arrays import xp
 from ..options import Options
 from . import compressed, report
-from .options import DATATYPES, device_error, iterations_for, make_parser, message_sizes
+from .options import (DATATYPES, device_error, iterations_for, make_parser, message_sizes,
+                      to_accelerator, to_host)
 from .results import Record, write_csv, write_json
 from .timing import Stat, time_interleaved
 
@@ -93,11 +95,20 @@ def _names(spec: Spec, chosen: str) -> list[str]:
     return [chosen]
 
 
+def _buffers(spec: Spec, count: int, dtype: np.dtype, comm: MPI.Comm, accelerator: str) -> Buffers:
+    """The benchmark's buffers, on the device for ``-d cuda``."""
+    b = spec.buffers(count, dtype, comm)
+    if accelerator == "cpu":
+        return b
+    x, = to_accelerator(accelerator, b.x)
+    return Buffers(x, x if b.out is b.x else to_accelerator(accelerator, b.out)[0])
+
+
 def _valid(spec: Spec, name: str, count: int, dtype: np.dtype, comm: MPI.Comm,
-           options: Options) -> bool:
-    buf = spec.buffers(count, dtype, comm)
+           options: Options, accelerator: str) -> bool:
+    buf = _buffers(spec, count, dtype, comm, accelerator)
     spec.call(name, buf, comm, options)
-    ok = bool(np.array_equal(buf.out, spec.expected(count, dtype, comm)))
+    ok = bool(np.array_equal(to_host(buf.out), spec.expected(count, dtype, comm)))
     return bool(comm.allreduce(int(ok), op=MPI.MIN))
 
 
@@ -167,14 +178,15 @@ def run(spec: Spec, argv: Sequence[str] | None = None, comm: MPI.Comm | None = N
         if count == 0:
             continue
         iters, warmup = iterations_for(size, args)
-        buf = spec.buffers(count, dtype, comm)
+        buf = _buffers(spec, count, dtype, comm, args.accelerator)
         calls = {n: (lambda n=n: spec.call(n, buf, comm, options)) for n in names}
         calls.update({label: (lambda f=f: f(buf.x, buf.out)) for label, f in squeezed.items()})
         if args.memcpy:
-            src, dst = buf.x.view(np.uint8), np.empty(buf.x.nbytes, np.uint8)
-            calls["memcpy"] = lambda: np.copyto(dst, src)
+            src = buf.x.reshape(-1).view(np.uint8)
+            dst = src.copy()
+            calls["memcpy"] = lambda: xp(src).copyto(dst, src)
         stats = time_interleaved(calls, iters, warmup, comm)
-        valid = ({n: _valid(spec, n, count, dtype, comm, options) for n in names}
+        valid = ({n: _valid(spec, n, count, dtype, comm, options, args.accelerator) for n in names}
                  if args.validation else None)
         nbytes = count * dtype.itemsize
         sent = {}
@@ -183,7 +195,7 @@ def run(spec: Spec, argv: Sequence[str] | None = None, comm: MPI.Comm | None = N
             sent.update({n: 2 * nbytes * (p - 1) / p for n in names if not sent[n]})
             for n in squeezed if valid is not None else ():
                 calls[n]()
-                valid[n] = compressed.identical_everywhere(buf.out, comm)
+                valid[n] = compressed.identical_everywhere(to_host(buf.out), comm)
         bus = {n: report.busbw_gbs(spec.collective if n != "memcpy" else "memcpy",
                                    spec.bus_bytes(nbytes, p), stats[n].avg * 1e-6, p)
                for n in stats}

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["DATATYPES", "Datatype", "LARGE_MESSAGE_SIZE", "Iterations", "make_parser",
-           "parse_range", "parse_sizes", "message_sizes", "iterations_for", "device_error"]
+           "parse_range", "parse_sizes", "message_sizes", "iterations_for", "device_error",
+           "to_accelerator", "to_host"]
 
 #: Above this many bytes the "large" iteration counts apply (OSU's ``LARGE_MESSAGE_SIZE``).
 LARGE_MESSAGE_SIZE = 8192
@@ -166,7 +167,20 @@ def device_error(accelerator: str) -> str | None:
     if accelerator == "cpu":
         return None
     if importlib.util.find_spec("cupy") is None:
-        return ("-d cuda: CuPy is not installed; CUDA buffers (CuPy arrays) are not supported "
-                "yet and will come with CuPy support. Run with -d cpu (the default).")
-    return ("-d cuda: CuPy is installed, but the collectives take NumPy arrays only for now; "
-            "CUDA buffers will come with CuPy support. Run with -d cpu (the default).")
+        return ("-d cuda: CuPy is not installed (pip install '.[gpu]' on a machine with a GPU). "
+                "Run with -d cpu (the default).")
+    return None
+
+
+def to_accelerator(accelerator: str, *arrays):
+    """The benchmark's buffers where ``-d`` puts them: NumPy as they are, or CuPy copies."""
+    if accelerator == "cpu":
+        return arrays
+    import cupy
+
+    return tuple(cupy.asarray(a) for a in arrays)
+
+
+def to_host(a):
+    """A NumPy view or copy of a benchmark buffer (for validation)."""
+    return a if isinstance(a, np.ndarray) else a.get()

@@ -36,7 +36,9 @@ def run_pt2pt(prog: str, title: str, column: str, measure: Measure, defaults: It
     out = sys.stdout if out is None else out
     args = make_parser(prog, f"{title} (OSU-compatible output).", default_min=0,
                        default_max=1 << 22, collective=False).parse_args(argv)
-    problem = device_error(args.accelerator)
+    problem = device_error(args.accelerator) or (
+        "-d cuda: the point-to-point benchmarks use host buffers only (OSU's own osu_latency "
+        "-d cuda measures device-to-device MPI)" if args.accelerator != "cpu" else None)
     if problem:
         raise SystemExit(f"{prog}: {problem}")
     if comm.size < 2:

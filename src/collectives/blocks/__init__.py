@@ -29,7 +29,7 @@ __all__ = ["REDUCE_SCATTER", "ALLGATHER", "BCAST", "REDUCE"]
 
 def _ring_reduce_scatter(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], op: Op,
                          ctx: Context, opts: Options) -> None:
-    work = scratch("blocks.reduce_scatter", src.size, src.dtype)
+    work = scratch("blocks.reduce_scatter", src.size, src)
     copy_into(src, work)  # the ring overwrites its input with partial results
     ring.reduce_scatter(work, offsets, op, ctx.comm, opts.segment_bytes)
     r = ctx.comm.rank
@@ -49,7 +49,7 @@ def _binomial_bcast(buf: np.ndarray, root: int, ctx: Context, opts: Options) -> 
 
 def _binomial_reduce(src: np.ndarray, out: np.ndarray | None, op: Op, root: int, ctx: Context,
                      opts: Options) -> None:
-    acc = out if out is not None else scratch("blocks.reduce", src.size, src.dtype)
+    acc = out if out is not None else scratch("blocks.reduce", src.size, src)
     copy_into(src, acc)
     binomial.reduce(acc, op, root, ctx.comm, opts.segment_bytes)
 

@@ -54,7 +54,7 @@ def reduce(acc: np.ndarray, op: Op, root: int, comm: MPI.Comm, segment_bytes: in
     """Reduce ``acc`` over ``comm`` into ``acc`` on ``root``; other ranks' ``acc`` is clobbered."""
     parent, children = _topology(comm, root)
     nseg = nsegments(acc.size, acc.itemsize, segment_bytes)
-    tmp = scratch("binomial.reduce", -(-acc.size // nseg), acc.dtype)
+    tmp = scratch("binomial.reduce", -(-acc.size // nseg), acc)
     for seg in split(0, acc.size, nseg):
         part = acc[seg]
         for child in children:  # smallest subtree first: rank order

@@ -11,6 +11,7 @@ from typing import Sequence
 import numpy as np
 from mpi4py import MPI
 
+from .. import _device
 from .._context import Context
 from .._mpitypes import native_op, native_type
 from ..ops import Op
@@ -19,6 +20,7 @@ from ..options import Options
 __all__ = ["reduce_scatter", "allgather", "bcast", "reduce"]
 
 
+@_device.staged(0, 1)
 def reduce_scatter(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], op: Op, ctx: Context,
                    opts: Options) -> None:
     dtype = native_type(src.dtype)
@@ -26,6 +28,7 @@ def reduce_scatter(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], op:
     ctx.comm.Reduce_scatter([src, dtype], [out, dtype], counts, native_op(op, src.dtype))
 
 
+@_device.staged(0, 1)
 def allgather(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], ctx: Context,
               opts: Options) -> None:
     size = out.itemsize
@@ -34,10 +37,12 @@ def allgather(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], ctx: Con
     ctx.comm.Allgatherv([src, MPI.BYTE], [out, (counts, displs), MPI.BYTE])
 
 
+@_device.staged(0)
 def bcast(buf: np.ndarray, root: int, ctx: Context, opts: Options) -> None:
     ctx.comm.Bcast([buf, MPI.BYTE], root)
 
 
+@_device.staged(0, 1)
 def reduce(src: np.ndarray, out: np.ndarray | None, op: Op, root: int, ctx: Context,
            opts: Options) -> None:
     dtype = native_type(src.dtype)

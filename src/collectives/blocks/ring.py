@@ -42,7 +42,7 @@ def reduce_scatter(buf: np.ndarray, offsets: Sequence[int], op: Op, comm: MPI.Co
     right, left = (r + 1) % p, (r - 1) % p
     longest = max(b - a for a, b in zip(offsets[:-1], offsets[1:]))
     nseg = nsegments(longest, buf.itemsize, segment_bytes)
-    tmp = scratch("ring.reduce_scatter", -(-longest // nseg), buf.dtype)
+    tmp = scratch("ring.reduce_scatter", -(-longest // nseg), buf)
     for step in range(p - 1):
         send_block, recv_block = (r - 1 - step) % p, (r - 2 - step) % p
         send_segs = split(offsets[send_block], offsets[send_block + 1], nseg)

@@ -52,7 +52,8 @@ def compressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None = 
     Returns
     -------
     numpy.ndarray
-        ``out``: bitwise identical on every rank.
+        ``out``: bitwise identical on every rank. CuPy input gives CuPy output; the codecs then
+        run on a host copy (their kernels are CPU kernels for now).
     """
     comm, opts, validate = _setup(comm, options, validate)
 
@@ -82,6 +83,14 @@ def compressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None = 
         return (a, fn, res), sig
 
     a, fn, res = checked("compressed_allreduce", comm, validate, check)
+    if type(a) is not np.ndarray:
+        # CuPy input: the codecs' kernels are CPU (Numba) kernels for now, so the compressed
+        # allreduce runs on a host copy and the result goes back to the device.
+        host = compressed_allreduce(a.get(), codec, op=op, strategy=strategy, comm=comm, key=key,
+                                    step=step, algorithm=algorithm, validate=False,
+                                    options=opts)
+        res.set(host)
+        return res
     src = flat(a)
     dst = src if res is a else flat(res)
     plan = Plan(codec, key, int(step), op == "avg", comm.size, a.shape)
