@@ -9,27 +9,14 @@ way the error message names the test and shows each failing rank's traceback.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+from collectives.launch import mpiexec_command
+
 HERE = Path(__file__).resolve().parent
-
-
-def mpiexec() -> list[str]:
-    """The mpiexec command: ``$COLLECTIVES_MPIEXEC``, else the one beside this Python, else PATH."""
-    chosen = os.environ.get("COLLECTIVES_MPIEXEC")
-    if not chosen:
-        local = Path(sys.executable).parent / "mpiexec"
-        chosen = str(local) if local.exists() else shutil.which("mpiexec")
-    if not chosen:
-        raise RuntimeError("no mpiexec found: install the 'mpich' package or set COLLECTIVES_MPIEXEC")
-    version = subprocess.run([chosen, "--version"], capture_output=True, text=True).stdout
-    if "Open MPI" in version or "OpenRTE" in version:  # allow more ranks than cores
-        return [chosen, "--oversubscribe"]
-    return [chosen]
 
 
 def _tail(path: Path, lines: int = 60) -> str:
@@ -40,7 +27,7 @@ def _tail(path: Path, lines: int = 60) -> str:
 
 def run_suite(nprocs: int, logdir: Path, timeout: float, *pytest_args: str) -> None:
     """Run the multi-rank suite on ``nprocs`` ranks; raise AssertionError on failure or hang."""
-    cmd = [*mpiexec(), "-n", str(nprocs), sys.executable, str(HERE / "mpi" / "runner.py"),
+    cmd = [*mpiexec_command(), "-n", str(nprocs), sys.executable, str(HERE / "mpi" / "runner.py"),
            str(logdir), *pytest_args]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")

@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,7 +34,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
-__all__ = ["DEFAULT_SIZES", "main", "pick", "tune_world", "mpiexec_command"]
+from .launch import mpiexec_command
+
+__all__ = ["DEFAULT_SIZES", "main", "pick", "tune_world"]
 
 DEFAULT_SIZES = [8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 ROUNDS = 2
@@ -102,16 +103,11 @@ def tune_world(sizes: Sequence[int], quick: bool = False, verbose: bool = True,
     return {"rules": tuning.make_rules(winners), "measured_us": measured, "model": model}
 
 
-def mpiexec_command() -> list[str]:
-    """``$COLLECTIVES_MPIEXEC``, else the ``mpiexec`` beside this Python, else the one on PATH."""
-    found = os.environ.get("COLLECTIVES_MPIEXEC") or next(
-        (str(c) for c in [Path(sys.executable).with_name("mpiexec")] if c.exists()),
-        shutil.which("mpiexec"))
-    if not found:
-        raise SystemExit("collectives-tune: no mpiexec found (install the 'mpich' package or "
-                         "set COLLECTIVES_MPIEXEC)")
-    banner = subprocess.run([found, "--version"], capture_output=True, text=True).stdout
-    return [found, "--oversubscribe"] if "Open MPI" in banner else [found]
+def _mpiexec() -> list[str]:
+    try:
+        return mpiexec_command()
+    except FileNotFoundError as exc:
+        raise SystemExit(f"collectives-tune: {exc}") from None
 
 
 def _meta() -> dict:
@@ -144,7 +140,7 @@ def _launch(args: argparse.Namespace, argv: Sequence[str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for p in args.ranks:
             partial = Path(tmp) / f"p{p}.json"
-            cmd = [*mpiexec_command(), "-n", str(p), sys.executable, "-m", "collectives.tune",
+            cmd = [*_mpiexec(), "-n", str(p), sys.executable, "-m", "collectives.tune",
                    "--worker", "--partial", str(partial), *argv]
             print(f"# {' '.join(cmd[:3])} ... ({p} ranks)", flush=True)
             subprocess.run(cmd, check=True, timeout=args.timeout)
