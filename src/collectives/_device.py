@@ -141,8 +141,12 @@ def staged(*positions: int) -> Callable:
     def wrap(fn: Callable) -> Callable:
         @wraps(fn)
         def call(*args, **kwargs):
-            device = [i for i in positions if args[i] is not None
-                      and type(args[i]) is not np.ndarray and is_device(args[i])]
+            for i in positions:  # the NumPy fast path: no list, no import
+                if args[i] is not None and type(args[i]) is not np.ndarray:
+                    break
+            else:
+                return fn(*args, **kwargs)
+            device = [i for i in positions if args[i] is not None and is_device(args[i])]
             if not device:
                 return fn(*args, **kwargs)
             synchronize()

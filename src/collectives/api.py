@@ -106,7 +106,7 @@ def allreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum
         fn = _pick(ALGORITHMS, algorithm, "algorithm")
         _pick(FLAT, opts.inter_algorithm, "inter_algorithm")
         res = new_like(a) if out is None else check_out(out, a)
-        sig = {"count": a.size, "dtype": str(a.dtype), "op": the_op.name, "algorithm": algorithm}
+        sig = {"count": a.size, "dtype": a.dtype, "op": the_op.name, "algorithm": algorithm}
         return (a, the_op, fn, res), sig
 
     a, the_op, fn, res = checked("allreduce", comm, validate, check)
@@ -139,7 +139,7 @@ def reduce_scatter(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike =
         offsets = _offsets(counts, a.size, comm.size)
         n = int(offsets[comm.rank + 1] - offsets[comm.rank])
         res = new_like(a, (n,)) if out is None else check_out(out, a, (n,))
-        sig = {"count": a.size, "dtype": str(a.dtype), "op": the_op.name,
+        sig = {"count": a.size, "dtype": a.dtype, "op": the_op.name,
                "algorithm": algorithm, "counts": tuple(np.diff(offsets).tolist())}
         return (a, the_op, fn, offsets, res), sig
 
@@ -174,7 +174,7 @@ def allgather(x: np.ndarray, *, out: np.ndarray | None = None,
                              f" but x has {a.size} elements")
         total = int(offsets[-1])
         res = new_like(a, (total,)) if out is None else check_out(out, a, (total,))
-        sig = {"dtype": str(a.dtype), "algorithm": algorithm,
+        sig = {"dtype": a.dtype, "algorithm": algorithm,
                "counts": tuple(np.diff(offsets).tolist())}
         return (a, fn, offsets, res), sig
 
@@ -201,7 +201,7 @@ def bcast(x: np.ndarray, *, root: int = 0, algorithm: str = "binomial",
         fn = _pick(BCAST, algorithm, "algorithm")
         if not a.flags.writeable:
             raise ValueError("x is read-only; bcast writes into it on every rank but the root")
-        sig = {"count": a.size, "dtype": str(a.dtype), "root": r, "algorithm": algorithm}
+        sig = {"count": a.size, "dtype": a.dtype, "root": r, "algorithm": algorithm}
         return (a, r, fn), sig
 
     a, r, fn = checked("bcast", comm, validate, check)
@@ -228,7 +228,7 @@ def reduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum", 
         res = None
         if comm.rank == r:
             res = new_like(a) if out is None else check_out(out, a)
-        sig = {"count": a.size, "dtype": str(a.dtype), "op": the_op.name, "root": r,
+        sig = {"count": a.size, "dtype": a.dtype, "op": the_op.name, "root": r,
                "algorithm": algorithm}
         return (a, the_op, r, fn, res), sig
 

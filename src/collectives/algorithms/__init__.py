@@ -25,6 +25,9 @@ FLAT: dict[str, Algorithm] = {
     "native": native.allreduce,
 }
 
+# The same table object, not a copy: replacing an entry here (tests do) changes it there too.
+auto.FLAT = hierarchical.FLAT = FLAT
+
 #: Every allreduce algorithm by name (``algorithm=`` of :func:`collectives.allreduce`).
 ALGORITHMS: dict[str, Algorithm] = {
     **FLAT,

@@ -79,8 +79,11 @@ def comm_rules(ctx: Context) -> tuning.Rules | None:
     return ctx.cached(_RULES_KEY, _agree)
 
 
-def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
-    from . import FLAT  # the table imports this module; a cached import is a dict lookup
+#: The flat algorithms by name, filled in by ``algorithms/__init__.py`` (which imports this
+#: module, so it cannot be imported here); a module global keeps the per-call path short.
+FLAT: dict = {}  # set to algorithms.FLAT itself by the package
 
+
+def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
     rules = ctx.cached(_RULES_KEY, _agree)  # comm_rules, inlined: this is the per-call path
     FLAT[choose(buf.nbytes, buf.size, ctx.comm.size, rules)](src, buf, op, ctx, opts)

@@ -70,10 +70,12 @@ def layout(comm: MPI.Comm, node_size: int | None) -> Layout:
     return Layout(node, m, holders, Context(cross, dup=False) if local < m else None)
 
 
-def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
-    # Imported here: the flat-algorithm table imports this module.
-    from . import FLAT
+#: The flat algorithms by name, filled in by ``algorithms/__init__.py`` (which imports this
+#: module); "hierarchical" runs one of them across nodes.
+FLAT: dict = {}  # set to algorithms.FLAT itself by the package
 
+
+def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
     lay = ctx.cached(("hierarchical", opts.node_size),
                      lambda comm: layout(comm, opts.node_size))
     copy_into(src, buf)

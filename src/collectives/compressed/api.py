@@ -78,7 +78,7 @@ def compressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None = 
         if problem:
             raise ValueError(problem)
         res = new_like(a) if out is None else check_out(out, a)
-        sig = {"count": a.size, "dtype": str(a.dtype), "codec": base.name, "op": op,
+        sig = {"count": a.size, "dtype": a.dtype, "codec": base.name, "op": op,
                "strategy": name, "step": int(step)}
         return (a, fn, res), sig
 
