@@ -49,6 +49,7 @@ def reference(name, codec, x, payload):
     simple = {
         "none": naive.ref_none, "fp16": naive.ref_fp16, "bf16": naive.ref_bf16, "topk": naive.ref_topk,
         "threshold": naive.ref_threshold, "signsgd": naive.ref_signsgd, "natural": naive.ref_natural,
+        "randomk": naive.ref_randomk, "efsignsgd": naive.ref_efsignsgd, "onebit": naive.ref_onebit,
     }
     from compress._header import read_header
 

@@ -141,3 +141,37 @@ def ref_powersgd(x, q0):
     m = m.astype(np.float64)
     p_hat = np.linalg.qr(m @ q0)[0]
     return (p_hat @ (m.T @ p_hat).T).reshape(x.shape)
+
+
+_M64 = (1 << 64) - 1
+
+
+def _splitmix64(z):
+    z = (z + 0x9E3779B97F4A7C15) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def _uniform_below(stream, counter, bound):
+    h = _splitmix64(stream ^ _splitmix64(counter))
+    r = int(float(h >> 11) * (1.0 / 9007199254740992.0) * bound)
+    return min(r, bound - 1)
+
+
+def ref_randomk_indices(n, k, stream):
+    """Floyd's algorithm (1987) in plain Python: k distinct indices of range(n), sorted."""
+    chosen = set()
+    for j in range(n - k, n):
+        t = _uniform_below(stream, j, j + 1)
+        chosen.add(j if t in chosen else t)
+    return np.array(sorted(chosen), dtype=np.int64)
+
+
+def ref_randomk(x, p):
+    flat = x.reshape(-1)
+    idx = ref_randomk_indices(flat.size, p["nnz"], p["stream"])
+    work = np.dtype(np.float32) if x.dtype == np.float16 else x.dtype
+    out = np.zeros(flat.size, dtype=work)
+    out[idx] = flat[idx].astype(work) * work.type(p["scale"])
+    return out.astype(x.dtype).reshape(x.shape)

@@ -21,6 +21,7 @@ EXACT = {
     "efsignsgd": ({}, naive.ref_efsignsgd),
     "onebit": ({}, naive.ref_onebit),
     "natural": ({"seed": 1}, naive.ref_natural),
+    "randomk": ({"ratio": 0.05, "seed": 3, "unbiased_scaling": True}, naive.ref_randomk),
 }
 
 
