@@ -91,32 +91,44 @@ class Codec:
             raise ValueError(f"step must be >= 0, got {step}")
         return self._encode(x, key, int(step), out)
 
-    def decode(self, payload) -> np.ndarray:
+    def decode(self, payload, *, count: int | None = None) -> np.ndarray:
         """Decompress a payload of this codec into a new dense array.
+
+        Parameters
+        ----------
+        count : int, optional
+            The number of elements the caller expects. A payload from elsewhere (another rank)
+            whose header claims a different count is rejected before anything is allocated, so
+            a hostile header cannot make the decoder allocate up to ``MAX_COUNT`` elements.
 
         Raises
         ------
         ValueError
             If the payload is truncated, padded, corrupted, from another codec or otherwise
-            malformed. Validation finishes before any index is used to write.
+            malformed, or holds other than ``count`` elements. Validation finishes before any
+            index is used to write.
         """
-        hdr, body = self._parse(payload)
+        hdr, body = self._parse(payload, count)
         return self._decode(hdr, body).reshape(hdr.shape)
 
-    def sparse_parts(self, payload) -> tuple[np.ndarray, np.ndarray]:
+    def sparse_parts(self, payload, *, count: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """For ``sparse`` codecs: the payload as (strictly increasing int64 flat indices, values).
 
-        Validated like :meth:`decode` (every index in range and in order) before anything is
-        returned, so a sparse allreduce can merge the lists without decoding to dense.
+        Validated like :meth:`decode` (every index in range and in order, and ``count`` checked
+        if given) before anything is returned, so a sparse allreduce can merge the lists
+        without decoding to dense.
         """
         if not self.sparse:
             raise TypeError(f"codec {self.name!r} is not sparse")
-        return self._sparse_parts(*self._parse(payload))
+        return self._sparse_parts(*self._parse(payload, count))
 
-    def _parse(self, payload) -> tuple[Header, dict[str, np.ndarray]]:
-        """Validate the header, the parameters and the exact length; return the body sections."""
+    def _parse(self, payload, count: int | None = None) -> tuple[Header, dict[str, np.ndarray]]:
+        """Validate the header, the parameters, the element count (if expected) and the exact
+        length; return the body sections."""
         buf = as_payload(payload)
         hdr = read_header(buf, self.codec_id, self.PARAMS)
+        if count is not None and hdr.count != count:
+            raise ValueError(f"payload holds {hdr.count} elements, expected {count}")
         self._check_params(hdr)
         sections = self._sections(hdr.count, hdr.dtype, hdr.params)
         expected = hdr.nbytes + body_nbytes(sections)

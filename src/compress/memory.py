@@ -105,9 +105,9 @@ class ErrorFeedback:
         st.error = corrected - np.asarray(estimate).reshape(corrected.shape).astype(corrected.dtype)
         st.steps += 1
 
-    def decode(self, payload) -> np.ndarray:
+    def decode(self, payload, *, count: int | None = None) -> np.ndarray:
         """Decode with the wrapped codec."""
-        return self.codec.decode(payload)
+        return self.codec.decode(payload, count=count)
 
     def residual(self, key=None) -> np.ndarray | None:
         """The current residual of ``key`` (None before its first encode)."""
@@ -171,9 +171,9 @@ class DGCMemory:
         st.u[sent] = 0
         return payload
 
-    def decode(self, payload) -> np.ndarray:
+    def decode(self, payload, *, count: int | None = None) -> np.ndarray:
         """Decode with the wrapped codec."""
-        return self.codec.decode(payload)
+        return self.codec.decode(payload, count=count)
 
     def reset(self, key=None) -> None:
         """Drop the state of ``key``, or of all keys when ``key`` is None."""

@@ -139,3 +139,21 @@ def test_encode_into_a_reused_buffer(name):
     np.testing.assert_array_equal(out, fresh)
     with pytest.raises(ValueError, match="exactly"):
         compress.get(name, **params).encode(x, out=np.empty(out.size + 1, np.uint8))
+
+
+def test_decode_with_expected_count_rejects_other_counts_before_allocating():
+    """A header claiming a huge count is refused when the caller says what it expects."""
+    import struct
+
+    codec = compress.get("topk", ratio=0.1)
+    x = sample(100, np.dtype(np.float32), seed=1)
+    payload = codec.encode(x)
+    assert codec.decode(payload, count=100).shape == (100,)
+    hostile = payload.copy()
+    struct.pack_into("<QQ", hostile, 8, 1 << 39, 1 << 39)  # count and shape: 2**39 elements
+    with pytest.raises(ValueError, match="expected 100"):
+        codec.decode(hostile, count=100)
+    with pytest.raises(ValueError, match="expected 100"):
+        codec.sparse_parts(hostile, count=100)
+    with pytest.raises(ValueError, match="expected 99"):
+        compress.ErrorFeedback(codec).decode(payload, count=99)

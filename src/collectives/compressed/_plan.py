@@ -52,8 +52,10 @@ class Plan:
     def subkey(self, part: int | None) -> Any:
         return self.key if part is None else f"{self.key}#chunk{part}"
 
-    def decode(self, payload: np.ndarray) -> np.ndarray:
-        return self.base.decode(payload).reshape(-1)
+    def decode(self, payload: np.ndarray, count: int) -> np.ndarray:
+        """Dense flat contents of a payload that must hold ``count`` elements (payloads come
+        from other ranks: a wrong count is rejected before the decoder allocates anything)."""
+        return self.base.decode(payload, count=count).reshape(-1)
 
     def finish(self, acc: np.ndarray, count: int, out: np.ndarray) -> None:
         """Turn a rank-order sum of ``count`` contributions into the result, written to ``out``."""

@@ -26,4 +26,4 @@ def allreduce(x: np.ndarray, out: np.ndarray, plan: Plan, ctx: Context, opts: Op
               algorithm: str) -> None:
     payload = plan.encode(x)
     payloads = allgatherv(payload, ctx.comm)
-    plan.aggregate_into([plan.decode(pl) for pl in payloads], out)
+    plan.aggregate_into([plan.decode(pl, x.size) for pl in payloads], out)

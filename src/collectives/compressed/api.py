@@ -97,7 +97,7 @@ def compressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None = 
     if a.size == 0:
         return res
     if comm.size == 1:  # still compress: a single rank gets what the codec makes of its input
-        plan.aggregate_into([plan.decode(plan.encode(a))], dst)
+        plan.aggregate_into([plan.decode(plan.encode(a), a.size)], dst)
         return res
     fn(src, dst, plan, context(comm), opts, algorithm)
     return res

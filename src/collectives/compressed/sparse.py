@@ -39,9 +39,9 @@ def _local(x: np.ndarray, plan: Plan) -> SparseVec:
     """This rank's contribution as a sorted sparse list, from its payload."""
     payload = plan.encode(x)
     if plan.base.sparse:  # (index, value) lists straight from the payload, validated
-        idx, vals = plan.base.sparse_parts(payload)
+        idx, vals = plan.base.sparse_parts(payload, count=x.size)
     else:  # any other codec: decode, keep the nonzeros
-        dense = plan.decode(payload)
+        dense = plan.decode(payload, x.size)
         idx = np.flatnonzero(dense)
         vals = dense[idx]
     return SparseVec(0, x.size, _acc(x), idx, vals.astype(_acc(x))).balanced()

@@ -55,7 +55,7 @@ def _server_encode(plan: Plan, agg: np.ndarray, part: int, ctx: Context) -> np.n
                          f"-ish to {agg.size * ctx.comm.size}-ish elements; use one key per tensor")
     compensated = agg if error is None else agg + error
     payload = base.encode(compensated, key=subkey, step=plan.step)
-    residuals[slot] = compensated - base.decode(payload).reshape(-1)
+    residuals[slot] = compensated - base.decode(payload, count=agg.size).reshape(-1)
     return payload
 
 
@@ -66,10 +66,10 @@ def allreduce(x: np.ndarray, out: np.ndarray, plan: Plan, ctx: Context, opts: Op
     bounds = partition(x.size, p)
     # phase 1: chunk i goes, compressed, to its server, rank i
     mine = alltoallv([plan.encode(x[bounds[i]:bounds[i + 1]], part=i) for i in range(p)], comm)
-    decoded = [plan.decode(payload) for payload in mine]
+    decoded = [plan.decode(payload, bounds[r + 1] - bounds[r]) for payload in mine]
     agg = np.empty(bounds[r + 1] - bounds[r], dtype=x.dtype)
     plan.aggregate_into(decoded, agg)
     reply = _server_encode(plan, agg, r, ctx)
     # phase 2: every server's compressed chunk to everyone
     for i, payload in enumerate(allgatherv(reply, comm)):
-        out[bounds[i]:bounds[i + 1]] = plan.decode(payload)
+        out[bounds[i]:bounds[i + 1]] = plan.decode(payload, bounds[i + 1] - bounds[i])
