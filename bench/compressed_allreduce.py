@@ -19,18 +19,10 @@ import numpy as np
 from mpi4py import MPI
 
 import collectives
-import compress
+from collectives.bench.compressed import make_codec
 from collectives.compressed.strategies import choose
 
 DEFAULT_CODECS = ["topk:ratio=0.01", "efsignsgd", "qsgd:levels=7"]
-
-
-def _codec(spec: str, rank: int):
-    name, params = compress.parse_spec(spec)
-    if compress.CODECS[name].randomness == "private":
-        params.setdefault("seed", 1000 + rank)  # independent noise on every rank
-    codec = compress.get(name, **params)
-    return compress.ErrorFeedback(codec) if codec.needs_error_feedback else codec
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -48,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     x = np.random.default_rng(rank).standard_normal(n).astype(np.float32)
     out = np.empty_like(x)
     configs: dict[str, object] = {"dense native": None, "dense ring": None}
-    codecs = {spec: _codec(spec, rank) for spec in args.codecs or DEFAULT_CODECS}
+    codecs = {spec: make_codec(spec, rank) for spec in args.codecs or DEFAULT_CODECS}
     for spec, codec in codecs.items():
         strategy = choose(getattr(codec, "codec", codec)) if args.strategy == "auto" \
             else args.strategy

@@ -23,10 +23,11 @@ import compress
 from ..compressed import compressed_allreduce
 from ..traffic import TRAFFIC
 
-__all__ = ["codec_calls", "bytes_per_call", "identical_everywhere"]
+__all__ = ["make_codec", "codec_calls", "bytes_per_call", "identical_everywhere"]
 
 
-def _codec(spec: str, rank: int):
+def make_codec(spec: str, rank: int):
+    """The codec a spec names for ``rank``: private seeds per rank, error feedback if needed."""
     name, params = compress.parse_spec(spec)
     if name in compress.CODECS and compress.CODECS[name].randomness == "private":
         params.setdefault("seed", 1000 + rank)  # independent noise on every rank
@@ -40,7 +41,7 @@ def codec_calls(specs: list[str], strategy: str,
     calls = {}
     for spec in specs:
         try:
-            codec = _codec(spec, comm.rank)
+            codec = make_codec(spec, comm.rank)
         except (ValueError, TypeError) as exc:
             raise SystemExit(f"osu_allreduce: --codec {spec}: {exc}") from None
         steps = iter(range(1 << 62))
