@@ -13,40 +13,55 @@ from numba import njit
 
 from . import NJIT
 
-__all__ = ["f32_to_f16_bits", "f32_to_bf16_bits", "bf16_bits_to_f32", "table_lookup"]
+__all__ = ["to_f16_word", "to_bf16_word", "f32_to_f16_bits", "f32_to_bf16_bits", "bf16_bits_to_f32",
+           "table_lookup"]
+
+
+@njit(**NJIT)
+def to_f16_word(f, mbits, bias):
+    """Binary16 word nearest to the float whose bits are ``f`` (int64; ``mbits`` mantissa bits and
+    exponent ``bias``: 23/127 for float32, 52/1023 for float64), ties to even."""
+    ebits = 8 if mbits == 23 else 11
+    sign = (f >> (mbits + ebits - 15)) & 0x8000
+    a = f & (np.int64(0x7FFFFFFFFFFFFFFF) >> (63 - mbits - ebits))
+    drop = mbits - 10
+    # normal half: rebias the exponent, round to nearest even, drop the extra mantissa bits
+    normal = (a - (np.int64(bias - 15) << mbits) + ((np.int64(1) << (drop - 1)) - 1)
+              + ((a >> drop) & 1)) >> drop
+    # subnormal half: value * 2**24 = significand >> (bias + mbits - 24 - e), rounded to nearest even
+    e = a >> mbits
+    m = (a & ((np.int64(1) << mbits) - 1)) | (np.int64(1) << mbits)
+    shift = min(bias + mbits - 24 - e, 62)
+    q = m >> shift
+    rem = m & ((np.int64(1) << shift) - 1)
+    half = np.int64(1) << (shift - 1)
+    q += np.int64(rem > half) | (np.int64(rem == half) & (q & 1))
+    o = normal if a >= (np.int64(bias - 14) << mbits) else q
+    big = 0x7E00 if a > (np.int64(2 * bias + 1) << mbits) else 0x7C00
+    o = big if a >= (np.int64(bias + 16) << mbits) else o
+    return o | sign
 
 
 @njit(**NJIT)
 def f32_to_f16_bits(src, dst):
     """Round float32 words ``src`` (uint32 view) to binary16 words ``dst`` (uint16)."""
     for i in range(src.size):
-        f = np.int64(src[i])
-        sign = (f >> 16) & 0x8000
-        a = f & 0x7FFFFFFF
-        # normal half: rebias exponent (-112 << 23), round to nearest even, drop 13 mantissa bits
-        normal = (a - (112 << 23) + 0xFFF + ((a >> 13) & 1)) >> 13
-        # subnormal half: value * 2**24 = significand >> (126 - e), rounded to nearest even
-        e = a >> 23
-        m = (a & 0x7FFFFF) | 0x800000
-        shift = min(126 - e, 31)
-        q = m >> shift
-        rem = m & ((np.int64(1) << shift) - 1)
-        half = np.int64(1) << (shift - 1)
-        q += np.int64(rem > half) | (np.int64(rem == half) & (q & 1))
-        o = normal if a >= (113 << 23) else q
-        big = 0x7E00 if a > 0x7F800000 else 0x7C00
-        o = big if a >= (143 << 23) else o
-        dst[i] = o | sign
+        dst[i] = to_f16_word(np.int64(src[i]), 23, 127)
+
+
+@njit(**NJIT)
+def to_bf16_word(f):
+    """Bfloat16 word of the float32 whose bits are ``f`` (int64): nearest even, NaN stays quiet."""
+    rounded = (f + 0x7FFF + ((f >> 16) & 1)) >> 16
+    nan = (f >> 16) | 0x40
+    return nan if (f & 0x7FFFFFFF) > 0x7F800000 else rounded
 
 
 @njit(**NJIT)
 def f32_to_bf16_bits(src, dst):
     """Round float32 words ``src`` (uint32 view) to bfloat16 words ``dst`` (uint16)."""
     for i in range(src.size):
-        f = np.int64(src[i])
-        rounded = (f + 0x7FFF + ((f >> 16) & 1)) >> 16
-        nan = (f >> 16) | 0x40
-        dst[i] = nan if (f & 0x7FFFFFFF) > 0x7F800000 else rounded
+        dst[i] = to_bf16_word(np.int64(src[i]))
 
 
 @njit(**NJIT)

@@ -20,6 +20,8 @@ from .bits import pack_codes, unpack_codes
 from .rng import uniform24
 
 __all__ = [
+    "level_code",
+    "natural_exponent",
     "quantize_levels",
     "dequantize_levels",
     "natural_encode",
@@ -44,6 +46,19 @@ def _bucket_scale(x, lo, hi, use_max):
 
 
 @njit(**NJIT)
+def level_code(v, mult, s, stochastic, i, seed_lo, seed_hi):
+    """Code ``q + s`` of element ``i`` with value ``v``: ``|v| * mult`` rounded (stochastically or to
+    nearest) to a level ``q`` in ``[0, s]``, signed like ``v``."""
+    r = abs(v) * mult
+    if stochastic:
+        r += np.float64(uniform24(i, seed_lo, seed_hi)) * _INV24
+    else:
+        r += 0.5
+    lev = min(np.int64(r), s)
+    return s - lev if v < 0 else s + lev
+
+
+@njit(**NJIT)
 def quantize_levels(x, bucket, s, use_max, stochastic, seed_lo, seed_hi, bits, scales, out):
     """Quantize ``x`` into ``scales`` (one per bucket) and the packed code stream ``out``."""
     n = x.size
@@ -57,14 +72,7 @@ def quantize_levels(x, bucket, s, use_max, stochastic, seed_lo, seed_hi, bits, s
         scale = np.float64(scales[b])  # the value the decoder will see
         mult = s / scale if scale > 0.0 else 0.0
         for i in range(lo, hi):
-            v = np.float64(x[i])
-            r = abs(v) * mult
-            if stochastic:
-                r += np.float64(uniform24(i, seed_lo, seed_hi)) * _INV24
-            else:
-                r += 0.5
-            lev = min(np.int64(r), s)
-            codes[i - lo] = s - lev if v < 0 else s + lev
+            codes[i - lo] = level_code(np.float64(x[i]), mult, s, stochastic, i, seed_lo, seed_hi)
         if bits == 8:
             for i in range(lo, hi):
                 out[i] = codes[i - lo]
@@ -95,15 +103,20 @@ def dequantize_levels(packed, bits, s, bucket, scales, out):
 
 
 @njit(**NJIT)
+def natural_exponent(f, i, seed_lo, seed_hi):
+    """Exponent field of element ``i`` (float32 bits ``f``) after stochastic power-of-two rounding."""
+    a = f & 0x7FFFFFFF
+    e = a >> 23
+    mant = a & 0x7FFFFF
+    up = np.int64(np.int64(uniform24(i, seed_lo, seed_hi) >> np.uint64(1)) < mant)
+    return e + up if e < 255 else e
+
+
+@njit(**NJIT)
 def natural_encode(u, seed_lo, seed_hi, exps):
     """Stochastic power-of-two exponents of float32 words ``u`` (uint32 view) into ``exps``."""
     for i in range(u.size):
-        a = np.int64(u[i]) & 0x7FFFFFFF
-        e = a >> 23
-        mant = a & 0x7FFFFF
-        up = np.int64(np.int64(uniform24(i, seed_lo, seed_hi) >> np.uint64(1)) < mant)
-        e = e + up if e < 255 else e
-        exps[i] = e
+        exps[i] = natural_exponent(np.int64(u[i]), i, seed_lo, seed_hi)
 
 
 @njit(**NJIT)
