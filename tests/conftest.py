@@ -9,3 +9,8 @@ import os
 # collectives-tune into ~/.cache) would change what algorithm="auto" runs. Tests that exercise
 # tuning point COLLECTIVES_TUNING_FILE at their own file.
 os.environ["COLLECTIVES_TUNING_FILE"] = "off"
+
+# Device codec kernels (Numba CUDA) run on the GPU when there is one, and otherwise on Numba's CUDA
+# simulator, so their tests run everywhere. Numba reads this when it is first imported.
+if not (Path("/dev/nvidia0").exists() or Path("/proc/driver/nvidia").exists()):
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")

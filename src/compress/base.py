@@ -44,6 +44,7 @@ from typing import ClassVar, Sequence
 
 import numpy as np
 
+from ._device import Device, is_device
 from ._header import MAX_NDIM, Header, header_nbytes, read_header, write_header
 from ._layout import Section, body_nbytes, split_body
 from ._util import as_payload
@@ -86,10 +87,12 @@ class Codec:
             write the payload into, and return: a training loop can reuse one buffer per tensor
             instead of allocating (and page-faulting) a new one every step.
         """
-        x = self._prepare(x)
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
-        return self._encode(x, key, int(step), out)
+        if is_device(x):
+            dev = Device(x)
+            return self._encode_device(self._prepare_device(x, dev), dev, key, int(step), out)
+        return self._encode(self._prepare(x), key, int(step), out)
 
     def decode(self, payload, *, count: int | None = None) -> np.ndarray:
         """Decompress a payload of this codec into a new dense array.
@@ -108,6 +111,10 @@ class Codec:
             malformed, or holds other than ``count`` elements. Validation finishes before any
             index is used to write.
         """
+        if is_device(payload):
+            dev = Device(payload)
+            hdr, body = self._parse_device(payload, count, dev)
+            return self._decode_device(hdr, body, dev).reshape(hdr.shape)
         hdr, body = self._parse(payload, count)
         return self._decode(hdr, body).reshape(hdr.shape)
 
@@ -120,13 +127,28 @@ class Codec:
         """
         if not self.sparse:
             raise TypeError(f"codec {self.name!r} is not sparse")
+        if is_device(payload):
+            dev = Device(payload)
+            return self._sparse_parts_device(*self._parse_device(payload, count, dev), dev)
         return self._sparse_parts(*self._parse(payload, count))
 
     def _parse(self, payload, count: int | None = None) -> tuple[Header, dict[str, np.ndarray]]:
         """Validate the header, the parameters, the element count (if expected) and the exact
         length; return the body sections."""
         buf = as_payload(payload)
-        hdr = read_header(buf, self.codec_id, self.PARAMS)
+        return self._check_parsed(buf, read_header(buf, self.codec_id, self.PARAMS), count)
+
+    def _parse_device(self, payload, count, dev):
+        """:meth:`_parse` for a device payload: only the header prefix travels to the host."""
+        if payload.dtype != np.uint8 or payload.ndim != 1:
+            raise TypeError(f"payload must be a 1-D uint8 array, got {payload.ndim}-D {payload.dtype}")
+        buf = dev.contiguous(dev.wrap(payload))
+        if dev.address(buf) % 8:
+            buf = dev.copy(buf)
+        prefix = dev.to_host(buf[: min(buf.size, header_nbytes(MAX_NDIM, len(self.PARAMS)))])
+        return self._check_parsed(buf, read_header(prefix, self.codec_id, self.PARAMS), count)
+
+    def _check_parsed(self, buf, hdr, count):
         if count is not None and hdr.count != count:
             raise ValueError(f"payload holds {hdr.count} elements, expected {count}")
         self._check_params(hdr)
@@ -174,26 +196,42 @@ class Codec:
     def _sparse_parts(self, hdr: Header, body: dict[str, np.ndarray]):  # pragma: no cover
         raise NotImplementedError
 
+    # device twins of the three hooks above: the same work on device arrays (see compress._device)
+    def _encode_device(self, x, dev, key, step: int, out):  # pragma: no cover
+        raise NotImplementedError
+
+    def _decode_device(self, hdr: Header, body: dict, dev):  # pragma: no cover
+        raise NotImplementedError
+
+    def _sparse_parts_device(self, hdr: Header, body: dict, dev):  # pragma: no cover
+        raise NotImplementedError
+
     def _check_params(self, hdr: Header) -> None:
         """Raise ``ValueError`` when header parameters are impossible (default: nothing to check)."""
 
     # ------------------------------------------------------------------ helpers for subclasses
-    def _new_payload(self, x: np.ndarray, out, params: dict, dtype=None):
+    def _new_payload(self, x, out, params: dict, dtype=None, dev=None):
         """A payload for ``x`` (``out`` if given, checked, else new) with its header written;
-        return ``(payload, body views)``."""
+        return ``(payload, body views)``. With ``dev`` the payload is a device array of that
+        :class:`~compress._device.Device` (the header is written on the host and copied over)."""
         dtype = x.dtype if dtype is None else dtype
         sections = self._sections(x.size, np.dtype(dtype), params)
         hlen = header_nbytes(x.ndim, len(self.PARAMS))
         nbytes = hlen + body_nbytes(sections)
         if out is None:
-            buf = np.empty(nbytes, dtype=np.uint8)
-        elif not (isinstance(out, np.ndarray) and out.dtype == np.uint8 and out.ndim == 1
-                  and out.flags.c_contiguous and out.flags.writeable and out.size == nbytes):
-            raise ValueError(f"out must be a writeable contiguous 1-D uint8 array of exactly "
+            buf = np.empty(nbytes, dtype=np.uint8) if dev is None else dev.empty(nbytes, np.uint8)
+        elif not _usable_out(out, nbytes, dev):
+            where = "host" if dev is None else "device"
+            raise ValueError(f"out must be a writeable contiguous 1-D uint8 {where} array of exactly "
                              f"{nbytes} bytes (payload_nbytes)")
         else:
             buf = out
-        write_header(buf, self.codec_id, x.dtype, x.shape, self.PARAMS, params)
+        if dev is None:
+            write_header(buf, self.codec_id, x.dtype, x.shape, self.PARAMS, params)
+        else:
+            head = np.empty(hlen, dtype=np.uint8)
+            write_header(head, self.codec_id, x.dtype, x.shape, self.PARAMS, params)
+            dev.write(buf[:hlen], head)
         return buf, split_body(buf, hlen, sections)
 
     def _check_dtype(self, dtype) -> np.dtype:
@@ -205,7 +243,24 @@ class Codec:
 
     def _prepare(self, x) -> np.ndarray:
         x = np.asarray(x)
+        self._check_shape(x)
+        return x if x.flags.c_contiguous else x.copy(order="C")
+
+    def _prepare_device(self, x, dev):
+        x = dev.wrap(x)
+        self._check_shape(x)
+        return dev.contiguous(x)
+
+    def _check_shape(self, x) -> None:
         self._check_dtype(x.dtype)
         if x.ndim > MAX_NDIM:
             raise ValueError(f"arrays of more than {MAX_NDIM} dimensions are not supported (got {x.ndim})")
-        return x if x.flags.c_contiguous else x.copy(order="C")
+
+
+def _usable_out(out, nbytes: int, dev) -> bool:
+    """Whether ``out`` can hold a payload of ``nbytes`` on the host (``dev`` None) or that device."""
+    if dev is None:
+        return (isinstance(out, np.ndarray) and out.dtype == np.uint8 and out.ndim == 1
+                and out.flags.c_contiguous and out.flags.writeable and out.size == nbytes)
+    return (is_device(out) and out.dtype == np.uint8 and out.ndim == 1 and out.size == nbytes
+            and dev.contiguous(out) is out and Device(out).cupy == dev.cupy)

@@ -13,7 +13,7 @@ from numba import njit
 
 from . import NJIT
 
-__all__ = ["to_f16_word", "to_bf16_word", "f32_to_f16_bits", "f32_to_bf16_bits", "bf16_bits_to_f32",
+__all__ = ["to_f16_word", "to_bf16_word", "f16_to_f32_word", "f32_to_f16_bits", "f32_to_bf16_bits", "bf16_bits_to_f32",
            "table_lookup"]
 
 
@@ -62,6 +62,27 @@ def f32_to_bf16_bits(src, dst):
     """Round float32 words ``src`` (uint32 view) to bfloat16 words ``dst`` (uint16)."""
     for i in range(src.size):
         dst[i] = to_bf16_word(np.int64(src[i]))
+
+
+@njit(**NJIT)
+def f16_to_f32_word(h):
+    """Float32 bits of the binary16 word ``h`` (int64); exact, NaN payloads kept (NumPy's rule).
+
+    The host decodes through a table; the device twin computes it."""
+    sign = (h & 0x8000) << 16
+    e = (h >> 10) & 0x1F
+    m = h & 0x3FF
+    if e == 0x1F:
+        return sign | 0x7F800000 | (m << 13)
+    if e == 0:
+        if m == 0:
+            return sign
+        e = 113
+        while (m & 0x400) == 0:
+            m <<= 1
+            e -= 1
+        return sign | (e << 23) | ((m & 0x3FF) << 13)
+    return sign | ((e + 112) << 23) | (m << 13)
 
 
 @njit(**NJIT)

@@ -72,6 +72,30 @@ class LevelCodec(Codec):
                         lo, hi, bits, body["scales"], body["codes"])
         return buf
 
+    def _encode_device(self, x, dev, key, step, out):
+        from .._kernels.cuda import ops
+
+        s, bucket = self._levels_bucket(x.size)
+        stream = draw_stream(self._rng) if self._stochastic else 0
+        buf, body = self._new_payload(x, out, {"levels": s, "bucket": bucket, "stream": stream}, dev=dev)
+        lo, hi = split_stream(stream)
+        ops.quantize_levels(ops.float_work(x, dev), bucket, s, self._use_max, self._stochastic, lo, hi,
+                            level_bits(s), body["scales"], body["codes"], dev)
+        return buf
+
+    def _decode_device(self, hdr, body, dev):
+        from .._kernels.cuda import ops
+
+        s, bucket = hdr.params["levels"], hdr.params["bucket"]
+        bits = level_bits(s)
+        scales, codes = body["scales"], body["codes"]
+        require(ops.count_bad_scales(scales, dev) == 0, "bucket scales must be finite and >= 0")
+        check_padding(np.array([ops.last_byte(codes, dev)], dtype=np.uint8), hdr.count * bits)
+        out = dev.empty(hdr.count, _scale_dtype(hdr.dtype))
+        bad = ops.dequantize_levels(codes, bits, s, bucket, scales, out, dev)
+        require(bad == 0, f"{bad} codes exceed the largest level code {2 * s}")
+        return dev.astype(out, hdr.dtype)
+
     def _decode(self, hdr, body):
         s, bucket = hdr.params["levels"], hdr.params["bucket"]
         bits = level_bits(s)

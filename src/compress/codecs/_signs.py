@@ -55,6 +55,36 @@ class SignCodec(Codec):
         pack_sign_bits(u, 8 * x.dtype.itemsize - 1, body["bits"])
         return buf
 
+    def _emit_scaled_device(self, x, dev, out, params_of):
+        """:meth:`_emit_scaled` on the device: one deterministic reduction gives both sums and the
+        number of set sign bits (counted on the elements, which are the packed bits)."""
+        from .._kernels.cuda import ops
+
+        pos, neg, count = ops.signed_sums(ops.float_work(x, dev), dev)
+        return self._emit_device(x, dev, out, params_of(pos, neg, count))
+
+    def _emit_device(self, x, dev, out, params):
+        from .._kernels.cuda import bits, blocks
+
+        buf, body = self._new_payload(x, out, params, dev=dev)
+        u, _ = uint_view(x)
+        if body["bits"].size:
+            dev.launch(bits.pack_sign_bits, blocks(body["bits"].size), u,
+                       u.dtype.type(8 * x.dtype.itemsize - 1), body["bits"])
+        return buf
+
+    def _decode_device(self, hdr, body, dev):
+        from .._kernels.cuda import blocks, elementwise, ops
+
+        check_padding(np.array([ops.last_byte(body["bits"], dev)], dtype=np.uint8), hdr.count)
+        out = dev.empty(hdr.count, hdr.dtype)
+        u, _ = uint_view(out)
+        with np.errstate(over="ignore"):  # a scale beyond float16 range decodes to ±inf
+            pair = np.array(self._values(hdr.params), dtype=hdr.dtype).view(u.dtype)
+        if hdr.count:
+            dev.launch(elementwise.unpack_two_values, blocks(hdr.count), body["bits"], pair[0], pair[1], u)
+        return out
+
     def _decode(self, hdr, body):
         check_padding(body["bits"], hdr.count)
         out = np.empty(hdr.count, dtype=hdr.dtype)

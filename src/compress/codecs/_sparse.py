@@ -50,6 +50,43 @@ class SparseCodec(Codec):
         body["indices"][:] = idx
         return buf
 
+    def _emit_device(self, x, dev, out, idx):
+        """:meth:`_emit` on the device, ``idx`` a device int64 array."""
+        from .._kernels.cuda import blocks, elementwise
+
+        buf, body = self._new_payload(x, out, {"nnz": idx.size}, dev=dev)
+        if idx.size:
+            u, _ = uint_view(x)
+            dev.launch(elementwise.gather, blocks(idx.size), u, idx, body["values"].view(u.dtype))
+            dev.launch(elementwise.gather_all, blocks(idx.size), idx, body["indices"])
+        return buf
+
+    def _check_indices_device(self, hdr, body, dev):
+        from .._kernels.cuda import ops
+
+        idx = body["indices"]
+        bad = ops.first_bad_index(idx, 0, hdr.count, dev)
+        if bad >= 0:
+            value = int(dev.to_host(idx[bad:bad + 1])[0])
+            raise ValueError(f"index {value} at position {bad} is out of range or out of order")
+        return idx
+
+    def _sparse_parts_device(self, hdr, body, dev):
+        from .._kernels.cuda import ops
+
+        idx = self._check_indices_device(hdr, body, dev)
+        return ops.cast_copy(idx, np.int64, dev), dev.copy(body["values"])
+
+    def _decode_device(self, hdr, body, dev):
+        from .._kernels.cuda import blocks, elementwise
+
+        idx = self._check_indices_device(hdr, body, dev)
+        out = dev.zeros(hdr.count, hdr.dtype)
+        if idx.size:
+            u, _ = uint_view(out)
+            dev.launch(elementwise.scatter, blocks(idx.size), body["values"].view(u.dtype), idx, u)
+        return out
+
     def _check_indices(self, hdr, body):
         idx = body["indices"]
         bad = first_bad_index(idx, 0, hdr.count)

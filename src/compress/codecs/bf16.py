@@ -68,6 +68,23 @@ class BF16(Codec):
         bf16_bits_to_f32(rep, out.view(np.uint32))
         return out.astype(dtype, copy=False).reshape(shape)
 
+    def _encode_device(self, x, dev, key, step, out):
+        from .._kernels.cuda import blocks, elementwise
+
+        buf, body = self._new_payload(x, out, {}, dev=dev)
+        f32 = dev.astype(x.reshape(-1), np.float32)
+        if f32.size:
+            dev.launch(elementwise.to_bf16, blocks(f32.size), f32.view(np.uint32), body["bf16"])
+        return buf
+
+    def _decode_device(self, hdr, body, dev):
+        from .._kernels.cuda import blocks, elementwise
+
+        out = dev.empty(hdr.count, np.float32)
+        if hdr.count:
+            dev.launch(elementwise.bf16_to_f32, blocks(hdr.count), body["bf16"], out.view(np.uint32))
+        return dev.astype(out, hdr.dtype)
+
     def _decode(self, hdr, body):
         out = np.empty(hdr.count, dtype=np.float32)
         bf16_bits_to_f32(body["bf16"], out.view(np.uint32))

@@ -63,24 +63,50 @@ class DGC(SparseCodec):
         self._rng = make_generator(self.seed)
 
     def _encode(self, x, key, step, out):
+        return self._emit(x, out, self._select(x, _HOST))
+
+    def _encode_device(self, x, dev, key, step, out):
+        from .._kernels.cuda import ops
+
+        return self._emit_device(x, dev, out, self._select(x, ops, dev))
+
+    def _select(self, x, kernels, dev=None):
+        """The sent indices (int64, ascending), with the host or the device ``kernels``."""
+        extra = () if dev is None else (dev,)
         n = x.size
         k = k_for(n, self.density)
         if k == 0:
-            return self._emit(x, out, np.empty(0, dtype=np.int64))
+            return np.empty(0, dtype=np.int64) if dev is None else dev.empty(0, np.int64)
         u, absmask = uint_view(x)
         m = min(n, max(_MIN_SAMPLE, int(np.ceil(self.sample_ratio * n))))
-        sample = sample_keys(u, absmask, m, np.uint64(draw_stream(self._rng)))
+        sample = kernels.sample_keys(u, absmask, m, np.uint64(draw_stream(self._rng)), *extra)
         rank = min(m - 1, k_for(m, self.density) - 1)
         for attempt in range(_REFINE + 1):
             thr = sample[rank]
-            cnt = count_at_least(u, absmask, thr)
+            cnt = kernels.count_at_least(u, absmask, thr, *extra)
             if cnt >= 0.75 * k or rank == m - 1 or attempt == _REFINE:
                 break
             rank = min(m - 1, 2 * rank + 1)
-        cand = np.empty(cnt, dtype=np.int64)
-        collect_at_least(u, absmask, thr, cand)
+        cand = kernels.collect_at_least(u, absmask, thr, cnt, *extra)
         if cnt > 1.25 * k:
-            idx = np.empty(k, dtype=np.int64)
-            select_from_candidates(u, absmask, cand, k, idx)
-            cand = idx
-        return self._emit(x, out, cand)
+            cand = kernels.select_among(u, absmask, cand, k, *extra)
+        return cand
+
+
+class _HOST:
+    """The host kernels with the call shapes of :mod:`compress._kernels.cuda.ops` (allocating)."""
+
+    sample_keys = staticmethod(sample_keys)
+    count_at_least = staticmethod(count_at_least)
+
+    @staticmethod
+    def collect_at_least(u, absmask, thr, count):
+        cand = np.empty(count, dtype=np.int64)
+        collect_at_least(u, absmask, thr, cand)
+        return cand
+
+    @staticmethod
+    def select_among(u, absmask, cand, k):
+        idx = np.empty(k, dtype=np.int64)
+        select_from_candidates(u, absmask, cand, k, idx)
+        return idx

@@ -34,5 +34,11 @@ class EFSignSGD(SignCodec):
         return params["scale"], -params["scale"]
 
     def _encode(self, x, key, step, out):
-        n = x.size
-        return self._emit_scaled(x, out, lambda pos, neg, _: {"scale": (pos - neg) / n if n else 0.0})
+        return self._emit_scaled(x, out, self._scale_of(x.size))
+
+    def _encode_device(self, x, dev, key, step, out):
+        return self._emit_scaled_device(x, dev, out, self._scale_of(x.size))
+
+    @staticmethod
+    def _scale_of(n):
+        return lambda pos, neg, _: {"scale": (pos - neg) / n if n else 0.0}

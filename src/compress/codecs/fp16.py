@@ -51,6 +51,29 @@ class FP16(Codec):
             body["half"].view(np.float16)[:] = flat
         return buf
 
+    def _encode_device(self, x, dev, key, step, out):
+        from .._kernels.cuda import blocks, elementwise
+
+        buf, body = self._new_payload(x, out, {}, dev=dev)
+        flat = x.reshape(-1)
+        if x.dtype == np.float16:
+            dev.copy_into(body["half"], flat.view(np.uint16))
+        elif flat.size:
+            mbits, bias, word = (23, 127, np.uint32) if x.dtype == np.float32 else (52, 1023, np.uint64)
+            dev.launch(elementwise.to_f16, blocks(flat.size), flat.view(word), mbits, bias, body["half"])
+        return buf
+
+    def _decode_device(self, hdr, body, dev):
+        from .._kernels.cuda import blocks, elementwise
+
+        half = body["half"]
+        if hdr.dtype == np.float16:
+            return dev.copy(half).view(np.float16)
+        out = dev.empty(hdr.count, np.float32)
+        if hdr.count:
+            dev.launch(elementwise.f16_to_f32, blocks(hdr.count), half, out.view(np.uint32))
+        return dev.astype(out, hdr.dtype)
+
     # summable protocol (see compress.base): binary16 values, added in binary16
     summable_add = np.add
 

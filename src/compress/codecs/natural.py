@@ -67,6 +67,27 @@ class Natural(Codec):
         pack_sign_bits(u, 31, body["signs"])
         return buf
 
+    def _encode_device(self, x, dev, key, step, out):
+        from .._kernels.cuda import bits, blocks, elementwise
+
+        stream = draw_stream(self._rng)
+        buf, body = self._new_payload(x, out, {"stream": stream}, dev=dev)
+        if x.size:
+            u = dev.astype(x.reshape(-1), np.float32).view(np.uint32)
+            lo, hi = split_stream(stream)
+            dev.launch(elementwise.natural_encode, blocks(u.size), u, np.int64(lo), np.int64(hi), body["exponents"])
+            dev.launch(bits.pack_sign_bits, blocks(body["signs"].size), u, np.uint32(31), body["signs"])
+        return buf
+
+    def _decode_device(self, hdr, body, dev):
+        from .._kernels.cuda import blocks, elementwise, ops
+
+        check_padding(np.array([ops.last_byte(body["signs"], dev)], dtype=np.uint8), hdr.count)
+        out = dev.empty(hdr.count, np.uint32)
+        if hdr.count:
+            dev.launch(elementwise.natural_decode, blocks(hdr.count), body["exponents"], body["signs"], out)
+        return dev.astype(out.view(np.float32), hdr.dtype)
+
     def _decode(self, hdr, body):
         check_padding(body["signs"], hdr.count)
         out = np.empty(hdr.count, dtype=np.uint32)

@@ -34,11 +34,16 @@ class OneBit(SignCodec):
         return params["pos"], params["neg"]
 
     def _encode(self, x, key, step, out):
-        n = x.size
+        return self._emit_scaled(x, out, self._means_of(x.size))
 
+    def _encode_device(self, x, dev, key, step, out):
+        return self._emit_scaled_device(x, dev, out, self._means_of(x.size))
+
+    @staticmethod
+    def _means_of(n):
         def means(pos, neg, negatives):
             positives = n - negatives
             return {"pos": pos / positives if positives else 0.0,
                     "neg": neg / negatives if negatives else 0.0}
 
-        return self._emit_scaled(x, out, means)
+        return means

@@ -164,6 +164,34 @@ class PowerSGD(Codec):
             y = body["p"].reshape(rows, r) @ body["q"].reshape(cols, r).T
         return y.reshape(-1).astype(hdr.dtype, copy=False)
 
+    def _encode_device(self, x, dev, key, step, out):
+        """The same steps with CuPy (cuBLAS products, cuSOLVER QR); the warm-start ``Q`` stays on
+        the host (it is small: cols x rank) so that state_dict() is the same on every device."""
+        xp = self._cupy(dev)
+        m = self._matrix(x)
+        rows, cols = m.shape
+        p_hat = xp.linalg.qr(m @ xp.asarray(self._current_q(key, m.shape, m.dtype)))[0].astype(m.dtype, copy=False)
+        q = m.T @ p_hat
+        if self.warm_start:
+            self._q[key] = q.get()
+        buf, body = self._new_payload(x, out, {"rows": rows, "cols": cols, "rank": p_hat.shape[1]}, dev=dev)
+        body["p"][:] = p_hat.reshape(-1)
+        body["q"][:] = q.reshape(-1)
+        return buf
+
+    def _decode_device(self, hdr, body, dev):
+        self._cupy(dev)
+        rows, cols, r = hdr.params["rows"], hdr.params["cols"], hdr.params["rank"]
+        y = body["p"].reshape(rows, r) @ body["q"].reshape(cols, r).T
+        return y.reshape(-1).astype(hdr.dtype, copy=False)
+
+    @staticmethod
+    def _cupy(dev):
+        if not dev.cupy:
+            raise TypeError("powersgd runs on the device with CuPy arrays only (it needs matrix "
+                            "products and QR); pass a CuPy array or a host array")
+        return dev.xp
+
     # ------------------------------------------------------------------ helpers
     def _matrix(self, x):
         rows, cols = _matrix_shape(x.shape)

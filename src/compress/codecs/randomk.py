@@ -116,6 +116,36 @@ class RandomK(Codec):
         gather(u, idx, body["values"].view(u.dtype))
         return buf
 
+    def _encode_device(self, x, dev, key, step, out):
+        """As on the host; the k indices are drawn on the host (Floyd's algorithm is sequential,
+        O(k)) and copied to the device."""
+        from .._kernels.cuda import blocks, elementwise
+
+        n = x.size
+        k = k_for(n, self.ratio)
+        stream = shared_stream(self.seed, key, step)
+        scale = n / k if (self.unbiased_scaling and k) else 1.0
+        buf, body = self._new_payload(x, out, {"nnz": k, "stream": stream, "scale": scale}, dev=dev)
+        if k:
+            idx = np.empty(k, dtype=np.int64)
+            random_subset(n, k, np.uint64(stream), idx)
+            u, _ = uint_view(x)
+            dev.launch(elementwise.gather, blocks(k), u, dev.to_device(idx), body["values"].view(u.dtype))
+        return buf
+
+    def _decode_device(self, hdr, body, dev):
+        from .._kernels.cuda import blocks, elementwise
+
+        k = hdr.params["nnz"]
+        work = np.dtype(np.float32) if hdr.dtype == np.float16 else hdr.dtype
+        out = dev.zeros(hdr.count, work)
+        if k:
+            idx = np.empty(k, dtype=np.int64)
+            random_subset(hdr.count, k, np.uint64(hdr.params["stream"]), idx)
+            dev.launch(elementwise.scatter_scaled, blocks(k), dev.astype(body["values"], work),
+                       dev.to_device(idx), work.type(hdr.params["scale"]), out)
+        return dev.astype(out, hdr.dtype)
+
     def _decode(self, hdr, body):
         k = hdr.params["nnz"]
         idx = np.empty(k, dtype=np.int64)

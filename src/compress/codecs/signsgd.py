@@ -34,3 +34,6 @@ class SignSGD(SignCodec):
 
     def _encode(self, x, key, step, out):
         return self._emit(x, out, {})
+
+    def _encode_device(self, x, dev, key, step, out):
+        return self._emit_device(x, dev, out, {})

@@ -71,6 +71,52 @@ class Threshold(Codec):
         body["words"][:] = (idx.astype(np.uint32) << np.uint32(1)) | sign
         return buf
 
+    def _encode_device(self, x, dev, key, step, out):
+        from .._kernels.cuda import blocks, elementwise, ops
+
+        require(x.size < 1 << 31, f"threshold takes at most 2**31 - 1 elements, not {x.size}")
+        u, absmask = uint_view(x)
+        thr = int(np.array(self.tau, dtype=x.dtype).view(u.dtype)[()])
+        idx = ops.collect_at_least(u, int(absmask), thr, None, dev)
+        buf, body = self._new_payload(x, out, {"nnz": idx.size, "tau": float(self.tau)}, dev=dev)
+        if idx.size:
+            dev.launch(elementwise.threshold_words, blocks(idx.size), idx, u,
+                       u.dtype.type(8 * x.dtype.itemsize - 1), body["words"])
+        return buf
+
+    def _checked_words_device(self, hdr, body, dev):
+        """The words with every index validated, and the ``+tau`` and ``-tau`` words."""
+        from .._kernels.cuda import ops
+
+        words = body["words"]
+        bad = ops.first_bad_index(words, 1, hdr.count, dev)
+        require(bad < 0, f"word at position {bad} has an out-of-range or out-of-order index")
+        tau = hdr.params["tau"]
+        with np.errstate(over="ignore"):  # a tau beyond float16 range decodes to ±inf
+            pair = np.array([tau, -tau], dtype=hdr.dtype)
+        return words, pair.view(uint_view(pair)[0].dtype)
+
+    def _sparse_parts_device(self, hdr, body, dev):
+        from .._kernels.cuda import blocks, elementwise
+
+        words, pair = self._checked_words_device(hdr, body, dev)
+        idx = dev.empty(words.size, np.int64)
+        vals = dev.empty(words.size, hdr.dtype)
+        if words.size:
+            dev.launch(elementwise.threshold_parts, blocks(words.size), words, pair[0], pair[1], idx,
+                       vals.view(pair.dtype))
+        return idx, vals
+
+    def _decode_device(self, hdr, body, dev):
+        from .._kernels.cuda import blocks, elementwise
+
+        words, pair = self._checked_words_device(hdr, body, dev)
+        out = dev.zeros(hdr.count, hdr.dtype)
+        if words.size:
+            u, _ = uint_view(out)
+            dev.launch(elementwise.threshold_decode, blocks(words.size), words, pair[0], pair[1], u)
+        return out
+
     def _checked_words(self, hdr, body):
         """The words with every index validated, and the ±tau value of each."""
         words = body["words"]

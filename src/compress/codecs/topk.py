@@ -59,3 +59,9 @@ class TopK(SparseCodec):
         idx = np.empty(k, dtype=np.int64)
         topk_indices(u, absmask, k, idx)
         return self._emit(x, out, idx)
+
+    def _encode_device(self, x, dev, key, step, out):
+        from .._kernels.cuda import ops
+
+        u, absmask = uint_view(x)
+        return self._emit_device(x, dev, out, ops.topk_indices(u, int(absmask), k_for(x.size, self.ratio), dev))

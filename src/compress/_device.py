@@ -1,0 +1,137 @@
+"""Device (GPU) arrays for the codecs: recognising them, allocating, copying, launching (private).
+
+A codec that meets a device array encodes and decodes it on that device with the Numba CUDA kernels of
+:mod:`compress._kernels.cuda`, and its payload is a device ``uint8`` array with the same bytes a host
+encode would give. Two array libraries are understood:
+
+* **CuPy** (and anything else exposing ``__cuda_array_interface__`` that CuPy can wrap): allocation
+  goes through CuPy's memory pool and kernels launch on CuPy's current stream, so they are ordered
+  with the caller's CuPy work.
+* **Numba device arrays** (``numba.cuda.to_device``), including the simulator's
+  (``NUMBA_ENABLE_CUDASIM=1``), which is how the device path is tested without a GPU. Type casts of
+  Numba arrays go through the host; CuPy is the library for real work.
+
+:class:`Device` holds what differs between the two. Nothing here imports CUDA until a device array is
+seen.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import numpy as np
+
+__all__ = ["is_device", "Device"]
+
+
+def is_device(x) -> bool:
+    """True for a CUDA device array: CuPy (or any ``__cuda_array_interface__`` exporter) or Numba."""
+    if isinstance(x, np.ndarray):
+        return False
+    return hasattr(x, "__cuda_array_interface__") or (hasattr(x, "copy_to_host") and hasattr(x, "is_c_contiguous"))
+
+
+def _is_cupy(x) -> bool:
+    return type(x).__module__.split(".")[0] == "cupy"
+
+
+class Device:
+    """Allocation, transfers and kernel launches for arrays of the same library as ``like``."""
+
+    def __init__(self, like):
+        self.cupy = _is_cupy(like) or not hasattr(like, "copy_to_host")
+        if self.cupy:
+            import cupy
+
+            self.xp = cupy
+        from numba import cuda
+
+        self._cuda = cuda
+
+    # ------------------------------------------------------------------ arrays
+    def wrap(self, x):
+        """``x`` as an array of this library (CuPy wraps foreign ``__cuda_array_interface__`` arrays)."""
+        return self.xp.asarray(x) if self.cupy and not _is_cupy(x) else x
+
+    def empty(self, shape, dtype):
+        if self.cupy:
+            return self.xp.empty(shape, dtype=dtype)
+        return self._cuda.device_array(shape, dtype=dtype)
+
+    def zeros(self, shape, dtype):
+        if self.cupy:
+            return self.xp.zeros(shape, dtype=dtype)
+        out = self._cuda.device_array(shape, dtype=dtype)
+        flat = out.reshape(-1)
+        if flat.size:
+            from ._kernels.cuda import blocks, elementwise
+
+            self.launch(elementwise.fill, blocks(flat.size), flat, flat.dtype.type(0))
+        return out
+
+    def to_host(self, a) -> np.ndarray:
+        return a.get() if self.cupy else a.copy_to_host()
+
+    def to_device(self, host: np.ndarray):
+        host = np.ascontiguousarray(host)
+        return self.xp.asarray(host) if self.cupy else self._cuda.to_device(host)
+
+    def write(self, dst, host: np.ndarray) -> None:
+        """Copy the host array ``host`` into the device array ``dst`` (same size)."""
+        if self.cupy:
+            dst.set(np.ascontiguousarray(host))
+        else:
+            dst.copy_to_device(np.ascontiguousarray(host))
+
+    def copy(self, src):
+        """A new device array equal to ``src``."""
+        if self.cupy:
+            return src.copy()
+        out = self._cuda.device_array(src.shape, dtype=src.dtype)
+        self.copy_into(out, src)
+        return out
+
+    def copy_into(self, dst, src) -> None:
+        """``dst[...] = src`` for contiguous device arrays of equal size and dtype."""
+        if self.cupy:
+            self.xp.copyto(dst, src)
+        elif src.size:
+            from ._kernels.cuda import blocks, elementwise
+
+            self.launch(elementwise.gather_all, blocks(src.size), src.reshape(-1), dst.reshape(-1))
+
+    def astype(self, a, dtype):
+        """``a`` converted to ``dtype`` (itself when it already has it); NumPy's rounding."""
+        dtype = np.dtype(dtype)
+        if a.dtype == dtype:
+            return a
+        if self.cupy:
+            return a.astype(dtype)
+        return self.to_device(self.to_host(a).astype(dtype))
+
+    def contiguous(self, x):
+        """``x`` itself if C-contiguous, else a contiguous copy."""
+        if self.cupy:
+            return self.xp.ascontiguousarray(x)
+        return x if x.is_c_contiguous() else self.to_device(self.to_host(x))
+
+    @staticmethod
+    def address(a) -> int:
+        iface = getattr(a, "__cuda_array_interface__", None)
+        if iface is not None:
+            return int(iface["data"][0])
+        return 0  # the simulator's arrays: host memory, any alignment works
+
+    # ------------------------------------------------------------------ kernels
+    @cached_property
+    def stream(self):
+        """The stream kernels launch on: CuPy's current stream, else the default stream."""
+        if self.cupy:
+            ptr = self.xp.cuda.get_current_stream().ptr
+            return self._cuda.external_stream(ptr) if ptr else 0
+        return 0
+
+    def launch(self, kernel, nblocks: int, *args) -> None:
+        from ._kernels.cuda import launch
+
+        launch(kernel, nblocks, self.stream, *args)

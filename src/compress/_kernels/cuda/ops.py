@@ -1,0 +1,186 @@
+"""Device procedures built from the kernels: what the codecs call (private).
+
+Each function takes device arrays and the :class:`compress._device.Device` that owns them, launches one
+or more kernels, and moves only small things to the host (reduction partials, 256-bin histograms, tile
+counts) where the next launch depends on them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import MAX_BLOCKS, blocks
+from . import bits as bits_kernels
+from . import elementwise, quant, reduce, select
+
+__all__ = ["float_work", "signed_sums", "radix_select", "compact", "topk_indices", "count_at_least",
+           "collect_at_least", "sample_keys", "select_among", "first_bad_index", "quantize_levels",
+           "dequantize_levels", "count_bad_scales", "cast_copy", "last_byte"]
+
+_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def float_work(x, dev):
+    """``x`` (flat) if float32/float64; a float32 copy of float16 ``x`` (exact), as the host does."""
+    x = x.reshape(-1)
+    if x.dtype != np.float16:
+        return x
+    out = dev.empty(x.size, np.float32)
+    dev.launch(elementwise.f16_to_f32, blocks(x.size), x.view(np.uint16), out.view(np.uint32))
+    return out
+
+
+def cast_copy(src, dtype, dev):
+    """A new device array of ``dtype`` with ``src``'s values (integer casts, C semantics)."""
+    out = dev.empty(src.size, dtype)
+    if src.size:
+        dev.launch(elementwise.gather_all, blocks(src.size), src, out)
+    return out
+
+
+def last_byte(a, dev) -> int:
+    """The last element of the uint8 device array ``a`` (0 when empty)."""
+    return int(dev.to_host(a[a.size - 1:])[0]) if a.size else 0
+
+
+def signed_sums(work, dev) -> tuple[float, float, int]:
+    """(sum of positive parts, sum of negative parts, number of set sign bits) of float ``work``."""
+    n = work.size
+    nb = blocks(n)
+    partial = dev.zeros((nb, 3), np.float64)
+    if n:
+        words = work.view(_UINT[work.dtype.itemsize])
+        shift = words.dtype.type(8 * work.dtype.itemsize - 1)
+        dev.launch(reduce.signed_sums, nb, work, words, shift, partial)
+    p = dev.to_host(partial)
+    return float(p[:, 0].sum()), float(p[:, 1].sum()), int(p[:, 2].sum())
+
+
+def radix_select(u, absmask, k: int, dev) -> tuple[int, int]:
+    """``(v, greater)``: the k-th largest magnitude key of ``u`` (1 <= k <= n) and how many keys
+    exceed it."""
+    width = 8 * u.dtype.itemsize
+    prefix = pmask = greater = 0
+    remaining = k
+    for shift in range(width - 8, -1, -8):
+        hist = dev.zeros(256, np.int64)
+        dev.launch(select.radix_histogram, blocks(u.size), u, np.uint64(absmask), np.uint64(prefix),
+                   np.uint64(pmask), np.uint64(shift), hist)
+        h = dev.to_host(hist)
+        above = 0
+        d = 255
+        while above + int(h[d]) < remaining:
+            above += int(h[d])
+            d -= 1
+        greater += above
+        remaining -= above
+        prefix |= d << shift
+        pmask |= 0xFF << shift
+    return prefix, greater
+
+
+def _tile_counts(u, absmask, v, dev) -> np.ndarray:
+    ntiles = -(-u.size // select.TILE)
+    counts = dev.zeros((ntiles, 2), np.int64)
+    dev.launch(select.tile_counts, min(ntiles, MAX_BLOCKS), u, np.uint64(absmask), np.uint64(v), counts)
+    return dev.to_host(counts)
+
+
+def compact(u, absmask, v: int, ties: int, dev):
+    """int64 indices, ascending, of every key ``> v`` and of the first ``ties`` keys ``== v``."""
+    if u.size == 0:
+        return dev.empty(0, np.int64)
+    c = _tile_counts(u, absmask, v, dev)
+    total = int(c[:, 0].sum()) + min(int(c[:, 1].sum()), int(ties))
+    offsets = np.zeros_like(c)
+    np.cumsum(c[:-1], axis=0, out=offsets[1:])
+    out = dev.empty(total, np.int64)
+    if total:
+        dev.launch(select.tile_write, min(c.shape[0], MAX_BLOCKS), u, np.uint64(absmask), np.uint64(v),
+                   np.int64(ties), dev.to_device(offsets), out)
+    return out
+
+
+def topk_indices(u, absmask, k: int, dev):
+    """Indices (ascending, int64) of the ``k`` largest magnitude keys, ties to the lowest index."""
+    if k == 0:
+        return dev.empty(0, np.int64)
+    v, greater = radix_select(u, absmask, k, dev)
+    return compact(u, absmask, v, k - greater, dev)
+
+
+def count_at_least(u, absmask, thr: int, dev) -> int:
+    """Number of keys ``>= thr``."""
+    if u.size == 0:
+        return 0
+    c = _tile_counts(u, absmask, thr, dev)
+    return int(c.sum())
+
+
+def collect_at_least(u, absmask, thr: int, count: int, dev):
+    """Indices (ascending, int64) of the ``count`` keys ``>= thr`` (the tile counts recount them)."""
+    return compact(u, absmask, thr, u.size, dev)
+
+
+def sample_keys(u, absmask, m: int, stream: int, dev) -> np.ndarray:
+    """The host's ``sample_keys``: ``m`` keys at random positions, sorted descending (on the host)."""
+    keys = dev.empty(m, u.dtype)
+    dev.launch(select.sample_keys, blocks(m), u, u.dtype.type(absmask), np.uint64(stream), keys)
+    s = dev.to_host(keys)
+    s.sort()
+    return s[::-1].copy()
+
+
+def select_among(u, absmask, cand, k: int, dev):
+    """The host's ``select_from_candidates``: exact top-``k`` among the ascending indices ``cand``."""
+    keys = dev.empty(cand.size, u.dtype)
+    dev.launch(select.gather_keys, blocks(cand.size), u, u.dtype.type(absmask), cand, keys)
+    full = (1 << (8 * u.dtype.itemsize)) - 1
+    pos = topk_indices(keys, full, k, dev)
+    out = dev.empty(k, np.int64)
+    dev.launch(elementwise.gather, blocks(k), cand, pos, out)
+    return out
+
+
+def first_bad_index(words, shift: int, n: int, dev) -> int:
+    """The host's ``first_bad_index``: first position whose index is out of range or out of order,
+    -1 when all are valid."""
+    if words.size == 0:
+        return -1
+    res = dev.to_device(np.array([words.size], dtype=np.int64))
+    dev.launch(reduce.first_bad_index, blocks(words.size), words, words.dtype.type(shift), np.int64(n), res)
+    bad = int(dev.to_host(res)[0])
+    return -1 if bad == words.size else bad
+
+
+def quantize_levels(x, bucket, s, use_max, stochastic, seed_lo, seed_hi, bits, scales, out, dev):
+    """The host's ``quantize_levels``: bucket scales into ``scales``, packed codes into ``out``."""
+    n = x.size
+    if n == 0:
+        return
+    dev.launch(reduce.bucket_scales, min(scales.size, MAX_BLOCKS), x, np.int64(bucket), bool(use_max), scales)
+    codes = out if bits == 8 else dev.empty(n, np.uint16)
+    dev.launch(quant.level_codes, blocks(n), x, np.int64(bucket), np.int64(s), bool(stochastic),
+               np.int64(seed_lo), np.int64(seed_hi), scales, codes)
+    if bits != 8:
+        dev.launch(bits_kernels.pack_codes, blocks(out.size), codes, np.int64(bits), out)
+
+
+def dequantize_levels(packed, bits, s, bucket, scales, out, dev) -> int:
+    """The host's ``dequantize_levels``; returns the number of codes above ``2 s``."""
+    if out.size == 0:
+        return 0
+    bad = dev.zeros(1, np.int64)
+    dev.launch(quant.dequantize_levels, blocks(out.size), packed, np.int64(bits), np.int64(s),
+               np.int64(bucket), scales, out, bad)
+    return int(dev.to_host(bad)[0])
+
+
+def count_bad_scales(scales, dev) -> int:
+    """Number of scales that are negative, infinite or NaN."""
+    if scales.size == 0:
+        return 0
+    bad = dev.zeros(1, np.int64)
+    dev.launch(reduce.count_bad_scales, blocks(scales.size), scales, bad)
+    return int(dev.to_host(bad)[0])
+

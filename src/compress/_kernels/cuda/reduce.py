@@ -1,0 +1,127 @@
+"""Reduction and validation device kernels (private).
+
+Reductions are deterministic: each block reduces its share in shared memory in a fixed tree order and
+writes one partial (or, for bucket scales, one result per bucket), so the same input on the same launch
+shape always gives the same bits. Validation kernels report through a one-element array with an
+atomic minimum (first bad position) or sum (number of bad items), which are exact.
+"""
+
+import math
+
+import numpy as np
+from numba import cuda, float64, int64
+
+from . import THREADS
+
+__all__ = ["signed_sums", "bucket_scales", "first_bad_index", "count_bad_scales", "tree_sum"]
+
+
+@cuda.jit(device=True)
+def tree_sum(buf):
+    """Sum of the shared array ``buf`` (``THREADS`` entries) into ``buf[0]``, in a fixed order."""
+    t = cuda.threadIdx.x
+    half = THREADS // 2
+    while half > 0:
+        cuda.syncthreads()
+        if t < half:
+            buf[t] += buf[t + half]
+        half //= 2
+    cuda.syncthreads()
+
+
+@cuda.jit(device=True)
+def tree_max(buf):
+    """Maximum of the shared array ``buf`` into ``buf[0]``."""
+    t = cuda.threadIdx.x
+    half = THREADS // 2
+    while half > 0:
+        cuda.syncthreads()
+        if t < half:
+            buf[t] = max(buf[t], buf[t + half])
+        half //= 2
+    cuda.syncthreads()
+
+
+@cuda.jit
+def signed_sums(vals, words, signbit, partial):
+    """Per block: sum of ``max(x, 0)``, sum of ``min(x, 0)`` (float64) and the number of elements whose
+    IEEE sign bit (bit ``signbit`` of the integer view) is set, into ``partial[block, 0:3]``.
+
+    ``vals`` is the float array (float32 or float64) and ``words`` the integer view the sign bits are read
+    from; the host adds the partials in block order.
+    """
+    pos = cuda.shared.array(THREADS, float64)
+    neg = cuda.shared.array(THREADS, float64)
+    cnt = cuda.shared.array(THREADS, float64)
+    t = cuda.threadIdx.x
+    p = 0.0
+    q = 0.0
+    c = 0.0
+    for i in range(cuda.grid(1), vals.size, cuda.gridsize(1)):
+        v = float64(vals[i])
+        p += max(v, 0.0)
+        q += min(v, 0.0)
+        c += float64((words[i] >> signbit) & 1)
+    pos[t] = p
+    neg[t] = q
+    cnt[t] = c
+    half = THREADS // 2
+    while half > 0:  # tree_sum of the three arrays with one barrier per level
+        cuda.syncthreads()
+        if t < half:
+            pos[t] += pos[t + half]
+            neg[t] += neg[t + half]
+            cnt[t] += cnt[t + half]
+        half //= 2
+    cuda.syncthreads()
+    if t == 0:
+        b = cuda.blockIdx.x
+        partial[b, 0] = pos[0]
+        partial[b, 1] = neg[0]
+        partial[b, 2] = cnt[0]
+
+
+@cuda.jit
+def bucket_scales(x, bucket, use_max, scales):
+    """``scales[b]`` = L2 norm (or max magnitude) of bucket ``b`` of ``x``, accumulated in float64;
+    blocks loop over buckets."""
+    acc = cuda.shared.array(THREADS, float64)
+    t = cuda.threadIdx.x
+    n = x.size
+    for b in range(cuda.blockIdx.x, scales.size, cuda.gridDim.x):
+        lo = b * bucket
+        hi = min(lo + bucket, n)
+        a = 0.0
+        for i in range(lo + t, hi, THREADS):
+            v = float64(x[i])
+            a = max(a, abs(v)) if use_max else a + v * v
+        acc[t] = a
+        if use_max:
+            tree_max(acc)
+        else:
+            tree_sum(acc)
+        if t == 0:
+            scales[b] = acc[0] if use_max else math.sqrt(acc[0])
+        cuda.syncthreads()
+
+
+@cuda.jit
+def first_bad_index(words, shift, n, result):
+    """``result[0] = min(result[0], j)`` for every position ``j`` whose index ``words[j] >> shift`` is
+    ``>= n`` or not strictly greater than the previous one (host: ``first_bad_index``)."""
+    for j in range(cuda.grid(1), words.size, cuda.gridsize(1)):
+        idx = int64(words[j] >> shift)
+        bad = idx >= n
+        if j > 0:
+            bad = bad or idx <= int64(words[j - 1] >> shift)
+        if bad:
+            cuda.atomic.min(result, 0, j)
+
+
+@cuda.jit
+def count_bad_scales(scales, result):
+    """``result[0] +=`` the number of scales that are negative, infinite or NaN."""
+    for j in range(cuda.grid(1), scales.size, cuda.gridsize(1)):
+        v = float64(scales[j])
+        if not (v >= 0.0) or math.isinf(v):
+            cuda.atomic.add(result, 0, 1)
