@@ -21,7 +21,7 @@ from functools import cached_property
 
 import numpy as np
 
-__all__ = ["is_device", "Device"]
+__all__ = ["is_device", "Device", "namespace"]
 
 
 def is_device(x) -> bool:
@@ -29,6 +29,20 @@ def is_device(x) -> bool:
     if isinstance(x, np.ndarray):
         return False
     return hasattr(x, "__cuda_array_interface__") or (hasattr(x, "copy_to_host") and hasattr(x, "is_c_contiguous"))
+
+
+def namespace(x):
+    """The array module for arithmetic on ``x``: NumPy for host arrays, CuPy for device arrays.
+
+    Memories (error feedback, DGC) do array arithmetic, which Numba device arrays do not offer.
+    """
+    if not is_device(x):
+        return np
+    if not _is_cupy(x):
+        raise TypeError(f"{type(x).__name__} arrays have no arithmetic: use CuPy arrays on the device")
+    import cupy
+
+    return cupy
 
 
 def _is_cupy(x) -> bool:

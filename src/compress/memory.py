@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._device import is_device, namespace
 from .base import Codec
 
 __all__ = ["ErrorFeedback", "DGCMemory", "Residual", "MomentumState"]
@@ -48,8 +49,8 @@ class Residual:
     steps: int = 0
 
     def __post_init__(self):
-        if not isinstance(self.error, np.ndarray):
-            raise ValueError("error must be a numpy array")
+        if not (isinstance(self.error, np.ndarray) or is_device(self.error)):
+            raise ValueError("error must be a numpy (or cupy) array")
 
 
 @dataclass
@@ -92,17 +93,19 @@ class ErrorFeedback:
         With :meth:`remember`, this lets a collective that compresses in its own way (a summable
         allreduce, PowerSGD's two rounds) keep the same error feedback as :meth:`encode`.
         """
-        x = np.asarray(x)
+        xp = namespace(x)
+        x = xp.asarray(x)
         st = self.state.get(key)
         if st is None:
-            st = self.state[key] = Residual(np.zeros_like(x))
+            st = self.state[key] = Residual(xp.zeros_like(x))
         _check_like("the residual", st.error, x, key)
         return x + st.error
 
     def remember(self, corrected, estimate, *, key=None) -> None:
         """Store ``corrected - estimate`` as the new residual of ``key`` (after :meth:`compensate`)."""
         st = self.state[key]
-        st.error = corrected - np.asarray(estimate).reshape(corrected.shape).astype(corrected.dtype)
+        xp = namespace(corrected)
+        st.error = corrected - xp.asarray(estimate).reshape(corrected.shape).astype(corrected.dtype)
         st.steps += 1
 
     def decode(self, payload, *, count: int | None = None) -> np.ndarray:
@@ -157,10 +160,11 @@ class DGCMemory:
 
     def encode(self, grad, *, key=None, step: int = 0) -> np.ndarray:
         """Fold ``grad`` into momentum and velocity, encode the velocity, clear what was sent."""
-        grad = np.asarray(grad)
+        xp = namespace(grad)
+        grad = xp.asarray(grad)
         st = self.state.get(key)
         if st is None:
-            st = self.state[key] = MomentumState(np.zeros_like(grad), np.zeros_like(grad))
+            st = self.state[key] = MomentumState(xp.zeros_like(grad), xp.zeros_like(grad))
         _check_like("the momentum", st.u, grad, key)
         st.u *= self.momentum
         st.u += grad

@@ -268,3 +268,24 @@ def test_kernels_compile_for_a_real_gpu(tmp_path):
     script = Path(__file__).with_name("ptx_check.py")
     run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+
+def test_memories_need_arithmetic_arrays_on_device():
+    """Error feedback does array arithmetic: CuPy arrays on the device, not Numba's."""
+    to_device, _ = _numba()
+    ef = compress.ErrorFeedback(compress.get("topk"))
+    with pytest.raises(TypeError, match="use CuPy arrays on the device"):
+        ef.encode(to_device(np.ones(10, np.float32)))
+
+
+def test_error_feedback_on_cupy_matches_host(device):
+    """ErrorFeedback around a device codec keeps a device residual equal to the host one."""
+    to_device, to_host = device
+    if to_device.__module__.startswith("numba"):
+        pytest.skip("Numba device arrays have no arithmetic (see the test above)")
+    host = compress.ErrorFeedback(compress.get("topk", ratio=0.1))
+    dev = compress.ErrorFeedback(compress.get("topk", ratio=0.1))
+    for step in range(3):
+        x = sample(500, np.float32, seed=step)
+        np.testing.assert_array_equal(to_host(dev.encode(to_device(x), key="w")), host.encode(x, key="w"))
+        np.testing.assert_array_equal(to_host(dev.residual("w")), host.residual("w"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
+from .._arrays import xp
 from .._p2p import sendrecv
 from ..blocks import ring
 
@@ -18,12 +19,12 @@ __all__ = ["allgatherv", "alltoallv"]
 
 
 def allgatherv(payload: np.ndarray, comm: MPI.Comm) -> list[np.ndarray]:
-    """Every rank's uint8 ``payload``, in rank order, on every rank."""
+    """Every rank's uint8 ``payload``, in rank order, on every rank (on the payload's device)."""
     p, r = comm.size, comm.rank
     sizes = np.empty(p, dtype=np.int64)
     comm.Allgather(np.array([payload.size], dtype=np.int64), sizes)
     offsets = [0] + np.cumsum(sizes).tolist()
-    buf = np.empty(offsets[-1], dtype=np.uint8)
+    buf = xp(payload).empty(offsets[-1], dtype=np.uint8)
     buf[offsets[r]:offsets[r + 1]] = payload
     ring.allgather(buf, offsets, comm)
     return [buf[offsets[k]:offsets[k + 1]] for k in range(p)]
@@ -34,10 +35,10 @@ def alltoallv(chunks: list[np.ndarray], comm: MPI.Comm) -> list[np.ndarray]:
     p, r = comm.size, comm.rank
     sizes_in = np.empty(p, dtype=np.int64)
     comm.Alltoall(np.array([c.size for c in chunks], dtype=np.int64), sizes_in)
-    received: list[np.ndarray] = [np.empty(0, np.uint8)] * p
-    received[r] = chunks[r]
+    lib = xp(chunks[r])
+    received: list[np.ndarray] = [chunks[r]] * p
     for step in range(1, p):
         dst, src = (r + step) % p, (r - step) % p
-        received[src] = np.empty(int(sizes_in[src]), dtype=np.uint8)
+        received[src] = lib.empty(int(sizes_in[src]), dtype=np.uint8)
         sendrecv(comm, chunks[dst], dst, received[src], src)
     return received

@@ -20,6 +20,11 @@ __all__ = ["compressed_allreduce"]
 
 _OPS = ("avg", "sum")
 
+#: Strategies that run on the device for CuPy input: encode and decode with the codecs' device
+#: kernels, payloads from device buffers. The others (summable, whose representations are added by
+#: host protocols, and the sparse ones, which merge index lists on the host) run on a host copy.
+DEVICE_STRATEGIES = frozenset({"allgather", "two_phase"})
+
 
 def compressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None = None,
                          op: str = "avg", strategy: str = "auto", comm: MPI.Comm | None = None,
@@ -52,8 +57,9 @@ def compressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None = 
     Returns
     -------
     numpy.ndarray
-        ``out``: bitwise identical on every rank. CuPy input gives CuPy output; the codecs then
-        run on a host copy (their kernels are CPU kernels for now).
+        ``out``: bitwise identical on every rank. CuPy input gives CuPy output; the allgather and
+        two_phase strategies then encode, exchange and decode on the device
+        (:data:`DEVICE_STRATEGIES`), the others run on a host copy.
     """
     comm, opts, validate = _setup(comm, options, validate)
 
@@ -80,13 +86,11 @@ def compressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None = 
         res = new_like(a) if out is None else check_out(out, a)
         sig = {"count": a.size, "dtype": a.dtype, "codec": base.name, "op": op,
                "strategy": name, "step": int(step)}
-        return (a, fn, res), sig
+        return (a, fn, res, name), sig
 
-    a, fn, res = checked("compressed_allreduce", comm, validate, check)
-    if type(a) is not np.ndarray:
-        # CuPy input: the codecs' kernels are CPU (Numba) kernels for now, so the compressed
-        # allreduce runs on a host copy and the result goes back to the device.
-        host = compressed_allreduce(a.get(), codec, op=op, strategy=strategy, comm=comm, key=key,
+    a, fn, res, name = checked("compressed_allreduce", comm, validate, check)
+    if type(a) is not np.ndarray and name not in DEVICE_STRATEGIES:
+        host = compressed_allreduce(a.get(), codec, op=op, strategy=name, comm=comm, key=key,
                                     step=step, algorithm=algorithm, validate=False,
                                     options=opts)
         res.set(host)

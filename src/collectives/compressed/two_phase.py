@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._arrays import xp
 from .._context import Context, context
 from ..options import Options
 from .._p2p import partition
@@ -67,7 +68,7 @@ def allreduce(x: np.ndarray, out: np.ndarray, plan: Plan, ctx: Context, opts: Op
     # phase 1: chunk i goes, compressed, to its server, rank i
     mine = alltoallv([plan.encode(x[bounds[i]:bounds[i + 1]], part=i) for i in range(p)], comm)
     decoded = [plan.decode(payload, bounds[r + 1] - bounds[r]) for payload in mine]
-    agg = np.empty(bounds[r + 1] - bounds[r], dtype=x.dtype)
+    agg = xp(x).empty(bounds[r + 1] - bounds[r], dtype=x.dtype)
     plan.aggregate_into(decoded, agg)
     reply = _server_encode(plan, agg, r, ctx)
     # phase 2: every server's compressed chunk to everyone
