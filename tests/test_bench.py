@@ -147,3 +147,23 @@ def test_netem_commands():
     assert run[:4] == ["ip", "netns", "exec", "ns1"]
     assert "MPIR_CVAR_NOLOCAL=1" in run and "FI_PROVIDER=tcp" in run and run[-1] == "osu_bw"
     assert netem.teardown_command("ns1") == ["ip", "netns", "del", "ns1"]
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_codec_throughput_runs(device, tmp_path):
+    """bench/codec_throughput.py end to end on a tiny input (cuda: the GPU, or the CUDA simulator
+    that tests/conftest.py turns on without one), with its JSON."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "codecs.json"
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "codec_throughput.py"), "--device", device,
+                          "--n", "4096", "--repeats", "1", "--no-reference", "--codecs",
+                          "topk,signsgd,qsgd,powersgd", "--json", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = json.loads(out.read_text())["codecs"]
+    assert {"topk", "signsgd", "qsgd"} <= set(rows)
+    assert rows["signsgd"]["compression"] == pytest.approx(4096 * 4 / (4096 / 8 + 24))
+    assert all(r["encode_gbps"] > 0 and r["decode_gbps"] > 0 for r in rows.values())
