@@ -123,11 +123,14 @@ class Device:
             return a.astype(dtype)
         return self.to_device(self.to_host(a).astype(dtype))
 
+    def is_contiguous(self, x) -> bool:
+        return x.flags.c_contiguous if self.cupy else x.is_c_contiguous()
+
     def contiguous(self, x):
         """``x`` itself if C-contiguous, else a contiguous copy."""
-        if self.cupy:
-            return self.xp.ascontiguousarray(x)
-        return x if x.is_c_contiguous() else self.to_device(self.to_host(x))
+        if self.is_contiguous(x):
+            return x
+        return self.xp.ascontiguousarray(x) if self.cupy else self.to_device(self.to_host(x))
 
     @staticmethod
     def address(a) -> int:

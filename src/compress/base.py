@@ -263,4 +263,4 @@ def _usable_out(out, nbytes: int, dev) -> bool:
         return (isinstance(out, np.ndarray) and out.dtype == np.uint8 and out.ndim == 1
                 and out.flags.c_contiguous and out.flags.writeable and out.size == nbytes)
     return (is_device(out) and out.dtype == np.uint8 and out.ndim == 1 and out.size == nbytes
-            and dev.contiguous(out) is out and Device(out).cupy == dev.cupy)
+            and Device(out).cupy == dev.cupy and dev.is_contiguous(out))

@@ -18,8 +18,10 @@ device arrays (CuPy, Numba, or anything with ``__cuda_array_interface__``) and a
 from __future__ import annotations
 
 import types
+import warnings
 
 from numba import config, cuda
+from numba.core.errors import NumbaPerformanceWarning
 
 __all__ = ["THREADS", "MAX_BLOCKS", "blocks", "launch", "device_twin"]
 
@@ -37,8 +39,11 @@ def blocks(n: int) -> int:
 
 
 def launch(kernel, nblocks: int, stream, *args) -> None:
-    """``kernel[nblocks, THREADS, stream](*args)``."""
-    kernel[nblocks, THREADS, stream](*args)
+    """``kernel[nblocks, THREADS, stream](*args)``, without Numba's low-occupancy warning (small
+    tensors get small grids on purpose)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NumbaPerformanceWarning)
+        kernel[nblocks, THREADS, stream](*args)
 
 
 def device_twin(host_fn, **deps):
