@@ -21,7 +21,7 @@ from functools import cached_property
 
 import numpy as np
 
-__all__ = ["is_device", "Device", "namespace"]
+__all__ = ["is_device", "Device", "namespace", "host_copy"]
 
 
 def is_device(x) -> bool:
@@ -43,6 +43,11 @@ def namespace(x):
     import cupy
 
     return cupy
+
+
+def host_copy(a) -> np.ndarray:
+    """A NumPy copy of the host or CuPy array ``a``."""
+    return a.get() if is_device(a) else np.array(a, copy=True)
 
 
 def _is_cupy(x) -> bool:

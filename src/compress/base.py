@@ -246,6 +246,10 @@ class Codec:
         self._check_shape(x)
         return x if x.flags.c_contiguous else x.copy(order="C")
 
+    def _prepare_any(self, x):
+        """:meth:`_prepare` or :meth:`_prepare_device`, for protocols that take either."""
+        return self._prepare_device(x, Device(x)) if is_device(x) else self._prepare(x)
+
     def _prepare_device(self, x, dev):
         x = dev.wrap(x)
         self._check_shape(x)

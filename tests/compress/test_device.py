@@ -181,7 +181,7 @@ def test_device_input_checks(device):
 
 def test_powersgd_needs_cupy_on_device():
     to_device, _ = _numba()
-    with pytest.raises(TypeError, match="CuPy arrays only"):
+    with pytest.raises(TypeError, match="use CuPy arrays on the device"):
         compress.get("powersgd").encode(to_device(np.ones((4, 4), np.float32)))
 
 

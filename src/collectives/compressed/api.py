@@ -21,9 +21,9 @@ __all__ = ["compressed_allreduce"]
 _OPS = ("avg", "sum")
 
 #: Strategies that run on the device for CuPy input: encode and decode with the codecs' device
-#: kernels, payloads from device buffers. The others (summable, whose representations are added by
-#: host protocols, and the sparse ones, which merge index lists on the host) run on a host copy.
-DEVICE_STRATEGIES = frozenset({"allgather", "two_phase"})
+#: kernels (or the summable protocols on CuPy arrays), messages from device buffers. The sparse
+#: ones, which merge index lists with host kernels, run on a host copy.
+DEVICE_STRATEGIES = frozenset({"summable", "allgather", "two_phase"})
 
 
 def compressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None = None,
@@ -57,9 +57,9 @@ def compressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None = 
     Returns
     -------
     numpy.ndarray
-        ``out``: bitwise identical on every rank. CuPy input gives CuPy output; the allgather and
-        two_phase strategies then encode, exchange and decode on the device
-        (:data:`DEVICE_STRATEGIES`), the others run on a host copy.
+        ``out``: bitwise identical on every rank. CuPy input gives CuPy output; the summable,
+        allgather and two_phase strategies then run on the device (:data:`DEVICE_STRATEGIES`), the
+        sparse ones on a host copy.
     """
     comm, opts, validate = _setup(comm, options, validate)
 

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from .._arrays import xp
 from .._context import Context
 from ..algorithms import FLAT
 from ..algorithms.auto import choose
@@ -69,10 +70,11 @@ def allreduce(x: np.ndarray, out: np.ndarray, plan: Plan, ctx: Context, opts: Op
     c = _compensate(plan, x)
     if hasattr(base, "compute_p"):  # PowerSGD's two rounds, on the tensor's matrix shape
         m = c.reshape(plan.shape)
-        p = np.ascontiguousarray(base.compute_p(m, key=plan.key))
+        lib = xp(m)
+        p = lib.ascontiguousarray(base.compute_p(m, key=plan.key))
         _sum(p.reshape(-1), np.add, ctx, opts, algorithm)
         p_hat = base.orthogonalize(p)
-        q = np.ascontiguousarray(base.compute_q(m, p_hat))
+        q = lib.ascontiguousarray(base.compute_q(m, p_hat))
         _sum(q.reshape(-1), np.add, ctx, opts, algorithm)
         if plan.average:
             q /= plan.world

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._kernels.floats import f32_to_f16_bits, table_lookup
+from .._device import Device, is_device
 from .._layout import Section
 from ..base import Codec
 
@@ -52,16 +53,22 @@ class FP16(Codec):
         return buf
 
     def _encode_device(self, x, dev, key, step, out):
+        buf, body = self._new_payload(x, out, {}, dev=dev)
+        self._body_device(x.reshape(-1), dev, body["half"])
+        return buf
+
+    @staticmethod
+    def _body_device(flat, dev, half=None):
+        """Binary16 words of the flat device array ``flat`` (into ``half`` if given)."""
         from .._kernels.cuda import blocks, elementwise
 
-        buf, body = self._new_payload(x, out, {}, dev=dev)
-        flat = x.reshape(-1)
-        if x.dtype == np.float16:
-            dev.copy_into(body["half"], flat.view(np.uint16))
+        half = dev.empty(flat.size, np.uint16) if half is None else half
+        if flat.dtype == np.float16:
+            dev.copy_into(half, flat.view(np.uint16))
         elif flat.size:
-            mbits, bias, word = (23, 127, np.uint32) if x.dtype == np.float32 else (52, 1023, np.uint64)
-            dev.launch(elementwise.to_f16, blocks(flat.size), flat.view(word), mbits, bias, body["half"])
-        return buf
+            mbits, bias, word = (23, 127, np.uint32) if flat.dtype == np.float32 else (52, 1023, np.uint64)
+            dev.launch(elementwise.to_f16, blocks(flat.size), flat.view(word), mbits, bias, half)
+        return half
 
     def _decode_device(self, hdr, body, dev):
         from .._kernels.cuda import blocks, elementwise
@@ -78,7 +85,9 @@ class FP16(Codec):
     summable_add = np.add
 
     def summable_encode(self, x, *, key=None, step: int = 0) -> np.ndarray:
-        x = self._prepare(x).reshape(-1)
+        x = self._prepare_any(x).reshape(-1)
+        if is_device(x):  # the payload body, made on the device, is the representation
+            return self._body_device(x, Device(x)).view(np.float16)
         half = np.empty(x.size, dtype=np.uint16)
         if x.dtype == np.float32:
             f32_to_f16_bits(x.view(np.uint32), half)

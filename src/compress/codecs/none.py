@@ -55,7 +55,7 @@ class Identity(Codec):
     summable_add = np.add
 
     def summable_encode(self, x, *, key=None, step: int = 0) -> np.ndarray:
-        return self._prepare(x).reshape(-1).copy()
+        return self._prepare_any(x).reshape(-1).copy()
 
     def summable_decode(self, rep, *, shape, dtype, key=None, step: int = 0) -> np.ndarray:
         return rep.astype(dtype, copy=False).reshape(shape)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._device import host_copy, namespace
 from .._layout import Section
 from .._seeding import shared_stream
 from .._util import require
@@ -98,25 +99,28 @@ class PowerSGD(Codec):
 
     # ------------------------------------------------------------------ allreduce protocol
     def compute_p(self, x, *, key=None) -> np.ndarray:
-        """``P = M Q`` for this rank's tensor ``x`` (rows x r); sum it over ranks."""
-        m = self._matrix(self._prepare(x))
-        return m @ self._current_q(key, m.shape, m.dtype)
+        """``P = M Q`` for this rank's tensor ``x`` (rows x r); sum it over ranks.
+
+        Host (NumPy) or CuPy arrays; the results live where ``x`` does."""
+        m = self._matrix(self._prepare_any(x))
+        return m @ namespace(m).asarray(self._current_q(key, m.shape, m.dtype))
 
     @staticmethod
     def orthogonalize(p: np.ndarray) -> np.ndarray:
         """Orthonormal basis of the columns of the summed ``P`` (reduced QR)."""
         if p.size == 0:
             return p.copy()
-        return np.linalg.qr(p)[0].astype(p.dtype, copy=False)
+        return namespace(p).linalg.qr(p)[0].astype(p.dtype, copy=False)
 
     def compute_q(self, x, p_hat: np.ndarray) -> np.ndarray:
         """``Q = M^T P_hat`` (cols x r); sum (or average) it over ranks."""
-        return self._matrix(self._prepare(x)).T @ p_hat
+        return self._matrix(self._prepare_any(x)).T @ p_hat
 
     def reconstruct(self, p_hat, q, *, key=None, shape=None, dtype=None) -> np.ndarray:
-        """``P_hat Q^T`` reshaped to ``shape``; remembers ``q`` as the warm start of ``key``."""
+        """``P_hat Q^T`` reshaped to ``shape``; remembers ``q`` as the warm start of ``key`` (on the
+        host: it is small, and state_dict() is then the same wherever the tensor lives)."""
         if self.warm_start:
-            self._q[key] = np.array(q, copy=True)
+            self._q[key] = host_copy(q)
         y = p_hat @ q.T
         return y.reshape(shape if shape is not None else y.shape).astype(dtype or y.dtype, copy=False)
 
@@ -147,13 +151,12 @@ class PowerSGD(Codec):
         require(rows * cols == hdr.count, f"matrix {rows} x {cols} does not hold {hdr.count} elements")
         require(r <= min(rows, cols), f"rank {r} exceeds min(rows, cols) = {min(rows, cols)}")
 
-    def _encode(self, x, key, step, out):
-        m = self._matrix(x)
-        rows, cols = m.shape
-        p_hat = self.orthogonalize(m @ self._current_q(key, m.shape, m.dtype))
+    def _encode(self, x, key, step, out, dev=None):
+        p_hat = self.orthogonalize(self.compute_p(x, key=key))
         q = self.compute_q(x, p_hat)
         self.reconstruct(p_hat, q, key=key)
-        buf, body = self._new_payload(x, out, {"rows": rows, "cols": cols, "rank": p_hat.shape[1]})
+        rows, cols = _matrix_shape(x.shape)
+        buf, body = self._new_payload(x, out, {"rows": rows, "cols": cols, "rank": p_hat.shape[1]}, dev=dev)
         body["p"][:] = p_hat.reshape(-1)
         body["q"][:] = q.reshape(-1)
         return buf
@@ -165,32 +168,15 @@ class PowerSGD(Codec):
         return y.reshape(-1).astype(hdr.dtype, copy=False)
 
     def _encode_device(self, x, dev, key, step, out):
-        """The same steps with CuPy (cuBLAS products, cuSOLVER QR); the warm-start ``Q`` stays on
-        the host (it is small: cols x rank) so that state_dict() is the same on every device."""
-        xp = self._cupy(dev)
-        m = self._matrix(x)
-        rows, cols = m.shape
-        p_hat = xp.linalg.qr(m @ xp.asarray(self._current_q(key, m.shape, m.dtype)))[0].astype(m.dtype, copy=False)
-        q = m.T @ p_hat
-        if self.warm_start:
-            self._q[key] = q.get()
-        buf, body = self._new_payload(x, out, {"rows": rows, "cols": cols, "rank": p_hat.shape[1]}, dev=dev)
-        body["p"][:] = p_hat.reshape(-1)
-        body["q"][:] = q.reshape(-1)
-        return buf
+        """The host steps with CuPy (cuBLAS products, cuSOLVER QR); CuPy arrays only."""
+        namespace(x)  # TypeError for arrays without arithmetic (Numba's)
+        return self._encode(x, key, step, out, dev)
 
     def _decode_device(self, hdr, body, dev):
-        self._cupy(dev)
+        namespace(body["p"])
         rows, cols, r = hdr.params["rows"], hdr.params["cols"], hdr.params["rank"]
         y = body["p"].reshape(rows, r) @ body["q"].reshape(cols, r).T
         return y.reshape(-1).astype(hdr.dtype, copy=False)
-
-    @staticmethod
-    def _cupy(dev):
-        if not dev.cupy:
-            raise TypeError("powersgd runs on the device with CuPy arrays only (it needs matrix "
-                            "products and QR); pass a CuPy array or a host array")
-        return dev.xp
 
     # ------------------------------------------------------------------ helpers
     def _matrix(self, x):

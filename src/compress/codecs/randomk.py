@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._kernels.sparse import gather, random_subset, scatter_scaled
+from .._device import namespace
 from .._layout import Section
 from .._seeding import shared_stream
 from .._util import check_ratio, k_for, require, uint_view
@@ -83,17 +84,18 @@ class RandomK(Codec):
     summable_add = np.add
 
     def summable_encode(self, x, *, key=None, step: int = 0) -> np.ndarray:
-        x = self._prepare(x).reshape(-1)
+        x = self._prepare_any(x).reshape(-1)
         work = np.float32 if x.dtype == np.float16 else x.dtype
-        return x[self.indices(x.size, key=key, step=step)].astype(work)
+        return x[namespace(x).asarray(self.indices(x.size, key=key, step=step))].astype(work)
 
     def summable_decode(self, rep, *, shape, dtype, key=None, step: int = 0) -> np.ndarray:
         n = int(np.prod(shape))
+        xp = namespace(rep)
         idx = self.indices(n, key=key, step=step)
         if rep.shape != idx.shape:
             raise ValueError(f"representation has {rep.size} values, expected {idx.size}")
-        out = np.zeros(n, dtype=rep.dtype)
-        out[idx] = rep * (n / idx.size if (self.unbiased_scaling and idx.size) else 1)
+        out = xp.zeros(n, dtype=rep.dtype)
+        out[xp.asarray(idx)] = rep * (n / idx.size if (self.unbiased_scaling and idx.size) else 1)
         return out.astype(dtype, copy=False).reshape(shape)
 
     def _sections(self, n, dtype, params):
