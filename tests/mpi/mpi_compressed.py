@@ -224,14 +224,15 @@ def test_error_feedback_through_summable(name):
     assert_identical_everywhere(z, comm, name)
 
 
-@pytest.mark.parametrize("name,strategy", [("topk", "allgather"), ("topk", "sparse"), ("fp16", "summable"),
+@pytest.mark.parametrize("name,strategy", [("topk", "allgather"), ("topk", "sparse"), ("threshold", "sparse_split"),
+                                           ("topk", "sparse_recursive_doubling"), ("fp16", "summable"),
                                            ("bf16", "summable"), ("randomk", "summable"),
                                            ("powersgd", "summable"), ("efsignsgd", "allgather"),
                                            ("efsignsgd", "two_phase"), ("qsgd", "two_phase")])
 def test_device_input_gives_the_same_result_on_the_device(name, strategy, backend):
-    """CuPy in, CuPy out, with what the NumPy path gives. summable, allgather and two_phase run on
-    the device (payloads are byte-identical to host ones, except float sums that set a scale, which
-    the device adds in another order, and PowerSGD's QR); sparse runs on a host copy."""
+    """CuPy in, CuPy out, with what the NumPy path gives: the codecs run on the device, and their
+    payloads are byte-identical to host ones, except float sums that set a scale (the device adds in
+    another order) and PowerSGD's QR. The sparse strategy merges its lists on the host."""
     to_device, to_host = backend
     comm = MPI.COMM_WORLD
     x = data(1001, comm.rank, 8)

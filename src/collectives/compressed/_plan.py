@@ -14,6 +14,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .._arrays import xp
+
 __all__ = ["Plan", "base_codec"]
 
 
@@ -58,12 +60,13 @@ class Plan:
         return self.base.decode(payload, count=count).reshape(-1)
 
     def finish(self, acc: np.ndarray, count: int, out: np.ndarray) -> None:
-        """Turn a rank-order sum of ``count`` contributions into the result, written to ``out``."""
+        """Turn a rank-order sum of ``count`` contributions into the result, written to ``out``
+        (a host ``acc`` goes to a device ``out`` in one copy)."""
         if self.majority:
             np.sign(acc, out=acc)
         elif self.average:
             acc /= count
-        out[...] = acc
+        out[...] = xp(out).asarray(acc)
 
     def aggregate_into(self, decoded: Sequence[np.ndarray], out: np.ndarray) -> None:
         """Combine contributions (rank order) into ``out``; mean over ``world`` when averaging."""

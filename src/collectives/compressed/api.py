@@ -20,11 +20,6 @@ __all__ = ["compressed_allreduce"]
 
 _OPS = ("avg", "sum")
 
-#: Strategies that run on the device for CuPy input: encode and decode with the codecs' device
-#: kernels (or the summable protocols on CuPy arrays), messages from device buffers. The sparse
-#: ones, which merge index lists with host kernels, run on a host copy.
-DEVICE_STRATEGIES = frozenset({"summable", "allgather", "two_phase"})
-
 
 def compressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None = None,
                          op: str = "avg", strategy: str = "auto", comm: MPI.Comm | None = None,
@@ -57,9 +52,9 @@ def compressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None = 
     Returns
     -------
     numpy.ndarray
-        ``out``: bitwise identical on every rank. CuPy input gives CuPy output; the summable,
-        allgather and two_phase strategies then run on the device (:data:`DEVICE_STRATEGIES`), the
-        sparse ones on a host copy.
+        ``out``: bitwise identical on every rank. CuPy input gives CuPy output: the codecs encode
+        and decode on the device and messages go from device buffers; only the sparse strategies'
+        merge of (index, value) lists runs on the host.
     """
     comm, opts, validate = _setup(comm, options, validate)
 
@@ -86,15 +81,9 @@ def compressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None = 
         res = new_like(a) if out is None else check_out(out, a)
         sig = {"count": a.size, "dtype": a.dtype, "codec": base.name, "op": op,
                "strategy": name, "step": int(step)}
-        return (a, fn, res, name), sig
+        return (a, fn, res), sig
 
-    a, fn, res, name = checked("compressed_allreduce", comm, validate, check)
-    if type(a) is not np.ndarray and name not in DEVICE_STRATEGIES:
-        host = compressed_allreduce(a.get(), codec, op=op, strategy=name, comm=comm, key=key,
-                                    step=step, algorithm=algorithm, validate=False,
-                                    options=opts)
-        res.set(host)
-        return res
+    a, fn, res = checked("compressed_allreduce", comm, validate, check)
     src = flat(a)
     dst = src if res is a else flat(res)
     plan = Plan(codec, key, int(step), op == "avg", comm.size, a.shape)

@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from compress._device import host_copy
+
+from .._arrays import xp
 from .._context import Context
 from ..options import Options
 from .._p2p import partition, recv, send, sendrecv
@@ -36,14 +39,18 @@ SPLIT_BYTES = 256 << 10
 
 
 def _local(x: np.ndarray, plan: Plan) -> SparseVec:
-    """This rank's contribution as a sorted sparse list, from its payload."""
+    """This rank's contribution as a sorted sparse list, from its payload.
+
+    For a device ``x`` the codec runs on the device and only the (index, value) lists come to the
+    host, where the lists are merged."""
     payload = plan.encode(x)
     if plan.base.sparse:  # (index, value) lists straight from the payload, validated
         idx, vals = plan.base.sparse_parts(payload, count=x.size)
     else:  # any other codec: decode, keep the nonzeros
         dense = plan.decode(payload, x.size)
-        idx = np.flatnonzero(dense)
+        idx = xp(dense).flatnonzero(dense)
         vals = dense[idx]
+    idx, vals = host_copy(idx), host_copy(vals)
     return SparseVec(0, x.size, _acc(x), idx, vals.astype(_acc(x))).balanced()
 
 
