@@ -24,7 +24,7 @@ def a(dtype, ndim=1):
 i64, u64, u8, u16, u32, f64 = t.int64, t.uint64, t.uint8, t.uint16, t.uint32, t.float64
 
 SIGNATURES = {
-    ew.fill: [(a(d), d) for d in (u8, t.int64, t.float32, t.float64)],
+    ew.fill: [(a(d), d) for d in (u8, t.int64, t.float16, t.float32, t.float64)],
     ew.to_f16: [(a(w), i64, i64, a(u16)) for w in (u32, u64)],
     ew.to_bf16: [(a(u32), a(u16))],
     ew.bf16_to_f32: [(a(u16), a(u32))],

@@ -21,7 +21,6 @@ import types
 import warnings
 
 from numba import config, cuda
-from numba.core.errors import NumbaPerformanceWarning
 
 __all__ = ["THREADS", "MAX_BLOCKS", "blocks", "launch", "device_twin"]
 
@@ -42,7 +41,7 @@ def launch(kernel, nblocks: int, stream, *args) -> None:
     """``kernel[nblocks, THREADS, stream](*args)``, without Numba's low-occupancy warning (small
     tensors get small grids on purpose)."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", NumbaPerformanceWarning)
+        warnings.filterwarnings("ignore", message="Grid size", category=Warning)
         kernel[nblocks, THREADS, stream](*args)
 
 
