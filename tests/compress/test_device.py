@@ -9,6 +9,8 @@ Python thread; they still cross the kernels' block, tile and byte boundaries (th
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -21,7 +23,27 @@ from helpers import parts, sample
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 
 
+@functools.cache
+def _numba_problem():
+    """Why Numba CUDA cannot run kernels here (None when it can): on a GPU machine without
+    numba-cuda or a CUDA toolkit, the kernels cannot be compiled."""
+    try:
+        from numba import cuda
+
+        from compress._device import Device
+        from compress._kernels.cuda import elementwise
+
+        probe = cuda.to_device(np.zeros(1, np.float32))
+        Device(probe).launch(elementwise.fill, 1, probe, np.float32(1))
+        return None if probe.copy_to_host()[0] == 1 else "a probe kernel did not run"
+    except Exception as exc:
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+
+
 def _numba():
+    problem = _numba_problem()
+    if problem:
+        pytest.skip(f"Numba CUDA cannot run kernels here (pip install '.[gpu]'): {problem}")
     from numba import cuda
 
     return cuda.to_device, lambda a: a.copy_to_host()

@@ -13,33 +13,27 @@ from numba import cuda, float64, int64
 
 from . import THREADS
 
-__all__ = ["signed_sums", "bucket_scales", "first_bad_index", "count_bad_scales", "tree_sum"]
+__all__ = ["signed_sums", "bucket_scales", "first_bad_index", "count_bad_scales", "tree_reduce", "tree_sum"]
+
+
+@cuda.jit(device=True)
+def tree_reduce(buf, use_max):
+    """Sum (or maximum) of the shared array ``buf`` (``THREADS`` entries) into ``buf[0]``, in a fixed
+    order."""
+    t = cuda.threadIdx.x
+    half = THREADS // 2
+    while half > 0:
+        cuda.syncthreads()
+        if t < half:
+            buf[t] = max(buf[t], buf[t + half]) if use_max else buf[t] + buf[t + half]
+        half //= 2
+    cuda.syncthreads()
 
 
 @cuda.jit(device=True)
 def tree_sum(buf):
-    """Sum of the shared array ``buf`` (``THREADS`` entries) into ``buf[0]``, in a fixed order."""
-    t = cuda.threadIdx.x
-    half = THREADS // 2
-    while half > 0:
-        cuda.syncthreads()
-        if t < half:
-            buf[t] += buf[t + half]
-        half //= 2
-    cuda.syncthreads()
-
-
-@cuda.jit(device=True)
-def tree_max(buf):
-    """Maximum of the shared array ``buf`` into ``buf[0]``."""
-    t = cuda.threadIdx.x
-    half = THREADS // 2
-    while half > 0:
-        cuda.syncthreads()
-        if t < half:
-            buf[t] = max(buf[t], buf[t + half])
-        half //= 2
-    cuda.syncthreads()
+    """:func:`tree_reduce` summing."""
+    tree_reduce(buf, False)
 
 
 @cuda.jit
@@ -96,10 +90,7 @@ def bucket_scales(x, bucket, use_max, scales):
             v = float64(x[i])
             a = max(a, abs(v)) if use_max else a + v * v
         acc[t] = a
-        if use_max:
-            tree_max(acc)
-        else:
-            tree_sum(acc)
+        tree_reduce(acc, use_max)
         if t == 0:
             scales[b] = acc[0] if use_max else math.sqrt(acc[0])
         cuda.syncthreads()
