@@ -35,6 +35,10 @@ turns a (summed) representation back into a dense array. PowerSGD has its own tw
 
 Input handling: dtypes outside ``dtypes`` raise ``TypeError`` naming the valid ones; non-contiguous
 input is copied to a contiguous array first (never rejected).
+
+Device arrays: ``encode``, ``decode`` and ``sparse_parts`` given a CUDA device array run on the device
+(``_encode_device`` and friends, built on :mod:`compress._kernels.cuda`) and return device arrays;
+payload bytes are the host's. See :mod:`compress._device`.
 """
 
 from __future__ import annotations
@@ -75,17 +79,20 @@ class Codec:
 
         Parameters
         ----------
-        x : array_like
-            Float array of a dtype in ``self.dtypes``; copied first if not C-contiguous.
+        x : array_like or device array
+            Float array of a dtype in ``self.dtypes``; copied first if not C-contiguous. A CUDA
+            device array (CuPy, Numba) is encoded on its device, into a device payload with the
+            same bytes (:mod:`compress._device`).
         key : None, int, str or bytes
             Tensor identity. Codecs with shared randomness (random-k) and per-tensor state
             (PowerSGD, error feedback) use it; others ignore it.
         step : int
             Training step; shared-randomness codecs draw fresh indices per step.
-        out : numpy.ndarray, optional
-            A contiguous uint8 array of exactly the payload's size (:meth:`payload_nbytes`) to
-            write the payload into, and return: a training loop can reuse one buffer per tensor
-            instead of allocating (and page-faulting) a new one every step.
+        out : numpy.ndarray or device array, optional
+            A contiguous uint8 array, where ``x`` lives, of exactly the payload's size
+            (:meth:`payload_nbytes`) to write the payload into, and return: a training loop can
+            reuse one buffer per tensor instead of allocating (and page-faulting) a new one every
+            step.
         """
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
@@ -243,7 +250,7 @@ class Codec:
 
     def _prepare(self, x) -> np.ndarray:
         x = np.asarray(x)
-        self._check_shape(x)
+        self._check_array(x)
         return x if x.flags.c_contiguous else x.copy(order="C")
 
     def _prepare_any(self, x):
@@ -252,10 +259,10 @@ class Codec:
 
     def _prepare_device(self, x, dev):
         x = dev.wrap(x)
-        self._check_shape(x)
+        self._check_array(x)
         return dev.contiguous(x)
 
-    def _check_shape(self, x) -> None:
+    def _check_array(self, x) -> None:
         self._check_dtype(x.dtype)
         if x.ndim > MAX_NDIM:
             raise ValueError(f"arrays of more than {MAX_NDIM} dimensions are not supported (got {x.ndim})")
