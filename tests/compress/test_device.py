@@ -16,7 +16,7 @@ import pytest
 
 import compress
 from compress._device import is_device
-from compress._kernels import cuda as kernels
+from compress._kernels.cuda import select
 from helpers import parts, sample
 
 # the simulator runs the RNG's wrapping uint64 arithmetic as NumPy scalars, which warn
@@ -144,7 +144,7 @@ def test_topk_ties_across_tiles(device):
     """Many equal magnitudes spread over several compaction tiles: the device keeps exactly the
     host's elements (every larger key, then equal keys from the lowest index)."""
     to_device, to_host = device
-    n = 3 * kernels.select.TILE + 17
+    n = 3 * select.TILE + 17
     x = np.random.default_rng(3).choice(np.array([0.0, 1.0, -1.0, 2.0, -2.0], np.float32), n)
     for k in (1, 5, int((np.abs(x) == 2).sum()) + 3, n - 1, n):
         codec = compress.get("topk", ratio=k / n)
@@ -153,7 +153,7 @@ def test_topk_ties_across_tiles(device):
 
 def test_threshold_many_tiles_and_nan(device):
     to_device, to_host = device
-    x = sample(2 * kernels.select.TILE + 5, np.float32, seed=4)
+    x = sample(5 * select.TILE + 5, np.float32, seed=4)  # more tiles than (simulator) blocks
     x[[7, 600]] = [np.nan, -np.inf]
     codec = compress.get("threshold", tau=0.5)
     np.testing.assert_array_equal(to_host(codec.encode(to_device(x))), codec.encode(x))
