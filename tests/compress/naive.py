@@ -28,8 +28,9 @@ def lowbias32(x):
 
 def uniform24(n, stream):
     lo, hi = np.uint64(stream & 0xFFFFFFFF), np.uint64(stream >> 32)
-    i = np.arange(n, dtype=np.uint64) & M32
-    return lowbias32((lowbias32(i ^ lo) + hi) & M32) >> np.uint64(8)
+    i = np.arange(n, dtype=np.uint64)
+    high = (i >> np.uint64(32)) * np.uint64(0x9E3779B9)
+    return lowbias32((lowbias32((i & M32) ^ lo) + hi + high) & M32) >> np.uint64(8)
 
 
 def sign_bits(x):

@@ -151,3 +151,28 @@ def test_powersgd_allreduce_protocol_equals_sum():
     single = compress.get("powersgd", rank=3, seed=1)
     np.testing.assert_allclose(outs[0], single.decode(single.encode(mean, key="w")), atol=1e-10)
     np.testing.assert_array_equal(outs[0], outs[2])
+
+
+def test_uniform24_counters_past_2_32_draw_new_numbers():
+    """Element i and element i + 2**32 of one stream get different random numbers (stochastic
+    rounding of tensors over 4 G elements is not periodic), and the counters below 2**32 keep the
+    formula of the reference (payloads written before stay decodable to the same values)."""
+    from numba import njit
+
+    from compress._kernels.rng import uniform24
+
+    @njit
+    def draws(start, n, lo, hi):
+        out = np.empty(n, dtype=np.uint64)
+        for j in range(n):
+            out[j] = uniform24(np.uint64(start + j), lo, hi)
+        return out
+
+    stream = 0x0123456789ABCDEF
+    lo, hi = stream & 0xFFFFFFFF, stream >> 32
+    low = draws(0, 4096, lo, hi)
+    np.testing.assert_array_equal(low, naive.uniform24(4096, stream))
+    for k in (1, 2, 255):
+        far = draws(k << 32, 4096, lo, hi)
+        assert np.mean(far == low) < 0.01
+        assert far.max() < 1 << 24

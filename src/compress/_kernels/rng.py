@@ -14,6 +14,7 @@ from . import NJIT
 __all__ = ["mix32", "uniform24", "splitmix64", "uniform_below"]
 
 _M32 = np.uint64(0xFFFFFFFF)
+_ODD32 = np.uint64(0x9E3779B9)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _C1 = np.uint64(0xBF58476D1CE4E5B9)
 _C2 = np.uint64(0x94D049BB133111EB)
@@ -33,9 +34,13 @@ def mix32(x):
 
 @njit(**NJIT)
 def uniform24(i, seed_lo, seed_hi):
-    """Uniform integer in ``[0, 2**24)`` for counter ``i`` of stream ``(seed_lo, seed_hi)``."""
+    """Uniform integer in ``[0, 2**24)`` for counter ``i`` of stream ``(seed_lo, seed_hi)``.
+
+    The low 32 bits of ``i`` go into the first round and the high bits, times an odd constant, into
+    the second, so counters ``2**32`` apart draw different numbers (and every counter below
+    ``2**32`` draws what it always did)."""
     h = mix32((np.uint64(i) & _M32) ^ np.uint64(seed_lo))
-    h = mix32(h + np.uint64(seed_hi))
+    h = mix32(h + np.uint64(seed_hi) + (np.uint64(i) >> np.uint64(32)) * _ODD32)
     return h >> np.uint64(8)
 
 
