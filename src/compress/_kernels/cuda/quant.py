@@ -5,7 +5,6 @@ Encoding is three launches: :func:`~compress._kernels.cuda.reduce.bucket_scales`
 than a byte, :func:`~compress._kernels.cuda.bits.pack_codes`. Decoding is one thread per element.
 """
 
-import numpy as np
 from numba import cuda, float64, int64
 
 from .bits import code_at

@@ -8,7 +8,6 @@ atomic minimum (first bad position) or sum (number of bad items), which are exac
 
 import math
 
-import numpy as np
 from numba import cuda, float64, int64
 
 from . import THREADS

@@ -16,7 +16,6 @@ is ``itemsize`` passes over the keys, and it also gives ``greater``, the number 
 ties)``. "Keys ``>= t``" is the same call with ``v = t`` and unlimited ties.
 """
 
-import numpy as np
 from numba import cuda, int64, uint64
 
 from . import THREADS
