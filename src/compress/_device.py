@@ -80,7 +80,7 @@ class Device:
     def zeros(self, shape, dtype):
         if self.cupy:
             return self.xp.zeros(shape, dtype=dtype)
-        out = self._cuda.device_array(shape, dtype=dtype)
+        out = self.empty(shape, dtype)
         flat = out.reshape(-1)
         if flat.size:
             from ._kernels.cuda import blocks, elementwise
@@ -106,7 +106,7 @@ class Device:
         """A new device array equal to ``src``."""
         if self.cupy:
             return src.copy()
-        out = self._cuda.device_array(src.shape, dtype=src.dtype)
+        out = self.empty(src.shape, src.dtype)
         self.copy_into(out, src)
         return out
 

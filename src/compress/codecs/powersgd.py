@@ -102,8 +102,7 @@ class PowerSGD(Codec):
         """``P = M Q`` for this rank's tensor ``x`` (rows x r); sum it over ranks.
 
         Host (NumPy) or CuPy arrays; the results live where ``x`` does."""
-        m = self._matrix(self._prepare_any(x))
-        return m @ namespace(m).asarray(self._current_q(key, m.shape, m.dtype))
+        return self._p_of(self._matrix(self._prepare_any(x)), key)
 
     @staticmethod
     def orthogonalize(p: np.ndarray) -> np.ndarray:
@@ -152,10 +151,11 @@ class PowerSGD(Codec):
         require(r <= min(rows, cols), f"rank {r} exceeds min(rows, cols) = {min(rows, cols)}")
 
     def _encode(self, x, key, step, out, dev=None):
-        p_hat = self.orthogonalize(self.compute_p(x, key=key))
-        q = self.compute_q(x, p_hat)
+        m = self._matrix(x)  # once: compute_p and compute_q would each convert x again
+        p_hat = self.orthogonalize(self._p_of(m, key))
+        q = m.T @ p_hat
         self.reconstruct(p_hat, q, key=key)
-        rows, cols = _matrix_shape(x.shape)
+        rows, cols = m.shape
         buf, body = self._new_payload(x, out, {"rows": rows, "cols": cols, "rank": p_hat.shape[1]}, dev=dev)
         body["p"][:] = p_hat.reshape(-1)
         body["q"][:] = q.reshape(-1)
@@ -179,6 +179,10 @@ class PowerSGD(Codec):
         return y.reshape(-1).astype(hdr.dtype, copy=False)
 
     # ------------------------------------------------------------------ helpers
+    def _p_of(self, m, key):
+        """``M Q`` with the current ``Q`` of ``key``, on the device of ``m``."""
+        return m @ namespace(m).asarray(self._current_q(key, m.shape, m.dtype))
+
     def _matrix(self, x):
         rows, cols = _matrix_shape(x.shape)
         return x.reshape(rows, cols).astype(_work_dtype(x.dtype), copy=False)
