@@ -3,6 +3,8 @@
 # project's other dependencies but no MPI library and no network. MPICH and mpi4py travel as wheels in
 # .whl/ (docs/gpu.md says how to download them); they are installed under a prefix, not with
 # --target, because pip's --target drops the wheel's lib/ folder and with it libmpi.so. The output
+# folder comes back as one file. A numpy wheel may travel too: the image's numba-cuda 0.30.4 fails to
+# import with its numpy 2.5 (numba-cuda calls np.row_stack, which numpy 2.5 removed). The output
 # folder comes back as one file, $OUT/gpu_check.tgz, and summary.txt beside it.
 #
 #   device run, carry [".whl"]:  bash bench/gpu_lent.sh

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import _device
 
-__all__ = ["SUPPORTED_DTYPES", "check_input", "check_out", "flat", "new_like", "copy_into", "xp"]
+__all__ = ["SUPPORTED_DTYPES", "check_input", "check_out", "writeable", "flat", "new_like", "copy_into", "xp"]
 
 #: Every dtype a collective accepts, by NumPy name.
 SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(
@@ -70,7 +70,7 @@ def check_out(out: object, x: np.ndarray, shape: tuple[int, ...] | None = None,
         raise ValueError(f"{what} has shape {out.shape}, expected {expected}")
     if out.dtype != x.dtype:
         raise ValueError(f"{what} has dtype {out.dtype}, expected {x.dtype} (the input's dtype)")
-    if not out.flags.writeable:
+    if not writeable(out):
         raise ValueError(f"{what} is read-only")
     if out is not x:
         if shape is None and out.ndim > 1 and out.flags.c_contiguous != x.flags.c_contiguous:
@@ -79,6 +79,11 @@ def check_out(out: object, x: np.ndarray, shape: tuple[int, ...] | None = None,
             raise ValueError(f"{what} overlaps the input without being the input; "
                              f"pass out=x to reduce in place")
     return out
+
+
+def writeable(a: np.ndarray) -> bool:
+    """Whether ``a`` may be written (CuPy arrays always may: their flags have no ``writeable``)."""
+    return getattr(a.flags, "writeable", True)
 
 
 def flat(a: np.ndarray) -> np.ndarray:

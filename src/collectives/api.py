@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 from mpi4py import MPI
 
-from ._arrays import check_input, check_out, copy_into, flat, new_like
+from ._arrays import check_input, check_out, copy_into, flat, new_like, writeable
 from ._context import context
 from ._p2p import partition
 from ._validate import checked
@@ -199,7 +199,7 @@ def bcast(x: np.ndarray, *, root: int = 0, algorithm: str = "binomial",
         a = check_input(x)
         r = _check_root(root, comm)
         fn = _pick(BCAST, algorithm, "algorithm")
-        if not a.flags.writeable:
+        if not writeable(a):
             raise ValueError("x is read-only; bcast writes into it on every rank but the root")
         sig = {"count": a.size, "dtype": a.dtype, "root": r, "algorithm": algorithm}
         return (a, r, fn), sig
