@@ -39,9 +39,10 @@ def blocks(n: int) -> int:
 
 def launch(kernel, nblocks: int, stream, *args) -> None:
     """``kernel[nblocks, THREADS, stream](*args)``, without Numba's low-occupancy warning (small
-    tensors get small grids on purpose)."""
+    tensors get small grids on purpose). numba-cuda puts terminal bold codes before the words, so the
+    filter matches them anywhere in the message."""
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Grid size", category=Warning)
+        warnings.filterwarnings("ignore", message=".*Grid size", category=Warning)
         kernel[nblocks, THREADS, stream](*args)
 
 
