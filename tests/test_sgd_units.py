@@ -83,6 +83,7 @@ def test_digits_split():
     ("topk", ("topk", {})),
     ("topk:ratio=0.01", ("topk", {"ratio": 0.01})),
     ("qsgd:levels=4,x=true,y=abc", ("qsgd", {"levels": 4, "x": True, "y": "abc"})),
+    ("topk:ratio=1", ("topk", {"ratio": 1.0})),
 ])
 def test_parse_spec(spec, expected):
     assert codecs.parse_spec(spec) == expected
@@ -119,6 +120,10 @@ def test_sync_and_bytes():
     (["--resume"], "--checkpoint-dir"),
     (["--log", "x.txt"], ".csv or .json"),
     (["--algorithm", "bogus"], "invalid choice"),
+    (["--codec", "topk:k=5"], "--codec topk:k=5: topk has no parameter 'k'; its parameters are: "
+                              "ratio$"),
+    (["--codec", "qsgd:levels=x"], "qsgd parameter 'levels' takes an integer, got 'x'"),
+    (["--codec", "qsgd:seed=x"], "qsgd parameter 'seed' takes an integer"),
 ])
 def test_cli_rejects(argv, message):
     with pytest.raises(UsageError, match=message):

@@ -282,10 +282,11 @@ def _outputs(t: Trainer, s: dict) -> None:
 
 
 def main(argv: list[str] | None = None, comm: MPI.Comm | None = None) -> int:
-    """Command-line entry: 0 on success, 2 with a one-line message on a usage error."""
+    """Command-line entry: 0 on success, 2 on a usage error (one line, printed by rank 0)."""
     try:
         train(argv, comm)
-    except UsageError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr, flush=True)
+    except UsageError as e:  # every rank reaches the same verdict: rank 0 says it
+        if (MPI.COMM_WORLD if comm is None else comm).rank == 0 or not e.uniform:
+            print(f"{PROG}: error: {e}", file=sys.stderr, flush=True)
         return 2
     return 0
