@@ -4,6 +4,7 @@
 conventions and :data:`ALGORITHMS` for the catalogue.
 """
 
+from ._mpilib import mpi_library  # first: a clear ImportError when there is no MPI library
 from ._arrays import SUPPORTED_DTYPES
 from .algorithms import ALGORITHMS
 from .api import allgather, allreduce, bcast, reduce, reduce_scatter
@@ -17,6 +18,6 @@ __all__ = [
     "allreduce", "reduce_scatter", "allgather", "bcast", "reduce", "compressed_allreduce",
     "STRATEGIES", "TRAFFIC",
     "ALGORITHMS", "REDUCE_SCATTER", "ALLGATHER", "BCAST", "REDUCE",
-    "OPS", "Options", "SUPPORTED_DTYPES",
+    "OPS", "Options", "SUPPORTED_DTYPES", "mpi_library",
 ]
 __version__ = "0.1.0"
