@@ -215,7 +215,10 @@ def test_sweep_shows_progress_on_stderr(tmp_path, capsys):
         ["8", "64", "1024"]
     import json
 
-    assert json.loads((tmp_path / "r.json").read_text())["complete"] is True
+    saved = json.loads((tmp_path / "r.json").read_text())
+    import collectives
+
+    assert saved["complete"] is True and saved["mpi_library"] == str(collectives.mpi_library())
     _sweep(tmp_path, "--no-progress")
     assert "osu_allreduce" not in capsys.readouterr().err
 

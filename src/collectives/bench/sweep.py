@@ -3,8 +3,9 @@
 A sweep of ``--algorithm all`` up to 64 MiB runs for minutes: :class:`Sweep` shows a progress bar
 on stderr (tqdm, rank 0 only, one step per size; ``--no-progress`` turns it off), prints each OSU
 row on ``out`` without tearing the bar, and rewrites ``--json``/``--csv`` after every size
-(atomically, ``"complete": false`` in the JSON until the last size), so an interrupted run keeps
-every size it finished. Every other rank does nothing here.
+(atomically, ``"complete": false`` in the JSON until the last size, ``"mpi_library"`` naming the
+MPI it ran on), so an interrupted run keeps every size it finished. Every other rank does nothing
+here.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import sys
 from typing import Sequence, TextIO
 
+from .._mpilib import mpi_library
 from .results import Record, write_csv, write_json
 
 __all__ = ["Sweep"]
@@ -22,7 +24,8 @@ class Sweep:
 
     def __init__(self, prog: str, args, sizes: Sequence[int], rank: int, out: TextIO,
                  meta: dict) -> None:
-        self.args, self.out, self.meta = args, out, meta
+        self.args, self.out = args, out
+        self.meta = {**meta, "mpi_library": str(mpi_library())}
         self.active = rank == 0
         self.bar = None
         if self.active and getattr(args, "progress", False) and sizes:
