@@ -108,6 +108,20 @@ def pytest_itemcollected(item):
         item.add_marker(pytest.mark.mpi)
 
 
+class _Known:
+    """The outer run's multi-rank node ids per world size, before any deselection."""
+
+    def __init__(self, runner: "_Runner") -> None:
+        self.runner = runner
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, items):
+        for item in items:
+            size = getattr(getattr(item, "callspec", None), "params", {}).get(FIXTURE)
+            if size is not None:
+                self.runner.known.setdefault(size, set()).add(item.nodeid)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "mpi: a multi-rank test (pytest-mpi's marker)")
     if _inside(config):
@@ -117,6 +131,7 @@ def pytest_configure(config):
         config.pluginmanager.register(_AbortOnFailure(), "mpi-abort-on-failure")
     elif not _under_mpiexec():  # ranks without --with-mpi: pytest-mpi skips the mpi tests
         config._mpi_runner = _Runner(config)
+        config.pluginmanager.register(_Known(config._mpi_runner), "mpi-known-tests")
 
 
 def pytest_unconfigure(config):
@@ -125,14 +140,37 @@ def pytest_unconfigure(config):
         runner.close()
 
 
+def pytest_sessionfinish(session):
+    runner = getattr(session.config, "_mpi_runner", None)
+    if runner is None:
+        return
+    for size in list(runner.jobs):  # stopped early (-x, Ctrl-C): end the jobs still running
+        runner._retire(size, wait=False)
+    if runner.only_inside and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    runner = getattr(config, "_mpi_runner", None)
+    if runner is not None and runner.only_inside:
+        terminalreporter.section("multi-rank tests that exist only inside the ranks (NOT run)",
+                                 red=True)
+        terminalreporter.line("Their parameters depend on MPI state (the world size is 1 where "
+                              "pytest collects them); parametrize with values or fixtures, or "
+                              "loop inside the test:")
+        for nodeid in sorted(runner.only_inside):
+            terminalreporter.line(f"  {nodeid}")
+
+
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection, --lf, and pytest-mpi's own hook
 def pytest_collection_modifyitems(session, config, items):
     if _inside(config):
         select = config.getoption("mpi_select")
         if select:
-            wanted = Path(select).read_text().split("\n")
-            keep = [i for i in items if i.nodeid in set(wanted)]
-            config.hook.pytest_deselected(items=[i for i in items if i.nodeid not in set(wanted)])
+            wanted = {line for line in Path(select).read_text().split("\n") if line}
+            _compare_with_outer(Path(select), wanted, items)
+            keep = [i for i in items if i.nodeid in wanted]
+            config.hook.pytest_deselected(items=[i for i in items if i.nodeid not in wanted])
             items[:] = keep
         return
     if _under_mpiexec():
@@ -148,6 +186,18 @@ def pytest_collection_modifyitems(session, config, items):
                                              nodeid=getattr(item, "id", item.nodeid)))
     multi.sort(key=lambda i: i.world_size)  # stable: each size's tests in collection order
     items[:] = serial + multi
+
+
+def _compare_with_outer(select: Path, wanted: set[str], items) -> None:
+    """Rank 0 notes the tests that exist only here, or only outside (``mismatch.json``): their
+    parameters depend on something that differs inside the ranks, such as the world size."""
+    known_file = select.with_name("known.txt")
+    if _world().rank or not known_file.exists():
+        return
+    known = set(known_file.read_text().split("\n"))
+    here = {i.nodeid for i in items}
+    select.with_name("mismatch.json").write_text(json.dumps(
+        {"only_inside": sorted(here - known), "only_outside": sorted(wanted - here)}))
 
 
 def pytest_collection_finish(session):
@@ -264,12 +314,14 @@ def _skip(reason: str):
 class _Job:
     """One ``mpiexec -n P python -m pytest --with-mpi`` run of some tests, and what it reported."""
 
-    def __init__(self, config, size: int, nodeids: list[str], files: list[str], logdir: Path):
+    def __init__(self, config, size: int, nodeids: list[str], files: list[str], logdir: Path,
+                 known: set[str]):
         from collectives.launch import mpiexec_command
 
         self.size, self.nodeids, self.logdir = size, nodeids, logdir
         logdir.mkdir(parents=True)
         (logdir / "selected.txt").write_text("\n".join(nodeids) + "\n")
+        (logdir / "known.txt").write_text("\n".join(sorted(known)) + "\n")
         cmd = [*mpiexec_command(), "-n", str(size), sys.executable, str(RUNNER), str(logdir),
                "-o", "addopts=", "--rootdir", str(config.rootpath),
                f"--tb={config.option.tbstyle or 'auto'}",
@@ -322,6 +374,13 @@ class _Job:
         elif ev["event"] == "done":
             self.current[rank] = "(finished)"
 
+    def mismatch(self) -> dict[str, list[str]]:
+        """Tests only inside the ranks / only outside (rank 0's ``mismatch.json``)."""
+        try:
+            return json.loads((self.logdir / "mismatch.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
     def failed_any(self) -> bool:
         return any(e["outcome"] == "failed" for by in self.ended.values() for e in by.values())
 
@@ -357,6 +416,8 @@ class _Runner:
         self.root: Path | None = None
         self.failed_logs = False
         self.count = 0
+        self.known: dict[int, set[str]] = {}  # world size -> every multi-rank node id collected
+        self.only_inside: set[str] = set()
 
     def plan(self, items: list[MpiItem]) -> None:
         for item in items:
@@ -370,7 +431,7 @@ class _Runner:
             self.root = Path(tempfile.mkdtemp(prefix="collectives-mpi-tests-"))
         self.count += 1
         job = _Job(self.config, size, list(self.todo[size]), self.files[size],
-                   self.root / f"np{size}-{self.count}")
+                   self.root / f"np{size}-{self.count}", self.known.get(size, set()))
         self.jobs[size] = job
         return job
 
@@ -384,9 +445,10 @@ class _Runner:
             if not self.todo.get(size) and size in self.jobs:
                 self._retire(size)
 
-    def _retire(self, size: int) -> None:
+    def _retire(self, size: int, wait: bool = True) -> None:
         job = self.jobs.pop(size)
-        deadline = time.monotonic() + 30
+        self.only_inside.update(job.mismatch().get("only_inside", []))
+        deadline = time.monotonic() + (30 if wait else 0)
         while job.alive() and time.monotonic() < deadline:  # let the ranks finalize
             time.sleep(POLL_S)
         job.kill()
@@ -414,6 +476,12 @@ class _Runner:
                         e["outcome"] == "failed" for e in job.ended.get(nodeid, {}).values()):
                     continue
                 self.failed_logs = True
+                if nodeid in job.mismatch().get("only_outside", []):
+                    raise MpiFailure(
+                        f"this test was not collected inside the {size} ranks: its parameters "
+                        f"differ there. Parametrize multi-rank tests with values or fixtures "
+                        f"that do not depend on MPI state (the world size is 1 where pytest "
+                        f"collects them), or loop inside the test.")
                 if nodeid in job.started and not job.failed_any():
                     raise MpiFailure(self._died(job, nodeid))
                 if not job.any_started:
@@ -469,6 +537,6 @@ class _Runner:
 
     def close(self) -> None:
         for size in list(self.jobs):
-            self.jobs.pop(size).kill()
+            self._retire(size, wait=False)
         if self.root is not None and not self.failed_logs:
             shutil.rmtree(self.root, ignore_errors=True)

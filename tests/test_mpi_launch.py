@@ -2,8 +2,8 @@
 
 The outer run must give each multi-rank test its own item and outcome, report a failure on one
 rank with that rank's traceback and go on with the next test, fail a hang with the test each rank
-was in, and honour -k and -x; and the real tests/mpi must run directly under mpiexec with
-pytest-mpi's --with-mpi.
+was in, refuse tests that exist only inside the ranks, and honour -k and -x; and the real
+tests/mpi must run directly under mpiexec with pytest-mpi's --with-mpi.
 """
 
 import re
@@ -29,7 +29,12 @@ def mpi_world_size(request):
 
 PROBE = """
 import time
+import pytest
 from mpi4py import MPI
+
+@pytest.mark.parametrize("root", range(MPI.COMM_WORLD.size))  # 1 outside the ranks, 2 inside
+def test_by_root(root):
+    MPI.COMM_WORLD.Barrier()
 
 def test_ok():
     MPI.COMM_WORLD.Barrier()
@@ -58,23 +63,27 @@ def _outer(tmp_path, *args):
                           "--mpi-timeout", "4", *args],
                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     outcomes = {name: outcome for outcome, name in
-                re.findall(r"^(PASSED|FAILED) test_probe.py::(\w+)\[np2\]", run.stdout, re.M)}
+                re.findall(r"^(PASSED|FAILED) test_probe.py::(\w+)\[(?:\w+-)?np2\]", run.stdout,
+                           re.M)}
     return run, outcomes
 
 
 def test_each_test_is_an_item_and_a_failing_or_hanging_rank_fails_only_its_test(tmp_path):
     run, outcomes = _outer(tmp_path)
-    assert outcomes == {"test_ok": "PASSED", "test_hang": "FAILED",
+    assert outcomes == {"test_by_root": "PASSED", "test_ok": "PASSED", "test_hang": "FAILED",
                         "test_fails_on_rank_1": "FAILED", "test_ok_after": "PASSED"}, run.stdout
     assert "failed on rank 1 of 2: AssertionError: rank 1 disagrees" in run.stdout
     assert "no rank finished anything for 4 s (a hang?)" in run.stdout
     assert "rank 1: test_probe.py::test_hang[np2]" in run.stdout
+    # a test whose parameters depend on the world size cannot hide inside the ranks
+    assert "exist only inside the ranks (NOT run)" in run.stdout
+    assert "test_probe.py::test_by_root[1-np2]" in run.stdout
 
 
 def test_k_and_x_reach_the_ranks(tmp_path):
-    run, outcomes = _outer(tmp_path, "-k", "not hang", "-x")
+    run, outcomes = _outer(tmp_path, "-k", "not hang and not by_root", "-x")
     assert outcomes == {"test_ok": "PASSED", "test_fails_on_rank_1": "FAILED"}, run.stdout
-    assert "1 failed, 1 passed, 1 deselected" in run.stdout  # -x: test_ok_after never ran
+    assert "1 failed, 1 passed, 2 deselected" in run.stdout  # -x: test_ok_after never ran
 
 
 def test_the_suite_runs_directly_under_mpiexec_with_pytest_mpi():

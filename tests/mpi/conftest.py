@@ -3,6 +3,9 @@
 Every test here is a multi-rank test: it runs under ``mpiexec`` at each world size
 (``tests/mpi_launch.py``, through the autouse fixture :func:`mpi_world_size`), directly with
 ``mpiexec -n 4 python -m pytest --with-mpi tests/mpi``, or from a plain ``python -m pytest``.
+Parametrize with values and fixtures that do not depend on MPI state: the plain run collects the
+tests outside the ranks, where ``MPI.COMM_WORLD.size`` is 1 (it names any test that then exists
+only inside the ranks, and fails).
 """
 
 import pytest
