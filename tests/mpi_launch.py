@@ -68,7 +68,7 @@ def pytest_addoption(parser):
                     help="fail a multi-rank test as a hang when no rank finishes anything for "
                          "S seconds (default 300)")
     group.addoption("--mpi-log-dir", metavar="DIR",
-                    help="inside the ranks: each rank's output, progress and outcomes in DIR")
+                    help="inside the ranks: write each rank's progress and outcomes in DIR")
     group.addoption("--mpi-select", metavar="FILE",
                     help="inside the ranks: run only the node ids listed in FILE")
 
