@@ -6,6 +6,7 @@ was in, refuse tests that exist only inside the ranks, and honour -k and -x; and
 tests/mpi must run directly under mpiexec with pytest-mpi's --with-mpi.
 """
 
+import os
 import re
 import subprocess
 import sys
@@ -61,7 +62,8 @@ def _outer(tmp_path, *args):
     run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA",
                           "--rootdir", str(tmp_path), str(tmp_path), "--mpi-world-sizes", "2",
                           "--mpi-timeout", "4", *args],
-                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env=dict(os.environ, TMPDIR=str(tmp_path)))  # failed jobs' logs here
     outcomes = {name: outcome for outcome, name in
                 re.findall(r"^(PASSED|FAILED) test_probe.py::(\w+)\[(?:\w+-)?np2\]", run.stdout,
                            re.M)}
