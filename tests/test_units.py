@@ -9,7 +9,7 @@ import collectives
 from collectives._arrays import check_input, check_out, flat
 from collectives._p2p import nsegments, partition, split
 from collectives.algorithms import ALGORITHMS, FLAT
-from collectives.algorithms._fold import pof2_of, real_rank
+from collectives.algorithms.pof2 import pof2_of, real_rank
 from collectives.algorithms.auto import choose
 from collectives.blocks.binomial import tree
 from collectives.ops import get_op

@@ -1,0 +1,170 @@
+"""The state of a compressed allreduce, in one object.
+
+A compressed allreduce keeps state per tensor key, in four roles:
+
+``codec``
+    The ``compress`` codec; its own state (PowerSGD's warm-start Q, the generator of codecs with
+    private randomness) is ``codec.state_dict()``.
+``memory``
+    The client-side compensation memory around the codec (``compress.ErrorFeedback``, or
+    ``compress.DGCMemory``), or None: every rank's own residuals.
+``server``
+    The server-side error feedback of the "two_phase" strategy (a ``compress.ErrorFeedback`` of its
+    own around the codec, kept per tensor chunk on the rank that serves it); made when the codec
+    needs error feedback.
+``step``
+    The training step a call uses when it is not given one (``compressed_allreduce(..., step=)``);
+    shared-randomness codecs draw from ``(seed, key, step)``. The caller advances it.
+
+``state_dict()`` gives all of it as named host arrays and ``load_state_dict()`` takes it back, so a
+checkpoint that saves ``state.state_dict()`` on every rank resumes bit for bit (PyTorch's
+``PowerSGDState`` plays this role for its communication hook).
+
+``compressed_allreduce`` takes a state, or a bare codec or memory: then it keeps a state for that
+object on the communicator (:func:`state_of`), so server-side error feedback persists across calls.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+from compress import Codec, ErrorFeedback
+from compress.protocols import Memory
+
+from .._context import Context
+
+__all__ = ["CompressionState", "base_codec", "state_of", "implicit_states"]
+
+
+def base_codec(obj: object) -> object:
+    """The codec inside a memory (``.codec``, through any number of memories) or a state."""
+    if isinstance(obj, CompressionState):
+        return obj.codec
+    while isinstance(obj, Memory):
+        obj = obj.codec
+    return obj
+
+
+def _prefixed(prefix: str, state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {f"{prefix}/{name}": value for name, value in state.items()}
+
+
+def _part(state: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    head = prefix + "/"
+    return {name[len(head):]: value for name, value in state.items() if name.startswith(head)}
+
+
+@dataclass(eq=False)
+class CompressionState:
+    """Everything a compressed allreduce keeps between calls; see the module docstring.
+
+    Parameters
+    ----------
+    codec : compress.Codec
+        The codec, the same on every rank (private seeds aside).
+    memory : compress.protocols.Memory, optional
+        A memory around ``codec`` (``compress.ErrorFeedback(codec)``); None: no compensation.
+    server : compress.ErrorFeedback, optional
+        Server-side error feedback around ``codec``; by default one is made when
+        ``codec.needs_error_feedback``.
+    step : int
+        The step a call without ``step=`` uses.
+    """
+
+    codec: Codec
+    memory: Memory | None = None
+    server: ErrorFeedback | None = None
+    step: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.codec, Codec):
+            raise TypeError(f"codec must be a compress codec, got {type(self.codec).__name__}")
+        if self.memory is not None and (not isinstance(self.memory, Memory)
+                                        or base_codec(self.memory) is not self.codec):
+            raise ValueError("memory must be a compress memory (ErrorFeedback, DGCMemory) around "
+                             "this state's codec")
+        if self.server is None and self.codec.needs_error_feedback:
+            self.server = ErrorFeedback(self.codec)
+        if self.server is not None and (not isinstance(self.server, ErrorFeedback)
+                                        or self.server.codec is not self.codec):
+            raise ValueError("server must be a compress.ErrorFeedback around this state's codec")
+        if not isinstance(self.step, (int, np.integer)) or self.step < 0:
+            raise ValueError(f"step must be a non-negative integer, got {self.step!r}")
+
+    @classmethod
+    def of(cls, codec_or_memory: object, *, error_feedback: bool | None = False) -> "CompressionState":
+        """A state around a codec, or around a memory wrapping one (which becomes ``memory``).
+
+        ``error_feedback``: wrap a bare codec in ``compress.ErrorFeedback`` (True), or do so when
+        the codec declares ``needs_error_feedback`` (None); False keeps it bare.
+        """
+        if isinstance(codec_or_memory, CompressionState):
+            return codec_or_memory
+        codec = base_codec(codec_or_memory)
+        if not isinstance(codec, Codec):
+            raise TypeError(f"codec must be a compress codec or a memory around one, "
+                            f"got {type(codec_or_memory).__name__}")
+        memory = codec_or_memory if codec_or_memory is not codec else None
+        if memory is None and (error_feedback or (error_feedback is None and codec.needs_error_feedback)):
+            memory = ErrorFeedback(codec)
+        return cls(codec, memory)
+
+    @property
+    def encoder(self):
+        """What encodes this rank's contribution: the memory, else the codec."""
+        return self.codec if self.memory is None else self.memory
+
+    @property
+    def error_feedback(self) -> ErrorFeedback | None:
+        """The client-side memory if it is error feedback (the summable strategy needs that)."""
+        return self.memory if isinstance(self.memory, ErrorFeedback) else None
+
+    @property
+    def generator(self) -> np.random.Generator | None:
+        """The codec's private generator (codecs with ``randomness == "private"``), else None."""
+        return self.codec.generator
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """All of the state as named host arrays: ``step``, ``codec/...`` (the codec's own),
+        ``memory/...`` and ``server/...`` (residuals by tensor key)."""
+        out = {"step": np.array(self.step)}
+        out.update(_prefixed("codec", self.codec.state_dict()))
+        if self.memory is not None:
+            out.update(_prefixed("memory", self.memory.state_dict()))
+        if self.server is not None:
+            out.update(_prefixed("server", self.server.state_dict()))
+        return out
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore what :meth:`state_dict` returned (the same configuration: codec, memory)."""
+        self.step = int(state["step"]) if "step" in state else 0
+        self.codec.load_state_dict(_part(state, "codec"))
+        if self.memory is not None:
+            self.memory.load_state_dict(_part(state, "memory"))
+        if self.server is not None:
+            self.server.load_state_dict(_part(state, "server"))
+
+
+_STATES_KEY = "compressed.states"
+
+
+def state_of(obj: object, ctx: Context) -> CompressionState:
+    """The state a call with ``obj`` uses: ``obj`` itself if it is one; for a bare codec or memory,
+    the state kept for that object on the communicator of ``ctx`` (made at its first call,
+    forgotten when the object is)."""
+    if isinstance(obj, CompressionState):
+        return obj
+    states = ctx.cached(_STATES_KEY, lambda comm: {})
+    entry = states.get(id(obj))
+    if entry is not None and entry[0]() is obj:
+        return entry[1]
+    state = CompressionState.of(obj)
+    states[id(obj)] = (weakref.ref(obj, lambda _, k=id(obj): states.pop(k, None)), state)
+    return state
+
+
+def implicit_states(ctx: Context) -> list[CompressionState]:
+    """The states :func:`state_of` keeps on the communicator of ``ctx``, for bare codecs."""
+    return [state for _, state in ctx.cached(_STATES_KEY, lambda comm: {}).values()]
