@@ -57,8 +57,9 @@ def main(argv: list[str] | None = None) -> None:
     med = {name: statistics.median(s) for name, s in samples.items()}
     for name, ns in med.items():
         print(f"{name:<32} {ns:9.0f}")
-    print(f"public read / private read: {med['os.environb (now)'] / med['os.environ._data (before)']:.1f}x;"
-          f" environ / environb: {med['os.environ'] / med['os.environb (now)']:.2f}x")
+    now, before = med["os.environb (now)"], med["os.environ._data (before)"]
+    print(f"public read / private read: {now / before:.1f}x; "
+          f"environ / environb: {med['os.environ'] / now:.2f}x")
 
 
 if __name__ == "__main__":

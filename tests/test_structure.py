@@ -14,6 +14,12 @@ import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGES = ("compress", "collectives")
+#: deprecated module -> where it moved (each re-exports the new module's names and warns)
+MOVED = {"collectives.model": "collectives.tuning.cost_model",
+         "collectives.fit": "collectives.tuning.fit",
+         "collectives.tune": "collectives.tuning.tune",
+         "collectives.project": "collectives.tuning.projection"}
+SHIMS = tuple(MOVED)
 
 # Imports every module of both packages in one fresh interpreter, watching every import statement:
 # it is a cycle when a module is imported while it is still being executed by its own import, from
@@ -24,6 +30,9 @@ PACKAGES = ("compress", "collectives")
 _CYCLES = textwrap.dedent(r'''
     import builtins, importlib, importlib.util, pkgutil, sys, warnings
     warnings.simplefilter("ignore")
+    # no module of ours may use a deprecated path of ours (the shims themselves are not imported)
+    warnings.filterwarnings("error", message="collectives\\.", category=DeprecationWarning)
+    SHIMS = {SHIMS!r}
     OURS = {PACKAGES!r}
     problems = []
     real_import = builtins.__import__
@@ -62,7 +71,7 @@ _CYCLES = textwrap.dedent(r'''
         pkg = importlib.import_module(top)
         names += [m.name for m in pkgutil.walk_packages(pkg.__path__, top + ".")]
     for name in names:
-        if name.endswith("__main__") or ".cuda" in name:
+        if name.endswith("__main__") or ".cuda" in name or name in SHIMS:
             continue  # __main__ runs the program; CUDA kernels need a device or the simulator
         importlib.import_module(name)
     print(len(names))
@@ -71,7 +80,7 @@ _CYCLES = textwrap.dedent(r'''
 
 
 def test_no_module_is_imported_during_its_own_import():
-    out = subprocess.run([sys.executable, "-c", _CYCLES.format(PACKAGES=PACKAGES)],
+    out = subprocess.run([sys.executable, "-c", _CYCLES.format(PACKAGES=PACKAGES, SHIMS=SHIMS)],
                          capture_output=True, text=True, timeout=120, cwd=SRC)
     assert out.returncode == 0, out.stderr
     count, *problems = out.stdout.splitlines()
@@ -229,3 +238,23 @@ def test_first_kernel_imports_numba():
             " print('numba' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "True", out.stderr
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_moved_modules_keep_working_and_warn(old):
+    code = (f"import importlib, warnings\n"
+            f"with warnings.catch_warnings(record=True) as w:\n"
+            f"    warnings.simplefilter('always')\n"
+            f"    shim = importlib.import_module({old!r})\n"
+            f"new = importlib.import_module({MOVED[old]!r})\n"
+            f"assert any({MOVED[old]!r} in str(x.message) for x in w), [str(x.message) for x in w]\n"
+            f"assert all(getattr(shim, n) is getattr(new, n) for n in new.__all__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+
+
+def test_old_project_entry_point_runs():
+    """``python -m collectives.project`` (a shim now) still runs the projection."""
+    out = subprocess.run([sys.executable, "-W", "ignore", "-m", "collectives.project", "--ranks", "16",
+                          "--sizes", "1024"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "| 16 |" in out.stdout, out.stderr

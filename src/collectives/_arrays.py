@@ -27,7 +27,7 @@ _SUPPORTED = frozenset(SUPPORTED_DTYPES)
 _NAMES = ", ".join(str(d) for d in SUPPORTED_DTYPES)
 
 
-#: The array module of an array: NumPy, or CuPy for a CuPy array (:func:`compress.device.namespace`).
+#: The array module of an array: NumPy, or CuPy for a CuPy array (compress.device.namespace).
 xp = namespace
 
 

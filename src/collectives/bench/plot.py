@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from ..model import COSTS, Network, predict
+from ..tuning.cost_model import COSTS, Network, predict
 from .results import Record, read_records
 
 __all__ = ["ratio_table", "model_from_tuning", "plot", "main"]
