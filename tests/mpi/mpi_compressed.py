@@ -5,6 +5,9 @@ results bitwise identical on every rank; bytes on the wire counted exactly where
 fixes them, and below dense fp32 where compression should cut them.
 """
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -291,3 +294,21 @@ def test_dgc_memory_is_not_dropped_by_auto():
     assert choose(state.codec, state.memory) == "allgather"
     collectives.compressed_allreduce(data(64, MPI.COMM_WORLD.rank, 9), memory, key="m")
     assert "m" in memory.state
+
+
+def test_bare_codec_keeps_server_residuals_like_a_state():
+    """A bare codec's server-side residuals persist across calls, as an explicit state's do, and
+    the communicator does not keep the codec alive."""
+    comm = MPI.COMM_WORLD
+    bare = compress.get("efsignsgd")
+    state = collectives.CompressionState(compress.get("efsignsgd"))
+    for i in range(3):
+        x = data(1001, comm.rank, 30 + i)
+        a = collectives.compressed_allreduce(x, bare, key="b", strategy="two_phase")
+        b = collectives.compressed_allreduce(x, state, key="b", strategy="two_phase")
+        np.testing.assert_array_equal(a, b)
+    assert bool(state.server.state) == (comm.size > 1)
+    gone = weakref.ref(bare)
+    del bare
+    gc.collect()
+    assert gone() is None

@@ -20,8 +20,9 @@ A compressed allreduce keeps state per tensor key, in four roles:
 checkpoint that saves ``state.state_dict()`` on every rank resumes bit for bit (PyTorch's
 ``PowerSGDState`` plays this role for its communication hook).
 
-``compressed_allreduce`` takes a state, or a bare codec or memory: then it keeps a state for that
-object on the communicator (:func:`state_of`), so server-side error feedback persists across calls.
+``compressed_allreduce`` takes a state, or a bare codec or memory: then it makes a state around it
+and keeps that object's server-side residuals on the communicator (:func:`state_of`), so they
+persist across calls as before.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from compress.protocols import Memory
 
 from .._context import Context
 
-__all__ = ["CompressionState", "base_codec", "state_of", "implicit_states"]
+__all__ = ["CompressionState", "base_codec", "state_of", "kept_server_residuals"]
 
 
 def base_codec(obj: object) -> object:
@@ -94,7 +95,8 @@ class CompressionState:
             raise ValueError(f"step must be a non-negative integer, got {self.step!r}")
 
     @classmethod
-    def of(cls, codec_or_memory: object, *, error_feedback: bool | None = False) -> "CompressionState":
+    def of(cls, codec_or_memory: object, *,
+           error_feedback: bool | None = False) -> "CompressionState":
         """A state around a codec, or around a memory wrapping one (which becomes ``memory``).
 
         ``error_feedback``: wrap a bare codec in ``compress.ErrorFeedback`` (True), or do so when
@@ -107,7 +109,8 @@ class CompressionState:
             raise TypeError(f"codec must be a compress codec or a memory around one, "
                             f"got {type(codec_or_memory).__name__}")
         memory = codec_or_memory if codec_or_memory is not codec else None
-        if memory is None and (error_feedback or (error_feedback is None and codec.needs_error_feedback)):
+        wanted = codec.needs_error_feedback if error_feedback is None else error_feedback
+        if memory is None and wanted:
             memory = ErrorFeedback(codec)
         return cls(codec, memory)
 
@@ -147,24 +150,29 @@ class CompressionState:
             self.server.load_state_dict(_part(state, "server"))
 
 
-_STATES_KEY = "compressed.states"
+_SERVER_KEY = "compressed.server_residuals"
 
 
 def state_of(obj: object, ctx: Context) -> CompressionState:
     """The state a call with ``obj`` uses: ``obj`` itself if it is one; for a bare codec or memory,
-    the state kept for that object on the communicator of ``ctx`` (made at its first call,
-    forgotten when the object is)."""
+    a state around it whose server-side residuals are kept for that object on the communicator of
+    ``ctx`` (from its first call until the object is gone: the cache holds no reference to it,
+    only to the residuals)."""
     if isinstance(obj, CompressionState):
         return obj
-    states = ctx.cached(_STATES_KEY, lambda comm: {})
-    entry = states.get(id(obj))
-    if entry is not None and entry[0]() is obj:
-        return entry[1]
     state = CompressionState.of(obj)
-    states[id(obj)] = (weakref.ref(obj, lambda _, k=id(obj): states.pop(k, None)), state)
+    if state.server is not None:
+        kept = ctx.cached(_SERVER_KEY, lambda comm: {})
+        entry = kept.get(id(obj))
+        if entry is None or entry[0]() is not obj:
+            entry = (weakref.ref(obj, lambda _, k=id(obj): kept.pop(k, None)), state.codec.name, {})
+            kept[id(obj)] = entry
+        state.server.state = entry[2]
     return state
 
 
-def implicit_states(ctx: Context) -> list[CompressionState]:
-    """The states :func:`state_of` keeps on the communicator of ``ctx``, for bare codecs."""
-    return [state for _, state in ctx.cached(_STATES_KEY, lambda comm: {}).values()]
+def kept_server_residuals(ctx: Context) -> list[tuple[str, dict]]:
+    """(codec name, residuals by chunk key) of every object :func:`state_of` keeps them for on
+    the communicator of ``ctx``."""
+    kept = ctx.cached(_SERVER_KEY, lambda comm: {})
+    return [(name, residuals) for _, name, residuals in kept.values()]

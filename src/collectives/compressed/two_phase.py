@@ -26,7 +26,7 @@ from .._p2p import partition
 from ..options import Options
 from ._exchange import allgatherv, alltoallv
 from ._plan import Plan
-from .state import implicit_states
+from .state import kept_server_residuals
 
 __all__ = ["allreduce", "server_residuals"]
 
@@ -44,9 +44,8 @@ def server_residuals(ctx_or_comm) -> dict:
                   "live in CompressionState.server (saved by state.state_dict())",
                   DeprecationWarning, stacklevel=2)
     ctx = ctx_or_comm if isinstance(ctx_or_comm, Context) else context(ctx_or_comm)
-    return {(state.codec.name, key): residual.error
-            for state in implicit_states(ctx) if state.server is not None
-            for key, residual in state.server.state.items()}
+    return {(name, key): residual.error for name, residuals in kept_server_residuals(ctx)
+            for key, residual in residuals.items()}
 
 
 def _server_encode(plan: Plan, agg: np.ndarray, part: int) -> np.ndarray:
