@@ -72,6 +72,11 @@ class CompressionState:
         ``codec.needs_error_feedback``.
     step : int
         The step a call without ``step=`` uses.
+
+    Notes
+    -----
+    One state serves the tensors of one communicator (keys tell the tensors apart; the server-side
+    residuals are those of the chunks this rank serves there).
     """
 
     codec: Codec
