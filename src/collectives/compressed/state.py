@@ -10,8 +10,8 @@ A compressed allreduce keeps state per tensor key, in four roles:
     ``compress.DGCMemory``), or None: every rank's own residuals.
 ``server``
     The server-side error feedback of the "two_phase" strategy (a ``compress.ErrorFeedback`` of its
-    own around the codec, kept per tensor chunk on the rank that serves it); made when the codec
-    needs error feedback.
+    own around the codec, kept per tensor chunk on the rank that serves it; by default a
+    :class:`ServerFeedback`); made when the codec needs error feedback.
 ``step``
     The training step a call uses when it is not given one (``compressed_allreduce(..., step=)``);
     shared-randomness codecs draw from ``(seed, key, step)``. The caller advances it.
@@ -32,11 +32,13 @@ from dataclasses import dataclass
 
 import numpy as np
 from compress import Codec, ErrorFeedback
+from compress.device import namespace
+from compress.memory import Residual
 from compress.protocols import Memory
 
 from .._context import Context
 
-__all__ = ["CompressionState", "base_codec", "state_of", "kept_server_residuals"]
+__all__ = ["CompressionState", "ServerFeedback", "base_codec", "state_of", "kept_server_residuals"]
 
 
 def base_codec(obj: object) -> object:
@@ -55,6 +57,19 @@ def _prefixed(prefix: str, state: dict[str, np.ndarray]) -> dict[str, np.ndarray
 def _part(state: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
     head = prefix + "/"
     return {name[len(head):]: value for name, value in state.items() if name.startswith(head)}
+
+
+class ServerFeedback(ErrorFeedback):
+    """Error feedback for the server side of two-phase: ``compress.ErrorFeedback`` whose first
+    step for a key compresses the aggregate as it is, as DeepSpeed's server does (adding a zero
+    residual would turn a -0.0 of the aggregate into +0.0, which a sign codec sends differently)."""
+
+    def compensate(self, x, *, key=None):
+        if key in self.state:
+            return super().compensate(x, key=key)
+        xp = namespace(x)
+        self.state[key] = Residual(xp.zeros_like(x))
+        return xp.array(x, copy=True)  # a new array: encode() updates it in place
 
 
 @dataclass(eq=False)
@@ -92,7 +107,7 @@ class CompressionState:
             raise ValueError("memory must be a compress memory (ErrorFeedback, DGCMemory) around "
                              "this state's codec")
         if self.server is None and self.codec.needs_error_feedback:
-            self.server = ErrorFeedback(self.codec)
+            self.server = ServerFeedback(self.codec)
         if self.server is not None and (not isinstance(self.server, ErrorFeedback)
                                         or self.server.codec is not self.codec):
             raise ValueError("server must be a compress.ErrorFeedback around this state's codec")
