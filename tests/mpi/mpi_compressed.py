@@ -318,5 +318,6 @@ def test_two_phase_server_compresses_its_first_aggregate_as_it_is():
     """Server-side error feedback starts from the aggregate itself: an aggregate of -0.0 stays
     -0.0 (a sign codec would send +0.0 as positive)."""
     x = np.full(8, -0.0, np.float32)
-    y = collectives.compressed_allreduce(x, compress.get("efsignsgd"), key="z", strategy="two_phase")
+    y = collectives.compressed_allreduce(x, compress.get("efsignsgd"), key="z",
+                                         strategy="two_phase")
     assert np.signbit(y).all(), y
