@@ -69,9 +69,9 @@ class Options:
         """Defaults, overridden by the ``COLLECTIVES_*`` environment variables in :data:`ENV`.
 
         Every call without ``options=`` lands here, so the result is cached by the variables'
-        raw values: a call costs four public environment lookups (about 1.5 us on a quiet 2-core
-        machine, where the private ``os.environ._data`` took 0.3 us; bench/options_env.py), and
-        changing a variable still works.
+        raw values: a call costs four public environment lookups (2.0 us here, where the private
+        ``os.environ._data`` took 0.3 us and a whole allreduce on COMM_SELF 4.8 us;
+        bench/options_env.py), and changing a variable still works.
         """
         return _from_values(_raw_values())
 
