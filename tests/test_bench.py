@@ -134,7 +134,7 @@ def test_ratio_table():
 def test_plot_writes_png(tmp_path):
     pytest.importorskip("matplotlib")
     from collectives.bench.plot import plot
-    from collectives.model import Network
+    from collectives.tuning.cost_model import Network
     out = plot(_records(), tmp_path / "f.png", Network(1e-5, 1e-9, 1e-10))
     assert out.stat().st_size > 1000
 

@@ -96,10 +96,10 @@ def test_parse_spec_rejects_garbage():
 
 def test_seeding_private_differs_shared_agrees():
     q = [codecs.build("qsgd", error_feedback=None, seed=0, rank=r) for r in range(2)]
-    assert q[0].rng.integers(1 << 30) != q[1].rng.integers(1 << 30)
+    assert q[0].generator.integers(1 << 30) != q[1].generator.integers(1 << 30)
     assert q[0].error_feedback is None
     k = [codecs.build("randomk:ratio=0.1", error_feedback=None, seed=4, rank=r) for r in range(2)]
-    assert k[0].base.seed == k[1].base.seed == 4 and k[0].error_feedback is not None
+    assert k[0].codec.seed == k[1].codec.seed == 4 and k[0].error_feedback is not None
     assert codecs.build("topk", error_feedback=False, seed=0, rank=0).error_feedback is None
 
 

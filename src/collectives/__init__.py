@@ -9,14 +9,14 @@ from ._arrays import SUPPORTED_DTYPES
 from .algorithms import ALGORITHMS
 from .api import allgather, allreduce, bcast, reduce, reduce_scatter
 from .blocks import ALLGATHER, BCAST, REDUCE, REDUCE_SCATTER
-from .compressed import STRATEGIES, compressed_allreduce
+from .compressed import STRATEGIES, CompressionState, compressed_allreduce
 from .ops import OPS
 from .options import Options
 from .traffic import TRAFFIC
 
 __all__ = [
     "allreduce", "reduce_scatter", "allgather", "bcast", "reduce", "compressed_allreduce",
-    "STRATEGIES", "TRAFFIC",
+    "CompressionState", "STRATEGIES", "TRAFFIC",
     "ALGORITHMS", "REDUCE_SCATTER", "ALLGATHER", "BCAST", "REDUCE",
     "OPS", "Options", "SUPPORTED_DTYPES", "mpi_library",
 ]

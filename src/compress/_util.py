@@ -46,13 +46,11 @@ def check_ratio(name: str, ratio: float) -> None:
     require(0.0 < ratio <= 1.0, f"{name} must be in (0, 1], got {ratio!r}")
 
 
-def check_padding(packed: np.ndarray, nbits: int) -> None:
-    """``ValueError`` unless the bits of ``packed`` beyond the first ``nbits`` are zero."""
+def check_padding(last_byte: int, nbits: int) -> None:
+    """``ValueError`` unless the bits beyond the first ``nbits`` of a packed bit array are zero,
+    given its last byte (``ops.last_byte(packed)``: 0 for an empty array)."""
     used = nbits & 7
-    if used and packed.size and int(packed[-1]) >> used:
+    if used and last_byte >> used:
         raise ValueError("nonzero padding bits after the last packed element")
 
 
-def as_float_work(x: np.ndarray) -> np.ndarray:
-    """Float32 copy of float16 input (Numba kernels do arithmetic in float32/float64 only)."""
-    return x.astype(np.float32) if x.dtype == np.float16 else x

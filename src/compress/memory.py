@@ -13,7 +13,9 @@ momentum and the accumulated velocity are cleared where elements were sent::
     v[sent] = 0;   u[sent] = 0
 
 With DGCMemory the optimizer must use plain SGD (momentum already applied). Both keep state in small
-dataclasses and check their arguments.
+dataclasses, check their arguments, and are :class:`compress.protocols.Memory` (which gives them
+``decode``, the codec's, and ``reset``): ``state_dict()`` gives every key's state as named host
+arrays (keys as ``str(key)``), ``load_state_dict()`` puts it back, so a checkpoint can carry it.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._device import is_device, namespace
 from .base import Codec
+from .device import host_copy, is_device, namespace
+from .protocols import Memory, SparsePayload
 
 __all__ = ["ErrorFeedback", "DGCMemory", "Residual", "MomentumState"]
 
@@ -53,8 +56,14 @@ class Residual:
             raise ValueError("error must be a numpy (or cupy) array")
 
 
+def _by_key(state: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    """The entries ``prefix/<key>`` of a state dict, by key."""
+    head = prefix + "/"
+    return {name[len(head):]: value for name, value in state.items() if name.startswith(head)}
+
+
 @dataclass
-class ErrorFeedback:
+class ErrorFeedback(Memory):
     """Error feedback around any codec.
 
     Parameters
@@ -74,7 +83,7 @@ class ErrorFeedback:
         update the residual."""
         corrected = self.compensate(x, key=key)
         payload = self.codec.encode(corrected, key=key, step=step, out=out)
-        if self.codec.sparse:
+        if isinstance(self.codec, SparsePayload):
             # decode() is zero but at the sent indices: the residual is ``corrected`` (a fresh
             # array) minus the sent values there. O(k) instead of a dense decode and subtraction.
             idx, vals = self.codec.sparse_parts(payload)
@@ -108,21 +117,24 @@ class ErrorFeedback:
         st.error = corrected - xp.asarray(estimate).reshape(corrected.shape).astype(corrected.dtype)
         st.steps += 1
 
-    def decode(self, payload, *, count: int | None = None) -> np.ndarray:
-        """Decode with the wrapped codec."""
-        return self.codec.decode(payload, count=count)
-
     def residual(self, key=None) -> np.ndarray | None:
         """The current residual of ``key`` (None before its first encode)."""
         st = self.state.get(key)
         return None if st is None else st.error
 
-    def reset(self, key=None) -> None:
-        """Drop the residual of ``key``, or all residuals when ``key`` is None."""
-        if key is None:
-            self.state.clear()
-        else:
-            self.state.pop(key, None)
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """``error/<key>`` (the residual, on the host) and ``steps/<key>`` of every key."""
+        out: dict[str, np.ndarray] = {}
+        for key, st in self.state.items():
+            out[f"error/{key}"] = host_copy(st.error)
+            out[f"steps/{key}"] = np.array(st.steps)
+        return out
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Replace every residual by those of :meth:`state_dict` (keys come back as str)."""
+        steps = _by_key(state, "steps")
+        self.state = {key: Residual(np.array(error, copy=True), int(steps.get(key, 0)))
+                      for key, error in _by_key(state, "error").items()}
 
 
 @dataclass
@@ -138,7 +150,7 @@ class MomentumState:
 
 
 @dataclass
-class DGCMemory:
+class DGCMemory(Memory):
     """DGC momentum correction with momentum factor masking.
 
     Parameters
@@ -175,13 +187,17 @@ class DGCMemory:
         st.u[sent] = 0
         return payload
 
-    def decode(self, payload, *, count: int | None = None) -> np.ndarray:
-        """Decode with the wrapped codec."""
-        return self.codec.decode(payload, count=count)
 
-    def reset(self, key=None) -> None:
-        """Drop the state of ``key``, or of all keys when ``key`` is None."""
-        if key is None:
-            self.state.clear()
-        else:
-            self.state.pop(key, None)
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """``u/<key>`` (momentum) and ``v/<key>`` (velocity) of every key, on the host."""
+        out: dict[str, np.ndarray] = {}
+        for key, st in self.state.items():
+            out[f"u/{key}"] = host_copy(st.u)
+            out[f"v/{key}"] = host_copy(st.v)
+        return out
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Replace all state by that of :meth:`state_dict` (keys come back as str)."""
+        v = _by_key(state, "v")
+        self.state = {key: MomentumState(np.array(u, copy=True), np.array(v[key], copy=True))
+                      for key, u in _by_key(state, "u").items()}

@@ -3,6 +3,9 @@
 >>> import compress
 >>> codec = compress.get("topk", ratio=0.01)
 
+A new codec is one module in ``compress/codecs/`` and one entry here (its import and its line in
+:data:`CODECS`); ``compress.<Class>`` and ``compress.codecs.<Class>`` follow from the table.
+
 A codec's parameters are its constructor's; :func:`parameters` lists them with their kinds (int,
 float, bool, or anything) read from the annotations, :func:`get` rejects a name the codec does not
 take in the user's words ("topk has no parameter 'k'; its parameters are: ratio"), and
@@ -17,23 +20,21 @@ import re
 from typing import Any, Callable
 
 from .base import Codec
-from .codecs import (
-    BF16,
-    DGC,
-    FP16,
-    QSGD,
-    EFSignSGD,
-    EightBit,
-    Identity,
-    Natural,
-    OneBit,
-    PowerSGD,
-    RandomK,
-    SignSGD,
-    TernGrad,
-    Threshold,
-    TopK,
-)
+from .codecs.bf16 import BF16
+from .codecs.dgc import DGC
+from .codecs.efsignsgd import EFSignSGD
+from .codecs.eightbit import EightBit
+from .codecs.fp16 import FP16
+from .codecs.natural import Natural
+from .codecs.none import Identity
+from .codecs.onebit import OneBit
+from .codecs.powersgd import PowerSGD
+from .codecs.qsgd import QSGD
+from .codecs.randomk import RandomK
+from .codecs.signsgd import SignSGD
+from .codecs.terngrad import TernGrad
+from .codecs.threshold import Threshold
+from .codecs.topk import TopK
 
 __all__ = ["CODECS", "get", "parameters", "check_params", "parse_spec", "from_spec"]
 

@@ -186,3 +186,31 @@ def test_decode_with_expected_count_rejects_other_counts_before_allocating():
         codec.sparse_parts(hostile, count=100)
     with pytest.raises(ValueError, match="expected 99"):
         compress.ErrorFeedback(codec).decode(payload, count=99)
+
+
+def test_protocols_decide_summable_and_sparse():
+    """summable and sparse follow from the protocols a codec subclasses, and cannot be claimed
+    without them."""
+    from compress.base import Codec
+
+    for name, cls in compress.CODECS.items():
+        assert cls.summable == issubclass(cls, (compress.ElementSummable, compress.LowRankSummable))
+        assert cls.sparse == issubclass(cls, compress.SparsePayload), name
+    assert {n for n, c in compress.CODECS.items() if c.summable} == \
+        {"none", "fp16", "bf16", "randomk", "powersgd"}
+    assert {n for n, c in compress.CODECS.items() if c.sparse} == {"topk", "threshold", "dgc"}
+    with pytest.raises(TypeError, match="summable = True"):
+        type("Fake", (Codec,), {"summable": True})
+    with pytest.raises(TypeError, match="is not sparse"):
+        compress.get("fp16").sparse_parts(compress.get("fp16").encode(np.ones(3, np.float32)))
+
+
+def test_codec_state_dict_restores_the_private_generator():
+    a = compress.get("qsgd", seed=3)
+    a.encode(np.ones(64, np.float32))
+    saved = a.state_dict()
+    assert set(saved) == {"rng"} and compress.get("fp16").state_dict() == {}
+    first = a.encode(np.linspace(-1, 1, 64, dtype=np.float32))
+    b = compress.get("qsgd", seed=99)
+    b.load_state_dict(saved)
+    np.testing.assert_array_equal(b.encode(np.linspace(-1, 1, 64, dtype=np.float32)), first)

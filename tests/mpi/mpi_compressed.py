@@ -5,13 +5,15 @@ results bitwise identical on every rank; bytes on the wire counted exactly where
 fixes them, and below dense fp32 where compression should cut them.
 """
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 from mpi4py import MPI
 
 import collectives
 import compress
-from collectives.compressed import server_residuals
 from collectives.compressed.strategies import choose
 from reference import assert_identical_everywhere, gather_all
 
@@ -182,6 +184,9 @@ BAD = [
                                               step=-1), ValueError, "step"),
     (lambda: collectives.compressed_allreduce(np.ones(4, np.float32), compress.get("topk"),
                                               out=np.ones(3, np.float32)), ValueError, "shape"),
+    (lambda: collectives.compressed_allreduce(np.ones(4, np.float32),
+                                              compress.DGCMemory(compress.get("fp16")),
+                                              strategy="summable"), ValueError, "DGCMemory"),
 ]
 
 
@@ -236,14 +241,83 @@ def test_device_input_gives_the_same_result_on_the_device(name, strategy, backen
     to_device, to_host = backend
     comm = MPI.COMM_WORLD
     x = data(1001, comm.rank, 8)
+    # a fresh codec per call: the state of each (two_phase's server-side residuals) starts empty
     y_host = collectives.compressed_allreduce(x, make_codec(name, comm.rank), key="dh", strategy=strategy)
-    server_residuals(comm).clear()  # two_phase: the device call starts from the same (empty) state
     y_dev = collectives.compressed_allreduce(to_device(x), make_codec(name, comm.rank), key="dh",
                                              strategy=strategy)
-    server_residuals(comm).clear()
     assert type(y_dev) is type(to_device(x))
     if name in ("efsignsgd", "qsgd", "powersgd"):
         np.testing.assert_allclose(to_host(y_dev), y_host, rtol=1e-4, atol=1e-5)
     else:
         np.testing.assert_array_equal(to_host(y_dev), y_host)
     assert_identical_everywhere(to_host(y_dev), comm, name)
+
+
+@pytest.mark.parametrize("name,strategy", [("efsignsgd", "two_phase"), ("topk", "sparse"),
+                                           ("qsgd", "allgather"), ("powersgd", "summable"),
+                                           ("randomk", "summable")])
+def test_state_dict_resumes_bit_for_bit(name, strategy):
+    """Everything a compressed allreduce keeps is in state.state_dict(): a fresh state loaded from
+    it continues exactly as the original (error feedback, server-side residuals, PowerSGD's Q,
+    private generators, the step)."""
+    comm = MPI.COMM_WORLD
+
+    def fresh():
+        return collectives.CompressionState.of(make_codec(name, comm.rank), error_feedback=None)
+
+    xs = [data(6 * 167, comm.rank, 20 + i).reshape(6, 167) for i in range(4)]
+
+    def steps(state, batch):
+        out = []
+        for x in batch:
+            out.append(collectives.compressed_allreduce(x, state, key="w", strategy=strategy))
+            state.step += 1
+        return out
+
+    first = fresh()
+    steps(first, xs[:2])
+    saved = {k: np.array(v, copy=True) for k, v in first.state_dict().items()}
+    if comm.size > 1 and name == "efsignsgd":
+        assert any(k.startswith("server/error/") for k in saved), sorted(saved)
+    assert int(saved["step"]) == 2
+    resumed = fresh()
+    resumed.load_state_dict(saved)
+    assert sorted(resumed.state_dict()) == sorted(saved)
+    for a, b in zip(steps(first, xs[2:]), steps(resumed, xs[2:])):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_dgc_memory_is_not_dropped_by_auto():
+    """A DGCMemory around a summable codec goes through a strategy that encodes with it."""
+    memory = compress.DGCMemory(compress.get("fp16"), momentum=0.5)
+    state = collectives.CompressionState.of(memory)
+    assert choose(state.codec, state.memory) == "allgather"
+    collectives.compressed_allreduce(data(64, MPI.COMM_WORLD.rank, 9), memory, key="m")
+    assert "m" in memory.state
+
+
+def test_bare_codec_keeps_server_residuals_like_a_state():
+    """A bare codec's server-side residuals persist across calls, as an explicit state's do, and
+    the communicator does not keep the codec alive."""
+    comm = MPI.COMM_WORLD
+    bare = compress.get("efsignsgd")
+    state = collectives.CompressionState(compress.get("efsignsgd"))
+    for i in range(3):
+        x = data(1001, comm.rank, 30 + i)
+        a = collectives.compressed_allreduce(x, bare, key="b", strategy="two_phase")
+        b = collectives.compressed_allreduce(x, state, key="b", strategy="two_phase")
+        np.testing.assert_array_equal(a, b)
+    assert bool(state.server.state) == (comm.size > 1)
+    gone = weakref.ref(bare)
+    del bare
+    gc.collect()
+    assert gone() is None
+
+
+def test_two_phase_server_compresses_its_first_aggregate_as_it_is():
+    """Server-side error feedback starts from the aggregate itself: an aggregate of -0.0 stays
+    -0.0 (a sign codec would send +0.0 as positive)."""
+    x = np.full(8, -0.0, np.float32)
+    y = collectives.compressed_allreduce(x, compress.get("efsignsgd"), key="z",
+                                         strategy="two_phase")
+    assert np.signbit(y).all(), y

@@ -36,6 +36,7 @@ from .._workspace import scratch
 from ..blocks import ring
 from ..ops import Op
 from ..options import Options
+from .flat import FLAT
 
 __all__ = ["allreduce", "Layout", "layout"]
 
@@ -68,11 +69,6 @@ def layout(comm: MPI.Comm, node_size: int | None) -> Layout:
     holders = node.Split(0 if local < m else MPI.UNDEFINED, local)
     cross = comm.Split(local if local < m else MPI.UNDEFINED, comm.rank)
     return Layout(node, m, holders, Context(cross, dup=False) if local < m else None)
-
-
-#: The flat algorithms by name, filled in by ``algorithms/__init__.py`` (which imports this
-#: module); "hierarchical" runs one of them across nodes.
-FLAT: dict = {}  # set to algorithms.FLAT itself by the package
 
 
 def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:

@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .._cli import PLOT_INSTALL, Parser, UsageError, usage_errors
-
-from ..model import COSTS, Network, predict
+from ..tuning.cost_model import COSTS, Network, predict
 from .results import Record, read_records
 
 __all__ = ["ratio_table", "model_from_tuning", "plot", "main"]

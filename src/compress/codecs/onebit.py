@@ -33,11 +33,8 @@ class OneBit(SignCodec):
     def _values(self, params):
         return params["pos"], params["neg"]
 
-    def _encode(self, x, key, step, out):
-        return self._emit_scaled(x, out, self._means_of(x.size))
-
-    def _encode_device(self, x, dev, key, step, out):
-        return self._emit_scaled_device(x, dev, out, self._means_of(x.size))
+    def _encode(self, x, ops, key, step, out):
+        return self._emit_scaled(x, ops, out, self._means_of(x.size))
 
     @staticmethod
     def _means_of(n):

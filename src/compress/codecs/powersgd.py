@@ -37,11 +37,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._device import host_copy, namespace
 from .._layout import Section
 from .._seeding import shared_stream
 from .._util import require
 from ..base import Codec
+from ..device import host_copy, namespace
+from ..protocols import LowRankSummable
 
 __all__ = ["PowerSGD"]
 
@@ -58,7 +59,7 @@ def _matrix_shape(shape) -> tuple[int, int]:
 
 
 @dataclass(eq=False)
-class PowerSGD(Codec):
+class PowerSGD(LowRankSummable, Codec):
     """Rank-``rank`` PowerSGD with warm start.
 
     Parameters
@@ -79,7 +80,6 @@ class PowerSGD(Codec):
     name = "powersgd"
     codec_id = 15
     randomness = "shared"
-    summable = True
     needs_error_feedback = True
     dtypes = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16))
     PARAMS = (("rows", "Q"), ("cols", "Q"), ("rank", "Q"))
@@ -97,7 +97,7 @@ class PowerSGD(Codec):
         shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
         return super().payload_nbytes(shape, dtype, tensor_shape=shape)
 
-    # ------------------------------------------------------------------ allreduce protocol
+    # ------------------------------------------------------------------ LowRankSummable protocol
     def compute_p(self, x, *, key=None) -> np.ndarray:
         """``P = M Q`` for this rank's tensor ``x`` (rows x r); sum it over ranks.
 
@@ -150,32 +150,25 @@ class PowerSGD(Codec):
         require(rows * cols == hdr.count, f"matrix {rows} x {cols} does not hold {hdr.count} elements")
         require(r <= min(rows, cols), f"rank {r} exceeds min(rows, cols) = {min(rows, cols)}")
 
-    def _encode(self, x, key, step, out, dev=None):
+    def _encode(self, x, ops, key, step, out):
+        """The steps of the protocol on one process, with NumPy or (device input) CuPy: cuBLAS
+        products, cuSOLVER QR; CuPy arrays only on the device."""
+        namespace(x)  # TypeError for device arrays without arithmetic (Numba's)
         m = self._matrix(x)  # once: compute_p and compute_q would each convert x again
         p_hat = self.orthogonalize(self._p_of(m, key))
         q = m.T @ p_hat
         self.reconstruct(p_hat, q, key=key)
         rows, cols = m.shape
-        buf, body = self._new_payload(x, out, {"rows": rows, "cols": cols, "rank": p_hat.shape[1]}, dev=dev)
+        buf, body = self._new_payload(x, out, {"rows": rows, "cols": cols, "rank": p_hat.shape[1]}, ops)
         body["p"][:] = p_hat.reshape(-1)
         body["q"][:] = q.reshape(-1)
         return buf
 
-    def _decode(self, hdr, body):
+    def _decode(self, hdr, body, ops):
+        namespace(body["p"])  # TypeError for device arrays without arithmetic (Numba's)
         rows, cols, r = hdr.params["rows"], hdr.params["cols"], hdr.params["rank"]
         with np.errstate(over="ignore", invalid="ignore"):  # factors that overflow give inf/nan
             y = body["p"].reshape(rows, r) @ body["q"].reshape(cols, r).T
-        return y.reshape(-1).astype(hdr.dtype, copy=False)
-
-    def _encode_device(self, x, dev, key, step, out):
-        """The host steps with CuPy (cuBLAS products, cuSOLVER QR); CuPy arrays only."""
-        namespace(x)  # TypeError for arrays without arithmetic (Numba's)
-        return self._encode(x, key, step, out, dev)
-
-    def _decode_device(self, hdr, body, dev):
-        namespace(body["p"])
-        rows, cols, r = hdr.params["rows"], hdr.params["cols"], hdr.params["rank"]
-        y = body["p"].reshape(rows, r) @ body["q"].reshape(cols, r).T
         return y.reshape(-1).astype(hdr.dtype, copy=False)
 
     # ------------------------------------------------------------------ helpers

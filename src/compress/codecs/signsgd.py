@@ -32,8 +32,5 @@ class SignSGD(SignCodec):
     def _values(self, params):
         return 1.0, -1.0
 
-    def _encode(self, x, key, step, out):
-        return self._emit(x, out, {})
-
-    def _encode_device(self, x, dev, key, step, out):
-        return self._emit_device(x, dev, out, {})
+    def _encode(self, x, ops, key, step, out):
+        return self._emit(x, ops, out, {})[0]
