@@ -11,7 +11,8 @@ A codec says what a collective may do with it by subclassing these abstract clas
     randomk).
 :class:`LowRankSummable`
     A rank-r factorisation whose factors add (PowerSGD): ``compute_p``, summed; ``orthogonalize``;
-    ``compute_q``, summed; ``reconstruct``.
+    ``compute_q``, summed; ``reconstruct``. ``compresses(shape, dtype)`` says which tensors it
+    factors; the others travel uncompressed (a plain dense allreduce of the values).
 :class:`SparsePayload`
     Payloads are (index, value) lists (``Codec.sparse_parts`` returns them validated), so a sparse
     allreduce can merge them without decoding (topk, threshold, dgc).
@@ -51,6 +52,11 @@ class ElementSummable(ABC):
 
 class LowRankSummable(ABC):
     """A codec that sends low-rank factors, each of which an allreduce can add (PowerSGD)."""
+
+    @abstractmethod
+    def compresses(self, shape, dtype) -> bool:
+        """Whether a tensor of ``shape`` and ``dtype`` is sent as factors; one that is not is
+        sent as it is (1-d tensors, matrices too small to gain)."""
 
     @abstractmethod
     def compute_p(self, x, *, key=None):

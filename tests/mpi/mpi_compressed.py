@@ -86,8 +86,6 @@ def test_every_strategy_matches_reference(name, comm):
                 what = f"{name} {strategy} p={comm.size} n={n} {op}"
                 assert y.shape == x.shape and y.dtype == x.dtype, what
                 assert_identical_everywhere(y, comm, what)
-                if name == "powersgd":
-                    continue  # PowerSGD has its own property test below
                 if strategy == "two_phase" and comm.size > 1:
                     ref = two_phase_reference(name, x, comm, op, key)
                 else:
@@ -116,11 +114,30 @@ def test_powersgd_full_rank_is_exact_mean():
     """With rank >= the matrix's columns, one power step reproduces the mean matrix exactly."""
     comm = MPI.COMM_WORLD
     x = data(6 * 4, comm.rank, 2).reshape(6, 4)
-    codec = compress.get("powersgd", rank=4, seed=7)
+    codec = compress.get("powersgd", rank=4, seed=7, min_compression_rate=0)  # factor even so
+    assert codec.compresses(x.shape, x.dtype)
     y = collectives.compressed_allreduce(x, codec, key="w")
     mean = gather_all(x, comm).astype(np.float64).mean(axis=0).reshape(6, 4)
     assert np.allclose(y, mean, atol=1e-4), np.abs(y - mean).max()
     assert_identical_everywhere(y, comm, "powersgd")
+
+
+@pytest.mark.parametrize("shape", [(1001,), (5, 5)])
+def test_powersgd_sends_what_does_not_gain_as_it_is(shape):
+    """A 1-d tensor (a bias) or a matrix too small to gain is allreduced uncompressed: the result
+    and the bytes sent are those of the identity codec, and the warm start keeps nothing."""
+    comm = MPI.COMM_WORLD
+    x = data(int(np.prod(shape)), comm.rank, 10).reshape(shape)
+    codec = compress.get("powersgd", rank=2, seed=1)
+    assert not codec.compresses(shape, x.dtype)
+    sent = []
+    for c in (codec, compress.get("none")):
+        before = collectives.TRAFFIC.bytes_sent
+        sent.append((collectives.compressed_allreduce(x, c, key="b", algorithm="ring"),
+                     collectives.TRAFFIC.bytes_sent - before))
+    np.testing.assert_array_equal(sent[0][0], sent[1][0])
+    assert sent[0][1] == sent[1][1], sent
+    assert codec.state_dict() == {}
 
 
 def test_powersgd_rank_one_is_rank_one():
@@ -212,7 +229,7 @@ def test_error_feedback_through_summable(name):
     """ErrorFeedback around a summable codec: the residual is what this rank's part lost."""
     comm = MPI.COMM_WORLD
     ef = compress.ErrorFeedback(make_codec(name, comm.rank))
-    x = data(6 * 5, comm.rank, 7).reshape(6, 5)
+    x = data(12 * 40, comm.rank, 7).reshape(12, 40)  # a matrix PowerSGD factors
     y = collectives.compressed_allreduce(x, ef, op="avg", key="efs")
     residual = ef.residual("efs")
     assert residual is not None and residual.shape == x.shape

@@ -9,7 +9,8 @@ For codecs whose representation adds up (``summable``), nothing needs decoding b
   overflow where the mean would not), the representations are summed by one dense allreduce of the
   foundation algorithms, and every rank decodes the same sum.
 - PowerSGD (Vogels et al. 2019) exposes its two-round protocol: ``P = M Q`` summed, orthogonalised,
-  ``Q = M^T P_hat`` summed, ``M ~ P_hat Q^T``.
+  ``Q = M^T P_hat`` summed, ``M ~ P_hat Q^T``. A tensor it does not compress (``compresses``: 1-d
+  tensors, matrices too small to gain) is summed as it is, like the identity codec's.
 
 Error feedback, when the codec is wrapped in ``compress.ErrorFeedback``: the residual is added
 before encoding, and the new residual is the compensated input minus what this rank's own
@@ -23,7 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 from compress import Codec, ErrorFeedback
-from compress.protocols import SUMMABLE, LowRankSummable, Memory
+from compress.codecs.none import Identity
+from compress.protocols import SUMMABLE, ElementSummable, LowRankSummable, Memory
 from mpi4py import MPI
 
 from .._arrays import xp
@@ -35,6 +37,9 @@ from ..options import Options
 from ._plan import Plan
 
 __all__ = ["allreduce", "supports"]
+
+#: how a tensor that a low-rank codec does not compress travels: its values, summed
+_RAW = Identity()
 
 
 def supports(codec: Codec, memory: Memory | None = None) -> bool:
@@ -58,7 +63,8 @@ def allreduce(x: np.ndarray, out: np.ndarray, plan: Plan, ctx: Context, opts: Op
     # x plus this rank's residual (kept in the tensor's shape): compress.ErrorFeedback's
     # compensate/remember pair, so the error feedback is the one compress writes
     c = x if ef is None else ef.compensate(x.reshape(plan.shape), key=plan.key).reshape(-1)
-    if isinstance(base, LowRankSummable):  # PowerSGD's two rounds, on the tensor's matrix shape
+    if isinstance(base, LowRankSummable) and base.compresses(plan.shape, x.dtype):
+        # PowerSGD's two rounds, on the tensor's matrix shape
         m = c.reshape(plan.shape)
         lib = xp(m)
         p = lib.ascontiguousarray(base.compute_p(m, key=plan.key))
@@ -73,6 +79,8 @@ def allreduce(x: np.ndarray, out: np.ndarray, plan: Plan, ctx: Context, opts: Op
             ef.remember(c.reshape(plan.shape), y, key=plan.key)
         out[...] = y
         return
+    if not isinstance(base, ElementSummable):  # a tensor the low-rank codec sends uncompressed
+        base = _RAW
     scaled = c / plan.world if plan.average else c
     rep = base.summable_encode(scaled, key=plan.key, step=plan.step)
     if ef is not None:
