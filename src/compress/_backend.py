@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._util import as_payload
+from ._util import as_payload, inf_word, uint_view
 from .device import is_device
 
-__all__ = ["HostBackend", "HOST", "backend_of"]
+__all__ = ["HostBackend", "HOST", "backend_of", "count_nonfinite"]
 
 
 class HostBackend:
@@ -59,6 +59,11 @@ class HostBackend:
     @staticmethod
     def zeros(shape, dtype) -> np.ndarray:
         return np.zeros(shape, dtype=dtype)
+
+    @staticmethod
+    def fill(a: np.ndarray, value) -> None:
+        """``a[...] = value`` (an integer into an unsigned view writes exact bits)."""
+        a[...] = value
 
     @staticmethod
     def copy(a: np.ndarray) -> np.ndarray:
@@ -109,3 +114,10 @@ def backend_of(x):
     from ._device import Device
 
     return Device(x)
+
+
+def count_nonfinite(x) -> int:
+    """The number of ``±inf`` and NaN elements of the float array ``x`` (host or device): one read
+    of it, by the magnitude-key count of the backend (no temporary array)."""
+    u, absmask = uint_view(x)
+    return int(backend_of(x).count_at_least(u, absmask, inf_word(x.dtype)))

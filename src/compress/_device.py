@@ -73,12 +73,17 @@ class Device:
         if self.cupy:
             return self.xp.zeros(shape, dtype=dtype)
         out = self.empty(shape, dtype)
-        flat = out.reshape(-1)
+        self.fill(out, 0)
+        return out
+
+    def fill(self, a, value) -> None:
+        """``a[...] = value`` for a contiguous device array (an integer into an unsigned view
+        writes exact bits)."""
+        flat = a.reshape(-1)
         if flat.size:
             from ._kernels.cuda import blocks, elementwise
 
-            self.launch(elementwise.fill, blocks(flat.size), flat, flat.dtype.type(0))
-        return out
+            self.launch(elementwise.fill, blocks(flat.size), flat, flat.dtype.type(value))
 
     def to_host(self, a) -> np.ndarray:
         return a.get() if self.cupy else a.copy_to_host()

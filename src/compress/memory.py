@@ -12,7 +12,15 @@ momentum and the accumulated velocity are cleared where elements were sent::
     u = m u + g;   v = v + u;   payload = encode(v);   sent = decode(payload) != 0
     v[sent] = 0;   u[sent] = 0
 
-With DGCMemory the optimizer must use plain SGD (momentum already applied). Both keep state in small
+With DGCMemory the optimizer must use plain SGD (momentum already applied).
+
+Non-finite input (an overflowed gradient in mixed-precision training): the payload carries the
+``inf`` or NaN on (every codec propagates it, see ``docs/compression.md``), so a loss scaler skips
+the step; the memory then keeps its state as it was before that step, as the optimizer does. A
+residual, momentum or velocity that would not be finite is never stored: one overflow would
+otherwise poison every later step.
+
+Both keep state in small
 dataclasses, check their arguments, and are :class:`compress.protocols.Memory` (which gives them
 ``decode``, the codec's, and ``reset``): ``state_dict()`` gives every key's state as named host
 arrays (keys as ``str(key)``), ``load_state_dict()`` puts it back, so a checkpoint can carry it.
@@ -24,6 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._backend import count_nonfinite
+from ._util import quiet
 from .base import Codec
 from .device import host_copy, is_device, namespace
 from .protocols import Memory, SparsePayload
@@ -88,10 +98,9 @@ class ErrorFeedback(Memory):
             # array) minus the sent values there. O(k) instead of a dense decode and subtraction.
             idx, vals = self.codec.sparse_parts(payload)
             flat = corrected.reshape(-1)
-            flat[idx] -= vals
-            st = self.state[key]
-            st.error = corrected
-            st.steps += 1
+            with quiet():
+                flat[idx] -= vals
+            self._store(key, corrected)
         else:
             self.remember(corrected, self.codec.decode(payload), key=key)
         return payload
@@ -108,13 +117,23 @@ class ErrorFeedback(Memory):
         if st is None:
             st = self.state[key] = Residual(xp.zeros_like(x))
         _check_like("the residual", st.error, x, key)
-        return x + st.error
+        with quiet():
+            return x + st.error
 
     def remember(self, corrected, estimate, *, key=None) -> None:
-        """Store ``corrected - estimate`` as the new residual of ``key`` (after :meth:`compensate`)."""
-        st = self.state[key]
+        """Store ``corrected - estimate`` as the new residual of ``key`` (after :meth:`compensate`),
+        unless it is not finite: then the residual stays as it was (the step is skipped)."""
         xp = namespace(corrected)
-        st.error = corrected - xp.asarray(estimate).reshape(corrected.shape).astype(corrected.dtype)
+        estimate = xp.asarray(estimate).reshape(corrected.shape).astype(corrected.dtype)
+        with quiet():
+            self._store(key, corrected - estimate)
+
+    def _store(self, key, error) -> None:
+        """The new residual of ``key``, if finite: an overflowed step leaves the old one."""
+        if count_nonfinite(error):
+            return
+        st = self.state[key]
+        st.error = error
         st.steps += 1
 
     def residual(self, key=None) -> np.ndarray | None:
@@ -171,20 +190,27 @@ class DGCMemory(Memory):
             raise ValueError(f"momentum must be in [0, 1), got {self.momentum!r}")
 
     def encode(self, grad, *, key=None, step: int = 0) -> np.ndarray:
-        """Fold ``grad`` into momentum and velocity, encode the velocity, clear what was sent."""
+        """Fold ``grad`` into momentum and velocity, encode the velocity, clear what was sent.
+
+        A velocity that is not finite (an overflowed ``grad``) is encoded, so the payload carries
+        the overflow, but momentum and velocity stay as they were before this step."""
         xp = namespace(grad)
         grad = xp.asarray(grad)
         st = self.state.get(key)
         if st is None:
             st = self.state[key] = MomentumState(xp.zeros_like(grad), xp.zeros_like(grad))
         _check_like("the momentum", st.u, grad, key)
-        st.u *= self.momentum
-        st.u += grad
-        st.v += st.u
-        payload = self.codec.encode(st.v, key=key, step=step)
+        with quiet():
+            u = st.u * self.momentum
+            u += grad
+            v = st.v + u
+        payload = self.codec.encode(v, key=key, step=step)
+        if count_nonfinite(v):
+            return payload
         sent = self.codec.decode(payload) != 0
-        st.v[sent] = 0
-        st.u[sent] = 0
+        v[sent] = 0
+        u[sent] = 0
+        st.u, st.v = u, v
         return payload
 
 

@@ -34,7 +34,7 @@ FORMULAS = {
     "dgc": ({"density": 0.01}, 1, lambda n, isz, S, p: p["nnz"] * (4 + isz)),
     "qsgd": ({"levels": 127, "bucket": 512}, 3, lambda n, isz, S, p: -(-n // 512) * S + n),
     "terngrad": ({}, 3, lambda n, isz, S, p: (1 if n else 0) * S + -(-2 * n // 8)),
-    "signsgd": ({}, 0, lambda n, isz, S, p: -(-n // 8)),
+    "signsgd": ({}, 1, lambda n, isz, S, p: -(-n // 8)),  # the scale: 1, or NaN for non-finite input
     "efsignsgd": ({}, 1, lambda n, isz, S, p: -(-n // 8)),
     "onebit": ({}, 2, lambda n, isz, S, p: -(-n // 8)),
     "eightbit": ({"bucket": 2048}, 3, lambda n, isz, S, p: -(-n // 2048) * S + n),

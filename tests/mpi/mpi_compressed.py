@@ -331,10 +331,15 @@ def test_bare_codec_keeps_server_residuals_like_a_state():
     assert gone() is None
 
 
-def test_two_phase_server_compresses_its_first_aggregate_as_it_is():
+@pytest.mark.parametrize("name", ["fp16", "efsignsgd"])
+def test_two_phase_server_compresses_its_first_aggregate_as_it_is(name):
     """Server-side error feedback starts from the aggregate itself: an aggregate of -0.0 stays
-    -0.0 (a sign codec would send +0.0 as positive)."""
+    -0.0 for a codec that keeps it (fp16), and a sign codec sends it as it sends +0.0."""
     x = np.full(8, -0.0, np.float32)
-    y = collectives.compressed_allreduce(x, compress.get("efsignsgd"), key="z",
-                                         strategy="two_phase")
-    assert np.signbit(y).all(), y
+    y = collectives.compressed_allreduce(x, compress.get(name), key="z", strategy="two_phase")
+    if name == "fp16":
+        assert np.signbit(y).all(), y
+    else:
+        plus = collectives.compressed_allreduce(np.zeros(8, np.float32), compress.get(name),
+                                                key="z+", strategy="two_phase")
+        np.testing.assert_array_equal(y.view(np.uint32), plus.view(np.uint32))

@@ -100,8 +100,11 @@ def compressed_allreduce(x: np.ndarray, codec: Codec | Memory | CompressionState
         return res
     ctx = context(comm)
     plan = Plan(state_of(codec, ctx), key, the_step, op == "avg", comm.size, a.shape)
-    if comm.size == 1:  # still compress: a single rank gets what the codec makes of its input
-        plan.aggregate_into([plan.decode(plan.encode(a), a.size)], dst)
-        return res
-    fn(src, dst, plan, ctx, opts, algorithm)
+    # an overflowed gradient's inf or NaN propagates to every rank's result (the codecs'
+    # documented rule), quietly: a NumPy warning turned into an error on one rank would hang
+    with np.errstate(over="ignore", invalid="ignore"):
+        if comm.size == 1:  # still compress: a single rank gets what the codec makes of its input
+            plan.aggregate_into([plan.decode(plan.encode(a), a.size)], dst)
+        else:
+            fn(src, dst, plan, ctx, opts, algorithm)
     return res

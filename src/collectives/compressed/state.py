@@ -62,7 +62,8 @@ def _part(state: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
 class ServerFeedback(ErrorFeedback):
     """Error feedback for the server side of two-phase: ``compress.ErrorFeedback`` whose first
     step for a key compresses the aggregate as it is, as DeepSpeed's server does (adding a zero
-    residual would turn a -0.0 of the aggregate into +0.0, which a sign codec sends differently)."""
+    residual would turn a -0.0 of the aggregate into +0.0, which a codec that keeps values, fp16
+    say, sends differently)."""
 
     def compensate(self, x, *, key=None):
         if key in self.state:

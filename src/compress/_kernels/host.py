@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import floats, quant, sparse
+from .._util import inf_word, nan_word, uint_view
+from . import bits, floats, quant, sparse
 from .bits import pack_sign_bits, unpack_two_values
-from .quant import dequantize_levels, natural_decode, natural_encode, quantize_levels
+from .quant import dequantize_levels, natural_decode, natural_encode
 from .sparse import count_at_least, first_bad_index, gather, scatter, scatter_scaled
 
-__all__ = ["float_work", "sign_stats", "pack_sign_bits", "unpack_two_values", "gather", "scatter",
+__all__ = ["float_work", "sign_stats", "pack_sign_bits", "pack_negative_bits", "unpack_two_values", "gather", "scatter",
            "scatter_scaled", "cast_into", "cast_copy", "last_byte", "first_bad_index",
            "topk_indices", "count_at_least", "collect_at_least", "sample_keys", "select_among",
            "quantize_levels", "dequantize_levels", "count_bad_scales", "natural_encode",
@@ -31,9 +32,17 @@ def float_work(x: np.ndarray) -> np.ndarray:
     return (x.astype(np.float32) if x.dtype == np.float16 else x).reshape(-1)
 
 
+def pack_negative_bits(u: np.ndarray, shift: int, out: np.ndarray) -> int:
+    """Bit ``i`` of ``out`` = ``x[i] < 0`` for the float words ``u`` (an unsigned view; bit
+    ``shift`` is the sign); returns the number of non-finite elements."""
+    absmask = u.dtype.type((1 << shift) - 1)
+    return int(bits.pack_negative_bits(u, absmask, inf_word(_FLOAT_OF[u.dtype.itemsize]), shift, out))
+
+
 def sign_stats(work: np.ndarray, packed: np.ndarray) -> tuple[float, float, int]:
-    """(sum of positive parts, sum of negative parts, number of set sign bits) of ``work``, whose
-    sign bits are packed in ``packed`` (a popcount of those is the fastest count)."""
+    """(sum of the non-negative elements, sum of the negative ones, number of negative ones) of
+    ``work``, whose negative bits are packed in ``packed`` (a popcount of those is the fastest
+    count)."""
     pos, neg = quant.signed_sums(work)
     return pos, neg, int(np.bitwise_count(packed).sum())
 
@@ -79,9 +88,20 @@ def select_among(u, absmask, cand, k: int) -> np.ndarray:
     return idx
 
 
+def quantize_levels(x, bucket: int, s: int, use_max: bool, stochastic: bool, seed_lo: int,
+                    seed_hi: int, bits: int, scales: np.ndarray, out: np.ndarray) -> None:
+    """Bucket scales into ``scales`` and packed level codes into ``out``
+    (:func:`compress._kernels.quant.quantize_levels`); a scale that is not finite is stored as the
+    canonical NaN, by an integer write (the device writes the same bits)."""
+    quant.quantize_levels(x, bucket, s, use_max, stochastic, seed_lo, seed_hi, bits, scales, out)
+    words, absmask = uint_view(scales)
+    words[(words & absmask) >= inf_word(scales.dtype)] = nan_word(scales.dtype)
+
+
 def count_bad_scales(scales: np.ndarray) -> int:
-    """Number of scales that are negative, infinite or NaN."""
-    return int(np.count_nonzero(~(np.isfinite(scales) & (scales >= 0))))
+    """Number of scales that are negative or infinite (NaN marks a bucket that held a non-finite
+    value: it decodes to NaN)."""
+    return int(np.count_nonzero((scales < 0) | np.isinf(scales)))
 
 
 def to_f16(flat: np.ndarray, half: np.ndarray) -> None:

@@ -8,7 +8,12 @@ stochastically (unbiased) or to nearest; the code ``q + s`` is packed with
 :mod:`compress._kernels.quant`.
 
 Body: ``ceil(n / bucket)`` scales, then ``ceil(n * bits / 8)`` code bytes. Decoding rejects
-non-finite or negative scales, codes above ``2 s`` and nonzero padding bits.
+negative or infinite scales, codes above ``2 s`` and nonzero padding bits.
+
+Non-finite input: a bucket holding ``±inf`` or NaN (or whose L2 norm overflows the scale's type,
+float32 for float16/float32 input, as fp16 overflows to infinity) is stored with scale NaN and every
+code at level 0, so it decodes to NaN, and a loss scaler downstream sees the overflow. The NaN is the
+canonical quiet NaN, written as an integer, so device payloads keep the host's bytes.
 """
 
 from __future__ import annotations
@@ -74,7 +79,8 @@ class LevelCodec(Codec):
         s, bucket = hdr.params["levels"], hdr.params["bucket"]
         bits = level_bits(s)
         scales, codes = body["scales"], body["codes"]
-        require(ops.count_bad_scales(scales) == 0, "bucket scales must be finite and >= 0")
+        require(ops.count_bad_scales(scales) == 0,
+                "bucket scales must be >= 0 and not infinite (NaN marks a non-finite bucket)")
         check_padding(ops.last_byte(codes), hdr.count * bits)
         out = ops.empty(hdr.count, _scale_dtype(hdr.dtype))
         bad = ops.dequantize_levels(codes, bits, s, bucket, scales, out)

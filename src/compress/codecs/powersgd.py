@@ -51,7 +51,7 @@ import numpy as np
 
 from .._layout import Section
 from .._seeding import shared_stream
-from .._util import require
+from .._util import quiet, require
 from ..base import Codec
 from ..device import host_copy, namespace
 from ..protocols import LowRankSummable
@@ -145,12 +145,14 @@ class PowerSGD(LowRankSummable, Codec):
 
     def compute_q(self, x, p_hat: np.ndarray) -> np.ndarray:
         """``Q = M^T P_hat`` (cols x r); sum (or average) it over ranks."""
-        return self._matrix(self._prepare_any(x)).T @ p_hat
+        with quiet():
+            return self._matrix(self._prepare_any(x)).T @ p_hat
 
     def reconstruct(self, p_hat, q, *, key=None, shape=None, dtype=None) -> np.ndarray:
         """``P_hat Q^T`` reshaped to ``shape``; remembers ``q`` as the warm start of ``key``."""
         self._keep_q(key, q)
-        y = p_hat @ q.T
+        with quiet():
+            y = p_hat @ q.T
         return y.reshape(shape if shape is not None else y.shape).astype(dtype or y.dtype, copy=False)
 
     def state_dict(self) -> dict:
@@ -194,7 +196,8 @@ class PowerSGD(LowRankSummable, Codec):
             return buf
         m = self._matrix(x)  # once: compute_p and compute_q would each convert x again
         p_hat = self.orthogonalize(self._p_of(m, key))
-        q = m.T @ p_hat
+        with quiet():
+            q = m.T @ p_hat
         self._keep_q(key, q)  # the warm start needs Q only, not the full-size P_hat Q^T
         buf, body = self._new_payload(x, out, {"rows": rows, "cols": cols, "rank": p_hat.shape[1]}, ops)
         body["p"][:] = p_hat.reshape(-1)
@@ -206,7 +209,7 @@ class PowerSGD(LowRankSummable, Codec):
             return ops.copy(body["raw"])
         namespace(body["p"])  # TypeError for device arrays without arithmetic (Numba's)
         rows, cols, r = hdr.params["rows"], hdr.params["cols"], hdr.params["rank"]
-        with np.errstate(over="ignore", invalid="ignore"):  # factors that overflow give inf/nan
+        with quiet():  # factors that overflow give inf/nan
             y = body["p"].reshape(rows, r) @ body["q"].reshape(cols, r).T
         return y.reshape(-1).astype(hdr.dtype, copy=False)
 
@@ -220,7 +223,8 @@ class PowerSGD(LowRankSummable, Codec):
 
     def _p_of(self, m, key):
         """``M Q`` with the current ``Q`` of ``key``, on the device of ``m``."""
-        return m @ namespace(m).asarray(self._current_q(key, m.shape, m.dtype))
+        with quiet():
+            return m @ namespace(m).asarray(self._current_q(key, m.shape, m.dtype))
 
     def _matrix(self, x):
         rows, cols = _matrix_shape(x.shape)

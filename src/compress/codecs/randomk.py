@@ -9,6 +9,10 @@ so only the k values travel and the bodies of different ranks can be added by a 
 error feedback. Stich, Cordonnier & Jaggi, "Sparsified SGD with Memory", NeurIPS 2018; Wangni et al.,
 "Gradient Sparsification for Communication-Efficient Distributed Optimization", NeurIPS 2018.
 
+Non-finite input: k values cannot say that an element they leave out overflowed, so when the input
+holds ``±inf`` or NaN anywhere, every sent value is NaN (the k shared indices decode to NaN, and so
+does their sum over ranks). Finding out costs one read of the input, which random-k otherwise skips.
+
 Wire size: ``header + k * itemsize`` bytes, ``header = 16 + 8 * ndim + 24`` (parameters ``nnz``,
 the index stream and the decode scale).
 
@@ -23,10 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._backend import HOST
+from .._backend import HOST, backend_of, count_nonfinite
 from .._layout import Section
 from .._seeding import shared_stream
-from .._util import check_ratio, k_for, require, uint_view
+from .._util import check_ratio, k_for, nan_word, require, uint_view
 from ..base import Codec
 from ..device import namespace
 from ..protocols import ElementSummable
@@ -81,9 +85,13 @@ class RandomK(ElementSummable, Codec):
     summable_add = np.add
 
     def summable_encode(self, x, *, key=None, step: int = 0) -> np.ndarray:
-        x = self._prepare_any(x).reshape(-1)
+        ops = backend_of(x)
+        x = self._prepare(x, ops).reshape(-1)
         work = np.float32 if x.dtype == np.float16 else x.dtype
-        return x[namespace(x).asarray(self.indices(x.size, key=key, step=step))].astype(work)
+        rep = x[namespace(x).asarray(self.indices(x.size, key=key, step=step))].astype(work)
+        if count_nonfinite(x):
+            rep.fill(np.nan)
+        return rep
 
     def summable_decode(self, rep, *, shape, dtype, key=None, step: int = 0) -> np.ndarray:
         n = int(np.prod(shape))
@@ -112,7 +120,10 @@ class RandomK(ElementSummable, Codec):
         scale = n / k if (self.unbiased_scaling and k) else 1.0
         buf, body = self._new_payload(x, out, {"nnz": k, "stream": stream, "scale": scale}, ops)
         u, _ = uint_view(x)
-        ops.gather(u, ops.from_host(HOST.random_subset(n, k, stream)), body["values"].view(u.dtype))
+        values = body["values"].view(u.dtype)
+        ops.gather(u, ops.from_host(HOST.random_subset(n, k, stream)), values)
+        if count_nonfinite(x):
+            ops.fill(values, nan_word(x.dtype))
         return buf
 
     def _decode(self, hdr, body, ops):

@@ -6,6 +6,10 @@ stays in the residual, so it must be used with error feedback (:class:`compress.
 Strom, "Scalable Distributed DNN Training Using Commodity GPU Cloud Computing", Interspeech 2015.
 The number of words is data dependent (``nnz``) and is in the header.
 
+Non-finite input: ``±inf`` and NaN pass every threshold (their magnitude keys sort above all finite
+ones), so they are always sent; a word says only a sign, so such a payload has ``tau = NaN`` in its
+header and every sent element decodes to NaN.
+
 Wire size: ``header + 4 * nnz`` bytes, ``header = 16 + 8 * ndim + 16`` (nnz and tau). Inputs are
 limited to ``2**31 - 1`` elements (31-bit indices).
 
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._layout import Section
-from .._util import require, uint_view
+from .._util import inf_word, require, uint_view
 from ..base import Codec
 from ..protocols import SparsePayload
 
@@ -56,14 +60,21 @@ class Threshold(SparsePayload, Codec):
         p = hdr.params
         require(hdr.count < 1 << 31, f"threshold payloads hold at most 2**31 - 1 elements, not {hdr.count}")
         require(p["nnz"] <= hdr.count, f"nnz {p['nnz']} exceeds the element count {hdr.count}")
-        require(np.isfinite(p["tau"]) and p["tau"] > 0, f"tau {p['tau']} must be finite and > 0")
+        require(np.isnan(p["tau"]) or (np.isfinite(p["tau"]) and p["tau"] > 0),
+                f"tau {p['tau']} must be finite and > 0, or NaN (non-finite input)")
 
     def _encode(self, x, ops, key, step, out):
         require(x.size < 1 << 31, f"threshold takes at most 2**31 - 1 elements, not {x.size}")
         u, absmask = uint_view(x)
         thr = np.array(self.tau, dtype=x.dtype).view(u.dtype)[()]
         idx = ops.collect_at_least(u, absmask, thr)
-        buf, body = self._new_payload(x, out, {"nnz": idx.size, "tau": float(self.tau)}, ops)
+        tau = float(self.tau)
+        if idx.size:  # every non-finite element is among the selected ones
+            keys = ops.empty(idx.size, u.dtype)
+            ops.gather(u, idx, keys)
+            if ops.count_at_least(keys, absmask, inf_word(x.dtype)):
+                tau = float("nan")
+        buf, body = self._new_payload(x, out, {"nnz": idx.size, "tau": tau}, ops)
         ops.threshold_words(idx, u, 8 * x.dtype.itemsize - 1, body["words"])
         return buf
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..._util import inf_word, nan_word, uint_view
 from . import MAX_BLOCKS, blocks
 from . import bits as bits_kernels
 from . import elementwise, quant, reduce, select
@@ -18,11 +19,11 @@ from . import elementwise, quant, reduce, select
 __all__ = ["float_work", "signed_sums", "sign_stats", "radix_select", "compact", "topk_indices",
            "count_at_least", "collect_at_least", "sample_keys", "select_among", "first_bad_index",
            "quantize_levels", "dequantize_levels", "count_bad_scales", "cast_copy", "cast_into",
-           "last_byte", "pack_sign_bits", "unpack_two_values", "gather", "scatter", "scatter_scaled",
+           "last_byte", "pack_sign_bits", "pack_negative_bits", "unpack_two_values", "gather",
+           "scatter", "scatter_scaled",
            "natural_encode", "natural_decode", "to_f16", "f16_to_f32", "to_bf16", "bf16_to_f32",
            "threshold_words", "threshold_parts", "threshold_decode"]
 
-_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def float_work(x, dev):
@@ -54,14 +55,13 @@ def sign_stats(work, packed, dev) -> tuple[float, float, int]:
 
 
 def signed_sums(work, dev) -> tuple[float, float, int]:
-    """(sum of positive parts, sum of negative parts, number of set sign bits) of float ``work``."""
+    """(sum of the elements ``>= 0``, sum of those ``< 0``, number of negative ones) of float
+    ``work``."""
     n = work.size
     nb = blocks(n)
     partial = dev.zeros((nb, 3), np.float64)
     if n:
-        words = work.view(_UINT[work.dtype.itemsize])
-        shift = words.dtype.type(8 * work.dtype.itemsize - 1)
-        dev.launch(reduce.signed_sums, nb, work, words, shift, partial)
+        dev.launch(reduce.signed_sums, nb, work, partial)
     p = dev.to_host(partial)
     return float(p[:, 0].sum()), float(p[:, 1].sum()), int(p[:, 2].sum())
 
@@ -175,6 +175,9 @@ def quantize_levels(x, bucket, s, use_max, stochastic, seed_lo, seed_hi, bits, s
                np.int64(seed_lo), np.int64(seed_hi), scales, codes)
     if bits != 8:
         dev.launch(bits_kernels.pack_codes, blocks(out.size), codes, np.int64(bits), out)
+    words, absmask = uint_view(scales)
+    dev.launch(reduce.nan_where_nonfinite, blocks(scales.size), words, absmask,
+               inf_word(scales.dtype), nan_word(scales.dtype))
 
 
 def dequantize_levels(packed, bits, s, bucket, scales, out, dev) -> int:
@@ -188,7 +191,7 @@ def dequantize_levels(packed, bits, s, bucket, scales, out, dev) -> int:
 
 
 def count_bad_scales(scales, dev) -> int:
-    """Number of scales that are negative, infinite or NaN."""
+    """Number of scales that are negative or infinite."""
     if scales.size == 0:
         return 0
     bad = dev.zeros(1, np.int64)
@@ -207,6 +210,17 @@ def pack_sign_bits(u, shift: int, out, dev) -> None:
     """Bit ``i`` of ``out`` (LSB-first) = bit ``shift`` of ``u[i]``."""
     if out.size:
         dev.launch(bits_kernels.pack_sign_bits, blocks(out.size), u, u.dtype.type(shift), out)
+
+
+def pack_negative_bits(u, shift: int, out, dev) -> int:
+    """The host's ``pack_negative_bits``: bit ``i`` of ``out`` = ``x[i] < 0`` for the float words
+    ``u``; returns the number of non-finite elements."""
+    absmask = u.dtype.type((1 << shift) - 1)
+    inf = inf_word(_FLOAT[u.dtype.itemsize])
+    if out.size:
+        dev.launch(bits_kernels.pack_negative_bits, blocks(out.size), u, absmask, inf,
+                   u.dtype.type(shift), out)
+    return count_at_least(u, absmask, inf, dev)
 
 
 def unpack_two_values(packed, pos_value, neg_value, out, dev) -> None:
