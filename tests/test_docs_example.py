@@ -49,13 +49,22 @@ def test_example_codec_rejects_bad_payloads(int8):
     codec = compress.get("int8")
     payload = codec.encode(np.ones(5, np.float32))
     bad = payload.copy()
-    bad[-13:-5] = np.frombuffer(np.float64(np.nan).tobytes(), np.uint8)  # the scale
+    bad[-13:-5] = np.frombuffer(np.float64(-1.0).tobytes(), np.uint8)  # the scale
     with pytest.raises(ValueError, match="scale"):
         codec.decode(bad)
     with pytest.raises(ValueError, match="bytes"):
         codec.decode(payload[:-1])
     with pytest.raises(ValueError, match="codec id"):
         compress.get("fp16").decode(payload)
+
+
+def test_example_codec_follows_the_non_finite_rule(int8):
+    """The example teaches the rule every codec follows: non-finite input decodes to inf/NaN."""
+    codec = compress.get("int8")
+    for bad in (np.inf, np.nan):
+        x = np.linspace(-1, 1, 9, dtype=np.float32)
+        x[4] = bad
+        assert np.isnan(codec.decode(codec.encode(x))).all()
 
 
 def test_example_codec_in_a_compressed_allreduce(int8):

@@ -187,7 +187,7 @@ def test_uniform24_counters_past_2_32_draw_new_numbers():
 
 def test_powersgd_encode_keeps_q_without_the_full_size_product():
     """Encoding needs P_hat and Q only: its memory stays far below one tensor's size (forming
-    P_hat Q^T to keep the warm start allocated a whole tensor and took 14x the time)."""
+    P_hat Q^T to keep the warm start allocated a whole tensor and took 6-40x the time)."""
     import tracemalloc
 
     x = sample(1024 * 1024, np.float32, shape=(1024, 1024))

@@ -343,3 +343,28 @@ def test_two_phase_server_compresses_its_first_aggregate_as_it_is(name):
         plus = collectives.compressed_allreduce(np.zeros(8, np.float32), compress.get(name),
                                                 key="z+", strategy="two_phase")
         np.testing.assert_array_equal(y.view(np.uint32), plus.view(np.uint32))
+
+
+@pytest.mark.parametrize("bad", [np.inf, np.nan], ids=["inf", "nan"])
+@pytest.mark.parametrize("name", list(compress.CODECS))
+def test_nonfinite_on_one_rank_reaches_every_rank(name, bad):
+    """Mixed precision: one rank's gradient overflowed. With every codec and every strategy that
+    runs it, every rank's result holds inf or NaN (so every rank's loss scaler skips the step),
+    bitwise the same everywhere, never a hang or a 'malformed payload'; the state (error feedback,
+    server residuals, PowerSGD's warm start) is not poisoned: the next finite step is finite."""
+    comm = MPI.COMM_WORLD
+    summable = ["summable"] if compress.CODECS[name].summable else []
+    for strategy in STRATEGIES_FOR[name] + summable:
+        state = collectives.CompressionState.of(make_codec(name, comm.rank), error_feedback=None)
+        what = f"{name} {strategy} {bad} p={comm.size}"
+        x = data(6 * 40, comm.rank, 40).reshape(6, 40)  # a matrix PowerSGD factors
+        if comm.rank == comm.size - 1:
+            x[2, 17] = bad
+        y = collectives.compressed_allreduce(x, state, key="w", strategy=strategy)
+        assert not np.isfinite(y).all(), what
+        assert_identical_everywhere(y, comm, what)
+        state.step += 1
+        z = collectives.compressed_allreduce(data(6 * 40, comm.rank, 41).reshape(6, 40), state,
+                                             key="w", strategy=strategy)
+        assert np.isfinite(z).all(), f"{what}: the step after the overflow is not finite"
+        assert_identical_everywhere(z, comm, what)
