@@ -40,7 +40,7 @@ SIGNATURES = {
     ew.threshold_decode: [(a(u32), w, w, a(w)) for w in U],
     ew.threshold_parts: [(a(u32), w, w, a(i64), a(w)) for w in U],
     bits.pack_sign_bits: [(a(w), w, a(u8)) for w in U],
-    bits.pack_negative_bits: [(a(w), w, w, w, a(u8)) for w in U],
+    bits.pack_negative_bits: [(a(w), w, w, w, a(u8), a(i64)) for w in U],
     bits.pack_codes: [(a(u16), i64, a(u8))],
     reduce.signed_sums: [(a(f), a(f64, 2)) for f in F],
     reduce.bucket_scales: [(a(f), i64, t.boolean, a(f)) for f in F],

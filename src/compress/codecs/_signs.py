@@ -41,28 +41,26 @@ class SignCodec(Codec):
     def _emit_scaled(self, x, ops, out, params_of):
         """Payload of ``x`` whose parameters come from its statistics.
 
-        ``params_of(pos_sum, neg_sum, neg_count, nonfinite)`` gives the header parameters from the
-        float64 sums of the non-negative and of the negative elements, the number of negative ones
-        (the set bits, so it agrees with the payload exactly) and the number of non-finite ones;
-        the header is written last, in canonical form.
+        ``params_of(pos_sum, neg_sum, neg_count)`` gives the header parameters from the float64
+        sums of ``max(x, 0)`` and ``min(x, 0)`` and the number of negative elements (the set bits,
+        so it agrees with the payload exactly); the header is written last.
         """
-        buf, bits, nonfinite = self._emit(x, ops, out)
-        pos, neg, count = (0.0, 0.0, 0) if self._fixed_values else \
-            ops.sign_stats(ops.float_work(x), bits)
-        params = {k: param_value(v) for k, v in params_of(pos, neg, count, nonfinite).items()}
-        self._write_header(buf, x, params, ops)
+        buf, bits, _ = self._emit(x, ops, out)
+        pos, neg, count = ops.sign_stats(ops.float_work(x), bits)
+        self._write_params(buf, x, params_of(pos, neg, count), ops)
         return buf
 
-    #: whether the values ignore the sums (signSGD): then they are not computed
-    _fixed_values = False
-
     def _emit(self, x, ops, out):
-        """The payload (header not written) with the negative bits of ``x``; returns (payload,
-        packed bits, number of non-finite elements)."""
+        """The payload (header not yet written) with the negative bits of ``x``; returns
+        (payload, packed bits, number of non-finite elements)."""
         buf, body = self._new_payload(x, out, None, ops, header=False)
         u, _ = uint_view(x)
         nonfinite = ops.pack_negative_bits(u, 8 * x.dtype.itemsize - 1, body["bits"])
         return buf, body["bits"], nonfinite
+
+    def _write_params(self, buf, x, params, ops) -> None:
+        """Write the header with ``params`` in canonical form."""
+        self._write_header(buf, x, {k: param_value(v) for k, v in params.items()}, ops)
 
     def _decode(self, hdr, body, ops):
         check_padding(ops.last_byte(body["bits"]), hdr.count)

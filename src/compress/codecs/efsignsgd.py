@@ -45,5 +45,5 @@ class EFSignSGD(SignCodec):
 
     def _encode(self, x, ops, key, step, out):
         n = x.size
-        return self._emit_scaled(x, ops, out, lambda pos, neg, count, nonfinite:
+        return self._emit_scaled(x, ops, out, lambda pos, neg, count:
                                  {"scale": (pos - neg) / n if n else 0.0})

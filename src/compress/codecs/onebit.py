@@ -49,7 +49,7 @@ class OneBit(SignCodec):
     def _encode(self, x, ops, key, step, out):
         n = x.size
 
-        def means(pos, neg, negatives, nonfinite):
+        def means(pos, neg, negatives):
             positives = n - negatives
             return {"pos": pos / positives if positives else 0.0,
                     "neg": neg / negatives if negatives else 0.0}

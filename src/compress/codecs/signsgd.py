@@ -36,7 +36,6 @@ class SignSGD(SignCodec):
     codec_id = 10
     aggregation = "majority"
     PARAMS = (("scale", "d"),)
-    _fixed_values = True
 
     def _values(self, params):
         return params["scale"], -params["scale"]
@@ -46,5 +45,6 @@ class SignSGD(SignCodec):
         require(scale == 1.0 or math.isnan(scale), f"signsgd scale {scale} is neither 1 nor NaN")
 
     def _encode(self, x, ops, key, step, out):
-        return self._emit_scaled(x, ops, out, lambda pos, neg, count, nonfinite:
-                                 {"scale": math.nan if nonfinite else 1.0})
+        buf, _, nonfinite = self._emit(x, ops, out)
+        self._write_params(buf, x, {"scale": math.nan if nonfinite else 1.0}, ops)
+        return buf

@@ -215,12 +215,12 @@ def pack_sign_bits(u, shift: int, out, dev) -> None:
 def pack_negative_bits(u, shift: int, out, dev) -> int:
     """The host's ``pack_negative_bits``: bit ``i`` of ``out`` = ``x[i] < 0`` for the float words
     ``u``; returns the number of non-finite elements."""
-    absmask = u.dtype.type((1 << shift) - 1)
-    inf = inf_word(_FLOAT[u.dtype.itemsize])
-    if out.size:
-        dev.launch(bits_kernels.pack_negative_bits, blocks(out.size), u, absmask, inf,
-                   u.dtype.type(shift), out)
-    return count_at_least(u, absmask, inf, dev)
+    if out.size == 0:
+        return 0
+    bad = dev.zeros(1, np.int64)
+    dev.launch(bits_kernels.pack_negative_bits, blocks(out.size), u, u.dtype.type((1 << shift) - 1),
+               inf_word(_FLOAT[u.dtype.itemsize]), u.dtype.type(shift), out, bad)
+    return int(dev.to_host(bad)[0])
 
 
 def unpack_two_values(packed, pos_value, neg_value, out, dev) -> None:
