@@ -53,6 +53,7 @@ import numpy as np
 from ._backend import backend_of
 from ._header import MAX_NDIM, Header, header_nbytes, read_header, write_header
 from ._layout import Section, body_nbytes, split_body
+from ._util import quiet
 from .protocols import SUMMABLE, SparsePayload
 
 __all__ = ["Codec", "FLOAT_DTYPES"]
@@ -180,12 +181,13 @@ class Codec:
         """Combine decoded arrays of several workers according to ``aggregation``."""
         if not decoded:
             raise ValueError("aggregate needs at least one array")
-        total = np.sum(np.stack([np.asarray(d, dtype=np.float64) for d in decoded]), axis=0)
-        if self.aggregation == "mean":
-            total /= len(decoded)
-        elif self.aggregation == "majority":
-            total = np.sign(total)
-        return total.astype(decoded[0].dtype)
+        with quiet():  # an overflowed contribution's inf or NaN propagates, without warnings
+            total = np.sum(np.stack([np.asarray(d, dtype=np.float64) for d in decoded]), axis=0)
+            if self.aggregation == "mean":
+                total /= len(decoded)
+            elif self.aggregation == "majority":
+                total = np.sign(total)
+            return total.astype(decoded[0].dtype)
 
     @property
     def generator(self) -> np.random.Generator | None:
