@@ -133,6 +133,7 @@ def test_error_feedback_keeps_its_residual_over_an_overflowed_step(name):
     assert np.isfinite(ef.residual("w")).all()
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")
 def test_dgc_memory_keeps_momentum_and_velocity_over_an_overflowed_step():
     memory = compress.DGCMemory(codec_for("dgc"), momentum=0.9)
     x = sample(2000, np.float32, seed=2)
@@ -146,6 +147,7 @@ def test_dgc_memory_keeps_momentum_and_velocity_over_an_overflowed_step():
     assert np.isfinite(memory.decode(memory.encode(x, key="w"))).all()
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")
 def test_powersgd_warm_start_skips_an_overflowed_step():
     """The Q of a step whose input overflowed is NaN: the warm start keeps the last finite one."""
     codec = codec_for("powersgd")

@@ -345,13 +345,15 @@ def test_two_phase_server_compresses_its_first_aggregate_as_it_is(name):
         np.testing.assert_array_equal(y.view(np.uint32), plus.view(np.uint32))
 
 
-@pytest.mark.parametrize("bad", [np.inf, np.nan], ids=["inf", "nan"])
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # an overflow is expected, not warned about
+@pytest.mark.parametrize("bad", [np.inf, np.nan, -np.inf], ids=["inf", "nan", "inf-and-minus-inf"])
 @pytest.mark.parametrize("name", list(compress.CODECS))
 def test_nonfinite_on_one_rank_reaches_every_rank(name, bad):
-    """Mixed precision: one rank's gradient overflowed. With every codec and every strategy that
-    runs it, every rank's result holds inf or NaN (so every rank's loss scaler skips the step),
-    bitwise the same everywhere, never a hang or a 'malformed payload'; the state (error feedback,
-    server residuals, PowerSGD's warm start) is not poisoned: the next finite step is finite."""
+    """Mixed precision: one rank's gradient overflowed (or two, to +inf and -inf: their sum is
+    NaN). With every codec and every strategy that runs it, every rank's result holds inf or NaN
+    (so every rank's loss scaler skips the step), bitwise the same everywhere, never a hang, a
+    'malformed payload' or a warning; the state (error feedback, server residuals, PowerSGD's warm
+    start) is not poisoned: the next finite step is finite."""
     comm = MPI.COMM_WORLD
     for strategy in collectives.STRATEGIES:
         state = collectives.CompressionState.of(make_codec(name, comm.rank), error_feedback=None)
@@ -359,8 +361,10 @@ def test_nonfinite_on_one_rank_reaches_every_rank(name, bad):
             continue
         what = f"{name} {strategy} {bad} p={comm.size}"
         x = data(6 * 40, comm.rank, 40).reshape(6, 40)  # a matrix PowerSGD factors
+        if comm.rank == 0 and bad == -np.inf:
+            x[2, 17] = -np.inf
         if comm.rank == comm.size - 1:
-            x[2, 17] = bad
+            x[2, 17] = abs(bad)
         y = collectives.compressed_allreduce(x, state, key="w", strategy=strategy)
         assert not np.isfinite(y).all(), what
         assert_identical_everywhere(y, comm, what)
