@@ -9,14 +9,13 @@ from mpi4py import MPI
 
 from .._arrays import check_input, check_out, flat, new_like
 from .._context import context
-from .._validate import checked
 from ..algorithms import ALGORITHMS
-from ..api import _pick, _setup
+from ..api import _checked, _pick, _setup
 from ..options import Options
 from ._plan import Plan, base_codec
 from .strategies import STRATEGIES, choose, incompatibility
 
-__all__ = ["compressed_allreduce"]
+__all__ = ["compressed_allreduce", "CompressedAllreduceCall"]
 
 _OPS = ("avg", "sum")
 
@@ -57,8 +56,23 @@ def compressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None = 
         merge of (index, value) lists runs on the host.
     """
     comm, opts, validate = _setup(comm, options, validate)
+    call = _checked(CompressedAllreduceCall, comm, validate, x, codec, out, op, strategy, key,
+                    step, algorithm, opts)
+    call.run(None if call.trivial else context(comm))
+    return call.result
 
-    def check():
+
+class CompressedAllreduceCall:
+    """A checked compressed allreduce (see :func:`compressed_allreduce`); ``run(ctx)`` runs the
+    strategy on ``ctx.comm``. Shared by the blocking and the non-blocking entry points."""
+
+    kind = "compressed_allreduce"
+    __slots__ = ("whole", "src", "dst", "fn", "plan", "sig", "algorithm", "opts", "result",
+                 "trivial", "world")
+
+    def __init__(self, comm: MPI.Comm, x: np.ndarray, codec: Any, out: np.ndarray | None,
+                 op: str, strategy: str, key: Any, step: int, algorithm: str,
+                 opts: Options) -> None:
         a = check_input(x)
         base = base_codec(codec)
         if not hasattr(base, "encode") or not hasattr(base, "aggregation"):
@@ -73,24 +87,30 @@ def compressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None = 
         if not isinstance(step, (int, np.integer)) or step < 0:
             raise ValueError(f"step must be a non-negative integer, got {step!r}")
         name = choose(base) if strategy == "auto" else strategy
-        fn = _pick(STRATEGIES, name, "strategy")
+        self.fn = _pick(STRATEGIES, name, "strategy")
         _pick(ALGORITHMS, algorithm, "algorithm")
         problem = incompatibility(name, base)
         if problem:
             raise ValueError(problem)
         res = new_like(a) if out is None else check_out(out, a)
-        sig = {"count": a.size, "dtype": a.dtype, "codec": base.name, "op": op,
-               "strategy": name, "step": int(step)}
-        return (a, fn, res), sig
+        self.sig = {"count": a.size, "dtype": a.dtype, "codec": base.name, "op": op,
+                    "strategy": name, "step": int(step)}
+        self.whole, self.src = a, flat(a)
+        self.dst = self.src if res is a else flat(res)
+        self.plan = Plan(codec, key, int(step), op == "avg", comm.size, a.shape)
+        self.algorithm, self.opts, self.result = algorithm, opts, res
+        self.world = comm.size
+        # a single rank still compresses: it gets what the codec makes of its input
+        self.trivial = a.size == 0 or comm.size == 1
 
-    a, fn, res = checked("compressed_allreduce", comm, validate, check)
-    src = flat(a)
-    dst = src if res is a else flat(res)
-    plan = Plan(codec, key, int(step), op == "avg", comm.size, a.shape)
-    if a.size == 0:
-        return res
-    if comm.size == 1:  # still compress: a single rank gets what the codec makes of its input
-        plan.aggregate_into([plan.decode(plan.encode(a), a.size)], dst)
-        return res
-    fn(src, dst, plan, context(comm), opts, algorithm)
-    return res
+    def signature(self) -> dict[str, Any]:
+        return self.sig
+
+    def run(self, ctx: Any) -> None:
+        if self.src.size == 0:
+            return
+        if self.world == 1:
+            plan = self.plan
+            plan.aggregate_into([plan.decode(plan.encode(self.whole), self.src.size)], self.dst)
+            return
+        self.fn(self.src, self.dst, self.plan, ctx, self.opts, self.algorithm)
