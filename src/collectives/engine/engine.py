@@ -1,0 +1,336 @@
+"""The progress engine: one background thread per communicator runs its non-blocking operations.
+
+Design (Horovod's background thread, one per communicator, on the library's own blocking
+algorithms):
+
+- **Private communicators.** At the first non-blocking call on a communicator its engine is
+  created: ``MPI_Comm_idup`` twice (the data communicator, on which operations run, and the control
+  communicator of :mod:`.control`), initiated in the caller's thread, where all ranks make their
+  non-blocking calls in the same order, and completed by the engine's thread. The blocking
+  functions use another duplicate (``collectives._context``), so blocking and non-blocking
+  operations of one communicator never match each other's messages, whatever the threads do.
+- **Submission order.** A submitted :class:`~.requests.Request` gets the next sequence number and
+  goes on a FIFO queue, under one lock; the thread runs them one at a time, in that order, each
+  with the algorithm code of the blocking functions on the engine's communicator (an
+  :class:`~.comm.EngineComm`, whose waits poll instead of spinning). Every rank must submit the
+  same operations in the same order, as MPI requires; ``validate=True`` checks that, at the cost
+  of one small allgather per operation.
+- **Overlap.** The thread holds the GIL only between MPI calls and NumPy kernels (both release
+  it), so it progresses while the caller's thread computes in NumPy, PyTorch or sleeps.
+- **Inline runs.** A persistent plan called as ``plan()`` (start and wait at once) runs on the
+  caller's thread when nothing else of the communicator is queued or running: the same order,
+  none of the thread hand-offs (:meth:`Engine.run_inline`).
+- **Failures.** An operation that raises is reported by its request's ``wait()`` on that rank. The
+  ranks may now be out of step, so the engine fails every later operation with
+  :class:`~.requests.EngineError`; validation errors, raised alike on every rank before anything
+  is sent, do not count.
+- **Shutdown** (:mod:`.lifecycle`): at interpreter exit, on ``MPI.Finalize`` and when the
+  communicator is freed, queued operations are waited for, then the thread stops and the
+  duplicates are freed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import queue
+import threading
+import time
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from .._context import Context
+from .._validate import local_error, verdict
+from .comm import Stopped, Waiter, adopt
+from .control import IDLE_POLL_S, Control
+from .requests import DONE, EngineError, Request
+
+__all__ = ["Engine", "describe_comm"]
+
+_STOP = object()
+
+
+def describe_comm(comm: MPI.Comm) -> str:
+    """``MPI_COMM_WORLD (4 ranks)``: a communicator as messages name it (same on every rank)."""
+    name = comm.Get_name() or "a communicator"
+    return f"{name} ({comm.size} ranks)"
+
+
+class Engine:
+    """The progress engine of one communicator (see the module docstring).
+
+    Attributes
+    ----------
+    submitted, completed
+        Operations submitted to, and finished by, this engine so far.
+    running
+        Sequence number of the operation under way, or -1.
+    failure
+        ``(description, exception)`` of the operation that failed on this rank, or None.
+    """
+
+    def __init__(self, comm: MPI.Intracomm) -> None:
+        self.label = describe_comm(comm)
+        self.size, self.rank = comm.size, comm.rank
+        data, data_ready = comm.Idup()
+        control, control_ready = comm.Idup()
+        self._setup = [data_ready, control_ready]
+        self.waiter = Waiter(self._serve)
+        self.comm = adopt(data, self.waiter)
+        self.plain = MPI.Intracomm(data)   # plain blocking handle: plans' fast path
+        self.ctx = Context(self.comm, dup=False)
+        self.control = Control(control, self.status)
+        self.ready = False
+        self.closed = False
+        self.submitted = self.completed = 0
+        self.pending = 0                   # queued or running
+        self.running = -1
+        self.failure: tuple[str, BaseException] | None = None
+        self.stopped = False
+        self._outstanding: dict[int, Request] = {}
+        self._lock = threading.Lock()      # sequence numbers and the queue's order
+        self._run_lock = threading.Lock()  # one operation runs at a time, on whatever thread
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    # -- submission ------------------------------------------------------------------------------
+    def submit(self, request: Request) -> Request:
+        """Queue ``request`` behind everything submitted before it (thread-safe)."""
+        with self._lock:
+            if self.closed:
+                raise EngineError(f"the engine of {self.label} is shut down")
+            request.seq = self.submitted
+            self.submitted += 1
+            self.pending += 1
+            self._outstanding[request.seq] = request
+            self._queue.put(request)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, daemon=True,
+                                                name=f"collectives-engine {self.label}")
+                self._thread.start()
+        return request
+
+    def run_inline(self, request: Request) -> BaseException | None | bool:
+        """Run ``request`` on the calling thread if nothing else is queued or running.
+
+        Returns False (nothing done) when it cannot; otherwise the operation's error or None.
+        """
+        if not self.ready or self.failure is not None:
+            return False
+        with self._lock:
+            if self.pending or self.closed:
+                return False
+            request.seq = self.submitted
+            self.submitted += 1
+            self.pending += 1
+            self._run_lock.acquire()
+        try:
+            error = self._execute(request)
+        finally:
+            self._run_lock.release()
+            with self._lock:
+                self.pending -= 1
+        return error
+
+    def call_inline(self, fn: Any, what: Any) -> bool:
+        """Call ``fn()`` on this thread as the next operation, if nothing is queued or running.
+
+        The fast path of ``plan()``: no request, no hand-off. Returns False (nothing done) when
+        it cannot; ``what()`` describes the operation should it fail.
+        """
+        with self._lock:
+            if self.pending or self.closed or not self.ready or self.failure is not None:
+                return False
+            self.pending = 1
+            self.submitted += 1
+            self._run_lock.acquire()
+        try:
+            fn()
+        except Exception as exc:
+            self.failure = (what(), exc)
+            raise
+        finally:
+            self._run_lock.release()
+            with self._lock:
+                self.pending = 0
+                self.completed += 1
+        return True
+
+    # -- the thread ------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        try:
+            self.waiter.wait(self._setup)  # the duplicates (every rank's first non-blocking call)
+            self.control.open()
+            self.ready = True
+            while True:
+                try:
+                    request = self._queue.get(timeout=IDLE_POLL_S)
+                except queue.Empty:
+                    self.control.serve()
+                    continue
+                if request is _STOP:
+                    break
+                with self._run_lock:
+                    error = self._execute(request)
+                with self._lock:
+                    self.pending -= 1
+                    del self._outstanding[request.seq]
+                request.complete(error)
+        except Stopped:
+            self._drain(EngineError(f"the engine of {self.label} was shut down before the "
+                                    "operation could complete"))
+        finally:
+            self.control.close()
+
+    def _drain(self, error: BaseException) -> None:
+        """Fail everything still queued (shutdown)."""
+        while True:
+            try:
+                request = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if request is not _STOP:
+                with self._lock:
+                    self.pending -= 1
+                    self._outstanding.pop(request.seq, None)
+                request.complete(error)
+
+    def _execute(self, request: Request) -> BaseException | None:
+        """Run one operation; return its exception (None on success)."""
+        self.running = request.seq
+        request.started = time.perf_counter()
+        error: BaseException | None = None
+        try:
+            if self.failure is not None:
+                what, exc = self.failure
+                raise EngineError(f"{request.describe()} was not run: {what} failed on this rank "
+                                  f"({type(exc).__name__}: {exc}), so the ranks of {self.label} "
+                                  "may be out of step; use a new communicator")
+            agreed = self._agree(request) if request.validate else None
+            if agreed is not None:
+                error = agreed
+            else:
+                request.call.run(self.ctx)
+        except Stopped:
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported by the request's wait()
+            error = exc
+            if not isinstance(exc, EngineError):
+                self.failure = (request.describe(), exc)
+        request.finished = time.perf_counter()
+        self.running = -1
+        self.completed += 1
+        return error
+
+    def _agree(self, request: Request) -> Exception | None:
+        """``validate=True``: the same error on every rank if the ranks' operations differ.
+
+        Every rank contributes (kind, signature, local error) of its operation with this sequence
+        number: a 16-byte digest first (one small allgather), the whole tuples only if the
+        digests differ or some rank has an error.
+        """
+        error = None if request.local_error is None else local_error(request.local_error)
+        mine = (request.kind, None if request.call is None else request.call.signature(), error)
+        digest = np.frombuffer(hashlib.blake2b(repr(mine).encode(), digest_size=16).digest(),
+                               dtype=np.uint8)
+        digests = np.empty((self.size, 16), dtype=np.uint8)
+        self.comm.Allgather(digest, digests)
+        if error is None and (digests == digests[0]).all():
+            return None
+        everyone = self.comm.allgather(mine)
+        name = f"non-blocking operation #{request.seq} on {self.label}"
+        kinds = [kind for kind, _, _ in everyone]
+        if len(set(kinds)) > 1:
+            return ValueError(f"{name}: the ranks submitted different operations ("
+                              + ", ".join(f"rank {r}: {k}" for r, k in enumerate(kinds))
+                              + "); every rank must submit the same operations in the same order")
+        return verdict(f"{kinds[0]} #{request.seq}", [(sig, err) for _, sig, err in everyone])
+
+    # -- status and reports ----------------------------------------------------------------------
+    def outstanding(self) -> list[Request]:
+        """The requests submitted and not yet finished, in order."""
+        with self._lock:
+            return [self._outstanding[k] for k in sorted(self._outstanding)]
+
+    def status(self) -> tuple[int, int, int]:
+        """(submitted, completed, running): what the control protocol answers."""
+        return self.submitted, self.completed, self.running
+
+    def _serve(self) -> None:
+        self.control.serve()
+
+    def report(self, request: Request) -> str:
+        """Why ``request`` is not done: which ranks have not submitted it, or are still busy."""
+        what = request.describe()
+        if not self.ready:
+            return (f"{what}: the engine of {self.label} is still being set up: some rank has not "
+                    "yet made its first non-blocking call on this communicator")
+        answers = self.control.ask()
+        missing = [r for r in range(self.size) if r not in answers]
+        behind = sorted(r for r, (sub, _, _) in answers.items() if sub <= request.seq)
+        busy = sorted(r for r, (sub, done, run) in answers.items()
+                      if sub > request.seq and done <= request.seq and run != request.seq
+                      and r != self.rank)
+        parts = []
+        if behind:
+            parts.append(f"rank(s) {_ranks(behind)} have not submitted it (they submitted "
+                         + ", ".join(f"{answers[r][0]}" for r in behind)
+                         + f" operation(s) on this communicator; it is number {request.seq + 1})")
+        if busy:
+            parts.append(f"rank(s) {_ranks(busy)} are still busy with earlier operations "
+                         f"(running #{', #'.join(str(answers[r][2]) for r in busy)})")
+        if missing:
+            parts.append(f"rank(s) {_ranks(missing)} did not answer the status query")
+        if self.running not in (-1, request.seq):
+            parts.append(f"this rank is still running operation #{self.running}")
+        if not parts:
+            parts.append("every rank has submitted it and is working on it")
+        return f"{what} on {self.label}: " + "; ".join(parts)
+
+    # -- shutdown --------------------------------------------------------------------------------
+    def drain(self, grace: float) -> bool:
+        """Stop accepting work and wait up to ``grace`` seconds for what is queued."""
+        with self._lock:
+            self.closed = True
+        end = time.monotonic() + grace
+        with DONE:
+            while self.pending and time.monotonic() < end:
+                DONE.wait(min(0.1, max(0.0, end - time.monotonic())))
+        return not self.pending
+
+    def halt(self) -> bool:
+        """Stop an idle engine's thread without another MPI call (inside ``MPI_Finalize``);
+        True if it stopped."""
+        self.closed = self.stopped = True
+        self.control.finalizing = True
+        self.waiter.stop = True
+        self._queue.put(_STOP)
+        if self._thread is not None:
+            self._thread.join(timeout=0.5)
+            if self._thread.is_alive():
+                return False
+        self.control.finalizing = False  # this thread (inside MPI_Finalize) may still call MPI
+        self.control.close()
+        return True
+
+    def stop(self) -> None:
+        """Stop the thread (after :meth:`drain`) and free the duplicates (idempotent)."""
+        if self.stopped:
+            return
+        self.stopped = True
+        self.waiter.stop = True
+        self._queue.put(_STOP)
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+            if self._thread.is_alive():  # inside a blocking MPI call: leave its communicators
+                return
+        if MPI.Is_finalized() or not MPI.Request.Testall(self._setup):
+            return  # a duplicate never completed (some rank never came): nothing to free safely
+        self.ctx.free()
+        self.comm.Free()
+        self.control.comm.Free()
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(str(r) for r in ranks)

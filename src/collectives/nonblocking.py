@@ -1,0 +1,275 @@
+"""Non-blocking and persistent collectives (MPI-4's ``MPI_Iallreduce``, ``MPI_Allreduce_init``).
+
+``req = collectives.iallreduce(x, out=y)`` checks its arguments like ``collectives.allreduce``,
+hands the operation to the communicator's progress engine (:mod:`collectives.engine`) and returns
+a :class:`~collectives.engine.Request` at once; ``req.wait()`` returns ``y``. Likewise
+:func:`ireduce_scatter`, :func:`iallgather`, :func:`ibcast`, :func:`ireduce` and
+:func:`icompressed_allreduce`. :func:`allreduce_init` builds a persistent :class:`Plan`, checked
+once and started many times.
+
+Semantics (MPI's):
+
+- A request owns its buffers until it completes: writing ``x`` or reading ``out`` before
+  ``wait()`` (or a ``True`` from ``test()``) is undefined. For CuPy arrays the current stream is
+  synchronised at submission, so work queued on it before the call is in the input.
+- Operations on one communicator start in the order they were submitted, and every rank must
+  submit the same operations in the same order (``validate=True`` checks it and raises the same
+  error on every rank from ``wait()``). Blocking and non-blocking operations of one communicator
+  do not interfere: they run on different private duplicates.
+- Results are bitwise identical to the blocking function's with the same arguments (the same
+  algorithm code runs). Bad arguments raise at the call, before anything is sent; with
+  ``validate=True`` they are raised by ``wait()`` instead, the same on every rank.
+- On one process, and for empty arrays, the operation completes during the call.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from typing import Any, Sequence
+
+import numpy as np
+from mpi4py import MPI
+
+from . import _device
+from ._mpitypes import native_op, native_type
+from ._validate import check_comm
+from .algorithms import ALGORITHMS, FLAT
+from .algorithms.auto import choose, comm_rules
+from .api import (AllgatherCall, AllreduceCall, BcastCall, OpLike, ReduceCall,
+                  ReduceScatterCall, _finish_avg, _setup)
+from .compressed.api import CompressedAllreduceCall
+from .engine import Request, engine_of
+from .options import Options
+
+__all__ = ["iallreduce", "ireduce_scatter", "iallgather", "ibcast", "ireduce",
+           "icompressed_allreduce", "allreduce_init", "Plan"]
+
+
+def _make(kind: str, cls: type, x: Any, comm: MPI.Comm, validate: bool, opts: Options,
+          name: str | None, *args: Any) -> tuple[Request, bool]:
+    """Check the arguments and build the request; True if it must go to the engine."""
+    check_comm(kind, comm)
+    if type(x) is not np.ndarray and _device.is_device(x):
+        _device.synchronize()  # the engine's thread must see what the caller's stream wrote
+    try:
+        call, error = cls(comm, x, *args), None
+    except (TypeError, ValueError) as exc:
+        if not validate or comm.size == 1:
+            raise
+        call, error = None, exc  # every rank will raise it from wait()
+    request = Request(kind, call, None, validate, opts, error, name)
+    return request, comm.size > 1 and (validate or not call.trivial)
+
+
+def _submit(kind: str, cls: type, x: Any, comm: MPI.Comm, validate: bool, opts: Options,
+            name: str | None, *args: Any) -> Request:
+    request, engine_needed = _make(kind, cls, x, comm, validate, opts, name, *args)
+    if not engine_needed:  # one process, or nothing to send: complete now
+        request.started = time.perf_counter()
+        try:
+            request.call.run(None)
+        except Exception as exc:  # noqa: BLE001 - reported by wait(), like any failure
+            request.finished = time.perf_counter()
+            request.complete(exc)
+        else:
+            request.finished = time.perf_counter()
+            request.complete()
+        return request
+    request.engine = engine_of(comm)
+    return request.engine.submit(request)
+
+
+def iallreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum",
+               algorithm: str = "auto", comm: MPI.Comm | None = None,
+               validate: bool | None = None, options: Options | None = None,
+               name: str | None = None) -> Request:
+    """Start :func:`collectives.allreduce`; ``wait()`` returns ``out``.
+
+    Same parameters as the blocking function.
+    """
+    comm, opts, validate = _setup(comm, options, validate)
+    return _submit("iallreduce", AllreduceCall, x, comm, validate, opts, name, out, op,
+                   algorithm, opts)
+
+
+def ireduce_scatter(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum",
+                    counts: Sequence[int] | None = None, algorithm: str = "ring",
+                    comm: MPI.Comm | None = None, validate: bool | None = None,
+                    options: Options | None = None, name: str | None = None) -> Request:
+    """Start :func:`collectives.reduce_scatter`; ``wait()`` returns this rank's block."""
+    comm, opts, validate = _setup(comm, options, validate)
+    return _submit("ireduce_scatter", ReduceScatterCall, x, comm, validate, opts, name, out, op,
+                   counts, algorithm, opts)
+
+
+def iallgather(x: np.ndarray, *, out: np.ndarray | None = None,
+               counts: Sequence[int] | None = None, algorithm: str = "ring",
+               comm: MPI.Comm | None = None, validate: bool | None = None,
+               options: Options | None = None, name: str | None = None) -> Request:
+    """Start :func:`collectives.allgather`; ``wait()`` returns the concatenation."""
+    comm, opts, validate = _setup(comm, options, validate)
+    return _submit("iallgather", AllgatherCall, x, comm, validate, opts, name, out, counts,
+                   algorithm, opts)
+
+
+def ibcast(x: np.ndarray, *, root: int = 0, algorithm: str = "binomial",
+           comm: MPI.Comm | None = None, validate: bool | None = None,
+           options: Options | None = None, name: str | None = None) -> Request:
+    """Start :func:`collectives.bcast` (in place); ``wait()`` returns ``x``."""
+    comm, opts, validate = _setup(comm, options, validate)
+    return _submit("ibcast", BcastCall, x, comm, validate, opts, name, root, algorithm, opts)
+
+
+def ireduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum", root: int = 0,
+            algorithm: str = "binomial", comm: MPI.Comm | None = None,
+            validate: bool | None = None, options: Options | None = None,
+            name: str | None = None) -> Request:
+    """Start :func:`collectives.reduce`; ``wait()`` returns the result on ``root``, else None."""
+    comm, opts, validate = _setup(comm, options, validate)
+    return _submit("ireduce", ReduceCall, x, comm, validate, opts, name, out, op, root,
+                   algorithm, opts)
+
+
+def icompressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None = None,
+                          op: str = "avg", strategy: str = "auto", comm: MPI.Comm | None = None,
+                          key: Any = None, step: int = 0, algorithm: str = "auto",
+                          validate: bool | None = None, options: Options | None = None,
+                          name: str | None = None) -> Request:
+    """Start :func:`collectives.compressed_allreduce`; ``wait()`` returns ``out``.
+
+    The codec runs on the engine's thread: until the request completes it owns the codec's
+    per-key state (error-feedback residuals) as well as the buffers.
+    """
+    comm, opts, validate = _setup(comm, options, validate)
+    return _submit("icompressed_allreduce", CompressedAllreduceCall, x, comm, validate, opts,
+                   name, codec, out, op, strategy, key, step, algorithm, opts)
+
+
+class Plan(Request):
+    """A persistent allreduce (``MPI_Allreduce_init``): checked once, started many times.
+
+    ``x`` and ``out`` are fixed: refill ``x`` between runs. ``start()`` queues the next run
+    (nothing is checked again); ``wait()``/``test()`` as for any request; ``plan()`` starts and
+    waits, and runs on the calling thread when nothing else of the communicator is queued or
+    running. Starting a plan that is still running raises ``RuntimeError`` (MPI calls it erroneous).
+    """
+
+    __slots__ = ("_fast", "_resolved", "_active")
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self._done = True
+        self._active = False  # started, and not yet seen complete by wait() or test()
+        self._fast: Any = None
+        self._resolved = False
+
+    def start(self) -> "Plan":
+        """Start the next run (``MPI_Start``); returns the plan."""
+        if self._active:
+            raise RuntimeError(f"{self.describe()} is still running: wait() before start()")
+        self._active = True
+        self._done, self._error = False, None
+        if self.engine is None:  # one process or empty: complete now
+            self._run_here()
+            return self
+        self.engine.submit(self)
+        return self
+
+    def test(self) -> bool:
+        if self._done:
+            self._active = False
+        return self._done
+
+    def wait(self, timeout: float | None = None) -> Any:
+        try:
+            return super().wait(timeout)
+        finally:
+            if self._done:  # a timeout leaves the plan active
+                self._active = False
+
+    def __call__(self) -> Any:
+        """Start and wait; returns ``out``."""
+        engine = self.engine
+        if engine is not None and not self._active and self._resolved:
+            if self._fast is not None:
+                if engine.call_inline(self._fast, self.describe):
+                    return self.call.result
+            else:
+                error = engine.run_inline(self)
+                if error is not False:
+                    if error is not None:
+                        self._error = error
+                        raise error
+                    return self.call.result
+        return self.start().wait()
+
+    def _run_here(self) -> None:
+        try:
+            self.call.run(None)
+        except Exception as exc:  # noqa: BLE001
+            self.complete(exc)
+        else:
+            self.complete()
+
+    def _prepare(self, ctx: Any) -> None:
+        """After the first run: resolve "auto" and, for native, prebind the MPI call."""
+        call = self.call.inner
+        if call.fn is ALGORITHMS["auto"]:
+            call.fn = FLAT[choose(call.dst.nbytes, call.dst.size, ctx.comm.size,
+                                  comm_rules(ctx))]
+        self._resolved = True
+        if call.fn is not FLAT["native"] or type(call.dst) is not np.ndarray:
+            return
+        dtype = native_type(call.dst.dtype)
+        send = MPI.IN_PLACE if call.src is call.dst else [call.src, dtype]
+        allreduce = partial(self.engine.plain.Allreduce, send, [call.dst, dtype],
+                            native_op(call.op, call.dst.dtype))
+        if call.op.average:
+            size, dst = self.engine.size, call.dst
+
+            def fast() -> None:
+                allreduce()
+                np.divide(dst, size, out=dst)
+
+            self._fast = fast
+        else:
+            self._fast = allreduce
+
+
+class _PlanCall:
+    """The plan's call: the checked allreduce, plus the one-time preparation after its run."""
+
+    __slots__ = ("inner", "plan")
+
+    def __init__(self, inner: AllreduceCall, plan: Plan) -> None:
+        self.inner, self.plan = inner, plan
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def run(self, ctx: Any) -> None:
+        self.inner.run(ctx)
+        if not self.plan._resolved and ctx is not None:
+            self.plan._prepare(ctx)
+            self.plan.validate = False  # the first run agreed: nothing can change
+
+
+def allreduce_init(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum",
+                   algorithm: str = "auto", comm: MPI.Comm | None = None,
+                   validate: bool | None = None, options: Options | None = None) -> Plan:
+    """A persistent allreduce of ``x`` into ``out`` (``MPI_Allreduce_init``).
+
+    Arguments are checked here, once (``validate=True`` cross-checks them at the first run);
+    the algorithm ("auto" resolved once), the MPI datatype and op are fixed at the first run.
+    Call ``plan()``, or ``plan.start()`` ... ``plan.wait()``, as often as needed, refilling ``x``
+    in between.
+    """
+    comm, opts, validate = _setup(comm, options, validate)
+    check_comm("allreduce_init", comm)
+    call = AllreduceCall(comm, x, out, op, algorithm, opts)
+    plan = Plan("allreduce_init", None, None, validate, opts)
+    plan.call = _PlanCall(call, plan)
+    if comm.size > 1 and (validate or not call.trivial):
+        plan.engine = engine_of(comm)
+    return plan
