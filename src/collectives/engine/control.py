@@ -4,8 +4,8 @@ Horovod's stall check names the ranks that have not submitted a tensor everybody
 Here every engine keeps a receive posted on its private control communicator (a second duplicate
 of the caller's communicator, so these messages never meet an operation's). A rank that waits too
 long sends a query (a round number) to every other rank; each engine answers, from its thread,
-with three counters of its communicator: operations submitted, operations finished, and the one
-running (-1 if none). From those the asker names the ranks that have not submitted the operation
+with four counters of its communicator: operations submitted, operations finished, the one
+running (-1 if none), and named operations pending (:mod:`.named`). From those the asker names the ranks that have not submitted the operation
 it waits for, and those still busy with earlier ones.
 
 Engines answer while idle (every :data:`IDLE_POLL_S`) and between polls inside an operation's
@@ -29,8 +29,9 @@ IDLE_POLL_S = 0.05
 
 _QUERY, _REPLY = 1, 2
 
-#: (operations submitted, operations finished, sequence number of the one running or -1)
-Status = tuple[int, int, int]
+#: (operations submitted, operations finished, sequence number of the one running or -1,
+#: named operations pending)
+Status = tuple[int, int, int, int]
 
 
 class Control:
@@ -81,7 +82,7 @@ class Control:
             self._round += 1
             question = np.array([self._round], dtype=np.int64)
             sends = [self.comm.Isend(question, r, _QUERY) for r in others]
-            boxes = {r: np.zeros(4, dtype=np.int64) for r in others}
+            boxes = {r: np.zeros(5, dtype=np.int64) for r in others}
             waiting = {r: self.comm.Irecv(boxes[r], r, _REPLY) for r in others}
             answers: dict[int, Status] = {rank: self.status()}
             end = time.monotonic() + deadline_s

@@ -44,6 +44,7 @@ from .._context import Context
 from .._validate import local_error, verdict
 from .comm import Stopped, Waiter, adopt
 from .control import IDLE_POLL_S, Control
+from .named import NamedStream
 from .requests import DONE, EngineError, Request
 
 __all__ = ["Engine", "describe_comm"]
@@ -75,8 +76,14 @@ class Engine:
         self.size, self.rank = comm.size, comm.rank
         data, data_ready = comm.Idup()
         control, control_ready = comm.Idup()
-        self._setup = [data_ready, control_ready]
+        named, named_ready = comm.Idup()
+        # completed by the thread at once: until they are, MPI keeps the caller's communicator
+        # referenced (freeing it would not even call its attributes' delete callbacks)
+        self._setup = [data_ready, control_ready, named_ready]
+        self.setup_done = threading.Event()
         self.waiter = Waiter(self._serve)
+        self.named = NamedStream(self.label, self.rank, self.size, named, self.setup_done,
+                                 self.waiter)
         self.comm = adopt(data, self.waiter)
         self.plain = MPI.Intracomm(data)   # plain blocking handle: plans' fast path
         self.ctx = Context(self.comm, dup=False)
@@ -96,7 +103,12 @@ class Engine:
 
     # -- submission ------------------------------------------------------------------------------
     def submit(self, request: Request) -> Request:
-        """Queue ``request`` behind everything submitted before it (thread-safe)."""
+        """Queue ``request`` behind everything submitted before it (thread-safe); a named one
+        goes to the named stream."""
+        if request.name is not None:
+            if self.closed:
+                raise EngineError(f"the engine of {self.label} is shut down")
+            return self.named.submit(request)
         with self._lock:
             if self.closed:
                 raise EngineError(f"the engine of {self.label} is shut down")
@@ -105,11 +117,13 @@ class Engine:
             self.pending += 1
             self._outstanding[request.seq] = request
             self._queue.put(request)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, daemon=True,
-                                                name=f"collectives-engine {self.label}")
-                self._thread.start()
         return request
+
+    def start(self) -> None:
+        """Start the thread (at creation: it completes the duplicates and answers queries)."""
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name=f"collectives-engine {self.label}")
+        self._thread.start()
 
     def run_inline(self, request: Request) -> BaseException | None | bool:
         """Run ``request`` on the calling thread if nothing else is queued or running.
@@ -161,6 +175,7 @@ class Engine:
     def _loop(self) -> None:
         try:
             self.waiter.wait(self._setup)  # the duplicates (every rank's first non-blocking call)
+            self.setup_done.set()
             self.control.open()
             self.ready = True
             while True:
@@ -249,13 +264,14 @@ class Engine:
 
     # -- status and reports ----------------------------------------------------------------------
     def outstanding(self) -> list[Request]:
-        """The requests submitted and not yet finished, in order."""
+        """The requests submitted and not yet finished, in order (named ones last)."""
         with self._lock:
-            return [self._outstanding[k] for k in sorted(self._outstanding)]
+            ordered = [self._outstanding[k] for k in sorted(self._outstanding)]
+        return ordered + self.named.outstanding()
 
-    def status(self) -> tuple[int, int, int]:
-        """(submitted, completed, running): what the control protocol answers."""
-        return self.submitted, self.completed, self.running
+    def status(self) -> tuple[int, int, int, int]:
+        """(submitted, completed, running, named pending): what the control protocol answers."""
+        return self.submitted, self.completed, self.running, self.named.pending
 
     def _serve(self) -> None:
         self.control.serve()
@@ -268,8 +284,12 @@ class Engine:
                     "yet made its first non-blocking call on this communicator")
         answers = self.control.ask()
         missing = [r for r in range(self.size) if r not in answers]
-        behind = sorted(r for r, (sub, _, _) in answers.items() if sub <= request.seq)
-        busy = sorted(r for r, (sub, done, run) in answers.items()
+        if request.name is not None:
+            idle = sorted(r for r, status in answers.items() if status[3] == 0)
+            text = self.named.report(request, idle)
+            return text + (f"; rank(s) {_ranks(missing)} did not answer" if missing else "")
+        behind = sorted(r for r, (sub, _, _, _) in answers.items() if sub <= request.seq)
+        busy = sorted(r for r, (sub, done, run, _) in answers.items()
                       if sub > request.seq and done <= request.seq and run != request.seq
                       and r != self.rank)
         parts = []
@@ -295,9 +315,9 @@ class Engine:
             self.closed = True
         end = time.monotonic() + grace
         with DONE:
-            while self.pending and time.monotonic() < end:
+            while (self.pending or self.named.pending) and time.monotonic() < end:
                 DONE.wait(min(0.1, max(0.0, end - time.monotonic())))
-        return not self.pending
+        return not (self.pending or self.named.pending)
 
     def halt(self) -> bool:
         """Stop an idle engine's thread without another MPI call (inside ``MPI_Finalize``);
@@ -306,10 +326,12 @@ class Engine:
         self.control.finalizing = True
         self.waiter.stop = True
         self._queue.put(_STOP)
-        if self._thread is not None:
-            self._thread.join(timeout=0.5)
-            if self._thread.is_alive():
-                return False
+        self.named.stop()
+        for thread in (self._thread, self.named._thread):
+            if thread is not None:
+                thread.join(timeout=0.5)
+                if thread.is_alive():
+                    return False
         self.control.finalizing = False  # this thread (inside MPI_Finalize) may still call MPI
         self.control.close()
         return True
@@ -321,15 +343,18 @@ class Engine:
         self.stopped = True
         self.waiter.stop = True
         self._queue.put(_STOP)
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
-            if self._thread.is_alive():  # inside a blocking MPI call: leave its communicators
-                return
-        if MPI.Is_finalized() or not MPI.Request.Testall(self._setup):
+        self.named.stop()
+        for thread in (self._thread, self.named._thread):
+            if thread is not None and thread.is_alive():
+                thread.join(timeout=5.0)
+                if thread.is_alive():  # inside a blocking MPI call: leave its communicators
+                    return
+        if MPI.Is_finalized() or not self.setup_done.is_set():
             return  # a duplicate never completed (some rank never came): nothing to free safely
         self.ctx.free()
-        self.comm.Free()
-        self.control.comm.Free()
+        self.named.ctx.free()
+        for comm in (self.comm, self.control.comm, self.named.comm):
+            comm.Free()
 
 
 def _ranks(ranks: list[int]) -> str:

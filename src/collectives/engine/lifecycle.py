@@ -93,6 +93,7 @@ def engine_of(comm: MPI.Intracomm) -> Engine:
                     raise RuntimeError("collectives: MPI is finalizing; no new non-blocking "
                                        "operations")
                 engine = Engine(comm)
+                engine.start()
                 comm.Set_attr(_KEYVAL, engine)
                 _LIVE[id(engine)] = engine
     return engine

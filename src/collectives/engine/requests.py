@@ -104,9 +104,10 @@ class Request:
 
     def describe(self) -> str:
         """``iallreduce #3 (count 1000, dtype float32, op sum, algorithm ring)``."""
-        what = f"{self.kind} #{self.seq}" if self.seq >= 0 else self.kind
         if self.name is not None:
-            what += f" {self.name!r}"
+            what = f"{self.kind} {self.name!r}"
+        else:
+            what = f"{self.kind} #{self.seq}" if self.seq >= 0 else self.kind
         sig = self.call.signature() if self.call is not None else {}
         detail = ", ".join(f"{k} {v}" for k, v in sig.items() if k != "counts")
         return f"{what} ({detail})" if detail else what
@@ -147,10 +148,11 @@ def wait_for(requests: Sequence[Request], timeout: float | None,
         if not stuck:
             continue
         report = "; ".join(r.engine.report(r) for r in stuck[:4])
+        if len(stuck) > 4:
+            report += f"; and {len(stuck) - 4} more"
         if waited >= limit:
-            first = stuck[0]
-            raise TimeoutError(f"{first.describe()} did not complete within {limit:g} s: {report}")
-        warnings.warn(StallWarning(f"waited {waited:.1f} s: {report}"), stacklevel=3)
+            raise TimeoutError(f"timed out after {limit:g} s waiting for {report}")
+        warnings.warn(StallWarning(f"waited {waited:.1f} s for {report}"), stacklevel=3)
         warned = True
 
 
