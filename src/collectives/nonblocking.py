@@ -20,6 +20,8 @@ Semantics (MPI's):
   algorithm code runs). Bad arguments raise at the call, before anything is sent; with
   ``validate=True`` they are raised by ``wait()`` instead, the same on every rank.
 - On one process, and for empty arrays, the operation completes during the call.
+- The first non-blocking call on a communicator is collective: it creates the communicator's
+  progress engine (private duplicates) and returns once every rank has made its first one.
 """
 
 from __future__ import annotations
@@ -46,11 +48,28 @@ __all__ = ["iallreduce", "ireduce_scatter", "iallgather", "ibcast", "ireduce",
            "icompressed_allreduce", "allreduce_init", "Plan"]
 
 
+class _OnDevice:
+    """A call on CuPy arrays, run with the caller's current device (CuPy's is per thread)."""
+
+    __slots__ = ("inner", "device")
+
+    def __init__(self, inner: Any, device: Any) -> None:
+        self.inner, self.device = inner, device
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def run(self, ctx: Any) -> None:
+        with self.device:
+            self.inner.run(ctx)
+
+
 def _make(kind: str, cls: type, x: Any, comm: MPI.Comm, validate: bool, opts: Options,
           name: str | None, *args: Any) -> tuple[Request, bool]:
     """Check the arguments and build the request; True if it must go to the engine."""
     check_comm(kind, comm)
-    if type(x) is not np.ndarray and _device.is_device(x):
+    device = type(x) is not np.ndarray and _device.is_device(x)
+    if device:
         _device.synchronize()  # the engine's thread must see what the caller's stream wrote
     try:
         call, error = cls(comm, x, *args), None
@@ -58,6 +77,8 @@ def _make(kind: str, cls: type, x: Any, comm: MPI.Comm, validate: bool, opts: Op
         if not validate or comm.size == 1:
             raise
         call, error = None, exc  # every rank will raise it from wait()
+    if device and call is not None:
+        call = _OnDevice(call, _device.cupy().cuda.Device())
     request = Request(kind, call, None, validate, opts, error, name)
     return request, comm.size > 1 and (validate or not call.trivial)
 
@@ -76,7 +97,7 @@ def _submit(kind: str, cls: type, x: Any, comm: MPI.Comm, validate: bool, opts: 
             request.finished = time.perf_counter()
             request.complete()
         return request
-    request.engine = engine_of(comm)
+    request.engine = engine_of(comm, opts.timeout)
     return request.engine.submit(request)
 
 
@@ -155,7 +176,7 @@ class Plan(Request):
     running. Starting a plan that is still running raises ``RuntimeError`` (MPI calls it erroneous).
     """
 
-    __slots__ = ("_fast", "_resolved", "_active")
+    __slots__ = ("_fast", "_resolved", "_active", "_device")
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
@@ -163,6 +184,7 @@ class Plan(Request):
         self._active = False  # started, and not yet seen complete by wait() or test()
         self._fast: Any = None
         self._resolved = False
+        self._device = False
 
     def start(self) -> "Plan":
         """Start the next run (``MPI_Start``); returns the plan."""
@@ -170,6 +192,8 @@ class Plan(Request):
             raise RuntimeError(f"{self.describe()} is still running: wait() before start()")
         self._active = True
         self._done, self._error = False, None
+        if self._device:
+            _device.synchronize()  # what the caller's stream wrote into x, before the engine reads
         if self.engine is None:  # one process or empty: complete now
             self._run_here()
             return self
@@ -215,6 +239,8 @@ class Plan(Request):
     def _prepare(self, ctx: Any) -> None:
         """After the first run: resolve "auto" and, for native, prebind the MPI call."""
         call = self.call.inner
+        if isinstance(call, _OnDevice):
+            call = call.inner
         if call.fn is ALGORITHMS["auto"]:
             call.fn = FLAT[choose(call.dst.nbytes, call.dst.size, ctx.comm.size,
                                   comm_rules(ctx))]
@@ -269,7 +295,9 @@ def allreduce_init(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike =
     check_comm("allreduce_init", comm)
     call = AllreduceCall(comm, x, out, op, algorithm, opts)
     plan = Plan("allreduce_init", None, None, validate, opts)
-    plan.call = _PlanCall(call, plan)
+    plan._device = type(x) is not np.ndarray and _device.is_device(x)
+    plan.call = _PlanCall(_OnDevice(call, _device.cupy().cuda.Device()) if plan._device
+                          else call, plan)
     if comm.size > 1 and (validate or not call.trivial):
-        plan.engine = engine_of(comm)
+        plan.engine = engine_of(comm, opts.timeout)
     return plan

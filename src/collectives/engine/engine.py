@@ -4,11 +4,13 @@ Design (Horovod's background thread, one per communicator, on the library's own 
 algorithms):
 
 - **Private communicators.** At the first non-blocking call on a communicator its engine is
-  created: ``MPI_Comm_idup`` twice (the data communicator, on which operations run, and the control
-  communicator of :mod:`.control`), initiated in the caller's thread, where all ranks make their
-  non-blocking calls in the same order, and completed by the engine's thread. The blocking
-  functions use another duplicate (``collectives._context``), so blocking and non-blocking
-  operations of one communicator never match each other's messages, whatever the threads do.
+  created: three duplicates (the data communicator, on which operations run, the control
+  communicator of :mod:`.control` and the named stream's of :mod:`.named`), made by
+  ``MPI_Comm_idup`` and completed before the call returns, so that first call is collective:
+  it waits for every rank's first non-blocking call on the communicator (up to
+  ``Options.timeout``). The blocking functions use another duplicate (``collectives._context``),
+  so blocking and non-blocking operations of one communicator never match each other's
+  messages, whatever the threads do.
 - **Submission order.** A submitted :class:`~.requests.Request` gets the next sequence number and
   goes on a FIFO queue, under one lock; the thread runs them one at a time, in that order, each
   with the algorithm code of the blocking functions on the engine's communicator (an
@@ -71,24 +73,21 @@ class Engine:
         ``(description, exception)`` of the operation that failed on this rank, or None.
     """
 
-    def __init__(self, comm: MPI.Intracomm) -> None:
+    def __init__(self, comm: MPI.Intracomm, timeout: float | None = None) -> None:
         self.label = describe_comm(comm)
         self.size, self.rank = comm.size, comm.rank
         data, data_ready = comm.Idup()
         control, control_ready = comm.Idup()
         named, named_ready = comm.Idup()
-        # completed by the thread at once: until they are, MPI keeps the caller's communicator
-        # referenced (freeing it would not even call its attributes' delete callbacks)
-        self._setup = [data_ready, control_ready, named_ready]
-        self.setup_done = threading.Event()
+        _complete(self.label, [data_ready, control_ready, named_ready], timeout)
         self.waiter = Waiter(self._serve)
-        self.named = NamedStream(self.label, self.rank, self.size, named, self.setup_done,
-                                 self.waiter)
+        self.named = NamedStream(self.label, self.rank, self.size, named, self.waiter)
         self.comm = adopt(data, self.waiter)
         self.plain = MPI.Intracomm(data)   # plain blocking handle: plans' fast path
         self.ctx = Context(self.comm, dup=False)
         self.control = Control(control, self.status)
-        self.ready = False
+        self.control.open()
+        self.ready = True
         self.closed = False
         self.submitted = self.completed = 0
         self.pending = 0                   # queued or running
@@ -174,10 +173,6 @@ class Engine:
     # -- the thread ------------------------------------------------------------------------------
     def _loop(self) -> None:
         try:
-            self.waiter.wait(self._setup)  # the duplicates (every rank's first non-blocking call)
-            self.setup_done.set()
-            self.control.open()
-            self.ready = True
             while True:
                 try:
                     request = self._queue.get(timeout=IDLE_POLL_S)
@@ -279,9 +274,6 @@ class Engine:
     def report(self, request: Request) -> str:
         """Why ``request`` is not done: which ranks have not submitted it, or are still busy."""
         what = request.describe()
-        if not self.ready:
-            return (f"{what}: the engine of {self.label} is still being set up: some rank has not "
-                    "yet made its first non-blocking call on this communicator")
         answers = self.control.ask()
         missing = [r for r in range(self.size) if r not in answers]
         if request.name is not None:
@@ -349,12 +341,34 @@ class Engine:
                 thread.join(timeout=5.0)
                 if thread.is_alive():  # inside a blocking MPI call: leave its communicators
                     return
-        if MPI.Is_finalized() or not self.setup_done.is_set():
-            return  # a duplicate never completed (some rank never came): nothing to free safely
+        if MPI.Is_finalized():
+            return
         self.ctx.free()
         self.named.ctx.free()
         for comm in (self.comm, self.control.comm, self.named.comm):
             comm.Free()
+
+
+def _complete(label: str, requests: list[MPI.Request], timeout: float | None) -> None:
+    """Wait, on the calling thread, for the duplicates of a new engine.
+
+    Done here rather than by the engine's thread: while an ``MPI_Comm_idup`` of a communicator is
+    in flight, creating another communicator from it on another thread can hang (seen with
+    Open MPI 5), and MPI keeps the communicator referenced (freeing it would not run its
+    attributes' delete callbacks). Polls with sleeps, as the engine does.
+    """
+    if timeout is None:
+        Waiter().wait(requests)
+        return
+    end = time.monotonic() + timeout
+    while not MPI.Request.Testall(requests):
+        if time.monotonic() > end:
+            raise TimeoutError(
+                f"timed out after {timeout:g} s creating the progress engine of {label}: the "
+                "first non-blocking call on a communicator waits for every rank's first one "
+                "(it duplicates the communicator); some rank has not made it, and non-blocking "
+                "calls on this communicator cannot work any more")
+        time.sleep(1e-3)
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -1,9 +1,10 @@
 """Where engines come from and how they end.
 
-- :func:`engine_of` gives a communicator's engine, creating it at the first non-blocking call
-  (collective in the MPI sense: every rank's first non-blocking call on the communicator starts
-  its ``MPI_Comm_idup``). It hangs off the communicator as an MPI attribute, like the blocking
-  functions' private duplicate, so freeing the communicator shuts it down.
+- :func:`engine_of` gives a communicator's engine, creating it at the first non-blocking call,
+  which is therefore collective: it returns once every rank has made its first non-blocking
+  call on the communicator (the engine duplicates it). The engine hangs off the communicator as
+  an MPI attribute, like the blocking functions' private duplicate, so freeing the communicator
+  shuts it down.
 - The MPI library must provide ``MPI_THREAD_MULTIPLE``: the engine's thread calls MPI while the
   caller's threads do. :func:`require_threads` says so clearly at the first non-blocking call
   when it does not (mpi4py asks for it unless ``mpi4py.rc.thread_level`` says otherwise; MPICH and
@@ -81,8 +82,9 @@ def _delete(comm: MPI.Comm, keyval: int, engine: Engine) -> None:
 _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete)
 
 
-def engine_of(comm: MPI.Intracomm) -> Engine:
-    """The progress engine of ``comm``, created at the first call (thread-safe)."""
+def engine_of(comm: MPI.Intracomm, timeout: float | None = None) -> Engine:
+    """The progress engine of ``comm``, created at the first call (thread-safe; the creation is
+    collective: it waits up to ``timeout`` for every rank's first call)."""
     engine = comm.Get_attr(_KEYVAL)
     if engine is None:
         require_threads()
@@ -92,7 +94,7 @@ def engine_of(comm: MPI.Intracomm) -> Engine:
                 if _state["shut"]:
                     raise RuntimeError("collectives: MPI is finalizing; no new non-blocking "
                                        "operations")
-                engine = Engine(comm)
+                engine = Engine(comm, timeout)
                 engine.start()
                 comm.Set_attr(_KEYVAL, engine)
                 _LIVE[id(engine)] = engine

@@ -44,12 +44,11 @@ class NamedStream:
     """The named operations of one communicator (see the module docstring)."""
 
     def __init__(self, label: str, rank: int, size: int, comm: MPI.Intracomm,
-                 ready: threading.Event, waiter: Waiter) -> None:
+                 waiter: Waiter) -> None:
         self.label, self.rank, self.size = label, rank, size
         self.waiter = waiter
         self.comm = adopt(comm, waiter)
         self.ctx = Context(self.comm, dup=False)
-        self._ready = ready  # set by the engine's thread once the duplicates are complete
         self._pending: dict[str, Request] = {}   # local submission order
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -101,9 +100,6 @@ class NamedStream:
     # -- the thread ------------------------------------------------------------------------------
     def _loop(self) -> None:
         try:
-            while not self._ready.wait(0.1):
-                if self.waiter.stop:
-                    raise Stopped("shut down before the duplicates were complete")
             going = False
             while True:
                 with self._cond:
