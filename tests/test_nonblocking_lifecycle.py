@@ -29,6 +29,7 @@ def _mpirun(tmp_path, n, body, *args):
 
 def test_without_thread_multiple_the_first_nonblocking_call_says_so(tmp_path):
     proc = _mpirun(tmp_path, 2, """
+        import sys
         import mpi4py
         mpi4py.rc.thread_level = "serialized"
         from mpi4py import MPI
@@ -38,9 +39,9 @@ def test_without_thread_multiple_the_first_nonblocking_call_says_so(tmp_path):
         try:
             collectives.iallreduce(np.ones(3))
         except RuntimeError as exc:
-            print("ERROR:", exc)
+            sys.stdout.write(f"ERROR: {exc}\\n")  # one write: lines of two ranks do not mix
         y = collectives.iallreduce(np.ones(3), comm=MPI.COMM_SELF).wait()  # one rank: no thread
-        print("SELF", y.tolist())
+        sys.stdout.write(f"SELF {y.tolist()}\\n")
         """)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("non-blocking collectives need MPI_THREAD_MULTIPLE") == 2, proc.stdout

@@ -181,8 +181,16 @@ class Engine:
                     continue
                 if request is _STOP:
                     break
-                with self._run_lock:
-                    error = self._execute(request)
+                try:
+                    with self._run_lock:
+                        error = self._execute(request)
+                except Stopped:
+                    with self._lock:
+                        self.pending -= 1
+                        del self._outstanding[request.seq]
+                    request.complete(EngineError(f"{request.describe()} was abandoned: the engine "
+                                                 f"of {self.label} was shut down"))
+                    raise
                 with self._lock:
                     self.pending -= 1
                     del self._outstanding[request.seq]
