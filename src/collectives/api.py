@@ -103,7 +103,8 @@ class AllreduceCall:
         a = check_input(x)
         self.op = get_op(op, a.dtype)
         self.fn = _pick(ALGORITHMS, algorithm, "algorithm")
-        _pick(FLAT, opts.inter_algorithm, "inter_algorithm")
+        if opts.inter_algorithm not in FLAT:
+            _pick(FLAT, opts.inter_algorithm, "inter_algorithm")
         res = new_like(a) if out is None else check_out(out, a)
         self.src = flat(a)
         self.dst = self.src if res is a else flat(res)

@@ -48,16 +48,22 @@ __all__ = ["iallreduce", "ireduce_scatter", "iallgather", "ibcast", "ireduce",
            "icompressed_allreduce", "allreduce_init", "Plan"]
 
 
-class _OnDevice:
-    """A call on CuPy arrays, run with the caller's current device (CuPy's is per thread)."""
+class _Wrapped:
+    """A call with something added around its ``run``; everything else is the inner call's."""
 
-    __slots__ = ("inner", "device")
-
-    def __init__(self, inner: Any, device: Any) -> None:
-        self.inner, self.device = inner, device
+    __slots__ = ("inner",)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+class _OnDevice(_Wrapped):
+    """A call on CuPy arrays, run with the caller's current device (CuPy's is per thread)."""
+
+    __slots__ = ("device",)
+
+    def __init__(self, inner: Any, device: Any) -> None:
+        self.inner, self.device = inner, device
 
     def run(self, ctx: Any) -> None:
         with self.device:
@@ -263,16 +269,13 @@ class Plan(Request):
             self._fast = allreduce
 
 
-class _PlanCall:
+class _PlanCall(_Wrapped):
     """The plan's call: the checked allreduce, plus the one-time preparation after its run."""
 
-    __slots__ = ("inner", "plan")
+    __slots__ = ("plan",)
 
-    def __init__(self, inner: AllreduceCall, plan: Plan) -> None:
+    def __init__(self, inner: Any, plan: Plan) -> None:
         self.inner, self.plan = inner, plan
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
     def run(self, ctx: Any) -> None:
         self.inner.run(ctx)

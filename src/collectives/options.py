@@ -104,11 +104,20 @@ class Options:
         Every call without ``options=`` lands here, so the result is cached by the variables'
         raw values: a call costs a few dictionary lookups, and changing a variable still works.
         """
-        return _from_values(_raw_values())
+        raw = _raw_values()
+        last = _LAST
+        if raw == last[0]:  # the common case: nothing changed since the last call
+            return last[1]
+        options = _from_values(raw)
+        _LAST[:] = [raw, options]
+        return options
 
 
 _NAMES = tuple(ENV.values())
 _BYTE_NAMES = tuple(os.fsencode(name) for name in _NAMES)
+
+
+_LAST: list = [None, None]  # the last raw values and their Options
 
 
 def _raw_values() -> tuple:
@@ -117,7 +126,7 @@ def _raw_values() -> tuple:
     dictionary answers the same question in a plain lookup, so that is used where it exists."""
     data = getattr(os.environ, "_data", None)
     if isinstance(data, dict) and os.name == "posix":
-        return tuple(data.get(name) for name in _BYTE_NAMES)
+        return tuple(map(data.get, _BYTE_NAMES))
     return tuple(os.environ.get(name) for name in _NAMES)
 
 
