@@ -39,7 +39,7 @@ from ._validate import check_comm
 from .algorithms import ALGORITHMS, FLAT
 from .algorithms.auto import choose, comm_rules
 from .api import (AllgatherCall, AllreduceCall, BcastCall, OpLike, ReduceCall,
-                  ReduceScatterCall, _finish_avg, _setup)
+                  ReduceScatterCall, _setup)
 from .compressed.api import CompressedAllreduceCall
 from .engine import Request, engine_of
 from .options import Options

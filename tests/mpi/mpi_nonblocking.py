@@ -23,7 +23,7 @@ from collectives._p2p import partition
 from reference import (assert_close, assert_identical_everywhere, counts_for, gather_all,
                        make_input, reference_allreduce)
 
-SMALL = collectives.Options(segment_bytes=24, node_size=2)
+SMALL = collectives.Options(segment_bytes=256, node_size=2)  # several segments, fewer messages
 WAIT_S = 120  # no single wait in these tests may hang the suite
 
 
