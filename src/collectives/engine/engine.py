@@ -73,21 +73,22 @@ class Engine:
         ``(description, exception)`` of the operation that failed on this rank, or None.
     """
 
-    def __init__(self, comm: MPI.Intracomm, timeout: float | None = None) -> None:
+    def __init__(self, comm: MPI.Intracomm) -> None:
         self.label = describe_comm(comm)
         self.size, self.rank = comm.size, comm.rank
         data, data_ready = comm.Idup()
         control, control_ready = comm.Idup()
         named, named_ready = comm.Idup()
-        _complete(self.label, [data_ready, control_ready, named_ready], timeout)
+        self._setup = [data_ready, control_ready, named_ready]
+        self.setup_done = threading.Event()
+        self.setup_error: BaseException | None = None
         self.waiter = Waiter(self._serve)
         self.named = NamedStream(self.label, self.rank, self.size, named, self.waiter)
         self.comm = adopt(data, self.waiter)
         self.plain = MPI.Intracomm(data)   # plain blocking handle: plans' fast path
         self.ctx = Context(self.comm, dup=False)
         self.control = Control(control, self.status)
-        self.control.open()
-        self.ready = True
+        self.ready = False
         self.closed = False
         self.submitted = self.completed = 0
         self.pending = 0                   # queued or running
@@ -118,11 +119,29 @@ class Engine:
             self._queue.put(request)
         return request
 
-    def start(self) -> None:
-        """Start the thread (at creation: it completes the duplicates and answers queries)."""
+    def complete_setup(self, timeout: float | None) -> None:
+        """Complete the duplicates (on the creating thread), then start the engine's thread."""
+        try:
+            _complete(self.label, self._setup, timeout)
+        except BaseException as exc:
+            self.setup_error = exc
+            self.setup_done.set()
+            raise
+        self.control.open()
+        self.ready = True
         self._thread = threading.Thread(target=self._loop, daemon=True,
                                         name=f"collectives-engine {self.label}")
         self._thread.start()
+        self.setup_done.set()
+
+    def wait_setup(self, timeout: float | None) -> None:
+        """For the other threads: wait until the creating thread has completed the setup."""
+        if not self.setup_done.wait(timeout):
+            raise TimeoutError(f"timed out after {timeout:g} s waiting for the progress engine "
+                               f"of {self.label} to be created (by another thread)")
+        if self.setup_error is not None:
+            raise EngineError(f"the progress engine of {self.label} could not be created: "
+                              f"{self.setup_error}")
 
     def run_inline(self, request: Request) -> BaseException | None | bool:
         """Run ``request`` on the calling thread if nothing else is queued or running.
@@ -349,8 +368,8 @@ class Engine:
                 thread.join(timeout=5.0)
                 if thread.is_alive():  # inside a blocking MPI call: leave its communicators
                     return
-        if MPI.Is_finalized():
-            return
+        if MPI.Is_finalized() or not self.ready:
+            return  # (never set up: some rank never came, and its duplicates are still pending)
         self.ctx.free()
         self.named.ctx.free()
         for comm in (self.comm, self.control.comm, self.named.comm):
@@ -360,7 +379,8 @@ class Engine:
 def _complete(label: str, requests: list[MPI.Request], timeout: float | None) -> None:
     """Wait, on the calling thread, for the duplicates of a new engine.
 
-    Done here rather than by the engine's thread: while an ``MPI_Comm_idup`` of a communicator is
+    Done by the caller rather than by the engine's thread: while an ``MPI_Comm_idup`` of a
+    communicator is
     in flight, creating another communicator from it on another thread can hang (seen with
     Open MPI 5), and MPI keeps the communicator referenced (freeing it would not run its
     attributes' delete callbacks). Polls with sleeps, as the engine does.

@@ -88,16 +88,20 @@ def engine_of(comm: MPI.Intracomm, timeout: float | None = None) -> Engine:
     engine = comm.Get_attr(_KEYVAL)
     if engine is None:
         require_threads()
-        with _CREATE:
+        with _CREATE:  # held while initiating, not while waiting for the other ranks
             engine = comm.Get_attr(_KEYVAL)
-            if engine is None:
+            created = engine is None
+            if created:
                 if _state["shut"]:
                     raise RuntimeError("collectives: MPI is finalizing; no new non-blocking "
                                        "operations")
-                engine = Engine(comm, timeout)
-                engine.start()
+                engine = Engine(comm)
                 comm.Set_attr(_KEYVAL, engine)
                 _LIVE[id(engine)] = engine
+        if created:
+            engine.complete_setup(timeout)
+    if not engine.setup_done.is_set() or engine.setup_error is not None:
+        engine.wait_setup(timeout)
     return engine
 
 
