@@ -11,7 +11,9 @@ inside ``Test``/``Wait``), OSU's numbers:
    *Compute* is the time spent computing, *Coll. Init* in the starting call, *MPI_Test* in the
    tests, *MPI_Wait* in the final wait;
 3. ``Overlap(%) = max(0, 100 - 100 (Overall - (Compute - Test)) / Pure Comm.)``, every value
-   averaged over iterations, then over ranks, exactly as OSU computes it.
+   averaged over iterations, then over ranks, exactly as OSU computes it. ``--json`` also keeps
+   the same from per-rank medians over iterations (``*_median_*``), which a shared machine's
+   stalls of single iterations do not move.
 
 The compute is ``--compute cpu`` (OSU's C loop as a GIL-free Numba kernel), ``sleep`` (compute
 that needs no core: work on a GPU), or ``python`` (a pure-Python loop holding the GIL); see
@@ -69,6 +71,12 @@ class NbcRecord:
     overlap_pct: float
     iterations: int
     valid: bool | None = None
+    # the same from per-rank medians over iterations (averaged over ranks; compute without the
+    # test calls): robust to the stalls a shared machine adds to single iterations
+    overall_median_us: float | None = None
+    compute_median_us: float | None = None
+    pure_median_us: float | None = None
+    overlap_median_pct: float | None = None
 
 
 def overlap_percent(overall: float, compute: float, test: float, pure: float) -> float:
@@ -109,9 +117,10 @@ class _MpiRequest:
 
 
 def _pure(starters: dict[str, _Starter], iterations: int, warmup: int,
-          comm: MPI.Comm) -> dict[str, float]:
-    """Start-and-wait latency per algorithm on this rank, seconds (OSU's first loop)."""
-    total = dict.fromkeys(starters, 0.0)
+          comm: MPI.Comm) -> dict[str, np.ndarray]:
+    """Start-and-wait latency per algorithm and iteration on this rank, seconds (OSU's first
+    loop)."""
+    times = {name: np.zeros(iterations) for name in starters}
     for it in range(warmup + iterations):
         for name, starter in starters.items():
             comm.Barrier()
@@ -119,15 +128,16 @@ def _pure(starters: dict[str, _Starter], iterations: int, warmup: int,
             starter.start().wait()
             elapsed = time.perf_counter() - t0
             if it >= warmup:
-                total[name] += elapsed
-    return {name: t / iterations for name, t in total.items()}
+                times[name][it - warmup] = elapsed
+    return times
 
 
 def _overlapped(starters: dict[str, _Starter], target: dict[str, float],
                 compute: Callable[[float], None], probes: int, iterations: int, warmup: int,
                 comm: MPI.Comm) -> dict[str, np.ndarray]:
-    """Per algorithm, the mean (overall, compute, init, test, wait) seconds (OSU's second loop)."""
-    sums = {name: np.zeros(5) for name in starters}
+    """Per algorithm, (overall, compute, init, test, wait) seconds of every iteration, shape
+    (iterations, 5) (OSU's second loop)."""
+    times = {name: np.zeros((iterations, 5)) for name in starters}
     for it in range(warmup + iterations):
         for name, starter in starters.items():
             comm.Barrier()
@@ -148,9 +158,9 @@ def _overlapped(starters: dict[str, _Starter], target: dict[str, float],
             request.wait()
             t_stop = time.perf_counter()
             if it >= warmup:
-                sums[name] += (t_stop - t_start, t_comp - t_init, t_init - t_start, test_time,
-                               t_stop - t_comp)
-    return {name: s / iterations for name, s in sums.items()}
+                times[name][it - warmup] = (t_stop - t_start, t_comp - t_init, t_init - t_start,
+                                            test_time, t_stop - t_comp)
+    return times
 
 
 def _names(chosen: str) -> list[str]:
@@ -224,14 +234,18 @@ def run(argv: Sequence[str] | None = None, comm: MPI.Comm | None = None,
         starters = {n: _Starter(n, x, outs[n], comm, private, options) for n in names}
         comm.Barrier()
         pure = _pure(starters, iters, warmup, comm)
-        means = _overlapped(starters, pure, compute, args.probes, iters, warmup, comm)
+        target = {n: float(t.mean()) for n, t in pure.items()}  # OSU: this rank's mean latency
+        phases = _overlapped(starters, target, compute, args.probes, iters, warmup, comm)
         expected = np.sum([pattern(count, dtype, r) for r in range(comm.size)], axis=0,
                           dtype=dtype)
         for n in names:
-            local = np.array([*means[n], pure[n]]) * 1e6
+            t = phases[n]
+            local = np.array([*t.mean(axis=0), target[n], np.median(t[:, 0]),
+                              np.median(t[:, 1] - t[:, 3]), np.median(pure[n])]) * 1e6
             total = np.empty_like(local)
             comm.Allreduce(local, total, op=MPI.SUM)
-            overall, comp, init, test, wait, pure_us = total / comm.size
+            overall, comp, init, test, wait, pure_us, m_overall, m_comp, m_pure = \
+                total / comm.size
             valid = None
             if args.validation:
                 ok = bool(np.array_equal(to_host(outs[n]), expected))
@@ -239,7 +253,8 @@ def run(argv: Sequence[str] | None = None, comm: MPI.Comm | None = None,
             records.append(NbcRecord("osu_iallreduce", n, args.compute, size, comm.size,
                                      args.datatype, overall, comp, init, test, wait, pure_us,
                                      overlap_percent(overall, comp, test, pure_us), iters,
-                                     valid))
+                                     valid, m_overall, m_comp, m_pure,
+                                     overlap_percent(m_overall, m_comp, 0.0, m_pure)))
     private.Free()
     if comm.rank == 0:
         for n in names:
