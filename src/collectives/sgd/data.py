@@ -51,8 +51,23 @@ def _digits() -> tuple[np.ndarray, np.ndarray]:
     return (d.data / 16.0).astype(np.float32), d.target.astype(np.int64)
 
 
+@lru_cache(maxsize=None)
+def _synthetic() -> tuple[np.ndarray, np.ndarray]:
+    """20 000 samples of 64 features in 10 classes from scikit-learn's ``make_classification``
+    (a fixed seed: the same everywhere, generated, not downloaded): digits' shape, 11x the
+    samples, for batches large enough that compute weighs against communication."""
+    from sklearn.datasets import make_classification
+
+    x, y = make_classification(n_samples=20000, n_features=64, n_informative=32, n_redundant=8,
+                               n_classes=10, n_clusters_per_class=2, class_sep=1.5,
+                               random_state=0)
+    x = (x - x.min(axis=0)) / (x.max(axis=0) - x.min(axis=0))
+    return x.astype(np.float32), y.astype(np.int64)
+
+
 #: data set name -> loader returning (features, labels)
-DATASETS: dict[str, Callable[[], tuple[np.ndarray, np.ndarray]]] = {"digits": _digits}
+DATASETS: dict[str, Callable[[], tuple[np.ndarray, np.ndarray]]] = {"digits": _digits,
+                                                                      "synthetic": _synthetic}
 
 
 def load(name: str, subset: int | None = None) -> Dataset:
