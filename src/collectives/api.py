@@ -120,7 +120,8 @@ class AllreduceCall:
             copy_into(self.src, self.dst)
             return
         self.fn(self.src, self.dst, self.op, ctx, self.opts)
-        _finish_avg(self.op, self.dst, ctx.comm.size)
+        if self.op.average:
+            _finish_avg(self.op, self.dst, ctx.comm.size)
 
 
 class ReduceScatterCall:

@@ -223,7 +223,7 @@ class Plan(Request):
         engine = self.engine
         if engine is not None and not self._active and self._resolved:
             if self._fast is not None:
-                if engine.call_inline(self._fast, self.describe):
+                if engine.call_inline(self._fast, self):
                     return self.call.result
             else:
                 error = engine.run_inline(self)

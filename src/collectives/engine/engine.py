@@ -165,26 +165,27 @@ class Engine:
                 self.pending -= 1
         return error
 
-    def call_inline(self, fn: Any, what: Any) -> bool:
+    def call_inline(self, fn: Any, request: Request) -> bool:
         """Call ``fn()`` on this thread as the next operation, if nothing is queued or running.
 
-        The fast path of ``plan()``: no request, no hand-off. Returns False (nothing done) when
-        it cannot; ``what()`` describes the operation should it fail.
+        The fast path of ``plan()``: no hand-off, no bookkeeping beyond the counters. Returns
+        False (nothing done) when it cannot; ``request`` names the operation should it fail.
         """
-        with self._lock:
+        lock, run = self._lock, self._run_lock
+        with lock:
             if self.pending or self.closed or not self.ready or self.failure is not None:
                 return False
             self.pending = 1
             self.submitted += 1
-            self._run_lock.acquire()
+            run.acquire()
         try:
             fn()
         except Exception as exc:
-            self.failure = (what(), exc)
+            self.failure = (request.describe(), exc)
             raise
         finally:
-            self._run_lock.release()
-            with self._lock:
+            run.release()
+            with lock:
                 self.pending = 0
                 self.completed += 1
         return True
