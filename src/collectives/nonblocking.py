@@ -34,12 +34,10 @@ import numpy as np
 from mpi4py import MPI
 
 from . import _device
-from ._mpitypes import native_op, native_type
+from ._context import context
 from ._validate import check_comm
-from .algorithms import ALGORITHMS, FLAT
-from .algorithms.auto import choose, comm_rules
 from .api import (AllgatherCall, AllreduceCall, BcastCall, OpLike, ReduceCall,
-                  ReduceScatterCall, _setup)
+                  ReduceScatterCall, _checked, _setup, run_resolved)
 from .compressed.api import CompressedAllreduceCall
 from .engine import Request, engine_of
 from .options import Options
@@ -174,23 +172,28 @@ def icompressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None =
 
 
 class Plan(Request):
-    """A persistent allreduce (``MPI_Allreduce_init``): checked once, started many times.
+    """A persistent allreduce (``MPI_Allreduce_init``): checked once, run many times.
 
-    ``x`` and ``out`` are fixed: refill ``x`` between runs. ``start()`` queues the next run
-    (nothing is checked again); ``wait()``/``test()`` as for any request; ``plan()`` starts and
-    waits, and runs on the calling thread when nothing else of the communicator is queued or
-    running. Starting a plan that is still running raises ``RuntimeError`` (MPI calls it erroneous).
+    ``x`` and ``out`` are fixed: refill ``x`` between runs. Two ways to run it:
+
+    - ``plan.start()`` ... ``plan.wait()`` (``MPI_Start``, ``MPI_Wait``): a non-blocking
+      operation, queued on the communicator's engine like any request; nothing is checked again.
+      Starting a plan that is still running raises ``RuntimeError`` (MPI calls it erroneous).
+    - ``plan()``: the blocking form, on the caller's thread, ordered with the *blocking* calls
+      of the communicator (it is ``collectives.allreduce`` with its arguments checked and its
+      decisions made once: "auto"'s algorithm, native's MPI datatype and op, the bound MPI call).
+      Every rank must use the same form at the same point, as for any collective.
     """
 
-    __slots__ = ("_fast", "_resolved", "_active", "_device")
+    __slots__ = ("_comm", "_blocking", "_active", "_device")
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self._done = True
         self._active = False  # started, and not yet seen complete by wait() or test()
-        self._fast: Any = None
-        self._resolved = False
+        self._blocking: Any = None
         self._device = False
+        self._comm: MPI.Intracomm | None = None
 
     def start(self) -> "Plan":
         """Start the next run (``MPI_Start``); returns the plan."""
@@ -201,7 +204,12 @@ class Plan(Request):
         if self._device:
             _device.synchronize()  # what the caller's stream wrote into x, before the engine reads
         if self.engine is None:  # one process or empty: complete now
-            self._run_here()
+            try:
+                self.call.run(None)
+            except Exception as exc:  # noqa: BLE001 - reported by wait()
+                self.complete(exc)
+            else:
+                self.complete()
             return self
         self.engine.submit(self)
         return self
@@ -219,69 +227,50 @@ class Plan(Request):
                 self._active = False
 
     def __call__(self) -> Any:
-        """Start and wait; returns ``out``."""
-        engine = self.engine
-        if engine is not None and not self._active and self._resolved:
-            if self._fast is not None:
-                if engine.call_inline(self._fast, self):
-                    return self.call.result
-            else:
-                error = engine.run_inline(self)
-                if error is not False:
-                    if error is not None:
-                        self._error = error
-                        raise error
-                    return self.call.result
-        return self.start().wait()
+        """Run once, blocking (see the class docstring); returns ``out``."""
+        if self._active:
+            raise RuntimeError(f"{self.describe()} is still running: wait() before running it")
+        run = self._blocking
+        if run is None:
+            run = self._blocking = self._prepare_blocking()
+        run()
+        return self.call.result
 
-    def _run_here(self) -> None:
-        try:
-            self.call.run(None)
-        except Exception as exc:  # noqa: BLE001
-            self.complete(exc)
-        else:
-            self.complete()
-
-    def _prepare(self, ctx: Any) -> None:
-        """After the first run: resolve "auto" and, for native, prebind the MPI call."""
-        call = self.call.inner
-        if isinstance(call, _OnDevice):
-            call = call.inner
-        if call.fn is ALGORITHMS["auto"]:
-            call.fn = FLAT[choose(call.dst.nbytes, call.dst.size, ctx.comm.size,
-                                  comm_rules(ctx))]
-        self._resolved = True
-        if call.fn is not FLAT["native"] or type(call.dst) is not np.ndarray:
-            return
-        dtype = native_type(call.dst.dtype)
-        send = MPI.IN_PLACE if call.src is call.dst else [call.src, dtype]
-        allreduce = partial(self.engine.plain.Allreduce, send, [call.dst, dtype],
-                            native_op(call.op, call.dst.dtype))
-        if call.op.average:
-            size, dst = self.engine.size, call.dst
-
-            def fast() -> None:
-                allreduce()
-                np.divide(dst, size, out=dst)
-
-            self._fast = fast
-        else:
-            self._fast = allreduce
+    def _prepare_blocking(self) -> Any:
+        """The blocking run with every decision made: a bound MPI call for native on NumPy."""
+        call = self.call.call
+        if call.trivial:
+            return partial(call.run, None)
+        ctx = context(self._comm)
+        fn, native = call.resolved(ctx)
+        src, dst, op = call.src, call.dst, call.op
+        if native is None or op.average:
+            return partial(run_resolved, src, dst, op, fn, native, ctx, call.opts)
+        dtype, mpi_op = native
+        return partial(ctx.comm.Allreduce, MPI.IN_PLACE if src is dst else [src, dtype],
+                       [dst, dtype], mpi_op)
 
 
 class _PlanCall(_Wrapped):
-    """The plan's call: the checked allreduce, plus the one-time preparation after its run."""
+    """A plan's call on the engine: the checked allreduce, its decisions made at the first run
+    (on the engine's communicator) and reused by every later one."""
 
-    __slots__ = ("plan",)
+    __slots__ = ("call", "decided")
 
-    def __init__(self, inner: Any, plan: Plan) -> None:
-        self.inner, self.plan = inner, plan
+    def __init__(self, inner: Any, call: AllreduceCall) -> None:
+        self.inner, self.call, self.decided = inner, call, None
 
     def run(self, ctx: Any) -> None:
-        self.inner.run(ctx)
-        if not self.plan._resolved and ctx is not None:
-            self.plan._prepare(ctx)
-            self.plan.validate = False  # the first run agreed: nothing can change
+        call = self.call
+        if ctx is None or call.trivial:
+            self.inner.run(ctx)
+            return
+        if self.decided is None:
+            self.decided = call.resolved(ctx)
+        if self.inner is not call:  # on a device: under the caller's device
+            self.inner.run(ctx)
+            return
+        run_resolved(call.src, call.dst, call.op, *self.decided, ctx, call.opts)
 
 
 def allreduce_init(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum",
@@ -289,18 +278,19 @@ def allreduce_init(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike =
                    validate: bool | None = None, options: Options | None = None) -> Plan:
     """A persistent allreduce of ``x`` into ``out`` (``MPI_Allreduce_init``).
 
-    Arguments are checked here, once (``validate=True`` cross-checks them at the first run);
-    the algorithm ("auto" resolved once), the MPI datatype and op are fixed at the first run.
-    Call ``plan()``, or ``plan.start()`` ... ``plan.wait()``, as often as needed, refilling ``x``
-    in between.
+    Arguments are checked here, once; with ``validate=True`` this call cross-checks them across
+    ranks (collectively, like a blocking call) and every rank raises the same error. The
+    algorithm ("auto" resolved once), the MPI datatype and op are fixed at the first run. Call
+    ``plan()`` (blocking), or ``plan.start()`` ... ``plan.wait()`` (non-blocking), as often as
+    needed, refilling ``x`` in between. See :class:`Plan`.
     """
     comm, opts, validate = _setup(comm, options, validate)
-    check_comm("allreduce_init", comm)
-    call = AllreduceCall(comm, x, out, op, algorithm, opts)
-    plan = Plan("allreduce_init", None, None, validate, opts)
+    call = _checked(AllreduceCall, comm, validate, x, out, op, algorithm, opts)
+    plan = Plan("allreduce_init", None, None, False, opts)
+    plan._comm = comm
     plan._device = type(x) is not np.ndarray and _device.is_device(x)
     plan.call = _PlanCall(_OnDevice(call, _device.cupy().cuda.Device()) if plan._device
-                          else call, plan)
-    if comm.size > 1 and (validate or not call.trivial):
+                          else call, call)
+    if comm.size > 1 and not call.trivial:
         plan.engine = engine_of(comm, opts.timeout)
     return plan

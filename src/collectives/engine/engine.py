@@ -19,9 +19,6 @@ algorithms):
   of one small allgather per operation.
 - **Overlap.** The thread holds the GIL only between MPI calls and NumPy kernels (both release
   it), so it progresses while the caller's thread computes in NumPy, PyTorch or sleeps.
-- **Inline runs.** A persistent plan called as ``plan()`` (start and wait at once) runs on the
-  caller's thread when nothing else of the communicator is queued or running: the same order,
-  none of the thread hand-offs (:meth:`Engine.run_inline`).
 - **Failures.** An operation that raises is reported by its request's ``wait()`` on that rank. The
   ranks may now be out of step, so the engine fails every later operation with
   :class:`~.requests.EngineError`; validation errors, raised alike on every rank before anything
@@ -85,7 +82,6 @@ class Engine:
         self.waiter = Waiter(self._serve)
         self.named = NamedStream(self.label, self.rank, self.size, named, self.waiter)
         self.comm = adopt(data, self.waiter)
-        self.plain = MPI.Intracomm(data)   # plain blocking handle: plans' fast path
         self.ctx = Context(self.comm, dup=False)
         self.control = Control(control, self.status)
         self.ready = False
@@ -97,7 +93,6 @@ class Engine:
         self.stopped = False
         self._outstanding: dict[int, Request] = {}
         self._lock = threading.Lock()      # sequence numbers and the queue's order
-        self._run_lock = threading.Lock()  # one operation runs at a time, on whatever thread
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
@@ -143,53 +138,6 @@ class Engine:
             raise EngineError(f"the progress engine of {self.label} could not be created: "
                               f"{self.setup_error}")
 
-    def run_inline(self, request: Request) -> BaseException | None | bool:
-        """Run ``request`` on the calling thread if nothing else is queued or running.
-
-        Returns False (nothing done) when it cannot; otherwise the operation's error or None.
-        """
-        if not self.ready or self.failure is not None:
-            return False
-        with self._lock:
-            if self.pending or self.closed:
-                return False
-            request.seq = self.submitted
-            self.submitted += 1
-            self.pending += 1
-            self._run_lock.acquire()
-        try:
-            error = self._execute(request)
-        finally:
-            self._run_lock.release()
-            with self._lock:
-                self.pending -= 1
-        return error
-
-    def call_inline(self, fn: Any, request: Request) -> bool:
-        """Call ``fn()`` on this thread as the next operation, if nothing is queued or running.
-
-        The fast path of ``plan()``: no hand-off, no bookkeeping beyond the counters. Returns
-        False (nothing done) when it cannot; ``request`` names the operation should it fail.
-        """
-        lock, run = self._lock, self._run_lock
-        with lock:
-            if self.pending or self.closed or not self.ready or self.failure is not None:
-                return False
-            self.pending = 1
-            self.submitted += 1
-            run.acquire()
-        try:
-            fn()
-        except Exception as exc:
-            self.failure = (request.describe(), exc)
-            raise
-        finally:
-            run.release()
-            with lock:
-                self.pending = 0
-                self.completed += 1
-        return True
-
     # -- the thread ------------------------------------------------------------------------------
     def _loop(self) -> None:
         try:
@@ -202,8 +150,7 @@ class Engine:
                 if request is _STOP:
                     break
                 try:
-                    with self._run_lock:
-                        error = self._execute(request)
+                    error = self._execute(request)
                 except Stopped:
                     with self._lock:
                         self.pending -= 1
