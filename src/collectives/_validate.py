@@ -15,7 +15,7 @@ from mpi4py import MPI
 from ._context import context
 from .options import Options
 
-__all__ = ["check_comm", "checked", "pick", "setup", "verdict"]
+__all__ = ["check_comm", "checked", "checked_call", "pick", "setup", "verdict"]
 
 T = TypeVar("T")
 _ERRORS = {"TypeError": TypeError, "ValueError": ValueError}
@@ -94,3 +94,16 @@ def verdict(name: str, everyone: list[tuple[dict[str, Any] | None, tuple[str, st
                                enumerate(everyone))
         for key in differing)
     return ValueError(f"{name}: arguments differ across ranks ({detail})")
+
+
+def checked_call(cls: type, comm: MPI.Comm, validate: bool, *args: Any) -> Any:
+    """``cls(comm, *args)``, with the cross-rank check of ``validate`` (see ``_validate``)."""
+    if not validate:
+        check_comm(cls.kind, comm)
+        return cls(comm, *args)
+
+    def check():
+        call = cls(comm, *args)
+        return call, call.signature()
+
+    return checked(cls.kind, comm, True, check)

@@ -31,7 +31,7 @@ from ._arrays import check_input, check_out, copy_into, flat, new_like, writeabl
 from ._context import context
 from ._mpitypes import native_op, native_type
 from ._p2p import partition
-from ._validate import check_comm, checked, pick as _pick, setup as _setup
+from ._validate import checked_call as _checked, pick as _pick, setup as _setup
 from .algorithms import ALGORITHMS, FLAT, auto
 from .blocks import ALLGATHER, BCAST, REDUCE, REDUCE_SCATTER
 from .ops import Op, get_op
@@ -64,19 +64,6 @@ def _offsets(counts: Sequence[int] | None, total: int, p: int) -> list[int]:
 def _finish_avg(op: Op, result: np.ndarray, p: int) -> None:
     if op.average and p > 1:
         np.divide(result, p, out=result)
-
-
-def _checked(cls: type, comm: MPI.Comm, validate: bool, *args: Any) -> Any:
-    """``cls(comm, *args)``, with the cross-rank check of ``validate`` (see ``_validate``)."""
-    if not validate:
-        check_comm(cls.kind, comm)
-        return cls(comm, *args)
-
-    def check():
-        call = cls(comm, *args)
-        return call, call.signature()
-
-    return checked(cls.kind, comm, True, check)
 
 
 class AllreduceCall:

@@ -35,9 +35,9 @@ from mpi4py import MPI
 
 from . import _device
 from ._context import context
-from ._validate import check_comm
+from ._validate import check_comm, checked_call as _checked, setup as _setup
 from .api import (AllgatherCall, AllreduceCall, BcastCall, OpLike, ReduceCall,
-                  ReduceScatterCall, _checked, _setup, run_resolved)
+                  ReduceScatterCall, run_resolved)
 from .compressed.api import CompressedAllreduceCall
 from .engine import Request, engine_of
 from .options import Options

@@ -11,9 +11,8 @@ from mpi4py import MPI
 
 from .._arrays import check_input, check_out, flat, new_like
 from .._context import context
-from .._validate import pick, setup
+from .._validate import checked_call, pick, setup
 from ..algorithms import ALGORITHMS
-from ..api import _checked
 from ..options import Options
 from ._plan import Plan
 from .state import CompressionState, base_codec, state_of
@@ -65,7 +64,7 @@ def compressed_allreduce(x: np.ndarray, codec: Codec | Memory | CompressionState
         merge of (index, value) lists runs on the host.
     """
     comm, opts, validate = setup(comm, options, validate)
-    call = _checked(CompressedAllreduceCall, comm, validate, x, codec, out, op, strategy, key,
+    call = checked_call(CompressedAllreduceCall, comm, validate, x, codec, out, op, strategy, key,
                     step, algorithm, opts)
     call.run(None if call.src.size == 0 else context(comm))
     return call.result
