@@ -2,9 +2,11 @@
 
 (``collectives.tuning.fit``; was ``collectives.fit``.)
 
-- alpha, beta: one-way ping-pong times ``t(n) = alpha + n beta`` between ranks 0 and 1 (what
+- alpha, beta: one-way ping-pong times ``t(n) = alpha + n beta`` between two ranks (what
   ``osu_latency`` measures), fitted by least squares on the *relative* error, so the
-  microsecond-scale small messages fix alpha as firmly as the large ones fix beta.
+  microsecond-scale small messages fix alpha as firmly as the large ones fix beta. On a
+  cluster: between two ranks of one node (alpha, beta) and between rank 0 and a rank of another
+  node (alpha_inter, beta_inter: one flow over the network, the others idle).
 - gamma: the time of ``np.add(a, b, out=a)`` on ``n`` bytes, ``t(n) = c + n gamma``.
 - alpha_native: the smallest measured ``MPI_Allreduce`` time over ``lg p`` (MPI's C path pays
   no Python per message), when the tuning sweep has it.
@@ -42,13 +44,18 @@ def fit_line(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
 
 
 def fit_network(pingpong: dict[int, float], reduction: dict[int, float],
-                native_small: tuple[float, int] | None = None, **settings) -> Network:
+                native_small: tuple[float, int] | None = None,
+                inter_pingpong: dict[int, float] | None = None, **settings) -> Network:
     """A :class:`Network` from ping-pong and reduction times (seconds by size in bytes).
 
     ``native_small`` = (seconds, p) of the smallest native allreduce, for ``alpha_native``.
+    ``inter_pingpong``: ping-pong times between nodes, for ``alpha_inter`` and ``beta_inter``.
     ``settings`` pass on to :class:`Network` (``segment_bytes``, ``node_size``, ...).
     """
     alpha, beta = fit_line(list(pingpong), list(pingpong.values()))
+    if inter_pingpong is not None:
+        settings["alpha_inter"], settings["beta_inter"] = fit_line(
+            list(inter_pingpong), list(inter_pingpong.values()))
     _, gamma = fit_line(list(reduction), list(reduction.values()))
     alpha_native = None
     if native_small is not None:
@@ -57,18 +64,23 @@ def fit_network(pingpong: dict[int, float], reduction: dict[int, float],
     return Network(alpha=alpha, beta=beta, gamma=gamma, alpha_native=alpha_native, **settings)
 
 
-def measure_pingpong(comm: MPI.Comm, sizes: Sequence[int], iterations: int = 50) -> dict[int, float]:
-    """One-way seconds between ranks 0 and 1 for each size (fewer iterations above 1 MiB);
-    the same dict on every rank."""
+def measure_pingpong(comm: MPI.Comm, sizes: Sequence[int], iterations: int = 50,
+                     peer: int = 1) -> dict[int, float]:
+    """One-way seconds between ranks 0 and ``peer`` for each size (fewer iterations above
+    1 MiB; the others wait); the same dict on every rank (collective)."""
     from ..bench.latency import pingpong  # the osu_latency loop
+    from ..bench.pairs import pair_comm
 
+    pair = pair_comm(comm, 0, peer)
     times = {}
     for size in sizes:
         iters = iterations if size <= 1 << 20 else max(3, iterations // 10)
         buf, back = np.ones(size, np.uint8), np.empty(size, np.uint8)
         comm.Barrier()
-        us = pingpong(comm, buf, back, iters, 2) if comm.rank < 2 else 0.0
+        us = pingpong(pair, buf, back, iters, 2) if pair != MPI.COMM_NULL else 0.0
         times[size] = comm.bcast(us, root=0) * 1e-6
+    if pair != MPI.COMM_NULL:
+        pair.Free()
     return times
 
 
