@@ -139,6 +139,34 @@ def test_plot_writes_png(tmp_path):
     assert out.stat().st_size > 1000
 
 
+def test_error_table_compares_model_and_measurement():
+    from collectives.bench.plot import error_table
+    from collectives.tuning.cost_model import Network, predict
+
+    net = Network(1e-6, 1e-9, 1e-10)
+    text = error_table(_records(), net)
+    lines = text.splitlines()
+    assert lines[0] == "| bytes | native meas / pred (us) | ring meas / pred (us) |"
+    ring_8 = predict("ring", 8, 4, net) * 1e6
+    assert f"25 / {ring_8:.0f} ({ring_8 / 25.0:.2f})" in lines[2]
+    assert lines[-1].startswith("| typical error | ")
+
+
+def test_compressed_bench_strategies_per_codec():
+    import compress
+
+    spec = importlib.util.spec_from_file_location("compressed_bench",
+                                                  ROOT / "bench" / "compressed_allreduce.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    ef = compress.ErrorFeedback
+    assert bench.strategies_for(ef(compress.get("topk", ratio=0.01))) == [
+        "allgather", "sparse", "sparse_recursive_doubling", "sparse_split", "two_phase"]
+    assert bench.strategies_for(ef(compress.get("efsignsgd"))) == ["allgather", "two_phase"]
+    assert bench.strategies_for(ef(compress.get("powersgd", rank=4))) == ["summable", "allgather"]
+    assert bench.strategies_for(compress.get("fp16")) == ["summable", "allgather"]
+
+
 def test_netem_commands():
     spec = importlib.util.spec_from_file_location("netem", ROOT / "bench" / "netem.py")
     netem = importlib.util.module_from_spec(spec)

@@ -14,7 +14,7 @@ from mpi4py import MPI
 import collectives
 from collectives import tuning
 from collectives._context import context
-from collectives.algorithms import FLAT, auto
+from collectives.algorithms import auto
 from collectives.bench import allgather, allreduce, bcast, bw, latency, reduce_scatter
 
 TINY = ["--sizes", "8,1024", "-i", "2", "-x", "1", "-T", "mpi_float"]
