@@ -75,6 +75,13 @@ _TIME_UNITS = {"s": 1.0, "sec": 1.0, "ms": 1e-3, "msec": 1e-3, "us": 1e-6, "usec
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 #: one token bucket's queueing limit: how long a packet may wait for tokens before it is dropped
 TBF_LATENCY = "10ms"
+#: The token bucket holds 250 us of traffic (at least 32 KiB): what lets tbf keep a steady stream
+#: at its rate (osu_bw: 118 MB/s at 1 Gbit/s, 1190 MB/s at 10 Gbit/s, as with 2 ms; 64 KiB at
+#: 10 Gbit/s gave 510 MB/s) while the first bytes after a pause may pass at memory speed only that
+#: far: with 250 kB at 1 Gbit/s, a 1 MiB ping-pong took 6.9 ms one way, faster than the wire's
+#: 8.4 ms; with 32 KiB, 10.6 ms.
+BURST_S = 250e-6
+MIN_BURST = 32 << 10
 #: the processes' own environment variables that choose the network, by MPI family
 MPICH_NET_ENV = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "eth0"}
 #: (Open MPI also yields the core when idle: the hosts share this machine's cores, and ranks that
@@ -116,7 +123,7 @@ class Cluster:
     ranks: tuple[int, ...]  # ranks per host, host by host
     rate: str = "1gbit"
     latency: str | None = None
-    burst: str | None = None  # tbf bucket; None: 2 ms of traffic, at least 64 KiB
+    burst: str | None = None  # tbf bucket; None: BURST_S of traffic, at least MIN_BURST bytes
     subnet: str = DEFAULT_SUBNET
     mtu: int = 1500
     _net: ipaddress.IPv4Network = field(init=False, repr=False, compare=False)
@@ -179,7 +186,7 @@ class Cluster:
     def burst_bytes(self) -> str:
         if self.burst is not None:
             return self.burst
-        return f"{max(64 << 10, int(rate_bits(self.rate) / 8 * 2e-3))}b"
+        return f"{max(MIN_BURST, int(rate_bits(self.rate) / 8 * BURST_S))}b"
 
     def describe(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if not k.startswith("_")}
@@ -532,7 +539,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="ranks on each host, or a list for unequal hosts (3,1); default 2")
     shape.add_argument("--rate", help="link rate of every host, tc syntax (default 1gbit)")
     shape.add_argument("--latency", help="one-way delay per link, e.g. 50us (needs netem)")
-    shape.add_argument("--burst", help="token bucket size (default 2 ms of traffic, >= 64 KiB)")
+    shape.add_argument("--burst", help="token bucket size (default 250 us of traffic, >= 32 KiB)")
     shape.add_argument("--subnet", help=f"private IPv4 network of the hosts ({DEFAULT_SUBNET})")
     shape.add_argument("--mtu", type=int, help="MTU of every link (default 1500)")
     name = argparse.ArgumentParser(add_help=False)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from collectives.tuning.cost_model import COSTS, Network, best, predict, predict_all
-from collectives.tuning.fit import fit_line, fit_network
+from collectives.tuning.fit import fit_alpha_beta, fit_line, fit_network
 from collectives.tuning.projection import main as project_main
 from collectives.tuning.projection import project
 
@@ -185,3 +185,16 @@ def test_projection_from_a_tuning_file(tmp_path):
     assert "| 64 | 64 MiB | hierarchical |" in text  # a slow network, 8-rank nodes: it wins
     with pytest.raises(SystemExit):
         project_main(["--model", str(path), "--world-size", "8"], out=io.StringIO())
+
+
+def test_fit_alpha_beta_ignores_a_token_bucket_burst():
+    """A shaped link lets its first 250 kB through at once: small and medium messages look fast.
+    beta comes from the large messages' slope; alpha from the small ones."""
+    rate, burst, alpha = 125e6, 250e3, 20e-6
+    times = {n: alpha + max(n - burst, 0) / rate for n in (8, 1024, 64 << 10, 1 << 20, 4 << 20,
+                                                           8 << 20)}
+    a, b = fit_alpha_beta(times)
+    assert b == pytest.approx(1 / rate, rel=1e-6) and a == pytest.approx(alpha, rel=1e-2)
+    _, b_all = fit_line(list(times), list(times.values()))
+    assert b_all < 0.8 / rate  # what a fit over every size made of it
+    assert fit_alpha_beta({8: 1e-6, 1 << 20: 1e-3}) == fit_line([8, 1 << 20], [1e-6, 1e-3])

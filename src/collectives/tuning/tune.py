@@ -46,7 +46,7 @@ __all__ = ["DEFAULT_SIZES", "main", "pick", "tune_world"]
 
 DEFAULT_SIZES = [8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 ROUNDS = 2
-PINGPONG_SIZES = [8, 1 << 10, 64 << 10, 1 << 20, 8 << 20]
+PINGPONG_SIZES = [8, 1 << 10, 64 << 10, 1 << 20, 4 << 20, 8 << 20]
 REDUCTION_SIZES = [64 << 10, 1 << 20, 16 << 20]
 #: Environment variables an MPI launcher sets in its processes (MPICH/Hydra, Open MPI, Slurm).
 LAUNCHER_ENV = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK")
