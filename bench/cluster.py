@@ -75,13 +75,14 @@ _TIME_UNITS = {"s": 1.0, "sec": 1.0, "ms": 1e-3, "msec": 1e-3, "us": 1e-6, "usec
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 #: one token bucket's queueing limit: how long a packet may wait for tokens before it is dropped
 TBF_LATENCY = "10ms"
-#: The token bucket holds 250 us of traffic (at least 32 KiB): what lets tbf keep a steady stream
-#: at its rate (osu_bw: 118 MB/s at 1 Gbit/s, 1190 MB/s at 10 Gbit/s, as with 2 ms; 64 KiB at
-#: 10 Gbit/s gave 510 MB/s) while the first bytes after a pause may pass at memory speed only that
-#: far: with 250 kB at 1 Gbit/s, a 1 MiB ping-pong took 6.9 ms one way, faster than the wire's
-#: 8.4 ms; with 32 KiB, 10.6 ms.
-BURST_S = 250e-6
-MIN_BURST = 32 << 10
+#: The token bucket holds 1 ms of traffic, at least 128 KiB. Smaller buckets fail in two ways
+#: (measured, 2 hosts x 2 ranks): below a 64 kB GSO packet (32 and 64 KiB) tbf splits every
+#: packet, and allreduce took 2x as long with 2x the kernel time; 64 KiB at 10 Gbit/s held
+#: osu_bw to 510 MB/s (1190 with 312 kB). Larger ones let the first bytes after a pause pass at
+#: memory speed: with 250 kB (2 ms) at 1 Gbit/s a 1 MiB ping-pong took 6.9 ms one way, less than
+#: the wire's 8.4 ms.
+BURST_S = 1e-3
+MIN_BURST = 128 << 10
 #: the processes' own environment variables that choose the network, by MPI family
 MPICH_NET_ENV = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "eth0"}
 #: (Open MPI also yields the core when idle: the hosts share this machine's cores, and ranks that
@@ -539,7 +540,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="ranks on each host, or a list for unequal hosts (3,1); default 2")
     shape.add_argument("--rate", help="link rate of every host, tc syntax (default 1gbit)")
     shape.add_argument("--latency", help="one-way delay per link, e.g. 50us (needs netem)")
-    shape.add_argument("--burst", help="token bucket size (default 250 us of traffic, >= 32 KiB)")
+    shape.add_argument("--burst", help="token bucket size (default 1 ms of traffic, >= 128 KiB)")
     shape.add_argument("--subnet", help=f"private IPv4 network of the hosts ({DEFAULT_SUBNET})")
     shape.add_argument("--mtu", type=int, help="MTU of every link (default 1500)")
     name = argparse.ArgumentParser(add_help=False)

@@ -51,8 +51,8 @@ def test_rate_and_time_units():
     assert cluster.rate_bits("1gbit") == 1e9
     assert cluster.rate_bits("125mbps") == 1e9
     assert cluster.seconds("50us", "--latency") == pytest.approx(50e-6)
-    assert cluster.Cluster("t", (1,), rate="10gbit").burst_bytes() == "312500b"  # 250 us
-    assert cluster.Cluster("t", (1,), rate="1mbit").burst_bytes() == f"{32 << 10}b"
+    assert cluster.Cluster("t", (1,), rate="10gbit").burst_bytes() == "1250000b"  # 1 ms
+    assert cluster.Cluster("t", (1,), rate="1gbit").burst_bytes() == f"{128 << 10}b"
 
 
 def test_setup_shapes_both_ends_of_every_link_inside_our_namespaces():
