@@ -149,7 +149,8 @@ def test_error_table_compares_model_and_measurement():
     assert lines[0] == "| bytes | native meas / pred (us) | ring meas / pred (us) |"
     ring_8 = predict("ring", 8, 4, net) * 1e6
     assert f"25 / {ring_8:.0f} ({ring_8 / 25.0:.2f})" in lines[2]
-    assert lines[-1].startswith("| typical error | ")
+    assert lines[-2].startswith("| typical error | ")
+    assert lines[-1].startswith("| typical error from 1048576 B | ")
 
 
 def test_compressed_bench_strategies_per_codec():
