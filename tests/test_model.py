@@ -69,11 +69,13 @@ FLATS = ["ring", "tree", "recursive_doubling", "rabenseifner", "native"]
 @pytest.mark.parametrize("name", FLATS + ["hierarchical"])
 @pytest.mark.parametrize("p", [2, 3, 4, 7, 8])
 def test_two_levels_reduce_to_one(name, p):
-    """One node holding every rank: the intra parameters only; one rank per node: inter only."""
+    """One node holding every rank: the intra parameters only; one rank per node: inter only
+    (but for the tree, whose root's link receives from all its children at once, which one
+    level, with no links to share, cannot see)."""
     n = 3e5
     one_node = Network(**{**TWO.__dict__, "node_size": p})
     assert math.isclose(predict(name, n, p, one_node), predict(name, n, p, NET))
-    if name != "hierarchical":
+    if name not in ("hierarchical", "tree"):
         own = Network(**{**TWO.__dict__, "node_size": 1})
         inter = Network(alpha=50 * A, beta=20 * B, gamma=G, segment_bytes=1 << 40)
         assert math.isclose(predict(name, n, p, own), predict(name, n, p, inter))
@@ -103,14 +105,17 @@ def test_tree_pattern_matches_the_binomial_tree(p, m):
     from collectives.blocks.binomial import tree as binomial
     from collectives.tuning.cost_model import _tree_pattern
 
-    per_node, intra = {}, False
+    out, into, intra = {}, {}, False
     for v in range(1, p):
         parent = binomial(v, p)[0]
         if parent // m == v // m:
             intra = True
         else:
-            per_node[v // m] = per_node.get(v // m, 0) + 1
-    assert _tree_pattern(p, m) == (max(per_node.values(), default=0), intra)
+            out[v // m] = out.get(v // m, 0) + 1
+            into[parent // m] = into.get(parent // m, 0) + 1
+    assert _tree_pattern(p, m) == (max([*out.values(), *into.values(), 0]), intra)
+    if m == 1:  # every edge crosses: the root receives from all its lg p children at once
+        assert _tree_pattern(p, m)[0] == (p - 1).bit_length()
 
 
 def test_native_is_mpich_rule_with_its_own_alpha():

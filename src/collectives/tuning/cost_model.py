@@ -33,11 +33,13 @@ its slowest part::
     step(bytes) = max(alpha + bytes beta                  if any pair is inside a node,
                       alpha_inter + f bytes beta_inter    if any pair crosses nodes)
 
-with ``f`` the largest number of one node's ranks that cross in that step. So a ring crosses with
+with ``f`` the largest number of pairs that cross one node's link in one direction in that step
+(a link is shaped both ways: what a node sends and what it receives). So a ring crosses with
 one flow per node (``2 (p-1)`` steps of ``n/p``); recursive doubling and Rabenseifner's halving
 steps with distance ``>= node_size`` cross with every rank of the node at once (Rabenseifner's
 first, largest step is one of them); the tree's levels overlap when pipelined, so all of a node's
-crossing tree edges share its link in every stage.
+crossing tree edges share its link in every stage (a parent's node receives from every child
+on another node at once).
 
 - hierarchical: nodes of ``m`` ranks, ``N`` nodes, ``k = min(m, smallest node)`` positions: a
   ring inside the node over ``k`` ranks (intra parameters), then the flat ``inter_algorithm`` on
@@ -127,21 +129,24 @@ def _lg(p: int) -> int:
 
 
 # ------------------------------------------------------------------ who crosses nodes, per step
-# A step's *pattern* is (f, intra): the largest number of one node's ranks whose partner is on
-# another node, and whether any pair is inside a node. Ranks are placed node by node: rank r is
-# on node r // m. Patterns depend on (p, m) only and are cached.
+# A step's *pattern* is (f, intra): the largest number of pairs that cross one node's link in one
+# direction (sending out of the node, or receiving into it: a link is shaped both ways), and
+# whether any pair is inside a node. Ranks are placed node by node: rank r is on node r // m.
+# Patterns depend on (p, m) only and are cached.
 Pattern = tuple[int, bool]
 
 
 def _pattern(pairs: Iterable[tuple[int, int]], m: int) -> Pattern:
     out: dict[int, int] = {}
+    into: dict[int, int] = {}
     intra = False
-    for r, q in pairs:
+    for r, q in pairs:  # r sends to q
         if r // m == q // m:
             intra = True
         else:
             out[r // m] = out.get(r // m, 0) + 1
-    return max(out.values(), default=0), intra
+            into[q // m] = into.get(q // m, 0) + 1
+    return max([*out.values(), *into.values(), 0]), intra
 
 
 @lru_cache(maxsize=4096)
@@ -161,7 +166,8 @@ def _fold_pattern(p: int, m: int) -> Pattern:
 
 @lru_cache(maxsize=4096)
 def _tree_pattern(p: int, m: int) -> Pattern:
-    """Every child-to-parent edge of the binomial tree at once (the pipeline's steady state)."""
+    """Every child-to-parent edge of the binomial tree at once (the pipeline's steady state; the
+    broadcast sends the same edges the other way, so the busier direction decides both)."""
     return _pattern(((v, v - (v & -v)) for v in range(1, p)), m)
 
 
