@@ -2,7 +2,10 @@
 
 import argparse
 import importlib.util
+import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,7 @@ from collectives.bench.options import (DATATYPES, LARGE_MESSAGE_SIZE, device_err
                                        parse_sizes)
 from collectives.bench.plot import ratio_table
 from collectives.bench.results import Record, read_records, write_csv, write_json
+from collectives.launch import mpiexec_command
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -280,3 +284,18 @@ def test_plot_without_matplotlib_says_how_to_get_it(tmp_path, monkeypatch, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert info.value.code == 2 and len(err) == 1
     assert "needs matplotlib" in err[0] and "pip install 'mpi-collectives[plot]'" in err[0]
+
+
+def test_hierarchical_phases_runs_and_checks_its_sums(tmp_path):
+    """bench/hierarchical_phases.py on 2 emulated nodes of 2: every rank's three phases."""
+    out = tmp_path / "phases.json"
+    cmd = [*mpiexec_command(), "-n", "4", sys.executable, str(ROOT / "bench/hierarchical_phases.py"),
+           "--node-size", "2", "--sizes", "4,4K", "--iterations", "1", "--json", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["nodes"] == [2, 2] and data["ranks"] == 4
+    assert [(r["bytes"], r["rank"]) for r in data["records"]] == [
+        (b, r) for b in (4, 4096) for r in range(4)]
+    assert all(r[k] >= 0 for r in data["records"] for k in
+               ("intra reduce-scatter", "across nodes", "intra allgather"))
