@@ -38,4 +38,8 @@ main = entry_point(SPEC)
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from .catalogue import osu_allgather
+
+    sys.exit(osu_allgather())

@@ -41,4 +41,8 @@ main = entry_point(SPEC)
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from .catalogue import osu_allreduce
+
+    sys.exit(osu_allreduce())

@@ -39,4 +39,8 @@ main = entry_point(SPEC)
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from .catalogue import osu_bcast
+
+    sys.exit(osu_bcast())

@@ -49,4 +49,8 @@ def main(argv=None, comm=None, out=None):
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from .catalogue import osu_bw
+
+    sys.exit(osu_bw())

@@ -45,4 +45,8 @@ def main(argv=None, comm=None, out=None):
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from .catalogue import osu_latency
+
+    sys.exit(osu_latency())

@@ -43,4 +43,8 @@ main = entry_point(SPEC)
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from .catalogue import osu_reduce_scatter
+
+    sys.exit(osu_reduce_scatter())

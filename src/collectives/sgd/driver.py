@@ -28,6 +28,7 @@ from mpi4py import MPI
 from ..compressed import CompressionState
 from ..compressed.strategies import incompatibility
 from . import checkpoint, data, report
+from .._cli import program
 from .cli import PROG, Config, UsageError, parse
 from .codecs import build
 from .exchange import Exchange
@@ -35,7 +36,7 @@ from .model import MLP
 from .optim import SGD, Schedule
 from .timing import Clock
 
-__all__ = ["train", "main"]
+__all__ = ["train", "main", "script"]
 
 #: checkpoint entries (per rank) holding ``state.state_dict()``
 STATE_PREFIX = "compression/"
@@ -262,3 +263,8 @@ def main(argv: list[str] | None = None, comm: MPI.Comm | None = None) -> int:
             print(f"{PROG}: error: {e}", file=sys.stderr, flush=True)
         return 2
     return 0
+
+
+#: ``python -m collectives.sgd`` and the console script ``collectives-sgd``: an error on any rank
+#: ends the job (one line on that rank, then MPI_Abort: ``_cli.program``), never a hang.
+script = program(PROG, main)

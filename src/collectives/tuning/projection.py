@@ -17,9 +17,10 @@ import argparse
 import sys
 from typing import Sequence, TextIO
 
+from .._cli import program
 from .cost_model import Network, predict
 
-__all__ = ["project", "format_table", "main"]
+__all__ = ["project", "format_table", "main", "script"]
 
 DEFAULT_RANKS = [16, 64, 256, 1024, 4096]
 DEFAULT_SIZES = [8, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20]
@@ -104,5 +105,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> None:
     print(format_table(project(args.ranks, args.sizes, net, intra)), file=out)
 
 
+#: Console script ``collectives-project`` (``_cli.program``: an error is one line, exit 1).
+script = program("collectives-project", main)
+
 if __name__ == "__main__":
-    main()
+    sys.exit(script())
