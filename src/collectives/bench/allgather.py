@@ -40,6 +40,6 @@ main = entry_point(SPEC)
 if __name__ == "__main__":
     import sys
 
-    from .catalogue import osu_allgather
+    from .._cli import program
 
-    sys.exit(osu_allgather())
+    sys.exit(program("osu_allgather", main)())

@@ -43,6 +43,6 @@ main = entry_point(SPEC)
 if __name__ == "__main__":
     import sys
 
-    from .catalogue import osu_allreduce
+    from .._cli import program
 
-    sys.exit(osu_allreduce())
+    sys.exit(program("osu_allreduce", main)())

@@ -41,6 +41,6 @@ main = entry_point(SPEC)
 if __name__ == "__main__":
     import sys
 
-    from .catalogue import osu_bcast
+    from .._cli import program
 
-    sys.exit(osu_bcast())
+    sys.exit(program("osu_bcast", main)())

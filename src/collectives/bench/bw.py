@@ -51,6 +51,6 @@ def main(argv=None, comm=None, out=None):
 if __name__ == "__main__":
     import sys
 
-    from .catalogue import osu_bw
+    from .._cli import program
 
-    sys.exit(osu_bw())
+    sys.exit(program("osu_bw", main)())

@@ -47,6 +47,6 @@ def main(argv=None, comm=None, out=None):
 if __name__ == "__main__":
     import sys
 
-    from .catalogue import osu_latency
+    from .._cli import program
 
-    sys.exit(osu_latency())
+    sys.exit(program("osu_latency", main)())

@@ -45,6 +45,6 @@ main = entry_point(SPEC)
 if __name__ == "__main__":
     import sys
 
-    from .catalogue import osu_reduce_scatter
+    from .._cli import program
 
-    sys.exit(osu_reduce_scatter())
+    sys.exit(program("osu_reduce_scatter", main)())
