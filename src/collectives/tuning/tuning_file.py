@@ -107,15 +107,9 @@ def _rules(path: Path, key: str, entry: Any, known: frozenset[str]) -> Rules:
     return out
 
 
-def read(path: str | Path, known: frozenset[str] | None = None) -> dict[int, Rules]:
-    """The rules of every world size in the tuning file ``path``.
-
-    Raises FileNotFoundError when it does not exist and :class:`TuningFileError` when it is not
-    a tuning file of this format (``known``: the valid algorithm names, default auto's choices).
-    """
-    if known is None:
-        known = frozenset(FLAT)
-    path = Path(path)
+def _load(path: Path) -> Any:
+    """The JSON of ``path``, read only up to :data:`MAX_FILE_BYTES`; raises FileNotFoundError,
+    or TuningFileError for anything else (too large, not UTF-8, not JSON, nested too deeply)."""
     try:
         with path.open("rb") as f:
             raw = f.read(MAX_FILE_BYTES + 1)
@@ -130,6 +124,19 @@ def read(path: str | Path, known: frozenset[str] | None = None) -> dict[int, Rul
             raise
         reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
         raise TuningFileError(f"{path}: not readable as JSON ({reason})") from None
+    return data
+
+
+def read(path: str | Path, known: frozenset[str] | None = None) -> dict[int, Rules]:
+    """The rules of every world size in the tuning file ``path``.
+
+    Raises FileNotFoundError when it does not exist and :class:`TuningFileError` when it is not
+    a tuning file of this format (``known``: the valid algorithm names, default auto's choices).
+    """
+    if known is None:
+        known = frozenset(FLAT)
+    path = Path(path)
+    data = _load(path)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise TuningFileError(f"{path}: not a tuning file (expected \"format\": \"{FORMAT}\")")
     if data.get("version") != VERSION:
@@ -194,15 +201,11 @@ def make_rules(winners: dict[int, str]) -> list[dict[str, Any]]:
 def write(path: str | Path, world_sizes: dict[int, dict[str, Any]], **meta: Any) -> Path:
     """Write (or merge into) the tuning file ``path``: entries for other world sizes are kept."""
     path = Path(path)
-    merged: dict[str, Any] = {}
-    if path.exists():
-        try:
-            old = json.loads(path.read_text())
-            if isinstance(old, dict) and old.get("format") == FORMAT \
-                    and old.get("version") == VERSION:
-                merged = dict(old.get("world_sizes", {}))
-        except (OSError, json.JSONDecodeError):
-            merged = {}
+    try:  # keep the other world sizes of a valid file; replace anything else
+        read(path)
+        merged: dict[str, Any] = dict(_load(path)["world_sizes"])
+    except (FileNotFoundError, TuningFileError):
+        merged = {}
     merged.update({str(p): entry for p, entry in world_sizes.items()})
     data = {"format": FORMAT, "version": VERSION, **meta,
             "world_sizes": dict(sorted(merged.items(), key=lambda kv: int(kv[0])))}
