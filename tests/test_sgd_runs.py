@@ -68,8 +68,8 @@ def test_codecs_with_error_feedback_match_dense(dense4, tmp_path, codec):
 def test_resume_after_stop_is_bitwise(tmp_path, comm):
     args = [*TINY, *comm]
     _run(2, [*args, "--save-params", str(tmp_path / "whole.npy")])
-    ck = ["--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "8"]
-    _run(2, [*args, *ck, "--stop-after", "21"])    # last checkpoint at step 16
+    ck = ["--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "16"]
+    _run(2, [*args, *ck, "--stop-after", "41"])    # last checkpoint at step 32, after epoch 1
     _run(2, [*args, *ck, "--resume", "--save-params", str(tmp_path / "resumed.npy")])
     assert (tmp_path / "whole.npy").read_bytes() == (tmp_path / "resumed.npy").read_bytes()
 
