@@ -49,4 +49,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from collectives._cli import program
+
+    sys.exit(program("allreduce_sweep", main)())

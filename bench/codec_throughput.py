@@ -188,4 +188,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from collectives._cli import program
+
+    sys.exit(program("codec_throughput", main)())

@@ -63,4 +63,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from collectives._cli import program
+
+    sys.exit(program("options_env", main)())

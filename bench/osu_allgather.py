@@ -1,6 +1,8 @@
 """``mpiexec -n P python bench/osu_allgather.py [OSU options]``: thin wrapper of collectives.bench.allgather."""
 
-from collectives.bench.allgather import main
+import sys
+
+from collectives.bench.catalogue import osu_allgather
 
 if __name__ == "__main__":
-    main()
+    sys.exit(osu_allgather())

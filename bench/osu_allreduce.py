@@ -1,6 +1,8 @@
 """``mpiexec -n P python bench/osu_allreduce.py [OSU options]``: thin wrapper of collectives.bench.allreduce."""
 
-from collectives.bench.allreduce import main
+import sys
+
+from collectives.bench.catalogue import osu_allreduce
 
 if __name__ == "__main__":
-    main()
+    sys.exit(osu_allreduce())

@@ -1,6 +1,8 @@
 """``mpiexec -n P python bench/osu_bcast.py [OSU options]``: thin wrapper of collectives.bench.bcast."""
 
-from collectives.bench.bcast import main
+import sys
+
+from collectives.bench.catalogue import osu_bcast
 
 if __name__ == "__main__":
-    main()
+    sys.exit(osu_bcast())

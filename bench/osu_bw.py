@@ -1,6 +1,8 @@
 """``mpiexec -n P python bench/osu_bw.py [OSU options]``: thin wrapper of collectives.bench.bw."""
 
-from collectives.bench.bw import main
+import sys
+
+from collectives.bench.catalogue import osu_bw
 
 if __name__ == "__main__":
-    main()
+    sys.exit(osu_bw())

@@ -1,6 +1,8 @@
 """``mpiexec -n P python bench/osu_latency.py [OSU options]``: thin wrapper of collectives.bench.latency."""
 
-from collectives.bench.latency import main
+import sys
+
+from collectives.bench.catalogue import osu_latency
 
 if __name__ == "__main__":
-    main()
+    sys.exit(osu_latency())

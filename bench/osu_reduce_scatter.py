@@ -1,6 +1,8 @@
 """``mpiexec -n P python bench/osu_reduce_scatter.py [OSU options]``: thin wrapper of collectives.bench.reduce_scatter."""
 
-from collectives.bench.reduce_scatter import main
+import sys
+
+from collectives.bench.catalogue import osu_reduce_scatter
 
 if __name__ == "__main__":
-    main()
+    sys.exit(osu_reduce_scatter())

@@ -5,12 +5,14 @@ every world size of the multi-rank suite: 1 vs 4 ranks, codecs with error feedba
 resume-after-stop and resume-after-SIGKILL bit for bit, and clean exits on bad arguments.
 """
 
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import zipfile
 
 import numpy as np
 import pytest
@@ -66,8 +68,8 @@ def test_codecs_with_error_feedback_match_dense(dense4, tmp_path, codec):
 def test_resume_after_stop_is_bitwise(tmp_path, comm):
     args = [*TINY, *comm]
     _run(2, [*args, "--save-params", str(tmp_path / "whole.npy")])
-    ck = ["--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "8"]
-    _run(2, [*args, *ck, "--stop-after", "21"])    # last checkpoint at step 16
+    ck = ["--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "16"]
+    _run(2, [*args, *ck, "--stop-after", "41"])    # last checkpoint at step 32, after epoch 1
     _run(2, [*args, *ck, "--resume", "--save-params", str(tmp_path / "resumed.npy")])
     assert (tmp_path / "whole.npy").read_bytes() == (tmp_path / "resumed.npy").read_bytes()
 
@@ -118,3 +120,94 @@ def test_checkpoint_from_other_world_or_model_or_corrupt(tmp_path):
                         "another model")
     (tmp_path / "checkpoint.npz").write_bytes(b"\0" * 100)
     _assert_clean_error(_run(2, [*TINY, *ck, "--resume"], check=False), 2, "cannot read")
+
+
+# ---------------------------------------------------------------- hostile checkpoints (issue 11)
+def _npy(array):
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.asanyarray(array), allow_pickle=True)
+    return buf.getvalue()
+
+
+def _claiming(shape, data=b""):
+    """A float32 .npy whose header claims ``shape`` (padding kept), followed by ``data``."""
+    head = _npy(np.zeros(1, np.float32))[:-4]
+    new = head.replace(b"(1,)", repr(tuple(shape)).encode())
+    cut = len(new) - len(head)
+    return new[:-1 - cut] + b"\n" + data if cut else new + data
+
+
+def _write_npz(path, members, deflate=()):
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, blob in members.items():
+            zf.writestr(name + ".npy", blob if isinstance(blob, bytes) else _npy(blob),
+                        zipfile.ZIP_DEFLATED if name in deflate else zipfile.ZIP_STORED)
+
+
+def _meta(arrays, **change):
+    meta = json.loads(str(arrays["meta"]))
+    meta.update(change)
+    return np.array(json.dumps(meta))
+
+
+#: name -> (edit of {member: array or raw .npy bytes}, deflated members, message); the
+#: checkpoint is TINY on 2 ranks at step 5 (without --codec unless the name says so)
+HOSTILE = {
+    "params of shape (1,)": (lambda a: a.update({"shared/params": a["shared/params"][:1]}), (),
+                             "shared/params of float32 of shape (1,), expected float32 of shape"),
+    "params of float16": (lambda a: a.update({"shared/params": a["shared/params"].astype("f2")}),
+                          (), "shared/params of float16"),
+    "header claims 2**33": (lambda a: a.update({"shared/params": _claiming((1 << 33,))}), (),
+                            "of shape (8589934592,)"),
+    "header claims 10**12": (lambda a: a.update({"rank1/stats": _claiming((10**6, 10**6))}), (),
+                             "rank1/stats of float32 of shape (1000000, 1000000)"),
+    "zip bomb": (lambda a: a.update({"shared/momentum": _npy(np.zeros(8 << 20, np.float32))}),
+                 ("shared/momentum",), "would expand to 33554560 bytes"),
+    "missing momentum": (lambda a: a.pop("shared/momentum"), (), "lacks shared/momentum"),
+    "extra member": (lambda a: a.update({"shared/evil": np.zeros(3)}), (),
+                     "members this run does not write: shared/evil"),
+    "pickled stats": (lambda a: a.update({"rank0/stats": np.array([{}], dtype=object)}), (),
+                      "rank0/stats of object"),
+    "clock is a list": (lambda a: a.update(meta=_meta(a, clock=[1, 2])), (), "clock"),
+    "negative step": (lambda a: a.update(meta=_meta(a, step=-1)), (), "step -1"),
+    "step 10**9": (lambda a: a.update(meta=_meta(a, step=10**9)), (), "step 1000000000"),
+    "elapsed NaN": (lambda a: a.update(meta=_meta(a, elapsed=float("nan"))), (), "elapsed nan"),
+    "meta nested 100000 deep": (lambda a: a.update(meta=np.array("[" * 100_000)), (),
+                                "meta that is not JSON"),
+    "codec: residual of shape (1,)": (
+        lambda a: a.update({"rank1/compression/memory/error/grads": np.zeros(1, np.float32)}), (),
+        "rank1/compression/memory/error/grads of float32 of shape (1,)"),
+    "codec: generator state garbage": (
+        lambda a: a.update({"rank0/compression/codec/rng": np.array("{]")}), (),
+        "rank 0's compression state does not load"),
+}
+CODEC_CK = ["--codec", "dgc:density=0.1"]  # error feedback and a private generator
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """A valid checkpoint of a TINY 2-rank run at step 5, without and with a codec."""
+    made = {}
+    for codec in ((), tuple(CODEC_CK)):
+        d = tmp_path_factory.mktemp("ck")
+        _run(2, [*TINY, *codec, "--checkpoint-dir", str(d), "--checkpoint-every", "5",
+                 "--stop-after", "5"])
+        with np.load(d / "checkpoint.npz", allow_pickle=False) as f:
+            made[codec] = {k: f[k] for k in f.files}
+    return made
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_checkpoint_is_one_line_exit_2(checkpoints, tmp_path, case):
+    """Rank 0 checks the file against what this run writes before it reads the data, and every
+    rank exits 2 with one line: no hang, MemoryError, traceback or silent resume."""
+    edit, deflate, message = HOSTILE[case]
+    codec = CODEC_CK if case.startswith("codec:") else []
+    arrays = dict(checkpoints[tuple(codec)])
+    edit(arrays)
+    _write_npz(tmp_path / "checkpoint.npz", arrays, deflate)
+    assert (tmp_path / "checkpoint.npz").stat().st_size < 500_000  # the bomb: 33 KB
+    t0 = time.monotonic()
+    proc = _run(2, [*TINY, *codec, "--checkpoint-dir", str(tmp_path), "--resume"], check=False)
+    _assert_clean_error(proc, 2, message)
+    assert time.monotonic() - t0 < 60

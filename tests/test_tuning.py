@@ -116,6 +116,16 @@ def test_write_merges_world_sizes(tmp_path):
     assert set(table) == {2, 4} and json.loads(path.read_text())["host"] == "b"
 
 
+@pytest.mark.parametrize("old", ["[" * 100_000, json.dumps({"format": tuning.FORMAT, "version":
+                                  tuning.VERSION, "world_sizes": {"\u00b2": {"rules": RULES}}})])
+def test_write_replaces_a_hostile_file(tmp_path, old):
+    """collectives-tune writing over a file it cannot use replaces it (it used to raise)."""
+    path = tmp_path / "t.json"
+    path.write_text(old)
+    tuning.write(path, {2: {"rules": RULES}})
+    assert set(tuning.read(path)) == {2}
+
+
 def test_choose_with_and_without_rules():
     rules = [(4096, "native"), (math.inf, "ring")]
     assert choose(4096, 1024, 4, rules) == "native"

@@ -58,4 +58,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ._cli import program
+
+    sys.exit(program("collectives", main)())

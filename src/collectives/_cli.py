@@ -1,20 +1,34 @@
-"""Command lines of programs that run on every rank: say things once, not once per rank.
+"""Command lines of programs that run on every rank: say things once, never hang on an error.
 
 Every rank of an MPI job parses the same arguments, so a plain ``argparse`` prints ``--help`` and
 each error p times, each error with its usage block. :class:`Parser` prints help and usage on rank
 0 only and turns every error into a :class:`UsageError`; :func:`usage_errors` catches one, prints
 ``PROG: error: MESSAGE`` once (on rank 0, or on every rank for an error that is not the same
 everywhere) and exits every rank with status 2, the exit status of an argparse error.
+
+Any other exception is seen by one rank only, as a rule, and the others would wait for it
+forever in their next message. :func:`program` turns a ``main`` into the entry point of a process
+(console script, ``python -m``, ``if __name__ == "__main__"``): a usage error as above, any other
+unhandled exception (``KeyboardInterrupt`` too) as one line ``PROG: error: rank R: TYPE: MESSAGE``
+on the failing rank, then ``MPI_Abort`` on ``COMM_WORLD``, which ends every rank of the job: what
+``python -m mpi4py`` does for any script. ``COLLECTIVES_TRACEBACK=1`` prints the traceback too.
+``SystemExit`` passes: a program that exits does so on every rank.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator, NoReturn
 
-__all__ = ["UsageError", "Parser", "usage_errors", "world_rank", "PLOT_INSTALL"]
+__all__ = ["UsageError", "Parser", "usage_errors", "fatal_errors", "program", "abort",
+           "world_rank", "PLOT_INSTALL", "TRACEBACK_ENV"]
+
+#: Set to 1 to print the traceback of an error that ends the job (:func:`abort`), not just its line.
+TRACEBACK_ENV = "COLLECTIVES_TRACEBACK"
 
 #: How to get matplotlib, for the programs that draw (``--plot``, ``collectives-plot``).
 PLOT_INSTALL = "pip install 'mpi-collectives[plot]' (from a clone: pip install -e '.[plot]')"
@@ -66,3 +80,52 @@ def usage_errors(prog: str, rank: int | None = None) -> Iterator[None]:
         if (world_rank() if rank is None else rank) == 0 or not exc.uniform:
             print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
+
+
+def abort(prog: str, exc: BaseException, status: int = 1) -> NoReturn:
+    """End the whole job for ``exc``, raised on this rank: one line, then ``MPI_Abort``.
+
+    The line is ``PROG: error: rank R: TYPE: MESSAGE`` on standard error (the traceback before it
+    with ``COLLECTIVES_TRACEBACK=1``). Without MPI, or alone in ``COMM_WORLD``, the process
+    just exits with ``status``.
+    """
+    from mpi4py import MPI
+
+    live = MPI.Is_initialized() and not MPI.Is_finalized()
+    rank, size = (MPI.COMM_WORLD.rank, MPI.COMM_WORLD.size) if live else (0, 1)
+    if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
+        traceback.print_exception(exc)
+    text = " ".join(str(exc).split())  # one line, whatever the message holds
+    print(f"{prog}: error: rank {rank}: {type(exc).__name__}" + (f": {text}" if text else ""),
+          file=sys.stderr, flush=True)
+    if size > 1:
+        MPI.COMM_WORLD.Abort(status)
+    raise SystemExit(status)
+
+
+@contextmanager
+def fatal_errors(prog: str, rank: int | None = None) -> Iterator[None]:
+    """Run the body of a process's program: :func:`usage_errors`, and :func:`abort` for any other
+    exception but ``SystemExit``."""
+    try:
+        with usage_errors(prog, rank):
+            yield
+    except SystemExit:
+        raise
+    except BaseException as exc:  # KeyboardInterrupt too: a rank that stops must stop them all
+        abort(prog, exc)
+
+
+def program(prog: str, main: Callable[[], int | None]) -> Callable[[], int]:
+    """The entry point of a process that runs ``main()``: its exit status (an int that ``main``
+    returns, else 0), under :func:`fatal_errors`. Console scripts name it; ``python -m`` and
+    ``__main__`` blocks call ``sys.exit(program(PROG, main)())``. ``main`` itself stays callable
+    in-process (tests), where exceptions propagate as usual."""
+
+    def script() -> int:
+        with fatal_errors(prog):
+            status = main()
+        return status if isinstance(status, int) else 0
+
+    script.__doc__ = f"Console script ``{prog}``: ``main()`` under fatal_errors (one line, then MPI_Abort)."
+    return script

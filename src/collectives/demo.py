@@ -13,7 +13,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import ALGORITHMS, allreduce
-from ._cli import Parser, usage_errors
+from ._cli import Parser, program, usage_errors
 
 PROG = "python -m collectives.demo"
 
@@ -54,4 +54,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    sys.exit(program(PROG, main)())

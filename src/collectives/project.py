@@ -10,4 +10,6 @@ warnings.warn("collectives.project is deprecated; import collectives.tuning.proj
               DeprecationWarning, stacklevel=2)
 
 if __name__ == "__main__":  # python -m collectives.project, as before
-    main()  # noqa: F405
+    import sys
+
+    sys.exit(script())  # noqa: F405

@@ -10,4 +10,6 @@ warnings.warn("collectives.tune is deprecated; import collectives.tuning.tune in
               DeprecationWarning, stacklevel=2)
 
 if __name__ == "__main__":  # python -m collectives.tune, as before
-    main()  # noqa: F405
+    import sys
+
+    sys.exit(script())  # noqa: F405

@@ -9,7 +9,7 @@ See ``docs/compression.md`` for the wire formats, properties and papers of every
 """
 
 from . import device, protocols
-from .base import Codec
+from .base import DECODE_MAX_ELEMENTS, Codec
 from .memory import DGCMemory, ErrorFeedback
 from .protocols import ElementSummable, LowRankSummable, Memory, SparsePayload
 from .registry import CODECS, from_spec, get, parse_spec
@@ -23,6 +23,7 @@ __all__ = [
     "parse_spec",
     "from_spec",
     "Codec",
+    "DECODE_MAX_ELEMENTS",
     "ErrorFeedback",
     "DGCMemory",
     "ElementSummable",

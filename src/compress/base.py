@@ -51,14 +51,21 @@ from typing import ClassVar, Sequence
 import numpy as np
 
 from ._backend import backend_of
-from ._header import MAX_NDIM, Header, header_nbytes, read_header, write_header
+from ._header import MAX_COUNT, MAX_NDIM, Header, header_nbytes, read_header, write_header
 from ._layout import Section, body_nbytes, split_body
 from ._util import quiet
 from .protocols import SUMMABLE, SparsePayload
 
-__all__ = ["Codec", "FLOAT_DTYPES"]
+__all__ = ["Codec", "FLOAT_DTYPES", "DECODE_MAX_ELEMENTS"]
 
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+#: The most elements :meth:`Codec.decode` and :meth:`Codec.sparse_parts` accept from a payload's
+#: header when the caller does not say how many it expects (``count=``): 2**28 (1 GiB of
+#: float32). Sparse and low-rank payloads are small whatever the count they claim, so without a
+#: limit a payload of a few hundred bytes could ask for a dense array of up to ``MAX_COUNT``
+#: (2**40) elements. ``max_elements=`` raises (or lowers) it for one call.
+DECODE_MAX_ELEMENTS = 1 << 28
 
 
 class Codec:
@@ -115,47 +122,62 @@ class Codec:
         ops = backend_of(x)
         return self._encode(self._prepare(x, ops), ops, key, int(step), out)
 
-    def decode(self, payload, *, count: int | None = None) -> np.ndarray:
+    def decode(self, payload, *, count: int | None = None,
+               max_elements: int | None = None) -> np.ndarray:
         """Decompress a payload of this codec into a new dense array.
 
         Parameters
         ----------
         count : int, optional
             The number of elements the caller expects. A payload from elsewhere (another rank)
-            whose header claims a different count is rejected before anything is allocated, so
-            a hostile header cannot make the decoder allocate up to ``MAX_COUNT`` elements.
+            whose header claims a different count is rejected before anything is allocated.
+        max_elements : int, optional
+            The most elements the header may claim; default ``count`` when given, else
+            :data:`DECODE_MAX_ELEMENTS` (2**28). Pass a larger value (up to ``MAX_COUNT``,
+            2**40) to decode larger tensors without naming their exact count. So a hostile
+            header cannot make the decoder allocate gigabytes: a sparse or low-rank payload of
+            a few hundred bytes may claim billions of elements. (Dense formats need a payload
+            proportional to the count anyway: the exact-length check bounds them.)
 
         Raises
         ------
         ValueError
             If the payload is truncated, padded, corrupted, from another codec or otherwise
-            malformed, or holds other than ``count`` elements. Validation finishes before any
-            index is used to write.
+            malformed, holds other than ``count`` elements or more than ``max_elements``.
+            Validation finishes before anything of the payload's size is allocated and before
+            any index is used to write.
         """
         ops = backend_of(payload)
-        hdr, body = self._parse(payload, count, ops)
+        hdr, body = self._parse(payload, count, max_elements, ops)
         return self._decode(hdr, body, ops).reshape(hdr.shape)
 
-    def sparse_parts(self, payload, *, count: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def sparse_parts(self, payload, *, count: int | None = None,
+                     max_elements: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """For ``sparse`` codecs: the payload as (strictly increasing int64 flat indices, values).
 
-        Validated like :meth:`decode` (every index in range and in order, and ``count`` checked
-        if given) before anything is returned, so a sparse allreduce can merge the lists
-        without decoding to dense.
+        Validated like :meth:`decode` (every index in range and in order, ``count`` and
+        ``max_elements`` checked the same way) before anything is returned, so a sparse
+        allreduce can merge the lists without decoding to dense.
         """
         if not isinstance(self, SparsePayload):
             raise TypeError(f"codec {self.name!r} is not sparse")
         ops = backend_of(payload)
-        return self._sparse_parts(*self._parse(payload, count, ops), ops)
+        return self._sparse_parts(*self._parse(payload, count, max_elements, ops), ops)
 
-    def _parse(self, payload, count: int | None, ops) -> tuple[Header, dict[str, np.ndarray]]:
-        """Validate the header, the parameters, the element count (if expected) and the exact
-        length; return the body sections. Of a device payload only the header travels to the host."""
+    def _parse(self, payload, count: int | None, max_elements: int | None,
+               ops) -> tuple[Header, dict[str, np.ndarray]]:
+        """Validate the header, the parameters, the element count (against ``count`` and the
+        limit) and the exact length; return the body sections. Of a device payload only the
+        header travels to the host, so both backends share every check."""
+        limit = _element_limit(count, max_elements)
         buf = ops.as_payload(payload)
         prefix = ops.header_prefix(buf, header_nbytes(MAX_NDIM, len(self.PARAMS)))
         hdr = read_header(prefix, self.codec_id, self.PARAMS)
         if count is not None and hdr.count != count:
             raise ValueError(f"payload holds {hdr.count} elements, expected {count}")
+        if hdr.count > limit:
+            raise ValueError(f"payload claims {hdr.count} elements, more than max_elements="
+                             f"{limit}; pass count= or a larger max_elements= to decode it")
         self._check_params(hdr)
         sections = self._sections(hdr.count, hdr.dtype, hdr.params)
         expected = hdr.nbytes + body_nbytes(sections)
@@ -272,3 +294,13 @@ class Codec:
         if x.ndim > MAX_NDIM:
             raise ValueError(f"arrays of more than {MAX_NDIM} dimensions are not supported (got {x.ndim})")
 
+
+def _element_limit(count, max_elements) -> int:
+    """The most elements a header may claim in one decode (see :meth:`Codec.decode`)."""
+    for name, value in (("count", count), ("max_elements", max_elements)):
+        if value is not None and (not isinstance(value, (int, np.integer))
+                                  or isinstance(value, bool) or value < 0):
+            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    if max_elements is not None:
+        return min(int(max_elements), MAX_COUNT)
+    return int(count) if count is not None else DECODE_MAX_ELEMENTS

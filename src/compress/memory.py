@@ -96,13 +96,13 @@ class ErrorFeedback(Memory):
         if isinstance(self.codec, SparsePayload):
             # decode() is zero but at the sent indices: the residual is ``corrected`` (a fresh
             # array) minus the sent values there. O(k) instead of a dense decode and subtraction.
-            idx, vals = self.codec.sparse_parts(payload)
+            idx, vals = self.codec.sparse_parts(payload, count=corrected.size)
             flat = corrected.reshape(-1)
             with quiet():
                 flat[idx] -= vals
             self._store(key, corrected)
         else:
-            self.remember(corrected, self.codec.decode(payload), key=key)
+            self.remember(corrected, self.codec.decode(payload, count=corrected.size), key=key)
         return payload
 
     def compensate(self, x, *, key=None) -> np.ndarray:
@@ -207,7 +207,7 @@ class DGCMemory(Memory):
         payload = self.codec.encode(v, key=key, step=step)
         if count_nonfinite(v):
             return payload
-        sent = self.codec.decode(payload) != 0
+        sent = self.codec.decode(payload, count=v.size) != 0
         v[sent] = 0
         u[sent] = 0
         st.u, st.v = u, v

@@ -103,9 +103,9 @@ class Memory(ABC):
     def encode(self, x, *, key=None, step: int = 0):
         """The payload of ``x`` corrected by the state of ``key``; updates that state."""
 
-    def decode(self, payload, *, count: int | None = None):
-        """Decode with the wrapped codec."""
-        return self.codec.decode(payload, count=count)
+    def decode(self, payload, *, count: int | None = None, max_elements: int | None = None):
+        """Decode with the wrapped codec (``count``, ``max_elements``: see ``Codec.decode``)."""
+        return self.codec.decode(payload, count=count, max_elements=max_elements)
 
     def reset(self, key=None) -> None:
         """Forget the state of ``key`` (of every key when None)."""

@@ -17,7 +17,7 @@ import pytest
 import compress
 from compress._device import is_device
 from compress._kernels.cuda import select
-from helpers import parts, sample
+from helpers import forged, parts, sample
 
 # the simulator runs the RNG's wrapping uint64 arithmetic as NumPy scalars, which warn
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
@@ -255,6 +255,20 @@ def test_hostile_device_payloads_rejected(device, case):
     with pytest.raises(ValueError, match=message):
         codec.decode(payload)
     with pytest.raises(ValueError, match=message):
+        codec.decode(to_device(payload))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_device_forged_huge_count(device, name):
+    """A device payload whose header claims 2**31 - 1 elements (dense formats: 2**40) is
+    rejected by the same checks as on the host (compress.DECODE_MAX_ELEMENTS), before any
+    device memory of that size is allocated."""
+    to_device, _ = device
+    codec = compress.get(name, **CASES[name])
+    dense = not codec.sparse
+    codec, payload, _ = forged(codec, codec.encode(sample(99, np.float32)),
+                               1 << 40 if dense else (1 << 31) - 1)
+    with pytest.raises(ValueError, match=None if dense else "max_elements"):
         codec.decode(to_device(payload))
 
 

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import compress
-from helpers import parts, sample
+from helpers import forged, parts, sample
 
 PARAMS = {"topk": {"ratio": 0.2}, "randomk": {"ratio": 0.3}, "threshold": {"tau": 0.5},
           "dgc": {"density": 0.2}, "powersgd": {"rank": 2}}
@@ -113,3 +113,35 @@ def test_level_codes_above_range_rejected(levels):
     body["codes"][0] = 0xFF
     with pytest.raises(ValueError):
         codec.decode(payload)
+
+
+# ---------------------------------------------------------------- forged element counts
+@pytest.mark.parametrize("name", NAMES)
+def test_forged_huge_count_is_a_value_error(name):
+    """A payload of at most a few hundred bytes (PowerSGD: its 512 KiB of rank-1 factors) that
+    claims 2**31 - 1 elements (PowerSGD 2**32, dense formats 2**40) is rejected
+    before anything of that size is allocated; before the limit, sparse and low-rank decodes
+    allocated GiB or raised MemoryError."""
+    claim = 1 << 40 if not (compress.CODECS[name].sparse or name == "powersgd") else (1 << 31) - 1
+    codec, payload, claim = forged(*valid(name), claim)
+    assert payload.nbytes <= (300 if name != "powersgd" else 300 + (1 << 19))
+    with pytest.raises(ValueError):
+        codec.decode(payload)
+    if codec.sparse:
+        with pytest.raises(ValueError):
+            codec.sparse_parts(payload)
+
+
+@pytest.mark.parametrize("name", ["topk", "threshold", "dgc", "randomk", "powersgd"])
+def test_max_elements_allows_more_explicitly(name):
+    """The limit names itself and is lifted for one call by ``max_elements=`` or by ``count=``."""
+    codec, payload, claim = forged(*valid(name), 1 << 12)
+    with pytest.raises(ValueError, match="max_elements"):
+        codec.decode(payload, max_elements=claim - 1)
+    assert codec.decode(payload, max_elements=claim).size == claim
+    assert codec.decode(payload, count=claim).size == claim
+    with pytest.raises(ValueError, match="max_elements"):
+        codec.decode(payload, count=claim, max_elements=claim - 1)
+    with pytest.raises(ValueError, match="non-negative integer"):
+        codec.decode(payload, max_elements=-1)
+    assert compress.DECODE_MAX_ELEMENTS == 1 << 28

@@ -110,9 +110,37 @@ def test_auto_follows_tuning_file(monkeypatch):
     assert ran == ([] if comm.size == 1 else ["ring", "tree"])
 
 
-def test_auto_malformed_file_falls_back(monkeypatch):
+def _tuning(world_sizes):
+    return json.dumps({"format": tuning.FORMAT, "version": tuning.VERSION,
+                       "world_sizes": world_sizes})
+
+
+_RULE = {"rules": [{"max_bytes": None, "algorithm": "ring"}]}
+#: files that are not tuning files; the hostile ones used to raise on rank 0 only (hang)
+MALFORMED = {
+    "not json": ("{not json", "not readable as JSON"),
+    "not a dict": ("[1, 2, 3]", "not a tuning file"),
+    "superscript key": (_tuning({"\u00b2": _RULE}), "positive integers"),
+    "5000-digit key": (_tuning({"9" * 5000: _RULE}), "positive integers"),
+    "5000-digit number": (_tuning({"2": {"rules": [{"max_bytes": None, "algorithm": "ring"}],
+                                         "x": 0}}).replace('"x": 0', '"x": ' + "9" * 5000),
+                          "not readable as JSON"),
+    "nested 100000 deep": ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    "unhashable algorithm": (_tuning({"2": {"rules": [{"max_bytes": None, "algorithm": []}]}}),
+                             "unknown algorithm"),
+    "huge file": (_tuning({"2": _RULE}) + " " * 2000, "larger than 1000 bytes"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_auto_malformed_file_falls_back(monkeypatch, case):
+    """Rank 0 reads the file and broadcasts the verdict: every rank takes the built-in rule, and
+    rank 0 alone warns, naming the problem."""
     comm = MPI.COMM_WORLD
-    monkeypatch.setenv(tuning.ENV, str(_write(comm, "{not json")))
+    content, problem = MALFORMED[case]
+    monkeypatch.setenv(tuning.ENV, str(_write(comm, content)))
+    if case == "huge file":  # not 16 MiB of test file
+        monkeypatch.setattr(tuning.tuning_file, "MAX_FILE_BYTES", 1000)
     tuning.clear_cache()
     dup = comm.Dup()
     try:
@@ -120,6 +148,7 @@ def test_auto_malformed_file_falls_back(monkeypatch):
             warnings.simplefilter("always")
             assert auto.comm_rules(context(dup)) is None
         assert len(caught) == (1 if comm.rank == 0 else 0)
+        assert all(problem in str(w.message) and len(str(w.message)) < 400 for w in caught)
         x = np.ones(1000, np.float32)
         assert np.array_equal(collectives.allreduce(x, comm=dup), x * comm.size)
     finally:

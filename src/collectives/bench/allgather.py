@@ -38,4 +38,8 @@ main = entry_point(SPEC)
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from .._cli import program
+
+    sys.exit(program("osu_allgather", main)())

@@ -49,4 +49,8 @@ def main(argv=None, comm=None, out=None):
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from .._cli import program
+
+    sys.exit(program("osu_bw", main)())

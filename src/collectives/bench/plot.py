@@ -17,12 +17,12 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from .._cli import PLOT_INSTALL, Parser, UsageError, usage_errors
+from .._cli import PLOT_INSTALL, Parser, UsageError, program, usage_errors
 from ..tuning.cost_model import COSTS, Network, predict
 from ..tuning.projection import model_from_tuning
 from .results import Record, read_records
 
-__all__ = ["ratio_table", "error_table", "model_from_tuning", "plot", "main"]
+__all__ = ["ratio_table", "error_table", "model_from_tuning", "plot", "main", "script"]
 
 
 def _by_algorithm(records: Sequence[Record]) -> dict[str, list[Record]]:
@@ -163,5 +163,10 @@ def _main(argv: Sequence[str] | None) -> None:
     print(f"wrote {out}")
 
 
+#: Console script ``collectives-plot`` (``_cli.program``: an error is one line, exit 1).
+script = program("collectives-plot", main)
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    sys.exit(script())

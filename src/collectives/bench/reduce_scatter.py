@@ -43,4 +43,8 @@ main = entry_point(SPEC)
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from .._cli import program
+
+    sys.exit(program("osu_reduce_scatter", main)())

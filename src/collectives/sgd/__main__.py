@@ -2,6 +2,6 @@
 
 import sys
 
-from .driver import main
+from .driver import script
 
-sys.exit(main())
+sys.exit(script())

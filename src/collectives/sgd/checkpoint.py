@@ -20,9 +20,11 @@ The data order needs no state of its own: epoch ``e`` is shuffled by ``default_r
 
 Writing: rank 0 writes a temporary file in the same directory, flushes and fsyncs it,
 ``os.replace``-s it over ``checkpoint.npz`` and fsyncs the directory, so a job killed at any moment,
-even during a write, leaves the previous or the new checkpoint whole. Reading: rank 0 reads and
-checks the file and broadcasts a verdict (an error message or the contents), so every rank stops
-with the same message or resumes from the same state.
+even during a write, leaves the previous or the new checkpoint whole. Reading: rank 0 reads the
+file, checking every name, size, header, dtype and shape against what this run writes before it
+reads the data (:mod:`collectives.sgd.checkpoint_check`: a hostile file cannot make it allocate
+without bound or resume from state that does not fit), and broadcasts a verdict (an error message
+or the contents), so every rank stops with the same message or resumes from the same state.
 """
 
 from __future__ import annotations
@@ -32,12 +34,15 @@ import json
 import os
 import tempfile
 import zipfile
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from mpi4py import MPI
 
-__all__ = ["FILENAME", "VERSION", "save", "load", "write_atomic", "read"]
+from .checkpoint_check import META_MAX_CHARS, Member, read_checked
+
+__all__ = ["FILENAME", "VERSION", "META_MAX_CHARS", "save", "load", "write_atomic", "read",
+           "Member"]
 
 FILENAME = "checkpoint.npz"
 VERSION = 2  # 2: the compression's state is state.state_dict(), under rank<k>/compression/
@@ -96,47 +101,40 @@ def save(directory: str, meta: dict[str, Any], shared: dict[str, np.ndarray],
     write_atomic(os.path.join(directory, FILENAME), arrays)
 
 
-def _split(arrays: dict[str, np.ndarray], world: int) -> tuple[dict, dict, list[dict]]:
-    meta = json.loads(str(arrays["meta"]))
+def _split(arrays: dict[str, np.ndarray], world: int) -> tuple[dict, list[dict]]:
     shared = {k[len("shared/"):]: v for k, v in arrays.items() if k.startswith("shared/")}
     ranks: list[dict] = [{} for _ in range(world)]
     for k, v in arrays.items():
         head, _, name = k.partition("/")
-        if head.startswith("rank") and head[4:].isdigit() and int(head[4:]) < world:
+        if head.startswith("rank"):
             ranks[int(head[4:])][name] = v
-    return meta, shared, ranks
+    return shared, ranks
 
 
-def _differences(theirs: str, ours: str) -> str:
-    a, b = json.loads(theirs), json.loads(ours)
-    diff = [f"{k} {a.get(k)} there, {b.get(k)} here" for k in sorted(set(a) | set(b))
-            if a.get(k) != b.get(k)]
-    return "; ".join(diff) or "fingerprints differ"
-
-
-def load(directory: str, expect: dict[str, Any], comm: MPI.Comm) -> tuple[dict, dict, dict]:
+def load(directory: str, expected: dict[str, Member], expect_meta: dict[str, Any],
+         comm: MPI.Comm, check: Callable[[dict, dict, list[dict]], None] | None = None
+         ) -> tuple[dict, dict, dict]:
     """Collective: rank 0 reads and checks the checkpoint; every rank gets ``(meta, shared, mine)``.
 
-    ``expect`` holds ``world`` and ``fingerprint``, which must match. Raises ValueError (the same
-    message on every rank) when the file is missing, unreadable, corrupt or from another run.
+    ``expected``: every member this run writes, by name (:class:`Member`: dtype and shape);
+    ``expect_meta``: what ``meta`` must say (:func:`checkpoint_check.check_meta`); ``check``: a
+    last check of the values on rank 0 (``check(meta, shared, ranks)`` raises ValueError).
+    Nothing is broadcast before the verdict: raises ValueError, the same message on every rank,
+    when the file is missing, unreadable, corrupt, hostile or from another run.
     """
     verdict, payload = "", None
     if comm.rank == 0:
         path = os.path.join(directory, FILENAME)
         try:
-            meta, shared, ranks = _split(read(path), comm.size)
-            if meta.get("version") != VERSION:
-                raise ValueError(f"checkpoint {path} has format version {meta.get('version')}, "
-                                 f"this program reads {VERSION}")
-            if meta.get("world") != expect["world"]:
-                raise ValueError(f"checkpoint {path} was written by {meta.get('world')} ranks, "
-                                 f"this job has {expect['world']}")
-            if meta.get("fingerprint") != expect["fingerprint"]:
-                raise ValueError(f"checkpoint {path} is from another model or configuration: "
-                                 + _differences(meta.get("config", "{}"), expect["config"]))
+            meta, arrays = read_checked(path, expected, expect_meta)
+            shared, ranks = _split(arrays, comm.size)
+            if check is not None:
+                check(meta, shared, ranks)
             payload = (meta, shared, ranks)
-        except (ValueError, KeyError, TypeError) as e:
-            verdict = str(e) if not isinstance(e, KeyError) else f"checkpoint {path} lacks {e}"
+        except ValueError as e:
+            verdict = str(e)
+        except Exception as e:  # whatever else a file provokes, every rank must hear of it
+            verdict = f"cannot read checkpoint {path}: {type(e).__name__}: {str(e)[:300]}"
     verdict = comm.bcast(verdict, root=0)
     if verdict:
         raise ValueError(verdict)

@@ -28,17 +28,22 @@ from mpi4py import MPI
 from ..compressed import CompressionState
 from ..compressed.strategies import incompatibility
 from . import checkpoint, data, report
+from .._cli import program
 from .cli import PROG, Config, UsageError, parse
 from .codecs import build
 from .exchange import Exchange
+from .fusion import FusionBuffer
 from .model import MLP
 from .optim import SGD, Schedule
 from .timing import Clock
 
-__all__ = ["train", "main"]
+__all__ = ["train", "main", "script"]
 
 #: checkpoint entries (per rank) holding ``state.state_dict()``
 STATE_PREFIX = "compression/"
+#: the fields of an epoch record (``Trainer.evaluate``, the history a checkpoint holds)
+HISTORY_KEYS = ("epoch", "step", "loss", "train_acc", "test_loss", "test_acc", "wall_s",
+                "bytes_sent")
 
 
 def _fingerprint(cfg: Config, sizes: tuple[int, ...]) -> tuple[str, str]:
@@ -100,6 +105,61 @@ class Trainer:
                 "history": self.history, "elapsed": self.elapsed + self.run_seconds(),
                 "clock": dict(self.clock.seconds)}
         return meta, shared, mine
+
+    def expected(self) -> tuple[dict[str, checkpoint.Member], dict]:
+        """Collective: what a checkpoint of this run holds, to check one against before resuming:
+        every member (dtype and shape) and what ``meta`` must say.
+
+        A codec's state gets its layout (names, dtypes, shapes of ``state.state_dict()`` on every
+        rank) from one exchange of a random gradient with a fresh state: the same calls create
+        the same entries as in training, whatever the codec, memory and strategy."""
+        n = self.model.params.size
+        members = {"meta": checkpoint.Member.text(checkpoint.META_MAX_CHARS),
+                   "shared/params": checkpoint.Member("<f4", (n,))}
+        mine = {"epoch_loss": checkpoint.Member("<f8", (3,)),
+                "stats": checkpoint.Member("<f8", (4,))}
+        if self.cfg.local_every:  # local SGD: every rank's own momentum
+            mine["momentum"] = checkpoint.Member("<f4", (n,))
+        else:
+            members["shared/momentum"] = checkpoint.Member("<f4", (n,))
+        layouts = self.comm.gather(self._state_layout(), root=0) or [{}] * self.world
+        for r, layout in enumerate(layouts):
+            members.update({f"rank{r}/{k}": v for k, v in mine.items()})
+            members.update({f"rank{r}/{STATE_PREFIX}{k}": v for k, v in layout.items()})
+        meta = {"version": checkpoint.VERSION, "world": self.world,
+                "fingerprint": self.fingerprint, "config": self.config_text,
+                "total_steps": self.total, "steps_per_epoch": self.spe,
+                "step_multiple": self.cfg.local_every or 1, "history_keys": HISTORY_KEYS}
+        return members, meta
+
+    def _state_layout(self) -> dict[str, checkpoint.Member]:
+        if self.state is None:
+            return {}
+        a = self.args
+        state = build(a.codec, error_feedback=a.error_feedback, seed=a.seed, rank=self.rank)
+        grads = FusionBuffer(self.model.grads.shapes)
+        grads.flat[...] = np.random.default_rng(self.rank).standard_normal(grads.size)
+        Exchange(grads, grads, state, a.algorithm, a.strategy, 0, self.comm, Clock())(0)
+        return {k: checkpoint.Member.like(v) for k, v in state.state_dict().items()}
+
+    def check_state(self, meta: dict, shared: dict, ranks: list[dict]) -> None:
+        """Rank 0, before resuming: every rank's compression state loads into a fresh state for
+        that rank (generator states parse), and its step counters are within ``[0, step]``."""
+        if self.state is None:
+            return
+        a, step = self.args, meta["step"]
+        for r, entries in enumerate(ranks):
+            state = {k[len(STATE_PREFIX):]: v for k, v in entries.items()
+                     if k.startswith(STATE_PREFIX)}
+            for k, v in state.items():
+                if v.dtype.kind in "iu" and not 0 <= int(v) <= step:
+                    raise ValueError(f"checkpoint: rank {r}'s {k} is {int(v)}, not in [0, {step}]")
+            try:
+                build(a.codec, error_feedback=a.error_feedback, seed=a.seed,
+                      rank=r).load_state_dict(state)
+            except (ValueError, TypeError, KeyError) as e:
+                raise ValueError(f"checkpoint: rank {r}'s compression state does not load: "
+                                 f"{' '.join(str(e).split())[:200]}") from None
 
     def restore(self, meta: dict, shared: dict, mine: dict) -> None:
         self.step = int(meta["step"])
@@ -227,9 +287,8 @@ def train(argv: list[str] | None = None, comm: MPI.Comm | None = None) -> dict |
     t.t_start = time.perf_counter()
     if cfg.args.resume:
         try:
-            t.restore(*checkpoint.load(cfg.args.checkpoint_dir,
-                                       {"world": t.world, "fingerprint": t.fingerprint,
-                                        "config": t.config_text}, comm))
+            t.restore(*checkpoint.load(cfg.args.checkpoint_dir, *t.expected(), comm,
+                                       check=t.check_state))
         except ValueError as e:
             raise UsageError(str(e)) from None
     if not t.train():
@@ -264,3 +323,8 @@ def main(argv: list[str] | None = None, comm: MPI.Comm | None = None) -> int:
             print(f"{PROG}: error: {e}", file=sys.stderr, flush=True)
         return 2
     return 0
+
+
+#: ``python -m collectives.sgd`` and the console script ``collectives-sgd``: an error on any rank
+#: ends the job (one line on that rank, then MPI_Abort: ``_cli.program``), never a hang.
+script = program(PROG, main)

@@ -134,4 +134,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .._cli import program
+
+    sys.exit(program("collectives.sgd.report", main)())

@@ -25,9 +25,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence, TextIO
 
+from .._cli import program
 from .cost_model import Network, predict
 
-__all__ = ["project", "format_table", "model_from_tuning", "main"]
+__all__ = ["project", "format_table", "model_from_tuning", "main", "script"]
 
 DEFAULT_RANKS = [16, 64, 256, 1024, 4096]
 DEFAULT_SIZES = [8, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20]
@@ -147,5 +148,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> None:
     print(format_table(project(args.ranks, args.sizes, net)), file=out)
 
 
+#: Console script ``collectives-project`` (``_cli.program``: an error is one line, exit 1).
+script = program("collectives-project", main)
+
 if __name__ == "__main__":
-    main()
+    sys.exit(script())

@@ -40,9 +40,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
+from .._cli import program
 from ..launch import mpiexec_command
 
-__all__ = ["DEFAULT_SIZES", "main", "pick", "tune_world"]
+__all__ = ["DEFAULT_SIZES", "main", "script", "pick", "tune_world"]
 
 DEFAULT_SIZES = [8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 ROUNDS = 2
@@ -212,5 +213,8 @@ def _strip_ranks(argv: list[str]) -> list[str]:
     return out
 
 
+#: Console script ``collectives-tune``: an error on any rank ends the job (``_cli.program``).
+script = program("collectives-tune", main)
+
 if __name__ == "__main__":
-    main()
+    sys.exit(script())

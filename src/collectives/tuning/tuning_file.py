@@ -27,10 +27,13 @@ it has ``alpha_inter``/``beta_inter`` and ``node_size``). A world size missing f
 auto's built-in rule (or, across nodes, the two-level model).
 
 Errors: a missing file means "not tuned" (no message). A file that exists but cannot be read or
-does not have this shape raises :class:`TuningFileError` naming the file and the problem;
-``auto`` turns that into one ``RuntimeWarning`` on rank 0 and uses its built-in rule, so a stale
-or half-written cache file never stops a training job. The file is read once per process
-(:func:`clear_cache` forgets it, for tests).
+does not have this shape raises :class:`TuningFileError` naming the file and the problem: also a
+hostile one (larger than :data:`MAX_FILE_BYTES`, nested deeper than Python's parser goes, world
+size keys such as ``"²"`` or of thousands of digits, numbers beyond ``int``'s digit limit).
+``auto`` reads the file on rank 0 only and broadcasts the verdict (the checked rules, or the
+problem), so every rank takes the same path: with a problem, one ``RuntimeWarning`` on rank 0 and
+the built-in rule, so a stale, half-written or hostile cache file never stops (or hangs) a
+training job. The file is read once per process (:func:`clear_cache` forgets it, for tests).
 """
 
 from __future__ import annotations
@@ -45,13 +48,17 @@ from typing import Any
 
 from ..algorithms.flat import FLAT
 
-__all__ = ["ENV", "FORMAT", "VERSION", "TuningFileError", "Rules", "Entry", "default_path",
-           "tuning_path", "read", "read_entries", "rules_for", "entry_for", "clear_cache",
-           "make_rules", "write"]
+__all__ = ["ENV", "FORMAT", "VERSION", "MAX_FILE_BYTES", "TuningFileError", "Rules", "Entry",
+           "default_path", "tuning_path", "read", "read_entries", "rules_for", "entry_for",
+           "clear_cache", "make_rules", "write"]
 
 ENV = "COLLECTIVES_TUNING_FILE"
 FORMAT = "collectives-tuning"
 VERSION = 1
+#: Larger tuning files are rejected unread (one world size's entry is about 2 KB).
+MAX_FILE_BYTES = 16 << 20
+#: World sizes are at most this many digits (int() of a longer key is refused or slow).
+_MAX_KEY_DIGITS = 9
 
 #: ``[(max_bytes, algorithm), ...]``, ``max_bytes`` increasing, the last one ``math.inf``.
 Rules = list[tuple[float, str]]
@@ -89,6 +96,12 @@ def tuning_path() -> Path | None:
     return Path(raw).expanduser()
 
 
+def _short(value: Any, width: int = 60) -> str:
+    """``repr(value)``, cut to ``width`` characters (a hostile file's values can be huge)."""
+    text = repr(value)
+    return text if len(text) <= width else text[:width] + "..."
+
+
 def _rules(path: Path, key: str, entry: Any, known: frozenset[str]) -> Rules:
     where = f"{path}: world size {key}"
     rules = entry.get("rules") if isinstance(entry, dict) else None
@@ -98,10 +111,10 @@ def _rules(path: Path, key: str, entry: Any, known: frozenset[str]) -> Rules:
     for k, rule in enumerate(rules):
         if not isinstance(rule, dict) or "algorithm" not in rule or "max_bytes" not in rule:
             raise TuningFileError(f"{where}: rule {k} must be {{'max_bytes': ..., "
-                                  f"'algorithm': ...}}, got {rule!r}")
+                                  f"'algorithm': ...}}, got {_short(rule)}")
         name, limit = rule["algorithm"], rule["max_bytes"]
-        if name not in known:
-            raise TuningFileError(f"{where}: rule {k}: unknown algorithm {name!r}; valid "
+        if not isinstance(name, str) or name not in known:
+            raise TuningFileError(f"{where}: rule {k}: unknown algorithm {_short(name)}; valid "
                                   f"choices: {', '.join(sorted(known))}")
         last = k == len(rules) - 1
         if limit is None and not last:
@@ -109,7 +122,7 @@ def _rules(path: Path, key: str, entry: Any, known: frozenset[str]) -> Rules:
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)
                                   or limit < 0 or (out and limit <= out[-1][0])):
             raise TuningFileError(f"{where}: rule {k}: max_bytes must be an integer larger "
-                                  f"than the previous rule's, got {limit!r}")
+                                  f"than the previous rule's, got {_short(limit)}")
         out.append((math.inf if limit is None else limit, name))
     if out[-1][0] != math.inf:
         raise TuningFileError(f"{where}: the last rule must have max_bytes null (no limit)")
@@ -130,6 +143,26 @@ def _entry(path: Path, key: str, entry: Any, known: frozenset[str]) -> Entry:
     return Entry(rules, None if nodes is None else tuple(nodes), model or None)
 
 
+def _load(path: Path) -> Any:
+    """The JSON of ``path``, read only up to :data:`MAX_FILE_BYTES`; raises FileNotFoundError,
+    or TuningFileError for anything else (too large, not UTF-8, not JSON, nested too deeply)."""
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
+            raise TuningFileError(f"{path}: larger than {MAX_FILE_BYTES} bytes; not a tuning file")
+        data = json.loads(raw.decode("utf-8"))
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        # ValueError: bad JSON, or an integer beyond int's digit limit; RecursionError: nesting
+        if isinstance(exc, TuningFileError):
+            raise
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+        raise TuningFileError(f"{path}: not readable as JSON ({reason})") from None
+    return data
+
+
 def read(path: str | Path, known: frozenset[str] | None = None) -> dict[int, Rules]:
     """The rules of every world size in the tuning file ``path``.
 
@@ -144,25 +177,20 @@ def read_entries(path: str | Path, known: frozenset[str] | None = None) -> dict[
     if known is None:
         known = KNOWN
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TuningFileError(f"{path}: not readable as JSON ({exc})") from None
+    data = _load(path)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise TuningFileError(f"{path}: not a tuning file (expected \"format\": \"{FORMAT}\")")
     if data.get("version") != VERSION:
-        raise TuningFileError(f"{path}: version {data.get('version')!r} is not supported "
+        raise TuningFileError(f"{path}: version {_short(data.get('version'))} is not supported "
                               f"(this library reads version {VERSION}); rerun collectives-tune")
     sizes = data.get("world_sizes")
     if not isinstance(sizes, dict):
         raise TuningFileError(f"{path}: 'world_sizes' must be an object keyed by world size")
     table = {}
     for key, entry in sizes.items():
-        if not key.isdigit() or int(key) < 1:
+        if not (key.isascii() and key.isdigit() and len(key) <= _MAX_KEY_DIGITS) or int(key) < 1:
             raise TuningFileError(f"{path}: world size keys must be positive integers, "
-                                  f"got {key!r}")
+                                  f"got {_short(key, 20)}")
         table[int(key)] = _entry(path, key, entry, known)
     return table
 
@@ -173,6 +201,10 @@ def _cached(path: Path) -> dict[int, Entry] | None:
         return read_entries(path)
     except FileNotFoundError:
         return None
+    except TuningFileError:
+        raise
+    except Exception as exc:  # anything else the file provokes is its fault too: one verdict
+        raise TuningFileError(f"{path}: unusable ({type(exc).__name__}: {str(exc)[:200]})") from None
 
 
 def entry_for(p: int) -> Entry | None:
@@ -215,15 +247,11 @@ def make_rules(winners: dict[int, str]) -> list[dict[str, Any]]:
 def write(path: str | Path, world_sizes: dict[int, dict[str, Any]], **meta: Any) -> Path:
     """Write (or merge into) the tuning file ``path``: entries for other world sizes are kept."""
     path = Path(path)
-    merged: dict[str, Any] = {}
-    if path.exists():
-        try:
-            old = json.loads(path.read_text())
-            if isinstance(old, dict) and old.get("format") == FORMAT \
-                    and old.get("version") == VERSION:
-                merged = dict(old.get("world_sizes", {}))
-        except (OSError, json.JSONDecodeError):
-            merged = {}
+    try:  # keep the other world sizes of a valid file; replace anything else
+        read(path)
+        merged: dict[str, Any] = dict(_load(path)["world_sizes"])
+    except (FileNotFoundError, TuningFileError):
+        merged = {}
     merged.update({str(p): entry for p, entry in world_sizes.items()})
     data = {"format": FORMAT, "version": VERSION, **meta,
             "world_sizes": dict(sorted(merged.items(), key=lambda kv: int(kv[0])))}
