@@ -2,8 +2,11 @@
 
 Conventions shared by every function here (those of ``MPI_Allreduce`` and mpi4py):
 
-- ``x`` is a contiguous NumPy array of a dtype in :data:`SUPPORTED_DTYPES`; results keep its
-  dtype. ``out=None`` returns a new array; ``out=x`` works in place where the shapes allow.
+- ``x`` is a contiguous array of a dtype in :data:`SUPPORTED_DTYPES` or bfloat16: NumPy, CuPy,
+  a PyTorch tensor (CPU or CUDA) or another ``__dlpack__`` exporter, or a buffer, used zero-copy
+  (``_arrays.py``). Results keep its dtype; ``out=None`` returns a new array of the input's type
+  (a tensor for a tensor), ``out=`` may be any of those kinds and is what is returned; ``out=x``
+  (or another object viewing exactly ``x``'s memory) works in place where the shapes allow.
 - ``comm=None`` means ``MPI.COMM_WORLD``; any intracommunicator works. Messages travel on a
   private duplicate of ``comm``, so they never mix with the caller's.
 - ``op`` is "sum", "prod", "min", "max" or "avg" (floats only), or ``MPI.SUM``-style objects.
@@ -19,7 +22,7 @@ from typing import Sequence
 import numpy as np
 from mpi4py import MPI
 
-from ._arrays import check_input, check_out, copy_into, flat, new_like, writeable
+from ._arrays import check_input, check_out, copy_into, flat, new_like, returned, writeable
 from ._context import context
 from ._p2p import partition
 from ._validate import checked, pick as _pick, setup as _setup
@@ -53,7 +56,7 @@ def _offsets(counts: Sequence[int] | None, total: int, p: int) -> list[int]:
 
 def _finish_avg(op: Op, result: np.ndarray, p: int) -> None:
     if op.average and p > 1:
-        np.divide(result, p, out=result)
+        op.divide(result, p)
 
 
 def allreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum",
@@ -99,10 +102,10 @@ def allreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum
     dst = src if res is a else flat(res)
     if a.size == 0 or comm.size == 1:  # trivial cases, here only
         copy_into(src, dst)
-        return res
+        return returned(x, out, res)
     fn(src, dst, the_op, context(comm), opts)
     _finish_avg(the_op, dst, comm.size)
-    return res
+    return returned(x, out, res)
 
 
 def reduce_scatter(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum",
@@ -130,11 +133,11 @@ def reduce_scatter(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike =
 
     a, the_op, fn, offsets, res = checked("reduce_scatter", comm, validate, check)
     if a.size == 0 or comm.size == 1:
-        copy_into(flat(a), res)
-        return res
-    fn(flat(a), res, offsets, the_op, context(comm), opts)
-    _finish_avg(the_op, res, comm.size)
-    return res
+        copy_into(flat(a), flat(res))
+        return returned(x, out, res)
+    fn(flat(a), flat(res), offsets, the_op, context(comm), opts)
+    _finish_avg(the_op, flat(res), comm.size)
+    return returned(x, out, res)
 
 
 def allgather(x: np.ndarray, *, out: np.ndarray | None = None,
@@ -165,10 +168,10 @@ def allgather(x: np.ndarray, *, out: np.ndarray | None = None,
 
     a, fn, offsets, res = checked("allgather", comm, validate, check)
     if offsets[-1] == 0 or comm.size == 1:
-        copy_into(flat(a), res)
-        return res
-    fn(flat(a), res, offsets, context(comm), opts)
-    return res
+        copy_into(flat(a), flat(res))
+        return returned(x, out, res)
+    fn(flat(a), flat(res), offsets, context(comm), opts)
+    return returned(x, out, res)
 
 
 def bcast(x: np.ndarray, *, root: int = 0, algorithm: str = "binomial",
@@ -192,7 +195,7 @@ def bcast(x: np.ndarray, *, root: int = 0, algorithm: str = "binomial",
     a, r, fn = checked("bcast", comm, validate, check)
     if a.size and comm.size > 1:
         fn(flat(a), r, context(comm), opts)
-    return a
+    return returned(x, x, a)
 
 
 def reduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum", root: int = 0,
@@ -223,8 +226,8 @@ def reduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum", 
     if a.size == 0 or comm.size == 1:
         if dst is not None:
             copy_into(src, dst)
-        return res
+        return returned(x, out, res)
     fn(src, dst, the_op, r, context(comm), opts)
     if dst is not None:
         _finish_avg(the_op, dst, comm.size)
-    return res
+    return returned(x, out, res)

@@ -9,7 +9,7 @@ from compress import Codec
 from compress.protocols import Memory
 from mpi4py import MPI
 
-from .._arrays import check_input, check_out, flat, new_like
+from .._arrays import check_input, check_out, flat, new_like, returned
 from .._context import context
 from .._validate import checked, pick, setup
 from ..algorithms import ALGORITHMS
@@ -97,7 +97,7 @@ def compressed_allreduce(x: np.ndarray, codec: Codec | Memory | CompressionState
     src = flat(a)
     dst = src if res is a else flat(res)
     if a.size == 0:
-        return res
+        return returned(x, out, res)
     ctx = context(comm)
     plan = Plan(state_of(codec, ctx), key, the_step, op == "avg", comm.size, a.shape)
     # an overflowed gradient's inf or NaN propagates to every rank's result (the codecs'
@@ -107,4 +107,4 @@ def compressed_allreduce(x: np.ndarray, codec: Codec | Memory | CompressionState
             plan.aggregate_into([plan.decode(plan.encode(a), a.size)], dst)
         else:
             fn(src, dst, plan, ctx, opts, algorithm)
-    return res
+    return returned(x, out, res)
