@@ -76,7 +76,7 @@ class CompressedAllreduceCall:
 
     kind = "compressed_allreduce"
     __slots__ = ("whole", "src", "dst", "fn", "codec", "key", "step", "average", "sig",
-                 "algorithm", "opts", "result", "world")
+                 "algorithm", "opts", "result", "world", "trivial")
 
     def __init__(self, comm: MPI.Comm, x: np.ndarray, codec: Any, out: np.ndarray | None,
                  op: str, strategy: str, key: Any, step: int | None, algorithm: str,
@@ -111,6 +111,7 @@ class CompressedAllreduceCall:
         self.codec, self.key, self.step, self.average = codec, key, int(the_step), op == "avg"
         self.algorithm, self.opts, self.result = algorithm, opts, returned(x, out, res)
         self.world = comm.size
+        self.trivial = a.size == 0  # nothing to send (one rank still compresses)
 
     def signature(self) -> dict[str, Any]:
         return self.sig
