@@ -9,19 +9,19 @@ same order on every rank, so requests are not named. With a low-rank codec (Powe
 tensor of the bucket is compressed alone, in its shape (``GradBucket.gradients()`` are views of
 the bucket), with warm start and error feedback per tensor, as PyTorch's PowerSGD hook.
 
-State keys (residuals, PowerSGD's Q) are ``ddp.b<bucket index>.n<elements>[.t<tensor>]``: DDP
-rebuilds its buckets after the first iteration, and a rebuilt bucket starts with fresh state.
+State keys (residuals, PowerSGD's Q) are ``ddp.b<bucket index>.<crc32 of the tensor shapes>
+[.t<tensor>]``: DDP rebuilds its buckets after the first iteration, and a rebuilt bucket starts
+with fresh state.
 
 :func:`init_process_group` sets up ``torch.distributed`` (gloo) from the MPI job: rank 0 binds a
 free TCP port on 127.0.0.1 (every rank on one host) or on its host's address, and broadcasts the
 address with MPI; no ``MASTER_ADDR``/``MASTER_PORT``, no other launcher than ``mpiexec``.
 """
 
-from __future__ import annotations
-
 import queue
 import socket
 import threading
+import zlib
 from typing import Any
 
 import torch
@@ -54,7 +54,7 @@ class CommHookState:
         self.op, self.algorithm, self.strategy = op, algorithm, strategy
         self.codec_state = make_state(codec, error_feedback)
         self.iteration = 0
-        self._queue: queue.SimpleQueue | None = None
+        self._queue: Any = None
 
     def state_dict(self) -> dict:
         """The codec state (residuals, PowerSGD matrices) as tensors, for ``torch.save``."""
@@ -85,15 +85,18 @@ def _complete(q: queue.SimpleQueue) -> None:
             fut.set_result(value)
 
 
-def comm_hook(state: CommHookState, bucket: "dist.GradBucket") -> torch.futures.Future:
+# real annotations (no ``from __future__ import annotations``): DDP checks them at registration
+def comm_hook(state: CommHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: allreduce ``bucket`` (averaged) with collectives, in place."""
     buf = bucket.buffer()
-    base = f"ddp.b{bucket.index()}.n{buf.numel()}"
+    grads = bucket.gradients()
+    shapes = ",".join("x".join(map(str, g.shape)) for g in grads)
+    base = f"ddp.b{bucket.index()}.{zlib.crc32(shapes.encode()):08x}"
     kw = dict(op=state.op, algorithm=state.algorithm, strategy=state.strategy, comm=state.comm,
               step=state.iteration, name=None)
     if low_rank(state.codec_state):
         requests = [start(g, state.codec_state, key=f"{base}.t{i}", **kw)
-                    for i, g in enumerate(bucket.gradients())]
+                    for i, g in enumerate(grads)]
     else:
         requests = [start(buf, state.codec_state, key=base, **kw)]
     if bucket.is_last():
