@@ -57,18 +57,20 @@ OPS: dict[str, Op] = {
 }
 
 #: the bfloat16 word form of each op (see the module docstring), built on first use
-_WORDS: dict[str, Op] = {}
+_WORDS: dict[tuple, Op] = {}
 
 
 def _on_words(op: Op) -> Op:
-    found = _WORDS.get(op.name)
+    if op.words:
+        return op
+    found = _WORDS.get((op.name, op.ufunc))
     if found is None:
         ufunc = op.ufunc
 
         def combine(a, b, out=None):
             on_words(ufunc, a, b, out)
 
-        found = _WORDS[op.name] = replace(op, ufunc=combine, words=True)
+        found = _WORDS[(op.name, op.ufunc)] = replace(op, ufunc=combine, words=True)
     return found
 
 

@@ -162,6 +162,8 @@ def _from_dlpack(x):
     if framework(x) == "torch":
         x, bf16 = _torch_view(x)
     if int(x.__dlpack_device__()[0]) == 2:  # kDLCUDA
+        if bf16:
+            raise TypeError("bfloat16 CUDA tensors are not supported (CuPy has no bfloat16)")
         a = cupy().from_dlpack(x)
     else:
         try:
