@@ -38,7 +38,7 @@ def test_buffers_in_numpy_out():
     assert isinstance(y, np.ndarray) and y.tolist() == [1.0, 2.0, 3.0]
     b = bytearray(b"\x01\x02")
     assert collectives.bcast(b, comm=SELF) is b  # in place: the caller's object
-    with pytest.raises(TypeError, match="must be an array"):
+    with pytest.raises(TypeError, match="must be a numpy.ndarray"):
         collectives.allreduce([1.0, 2.0], comm=SELF)
 
 

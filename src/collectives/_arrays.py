@@ -56,8 +56,8 @@ def check_input(x: object, what: str = "x") -> np.ndarray:
     """
     a = x if type(x) is np.ndarray else as_array(x)
     if not isinstance(a, np.ndarray) and not is_cupy(a):
-        raise TypeError(f"{what} must be an array (numpy.ndarray, cupy.ndarray, a tensor exporting "
-                        f"__dlpack__, or a buffer), got {type(x).__name__}")
+        raise TypeError(f"{what} must be a numpy.ndarray, a cupy.ndarray, a tensor exporting "
+                        f"__dlpack__ or a buffer, got {type(x).__name__}")
     if a.dtype not in _SUPPORTED and not is_bfloat16(a.dtype):
         raise TypeError(f"{what} has unsupported dtype {a.dtype}; supported dtypes: {_NAMES}")
     if not (a.flags.c_contiguous or a.flags.f_contiguous):

@@ -76,7 +76,7 @@ class CompressedAllreduceCall:
 
     kind = "compressed_allreduce"
     __slots__ = ("whole", "src", "dst", "fn", "codec", "key", "step", "average", "sig",
-                 "algorithm", "opts", "result", "world", "trivial")
+                 "algorithm", "opts", "result", "world", "trivial", "comm")
 
     def __init__(self, comm: MPI.Comm, x: np.ndarray, codec: Any, out: np.ndarray | None,
                  op: str, strategy: str, key: Any, step: int | None, algorithm: str,
@@ -112,6 +112,7 @@ class CompressedAllreduceCall:
         self.algorithm, self.opts, self.result = algorithm, opts, returned(x, out, res)
         self.world = comm.size
         self.trivial = a.size == 0  # nothing to send (one rank still compresses)
+        self.comm = comm
 
     def signature(self) -> dict[str, Any]:
         return self.sig
@@ -119,6 +120,8 @@ class CompressedAllreduceCall:
     def run(self, ctx: Any) -> None:
         if self.src.size == 0:
             return
+        if ctx is None:  # one rank, run at submission: the state kept for the blocking calls
+            ctx = context(self.comm)
         plan = Plan(state_of(self.codec, ctx), self.key, self.step, self.average, self.world,
                     self.whole.shape)
         # an overflowed gradient's inf or NaN propagates to every rank's result (the codecs'
