@@ -5,14 +5,22 @@ shapes, strides or array libraries themselves. Two array libraries are accepted:
 for GPU buffers (``_device.py`` says how those reach MPI); :func:`xp` gives the module of an
 array, so allocation and copies here work for both and the algorithms stay library-agnostic.
 What kind an array is, :mod:`compress.device` decides, for both packages.
+
+Framework arrays come in here too: :func:`check_input` and :func:`check_out` view PyTorch tensors
+(CPU or CUDA), other ``__dlpack__`` exporters and buffer-protocol objects as NumPy or CuPy arrays,
+zero-copy, and :func:`returned` gives the caller a result of the input's type. An ``out`` that
+views exactly the input's memory through another object counts as in place. bfloat16 arrays
+(``ml_dtypes.bfloat16``) are accepted everywhere; :func:`flat` views them as 16-bit words, which
+is what the algorithms move and the ops' word forms reduce (``ops.py``).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from compress.device import is_cupy, namespace
+from compress.device import as_array, framework, is_bfloat16, is_cupy, like, namespace, same_memory
 
-__all__ = ["SUPPORTED_DTYPES", "check_input", "check_out", "writeable", "flat", "new_like", "copy_into", "xp"]
+__all__ = ["SUPPORTED_DTYPES", "check_input", "check_out", "writeable", "flat", "new_like",
+           "copy_into", "xp", "returned"]
 
 #: Every dtype a collective accepts, by NumPy name.
 SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(
@@ -27,7 +35,7 @@ _SUPPORTED = frozenset(SUPPORTED_DTYPES)
 # np.may_share_memory without its __array_function__ dispatch (a third of the per-call cost of
 # the check on small arrays); the dispatching function where NumPy does not expose it
 _may_share_memory = getattr(np.may_share_memory, "_implementation", np.may_share_memory)
-_NAMES = ", ".join(str(d) for d in SUPPORTED_DTYPES)
+_NAMES = ", ".join(str(d) for d in SUPPORTED_DTYPES) + ", bfloat16 (ml_dtypes / torch)"
 
 
 #: The array module of an array: NumPy, or CuPy for a CuPy array (compress.device.namespace).
@@ -35,25 +43,27 @@ xp = namespace
 
 
 def check_input(x: object, what: str = "x") -> np.ndarray:
-    """Return ``x`` if it is a contiguous array of a supported dtype, else raise.
+    """``x`` as a NumPy or CuPy array (zero-copy) if it is a contiguous array of a supported
+    dtype, else raise.
 
     Raises
     ------
     TypeError
-        ``x`` is not a NumPy or CuPy array, or its dtype is not one of :data:`SUPPORTED_DTYPES`.
+        ``x`` is not an array (NumPy, CuPy, a ``__dlpack__`` exporter such as a PyTorch tensor,
+        or a buffer), or its dtype is neither in :data:`SUPPORTED_DTYPES` nor bfloat16.
     ValueError
         ``x`` is neither C- nor Fortran-contiguous.
     """
-    if not isinstance(x, np.ndarray) and not is_cupy(x):
-        raise TypeError(f"{what} must be a numpy.ndarray (or a cupy.ndarray), "
-                        f"got {type(x).__name__}")
-    if x.dtype not in _SUPPORTED:
-        raise TypeError(f"{what} has unsupported dtype {x.dtype}; supported dtypes: {_NAMES}")
-    if not (x.flags.c_contiguous or x.flags.f_contiguous):
-        raise ValueError(
-            f"{what} must be contiguous (C or Fortran order); pass np.ascontiguousarray({what})"
-        )
-    return x
+    a = x if type(x) is np.ndarray else as_array(x)
+    if not isinstance(a, np.ndarray) and not is_cupy(a):
+        raise TypeError(f"{what} must be a numpy.ndarray, a cupy.ndarray, a tensor exporting "
+                        f"__dlpack__ or a buffer, got {type(x).__name__}")
+    if a.dtype not in _SUPPORTED and not is_bfloat16(a.dtype):
+        raise TypeError(f"{what} has unsupported dtype {a.dtype}; supported dtypes: {_NAMES}")
+    if not (a.flags.c_contiguous or a.flags.f_contiguous):
+        hint = f"{what}.contiguous()" if framework(x) == "torch" else f"np.ascontiguousarray({what})"
+        raise ValueError(f"{what} must be contiguous (C or Fortran order); pass {hint}")
+    return a
 
 
 def check_out(out: object, x: np.ndarray, shape: tuple[int, ...] | None = None,
@@ -62,14 +72,17 @@ def check_out(out: object, x: np.ndarray, shape: tuple[int, ...] | None = None,
 
     ``shape`` is the expected result shape (``x.shape`` when None). ``out`` must have that shape,
     ``x``'s dtype, be writeable, contiguous in the same memory order as ``x`` (so element ``i`` of
-    the flat views corresponds), and either be ``x`` itself (in place) or not overlap it.
+    the flat views corresponds), and either be ``x`` itself (in place) or not overlap it. An
+    ``out`` viewing exactly ``x``'s memory (another object) is in place: ``x`` is returned.
     """
     expected = x.shape if shape is None else shape
     if out is x and shape is None:  # in place: x is checked already
         if not writeable(out):
             raise ValueError(f"{what} is read-only")
         return out
-    check_input(out, what)
+    out = check_input(out, what)
+    if shape is None and out is not x and same_memory(out, x):
+        out = x
     if type(out) is not type(x) and xp(out) is not xp(x):
         raise ValueError(f"{what} must live where the input does (both NumPy or both CuPy)")
     if out.shape != expected:
@@ -94,10 +107,23 @@ def writeable(a: np.ndarray) -> bool:
 
 
 def flat(a: np.ndarray) -> np.ndarray:
-    """A 1-D view of a contiguous array in memory order (no copy; a 1-D array itself)."""
+    """A 1-D view of a contiguous array in memory order (no copy; a 1-D array itself);
+    bfloat16 as uint16 words."""
+    if a.dtype.isbuiltin != 1 and is_bfloat16(a.dtype):
+        return flat(a.view(np.uint16))
     if a.ndim == 1:
         return a
     return a.reshape(-1, order="F" if not a.flags.c_contiguous else "C")
+
+
+def returned(x: object, out: object, result: np.ndarray | None) -> object:
+    """What a public call gives back: the caller's own ``out`` when given, None where the call
+    has no result (``reduce`` off the root), else ``result`` as the type of the input ``x``."""
+    if result is None:
+        return None
+    if out is not None:
+        return out
+    return like(x, result)
 
 
 def new_like(x: np.ndarray, shape: tuple[int, ...] | None = None) -> np.ndarray:

@@ -3,7 +3,8 @@
 The hand-written algorithms send raw bytes and reduce in NumPy, so only the native calls need MPI
 to understand the element type. float16 is not an MPI type: MPICH offers ``MPIX_C_FLOAT16`` (mpi4py
 typecode ``"e"``); where the library lacks it (Open MPI), a user-defined operation over 16-bit words
-reduces the values in NumPy instead.
+reduces the values in NumPy instead. bfloat16 travels as 16-bit words (``MPI.UINT16_T``) reduced by
+a user-defined operation running the op's word form (``ops.Op.words``).
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def _lookup(dtype: np.dtype, force_user_op: bool = False) -> MPI.Datatype:
 
 
 def native_op(op: Op, dtype: np.dtype, force_user_op: bool = False) -> MPI.Op:
-    """The MPI operation for ``op`` on ``dtype`` (a user-defined op for float16 where needed)."""
-    if _uses_user_op(dtype, force_user_op):
+    """The MPI operation for ``op`` on ``dtype`` (a user-defined op for float16 where needed, and
+    for bfloat16 words always: no MPI library reduces bfloat16)."""
+    if op.words or _uses_user_op(dtype, force_user_op):
         return _user_op(op.ufunc, dtype)
     return op.mpi

@@ -2,8 +2,11 @@
 
 Conventions shared by every function here (those of ``MPI_Allreduce`` and mpi4py):
 
-- ``x`` is a contiguous NumPy array of a dtype in :data:`SUPPORTED_DTYPES`; results keep its
-  dtype. ``out=None`` returns a new array; ``out=x`` works in place where the shapes allow.
+- ``x`` is a contiguous array of a dtype in :data:`SUPPORTED_DTYPES` or bfloat16: NumPy, CuPy,
+  a PyTorch tensor (CPU or CUDA) or another ``__dlpack__`` exporter, or a buffer, used zero-copy
+  (``_arrays.py``). Results keep its dtype; ``out=None`` returns a new array of the input's type
+  (a tensor for a tensor), ``out=`` may be any of those kinds and is what is returned; ``out=x``
+  (or another object viewing exactly ``x``'s memory) works in place where the shapes allow.
 - ``comm=None`` means ``MPI.COMM_WORLD``; any intracommunicator works. Messages travel on a
   private duplicate of ``comm``, so they never mix with the caller's.
 - ``op`` is "sum", "prod", "min", "max" or "avg" (floats only), or ``MPI.SUM``-style objects.
@@ -27,7 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 from mpi4py import MPI
 
-from ._arrays import check_input, check_out, copy_into, flat, new_like, writeable
+from ._arrays import check_input, check_out, copy_into, flat, new_like, returned, writeable
 from ._context import context
 from ._mpitypes import native_op, native_type
 from ._p2p import partition
@@ -63,7 +66,7 @@ def _offsets(counts: Sequence[int] | None, total: int, p: int) -> list[int]:
 
 def _finish_avg(op: Op, result: np.ndarray, p: int) -> None:
     if op.average and p > 1:
-        np.divide(result, p, out=result)
+        op.divide(result, p)
 
 
 class AllreduceCall:
@@ -82,7 +85,7 @@ class AllreduceCall:
         res = new_like(a) if out is None else check_out(out, a)
         self.src = flat(a)
         self.dst = self.src if res is a else flat(res)
-        self.algorithm, self.opts, self.result = algorithm, opts, res
+        self.algorithm, self.opts, self.result = algorithm, opts, returned(x, out, res)
         self.trivial = a.size == 0 or comm.size == 1
 
     def signature(self) -> dict[str, Any]:
@@ -148,7 +151,7 @@ class _Repeats:
         if entry is None:
             return False
         xref, outref, shape, xstrides, ostrides, dtype, opts, the_comm, ctx, the_op, fn, \
-            native = entry
+            native, inplace = entry
         if (xref() is not x or outref() is not out
                 or (Options.from_env() if options is None else options) is not opts
                 or x.shape != shape or out.shape != shape or x.dtype is not dtype
@@ -156,7 +159,7 @@ class _Repeats:
                 or not out.flags.writeable or the_comm == MPI.COMM_NULL):
             return False
         src = flat(x)
-        run_resolved(src, src if out is x else flat(out), the_op, fn, native, ctx, opts)
+        run_resolved(src, src if inplace else flat(out), the_op, fn, native, ctx, opts)
         return True
 
     def remember(self, call: AllreduceCall, x: Any, out: Any, op: str, algorithm: str,
@@ -173,7 +176,8 @@ class _Repeats:
                 pass
         entries[(id(x), id(out), op, algorithm, id(comm_arg))] = (
             weakref.ref(x), weakref.ref(out), x.shape, x.strides, out.strides, x.dtype,
-            call.opts if options is None else options, comm, ctx, call.op, fn, native)
+            call.opts if options is None else options, comm, ctx, call.op, fn, native,
+            call.dst is call.src)
 
 
 _REPEATS = _Repeats()
@@ -183,7 +187,7 @@ class ReduceScatterCall:
     """A checked reduce-scatter: ``run(ctx)`` leaves block ``rank`` in ``result``."""
 
     kind = "reduce_scatter"
-    __slots__ = ("src", "op", "fn", "offsets", "algorithm", "opts", "result", "trivial")
+    __slots__ = ("src", "dst", "op", "fn", "offsets", "algorithm", "opts", "result", "trivial")
 
     def __init__(self, comm: MPI.Comm, x: np.ndarray, out: np.ndarray | None, op: OpLike,
                  counts: Sequence[int] | None, algorithm: str, opts: Options) -> None:
@@ -192,8 +196,9 @@ class ReduceScatterCall:
         self.fn = _pick(REDUCE_SCATTER, algorithm, "algorithm")
         self.offsets = offsets = _offsets(counts, a.size, comm.size)
         n = int(offsets[comm.rank + 1] - offsets[comm.rank])
-        self.result = new_like(a, (n,)) if out is None else check_out(out, a, (n,))
-        self.src, self.algorithm, self.opts = flat(a), algorithm, opts
+        res = new_like(a, (n,)) if out is None else check_out(out, a, (n,))
+        self.src, self.dst, self.algorithm, self.opts = flat(a), flat(res), algorithm, opts
+        self.result = returned(x, out, res)
         self.trivial = a.size == 0 or comm.size == 1
 
     def signature(self) -> dict[str, Any]:
@@ -202,17 +207,17 @@ class ReduceScatterCall:
 
     def run(self, ctx: Any) -> None:
         if self.trivial:
-            copy_into(self.src, self.result)
+            copy_into(self.src, self.dst)
             return
-        self.fn(self.src, self.result, self.offsets, self.op, ctx, self.opts)
-        _finish_avg(self.op, self.result, ctx.comm.size)
+        self.fn(self.src, self.dst, self.offsets, self.op, ctx, self.opts)
+        _finish_avg(self.op, self.dst, ctx.comm.size)
 
 
 class AllgatherCall:
     """A checked allgather: ``run(ctx)`` concatenates every rank's block into ``result``."""
 
     kind = "allgather"
-    __slots__ = ("src", "fn", "offsets", "algorithm", "opts", "result", "trivial")
+    __slots__ = ("src", "dst", "fn", "offsets", "algorithm", "opts", "result", "trivial")
 
     def __init__(self, comm: MPI.Comm, x: np.ndarray, out: np.ndarray | None,
                  counts: Sequence[int] | None, algorithm: str, opts: Options) -> None:
@@ -224,8 +229,9 @@ class AllgatherCall:
             raise ValueError(f"counts[{comm.rank}] = {offsets[comm.rank + 1] - offsets[comm.rank]}"
                              f" but x has {a.size} elements")
         total = int(offsets[-1])
-        self.result = new_like(a, (total,)) if out is None else check_out(out, a, (total,))
-        self.src, self.algorithm, self.opts = flat(a), algorithm, opts
+        res = new_like(a, (total,)) if out is None else check_out(out, a, (total,))
+        self.src, self.dst, self.algorithm, self.opts = flat(a), flat(res), algorithm, opts
+        self.result = returned(x, out, res)
         self.trivial = total == 0 or comm.size == 1
 
     def signature(self) -> dict[str, Any]:
@@ -234,9 +240,9 @@ class AllgatherCall:
 
     def run(self, ctx: Any) -> None:
         if self.trivial:
-            copy_into(self.src, self.result)
+            copy_into(self.src, self.dst)
             return
-        self.fn(self.src, self.result, self.offsets, ctx, self.opts)
+        self.fn(self.src, self.dst, self.offsets, ctx, self.opts)
 
 
 class BcastCall:
@@ -252,7 +258,8 @@ class BcastCall:
         self.fn = _pick(BCAST, algorithm, "algorithm")
         if not writeable(a):
             raise ValueError("x is read-only; bcast writes into it on every rank but the root")
-        self.buf, self.algorithm, self.opts, self.result = flat(a), algorithm, opts, a
+        self.buf, self.algorithm, self.opts = flat(a), algorithm, opts
+        self.result = returned(x, x, a)
         self.trivial = a.size == 0 or comm.size == 1
 
     def signature(self) -> dict[str, Any]:
@@ -281,7 +288,7 @@ class ReduceCall:
             res = new_like(a) if out is None else check_out(out, a)
         self.src = src = flat(a)
         self.dst = None if res is None else (src if res is a else flat(res))
-        self.algorithm, self.opts, self.result = algorithm, opts, res
+        self.algorithm, self.opts, self.result = algorithm, opts, returned(x, out, res)
         self.trivial = a.size == 0 or comm.size == 1
 
     def signature(self) -> dict[str, Any]:

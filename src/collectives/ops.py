@@ -4,13 +4,21 @@ Hand-written algorithms combine two buffers locally with a NumPy ufunc, always a
 ``ufunc(lower, higher)`` where *lower* holds the contributions of lower ranks. All ops here are
 commutative, but IEEE results can still depend on operand order (the sign of ``min(0.0, -0.0)``, the
 payload of a NaN), so a fixed order is what keeps results bitwise identical on every rank.
+
+bfloat16 (``ml_dtypes.bfloat16``) has no MPI type and slow NumPy loops: collectives move it as
+16-bit words (``_arrays.flat`` views it so), and :func:`get_op` gives the *word* form of each op,
+which widens both operands to float32 (exact), applies the op and rounds the result to bf16 (nearest
+even): every pairwise step rounds, as NCCL's bf16 reductions do, and the fixed operand order keeps
+results bitwise identical on every rank. ``native`` runs it as a user-defined MPI operation.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
+from compress.codecs.bf16 import divide_words, on_words
+from compress.device import is_bfloat16
 from mpi4py import MPI
 
 __all__ = ["Op", "OPS", "get_op"]
@@ -24,10 +32,19 @@ class Op:
     ufunc: np.ufunc
     mpi: MPI.Op
     average: bool = False
+    #: operates on bfloat16 words (uint16 arrays): ``ufunc`` is the word form (see the module)
+    words: bool = False
 
     def combine(self, lower: np.ndarray, higher: np.ndarray, out: np.ndarray) -> None:
         """``out = lower (op) higher`` elementwise; ``out`` may alias either operand."""
         self.ufunc(lower, higher, out=out)
+
+    def divide(self, result: np.ndarray, p: int) -> None:
+        """``result /= p`` in place ("avg"), on values or (``words``) on bfloat16 words."""
+        if self.words:
+            divide_words(result, p)
+        else:
+            np.divide(result, p, out=result)
 
 
 #: Every reduction by name. "avg" sums, then divides by the communicator size (floats only).
@@ -38,6 +55,24 @@ OPS: dict[str, Op] = {
     "max": Op("max", np.maximum, MPI.MAX),
     "avg": Op("avg", np.add, MPI.SUM, average=True),
 }
+
+#: the bfloat16 word form of each op (see the module docstring), built on first use
+_WORDS: dict[tuple, Op] = {}
+
+
+def _on_words(op: Op) -> Op:
+    if op.words:
+        return op
+    found = _WORDS.get((op.name, op.ufunc))
+    if found is None:
+        ufunc = op.ufunc
+
+        def combine(a, b, out=None):
+            on_words(ufunc, a, b, out)
+
+        found = _WORDS[(op.name, op.ufunc)] = replace(op, ufunc=combine, words=True)
+    return found
+
 
 _BY_MPI = [(MPI.SUM, "sum"), (MPI.PROD, "prod"), (MPI.MIN, "min"), (MPI.MAX, "max")]
 
@@ -55,6 +90,8 @@ def get_op(op: str | MPI.Op | Op, dtype: np.dtype) -> Op:
     resolved = OPS.get(op) if type(op) is str else None  # the per-call path: a name
     if resolved is None:
         resolved = _resolve(op)
+    if dtype.isbuiltin != 1 and is_bfloat16(dtype):
+        return _on_words(resolved)
     if resolved.average and dtype.kind != "f":
         raise TypeError(f"op 'avg' needs a floating dtype, got {dtype}; use op='sum' and divide")
     return resolved

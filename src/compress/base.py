@@ -54,6 +54,7 @@ from ._backend import backend_of
 from ._header import MAX_COUNT, MAX_NDIM, Header, header_nbytes, read_header, write_header
 from ._layout import Section, body_nbytes, split_body
 from ._util import quiet
+from .device import as_array, like
 from .protocols import SUMMABLE, SparsePayload
 
 __all__ = ["Codec", "FLOAT_DTYPES", "DECODE_MAX_ELEMENTS"]
@@ -105,7 +106,9 @@ class Codec:
         x : array_like or device array
             Float array of a dtype in ``self.dtypes``; copied first if not C-contiguous. A CUDA
             device array (CuPy, Numba) is encoded on its device, into a device payload with the
-            same bytes (:mod:`compress._device`).
+            same bytes (:mod:`compress._device`). A PyTorch tensor (or another ``__dlpack__``
+            exporter) is read zero-copy (:func:`compress.device.as_array`) and its payload is a
+            uint8 tensor on its device.
         key : None, int, str or bytes
             Tensor identity. Codecs with shared randomness (random-k) and per-tensor state
             (PowerSGD, error feedback) use it; others ignore it.
@@ -119,8 +122,11 @@ class Codec:
         """
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
-        ops = backend_of(x)
-        return self._encode(self._prepare(x, ops), ops, key, int(step), out)
+        a = as_array(x)
+        ops = backend_of(a)
+        payload = self._encode(self._prepare(a, ops), ops, key, int(step),
+                               None if out is None else as_array(out))
+        return like(x, payload) if out is None else out
 
     def decode(self, payload, *, count: int | None = None,
                max_elements: int | None = None) -> np.ndarray:
@@ -147,9 +153,10 @@ class Codec:
             Validation finishes before anything of the payload's size is allocated and before
             any index is used to write.
         """
-        ops = backend_of(payload)
-        hdr, body = self._parse(payload, count, max_elements, ops)
-        return self._decode(hdr, body, ops).reshape(hdr.shape)
+        buf = as_array(payload)
+        ops = backend_of(buf)
+        hdr, body = self._parse(buf, count, max_elements, ops)
+        return like(payload, self._decode(hdr, body, ops).reshape(hdr.shape))
 
     def sparse_parts(self, payload, *, count: int | None = None,
                      max_elements: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -161,8 +168,9 @@ class Codec:
         """
         if not isinstance(self, SparsePayload):
             raise TypeError(f"codec {self.name!r} is not sparse")
-        ops = backend_of(payload)
-        return self._sparse_parts(*self._parse(payload, count, max_elements, ops), ops)
+        buf = as_array(payload)
+        ops = backend_of(buf)
+        return self._sparse_parts(*self._parse(buf, count, max_elements, ops), ops)
 
     def _parse(self, payload, count: int | None, max_elements: int | None,
                ops) -> tuple[Header, dict[str, np.ndarray]]:

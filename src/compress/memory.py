@@ -35,7 +35,7 @@ import numpy as np
 from ._backend import count_nonfinite
 from ._util import quiet
 from .base import Codec
-from .device import host_copy, is_device, namespace
+from .device import as_array, host_copy, is_device, like, namespace
 from .protocols import Memory, SparsePayload
 
 __all__ = ["ErrorFeedback", "DGCMemory", "Residual", "MomentumState"]
@@ -91,8 +91,9 @@ class ErrorFeedback(Memory):
     def encode(self, x, *, key=None, step: int = 0, out=None) -> np.ndarray:
         """Encode ``x`` plus the residual of ``key`` (into ``out``, see ``Codec.encode``), and
         update the residual."""
-        corrected = self.compensate(x, key=key)
-        payload = self.codec.encode(corrected, key=key, step=step, out=out)
+        corrected = self.compensate(as_array(x), key=key)
+        payload = self.codec.encode(corrected, key=key, step=step,
+                                    out=None if out is None else as_array(out))
         if isinstance(self.codec, SparsePayload):
             # decode() is zero but at the sent indices: the residual is ``corrected`` (a fresh
             # array) minus the sent values there. O(k) instead of a dense decode and subtraction.
@@ -103,7 +104,7 @@ class ErrorFeedback(Memory):
             self._store(key, corrected)
         else:
             self.remember(corrected, self.codec.decode(payload, count=corrected.size), key=key)
-        return payload
+        return like(x, payload) if out is None else out
 
     def compensate(self, x, *, key=None) -> np.ndarray:
         """``x`` plus the residual of ``key`` (zeros the first time): what to compress now.
@@ -194,6 +195,7 @@ class DGCMemory(Memory):
 
         A velocity that is not finite (an overflowed ``grad``) is encoded, so the payload carries
         the overflow, but momentum and velocity stay as they were before this step."""
+        original, grad = grad, as_array(grad)
         xp = namespace(grad)
         grad = xp.asarray(grad)
         st = self.state.get(key)
@@ -206,12 +208,12 @@ class DGCMemory(Memory):
             v = st.v + u
         payload = self.codec.encode(v, key=key, step=step)
         if count_nonfinite(v):
-            return payload
+            return like(original, payload)
         sent = self.codec.decode(payload, count=v.size) != 0
         v[sent] = 0
         u[sent] = 0
         st.u, st.v = u, v
-        return payload
+        return like(original, payload)
 
 
     def state_dict(self) -> dict[str, np.ndarray]:

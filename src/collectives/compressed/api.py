@@ -9,7 +9,7 @@ from compress import Codec
 from compress.protocols import Memory
 from mpi4py import MPI
 
-from .._arrays import check_input, check_out, flat, new_like
+from .._arrays import check_input, check_out, flat, new_like, returned
 from .._context import context
 from .._validate import checked_call, pick, setup
 from ..algorithms import ALGORITHMS
@@ -109,7 +109,7 @@ class CompressedAllreduceCall:
         self.whole, self.src = a, flat(a)
         self.dst = self.src if res is a else flat(res)
         self.codec, self.key, self.step, self.average = codec, key, int(the_step), op == "avg"
-        self.algorithm, self.opts, self.result = algorithm, opts, res
+        self.algorithm, self.opts, self.result = algorithm, opts, returned(x, out, res)
         self.world, self.comm = comm.size, comm
         # a single rank still compresses: it gets what the codec makes of its input
         self.trivial = a.size == 0 or comm.size == 1

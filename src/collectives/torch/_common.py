@@ -1,0 +1,71 @@
+"""What the optimizer and the DDP hook share: codec states and starting one bucket's allreduce.
+
+A bucket is a contiguous tensor (a fusion buffer, or DDP's ``GradBucket.buffer()``); its
+allreduce is a non-blocking request on the communicator's progress engine
+(:mod:`collectives.nonblocking`), dense or compressed, reducing the tensor in place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from compress import Codec, from_spec
+from compress.protocols import LowRankSummable, Memory
+
+from .. import nonblocking
+from ..compressed.state import CompressionState
+
+__all__ = ["make_state", "start", "low_rank", "state_tensors", "load_state_tensors"]
+
+
+def make_state(codec: Any, error_feedback: bool | None) -> CompressionState | None:
+    """The compression state of ``codec`` (None, a spec such as ``"topk:ratio=0.01"``, a codec,
+    a memory around one, or a ``CompressionState``). ``error_feedback``: wrap the codec in
+    ``compress.ErrorFeedback`` (True), keep it bare (False), or do so where the codec needs it
+    (None)."""
+    if codec is None:
+        if error_feedback:
+            raise ValueError("error_feedback needs a codec")
+        return None
+    if isinstance(codec, str):
+        codec = from_spec(codec)
+    if not isinstance(codec, (Codec, Memory, CompressionState)):
+        raise TypeError(f"codec must be None, a codec spec, a compress codec, a memory or a "
+                        f"CompressionState, got {type(codec).__name__}")
+    return CompressionState.of(codec, error_feedback=error_feedback)
+
+
+def low_rank(state: CompressionState | None) -> bool:
+    """Whether the codec compresses matrices (PowerSGD): each tensor then travels alone, in its
+    matrix shape, instead of fused into a flat bucket."""
+    return state is not None and isinstance(state.codec, LowRankSummable)
+
+
+def start(buf: torch.Tensor, state: CompressionState | None, *, op: str, algorithm: str,
+          strategy: str, comm: Any, key: str, step: int, name: str | None) -> Any:
+    """Start the in-place allreduce of ``buf`` on the engine; returns the request."""
+    if state is None:
+        return nonblocking.iallreduce(buf, out=buf, op=op, algorithm=algorithm, comm=comm,
+                                      name=name)
+    return nonblocking.icompressed_allreduce(buf, state, out=buf, op=op, strategy=strategy,
+                                             comm=comm, key=key, step=step, algorithm=algorithm,
+                                             name=name)
+
+
+def state_tensors(state: CompressionState | None) -> dict[str, torch.Tensor]:
+    """The codec state (residuals, PowerSGD matrices, step) as CPU tensors, for ``torch.save``
+    (whose default ``weights_only`` loading takes tensors, not NumPy arrays)."""
+    if state is None:
+        return {}
+    return {k: torch.from_numpy(np.array(v, copy=True)) for k, v in state.state_dict().items()}
+
+
+def load_state_tensors(state: CompressionState | None, tensors: dict[str, torch.Tensor]) -> None:
+    """Restore what :func:`state_tensors` gave."""
+    if state is None:
+        if tensors:
+            raise ValueError("the checkpoint has codec state but this run has no codec")
+        return
+    state.load_state_dict({k: v.detach().cpu().numpy() for k, v in tensors.items()})

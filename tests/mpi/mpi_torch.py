@@ -1,0 +1,322 @@
+"""Framework tensors and collectives.torch under real multi-rank runs (skipped without torch).
+
+Tensors of every supported dtype (bfloat16 included) through every collective against the
+gather-and-reduce reference, bitwise identical on every rank, returned as tensors, into out=
+tensors; non-contiguous tensors rejected on every rank. DistributedOptimizer against a
+one-process run over the global batch (dense algorithms, the identity codec with error
+feedback, gradient accumulation), lossy codecs with error feedback identical on every rank,
+unused parameters, broadcasts after different random inits, codec state checkpoints; the DDP
+comm hook against DDP's own allreduce over gloo.
+"""
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import collectives
+import compress
+from reference import gather_all
+
+torch = pytest.importorskip("torch")
+ml_dtypes = pytest.importorskip("ml_dtypes")
+import collectives.torch as ct  # noqa: E402
+
+torch.set_num_threads(1)
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16,
+          torch.int32, torch.int64, torch.uint8]
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def _np(t):
+    """A tensor's values as NumPy (bfloat16 as float32, exact)."""
+    t = t.detach()
+    return (t.float() if t.dtype == torch.bfloat16 else t).numpy()
+
+
+def _bits(t):
+    t = t.detach().contiguous()
+    return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().tobytes()
+
+
+def _identical(t, comm):
+    everyone = comm.allgather(_bits(t))
+    return all(b == everyone[0] for b in everyone)
+
+
+def _input(dtype, n, rank):
+    g = torch.Generator().manual_seed(1000 + rank)
+    if dtype.is_floating_point:
+        return torch.randn(n, generator=g).to(dtype)
+    return torch.randint(0, 5, (n,), generator=g).to(dtype)
+
+
+def _reference(x, comm, op):
+    rows = gather_all(_np(x).astype(np.float64), comm)
+    return {"sum": rows.sum(0), "max": rows.max(0), "avg": rows.mean(0)}[op]
+
+
+def _tolerance(dtype, comm):
+    eps = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 ** -24,
+           torch.float64: 2.0 ** -53}.get(dtype, 0.0)
+    return 2 * comm.size * eps  # one rounding per pairwise step, relative to the sum of |x|
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_tensors_through_every_collective(dtype, comm):
+    """Each collective on CPU tensors of ``dtype``: a tensor of that dtype comes back, equal to
+    the reference (floats within one rounding per pairwise step), identical on every rank."""
+    n = 2 * comm.size + 1
+    x = _input(dtype, n, comm.rank)
+    absum = gather_all(np.abs(_np(x)).astype(np.float64), comm).sum(0)
+    ops = ["sum", "max"] + (["avg"] if dtype.is_floating_point else [])
+    for op in ops:
+        # every algorithm for bfloat16 (its word-form reduction is new), two for the others
+        for algorithm in collectives.ALGORITHMS if dtype == torch.bfloat16 else ("auto", "native"):
+            y = collectives.allreduce(x, op=op, algorithm=algorithm, comm=comm)
+            what = f"{algorithm} {dtype} {op} p={comm.size}"
+            assert isinstance(y, torch.Tensor) and y.dtype == dtype and y.shape == x.shape, what
+            ref = _reference(x, comm, op)
+            tol = _tolerance(dtype, comm) * absum + (1e-30 if op != "avg" else 0)
+            err = np.abs(_np(y).astype(np.float64) - ref)
+            assert (err <= tol / (comm.size if op == "avg" else 1) + 1e-12).all(), \
+                (what, err.max(), tol.max())
+            assert _identical(y, comm), what
+    # the blocks, into out= tensors and as new tensors
+    full = collectives.allreduce(x, comm=comm, algorithm="ring")
+    counts = collectives._p2p.partition(n, comm.size)
+    block = torch.empty(counts[comm.rank + 1] - counts[comm.rank], dtype=dtype)
+    assert collectives.reduce_scatter(x, out=block, comm=comm) is block
+    assert torch.equal(block, full[counts[comm.rank]:counts[comm.rank + 1]])
+    gathered = collectives.allgather(x, comm=comm)
+    assert isinstance(gathered, torch.Tensor) and gathered.dtype == dtype
+    rows = gather_all(_np(x), comm).reshape(-1)
+    assert np.array_equal(_np(gathered), rows)
+    b = x.clone()
+    assert collectives.bcast(b, root=comm.size - 1, comm=comm) is b
+    assert np.array_equal(_np(b), gather_all(_np(x), comm)[comm.size - 1])
+    r = collectives.reduce(x, root=0, op="max", comm=comm)
+    ref = _reference(x, comm, "max")  # collective: on every rank
+    assert (r is None) == (comm.rank != 0)
+    if r is not None:
+        assert isinstance(r, torch.Tensor) and np.array_equal(_np(r), ref)
+
+
+def test_in_place_through_another_view(comm):
+    """``allreduce(t.numpy(), out=t.numpy())``: two objects, one memory, counts as in place."""
+    t = torch.full((5,), float(comm.rank + 1))
+    y = collectives.allreduce(t.numpy(), out=t.numpy(), comm=comm)
+    assert isinstance(y, np.ndarray)
+    assert torch.equal(t, torch.full((5,), comm.size * (comm.size + 1) / 2))
+    out = torch.empty(5)
+    assert collectives.allreduce(t, out=out, op="max", comm=comm) is out
+    with pytest.raises(ValueError, match="overlaps"):  # partial overlap stays an error
+        buf = torch.zeros(6)
+        collectives.allreduce(buf[:5], out=buf[1:], comm=comm)
+
+
+def test_non_contiguous_rejected_on_every_rank(comm):
+    """Every rank gets the clear error; with validate=True through the cross-check too."""
+    t = torch.zeros(4, 6)[:, ::2]
+    for validate in (False, True):
+        with pytest.raises(ValueError, match=r"contiguous.*x\.contiguous\(\)"):
+            collectives.allreduce(t, comm=comm, validate=validate)
+    # one rank's bad tensor fails every rank under validate, and the ranks stay in step
+    x = t if comm.rank == 0 else torch.zeros(4, 3)
+    with pytest.raises(ValueError, match="contiguous"):
+        collectives.allreduce(x, comm=comm, validate=True)
+    assert float(collectives.allreduce(torch.ones(1), comm=comm)) == comm.size
+
+
+def test_nonblocking_and_compressed_take_tensors(comm):
+    """iallreduce, allreduce_init and compressed_allreduce give tensors back."""
+    x = torch.arange(7, dtype=torch.bfloat16) + comm.rank
+    y = collectives.iallreduce(x, op="avg", comm=comm).wait(timeout=120)
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.bfloat16 and _identical(y, comm)
+    g = torch.ones(9)
+    plan = collectives.allreduce_init(g, out=g, comm=comm)
+    assert plan() is g and float(g[0]) == comm.size
+    z = collectives.compressed_allreduce(torch.ones(10), compress.get("fp16"), comm=comm)
+    assert isinstance(z, torch.Tensor) and torch.allclose(z, torch.ones(10), atol=1e-3)
+
+
+# ---------------------------------------------------------------------- DistributedOptimizer
+
+class _WithSide(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+        self.side = torch.nn.Linear(6, 3)  # used on even ranks only
+
+    def forward(self, x, side):
+        return self.body(x) + self.side(x) if side else self.body(x)
+
+
+def _model(seed=0, extra=False):
+    torch.manual_seed(seed)
+    if extra:
+        return _WithSide()
+    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+
+
+def _data(comm, per_rank=4, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(per_rank * comm.size, 6, generator=g)
+    y = torch.randint(0, 3, (per_rank * comm.size,), generator=g)
+    lo = comm.rank * per_rank
+    return x, y, x[lo:lo + per_rank], y[lo:lo + per_rank]
+
+
+def _flat(m):
+    return torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+
+
+def _one_process(steps, x, y, micro=1):
+    ref = _model()
+    opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(steps):
+        opt.zero_grad()
+        for xs, ys in zip(x.chunk(micro), y.chunk(micro)):
+            (torch.nn.functional.cross_entropy(ref(xs), ys) / micro).backward()
+        opt.step()
+    return _flat(ref)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(algorithm="ring", bucket_bytes=64),
+                                dict(algorithm="recursive_doubling", bucket_bytes=200),
+                                dict(codec="none", error_feedback=True, bucket_bytes=100)],
+                         ids=["auto", "ring-buckets", "rd-buckets", "identity-ef"])
+def test_optimizer_equals_one_process(kw):
+    comm = MPI.COMM_WORLD  # the optimizer tests: one communicator is enough
+    x, y, xl, yl = _data(comm)
+    m = _model()
+    opt = ct.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                                  m.named_parameters(), comm=comm, **kw)
+    for _ in range(3):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(m(xl), yl).backward()
+        opt.step()
+    assert torch.allclose(_flat(m), _one_process(3, x, y), rtol=1e-5, atol=1e-6)
+    assert _identical(_flat(m), comm)
+
+
+def test_gradient_accumulation():
+    """backward_passes_per_step=2: two micro-batches per rank, one exchange, the global batch."""
+    comm = MPI.COMM_WORLD  # the optimizer tests: one communicator is enough
+    x, y, xl, yl = _data(comm, per_rank=4)
+    m = _model()
+    opt = ct.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                                  backward_passes_per_step=2, comm=comm, bucket_bytes=100)
+    for _ in range(2):
+        opt.zero_grad()
+        for xs, ys in zip(xl.chunk(2), yl.chunk(2)):
+            (torch.nn.functional.cross_entropy(m(xs), ys) / 2).backward()
+        opt.step()
+    # rank r's micro-batch j holds samples r*4 + 2j, +1: the one-process run's global batch
+    assert torch.allclose(_flat(m), _one_process(2, x, y), rtol=1e-5, atol=1e-6)
+    assert _identical(_flat(m), comm)
+    opt.zero_grad()
+    for _ in range(3):  # a third backward without step() is an error, as in Horovod
+        try:
+            torch.nn.functional.cross_entropy(m(xl), yl).backward()
+        except AssertionError as exc:
+            assert "backward_passes_per_step" in str(exc)
+            break
+    else:
+        pytest.fail("a third backward pass was accepted")
+    opt.synchronize()  # the ranks stay in step
+
+
+@pytest.mark.parametrize("codec", ["fp16", "topk:ratio=0.25", "powersgd:rank=1", "randomk:ratio=0.5"])
+def test_optimizer_codecs_with_error_feedback(codec):
+    """Lossy codecs with error feedback: identical parameters everywhere, close to the dense
+    run after a few steps, and the codec state survives a state_dict round trip."""
+    comm = MPI.COMM_WORLD  # the optimizer tests: one communicator is enough
+    x, y, xl, yl = _data(comm)
+    m = _model()
+    opt = ct.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                                  codec=codec, error_feedback=True, comm=comm)
+    for _ in range(3):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(m(xl), yl).backward()
+        opt.step()
+    assert _identical(_flat(m), comm), codec
+    assert torch.allclose(_flat(m), _one_process(3, x, y), atol=0.2), codec
+    saved = opt.state_dict()
+    residuals = {k: v for k, v in saved["collectives"]["codec"].items() if k.startswith("memory")}
+    assert residuals, codec
+    m2 = _model()
+    opt2 = ct.DistributedOptimizer(torch.optim.SGD(m2.parameters(), lr=0.1, momentum=0.9),
+                                   codec=codec, error_feedback=True, comm=comm)
+    opt2.load_state_dict(saved)
+    again = opt2.state_dict()["collectives"]["codec"]
+    assert all(torch.equal(again[k], v) for k, v in residuals.items()), codec
+
+
+def test_unused_parameters_do_not_hang():
+    """A layer used on even ranks only: odd ranks start its bucket at step() with zeros."""
+    comm = MPI.COMM_WORLD  # the optimizer tests: one communicator is enough
+    x, y, xl, yl = _data(comm)
+    m = _model(extra=True)
+    opt = ct.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), comm=comm,
+                                  bucket_bytes=64)
+    for _ in range(2):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(m(xl, comm.rank % 2 == 0), yl).backward()
+        opt.step()
+    assert _identical(_flat(m), comm)
+    if comm.size > 1:
+        assert not torch.equal(m.side.weight, _model(extra=True).side.weight)
+
+
+def test_broadcasts_after_different_inits():
+    comm = MPI.COMM_WORLD  # the optimizer tests: one communicator is enough
+    m = _model(seed=comm.rank)
+    opt = torch.optim.Adam(m.parameters(), lr=0.01)
+    if comm.rank == 0:  # only the root has optimizer state yet
+        torch.nn.functional.cross_entropy(m(torch.ones(2, 6)), torch.zeros(2, dtype=torch.long)).backward()
+        opt.step()
+        opt.param_groups[0]["lr"] = 0.5
+    ct.broadcast_parameters(m.state_dict(), root=0, comm=comm)
+    ct.broadcast_optimizer_state(opt, root=0, comm=comm)
+    assert _identical(_flat(m), comm)
+    assert opt.param_groups[0]["lr"] == 0.5
+    state = opt.state_dict()["state"]
+    assert len(state) == 4 and _identical(state[0]["exp_avg"], comm)
+    t = torch.full((3,), float(comm.rank))
+    assert ct.allreduce_(t, comm=comm) is t
+    assert torch.allclose(t, torch.full((3,), (comm.size - 1) / 2))
+
+
+def test_ddp_comm_hook_against_ddp():
+    """DDP over gloo (init_process_group: rendezvous through MPI): its own allreduce, and our
+    hook with a dense algorithm (same parameters) and with PowerSGD and top-k + error feedback
+    (identical everywhere). COMM_WORLD only: one gloo group at a time."""
+    comm = MPI.COMM_WORLD
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    ct.init_process_group(comm)
+    try:
+        _, _, xl, yl = _data(comm)
+
+        def run(state):
+            m = DDP(_model(), bucket_cap_mb=0.0002)
+            if state is not None:
+                m.register_comm_hook(state, ct.comm_hook)
+            opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+            for _ in range(3):
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(m(xl), yl).backward()
+                opt.step()
+            return _flat(m.module)
+
+        base = run(None)
+        dense = run(ct.CommHookState(comm, algorithm="ring"))
+        assert torch.allclose(dense, base, rtol=1e-5, atol=1e-6) and _identical(dense, comm)
+        for codec in ("powersgd:rank=1", "topk:ratio=0.25"):
+            state = ct.CommHookState(comm, codec=codec, error_feedback=True)
+            got = run(state)
+            assert _identical(got, comm), codec
+            assert torch.allclose(got, base, atol=0.2), codec
+            assert any(k.startswith("memory") for k in state.state_dict()["codec"]), codec
+    finally:
+        dist.destroy_process_group()
