@@ -64,7 +64,7 @@ def test_fold_maps_onto_power_of_two(p):
 
 def test_tables_name_every_algorithm():
     assert set(ALGORITHMS) == {"ring", "tree", "recursive_doubling", "rabenseifner",
-                               "hierarchical", "native", "auto"}
+                               "hierarchical", "shm", "native", "auto"}
     assert set(FLAT) <= set(ALGORITHMS)
     assert collectives.ALGORITHMS is ALGORITHMS
 

@@ -5,6 +5,7 @@ conventions and :data:`ALGORITHMS` for the catalogue.
 """
 
 from ._arrays import SUPPORTED_DTYPES
+from ._shmem import empty, zeros
 from .algorithms import ALGORITHMS
 from .api import allgather, allreduce, bcast, reduce, reduce_scatter
 from .blocks import ALLGATHER, BCAST, REDUCE, REDUCE_SCATTER
@@ -15,6 +16,7 @@ from .traffic import TRAFFIC
 
 __all__ = [
     "allreduce", "reduce_scatter", "allgather", "bcast", "reduce", "compressed_allreduce",
+    "empty", "zeros",
     "STRATEGIES", "TRAFFIC",
     "ALGORITHMS", "REDUCE_SCATTER", "ALLGATHER", "BCAST", "REDUCE",
     "OPS", "Options", "SUPPORTED_DTYPES",

@@ -7,11 +7,11 @@ world size:
 
 1. fits the cost model: ping-pong between ranks 0 and 1 (alpha, beta), ``np.add`` (gamma), and
    the smallest native allreduce (alpha_native); see :mod:`collectives.fit`;
-2. times every flat algorithm (those ``auto`` can pick: ring, tree, recursive doubling,
-   Rabenseifner, native) at a handful of sizes, 8 B to 64 MiB of float32, interleaved, OSU's
-   timing (each call alone, then a barrier), with few iterations for big messages, twice, and
-   keeps each algorithm's better (lower) per-rank median averaged over ranks, which filters
-   passing load from other processes on a shared machine;
+2. times every algorithm ``auto`` can pick (ring, tree, recursive doubling, Rabenseifner,
+   native, and shm when all ranks share a node) at a handful of sizes, 8 B to 64 MiB of float32,
+   interleaved, OSU's timing (each call alone, then a barrier), with few iterations for big
+   messages, twice, and keeps each algorithm's better (lower) per-rank median averaged over
+   ranks, which filters passing load from other processes on a shared machine;
 3. picks the winner at each size, keeping auto's built-in choice unless another algorithm is
    faster by more than ``--margin`` (default 5%, so noise cannot flip the rule), and stores the
    winners as thresholds (:func:`collectives.tuning.make_rules`), with the measured times and
@@ -67,15 +67,18 @@ def tune_world(sizes: Sequence[int], quick: bool = False, verbose: bool = True,
     from mpi4py import MPI
 
     from . import api, tuning
+    from ._context import context
     from .algorithms import FLAT
     from .algorithms.auto import builtin_choice
+    from .algorithms.shm import on_one_node
     from .bench.timing import time_interleaved
     from .fit import fit_network, measure_pingpong, measure_reduction
     from .options import Options
 
     comm = MPI.COMM_WORLD
     opts = Options.from_env()
-    names = ["native"] + [n for n in FLAT if n != "native"]
+    one_node = on_one_node(context(comm), opts)
+    names = ["native"] + [n for n in FLAT if n != "native"] + (["shm"] if one_node else [])
     measured: dict[str, dict[str, float]] = {}
     winners: dict[int, str] = {}
     for size in sizes:
@@ -87,7 +90,8 @@ def tune_world(sizes: Sequence[int], quick: bool = False, verbose: bool = True,
                   for _ in range(ROUNDS)]
         row = {n: round(min(r[n].median for r in rounds), 3) for n in names}
         measured[str(x.nbytes)] = row
-        winners[x.nbytes] = pick(row, builtin_choice(x.nbytes, x.size, comm.size), margin)
+        winners[x.nbytes] = pick(row, builtin_choice(x.nbytes, x.size, comm.size, one_node),
+                                 margin)
         if verbose and comm.rank == 0:
             print(f"p={comm.size} {x.nbytes:>10} B: {winners[x.nbytes]:<18} " +
                   " ".join(f"{n}={t:.1f}" for n, t in row.items()), flush=True)

@@ -95,11 +95,12 @@ def read(path: str | Path, known: frozenset[str] | None = None) -> dict[int, Rul
     """The rules of every world size in the tuning file ``path``.
 
     Raises FileNotFoundError when it does not exist and :class:`TuningFileError` when it is not
-    a tuning file of this format (``known``: the valid algorithm names, default auto's choices).
+    a tuning file of this format (``known``: the valid algorithm names, default auto's choices:
+    the flat algorithms and "shm").
     """
     if known is None:
         from .algorithms import FLAT
-        known = frozenset(FLAT)
+        known = frozenset(FLAT) | {"shm"}
     path = Path(path)
     try:
         data = json.loads(path.read_text())

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import auto, hierarchical, native, rabenseifner, recursive_doubling, ring, tree
+from . import auto, hierarchical, native, rabenseifner, recursive_doubling, ring, shm, tree
 
 __all__ = ["ALGORITHMS", "FLAT", "Algorithm"]
 
@@ -32,5 +32,6 @@ auto.FLAT = hierarchical.FLAT = FLAT
 ALGORITHMS: dict[str, Algorithm] = {
     **FLAT,
     "hierarchical": hierarchical.allreduce,
+    "shm": shm.allreduce,
     "auto": auto.allreduce,
 }

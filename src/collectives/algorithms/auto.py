@@ -9,7 +9,9 @@ Two sources, in order:
    docs/algorithms.md): "native" for ``count < pof2`` or at most ``SMALL_BYTES`` (64 KiB) - there
    latency is all there is, and every hand-written step pays a few microseconds of Python that
    MPI's C path does not; "rabenseifner" above (2 lg p messages and the bandwidth-optimal
-   volume; 0.43-1.04x native's time from 1 MiB to 4 MiB at p = 2, 4, 8). The fitted cost model
+   volume; 0.43-1.04x native's time from 1 MiB to 4 MiB at p = 2, 4, 8). When every rank shares
+   one node, "shm" instead from ``SHM_BYTES`` up (no messages at all; docs/benchmarks.md). A tuned
+   rule naming "shm" on a communicator that spans nodes falls back to this rule. The fitted cost model
    (:mod:`collectives.model`) did not do clearly better than this rule on that machine: it
    cannot see the per-call Python overhead that decides small messages there, and picks
    recursive doubling where native is faster (docs/benchmarks.md), so this rule stays the
@@ -32,31 +34,38 @@ from .. import tuning
 from .._context import Context
 from ..ops import Op
 from ..options import Options
+from . import shm
 from ._fold import pof2_of
 
-__all__ = ["choose", "builtin_choice", "comm_rules", "allreduce", "SMALL_BYTES"]
+__all__ = ["choose", "builtin_choice", "comm_rules", "allreduce", "SMALL_BYTES", "SHM_BYTES"]
 
 SMALL_BYTES = 64 << 10
+SHM_BYTES = 64 << 10
 _RULES_KEY = "auto-tuning-rules"
 
 
-def builtin_choice(nbytes: int, count: int, p: int) -> str:
-    """The built-in rule: "native" up to 64 KiB or below ``pof2`` elements, else Rabenseifner."""
+def builtin_choice(nbytes: int, count: int, p: int, one_node: bool = False) -> str:
+    """The built-in rule: "shm" from ``SHM_BYTES`` on one node, else "native" up to 64 KiB or
+    below ``pof2`` elements, else Rabenseifner."""
+    if one_node and nbytes >= SHM_BYTES:
+        return "shm"
     if count < pof2_of(p) or nbytes <= SMALL_BYTES:
         return "native"
     return "rabenseifner"
 
 
-def choose(nbytes: int, count: int, p: int, rules: tuning.Rules | None = None) -> str:
+def choose(nbytes: int, count: int, p: int, rules: tuning.Rules | None = None,
+           one_node: bool = False) -> str:
     """The algorithm "auto" runs for ``count`` elements (``nbytes`` bytes) on ``p`` ranks.
 
     ``rules``: tuned rules for ``p`` (see :mod:`collectives.tuning`); None: the built-in rule.
+    ``one_node``: whether every rank shares a node (else "shm" is never chosen).
     """
     if rules is None:
-        return builtin_choice(nbytes, count, p)
+        return builtin_choice(nbytes, count, p, one_node)
     for limit, name in rules:
         if nbytes <= limit:
-            return name
+            return name if one_node or name != "shm" else builtin_choice(nbytes, count, p)
     raise ValueError("tuning rules must end with an unlimited rule")
 
 
@@ -86,4 +95,5 @@ FLAT: dict = {}  # set to algorithms.FLAT itself by the package
 
 def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
     rules = ctx.cached(_RULES_KEY, _agree)  # comm_rules, inlined: this is the per-call path
-    FLAT[choose(buf.nbytes, buf.size, ctx.comm.size, rules)](src, buf, op, ctx, opts)
+    name = choose(buf.nbytes, buf.size, ctx.comm.size, rules, shm.on_one_node(ctx, opts))
+    (shm.allreduce if name == "shm" else FLAT[name])(src, buf, op, ctx, opts)
