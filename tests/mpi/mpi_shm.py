@@ -26,11 +26,12 @@ def _check(y, before, op, comm, what):
 
 @pytest.mark.parametrize("op", OPS)
 def test_many_rounds(op, comm):
-    """Segments of one element: 100+ rounds per call, each slot reused many times over."""
+    """Slots of 64 bytes: tens to hundreds of rounds per call, each slot reused many times over,
+    in both modes (short vectors: every rank reduces all of it; long ones: a block each)."""
     for dtype in (np.dtype(np.float16), np.dtype(np.float64), np.dtype(np.int8)):
         if op == "avg" and dtype.kind != "f":
             continue
-        for count in (comm.size + 1, 4 * comm.size + 3, 257):
+        for count in (comm.size + 1, 4 * comm.size + 3, 257, shm.REPLICATE_BYTES + 905):
             x = make_input(count, dtype, op, comm.rank)
             y = collectives.allreduce(x, op=op, algorithm="shm", comm=comm, options=TINY)
             _check(y, x, op, comm, f"{op} {dtype} n={count}")
@@ -40,8 +41,9 @@ def _descriptor(comm, options=collectives.Options()):
     """This rank's published (input region, offset, output region, offset) of its last call."""
     team = shm.team(context(comm), options)
     words = np.frombuffer(team.win.Shared_query(comm.rank)[0], np.int64)
-    return tuple(int(w) for w in words[[layout.X_REGION, layout.X_OFFSET, layout.OUT_REGION,
-                                        layout.OUT_OFFSET]])
+    at = layout.DESCRIPTOR * (team.tab[layout.T_CALL] % 2)
+    return tuple(int(w) for w in words[[at + layout.X_REGION, at + layout.X_OFFSET,
+                                        at + layout.OUT_REGION, at + layout.OUT_OFFSET]])
 
 
 @pytest.mark.parametrize("dtype", [np.dtype(np.float32), np.dtype(np.float16),
@@ -64,9 +66,9 @@ def test_shared_buffers_in_place_and_not(dtype, comm):
     _check(x, before, "max", comm, "shared, in place")
 
 
-def test_mixed_buffers(comm):
+@pytest.mark.parametrize("count", [100, 777])
+def test_mixed_buffers(count, comm):
     """Each rank picks NumPy or shared memory for input and output on its own."""
-    count = 777
     for case in range(4):
         x_shared, out_shared = (case + comm.rank) % 2 == 0, (case + comm.rank) // 2 % 2 == 0
         before = make_input(count, np.dtype(np.float64), "sum", comm.rank, seed=case)
@@ -150,8 +152,9 @@ def _usage():
 def test_soak_without_growth():
     """Thousands of calls, and communicators (each with its window) created and freed."""
     world = MPI.COMM_WORLD
-    if world.size == 1:
-        pytest.skip("one rank never reaches the shared window")
+    if not 2 <= world.size <= 4:  # (bench/shm_soak.py runs a longer soak at any size)
+        pytest.skip("one rank never reaches the window; with 5-8 ranks on 2 cores every call is "
+                    "a round of the scheduler, and what leaks does not depend on the size")
     x = np.ones(4096, np.float32)
     y = np.empty_like(x)
 

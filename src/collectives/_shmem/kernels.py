@@ -32,8 +32,7 @@ __all__ = ["NJIT", "FLOAT16", "engine", "fold", "load_acquire", "store_release"]
 
 NJIT = dict(cache=True, nogil=True, fastmath=False)
 
-#: Elements folded at a time (16 KiB of float64, kept in L1).
-BLOCK = 2048
+BLOCK = L.FOLD_BLOCK
 
 #: Format token of float16 data, stored as uint16 words.
 FLOAT16 = np.empty(0, np.dtype([("float16", "<u2")]))
@@ -239,27 +238,33 @@ def _span(n, m, b, t, seg):  # pragma: no cover - compiled
 
 @njit(**NJIT)
 def _start(tab, regions, xaddr, oaddr, nbytes, mode, m, rounds):  # pragma: no cover - compiled
-    """Publish this rank's descriptor, set the cursor and the counters that need no work."""
+    """Publish this rank's descriptor, set the cursor, and move the counters of the steps this
+    rank does not take in this call straight to the call's last round."""
     me = tab[L.T_ME]
     t0 = tab[L.T_SEQ] + 1
     tl = tab[L.T_SEQ] + rounds
     xreg, xoff = _find(tab, regions, xaddr, nbytes)
     oreg, ooff = _find(tab, regions, oaddr, nbytes)
     ctrl = tab[L.T_BASE + me]
-    words = carray(_pointer(ctrl, _WORDS), 4)
+    tab[L.T_CALL] += 1
+    words = _descriptor(tab, me)
     words[L.X_REGION] = xreg
     words[L.X_OFFSET] = xoff
     words[L.OUT_REGION] = oreg
     words[L.OUT_OFFSET] = ooff
     tab[L.T_T0], tab[L.T_TL] = t0, tl
-    tab[L.T_TF] = t0 if me < m else tl + 1
+    if me < m or mode == L.REPLICATED:
+        tab[L.T_TF] = t0
+    else:  # not reducing: reads no input of this call
+        tab[L.T_TF] = tl + 1
+        store_release(ctrl + L.DONE * 8, tl)
     if mode == L.ALLGATHER or xreg != L.STAGED:  # nothing to stage: arrive for all rounds
         tab[L.T_TS] = tl + 1
         store_release(ctrl + L.READY * 8, tl)  # release: the descriptor is visible first
     else:
         tab[L.T_TS] = t0
-    if mode == L.REDUCE_SCATTER or oreg != L.STAGED:  # nothing to copy out
-        tab[L.T_TC] = tl + 1
+    if mode == L.REDUCE_SCATTER or mode == L.REPLICATED or oreg != L.STAGED:
+        tab[L.T_TC] = tl + 1  # nothing to copy out
         store_release(ctrl + L.FREED * 8, tl)
     else:
         tab[L.T_TC] = t0
@@ -267,10 +272,17 @@ def _start(tab, regions, xaddr, oaddr, nbytes, mode, m, rounds):  # pragma: no c
 
 
 @njit(**NJIT)
+def _descriptor(tab, q):  # pragma: no cover - compiled
+    """Rank q's descriptor words of the current call."""
+    return carray(_pointer(tab[L.T_BASE + q] + (tab[L.T_CALL] % 2) * L.DESCRIPTOR * 8, _WORDS),
+                  L.DESCRIPTOR)
+
+
+@njit(**NJIT)
 def _shared(tab, regions, q, word):  # pragma: no cover - compiled
     """Where rank q's input (``word`` X_REGION) or output (OUT_REGION) starts in this process,
     or 0 when it is staged. Reads q's descriptor: only after acquiring q's READY of this call."""
-    words = carray(_pointer(tab[L.T_BASE + q], _WORDS), 4)
+    words = _descriptor(tab, q)
     region = words[word]
     if region == L.STAGED:
         return 0
@@ -281,10 +293,8 @@ def _shared(tab, regions, q, word):  # pragma: no cover - compiled
 def _needs_slot(tab, me, p):  # pragma: no cover - compiled
     """Whether another rank copies its result out of the output slots (it has no shared out)."""
     for q in range(p):
-        if q != me:
-            words = carray(_pointer(tab[L.T_BASE + q], _WORDS), 4)
-            if words[L.OUT_REGION] == L.STAGED:
-                return True
+        if q != me and _descriptor(tab, q)[L.OUT_REGION] == L.STAGED:
+            return True
     return False
 
 
@@ -299,12 +309,20 @@ def _slot(tab, q, k, output):  # pragma: no cover - compiled
 def engine(tab, regions, x, out, token, op, mode, m):  # pragma: no cover - compiled
     """Run (or resume) one collective call of this rank; True when it is complete.
 
-    Returns False after ``tab[T_SPIN]`` polls without progress, with the cursor saved in ``tab``,
-    so that the caller can yield the processor and call again.
+    ``m`` blocks (1 in REPLICATED mode), reduced by ranks ``0 .. m-1`` (by every rank in
+    REPLICATED mode). Returns False after ``tab[T_SPIN]`` polls without progress, with the
+    cursor saved in ``tab``, so that the caller can yield the processor and call again.
+
+    Counter invariants, for every rank q and round t (any mode): ``READY[q] >= t`` means q's
+    input of round t can be read and q's descriptor of this call is published; ``DONE[q] >= t``
+    means q reads no input of rounds <= t any more (and wrote its results of them); ``FREED[q]
+    >= t`` means q reads no output slot of rounds <= t any more.
     """
     me, p, nslots = tab[L.T_ME], tab[L.T_P], tab[L.T_SLOTS]
     n = out.size
     isz = token.itemsize
+    replicated = mode == L.REPLICATED
+    hands_out = mode == L.FUSED or mode == L.ALLGATHER  # others need my block's result
     seg = _segment_elements(tab[L.T_SLOT_BYTES], m, isz)
     xaddr, oaddr = x.ctypes.data, out.ctypes.data
     if tab[L.T_PHASE] == 0:
@@ -313,18 +331,19 @@ def engine(tab, regions, x, out, token, op, mode, m):  # pragma: no cover - comp
     t0, tl = tab[L.T_T0], tab[L.T_TL]
     ts, tf, tc = tab[L.T_TS], tab[L.T_TF], tab[L.T_TC]
     mine = tab[L.T_BASE + me]
-    srcs = np.empty(p, np.int64)
-    dsts = np.empty(p + 1, np.int64)
-    scratch = np.empty(BLOCK * 8, np.uint8)
+    block = 0 if replicated else me  # the block this rank reduces
+    scratch = mine + L.SCRATCH_OFFSET
+    lists = carray(_pointer(scratch + BLOCK * 8, _WORDS), 2 * p + 1)
+    srcs, dsts = lists[:p], lists[p:]
     idle = 0
     while True:
         moved = False
         # 1. reduce my block's segment of round tf, once every rank has staged it
         if tf <= tl and ts > tf and _all_reached(tab, L.READY, tf, p, me):
-            slot_wanted = mode != L.REDUCE_SCATTER and _needs_slot(tab, me, p)
+            slot_wanted = hands_out and _needs_slot(tab, me, p)
             if not slot_wanted or _all_reached(tab, L.FREED, tf - nslots, p, me):
                 k = tf % nslots
-                lo, hi = _span(n, m, me, tf - t0, seg)
+                lo, hi = _span(n, m, block, tf - t0, seg)
                 at = lo * isz
                 nsrc = 1
                 srcs[0] = xaddr + at
@@ -336,13 +355,13 @@ def engine(tab, regions, x, out, token, op, mode, m):  # pragma: no cover - comp
                         else:
                             base = _shared(tab, regions, q, L.X_REGION)
                             srcs[nsrc] = (base + at if base else
-                                          _slot(tab, q, k, 0) + me * seg * isz)
+                                          _slot(tab, q, k, 0) + block * seg * isz)
                         nsrc += 1
                 ndst = 0
                 if oaddr != xaddr or mode != L.ALLGATHER:
                     dsts[0] = oaddr + at
                     ndst = 1
-                if mode != L.REDUCE_SCATTER:
+                if hands_out:
                     for q in range(p):
                         if q != me:
                             base = _shared(tab, regions, q, L.OUT_REGION)
@@ -352,23 +371,23 @@ def engine(tab, regions, x, out, token, op, mode, m):  # pragma: no cover - comp
                     if slot_wanted:
                         dsts[ndst] = _slot(tab, me, k, 1)
                         ndst += 1
-                fold(op, token, srcs, nsrc, dsts, ndst, hi - lo, scratch.ctypes.data)
+                fold(op, token, srcs, nsrc, dsts, ndst, hi - lo, scratch)
                 store_release(mine + L.DONE * 8, tf)
                 tf += 1
                 moved = True
         # 2. stage my input segments of round ts, once its slot is no longer read
-        if ts <= tl and (ts <= tf or me >= m) and _all_reached(tab, L.DONE, ts - nslots, m, me):
+        if ts <= tl and (ts <= tf or tf > tl) and _all_reached(tab, L.DONE, ts - nslots, p, me):
             k = ts % nslots
             into = _slot(tab, me, k, 0)
             for b in range(m):
-                if b != me:
+                if b != me or replicated:
                     lo, hi = _span(n, m, b, ts - t0, seg)
                     _copy(into + b * seg * isz, xaddr + lo * isz, (hi - lo) * isz)
             store_release(mine + L.READY * 8, ts)
             ts += 1
             moved = True
         # 3. copy every other block's segment of round tc out, once all are reduced
-        if tc <= tl and (tc < tf or me >= m) and _all_reached(tab, L.DONE, tc, m, me):
+        if tc <= tl and (tc < tf or tf > tl) and _all_reached(tab, L.DONE, tc, m, me):
             k = tc % nslots
             for b in range(m):
                 if b != me:
@@ -377,10 +396,14 @@ def engine(tab, regions, x, out, token, op, mode, m):  # pragma: no cover - comp
             store_release(mine + L.FREED * 8, tc)
             tc += 1
             moved = True
-        if ts > tl and tf > tl and tc > tl and _all_reached(tab, L.DONE, tl, m, me):
-            tab[L.T_SEQ] = tl
-            tab[L.T_PHASE] = 0
-            return True
+        if ts > tl and tf > tl and tc > tl:
+            # others may still read my input in place, or write my output: wait for them,
+            # unless every rank reduces for itself from my staged copies (REPLICATED)
+            if (replicated and _shared(tab, regions, me, L.X_REGION) == 0) or \
+                    _all_reached(tab, L.DONE, tl, p, me):
+                tab[L.T_SEQ] = tl
+                tab[L.T_PHASE] = 0
+                return True
         if moved:
             idle = 0
         else:

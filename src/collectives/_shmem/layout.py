@@ -5,9 +5,12 @@ Nothing here imports Numba. ``team.py`` explains the protocol; this module only 
 A team's window gives every rank one segment (``Allocate_shared``), laid out as
 
 - ``[0, CTRL_BYTES)``: the rank's control block of int64 words. Words ``X_REGION`` ... ``OUT_OFFSET``
-  describe where this call's input and output live; ``READY``, ``DONE`` and ``FREED`` are its
-  three round counters, each on its own 64-byte cache line so that a rank polling one counter
-  does not slow the writer of another.
+  describe where this call's input and output live (two copies, for odd and even calls, so that
+  a rank may publish its next call's while a slower one still reads this one's);
+  ``READY``, ``DONE`` and ``FREED`` are its three round counters, each on its own 64-byte cache
+  line so that a rank polling one counter does not slow the writer of another.
+- ``[SCRATCH_OFFSET, DATA_OFFSET)``: scratch that only this rank touches (the L1 block in which
+  the fold kernel combines, and the operand address lists).
 - ``[DATA_OFFSET, DATA_OFFSET + SLOTS * slot_bytes)``: the rank's input slots, where it stages
   segments of its input for the ranks that reduce them;
 - then ``SLOTS`` output slots, where it puts the segments it reduced for the ranks that copy them.
@@ -20,20 +23,30 @@ this process, plus the cursor that lets a call that had to wait resume where it 
 from __future__ import annotations
 
 __all__ = [
-    "SLOTS", "CTRL_BYTES", "DATA_OFFSET", "X_REGION", "X_OFFSET", "OUT_REGION", "OUT_OFFSET",
-    "READY", "DONE", "FREED", "STAGED", "FUSED", "REDUCE_SCATTER", "ALLGATHER", "OPCODES",
+    "SLOTS", "CTRL_BYTES", "DESCRIPTOR", "FOLD_BLOCK", "MAX_TEAM", "SCRATCH_OFFSET", "SCRATCH_BYTES",
+    "DATA_OFFSET", "X_REGION", "X_OFFSET", "OUT_REGION", "OUT_OFFSET",
+    "READY", "DONE", "FREED", "STAGED", "FUSED", "REDUCE_SCATTER", "ALLGATHER", "REPLICATED",
+    "OPCODES",
     "T_ME", "T_P", "T_SLOTS", "T_SLOT_BYTES", "T_SEQ", "T_SPIN", "T_PHASE", "T_TS", "T_TF",
-    "T_TC", "T_T0", "T_TL", "T_BASE", "segment_bytes",
+    "T_TC", "T_T0", "T_TL", "T_CALL", "T_BASE", "segment_bytes",
 ]
 
 #: Slots per rank and direction: a rank may stage round t while round t - SLOTS is the oldest
 #: one any rank may still be reading.
 SLOTS = 4
 CTRL_BYTES = 256
-DATA_OFFSET = 4096  # slots start on their own page
+#: Elements the fold kernel combines at a time (16 KiB of float64: stays in L1).
+FOLD_BLOCK = 2048
+#: Most ranks a team may have (the operand address lists live in the scratch area).
+MAX_TEAM = 1024
+SCRATCH_OFFSET = 4096
+SCRATCH_BYTES = -(-(FOLD_BLOCK * 8 + (2 * MAX_TEAM + 1) * 8) // 4096) * 4096
+DATA_OFFSET = SCRATCH_OFFSET + SCRATCH_BYTES  # slots start on their own page
 
-# control words (int64 index into a rank's control block)
+# control words (int64 index into a rank's control block); the descriptor of call c starts
+# at word DESCRIPTOR * (c % 2)
 X_REGION, X_OFFSET, OUT_REGION, OUT_OFFSET = 0, 1, 2, 3
+DESCRIPTOR = 4
 READY = 8    # last round whose input segments this rank has staged (or: all, at arrival)
 DONE = 16    # last round this rank has reduced (it has stopped reading inputs of that round)
 FREED = 24   # last round this rank has copied out (it has stopped reading output slots of it)
@@ -45,13 +58,14 @@ STAGED = -1
 FUSED = 0           # allreduce: reduce my block from every input, every rank copies every block
 REDUCE_SCATTER = 1  # the first m ranks reduce their block into their own output only
 ALLGATHER = 2       # the first m ranks hand out their block of their own input
+REPLICATED = 3      # allreduce of a short vector: every rank reduces all of it from every input
 
 #: Reduction codes of the kernels, by ``collectives.ops`` name ("avg" sums; the caller divides).
 OPCODES = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 0}
 
 # the private table
 T_ME, T_P, T_SLOTS, T_SLOT_BYTES, T_SEQ, T_SPIN = 0, 1, 2, 3, 4, 5
-T_PHASE, T_TS, T_TF, T_TC, T_T0, T_TL = 6, 7, 8, 9, 10, 11
+T_PHASE, T_TS, T_TF, T_TC, T_T0, T_TL, T_CALL = 6, 7, 8, 9, 10, 11, 12
 T_BASE = 16  # T_BASE + q: address of rank q's segment in this process
 
 

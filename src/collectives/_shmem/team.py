@@ -118,6 +118,9 @@ class Team:
 
     def __init__(self, comm: MPI.Comm, slot_bytes: int, buffers: Any = None) -> None:
         p, me = comm.size, comm.rank
+        if p > L.MAX_TEAM:
+            raise ValueError(f"shared-memory collectives take at most {L.MAX_TEAM} ranks per "
+                             f"node, got {p}")
         self.comm, self.size, self.buffers = comm, p, buffers
         slot = L.segment_bytes(slot_bytes, p)
         self.win = MPI.Win.Allocate_shared(L.DATA_OFFSET + 2 * L.SLOTS * slot, 1, comm=comm)

@@ -48,13 +48,21 @@ from .._shmem.team import Team, not_on_one_node
 from ..ops import Op
 from ..options import Options
 
-__all__ = ["allreduce", "on_one_node", "team"]
+__all__ = ["allreduce", "on_one_node", "team", "REPLICATE_BYTES"]
+
+#: Up to this many bytes every rank reduces the whole vector itself from every input (one
+#: hand-off per round instead of two; the same operands in the same order, so the same bits).
+REPLICATE_BYTES = 4096
+
+
+def _why_not(ctx: Context, opts: Options) -> str | None:
+    return ctx.cached(("shm-node", opts.node_size),
+                      lambda comm: not_on_one_node(comm, opts.node_size))
 
 
 def on_one_node(ctx: Context, opts: Options) -> bool:
     """Whether every rank of ``ctx.comm`` shares one (emulated) node (collective at first use)."""
-    return ctx.cached(("shm-node", opts.node_size),
-                      lambda comm: not_on_one_node(comm, opts.node_size)) is None
+    return _why_not(ctx, opts) is None
 
 
 def team(ctx: Context, opts: Options) -> Team:
@@ -65,20 +73,29 @@ def team(ctx: Context, opts: Options) -> Team:
     ValueError
         Some ranks are not on rank 0's node (every rank raises it, with the same message).
     """
-    why = ctx.cached(("shm-node", opts.node_size),
-                     lambda comm: not_on_one_node(comm, opts.node_size))
-    if why is not None:
-        raise ValueError(why)
-    return ctx.cached(("shm", opts.shm_segment_bytes),
-                      lambda comm: Team(comm, opts.shm_segment_bytes, registry(ctx)))
+    key = ("shm", opts.node_size, opts.shm_segment_bytes)
+    found = ctx._cache.get(key)  # the per-call path: one lookup, no closure
+    if found is None:
+        found = ctx.cached(key, lambda comm: _make_team(ctx, opts))
+    if type(found) is str:
+        raise ValueError(found)
+    return found
+
+
+def _make_team(ctx: Context, opts: Options) -> Team | str:
+    """The team, or the reason there is none (cached like a team, raised at every call)."""
+    why = _why_not(ctx, opts)
+    return why if why is not None else Team(ctx.comm, opts.shm_segment_bytes, registry(ctx))
 
 
 def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
     shm = team(ctx, opts)
     opcode = layout.OPCODES[op.name]
-    if type(buf) is np.ndarray:
+    if type(buf) is not np.ndarray:  # CuPy: the window is host memory, so reduce a host copy
+        host = src.get()
+        allreduce(host, host, op, ctx, opts)
+        buf.set(host)
+    elif buf.nbytes <= REPLICATE_BYTES:
+        shm.run(src, buf, opcode, layout.REPLICATED, 1)
+    else:
         shm.run(src, buf, opcode, layout.FUSED, shm.size)
-        return
-    host = src.get()  # a CuPy array: the window is host memory, so reduce a host copy
-    shm.run(host, host, opcode, layout.FUSED, shm.size)
-    buf.set(host)
