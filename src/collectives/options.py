@@ -51,14 +51,14 @@ class Options:
     shm_segment_bytes
         Bytes each rank stages per round in the "shm" algorithm (and inside "hierarchical"):
         the size of one slot of its shared window, which holds a few. Tests shrink it so that
-        small arrays take many rounds. Default 256 KiB.
+        small arrays take many rounds. Default 1 MiB.
     """
 
     segment_bytes: int = 1 << 20
     node_size: int | None = None
     inter_algorithm: str = "ring"
     validate: bool = False
-    shm_segment_bytes: int = 256 << 10
+    shm_segment_bytes: int = 1 << 20
 
     def __post_init__(self) -> None:
         if not isinstance(self.segment_bytes, int) or self.segment_bytes < 1:

@@ -16,7 +16,15 @@ from collectives._shmem import layout
 from collectives.algorithms import shm
 from reference import OPS, assert_close, assert_identical_everywhere, make_input
 
-TINY = collectives.Options(shm_segment_bytes=1)  # one element of each block per round
+TINY = collectives.Options(shm_segment_bytes=1)  # slots of 64 bytes: a few elements per round
+MODES = {"replicated": 1 << 40, "blocks": -1}  # shm.REPLICATE_BYTES forcing each mode
+
+
+@pytest.fixture(params=list(MODES))
+def mode(request, monkeypatch):
+    """Every test body in both of shm's modes, whatever the vector's size."""
+    monkeypatch.setattr(shm, "REPLICATE_BYTES", MODES[request.param])
+    return request.param
 
 
 def _check(y, before, op, comm, what):
@@ -24,14 +32,22 @@ def _check(y, before, op, comm, what):
     assert_identical_everywhere(y, comm, what)
 
 
+def test_sweep_in_blocks_mode(monkeypatch, comm):
+    """The generic sweep of mpi_allreduce.py (every count, dtype, op, in place), whose short
+    vectors take the replicated mode there, in the block-per-rank mode."""
+    from mpi_allreduce import _sweep
+
+    monkeypatch.setattr(shm, "REPLICATE_BYTES", MODES["blocks"])
+    assert _sweep("shm", comm, collectives.Options(shm_segment_bytes=256), ((lambda a: a),) * 2)
+
+
 @pytest.mark.parametrize("op", OPS)
-def test_many_rounds(op, comm):
-    """Slots of 64 bytes: tens to hundreds of rounds per call, each slot reused many times over,
-    in both modes (short vectors: every rank reduces all of it; long ones: a block each)."""
+def test_many_rounds(op, mode, comm):
+    """Slots of 64 bytes: tens to hundreds of rounds per call, each slot reused many times over."""
     for dtype in (np.dtype(np.float16), np.dtype(np.float64), np.dtype(np.int8)):
         if op == "avg" and dtype.kind != "f":
             continue
-        for count in (comm.size + 1, 4 * comm.size + 3, 257, shm.REPLICATE_BYTES + 905):
+        for count in (comm.size + 1, 4 * comm.size + 3, 1001):
             x = make_input(count, dtype, op, comm.rank)
             y = collectives.allreduce(x, op=op, algorithm="shm", comm=comm, options=TINY)
             _check(y, x, op, comm, f"{op} {dtype} n={count}")
@@ -48,7 +64,7 @@ def _descriptor(comm, options=collectives.Options()):
 
 @pytest.mark.parametrize("dtype", [np.dtype(np.float32), np.dtype(np.float16),
                                    np.dtype(np.uint64)])
-def test_shared_buffers_in_place_and_not(dtype, comm):
+def test_shared_buffers_in_place_and_not(dtype, mode, comm):
     count = 1001
     x = collectives.empty(count + 7, dtype, comm)[7:]  # a view, not the window's first byte
     out = collectives.zeros(count, dtype, comm)
@@ -66,9 +82,9 @@ def test_shared_buffers_in_place_and_not(dtype, comm):
     _check(x, before, "max", comm, "shared, in place")
 
 
-@pytest.mark.parametrize("count", [100, 777])
-def test_mixed_buffers(count, comm):
+def test_mixed_buffers(mode, comm):
     """Each rank picks NumPy or shared memory for input and output on its own."""
+    count = 777
     for case in range(4):
         x_shared, out_shared = (case + comm.rank) % 2 == 0, (case + comm.rank) // 2 % 2 == 0
         before = make_input(count, np.dtype(np.float64), "sum", comm.rank, seed=case)
@@ -177,3 +193,17 @@ def test_soak_without_growth():
     assert (y == world.size).all()
     assert maps1 <= maps0 + 2, f"mappings grew from {maps0} to {maps1}"
     assert rss1 <= rss0 + 4096, f"resident memory grew from {rss0} kB to {rss1} kB"
+
+
+@pytest.mark.parametrize("node_size", [None, 2, 3])
+def test_hierarchical_on_shared_buffers(node_size, comm):
+    """hierarchical's in-node steps read and write shared arrays in place too."""
+    opts = collectives.Options(node_size=node_size, shm_segment_bytes=64)
+    for count, inplace in ((5, False), (1001, False), (1001, True)):
+        before = make_input(count, np.dtype(np.float64), "avg", comm.rank)
+        x = collectives.empty(count, np.float64, comm)
+        x[:] = before
+        out = x if inplace else collectives.empty(count, np.float64, comm)
+        y = collectives.allreduce(x, out=out, op="avg", algorithm="hierarchical", comm=comm,
+                                  options=opts)
+        _check(y, before, "avg", comm, f"node_size={node_size} n={count} inplace={inplace}")

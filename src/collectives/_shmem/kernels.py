@@ -6,9 +6,9 @@ They take only arrays and scalars. Memory of other processes is reached through 
 with acquire loads and written with release stores (:func:`load_acquire`, :func:`store_release`):
 LLVM atomics, so the compiler neither caches a polled counter nor moves data accesses across it.
 
-:func:`fold` reduces one segment from p operands in one pass over memory: in blocks of ``BLOCK``
-elements combined in an L1-resident scratch block (a destination may be one of the operands, in
-place), then stored to every destination. Operands combine left to right, i.e. in rank order, with
+:func:`fold` reduces one segment from p operands in one pass over memory, in blocks of ``BLOCK``
+elements that stay in L1 while every operand is combined into them, then stored to the other
+destinations (a destination may be one of the operands, in place). Operands combine left to right, i.e. in rank order, with
 NumPy's semantics: wrapping integers, min/max keeping the first operand only when it is strictly
 smaller/larger or NaN (``np.minimum``'s choice: ``min(0.0, -0.0)`` is ``-0.0``, NaN propagates),
 float16 computed in float32 and rounded to float16 after every operation as NumPy does.
@@ -147,17 +147,21 @@ def _combine(op, a, b):  # pragma: no cover - compiled
 def fold(op, token, srcs, nsrc, dsts, ndst, count, scratch):  # pragma: no cover - compiled
     """``dsts[k][i] = srcs[0][i] op srcs[1][i] op ... op srcs[nsrc-1][i]`` for every k < ndst.
 
-    ``srcs``/``dsts`` hold addresses of ``count`` elements each; a destination may be one of the
-    sources (in place), so each block is combined in ``scratch`` (the address of ``BLOCK``
-    elements, which stay in L1) before it is stored to the destinations.
+    ``srcs``/``dsts`` hold addresses of ``count`` elements each. A destination may be one of the
+    sources (in place): the first destination accumulates the result unless it is a source other
+    than the first, in which case each block is combined in ``scratch`` (the address of ``BLOCK``
+    elements, which stay in L1) and then stored.
     """
     if ndst == 0 or count == 0:
         return
     isz = token.itemsize
+    in_place = False
+    for q in range(1, nsrc):
+        in_place = in_place or srcs[q] == dsts[0]
     for lo in range(0, count, BLOCK):
         c = min(BLOCK, count - lo)
         at = lo * isz
-        acc = carray(_pointer(scratch, token), c)
+        acc = carray(_pointer(scratch if in_place else dsts[0] + at, token), c)
         a = carray(_pointer(srcs[0] + at, token), c)
         if nsrc == 1:
             acc = a
@@ -171,8 +175,8 @@ def fold(op, token, srcs, nsrc, dsts, ndst, count, scratch):  # pragma: no cover
                     acc[i] = _narrow(_combine(op, _widen(acc[i], token), _widen(s[i], token)),
                                      token)
         for k in range(ndst):
-            if dsts[k] != srcs[0] or nsrc > 1:
-                d = carray(_pointer(dsts[k] + at, token), c)
+            d = carray(_pointer(dsts[k] + at, token), c)
+            if d.ctypes.data != acc.ctypes.data:
                 for i in range(c):
                     d[i] = acc[i]
 

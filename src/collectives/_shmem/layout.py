@@ -33,7 +33,7 @@ __all__ = [
 
 #: Slots per rank and direction: a rank may stage round t while round t - SLOTS is the oldest
 #: one any rank may still be reading.
-SLOTS = 4
+SLOTS = 2
 CTRL_BYTES = 256
 #: Elements the fold kernel combines at a time (16 KiB of float64: stays in L1).
 FOLD_BLOCK = 2048

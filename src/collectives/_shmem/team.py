@@ -40,8 +40,10 @@ barrier that starts a window's use (its zeroed control block) is ordered by ``Wi
 ``Barrier`` + ``Win_sync``, the standard's own pattern.
 
 **Waiting.** ``kernels.engine`` polls the counters for a bounded number of rounds without
-progress, then returns to Python, which yields the processor (``os.sched_yield``) and, after a
-while, sleeps briefly before calling it again; a rank that waits for one that is not scheduled
+progress (about 2 ms when the team has no more ranks than the machine has cores, as MPI
+libraries busy-poll; under 1 us when it has more), then returns to Python, which yields the
+processor (``os.sched_yield``) and, once it has waited 2 ms without progress, sleeps 50 us
+before calling it again; a rank that waits for one that is not scheduled
 (more ranks than cores) thus gives it the core instead of spinning its time slice away.
 """
 
@@ -60,8 +62,10 @@ __all__ = ["Team", "node_comm", "not_on_one_node", "OPCODES"]
 
 OPCODES = L.OPCODES
 
-#: Polls without progress before the engine returns to Python to yield.
-SPIN = 2000
+#: Polls without progress (about 2 ns each) before the engine returns to Python to yield: about
+#: 2 ms when every rank of the team can have a core of its own, well under 1 us when they cannot
+#: (then the rank waited for may need this very core).
+SPIN_DEDICATED, SPIN_SHARED = 1_000_000, 200
 #: Waiting longer than this (seconds) in one call, yield by sleeping instead.
 YIELD_FOR = 2e-3
 NAP = 50e-6
@@ -135,8 +139,9 @@ class Team:
         comm.Barrier()
         self.win.Sync()
         self.tab = np.zeros(L.T_BASE + p, np.int64)
+        spin = SPIN_DEDICATED if p <= (os.cpu_count() or 1) else SPIN_SHARED
         self.tab[[L.T_ME, L.T_P, L.T_SLOTS, L.T_SLOT_BYTES, L.T_SPIN]] = (me, p, L.SLOTS, slot,
-                                                                          SPIN)
+                                                                          spin)
         self.tab[L.T_BASE:] = [self.win.Shared_query(q)[0].address for q in range(p)]
         self._ranks = (None if buffers is None else
                        buffers.translate(comm))  # team rank -> rank in the buffers' node
@@ -163,9 +168,12 @@ class Team:
         tab[L.T_PHASE] = 0
         if engine(tab, regions, x, out, token, opcode, mode, m):
             return
-        start = time.perf_counter()
+        since, cursor = time.perf_counter(), None  # waiting without progress since
         while True:
-            if time.perf_counter() - start < YIELD_FOR:
+            moved = tab[L.T_TS] + tab[L.T_TF] + tab[L.T_TC]
+            if moved != cursor:
+                since, cursor = time.perf_counter(), moved
+            if time.perf_counter() - since < YIELD_FOR:
                 _yield()
             else:
                 time.sleep(NAP)

@@ -10,8 +10,10 @@ Two sources, in order:
    latency is all there is, and every hand-written step pays a few microseconds of Python that
    MPI's C path does not; "rabenseifner" above (2 lg p messages and the bandwidth-optimal
    volume; 0.43-1.04x native's time from 1 MiB to 4 MiB at p = 2, 4, 8). When every rank shares
-   one node, "shm" instead from ``SHM_BYTES`` up (no messages at all; docs/benchmarks.md). A tuned
-   rule naming "shm" on a communicator that spans nodes falls back to this rule. The fitted cost model
+   one node, "shm" at every size from ``SHM_BYTES`` (0) up instead: with no messages at all it
+   took 0.5-0.7x native's time at 8 B to 64 KiB and less above, at p = 2, 4 and 8
+   (docs/benchmarks.md). A tuned rule naming "shm" on a communicator that spans nodes falls back
+   to this rule. The fitted cost model
    (:mod:`collectives.model`) did not do clearly better than this rule on that machine: it
    cannot see the per-call Python overhead that decides small messages there, and picks
    recursive doubling where native is faster (docs/benchmarks.md), so this rule stays the
@@ -40,7 +42,7 @@ from ._fold import pof2_of
 __all__ = ["choose", "builtin_choice", "comm_rules", "allreduce", "SMALL_BYTES", "SHM_BYTES"]
 
 SMALL_BYTES = 64 << 10
-SHM_BYTES = 64 << 10
+SHM_BYTES = 0
 _RULES_KEY = "auto-tuning-rules"
 
 

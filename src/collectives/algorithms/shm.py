@@ -52,7 +52,7 @@ __all__ = ["allreduce", "on_one_node", "team", "REPLICATE_BYTES"]
 
 #: Up to this many bytes every rank reduces the whole vector itself from every input (one
 #: hand-off per round instead of two; the same operands in the same order, so the same bits).
-REPLICATE_BYTES = 4096
+REPLICATE_BYTES = 64 << 10
 
 
 def _why_not(ctx: Context, opts: Options) -> str | None:
