@@ -50,21 +50,24 @@ class Options:
         Cross-check count, dtype, op and algorithm across ranks with one small collective.
     shm_segment_bytes
         Bytes each rank stages per round in the "shm" algorithm (and inside "hierarchical"):
-        the size of one slot of its shared window, which holds a few. Tests shrink it so that
-        small arrays take many rounds. Default 1 MiB.
+        the size of one slot of its shared window, which holds four (two in, two out). Tests
+        shrink it so that small arrays take many rounds. None (default): 1 MiB when the node's
+        ranks have a core each, 4 MiB when they share cores (each round then costs a turn of the
+        scheduler, so fewer, larger rounds win).
     """
 
     segment_bytes: int = 1 << 20
     node_size: int | None = None
     inter_algorithm: str = "ring"
     validate: bool = False
-    shm_segment_bytes: int = 1 << 20
+    shm_segment_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.segment_bytes, int) or self.segment_bytes < 1:
             raise ValueError(f"segment_bytes must be a positive integer, got {self.segment_bytes!r}")
-        if not isinstance(self.shm_segment_bytes, int) or self.shm_segment_bytes < 1:
-            raise ValueError("shm_segment_bytes must be a positive integer, got "
+        if self.shm_segment_bytes is not None and (not isinstance(self.shm_segment_bytes, int)
+                                                   or self.shm_segment_bytes < 1):
+            raise ValueError("shm_segment_bytes must be a positive integer or None, got "
                              f"{self.shm_segment_bytes!r}")
         if self.node_size is not None and (not isinstance(self.node_size, int)
                                            or self.node_size < 1):
@@ -109,6 +112,5 @@ def _from_values(raw: tuple[str | None, ...]) -> Options:
         node_size=_env_int(ENV["node_size"], values["node_size"], None),
         inter_algorithm=values["inter_algorithm"] or Options.inter_algorithm,
         validate=(values["validate"] or "0").lower() in ("1", "true", "yes", "on"),
-        shm_segment_bytes=_env_int(ENV["shm_segment_bytes"], values["shm_segment_bytes"],
-                                   Options.shm_segment_bytes),
+        shm_segment_bytes=_env_int(ENV["shm_segment_bytes"], values["shm_segment_bytes"], None),
     )

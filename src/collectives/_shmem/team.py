@@ -62,6 +62,9 @@ __all__ = ["Team", "node_comm", "not_on_one_node", "OPCODES"]
 
 OPCODES = L.OPCODES
 
+#: Default slot size (``Options.shm_segment_bytes`` None) when the team's ranks have a core each,
+#: and when they share cores (measured: docs/benchmarks.md).
+SEGMENT_DEDICATED, SEGMENT_SHARED = 1 << 20, 4 << 20
 #: Polls without progress (about 2 ns each) before the engine returns to Python to yield: about
 #: 2 ms when every rank of the team can have a core of its own, well under 1 us when they cannot
 #: (then the rank waited for may need this very core).
@@ -115,17 +118,21 @@ def not_on_one_node(comm: MPI.Comm, node_size: int | None) -> str | None:
 class Team:
     """The ranks of ``comm`` (all on one node) with their shared window and round counters.
 
-    ``slot_bytes``: requested segment size (``Options.shm_segment_bytes``). ``buffers``: the
+    ``slot_bytes``: requested segment size (``Options.shm_segment_bytes``; None: the default for
+    whether the team's ranks have a core each). ``buffers``: the
     registry of ``collectives.empty`` arrays whose ranks' buffers this team may read and write
     in place (None: every buffer is staged). Collective; :meth:`free` releases the window.
     """
 
-    def __init__(self, comm: MPI.Comm, slot_bytes: int, buffers: Any = None) -> None:
+    def __init__(self, comm: MPI.Comm, slot_bytes: int | None, buffers: Any = None) -> None:
         p, me = comm.size, comm.rank
         if p > L.MAX_TEAM:
             raise ValueError(f"shared-memory collectives take at most {L.MAX_TEAM} ranks per "
                              f"node, got {p}")
         self.comm, self.size, self.buffers = comm, p, buffers
+        dedicated = p <= (os.cpu_count() or 1)
+        if slot_bytes is None:
+            slot_bytes = SEGMENT_DEDICATED if dedicated else SEGMENT_SHARED
         slot = L.segment_bytes(slot_bytes, p)
         self.win = MPI.Win.Allocate_shared(L.DATA_OFFSET + 2 * L.SLOTS * slot, 1, comm=comm)
         if self.win.Get_attr(MPI.WIN_MODEL) != MPI.WIN_UNIFIED:  # pragma: no cover - no such MPI
@@ -139,7 +146,7 @@ class Team:
         comm.Barrier()
         self.win.Sync()
         self.tab = np.zeros(L.T_BASE + p, np.int64)
-        spin = SPIN_DEDICATED if p <= (os.cpu_count() or 1) else SPIN_SHARED
+        spin = SPIN_DEDICATED if dedicated else SPIN_SHARED
         self.tab[[L.T_ME, L.T_P, L.T_SLOTS, L.T_SLOT_BYTES, L.T_SPIN]] = (me, p, L.SLOTS, slot,
                                                                           spin)
         self.tab[L.T_BASE:] = [self.win.Shared_query(q)[0].address for q in range(p)]

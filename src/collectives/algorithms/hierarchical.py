@@ -80,8 +80,7 @@ def layout(comm: MPI.Comm, node_size: int | None, ctx: Context | None = None,
     if ctx is not None:
         buffers = registry(ctx)  # collective over comm: on every rank, before the teams
         if node.size > 1:
-            team = Team(node, Options.shm_segment_bytes if shm_segment_bytes is None
-                        else shm_segment_bytes, buffers)
+            team = Team(node, shm_segment_bytes, buffers)
     return Layout(node, m, holders, Context(cross, dup=False) if local < m else None, team)
 
 
