@@ -88,6 +88,34 @@ def store_release(typingctx, addr, value):
 
 
 @intrinsic
+def _store_streaming(typingctx, addr, value):
+    """Write the int64 ``value`` at ``addr`` with a non-temporal store (no read for ownership,
+    bypassing the caches); weakly ordered, so :func:`_fence` before any release."""
+    if not isinstance(addr, types.Integer) or value != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        ptr = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
+        store = builder.store(args[1], ptr, align=8)
+        store.set_metadata("nontemporal",
+                           builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+        return context.get_dummy_value()
+
+    return types.void(addr, value), codegen
+
+
+@intrinsic
+def _fence(typingctx):
+    """A full memory fence (orders non-temporal stores too)."""
+
+    def codegen(context, builder, signature, args):
+        builder.fence("seq_cst")
+        return context.get_dummy_value()
+
+    return types.void(), codegen
+
+
+@intrinsic
 def _half_to_float(typingctx, bits):
     if bits != types.uint16:
         return None
@@ -192,6 +220,19 @@ def _copy(dst, src, nbytes):  # pragma: no cover - compiled
         s = carray(_pointer(src, _BYTES), nbytes)
         for i in range(nbytes):
             d[i] = s[i]
+
+
+@njit(**NJIT)
+def _copy_streaming(dst, src, nbytes):  # pragma: no cover - compiled
+    """Like :func:`_copy`, with non-temporal stores for the 8-byte-aligned middle."""
+    head = min(nbytes, (-dst) % 8)
+    _copy(dst, src, head)
+    words = (nbytes - head) // 8
+    s = carray(_pointer(src + head, _WORDS), words)
+    for i in range(words):
+        _store_streaming(dst + head + i * 8, s[i])
+    done = head + words * 8
+    _copy(dst + done, src + done, nbytes - done)
 
 
 @njit(**NJIT)
@@ -327,6 +368,7 @@ def engine(tab, regions, x, out, token, op, mode, m):  # pragma: no cover - comp
     isz = token.itemsize
     replicated = mode == L.REPLICATED
     hands_out = mode == L.FUSED or mode == L.ALLGATHER  # others need my block's result
+    streaming = n * isz >= tab[L.T_STREAM]
     seg = _segment_elements(tab[L.T_SLOT_BYTES], m, isz)
     xaddr, oaddr = x.ctypes.data, out.ctypes.data
     if tab[L.T_PHASE] == 0:
@@ -390,17 +432,23 @@ def engine(tab, regions, x, out, token, op, mode, m):  # pragma: no cover - comp
             store_release(mine + L.READY * 8, ts)
             ts += 1
             moved = True
-        # 3. copy every other block's segment of round tc out, once all are reduced
+        # 3. copy every other block's segment of round tc out, once all are reduced (a long
+        # result straight to memory: it would not stay in cache, and it saves a read per line)
         if tc <= tl and (tc < tf or tf > tl) and _all_reached(tab, L.DONE, tc, m, me):
             k = tc % nslots
             for b in range(m):
                 if b != me:
                     lo, hi = _span(n, m, b, tc - t0, seg)
-                    _copy(oaddr + lo * isz, _slot(tab, b, k, 1), (hi - lo) * isz)
+                    if streaming:
+                        _copy_streaming(oaddr + lo * isz, _slot(tab, b, k, 1), (hi - lo) * isz)
+                    else:
+                        _copy(oaddr + lo * isz, _slot(tab, b, k, 1), (hi - lo) * isz)
             store_release(mine + L.FREED * 8, tc)
             tc += 1
             moved = True
         if ts > tl and tf > tl and tc > tl:
+            if streaming:
+                _fence()
             # others may still read my input in place, or write my output: wait for them,
             # unless every rank reduces for itself from my staged copies (REPLICATED)
             if (replicated and _shared(tab, regions, me, L.X_REGION) == 0) or \

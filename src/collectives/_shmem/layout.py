@@ -27,8 +27,9 @@ __all__ = [
     "DATA_OFFSET", "X_REGION", "X_OFFSET", "OUT_REGION", "OUT_OFFSET",
     "READY", "DONE", "FREED", "STAGED", "FUSED", "REDUCE_SCATTER", "ALLGATHER", "REPLICATED",
     "OPCODES",
-    "T_ME", "T_P", "T_SLOTS", "T_SLOT_BYTES", "T_SEQ", "T_SPIN", "T_PHASE", "T_TS", "T_TF",
-    "T_TC", "T_T0", "T_TL", "T_CALL", "T_BASE", "segment_bytes",
+    "STREAM_BYTES", "T_ME", "T_P", "T_SLOTS", "T_SLOT_BYTES", "T_SEQ", "T_SPIN", "T_PHASE",
+    "T_TS", "T_TF",
+    "T_TC", "T_T0", "T_TL", "T_CALL", "T_STREAM", "T_BASE", "segment_bytes",
 ]
 
 #: Slots per rank and direction: a rank may stage round t while round t - SLOTS is the oldest
@@ -51,6 +52,10 @@ READY = 8    # last round whose input segments this rank has staged (or: all, at
 DONE = 16    # last round this rank has reduced (it has stopped reading inputs of that round)
 FREED = 24   # last round this rank has copied out (it has stopped reading output slots of it)
 
+#: From this many bytes (default of the table's ``T_STREAM``), results are copied out with
+#: non-temporal stores.
+STREAM_BYTES = 8 << 20
+
 #: Region index meaning "not in a shared buffer: staged through the slots".
 STAGED = -1
 
@@ -65,7 +70,7 @@ OPCODES = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 0}
 
 # the private table
 T_ME, T_P, T_SLOTS, T_SLOT_BYTES, T_SEQ, T_SPIN = 0, 1, 2, 3, 4, 5
-T_PHASE, T_TS, T_TF, T_TC, T_T0, T_TL, T_CALL = 6, 7, 8, 9, 10, 11, 12
+T_PHASE, T_TS, T_TF, T_TC, T_T0, T_TL, T_CALL, T_STREAM = 6, 7, 8, 9, 10, 11, 12, 13
 T_BASE = 16  # T_BASE + q: address of rank q's segment in this process
 
 

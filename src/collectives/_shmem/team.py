@@ -149,6 +149,7 @@ class Team:
         spin = SPIN_DEDICATED if dedicated else SPIN_SHARED
         self.tab[[L.T_ME, L.T_P, L.T_SLOTS, L.T_SLOT_BYTES, L.T_SPIN]] = (me, p, L.SLOTS, slot,
                                                                           spin)
+        self.tab[L.T_STREAM] = L.STREAM_BYTES
         self.tab[L.T_BASE:] = [self.win.Shared_query(q)[0].address for q in range(p)]
         self._ranks = (None if buffers is None else
                        buffers.translate(comm))  # team rank -> rank in the buffers' node
