@@ -66,14 +66,14 @@ def worker(sizes: list[int], output: str) -> None:
         rows.append({"bytes": nbytes, **{k: stats[k].median for k in COLUMNS}})
         del xs, ys
     if comm.rank == 0:
-        Path(output).write_text(json.dumps({
-            "mpi": MPI.Get_library_version().splitlines()[0].replace("\x00", "").strip(), "p": comm.size,
-            "rows": rows}))
+        version = MPI.Get_library_version().splitlines()[0].replace("\x00", "").strip()
+        Path(output).write_text(json.dumps({"mpi": version, "p": comm.size, "rows": rows}))
 
 
 def _mpiexec(python: str) -> list[str]:
     """The launcher of the MPI that ``python``'s mpi4py uses (collectives.launch's choice)."""
-    code = "import json; from collectives.launch import mpiexec_command as m; print(json.dumps(m()))"
+    code = ("import json; from collectives.launch import mpiexec_command as m; "
+            "print(json.dumps(m()))")
     out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -130,8 +130,8 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"# {' '.join(cmd)}", flush=True)
                 subprocess.run(cmd, check=True, timeout=args.timeout, env=env)
                 results.append({"name": name, **json.loads(out.read_text())})
-    for res in results:
-        print(f"# {res['name']}: {res['mpi']}")
+    for name, mpi in dict((res["name"], res["mpi"]) for res in results).items():
+        print(f"# {name}: {mpi}")
     print(_table(results))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")

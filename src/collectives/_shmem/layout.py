@@ -4,8 +4,8 @@ Nothing here imports Numba. ``team.py`` explains the protocol; this module only 
 
 A team's window gives every rank one segment (``Allocate_shared``), laid out as
 
-- ``[0, CTRL_BYTES)``: the rank's control block of int64 words. Words ``X_REGION`` ... ``OUT_OFFSET``
-  describe where this call's input and output live (two copies, for odd and even calls, so that
+- ``[0, CTRL_BYTES)``: the rank's control block of int64 words. Words ``X_REGION`` ...
+  ``OUT_OFFSET`` describe where this call's input and output live (two copies, for odd and even calls, so that
   a rank may publish its next call's while a slower one still reads this one's);
   ``READY``, ``DONE`` and ``FREED`` are its three round counters, each on its own 64-byte cache
   line so that a rank polling one counter does not slow the writer of another.
@@ -23,7 +23,8 @@ this process, plus the cursor that lets a call that had to wait resume where it 
 from __future__ import annotations
 
 __all__ = [
-    "SLOTS", "CTRL_BYTES", "DESCRIPTOR", "FOLD_BLOCK", "MAX_TEAM", "SCRATCH_OFFSET", "SCRATCH_BYTES",
+    "SLOTS", "CTRL_BYTES", "DESCRIPTOR", "FOLD_BLOCK", "MAX_TEAM", "SCRATCH_OFFSET",
+    "SCRATCH_BYTES",
     "DATA_OFFSET", "X_REGION", "X_OFFSET", "OUT_REGION", "OUT_OFFSET",
     "READY", "DONE", "FREED", "STAGED", "FUSED", "REDUCE_SCATTER", "ALLGATHER", "REPLICATED",
     "OPCODES",

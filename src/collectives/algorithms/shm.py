@@ -24,8 +24,8 @@ three steps of consecutive rounds overlap.
 
 Cost: no message latency, only a few cache-line hand-offs per round (``nseg`` rounds). Memory
 traffic per rank, with ``beta`` the time to copy a byte and ``gamma`` to combine one: staging
-``n (p-1)/p beta``, reducing ``n (p-1)/p gamma`` (it reads ``n`` bytes and writes ``2 n/p``), copying
-out ``n (p-1)/p beta``: ``2 n (p-1)/p beta + n (p-1)/p gamma``, ring's bandwidth term with each
+``n (p-1)/p beta``, reducing ``n (p-1)/p gamma`` (it reads ``n`` bytes and writes ``2 n/p``),
+copying out ``n (p-1)/p beta``: ``2 n (p-1)/p beta + n (p-1)/p gamma``, ring's bandwidth term with each
 byte copied once instead of through MPI's two copies. With ``collectives.empty`` buffers for
 input and output there is nothing to stage or copy out: ``n (p-1)/p gamma`` plus writing the
 result into every rank's output (``n`` bytes per rank). Each block is reduced once, by its
