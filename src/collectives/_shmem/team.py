@@ -1,16 +1,17 @@
 """A team: ranks of one node that reduce through an MPI-3 shared window, synchronised by flags.
 
 The window (``MPI.Win.Allocate_shared``, one segment per rank; layout in ``layout.py``) holds
-each rank's control block and a few input and output slots. A call is split into *rounds*;
-round ``t`` covers segment ``t`` of each of the ``m`` blocks of the vector (block ``b`` is reduced
-by rank ``b``). Rounds are numbered across calls, identically on every rank, so a counter never
-needs resetting: a value left from an earlier call is always smaller than any round of this one.
+each rank's control block, a scratch area and a few input and output slots. A call is split into
+*rounds*; round ``t`` covers segment ``t`` of each of the ``m`` blocks of the vector (block ``b``
+is reduced by rank ``b``). Rounds are numbered across calls, identically on every rank, so a
+counter never needs resetting: a value left from an earlier call is always smaller than any
+round of this one.
 
 Per round, rank ``r`` does three things, each gated by the others' counters:
 
 - **stage** (input not in shared memory): copy its segment of every other block into input slot
-  ``t mod SLOTS``, then ``READY[r] = t``. The slot must first be free: ``DONE[b] >= t - SLOTS``
-  for every reducing rank ``b`` (each has stopped reading round ``t - SLOTS``).
+  ``t mod SLOTS``, then ``READY[r] = t``. The slot must first be free: ``DONE[q] >= t - SLOTS``
+  for every rank ``q`` (none reads round ``t - SLOTS`` any more).
 - **reduce** (``r < m``): once ``READY[q] >= t`` for every ``q``, combine segment ``t`` of block
   ``r`` from all ``p`` inputs in rank order, in one pass (``kernels.fold``), reading each input
   where it lies (its slot, or the rank's own shared buffer), and write the result to its own
@@ -20,31 +21,44 @@ Per round, rank ``r`` does three things, each gated by the others' counters:
 - **copy out** (output not in shared memory): once ``DONE[b] >= t`` for all ``b``, copy every
   other block's segment of round ``t`` from the output slots, then ``FREED[r] = t``.
 
-A rank returns when it has done all three for the call's last round and every ``DONE`` has
-reached it, so no rank still reads its input or writes its output. That is the whole
-synchronisation: no barrier, and no MPI call per round.
+A step a rank does not take in a call (nothing to stage: its input is shared; nothing to reduce;
+nothing to copy out) moves its counter to the call's last round at once, so that the invariants
+hold in every mode: ``READY[q] >= t``: q's input of round t is readable and q's descriptor (where
+its input and output lie, published before the first ``READY`` of the call, in one of two copies
+by call parity) is current; ``DONE[q] >= t``: q reads no input of rounds <= t any more;
+``FREED[q] >= t``: q reads no output slot of rounds <= t any more. A rank returns when it has
+done its steps for the call's last round and every ``DONE`` has reached it, so no rank still
+reads its input or writes its output. (In the replicated mode for short vectors, where every
+rank reduces the whole vector for itself and no one writes another's output, a rank whose input
+was staged returns without that wait: its slots are guarded by the ``DONE`` test of its next
+stage, its descriptor by the parity.) That is the whole synchronisation: no barrier, and no MPI
+call per round. The ``reduce-scatter`` and ``allgather`` modes of ``hierarchical`` take the
+first and the last two steps only.
 
 **Why it is correct under MPI's memory model.** The window is created with
 ``MPI_Win_allocate_shared``, whose memory model must be ``MPI_WIN_UNIFIED`` (checked: public and
 private copies are one memory), and each process holds a shared lock on it
 (``Lock_all(MODE_NOCHECK)``) from creation to ``Free``, a passive-target epoch within which
-load/store access is allowed. MPI-3.1 section 11.7 (Example 11.21 and the text before it)
-orders such accesses by an ``MPI_Win_sync`` (a memory barrier) on each side of a process
-synchronisation. Here the process synchronisation is a flag in the window, written with a
-*release* store after the data and read with an *acquire* load before the data: the LLVM
-atomics that the C11 memory model defines for exactly this, which order the data accesses
-around the flag in both the compiler and the processor, as the two barriers of a ``Win_sync``
-pair would (MPICH's and Open MPI's ``MPI_Win_sync`` on shared memory are a processor memory
-barrier: ``MPL_atomic_read_write_barrier``, ``opal_atomic_mb``). Memory written before the
-barrier that starts a window's use (its zeroed control block) is ordered by ``Win_sync`` +
-``Barrier`` + ``Win_sync``, the standard's own pattern.
+load/store access is allowed. For load/store access to a shared window the standard (MPI-3.1,
+section 11.7, the advice to users and the shared-memory example added by MPI Forum ticket 413)
+orders the accesses with ``MPI_Win_sync``, a memory barrier, on each side of a process
+synchronisation, and leaves the synchronisation itself to the program. Here that synchronisation
+is a flag in the window written with a *release* store after the data and read with an *acquire*
+load before the data: the LLVM (C11) atomics defined for exactly this, which keep the compiler
+from caching the polled flag or moving data accesses across it and order them in the processor,
+as the two barriers of a ``Win_sync`` pair would (MPICH's and Open MPI's ``MPI_Win_sync`` on
+shared memory are a processor memory barrier: ``MPL_atomic_read_write_barrier``,
+``opal_atomic_mb``). The zeroed control blocks are published by ``Win_sync`` + ``Barrier`` +
+``Win_sync``, the standard's own pattern. The non-temporal stores that copy long results out
+are weakly ordered; they only write the rank's own private output, and a full fence follows them
+before the call returns.
 
 **Waiting.** ``kernels.engine`` polls the counters for a bounded number of rounds without
 progress (about 2 ms when the team has no more ranks than the machine has cores, as MPI
 libraries busy-poll; under 1 us when it has more), then returns to Python, which yields the
 processor (``os.sched_yield``) and, once it has waited 2 ms without progress, sleeps 50 us
-before calling it again; a rank that waits for one that is not scheduled
-(more ranks than cores) thus gives it the core instead of spinning its time slice away.
+before calling it again; a rank that waits for one that is not scheduled (more ranks than
+cores) thus gives it the core instead of spinning its time slice away.
 """
 
 from __future__ import annotations
