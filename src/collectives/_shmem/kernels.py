@@ -9,9 +9,10 @@ LLVM atomics, so the compiler neither caches a polled counter nor moves data acc
 :func:`fold` reduces one segment from p operands in one pass over memory, in blocks of ``BLOCK``
 elements that stay in L1 while every operand is combined into them, then stored to the other
 destinations (a destination may be one of the operands, in place). Operands combine left to
-right, i.e. in rank order, with NumPy's semantics: wrapping integers, min/max keeping the first operand only when it is strictly
-smaller/larger or NaN (``np.minimum``'s choice: ``min(0.0, -0.0)`` is ``-0.0``, NaN propagates),
-float16 computed in float32 and rounded to float16 after every operation as NumPy does.
+right, i.e. in rank order, with NumPy's semantics: wrapping integers, min/max keeping the first
+operand only when it is strictly smaller/larger or NaN (``np.minimum``'s choice: ``min(0.0,
+-0.0)`` is ``-0.0``, NaN propagates), float16 computed in float32 and rounded to float16 after
+every operation as NumPy does.
 
 Element formats: a native dtype is its own format (the kernel arrays take its type); float16,
 which Numba cannot type, travels as uint16 with the format token :data:`FLOAT16` (an empty array

@@ -5,8 +5,8 @@ Nothing here imports Numba. ``team.py`` explains the protocol; this module only 
 A team's window gives every rank one segment (``Allocate_shared``), laid out as
 
 - ``[0, CTRL_BYTES)``: the rank's control block of int64 words. Words ``X_REGION`` ...
-  ``OUT_OFFSET`` describe where this call's input and output live (two copies, for odd and even calls, so that
-  a rank may publish its next call's while a slower one still reads this one's);
+  ``OUT_OFFSET`` describe where this call's input and output live (two copies, for odd and even
+  calls, so that a rank may publish its next call's while a slower one still reads this one's);
   ``READY``, ``DONE`` and ``FREED`` are its three round counters, each on its own 64-byte cache
   line so that a rank polling one counter does not slow the writer of another.
 - ``[SCRATCH_OFFSET, DATA_OFFSET)``: scratch that only this rank touches (the L1 block in which
