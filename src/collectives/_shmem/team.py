@@ -54,8 +54,8 @@ are weakly ordered; they only write the rank's own private output, and a full fe
 before the call returns.
 
 **Waiting.** ``kernels.engine`` polls the counters for a bounded number of rounds without
-progress (about 2 ms when the team has no more ranks than the machine has cores, as MPI
-libraries busy-poll; under 1 us when it has more), then returns to Python, which yields the
+progress (about 100 us when the team has no more ranks than the machine has cores; under 1 us
+when it has more), then returns to Python, which yields the
 processor (``os.sched_yield``) and, once it has waited 2 ms without progress, sleeps 50 us
 before calling it again; a rank that waits for one that is not scheduled (more ranks than
 cores) thus gives it the core instead of spinning its time slice away.
@@ -80,9 +80,10 @@ OPCODES = L.OPCODES
 #: and when they share cores (measured: docs/benchmarks.md).
 SEGMENT_DEDICATED, SEGMENT_SHARED = 1 << 20, 4 << 20
 #: Polls without progress (about 2 ns each) before the engine returns to Python to yield: about
-#: 2 ms when every rank of the team can have a core of its own, well under 1 us when they cannot
-#: (then the rank waited for may need this very core).
-SPIN_DEDICATED, SPIN_SHARED = 1_000_000, 200
+#: 100 us when every rank of the team can have a core of its own, well under 1 us when they
+#: cannot (then the rank waited for may need this very core). Spinning for milliseconds was
+#: 3-4x slower on a machine shared with other jobs, whose processes then wait behind ours.
+SPIN_DEDICATED, SPIN_SHARED = 50_000, 200
 #: Waiting longer than this (seconds) in one call, yield by sleeping instead.
 YIELD_FOR = 2e-3
 NAP = 50e-6
