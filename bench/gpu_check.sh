@@ -6,7 +6,7 @@
 # Everything it prints goes to one folder (first argument, default gpu_check_out); summary.txt has
 # one line per step with its exit status and duration.
 #
-#   python3 -m venv .venv && .venv/bin/pip install -e '.[test,gpu]'
+#   python3 -m venv .venv && .venv/bin/pip install -e '.[mpich,test,gpu]'
 #   PATH=$PWD/.venv/bin:$PATH bash bench/gpu_check.sh OUT
 #
 # The forced CUDA-aware run of the multi-rank tests (COLLECTIVES_CUDA_AWARE=1) runs only where the

@@ -3,6 +3,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+# The multi-rank tests (tests/mpi) as one pytest item per test and world size, run under mpiexec.
+pytest_plugins = ["mpi_launch"]
+
 import os
 
 # The suite must not depend on this machine's state: a per-machine tuning file (written by

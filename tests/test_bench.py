@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from collectives._cli import UsageError
 from collectives.bench import report
 from collectives.bench.collective import column_label
 from collectives.bench.options import (DATATYPES, LARGE_MESSAGE_SIZE, device_error,
@@ -56,12 +57,14 @@ def test_column_labels_fit_the_field():
 
 
 @pytest.mark.parametrize("text, expected", [("8:1024", (8, 1024)), ("1024", (0, 1024)),
-                                            (":64", (0, 64)), ("16:", (16, -1))])
+                                            (":64", (0, 64)), ("16:", (16, -1)),
+                                            ("8:64M", (8, 64 << 20)), ("1K:2k", (1024, 2048)),
+                                            ("4MiB", (0, 4 << 20)), ("0:1G", (0, 1 << 30))])
 def test_parse_range(text, expected):
     assert parse_range(text) == expected
 
 
-@pytest.mark.parametrize("text", ["a:b", "8:4", "-1:4", "1.5"])
+@pytest.mark.parametrize("text", ["a:b", "8:4", "-1:4", "1.5", "8:64Q", "M", "1M:1K"])
 def test_parse_range_rejects(text):
     with pytest.raises(argparse.ArgumentTypeError):
         parse_range(text)
@@ -94,7 +97,7 @@ def test_options_and_defaults():
     assert args.full and args.validation and args.algorithm == "all" and args.json == "x.json"
     assert DATATYPES[args.datatype].mpi_name == "MPI_DOUBLE"
     assert _args().algorithm == "auto" and _args().datatype == "mpi_char"
-    with pytest.raises(SystemExit):
+    with pytest.raises(UsageError, match="invalid choice: 'mpi_quad'"):
         _args("-T", "mpi_quad")
 
 
@@ -131,7 +134,7 @@ def test_ratio_table():
 def test_plot_writes_png(tmp_path):
     pytest.importorskip("matplotlib")
     from collectives.bench.plot import plot
-    from collectives.model import Network
+    from collectives.tuning.cost_model import Network
     out = plot(_records(), tmp_path / "f.png", Network(1e-5, 1e-9, 1e-10))
     assert out.stat().st_size > 1000
 
@@ -165,5 +168,86 @@ def test_codec_throughput_runs(device, tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     rows = json.loads(out.read_text())["codecs"]
     assert {"topk", "signsgd", "qsgd"} <= set(rows)
-    assert rows["signsgd"]["compression"] == pytest.approx(4096 * 4 / (4096 / 8 + 24))
+    assert rows["signsgd"]["compression"] == pytest.approx(4096 * 4 / (4096 / 8 + 32))  # header: 16 + 8 + scale
     assert all(r["encode_gbps"] > 0 and r["decode_gbps"] > 0 for r in rows.values())
+
+
+def _sweep(tmp_path, *args, fail_at=None, monkeypatch=None):
+    """osu_allreduce on COMM_SELF into tmp_path/r.json and r.csv; optionally stopped at a size."""
+    import io
+
+    from mpi4py import MPI
+
+    from collectives.bench import allreduce, collective
+
+    if fail_at is not None:
+        real, calls = collective.time_interleaved, []
+
+        def interrupted(*a, **k):
+            calls.append(1)
+            if len(calls) == fail_at:
+                raise KeyboardInterrupt
+            return real(*a, **k)
+
+        monkeypatch.setattr(collective, "time_interleaved", interrupted)
+    out = io.StringIO()
+    allreduce.main(["--sizes", "8,64,1K", "-i", "2", "-x", "1", "--json", str(tmp_path / "r.json"),
+                    "--csv", str(tmp_path / "r.csv"), *args], comm=MPI.COMM_SELF, out=out)
+    return out.getvalue()
+
+
+def test_sweep_keeps_what_it_measured_when_interrupted(tmp_path, monkeypatch):
+    with pytest.raises(KeyboardInterrupt):
+        _sweep(tmp_path, "--algorithm", "all", fail_at=3, monkeypatch=monkeypatch)
+    import json
+
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["complete"] is False and {r["size"] for r in saved["records"]} == {8, 64}
+    assert {r.size for r in read_records(tmp_path / "r.csv")} == {8, 64}
+    assert not list(tmp_path.glob("*.tmp*"))
+
+
+def test_sweep_shows_progress_on_stderr(tmp_path, capsys):
+    text = _sweep(tmp_path, "--algorithm", "all")
+    err = capsys.readouterr().err
+    assert "osu_allreduce" in err and "3/3" in err  # tqdm's bar, one step per size
+    assert [line.split()[0] for line in text.splitlines() if line[:1].isdigit()] == \
+        ["8", "64", "1024"]
+    import json
+
+    saved = json.loads((tmp_path / "r.json").read_text())
+    import collectives
+
+    assert saved["complete"] is True and saved["mpi_library"] == str(collectives.mpi_library())
+    _sweep(tmp_path, "--no-progress")
+    assert "osu_allreduce" not in capsys.readouterr().err
+
+
+def test_bench_errors_are_one_line(capsys):
+    from mpi4py import MPI
+
+    from collectives.bench import allreduce
+
+    with pytest.raises(SystemExit) as info:
+        allreduce.main(["-m", "8:64Q"], comm=MPI.COMM_SELF)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.strip() == ("osu_allreduce: error: argument -m/--message-size: -m takes [MIN:]MAX "
+                           "in bytes, K/M/G allowed (e.g. 8:1024 or 8:64M), got '8:64Q'")
+
+
+def test_plot_without_matplotlib_says_how_to_get_it(tmp_path, monkeypatch, capsys):
+    import importlib.util as util
+
+    from collectives.bench import plot
+
+    path = tmp_path / "r.json"
+    write_json(path, _records())
+    real = util.find_spec
+    monkeypatch.setattr(util, "find_spec",
+                        lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    with pytest.raises(SystemExit) as info:
+        plot.main([str(path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 2 and len(err) == 1
+    assert "needs matplotlib" in err[0] and "pip install 'mpi-collectives[plot]'" in err[0]

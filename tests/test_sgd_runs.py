@@ -92,15 +92,22 @@ def test_resume_after_sigkill_is_bitwise(tmp_path):
 
 
 def _assert_clean_error(proc, n, message):
-    # one message per rank; mpiexec may forward two ranks' lines without a break between them
+    # every one of the n ranks exits with 2, and the message is printed once (by rank 0), not n times
     parts = proc.stderr.split("collectives.sgd: error: ")[1:]
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert len(parts) == n and all(message in p for p in parts), proc.stderr[-2000:]
-    assert "Traceback" not in proc.stderr + proc.stdout
+    assert len(parts) == 1 and message in parts[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr + proc.stdout and "usage:" not in proc.stderr
 
 
 def test_bad_codec_exits_cleanly_on_every_rank():
     _assert_clean_error(_run(3, ["--codec", "bogus"], check=False), 3, "unknown codec 'bogus'")
+    _assert_clean_error(_run(2, ["--codec", "topk:k=5"], check=False), 2,
+                        "topk has no parameter 'k'; its parameters are: ratio")
+
+
+def test_help_is_printed_once():
+    proc = _run(3, ["--help"], check=False)
+    assert proc.returncode == 0 and proc.stdout.count("usage:") == 1, proc.stdout[-2000:]
 
 
 def test_checkpoint_from_other_world_or_model_or_corrupt(tmp_path):

@@ -83,6 +83,7 @@ def test_digits_split():
     ("topk", ("topk", {})),
     ("topk:ratio=0.01", ("topk", {"ratio": 0.01})),
     ("qsgd:levels=4,x=true,y=abc", ("qsgd", {"levels": 4, "x": True, "y": "abc"})),
+    ("topk:ratio=1", ("topk", {"ratio": 1.0})),
 ])
 def test_parse_spec(spec, expected):
     assert codecs.parse_spec(spec) == expected
@@ -95,10 +96,10 @@ def test_parse_spec_rejects_garbage():
 
 def test_seeding_private_differs_shared_agrees():
     q = [codecs.build("qsgd", error_feedback=None, seed=0, rank=r) for r in range(2)]
-    assert q[0].rng.integers(1 << 30) != q[1].rng.integers(1 << 30)
+    assert q[0].generator.integers(1 << 30) != q[1].generator.integers(1 << 30)
     assert q[0].error_feedback is None
     k = [codecs.build("randomk:ratio=0.1", error_feedback=None, seed=4, rank=r) for r in range(2)]
-    assert k[0].base.seed == k[1].base.seed == 4 and k[0].error_feedback is not None
+    assert k[0].codec.seed == k[1].codec.seed == 4 and k[0].error_feedback is not None
     assert codecs.build("topk", error_feedback=False, seed=0, rank=0).error_feedback is None
 
 
@@ -119,6 +120,10 @@ def test_sync_and_bytes():
     (["--resume"], "--checkpoint-dir"),
     (["--log", "x.txt"], ".csv or .json"),
     (["--algorithm", "bogus"], "invalid choice"),
+    (["--codec", "topk:k=5"], "--codec topk:k=5: topk has no parameter 'k'; its parameters are: "
+                              "ratio$"),
+    (["--codec", "qsgd:levels=x"], "qsgd parameter 'levels' takes an integer, got 'x'"),
+    (["--codec", "qsgd:seed=x"], "qsgd parameter 'seed' takes an integer"),
 ])
 def test_cli_rejects(argv, message):
     with pytest.raises(UsageError, match=message):

@@ -9,7 +9,7 @@ import collectives
 from collectives._arrays import check_input, check_out, flat
 from collectives._p2p import nsegments, partition, split
 from collectives.algorithms import ALGORITHMS, FLAT
-from collectives.algorithms._fold import pof2_of, real_rank
+from collectives.algorithms.pof2 import doubling, fold, halving, pof2_of, real_rank
 from collectives.algorithms.auto import choose
 from collectives.blocks.binomial import tree
 from collectives.ops import get_op
@@ -60,6 +60,50 @@ def test_fold_maps_onto_power_of_two(p):
     players = sorted(real_rank(n, rem) for n in range(pof2))
     assert len(set(players)) == pof2 and all(0 <= r < p for r in players)
     assert all(r % 2 == 1 for r in players if r < 2 * rem)  # odd ranks play; evens sit out
+
+
+@pytest.mark.parametrize("p", range(1, 34))
+def test_pof2_schedule_pairs_every_rank_consistently(p):
+    """The one schedule: the fold pairs each sitting-out rank with an absorbing one, the group has
+    new ranks 0..pof2-1 (real_rank maps them back), and at every doubling or halving step each
+    rank's partner has it as partner."""
+    folds = [fold(r, p) for r in range(p)]
+    pof2 = pof2_of(p)
+    for r, f in enumerate(folds):
+        assert f.pof2 == pof2 and f.rem == p - pof2
+        if f.sits_out:
+            assert f.partner == r + 1 and folds[r + 1].absorbs and folds[r + 1].partner == r
+        else:
+            assert real_rank(f.newrank, f.rem) == r
+    group = sorted(f.newrank for f in folds if not f.sits_out)
+    assert group == list(range(pof2))
+    for steps in (doubling, halving):
+        plans = {n: steps(n, pof2, p - pof2) for n in range(pof2)}
+        assert all(len(plan) == pof2.bit_length() - 1 for plan in plans.values())
+        for n, plan in plans.items():
+            for s, step in enumerate(plan):
+                partner, peer = step[-2], step[-1]
+                assert plans[partner][s][-2] == n and peer == real_rank(partner, p - pof2)
+
+
+def test_compression_state_checks_its_parts():
+    import compress
+    from collectives import CompressionState
+
+    topk, fp16 = compress.get("topk"), compress.get("fp16")
+    state = CompressionState.of(topk, error_feedback=None)  # topk needs error feedback
+    assert state.memory.codec is topk and state.server.codec is topk and state.step == 0
+    assert CompressionState.of(fp16, error_feedback=None).memory is None
+    assert CompressionState.of(fp16).server is None  # fp16 needs no error feedback
+    ef = compress.ErrorFeedback(topk)
+    assert CompressionState.of(ef).memory is ef and CompressionState.of(state) is state
+    with pytest.raises(TypeError, match="compress codec"):
+        CompressionState("topk")
+    with pytest.raises(ValueError, match="around this state's codec"):
+        CompressionState(fp16, memory=ef)
+    with pytest.raises(ValueError, match="step"):
+        CompressionState(fp16, step=-1)
+    assert sorted(state.state_dict()) == ["step"]
 
 
 def test_tables_name_every_algorithm():

@@ -4,12 +4,13 @@
 conventions and :data:`ALGORITHMS` for the catalogue.
 """
 
+from ._mpilib import mpi_library  # first: a clear ImportError when there is no MPI library
 from ._arrays import SUPPORTED_DTYPES
 from ._shmem import empty, zeros
 from .algorithms import ALGORITHMS
 from .api import allgather, allreduce, bcast, reduce, reduce_scatter
 from .blocks import ALLGATHER, BCAST, REDUCE, REDUCE_SCATTER
-from .compressed import STRATEGIES, compressed_allreduce
+from .compressed import STRATEGIES, CompressionState, compressed_allreduce
 from .ops import OPS
 from .options import Options
 from .traffic import TRAFFIC
@@ -17,8 +18,8 @@ from .traffic import TRAFFIC
 __all__ = [
     "allreduce", "reduce_scatter", "allgather", "bcast", "reduce", "compressed_allreduce",
     "empty", "zeros",
-    "STRATEGIES", "TRAFFIC",
+    "CompressionState", "STRATEGIES", "TRAFFIC",
     "ALGORITHMS", "REDUCE_SCATTER", "ALLGATHER", "BCAST", "REDUCE",
-    "OPS", "Options", "SUPPORTED_DTYPES",
+    "OPS", "Options", "SUPPORTED_DTYPES", "mpi_library",
 ]
 __version__ = "0.1.0"

@@ -4,13 +4,13 @@ Collectives see a flat, contiguous 1-D view of the caller's array (``flat``) and
 shapes, strides or array libraries themselves. Two array libraries are accepted: NumPy, and CuPy
 for GPU buffers (``_device.py`` says how those reach MPI); :func:`xp` gives the module of an
 array, so allocation and copies here work for both and the algorithms stay library-agnostic.
+What kind an array is, :mod:`compress.device` decides, for both packages.
 """
 
 from __future__ import annotations
 
 import numpy as np
-
-from . import _device
+from compress.device import is_cupy, namespace
 
 __all__ = ["SUPPORTED_DTYPES", "check_input", "check_out", "writeable", "flat", "new_like", "copy_into", "xp"]
 
@@ -27,9 +27,8 @@ _SUPPORTED = frozenset(SUPPORTED_DTYPES)
 _NAMES = ", ".join(str(d) for d in SUPPORTED_DTYPES)
 
 
-def xp(a: object):
-    """The array module of ``a``: NumPy, or CuPy for a device array."""
-    return _device.cupy() if type(a) is not np.ndarray and _device.is_device(a) else np
+#: The array module of an array: NumPy, or CuPy for a CuPy array (compress.device.namespace).
+xp = namespace
 
 
 def check_input(x: object, what: str = "x") -> np.ndarray:
@@ -42,7 +41,7 @@ def check_input(x: object, what: str = "x") -> np.ndarray:
     ValueError
         ``x`` is neither C- nor Fortran-contiguous.
     """
-    if not isinstance(x, np.ndarray) and not _device.is_device(x):
+    if not isinstance(x, np.ndarray) and not is_cupy(x):
         raise TypeError(f"{what} must be a numpy.ndarray (or a cupy.ndarray), "
                         f"got {type(x).__name__}")
     if x.dtype not in _SUPPORTED:

@@ -26,10 +26,9 @@ from functools import lru_cache, wraps
 from typing import Any, Callable
 
 import numpy as np
-from mpi4py import MPI
+from compress.device import cupy, is_cupy, is_numpy
 
-__all__ = ["is_device", "cupy", "cuda_aware", "synchronize", "to_mpi", "from_mpi", "landed",
-           "staged", "LAST_PATH"]
+__all__ = ["cuda_aware", "synchronize", "to_mpi", "from_mpi", "landed", "staged", "LAST_PATH"]
 
 LOG = logging.getLogger("collectives")
 ENV = "COLLECTIVES_CUDA_AWARE"
@@ -38,19 +37,6 @@ ENV = "COLLECTIVES_CUDA_AWARE"
 LAST_PATH: str | None = None
 
 _PINNED: dict[str, Any] = {}
-
-
-def is_device(a: object) -> bool:
-    """Whether ``a`` is a CuPy array (without importing CuPy for anything else)."""
-    return type(a).__module__.split(".")[0] == "cupy"
-
-
-@lru_cache(maxsize=None)
-def cupy():
-    """The CuPy module (imported on first use)."""
-    import cupy as cp
-
-    return cp
 
 
 @lru_cache(maxsize=None)
@@ -142,11 +128,11 @@ def staged(*positions: int) -> Callable:
         @wraps(fn)
         def call(*args, **kwargs):
             for i in positions:  # the NumPy fast path: no list, no import
-                if args[i] is not None and type(args[i]) is not np.ndarray:
+                if args[i] is not None and not is_numpy(args[i]):
                     break
             else:
                 return fn(*args, **kwargs)
-            device = [i for i in positions if args[i] is not None and is_device(args[i])]
+            device = [i for i in positions if args[i] is not None and is_cupy(args[i])]
             if not device:
                 return fn(*args, **kwargs)
             synchronize()

@@ -9,6 +9,7 @@ the stream synchronised first either way. NumPy arrays take the first branch of 
 from __future__ import annotations
 
 import numpy as np
+from compress.device import is_numpy as _host
 from mpi4py import MPI
 
 from . import _device
@@ -17,10 +18,6 @@ from .traffic import TRAFFIC
 __all__ = ["send", "recv", "sendrecv", "nsegments", "split", "partition"]
 
 TAG = 7117
-
-
-def _host(a) -> bool:
-    return type(a) is np.ndarray
 
 
 def send(comm: MPI.Comm, a: np.ndarray, dest: int) -> None:

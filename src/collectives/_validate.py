@@ -13,11 +13,30 @@ from typing import Any, Callable, TypeVar
 from mpi4py import MPI
 
 from ._context import context
+from .options import Options
 
-__all__ = ["checked"]
+__all__ = ["checked", "pick", "setup"]
 
 T = TypeVar("T")
 _ERRORS = {"TypeError": TypeError, "ValueError": ValueError}
+
+
+def pick(table: dict[str, Any], name: object, what: str) -> Any:
+    """``table[name]``, or a ``ValueError`` that lists the valid names (the catalogues' lookup)."""
+    if not isinstance(name, str) or name not in table:
+        raise ValueError(f"unknown {what} {name!r}; valid choices: {', '.join(table)}")
+    return table[name]
+
+
+def setup(comm: MPI.Comm | None, options: Options | None,
+          validate: bool | None) -> tuple[MPI.Comm, Options, bool]:
+    """The communicator (default ``COMM_WORLD``), options (default: from the environment) and
+    whether to cross-check, of a public call."""
+    comm = MPI.COMM_WORLD if comm is None else comm
+    opts = Options.from_env() if options is None else options
+    if not isinstance(opts, Options):
+        raise TypeError(f"options must be a collectives.Options, got {type(opts).__name__}")
+    return comm, opts, opts.validate if validate is None else bool(validate)
 
 
 def checked(name: str, comm: MPI.Comm, validate: bool,

@@ -14,7 +14,7 @@ Conventions shared by every function here (those of ``MPI_Allreduce`` and mpi4py
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 from mpi4py import MPI
@@ -22,7 +22,7 @@ from mpi4py import MPI
 from ._arrays import check_input, check_out, copy_into, flat, new_like, writeable
 from ._context import context
 from ._p2p import partition
-from ._validate import checked
+from ._validate import checked, pick as _pick, setup as _setup
 from .algorithms import ALGORITHMS, FLAT
 from .blocks import ALLGATHER, BCAST, REDUCE, REDUCE_SCATTER
 from .ops import Op, get_op
@@ -31,21 +31,6 @@ from .options import Options
 __all__ = ["allreduce", "reduce_scatter", "allgather", "bcast", "reduce"]
 
 OpLike = str | MPI.Op | Op
-
-
-def _pick(table: dict[str, Any], name: object, what: str) -> Any:
-    if not isinstance(name, str) or name not in table:
-        raise ValueError(f"unknown {what} {name!r}; valid choices: {', '.join(table)}")
-    return table[name]
-
-
-def _setup(comm: MPI.Comm | None, options: Options | None,
-           validate: bool | None) -> tuple[MPI.Comm, Options, bool]:
-    comm = MPI.COMM_WORLD if comm is None else comm
-    opts = Options.from_env() if options is None else options
-    if not isinstance(opts, Options):
-        raise TypeError(f"options must be a collectives.Options, got {type(opts).__name__}")
-    return comm, opts, opts.validate if validate is None else bool(validate)
 
 
 def _check_root(root: object, comm: MPI.Comm) -> int:

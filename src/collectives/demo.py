@@ -7,20 +7,23 @@ and within rounding on floats, and its median time against native's from the sam
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
 from mpi4py import MPI
 
 from . import ALGORITHMS, allreduce
+from ._cli import Parser, usage_errors
+
+PROG = "python -m collectives.demo"
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m collectives.demo", description=__doc__)
+    parser = Parser(prog=PROG, description=__doc__)  # help and errors once, by rank 0
     parser.add_argument("--bytes", type=int, default=1 << 20, help="message size (float32)")
     parser.add_argument("--iterations", type=int, default=20)
-    args = parser.parse_args(argv)
+    with usage_errors(PROG):
+        args = parser.parse_args(argv)
     comm = MPI.COMM_WORLD
     rng = np.random.default_rng(comm.rank)
     x = rng.standard_normal(max(args.bytes // 4, 1)).astype(np.float32)

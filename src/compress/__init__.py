@@ -8,26 +8,14 @@
 See ``docs/compression.md`` for the wire formats, properties and papers of every codec.
 """
 
+from . import device, protocols
 from .base import Codec
-from .codecs import (
-    BF16,
-    DGC,
-    FP16,
-    QSGD,
-    EFSignSGD,
-    EightBit,
-    Identity,
-    Natural,
-    OneBit,
-    PowerSGD,
-    RandomK,
-    SignSGD,
-    TernGrad,
-    Threshold,
-    TopK,
-)
 from .memory import DGCMemory, ErrorFeedback
+from .protocols import ElementSummable, LowRankSummable, Memory, SparsePayload
 from .registry import CODECS, from_spec, get, parse_spec
+
+# every codec class by its name (compress.TopK, ...), from the one table
+globals().update({cls.__name__: cls for cls in CODECS.values()})
 
 __all__ = [
     "CODECS",
@@ -37,19 +25,11 @@ __all__ = [
     "Codec",
     "ErrorFeedback",
     "DGCMemory",
-    "BF16",
-    "DGC",
-    "EFSignSGD",
-    "EightBit",
-    "FP16",
-    "Identity",
-    "Natural",
-    "OneBit",
-    "PowerSGD",
-    "QSGD",
-    "RandomK",
-    "SignSGD",
-    "TernGrad",
-    "Threshold",
-    "TopK",
+    "ElementSummable",
+    "LowRankSummable",
+    "SparsePayload",
+    "Memory",
+    "device",
+    "protocols",
+    *sorted(cls.__name__ for cls in CODECS.values()),
 ]

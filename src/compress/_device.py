@@ -1,4 +1,4 @@
-"""Device (GPU) arrays for the codecs: recognising them, allocating, copying, launching (private).
+"""Device (GPU) arrays for the codecs: allocating, copying, launching (private).
 
 A codec that meets a device array encodes and decodes it on that device with the Numba CUDA kernels of
 :mod:`compress._kernels.cuda`, and its payload is a device ``uint8`` array with the same bytes a host
@@ -11,54 +11,33 @@ encode would give. Two array libraries are understood:
   (``NUMBA_ENABLE_CUDASIM=1``), which is how the device path is tested without a GPU. Type casts of
   Numba arrays go through the host; CuPy is the library for real work.
 
-:class:`Device` holds what differs between the two. Nothing here imports CUDA until a device array is
-seen.
+:class:`Device` holds what differs between the two, and is the codecs' *device backend*: it has the
+host backend's allocation methods (:class:`compress._backend.HostBackend`) and, through attribute
+lookup, every operation of :mod:`compress._kernels.cuda.ops` bound to itself, so a codec calls
+``ops.gather(src, idx, out)`` on either. What kind an array is, :mod:`compress.device` says. Nothing
+here imports CUDA until a device array is seen.
 """
 
 from __future__ import annotations
 
-from functools import cached_property
+from functools import cached_property, partial
 
 import numpy as np
 
-__all__ = ["is_device", "Device", "namespace", "host_copy"]
+from .device import host_copy, is_device, kind, namespace
 
-
-def is_device(x) -> bool:
-    """True for a CUDA device array: CuPy (or any ``__cuda_array_interface__`` exporter) or Numba."""
-    if isinstance(x, np.ndarray):
-        return False
-    return hasattr(x, "__cuda_array_interface__") or (hasattr(x, "copy_to_host") and hasattr(x, "is_c_contiguous"))
-
-
-def namespace(x):
-    """The array module for arithmetic on ``x``: NumPy for host arrays, CuPy for device arrays.
-
-    Memories (error feedback, DGC) do array arithmetic, which Numba device arrays do not offer.
-    """
-    if not is_device(x):
-        return np
-    if not _is_cupy(x):
-        raise TypeError(f"{type(x).__name__} arrays have no arithmetic: use CuPy arrays on the device")
-    import cupy
-
-    return cupy
-
-
-def host_copy(a) -> np.ndarray:
-    """A NumPy copy of the host or CuPy array ``a``."""
-    return a.get() if is_device(a) else np.array(a, copy=True)
-
-
-def _is_cupy(x) -> bool:
-    return type(x).__module__.split(".")[0] == "cupy"
+__all__ = ["Device", "is_device", "namespace", "host_copy"]
 
 
 class Device:
     """Allocation, transfers and kernel launches for arrays of the same library as ``like``."""
 
+    host = False
+    where = "device"
+
     def __init__(self, like):
-        self.cupy = _is_cupy(like) or not hasattr(like, "copy_to_host")
+        self.kind = kind(like)
+        self.cupy = self.kind != "numba"
         if self.cupy:
             import cupy
 
@@ -68,9 +47,22 @@ class Device:
         self._cuda = cuda
 
     # ------------------------------------------------------------------ arrays
+    def __getattr__(self, name):
+        """The device operation ``name`` of :mod:`compress._kernels.cuda.ops`, bound to this device
+        (looked up once per device object)."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        from ._kernels.cuda import ops
+
+        if name not in ops.__all__:
+            raise AttributeError(f"the device backend has no operation {name!r}")
+        bound = partial(getattr(ops, name), dev=self)
+        setattr(self, name, bound)
+        return bound
+
     def wrap(self, x):
         """``x`` as an array of this library (CuPy wraps foreign ``__cuda_array_interface__`` arrays)."""
-        return self.xp.asarray(x) if self.cupy and not _is_cupy(x) else x
+        return self.xp.asarray(x) if self.cupy and kind(x) != "cupy" else x
 
     def empty(self, shape, dtype):
         if self.cupy:
@@ -81,12 +73,17 @@ class Device:
         if self.cupy:
             return self.xp.zeros(shape, dtype=dtype)
         out = self.empty(shape, dtype)
-        flat = out.reshape(-1)
+        self.fill(out, 0)
+        return out
+
+    def fill(self, a, value) -> None:
+        """``a[...] = value`` for a contiguous device array (an integer into an unsigned view
+        writes exact bits)."""
+        flat = a.reshape(-1)
         if flat.size:
             from ._kernels.cuda import blocks, elementwise
 
-            self.launch(elementwise.fill, blocks(flat.size), flat, flat.dtype.type(0))
-        return out
+            self.launch(elementwise.fill, blocks(flat.size), flat, flat.dtype.type(value))
 
     def to_host(self, a) -> np.ndarray:
         return a.get() if self.cupy else a.copy_to_host()
@@ -94,6 +91,24 @@ class Device:
     def to_device(self, host: np.ndarray):
         host = np.ascontiguousarray(host)
         return self.xp.asarray(host) if self.cupy else self._cuda.to_device(host)
+
+    from_host = to_device
+
+    def as_payload(self, payload):
+        """A payload to parse: a contiguous, 8-byte aligned 1-D uint8 device array."""
+        if payload.dtype != np.uint8 or payload.ndim != 1:
+            raise TypeError(f"payload must be a 1-D uint8 array, got {payload.ndim}-D {payload.dtype}")
+        buf = self.contiguous(self.wrap(payload))
+        return self.copy(buf) if self.address(buf) % 8 else buf
+
+    def header_prefix(self, buf, nbytes: int) -> np.ndarray:
+        """The first ``nbytes`` of ``buf`` (or all of it) on the host: all a header read needs."""
+        return self.to_host(buf[: min(buf.size, nbytes)])
+
+    def usable_out(self, out, nbytes: int) -> bool:
+        """Whether ``out`` can take a payload of ``nbytes`` on this device."""
+        return (is_device(out) and out.dtype == np.uint8 and out.ndim == 1 and out.size == nbytes
+                and Device(out).cupy == self.cupy and self.is_contiguous(out))
 
     def write(self, dst, host: np.ndarray) -> None:
         """Copy the host array ``host`` into the device array ``dst`` (same size)."""

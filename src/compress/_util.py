@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["uint_view", "require", "as_payload"]
+__all__ = ["uint_view", "inf_word", "nan_word", "param_value", "quiet", "require", "as_payload"]
 
 _UINT_OF_SIZE = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+_INF_BITS = {2: 0x7C00, 4: 0x7F800000, 8: 0x7FF0000000000000}
+_NAN_BITS = {2: 0x7E00, 4: 0x7FC00000, 8: 0x7FF8000000000000}
 
 
 def uint_view(x: np.ndarray) -> tuple[np.ndarray, int]:
@@ -14,6 +16,33 @@ def uint_view(x: np.ndarray) -> tuple[np.ndarray, int]:
     size = x.dtype.itemsize
     u = x.reshape(-1).view(_UINT_OF_SIZE[size])
     return u, u.dtype.type((1 << (8 * size - 1)) - 1)
+
+
+def inf_word(dtype):
+    """The bits of ``+inf`` in float ``dtype``, as its unsigned integer type: a magnitude key
+    (``bits & absmask``) at or above it belongs to a non-finite element (``±inf`` or NaN)."""
+    size = np.dtype(dtype).itemsize
+    return _UINT_OF_SIZE[size](_INF_BITS[size])
+
+
+def nan_word(dtype):
+    """The bits of the canonical quiet NaN of float ``dtype`` (positive, payload zero), as its
+    unsigned integer type: written as an integer, it is the same on the host and on a device."""
+    size = np.dtype(dtype).itemsize
+    return _UINT_OF_SIZE[size](_NAN_BITS[size])
+
+
+def param_value(v: float) -> float:
+    """A float header parameter in canonical form: NaN as the canonical quiet NaN, ``-0.0`` as
+    ``0.0`` (sums on the host and on a device may differ there, and the bytes must not)."""
+    return float("nan") if v != v else v + 0.0
+
+
+def quiet():
+    """A context without NumPy's overflow and invalid-value warnings: arithmetic on an overflowed
+    gradient makes inf and NaN on purpose (they propagate; a warning turned into an error on one
+    rank would hang a collective)."""
+    return np.errstate(over="ignore", invalid="ignore")
 
 
 def require(cond: bool, message: str) -> None:
@@ -46,13 +75,11 @@ def check_ratio(name: str, ratio: float) -> None:
     require(0.0 < ratio <= 1.0, f"{name} must be in (0, 1], got {ratio!r}")
 
 
-def check_padding(packed: np.ndarray, nbits: int) -> None:
-    """``ValueError`` unless the bits of ``packed`` beyond the first ``nbits`` are zero."""
+def check_padding(last_byte: int, nbits: int) -> None:
+    """``ValueError`` unless the bits beyond the first ``nbits`` of a packed bit array are zero,
+    given its last byte (``ops.last_byte(packed)``: 0 for an empty array)."""
     used = nbits & 7
-    if used and packed.size and int(packed[-1]) >> used:
+    if used and last_byte >> used:
         raise ValueError("nonzero padding bits after the last packed element")
 
 
-def as_float_work(x: np.ndarray) -> np.ndarray:
-    """Float32 copy of float16 input (Numba kernels do arithmetic in float32/float64 only)."""
-    return x.astype(np.float32) if x.dtype == np.float16 else x

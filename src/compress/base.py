@@ -12,7 +12,9 @@ a collective may do with them as class attributes:
 
 ``summable``
     Payload bodies (or the representation the codec exposes for it) may be added element-wise by a
-    plain allreduce and still decode to the sum.
+    plain allreduce and still decode to the sum: the codec subclasses a summable protocol
+    (:class:`compress.protocols.ElementSummable` or :class:`~compress.protocols.LowRankSummable`),
+    and this property follows from that.
 ``unbiased``
     ``E[decode(encode(x))] == x`` over the codec's randomness.
 ``needs_error_feedback``
@@ -22,36 +24,37 @@ a collective may do with them as class attributes:
     How decoded contributions of several workers are combined: ``"mean"`` (average), ``"sum"``, or
     ``"majority"`` (element-wise sign of the sum, signSGD's vote).
 ``sparse``
-    Payloads are (index, value) lists, so a sparse allreduce (SparCML) can merge them.
+    Payloads are (index, value) lists, so a sparse allreduce (SparCML) can merge them: the codec
+    subclasses :class:`compress.protocols.SparsePayload`, and this property follows from that.
 ``randomness``
     ``None`` (deterministic), ``"private"`` (its own noise: give every rank a different ``seed``)
     or ``"shared"`` (drawn from ``(seed, key, step)``: give every rank the same ``seed``).
 
-Summable element codecs (none, fp16, bf16, randomk) also speak the *summable protocol* a collective
-uses to add representations without decoding them: ``summable_encode(x, key=, step=)`` gives the
-representation as one 1-D array, ``summable_add(a, b, out=)`` adds two of them (a NumPy ufunc or a
-function with that calling convention), and ``summable_decode(rep, shape=, dtype=, key=, step=)``
-turns a (summed) representation back into a dense array. PowerSGD has its own two-round protocol.
+Codecs with state (PowerSGD's warm start, the generator of private randomness) give it as named
+host arrays by ``state_dict()`` and take it back by ``load_state_dict()``.
 
 Input handling: dtypes outside ``dtypes`` raise ``TypeError`` naming the valid ones; non-contiguous
 input is copied to a contiguous array first (never rejected).
 
 Device arrays: ``encode``, ``decode`` and ``sparse_parts`` given a CUDA device array run on the device
-(``_encode_device`` and friends, built on :mod:`compress._kernels.cuda`) and return device arrays;
-payload bytes are the host's. See :mod:`compress._device`.
+and return device arrays; payload bytes are the host's. The hooks ``_encode`` / ``_decode`` /
+``_sparse_parts`` are written once, against a kernel backend ``ops`` (:mod:`compress._backend`): the
+host's Numba kernels or the device's CUDA kernels, with the same names.
 """
 
 from __future__ import annotations
 
+import json
 from math import prod
 from typing import ClassVar, Sequence
 
 import numpy as np
 
-from ._device import Device, is_device
+from ._backend import backend_of
 from ._header import MAX_NDIM, Header, header_nbytes, read_header, write_header
 from ._layout import Section, body_nbytes, split_body
-from ._util import as_payload
+from ._util import quiet
+from .protocols import SUMMABLE, SparsePayload
 
 __all__ = ["Codec", "FLOAT_DTYPES"]
 
@@ -63,15 +66,28 @@ class Codec:
 
     name: ClassVar[str] = ""
     codec_id: ClassVar[int] = 0
-    summable: ClassVar[bool] = False
+    summable: ClassVar[bool] = False   # set from the protocols (see __init_subclass__)
     unbiased: ClassVar[bool] = False
     needs_error_feedback: ClassVar[bool] = False
     aggregation: ClassVar[str] = "mean"
-    sparse: ClassVar[bool] = False
+    sparse: ClassVar[bool] = False     # set from the protocols (see __init_subclass__)
     randomness: ClassVar[str | None] = None
     dtypes: ClassVar[tuple[np.dtype, ...]] = FLOAT_DTYPES
     #: header parameters: (name, struct kind) with kind "Q" (uint64) or "d" (float64)
     PARAMS: ClassVar[tuple[tuple[str, str], ...]] = ()
+    #: the generator of codecs with private randomness (set by those codecs from ``seed``)
+    _rng: np.random.Generator | None = None
+
+    def __init_subclass__(cls, **kwargs):
+        """Derive ``summable`` and ``sparse`` from the protocols the class subclasses."""
+        super().__init_subclass__(**kwargs)
+        for flag, protocols in (("summable", SUMMABLE), ("sparse", (SparsePayload,))):
+            speaks = issubclass(cls, protocols)
+            if flag in cls.__dict__ and bool(cls.__dict__[flag]) != speaks:
+                names = " or ".join(p.__name__ for p in protocols)
+                raise TypeError(f"{cls.__name__}: {flag} = {cls.__dict__[flag]} but the class "
+                                f"{'subclasses' if speaks else 'does not subclass'} {names}")
+            setattr(cls, flag, speaks)
 
     # ------------------------------------------------------------------ public API
     def encode(self, x, *, key=None, step: int = 0, out=None) -> np.ndarray:
@@ -96,10 +112,8 @@ class Codec:
         """
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
-        if is_device(x):
-            dev = Device(x)
-            return self._encode_device(self._prepare_device(x, dev), dev, key, int(step), out)
-        return self._encode(self._prepare(x), key, int(step), out)
+        ops = backend_of(x)
+        return self._encode(self._prepare(x, ops), ops, key, int(step), out)
 
     def decode(self, payload, *, count: int | None = None) -> np.ndarray:
         """Decompress a payload of this codec into a new dense array.
@@ -118,12 +132,9 @@ class Codec:
             malformed, or holds other than ``count`` elements. Validation finishes before any
             index is used to write.
         """
-        if is_device(payload):
-            dev = Device(payload)
-            hdr, body = self._parse_device(payload, count, dev)
-            return self._decode_device(hdr, body, dev).reshape(hdr.shape)
-        hdr, body = self._parse(payload, count)
-        return self._decode(hdr, body).reshape(hdr.shape)
+        ops = backend_of(payload)
+        hdr, body = self._parse(payload, count, ops)
+        return self._decode(hdr, body, ops).reshape(hdr.shape)
 
     def sparse_parts(self, payload, *, count: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """For ``sparse`` codecs: the payload as (strictly increasing int64 flat indices, values).
@@ -132,30 +143,17 @@ class Codec:
         if given) before anything is returned, so a sparse allreduce can merge the lists
         without decoding to dense.
         """
-        if not self.sparse:
+        if not isinstance(self, SparsePayload):
             raise TypeError(f"codec {self.name!r} is not sparse")
-        if is_device(payload):
-            dev = Device(payload)
-            return self._sparse_parts_device(*self._parse_device(payload, count, dev), dev)
-        return self._sparse_parts(*self._parse(payload, count))
+        ops = backend_of(payload)
+        return self._sparse_parts(*self._parse(payload, count, ops), ops)
 
-    def _parse(self, payload, count: int | None = None) -> tuple[Header, dict[str, np.ndarray]]:
+    def _parse(self, payload, count: int | None, ops) -> tuple[Header, dict[str, np.ndarray]]:
         """Validate the header, the parameters, the element count (if expected) and the exact
-        length; return the body sections."""
-        buf = as_payload(payload)
-        return self._check_parsed(buf, read_header(buf, self.codec_id, self.PARAMS), count)
-
-    def _parse_device(self, payload, count, dev):
-        """:meth:`_parse` for a device payload: only the header prefix travels to the host."""
-        if payload.dtype != np.uint8 or payload.ndim != 1:
-            raise TypeError(f"payload must be a 1-D uint8 array, got {payload.ndim}-D {payload.dtype}")
-        buf = dev.contiguous(dev.wrap(payload))
-        if dev.address(buf) % 8:
-            buf = dev.copy(buf)
-        prefix = dev.to_host(buf[: min(buf.size, header_nbytes(MAX_NDIM, len(self.PARAMS)))])
-        return self._check_parsed(buf, read_header(prefix, self.codec_id, self.PARAMS), count)
-
-    def _check_parsed(self, buf, hdr, count):
+        length; return the body sections. Of a device payload only the header travels to the host."""
+        buf = ops.as_payload(payload)
+        prefix = ops.header_prefix(buf, header_nbytes(MAX_NDIM, len(self.PARAMS)))
+        hdr = read_header(prefix, self.codec_id, self.PARAMS)
         if count is not None and hdr.count != count:
             raise ValueError(f"payload holds {hdr.count} elements, expected {count}")
         self._check_params(hdr)
@@ -183,63 +181,74 @@ class Codec:
         """Combine decoded arrays of several workers according to ``aggregation``."""
         if not decoded:
             raise ValueError("aggregate needs at least one array")
-        total = np.sum(np.stack([np.asarray(d, dtype=np.float64) for d in decoded]), axis=0)
-        if self.aggregation == "mean":
-            total /= len(decoded)
-        elif self.aggregation == "majority":
-            total = np.sign(total)
-        return total.astype(decoded[0].dtype)
+        with quiet():  # an overflowed contribution's inf or NaN propagates, without warnings
+            total = np.sum(np.stack([np.asarray(d, dtype=np.float64) for d in decoded]), axis=0)
+            if self.aggregation == "mean":
+                total /= len(decoded)
+            elif self.aggregation == "majority":
+                total = np.sign(total)
+            return total.astype(decoded[0].dtype)
+
+    @property
+    def generator(self) -> np.random.Generator | None:
+        """The generator of a codec with private randomness (``seed`` made it), else None."""
+        return self._rng
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The codec's own state as named host arrays, for a checkpoint: the state of the private
+        generator (codecs with ``randomness = "private"``), nothing for the others."""
+        if self._rng is None:
+            return {}
+        return {"rng": np.array(json.dumps(self._rng.bit_generator.state))}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        if self._rng is not None and "rng" in state:
+            self._rng.bit_generator.state = json.loads(str(state["rng"]))
 
     # ------------------------------------------------------------------ subclass hooks
     def _sections(self, n: int, dtype: np.dtype, params: dict) -> list[Section]:  # pragma: no cover
         raise NotImplementedError
 
-    def _encode(self, x: np.ndarray, key, step: int, out) -> np.ndarray:  # pragma: no cover
+    # ``ops`` is the kernel backend of the arrays (compress._backend): the host's or a device's
+    def _encode(self, x, ops, key, step: int, out):  # pragma: no cover
+        """The payload of the prepared (contiguous, checked) ``x``."""
         raise NotImplementedError
 
-    def _decode(self, hdr: Header, body: dict[str, np.ndarray]) -> np.ndarray:  # pragma: no cover
-        raise NotImplementedError
-
-    def _sparse_parts(self, hdr: Header, body: dict[str, np.ndarray]):  # pragma: no cover
-        raise NotImplementedError
-
-    # device twins of the three hooks above: the same work on device arrays (see compress._device)
-    def _encode_device(self, x, dev, key, step: int, out):  # pragma: no cover
-        raise NotImplementedError
-
-    def _decode_device(self, hdr: Header, body: dict, dev):  # pragma: no cover
-        raise NotImplementedError
-
-    def _sparse_parts_device(self, hdr: Header, body: dict, dev):  # pragma: no cover
+    def _decode(self, hdr: Header, body: dict, ops):  # pragma: no cover
+        """The flat dense contents of a validated payload."""
         raise NotImplementedError
 
     def _check_params(self, hdr: Header) -> None:
         """Raise ``ValueError`` when header parameters are impossible (default: nothing to check)."""
 
     # ------------------------------------------------------------------ helpers for subclasses
-    def _new_payload(self, x, out, params: dict, dtype=None, dev=None):
-        """A payload for ``x`` (``out`` if given, checked, else new) with its header written;
-        return ``(payload, body views)``. With ``dev`` the payload is a device array of that
-        :class:`~compress._device.Device` (the header is written on the host and copied over)."""
-        dtype = x.dtype if dtype is None else dtype
-        sections = self._sections(x.size, np.dtype(dtype), params)
+    def _new_payload(self, x, out, params: dict, ops, header: bool = True):
+        """A payload for ``x`` (``out`` if given, checked, else new) of the backend ``ops``, with its
+        header written (unless ``header`` is False: then :meth:`_write_header` later, for headers
+        whose parameters come from the body); return ``(payload, body views)``."""
+        sections = self._sections(x.size, x.dtype, params)
         hlen = header_nbytes(x.ndim, len(self.PARAMS))
         nbytes = hlen + body_nbytes(sections)
         if out is None:
-            buf = np.empty(nbytes, dtype=np.uint8) if dev is None else dev.empty(nbytes, np.uint8)
-        elif not _usable_out(out, nbytes, dev):
-            where = "host" if dev is None else "device"
-            raise ValueError(f"out must be a writeable contiguous 1-D uint8 {where} array of exactly "
-                             f"{nbytes} bytes (payload_nbytes)")
+            buf = ops.empty(nbytes, np.uint8)
+        elif not ops.usable_out(out, nbytes):
+            raise ValueError(f"out must be a writeable contiguous 1-D uint8 {ops.where} array of "
+                             f"exactly {nbytes} bytes (payload_nbytes)")
         else:
             buf = out
-        if dev is None:
-            write_header(buf, self.codec_id, x.dtype, x.shape, self.PARAMS, params)
-        else:
-            head = np.empty(hlen, dtype=np.uint8)
-            write_header(head, self.codec_id, x.dtype, x.shape, self.PARAMS, params)
-            dev.write(buf[:hlen], head)
+        if header:
+            self._write_header(buf, x, params, ops)
         return buf, split_body(buf, hlen, sections)
+
+    def _write_header(self, buf, x, params: dict, ops) -> None:
+        """Write the header of ``x``'s payload ``buf`` (a device header is made on the host)."""
+        if ops.host:
+            write_header(buf, self.codec_id, x.dtype, x.shape, self.PARAMS, params)
+            return
+        head = np.empty(header_nbytes(x.ndim, len(self.PARAMS)), dtype=np.uint8)
+        write_header(head, self.codec_id, x.dtype, x.shape, self.PARAMS, params)
+        ops.write(buf[:head.size], head)
 
     def _check_dtype(self, dtype) -> np.dtype:
         dtype = np.dtype(dtype)
@@ -248,30 +257,18 @@ class Codec:
             raise TypeError(f"codec {self.name!r} does not support dtype {dtype}; valid dtypes: {valid}")
         return dtype
 
-    def _prepare(self, x) -> np.ndarray:
-        x = np.asarray(x)
+    def _prepare(self, x, ops):
+        """``x`` as a checked, C-contiguous array of the backend ``ops`` (copied if needed)."""
+        x = ops.wrap(x)
         self._check_array(x)
-        return x if x.flags.c_contiguous else x.copy(order="C")
+        return ops.contiguous(x)
 
     def _prepare_any(self, x):
-        """:meth:`_prepare` or :meth:`_prepare_device`, for protocols that take either."""
-        return self._prepare_device(x, Device(x)) if is_device(x) else self._prepare(x)
-
-    def _prepare_device(self, x, dev):
-        x = dev.wrap(x)
-        self._check_array(x)
-        return dev.contiguous(x)
+        """:meth:`_prepare` with the backend of ``x``, for protocols that take host or device input."""
+        return self._prepare(x, backend_of(x))
 
     def _check_array(self, x) -> None:
         self._check_dtype(x.dtype)
         if x.ndim > MAX_NDIM:
             raise ValueError(f"arrays of more than {MAX_NDIM} dimensions are not supported (got {x.ndim})")
 
-
-def _usable_out(out, nbytes: int, dev) -> bool:
-    """Whether ``out`` can hold a payload of ``nbytes`` on the host (``dev`` None) or that device."""
-    if dev is None:
-        return (isinstance(out, np.ndarray) and out.dtype == np.uint8 and out.ndim == 1
-                and out.flags.c_contiguous and out.flags.writeable and out.size == nbytes)
-    return (is_device(out) and out.dtype == np.uint8 and out.ndim == 1 and out.size == nbytes
-            and Device(out).cupy == dev.cupy and dev.is_contiguous(out))

@@ -12,8 +12,18 @@ momentum and the accumulated velocity are cleared where elements were sent::
     u = m u + g;   v = v + u;   payload = encode(v);   sent = decode(payload) != 0
     v[sent] = 0;   u[sent] = 0
 
-With DGCMemory the optimizer must use plain SGD (momentum already applied). Both keep state in small
-dataclasses and check their arguments.
+With DGCMemory the optimizer must use plain SGD (momentum already applied).
+
+Non-finite input (an overflowed gradient in mixed-precision training): the payload carries the
+``inf`` or NaN on (every codec propagates it, see ``docs/compression.md``), so a loss scaler skips
+the step; the memory then keeps its state as it was before that step, as the optimizer does. A
+residual, momentum or velocity that would not be finite is never stored: one overflow would
+otherwise poison every later step.
+
+Both keep state in small
+dataclasses, check their arguments, and are :class:`compress.protocols.Memory` (which gives them
+``decode``, the codec's, and ``reset``): ``state_dict()`` gives every key's state as named host
+arrays (keys as ``str(key)``), ``load_state_dict()`` puts it back, so a checkpoint can carry it.
 """
 
 from __future__ import annotations
@@ -22,8 +32,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._device import is_device, namespace
+from ._backend import count_nonfinite
+from ._util import quiet
 from .base import Codec
+from .device import host_copy, is_device, namespace
+from .protocols import Memory, SparsePayload
 
 __all__ = ["ErrorFeedback", "DGCMemory", "Residual", "MomentumState"]
 
@@ -53,8 +66,14 @@ class Residual:
             raise ValueError("error must be a numpy (or cupy) array")
 
 
+def _by_key(state: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    """The entries ``prefix/<key>`` of a state dict, by key."""
+    head = prefix + "/"
+    return {name[len(head):]: value for name, value in state.items() if name.startswith(head)}
+
+
 @dataclass
-class ErrorFeedback:
+class ErrorFeedback(Memory):
     """Error feedback around any codec.
 
     Parameters
@@ -74,15 +93,14 @@ class ErrorFeedback:
         update the residual."""
         corrected = self.compensate(x, key=key)
         payload = self.codec.encode(corrected, key=key, step=step, out=out)
-        if self.codec.sparse:
+        if isinstance(self.codec, SparsePayload):
             # decode() is zero but at the sent indices: the residual is ``corrected`` (a fresh
             # array) minus the sent values there. O(k) instead of a dense decode and subtraction.
             idx, vals = self.codec.sparse_parts(payload)
             flat = corrected.reshape(-1)
-            flat[idx] -= vals
-            st = self.state[key]
-            st.error = corrected
-            st.steps += 1
+            with quiet():
+                flat[idx] -= vals
+            self._store(key, corrected)
         else:
             self.remember(corrected, self.codec.decode(payload), key=key)
         return payload
@@ -99,30 +117,43 @@ class ErrorFeedback:
         if st is None:
             st = self.state[key] = Residual(xp.zeros_like(x))
         _check_like("the residual", st.error, x, key)
-        return x + st.error
+        with quiet():
+            return x + st.error
 
     def remember(self, corrected, estimate, *, key=None) -> None:
-        """Store ``corrected - estimate`` as the new residual of ``key`` (after :meth:`compensate`)."""
-        st = self.state[key]
+        """Store ``corrected - estimate`` as the new residual of ``key`` (after :meth:`compensate`),
+        unless it is not finite: then the residual stays as it was (the step is skipped)."""
         xp = namespace(corrected)
-        st.error = corrected - xp.asarray(estimate).reshape(corrected.shape).astype(corrected.dtype)
-        st.steps += 1
+        estimate = xp.asarray(estimate).reshape(corrected.shape).astype(corrected.dtype)
+        with quiet():
+            self._store(key, corrected - estimate)
 
-    def decode(self, payload, *, count: int | None = None) -> np.ndarray:
-        """Decode with the wrapped codec."""
-        return self.codec.decode(payload, count=count)
+    def _store(self, key, error) -> None:
+        """The new residual of ``key``, if finite: an overflowed step leaves the old one."""
+        if count_nonfinite(error):
+            return
+        st = self.state[key]
+        st.error = error
+        st.steps += 1
 
     def residual(self, key=None) -> np.ndarray | None:
         """The current residual of ``key`` (None before its first encode)."""
         st = self.state.get(key)
         return None if st is None else st.error
 
-    def reset(self, key=None) -> None:
-        """Drop the residual of ``key``, or all residuals when ``key`` is None."""
-        if key is None:
-            self.state.clear()
-        else:
-            self.state.pop(key, None)
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """``error/<key>`` (the residual, on the host) and ``steps/<key>`` of every key."""
+        out: dict[str, np.ndarray] = {}
+        for key, st in self.state.items():
+            out[f"error/{key}"] = host_copy(st.error)
+            out[f"steps/{key}"] = np.array(st.steps)
+        return out
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Replace every residual by those of :meth:`state_dict` (keys come back as str)."""
+        steps = _by_key(state, "steps")
+        self.state = {key: Residual(np.array(error, copy=True), int(steps.get(key, 0)))
+                      for key, error in _by_key(state, "error").items()}
 
 
 @dataclass
@@ -138,7 +169,7 @@ class MomentumState:
 
 
 @dataclass
-class DGCMemory:
+class DGCMemory(Memory):
     """DGC momentum correction with momentum factor masking.
 
     Parameters
@@ -159,29 +190,40 @@ class DGCMemory:
             raise ValueError(f"momentum must be in [0, 1), got {self.momentum!r}")
 
     def encode(self, grad, *, key=None, step: int = 0) -> np.ndarray:
-        """Fold ``grad`` into momentum and velocity, encode the velocity, clear what was sent."""
+        """Fold ``grad`` into momentum and velocity, encode the velocity, clear what was sent.
+
+        A velocity that is not finite (an overflowed ``grad``) is encoded, so the payload carries
+        the overflow, but momentum and velocity stay as they were before this step."""
         xp = namespace(grad)
         grad = xp.asarray(grad)
         st = self.state.get(key)
         if st is None:
             st = self.state[key] = MomentumState(xp.zeros_like(grad), xp.zeros_like(grad))
         _check_like("the momentum", st.u, grad, key)
-        st.u *= self.momentum
-        st.u += grad
-        st.v += st.u
-        payload = self.codec.encode(st.v, key=key, step=step)
+        with quiet():
+            u = st.u * self.momentum
+            u += grad
+            v = st.v + u
+        payload = self.codec.encode(v, key=key, step=step)
+        if count_nonfinite(v):
+            return payload
         sent = self.codec.decode(payload) != 0
-        st.v[sent] = 0
-        st.u[sent] = 0
+        v[sent] = 0
+        u[sent] = 0
+        st.u, st.v = u, v
         return payload
 
-    def decode(self, payload, *, count: int | None = None) -> np.ndarray:
-        """Decode with the wrapped codec."""
-        return self.codec.decode(payload, count=count)
 
-    def reset(self, key=None) -> None:
-        """Drop the state of ``key``, or of all keys when ``key`` is None."""
-        if key is None:
-            self.state.clear()
-        else:
-            self.state.pop(key, None)
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """``u/<key>`` (momentum) and ``v/<key>`` (velocity) of every key, on the host."""
+        out: dict[str, np.ndarray] = {}
+        for key, st in self.state.items():
+            out[f"u/{key}"] = host_copy(st.u)
+            out[f"v/{key}"] = host_copy(st.v)
+        return out
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Replace all state by that of :meth:`state_dict` (keys come back as str)."""
+        v = _by_key(state, "v")
+        self.state = {key: MomentumState(np.array(u, copy=True), np.array(v[key], copy=True))
+                      for key, u in _by_key(state, "u").items()}

@@ -85,18 +85,25 @@ def ref_threshold(x, p):
     return out.reshape(x.shape)
 
 
+def negative(x):
+    """The sign codecs' bit: ``x < 0`` by value (-0.0 and NaN are not negative)."""
+    return x.reshape(-1).astype(np.float64) < 0
+
+
 def ref_signsgd(x, p):
-    return np.where(sign_bits(x), -1.0, 1.0).astype(x.dtype).reshape(x.shape)
+    if not np.isfinite(x).all():
+        return np.full(x.shape, np.nan, x.dtype)
+    return np.where(negative(x), -1.0, 1.0).astype(x.dtype).reshape(x.shape)
 
 
 def ref_efsignsgd(x, p):
     scale = np.abs(x.astype(np.float64)).mean() if x.size else 0.0
     assert math.isclose(scale, p["scale"], rel_tol=1e-9, abs_tol=1e-300)
-    return np.where(sign_bits(x), -p["scale"], p["scale"]).astype(x.dtype).reshape(x.shape)
+    return np.where(negative(x), -p["scale"], p["scale"]).astype(x.dtype).reshape(x.shape)
 
 
 def ref_onebit(x, p):
-    neg = sign_bits(x)
+    neg = negative(x)
     v = x.reshape(-1).astype(np.float64)
     pos_mean = v[~neg].mean() if (~neg).any() else 0.0
     neg_mean = v[neg].mean() if neg.any() else 0.0

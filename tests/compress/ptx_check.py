@@ -24,7 +24,7 @@ def a(dtype, ndim=1):
 i64, u64, u8, u16, u32, f64 = t.int64, t.uint64, t.uint8, t.uint16, t.uint32, t.float64
 
 SIGNATURES = {
-    ew.fill: [(a(d), d) for d in (u8, t.int64, t.float16, t.float32, t.float64)],
+    ew.fill: [(a(d), d) for d in (u8, u16, u32, u64, t.int64, t.float16, t.float32, t.float64)],
     ew.to_f16: [(a(w), i64, i64, a(u16)) for w in (u32, u64)],
     ew.to_bf16: [(a(u32), a(u16))],
     ew.bf16_to_f32: [(a(u16), a(u32))],
@@ -40,11 +40,13 @@ SIGNATURES = {
     ew.threshold_decode: [(a(u32), w, w, a(w)) for w in U],
     ew.threshold_parts: [(a(u32), w, w, a(i64), a(w)) for w in U],
     bits.pack_sign_bits: [(a(w), w, a(u8)) for w in U],
+    bits.pack_negative_bits: [(a(w), w, w, w, a(u8), a(i64)) for w in U],
     bits.pack_codes: [(a(u16), i64, a(u8))],
-    reduce.signed_sums: [(a(t.float32), a(u32), u32, a(f64, 2)), (a(f64), a(u64), u64, a(f64, 2))],
+    reduce.signed_sums: [(a(f), a(f64, 2)) for f in F],
     reduce.bucket_scales: [(a(f), i64, t.boolean, a(f)) for f in F],
     reduce.first_bad_index: [(a(u32), u32, i64, a(i64))],
     reduce.count_bad_scales: [(a(f), a(i64)) for f in F],
+    reduce.nan_where_nonfinite: [(a(w), w, w, w) for w in (u32, u64)],
     select.radix_histogram: [(a(w), u64, u64, u64, u64, a(i64)) for w in U],
     select.tile_counts: [(a(w), u64, u64, a(i64, 2)) for w in U],
     select.tile_write: [(a(w), u64, u64, i64, a(i64, 2), a(i64)) for w in U],

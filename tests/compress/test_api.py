@@ -99,6 +99,35 @@ def test_codec_specs_parse_like_the_command_line():
         compress.from_spec("zip:level=9")
 
 
+def test_spec_values_are_typed_by_the_codecs_parameters():
+    """Command-line values take the kind the codec declares: int, float, bool."""
+    name, params = compress.parse_spec("topk:ratio=1")
+    assert params == {"ratio": 1.0} and type(params["ratio"]) is float
+    _, params = compress.parse_spec("powersgd:rank=2,warm_start=no,seed=4")
+    assert params == {"rank": 2, "warm_start": False, "seed": 4}
+    assert type(params["rank"]) is int and params["warm_start"] is False
+    assert compress.parse_spec("randomk:unbiased_scaling=1")[1] == {"unbiased_scaling": True}
+    assert compress.registry.parameters("topk") == {"ratio": "float"}
+    assert compress.registry.parameters("qsgd")["levels"] == "int"
+    for spec, words in [("topk:ratio=abc", "topk parameter 'ratio' takes a number, got 'abc'"),
+                        ("qsgd:levels=7.5", "qsgd parameter 'levels' takes an integer"),
+                        ("randomk:unbiased_scaling=maybe", "takes true or false")]:
+        with pytest.raises(ValueError, match=words):
+            compress.parse_spec(spec)
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: compress.get("topk", k=5), "topk has no parameter 'k'; its parameters are: ratio"),
+    (lambda: compress.from_spec("randomk:k=5"),
+     "randomk has no parameter 'k'; its parameters are: ratio, seed, unbiased_scaling"),
+    (lambda: compress.get("fp16", ratio=0.1), "fp16 has no parameter 'ratio'; it takes no"),
+])
+def test_unknown_parameters_are_named_in_the_users_words(call, words):
+    with pytest.raises(ValueError, match=words) as info:
+        call()
+    assert "__init__" not in str(info.value)
+
+
 def test_randomness_is_declared():
     declared = {name: cls.randomness for name, cls in compress.CODECS.items() if cls.randomness}
     assert declared == {"qsgd": "private", "terngrad": "private", "natural": "private",
@@ -157,3 +186,31 @@ def test_decode_with_expected_count_rejects_other_counts_before_allocating():
         codec.sparse_parts(hostile, count=100)
     with pytest.raises(ValueError, match="expected 99"):
         compress.ErrorFeedback(codec).decode(payload, count=99)
+
+
+def test_protocols_decide_summable_and_sparse():
+    """summable and sparse follow from the protocols a codec subclasses, and cannot be claimed
+    without them."""
+    from compress.base import Codec
+
+    for name, cls in compress.CODECS.items():
+        assert cls.summable == issubclass(cls, (compress.ElementSummable, compress.LowRankSummable))
+        assert cls.sparse == issubclass(cls, compress.SparsePayload), name
+    assert {n for n, c in compress.CODECS.items() if c.summable} == \
+        {"none", "fp16", "bf16", "randomk", "powersgd"}
+    assert {n for n, c in compress.CODECS.items() if c.sparse} == {"topk", "threshold", "dgc"}
+    with pytest.raises(TypeError, match="summable = True"):
+        type("Fake", (Codec,), {"summable": True})
+    with pytest.raises(TypeError, match="is not sparse"):
+        compress.get("fp16").sparse_parts(compress.get("fp16").encode(np.ones(3, np.float32)))
+
+
+def test_codec_state_dict_restores_the_private_generator():
+    a = compress.get("qsgd", seed=3)
+    a.encode(np.ones(64, np.float32))
+    saved = a.state_dict()
+    assert set(saved) == {"rng"} and compress.get("fp16").state_dict() == {}
+    first = a.encode(np.linspace(-1, 1, 64, dtype=np.float32))
+    b = compress.get("qsgd", seed=99)
+    b.load_state_dict(saved)
+    np.testing.assert_array_equal(b.encode(np.linspace(-1, 1, 64, dtype=np.float32)), first)

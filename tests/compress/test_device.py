@@ -110,6 +110,24 @@ def test_device_payload_is_host_payload(device, name):
             np.testing.assert_array_equal(to_host(got), want)
 
 
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan], ids=["inf", "-inf", "nan"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_device_nonfinite_payload_is_host_payload(device, name, bad):
+    """An overflowed gradient on the device: the host's payload bytes (canonical NaN scales and
+    header values), and the same non-finite decode (docs/compression.md, "Non-finite input")."""
+    to_device, to_host = device
+    x = sample(777, np.float32, seed=3)
+    x[[5, 400]] = [bad, 0.0]
+    x[401] = -0.0
+    host, dev = pair(name)
+    p_host = host.encode(x, key="w", step=3)
+    p_dev = to_host(dev.encode(to_device(x), key="w", step=3))
+    np.testing.assert_array_equal(p_dev, p_host)
+    y = to_host(dev.decode(to_device(p_dev)))
+    np.testing.assert_array_equal(y.view(np.uint32), host.decode(p_host).view(np.uint32))
+    assert not np.isfinite(y).all()
+
+
 @pytest.mark.parametrize("dtype", [np.float16, np.float64])
 @pytest.mark.parametrize("name", ["fp16", "bf16", "onebit", "topk", "qsgd", "natural", "threshold"])
 def test_device_other_dtypes(device, name, dtype):
@@ -219,8 +237,8 @@ HOSTILE = {
     "topk out of range": ("topk", lambda h, b: b["indices"].__setitem__(-1, 1000), "out of range or out of order"),
     "dgc out of range": ("dgc", lambda h, b: b["indices"].__setitem__(0, 2**32 - 1), "out of range or out of order"),
     "threshold index": ("threshold", lambda h, b: b["words"].__setitem__(-1, 2 * 1000), "out-of-range or out-of-order"),
-    "qsgd nan scale": ("qsgd", lambda h, b: b["scales"].__setitem__(1, np.nan), "finite"),
-    "qsgd negative scale": ("qsgd", lambda h, b: b["scales"].__setitem__(0, -1.0), "finite"),
+    "qsgd inf scale": ("qsgd", lambda h, b: b["scales"].__setitem__(1, np.inf), "not infinite"),
+    "qsgd negative scale": ("qsgd", lambda h, b: b["scales"].__setitem__(0, -1.0), ">= 0"),
     "qsgd code too big": ("qsgd", lambda h, b: b["codes"].__setitem__(0, 0xFF), "exceed the largest level code"),
     "terngrad padding": ("terngrad", lambda h, b: b["codes"].__setitem__(-1, 0xFF), "padding"),
     "signsgd padding": ("signsgd", lambda h, b: b["bits"].__setitem__(-1, 0xFF), "padding"),

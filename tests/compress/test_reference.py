@@ -130,13 +130,20 @@ def test_randomk_decodes_to_scaled_values(scaled):
     assert np.count_nonzero(np.delete(y, idx)) == 0
 
 
-@pytest.mark.parametrize("shape", [(40, 30), (7,), (3, 4, 5)])
-def test_powersgd_matches_reference(shape):
+@pytest.mark.parametrize("shape,rate,factored", [((40, 30), 2.0, True), ((7,), 2.0, False),
+                                                 ((3, 4, 5), 2.0, False), ((3, 4, 5), 0.0, True)])
+def test_powersgd_matches_reference(shape, rate, factored):
+    """Factored tensors decode to the power step's P_hat Q^T, the others to themselves."""
     x = sample(int(np.prod(shape)), np.float64, shape=shape)
-    codec = compress.get("powersgd", rank=2, seed=4)
-    q0 = codec._current_q("k", (shape[0], int(np.prod(shape[1:]))) if len(shape) > 1 else (x.size, 1), np.float64)
+    codec = compress.get("powersgd", rank=2, seed=4, min_compression_rate=rate)
+    assert codec.compresses(shape, np.float64) == factored
     y = codec.decode(codec.encode(x, key="k"))
-    np.testing.assert_allclose(y, naive.ref_powersgd(x, q0), atol=1e-10)
+    if factored:
+        q0 = compress.get("powersgd", rank=2, seed=4)._current_q("k", (shape[0], x.size // shape[0]),
+                                                                np.float64)
+        np.testing.assert_allclose(y, naive.ref_powersgd(x, q0), atol=1e-10)
+    else:
+        np.testing.assert_array_equal(y, x)
 
 
 def test_powersgd_allreduce_protocol_equals_sum():
@@ -176,3 +183,23 @@ def test_uniform24_counters_past_2_32_draw_new_numbers():
         far = draws(k << 32, 4096, lo, hi)
         assert np.mean(far == low) < 0.01
         assert far.max() < 1 << 24
+
+
+def test_powersgd_encode_keeps_q_without_the_full_size_product():
+    """Encoding needs P_hat and Q only: its memory stays far below one tensor's size (forming
+    P_hat Q^T to keep the warm start allocated a whole tensor and took 6-40x the time)."""
+    import tracemalloc
+
+    x = sample(1024 * 1024, np.float32, shape=(1024, 1024))
+    codec = compress.get("powersgd", rank=1)
+    first = codec.encode(x, key="w")
+    tracemalloc.start()
+    try:
+        payload = codec.encode(x, key="w")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert payload.size == first.size == codec.payload_nbytes(x.shape)
+    assert peak < x.nbytes / 16, peak
+    np.testing.assert_array_equal(codec.state_dict()["w"].reshape(-1),
+                                  parts(codec, payload)[1]["q"])  # the kept Q is the sent one

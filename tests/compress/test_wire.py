@@ -34,12 +34,12 @@ FORMULAS = {
     "dgc": ({"density": 0.01}, 1, lambda n, isz, S, p: p["nnz"] * (4 + isz)),
     "qsgd": ({"levels": 127, "bucket": 512}, 3, lambda n, isz, S, p: -(-n // 512) * S + n),
     "terngrad": ({}, 3, lambda n, isz, S, p: (1 if n else 0) * S + -(-2 * n // 8)),
-    "signsgd": ({}, 0, lambda n, isz, S, p: -(-n // 8)),
+    "signsgd": ({}, 1, lambda n, isz, S, p: -(-n // 8)),  # the scale: 1, or NaN for non-finite input
     "efsignsgd": ({}, 1, lambda n, isz, S, p: -(-n // 8)),
     "onebit": ({}, 2, lambda n, isz, S, p: -(-n // 8)),
     "eightbit": ({"bucket": 2048}, 3, lambda n, isz, S, p: -(-n // 2048) * S + n),
     "natural": ({}, 1, lambda n, isz, S, p: n + -(-n // 8)),
-    "powersgd": ({"rank": 4}, 3, lambda n, isz, S, p: (n + 1) * min(4, n, 1) * S),
+    "powersgd": ({"rank": 4}, 3, lambda n, isz, S, p: n * isz),  # 1-d tensors travel raw
 }
 
 
@@ -85,6 +85,39 @@ def test_powersgd_matrix_size():
     codec = compress.get("powersgd", rank=4)
     x = sample(600, np.float32, shape=(20, 30))
     assert codec.encode(x).size == header(2, 3) + (20 + 30) * 4 * 4 == codec.payload_nbytes((20, 30))
+
+
+def powersgd_body(shape, dtype, rank, rate):
+    """The documented rule, written out: (body bytes, factored?). Factors for a tensor of two or
+    more dimensions whose factors take under 1/rate of its bytes, else the raw values."""
+    n, isz = int(np.prod(shape)), np.dtype(dtype).itemsize
+    if len(shape) < 2:
+        return n * isz, False
+    rows, cols = shape[0], int(np.prod(shape[1:]))
+    factors = (rows + cols) * min(rank, rows, cols) * scale_size(dtype)
+    return (factors, True) if factors * rate < n * isz else (n * isz, False)
+
+
+@pytest.mark.parametrize("rank,rate", [(1, 2.0), (4, 2.0), (2, 1.0), (1, 0.0)])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(), (0,), (1,), (5,), (1001,), (1, 1), (2, 2), (3, 3), (4, 4),
+                                   (5, 5), (8, 8), (2, 1000), (1000, 2), (3, 4, 5), (0, 7), (16, 1, 3)])
+def test_powersgd_sends_what_does_not_gain_uncompressed(shape, dtype, rank, rate):
+    """1-d tensors (n + 1 floats as factors: more than raw) and matrices too small to gain are
+    sent as they are, never larger than raw; their payloads decode to the input exactly."""
+    codec = compress.get("powersgd", rank=rank, min_compression_rate=rate)
+    x = sample(int(np.prod(shape)), dtype, seed=3, shape=shape)
+    payload = codec.encode(x, key="w")
+    body, factored = powersgd_body(shape, dtype, rank, rate)
+    assert payload.size == header(len(shape), 3) + body == codec.payload_nbytes(shape, dtype)
+    assert codec.compresses(shape, dtype) == factored
+    assert body <= x.nbytes or rate < 1  # rate 0 factors every non-empty matrix
+    hdr, _ = parts(codec, payload)
+    assert (hdr.params["rank"] == 0) != factored
+    if not factored:
+        y = codec.decode(payload)
+        assert y.shape == x.shape and y.dtype == x.dtype
+        np.testing.assert_array_equal(y.reshape(-1).view(np.uint8), x.reshape(-1).view(np.uint8))
 
 
 def test_header_fields():

@@ -1,4 +1,12 @@
-"""Communicators every multi-rank test body runs on (mpi4py's way: one body, many comms)."""
+"""Communicators every multi-rank test body runs on (mpi4py's way: one body, many comms).
+
+Every test here is a multi-rank test: it runs under ``mpiexec`` at each world size
+(``tests/mpi_launch.py``, through the autouse fixture :func:`mpi_world_size`), directly with
+``mpiexec -n 4 python -m pytest --with-mpi tests/mpi``, or from a plain ``python -m pytest``.
+Parametrize with values and fixtures that do not depend on MPI state: the plain run collects the
+tests outside the ranks, where ``MPI.COMM_WORLD.size`` is 1 (it names any test that then exists
+only inside the ranks, and fails).
+"""
 
 import pytest
 from mpi4py import MPI
@@ -11,6 +19,12 @@ def _split():
 
 
 COMMS = {"world": lambda: MPI.COMM_WORLD, "split": _split, "self": lambda: MPI.COMM_SELF}
+
+
+@pytest.fixture(autouse=True)
+def mpi_world_size(request):
+    """The world size the test runs at: parametrized by ``tests/mpi_launch.py`` (ids ``np4``)."""
+    return getattr(request, "param", None) or MPI.COMM_WORLD.size
 
 
 @pytest.fixture(params=list(COMMS))

@@ -5,14 +5,16 @@ results bitwise identical on every rank; bytes on the wire counted exactly where
 fixes them, and below dense fp32 where compression should cut them.
 """
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 from mpi4py import MPI
 
 import collectives
 import compress
-from collectives.compressed import server_residuals
-from collectives.compressed.strategies import choose
+from collectives.compressed.strategies import choose, incompatibility
 from reference import assert_identical_everywhere, gather_all
 
 SHARED = {"randomk": dict(ratio=0.2, seed=1), "powersgd": dict(rank=2, seed=3)}
@@ -84,8 +86,6 @@ def test_every_strategy_matches_reference(name, comm):
                 what = f"{name} {strategy} p={comm.size} n={n} {op}"
                 assert y.shape == x.shape and y.dtype == x.dtype, what
                 assert_identical_everywhere(y, comm, what)
-                if name == "powersgd":
-                    continue  # PowerSGD has its own property test below
                 if strategy == "two_phase" and comm.size > 1:
                     ref = two_phase_reference(name, x, comm, op, key)
                 else:
@@ -114,11 +114,30 @@ def test_powersgd_full_rank_is_exact_mean():
     """With rank >= the matrix's columns, one power step reproduces the mean matrix exactly."""
     comm = MPI.COMM_WORLD
     x = data(6 * 4, comm.rank, 2).reshape(6, 4)
-    codec = compress.get("powersgd", rank=4, seed=7)
+    codec = compress.get("powersgd", rank=4, seed=7, min_compression_rate=0)  # factor even so
+    assert codec.compresses(x.shape, x.dtype)
     y = collectives.compressed_allreduce(x, codec, key="w")
     mean = gather_all(x, comm).astype(np.float64).mean(axis=0).reshape(6, 4)
     assert np.allclose(y, mean, atol=1e-4), np.abs(y - mean).max()
     assert_identical_everywhere(y, comm, "powersgd")
+
+
+@pytest.mark.parametrize("shape", [(1001,), (5, 5)])
+def test_powersgd_sends_what_does_not_gain_as_it_is(shape):
+    """A 1-d tensor (a bias) or a matrix too small to gain is allreduced uncompressed: the result
+    and the bytes sent are those of the identity codec, and the warm start keeps nothing."""
+    comm = MPI.COMM_WORLD
+    x = data(int(np.prod(shape)), comm.rank, 10).reshape(shape)
+    codec = compress.get("powersgd", rank=2, seed=1)
+    assert not codec.compresses(shape, x.dtype)
+    sent = []
+    for c in (codec, compress.get("none")):
+        before = collectives.TRAFFIC.bytes_sent
+        sent.append((collectives.compressed_allreduce(x, c, key="b", algorithm="ring"),
+                     collectives.TRAFFIC.bytes_sent - before))
+    np.testing.assert_array_equal(sent[0][0], sent[1][0])
+    assert sent[0][1] == sent[1][1], sent
+    assert codec.state_dict() == {}
 
 
 def test_powersgd_rank_one_is_rank_one():
@@ -182,6 +201,9 @@ BAD = [
                                               step=-1), ValueError, "step"),
     (lambda: collectives.compressed_allreduce(np.ones(4, np.float32), compress.get("topk"),
                                               out=np.ones(3, np.float32)), ValueError, "shape"),
+    (lambda: collectives.compressed_allreduce(np.ones(4, np.float32),
+                                              compress.DGCMemory(compress.get("fp16")),
+                                              strategy="summable"), ValueError, "DGCMemory"),
 ]
 
 
@@ -207,7 +229,7 @@ def test_error_feedback_through_summable(name):
     """ErrorFeedback around a summable codec: the residual is what this rank's part lost."""
     comm = MPI.COMM_WORLD
     ef = compress.ErrorFeedback(make_codec(name, comm.rank))
-    x = data(6 * 5, comm.rank, 7).reshape(6, 5)
+    x = data(12 * 40, comm.rank, 7).reshape(12, 40)  # a matrix PowerSGD factors
     y = collectives.compressed_allreduce(x, ef, op="avg", key="efs")
     residual = ef.residual("efs")
     assert residual is not None and residual.shape == x.shape
@@ -236,14 +258,118 @@ def test_device_input_gives_the_same_result_on_the_device(name, strategy, backen
     to_device, to_host = backend
     comm = MPI.COMM_WORLD
     x = data(1001, comm.rank, 8)
+    # a fresh codec per call: the state of each (two_phase's server-side residuals) starts empty
     y_host = collectives.compressed_allreduce(x, make_codec(name, comm.rank), key="dh", strategy=strategy)
-    server_residuals(comm).clear()  # two_phase: the device call starts from the same (empty) state
     y_dev = collectives.compressed_allreduce(to_device(x), make_codec(name, comm.rank), key="dh",
                                              strategy=strategy)
-    server_residuals(comm).clear()
     assert type(y_dev) is type(to_device(x))
     if name in ("efsignsgd", "qsgd", "powersgd"):
         np.testing.assert_allclose(to_host(y_dev), y_host, rtol=1e-4, atol=1e-5)
     else:
         np.testing.assert_array_equal(to_host(y_dev), y_host)
     assert_identical_everywhere(to_host(y_dev), comm, name)
+
+
+@pytest.mark.parametrize("name,strategy", [("efsignsgd", "two_phase"), ("topk", "sparse"),
+                                           ("qsgd", "allgather"), ("powersgd", "summable"),
+                                           ("randomk", "summable")])
+def test_state_dict_resumes_bit_for_bit(name, strategy):
+    """Everything a compressed allreduce keeps is in state.state_dict(): a fresh state loaded from
+    it continues exactly as the original (error feedback, server-side residuals, PowerSGD's Q,
+    private generators, the step)."""
+    comm = MPI.COMM_WORLD
+
+    def fresh():
+        return collectives.CompressionState.of(make_codec(name, comm.rank), error_feedback=None)
+
+    xs = [data(6 * 167, comm.rank, 20 + i).reshape(6, 167) for i in range(4)]
+
+    def steps(state, batch):
+        out = []
+        for x in batch:
+            out.append(collectives.compressed_allreduce(x, state, key="w", strategy=strategy))
+            state.step += 1
+        return out
+
+    first = fresh()
+    steps(first, xs[:2])
+    saved = {k: np.array(v, copy=True) for k, v in first.state_dict().items()}
+    if comm.size > 1 and name == "efsignsgd":
+        assert any(k.startswith("server/error/") for k in saved), sorted(saved)
+    assert int(saved["step"]) == 2
+    resumed = fresh()
+    resumed.load_state_dict(saved)
+    assert sorted(resumed.state_dict()) == sorted(saved)
+    for a, b in zip(steps(first, xs[2:]), steps(resumed, xs[2:])):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_dgc_memory_is_not_dropped_by_auto():
+    """A DGCMemory around a summable codec goes through a strategy that encodes with it."""
+    memory = compress.DGCMemory(compress.get("fp16"), momentum=0.5)
+    state = collectives.CompressionState.of(memory)
+    assert choose(state.codec, state.memory) == "allgather"
+    collectives.compressed_allreduce(data(64, MPI.COMM_WORLD.rank, 9), memory, key="m")
+    assert "m" in memory.state
+
+
+def test_bare_codec_keeps_server_residuals_like_a_state():
+    """A bare codec's server-side residuals persist across calls, as an explicit state's do, and
+    the communicator does not keep the codec alive."""
+    comm = MPI.COMM_WORLD
+    bare = compress.get("efsignsgd")
+    state = collectives.CompressionState(compress.get("efsignsgd"))
+    for i in range(3):
+        x = data(1001, comm.rank, 30 + i)
+        a = collectives.compressed_allreduce(x, bare, key="b", strategy="two_phase")
+        b = collectives.compressed_allreduce(x, state, key="b", strategy="two_phase")
+        np.testing.assert_array_equal(a, b)
+    assert bool(state.server.state) == (comm.size > 1)
+    gone = weakref.ref(bare)
+    del bare
+    gc.collect()
+    assert gone() is None
+
+
+@pytest.mark.parametrize("name", ["fp16", "efsignsgd"])
+def test_two_phase_server_compresses_its_first_aggregate_as_it_is(name):
+    """Server-side error feedback starts from the aggregate itself: an aggregate of -0.0 stays
+    -0.0 for a codec that keeps it (fp16), and a sign codec sends it as it sends +0.0."""
+    x = np.full(8, -0.0, np.float32)
+    y = collectives.compressed_allreduce(x, compress.get(name), key="z", strategy="two_phase")
+    if name == "fp16":
+        assert np.signbit(y).all(), y
+    else:
+        plus = collectives.compressed_allreduce(np.zeros(8, np.float32), compress.get(name),
+                                                key="z+", strategy="two_phase")
+        np.testing.assert_array_equal(y.view(np.uint32), plus.view(np.uint32))
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # an overflow is expected, not warned about
+@pytest.mark.parametrize("bad", [np.inf, np.nan, -np.inf], ids=["inf", "nan", "inf-and-minus-inf"])
+@pytest.mark.parametrize("name", list(compress.CODECS))
+def test_nonfinite_on_one_rank_reaches_every_rank(name, bad):
+    """Mixed precision: one rank's gradient overflowed (or two, to +inf and -inf: their sum is
+    NaN). With every codec and every strategy that runs it, every rank's result holds inf or NaN
+    (so every rank's loss scaler skips the step), bitwise the same everywhere, never a hang, a
+    'malformed payload' or a warning; the state (error feedback, server residuals, PowerSGD's warm
+    start) is not poisoned: the next finite step is finite."""
+    comm = MPI.COMM_WORLD
+    for strategy in collectives.STRATEGIES:
+        state = collectives.CompressionState.of(make_codec(name, comm.rank), error_feedback=None)
+        if incompatibility(strategy, state.codec, state.memory):
+            continue
+        what = f"{name} {strategy} {bad} p={comm.size}"
+        x = data(6 * 40, comm.rank, 40).reshape(6, 40)  # a matrix PowerSGD factors
+        if comm.rank == 0 and bad == -np.inf:
+            x[2, 17] = -np.inf
+        if comm.rank == comm.size - 1:
+            x[2, 17] = abs(bad)
+        y = collectives.compressed_allreduce(x, state, key="w", strategy=strategy)
+        assert not np.isfinite(y).all(), what
+        assert_identical_everywhere(y, comm, what)
+        state.step += 1
+        z = collectives.compressed_allreduce(data(6 * 40, comm.rank, 41).reshape(6, 40), state,
+                                             key="w", strategy=strategy)
+        assert np.isfinite(z).all(), f"{what}: the step after the overflow is not finite"
+        assert_identical_everywhere(z, comm, what)

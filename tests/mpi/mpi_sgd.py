@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from collectives.sgd import main, train
+from collectives.sgd import checkpoint, data, main, train
+from collectives.sgd.cli import parse
+from collectives.sgd.driver import STATE_PREFIX, Trainer
 
 TINY = ["--subset", "128", "--epochs", "1", "--hidden", "16", "--batch-size", "4", "--quiet"]
 
@@ -76,3 +78,33 @@ def _params(comm, fn, args, d, name):
     fn([*args, "--save-params", path], comm)
     comm.Barrier()
     return path
+
+
+@pytest.mark.parametrize("codec", [["--codec", "efsignsgd", "--strategy", "two_phase"],
+                                   ["--codec", "qsgd", "--error-feedback"],
+                                   ["--codec", "powersgd:rank=2"]])
+def test_checkpoint_holds_exactly_the_state_dict(codec):
+    """Of the compression, a checkpoint holds each rank's state.state_dict() and nothing else."""
+    comm = WORLD
+    d = _shared_dir(comm)
+    argv = [*TINY, *codec, "--checkpoint-dir", d, "--checkpoint-every", "3", "--stop-after", "3"]
+    pre = parse(argv, comm.size, 10**12)  # as train() does
+    ds = data.load(pre.args.dataset, pre.args.subset)
+    t = Trainer(parse(argv, comm.size, len(ds.y_train)), ds, comm)
+    t.t_start = 0.0
+    assert t.train() is False
+    comm.Barrier()
+    arrays = checkpoint.read(os.path.join(d, checkpoint.FILENAME))
+    head = f"rank{comm.rank}/{STATE_PREFIX}"
+    mine = {k[len(head):]: v for k, v in arrays.items() if k.startswith(head)}
+    want = t.state.state_dict()
+    assert sorted(mine) == sorted(want)
+    for k, v in want.items():
+        assert np.array_equal(mine[k], v), k
+    others = {k for k in arrays if not k.partition("/")[2].startswith(STATE_PREFIX)}
+    expected = {"meta", "shared/params", "shared/momentum"} | \
+        {f"rank{r}/{name}" for r in range(comm.size) for name in ("epoch_loss", "stats")}
+    assert others == expected, sorted(others ^ expected)
+    comm.Barrier()
+    if comm.rank == 0:
+        shutil.rmtree(d)

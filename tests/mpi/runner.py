@@ -1,11 +1,14 @@
-"""Per-rank pytest runner for the multi-rank suite (started by ``tests/mpirun.py``).
+"""Per-rank pytest runner with per-rank logs (the outer run's jobs use it; so may you).
 
-Usage: ``mpiexec -n P python tests/mpi/runner.py LOGDIR [pytest args]``. Everything this rank
-prints goes to ``LOGDIR/rank<k>.log``; ``LOGDIR/rank<k>.progress`` names the test under way. On a
-failure the rank writes the traceback and aborts the job, so the other ranks cannot hang waiting.
-``COLLECTIVES_TEST_NO_ABORT=1`` lets the ranks go on past a failure instead, to see every failure of
-a run in one go (the GPU check does this, under a time limit: a failure seen by one rank only can
-then leave the other waiting).
+Usage: ``mpiexec -n P python tests/mpi/runner.py LOGDIR [pytest args] [paths]``. Each rank sends
+everything it prints to ``LOGDIR/rank<k>.log`` and runs ``pytest --with-mpi --mpi-log-dir LOGDIR``
+(so ``LOGDIR/rank<k>.progress`` names the test under way and ``rank<k>.results`` holds its outcomes;
+``tests/mpi_launch.py``) on the paths given, by default all of ``tests/mpi``. On a failure the rank
+writes the traceback and aborts the job, so the other ranks cannot hang waiting;
+``COLLECTIVES_TEST_NO_ABORT=1`` lets the ranks go on past a failure instead, to see every failure
+of a run in one go (the GPU check does this, under a time limit: a failure seen by one rank only
+can then leave the other waiting). Plain ``mpiexec -n P python -m pytest --with-mpi tests/mpi``
+runs the same tests with every rank's output on the terminal.
 """
 
 import os
@@ -18,35 +21,18 @@ from mpi4py import MPI
 HERE = Path(__file__).resolve().parent
 
 
-class _RankPlugin:
-    def __init__(self, progress):
-        self.progress = progress
-
-    def pytest_runtest_logstart(self, nodeid, location):
-        self.progress.write(f"in {nodeid}\n")
-        self.progress.flush()
-
-    def pytest_runtest_logreport(self, report):
-        if report.failed:
-            print(f"\nFAILED {report.nodeid} ({report.when}) on rank {MPI.COMM_WORLD.rank} "
-                  f"of {MPI.COMM_WORLD.size}:\n{report.longreprtext}", flush=True)
-            if not os.environ.get("COLLECTIVES_TEST_NO_ABORT"):
-                MPI.COMM_WORLD.Abort(1)
-
-
 def main() -> int:
     logdir = Path(sys.argv[1])
     logdir.mkdir(parents=True, exist_ok=True)
-    rank = MPI.COMM_WORLD.rank
-    log = open(logdir / f"rank{rank}.log", "w", buffering=1)
-    os.dup2(log.fileno(), 1)
+    log = open(logdir / f"rank{MPI.COMM_WORLD.rank}.log", "w", buffering=1)
+    os.dup2(log.fileno(), 1)  # before pytest starts capturing, so its report lands here too
     os.dup2(log.fileno(), 2)
-    progress = open(logdir / f"rank{rank}.progress", "w", buffering=1)
-    args = ["-q", "-p", "no:cacheprovider", "-o", "python_files=mpi_*.py", "-o", "addopts=",
-            "--rootdir", str(HERE), *sys.argv[2:], str(HERE)]
-    code = pytest.main(args, plugins=[_RankPlugin(progress)])
-    progress.write("done\n")
-    return int(code)
+    args = sys.argv[2:]
+    valued = {"--rootdir", "-c", "--mpi-select", "--mpi-log-dir", "--basetemp"}
+    paths = [a for i, a in enumerate(args) if not a.startswith("-") and (i == 0 or args[i - 1]
+             not in valued) and (".py" in a or Path(a).is_dir())]
+    return int(pytest.main(["--with-mpi", "--mpi-log-dir", str(logdir), "-q",
+                            "-p", "no:cacheprovider", *args, *([] if paths else [str(HERE)])]))
 
 
 if __name__ == "__main__":

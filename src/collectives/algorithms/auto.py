@@ -3,7 +3,7 @@
 Two sources, in order:
 
 1. **A per-machine tuning file** (``collectives-tune`` writes it; where it is looked for and its
-   format: :mod:`collectives.tuning`). For a world size it covers, the first rule whose
+   format: :mod:`collectives.tuning.tuning_file`). For a world size it covers, the first rule whose
    ``max_bytes`` is >= the message size names the algorithm.
 2. **The built-in rule** otherwise (measured on a 2-core machine with the MPICH wheel; see
    docs/algorithms.md): "native" for ``count < pof2`` or at most ``SMALL_BYTES`` (64 KiB) - there
@@ -13,8 +13,8 @@ Two sources, in order:
    one node, "shm" at every size from ``SHM_BYTES`` (0) up instead: with no messages at all it
    took 0.5-0.7x native's time at 8 B to 64 KiB and less above, at p = 2, 4 and 8
    (docs/benchmarks.md). A tuned rule naming "shm" on a communicator that spans nodes falls back
-   to this rule. The fitted cost model
-   (:mod:`collectives.model`) did not do clearly better than this rule on that machine: it
+   to this rule. The fitted cost model (:mod:`collectives.tuning.cost_model`) did not do
+   clearly better than this rule on that machine: it
    cannot see the per-call Python overhead that decides small messages there, and picks
    recursive doubling where native is faster (docs/benchmarks.md), so this rule stays the
    fallback.
@@ -37,7 +37,8 @@ from .._context import Context
 from ..ops import Op
 from ..options import Options
 from . import shm
-from ._fold import pof2_of
+from .flat import FLAT
+from .pof2 import pof2_of
 
 __all__ = ["choose", "builtin_choice", "comm_rules", "allreduce", "SMALL_BYTES", "SHM_BYTES"]
 
@@ -88,11 +89,6 @@ def _agree(comm: MPI.Comm) -> tuning.Rules | None:
 def comm_rules(ctx: Context) -> tuning.Rules | None:
     """Rank 0's tuned rules for this communicator, broadcast once at first use, then cached."""
     return ctx.cached(_RULES_KEY, _agree)
-
-
-#: The flat algorithms by name, filled in by ``algorithms/__init__.py`` (which imports this
-#: module, so it cannot be imported here); a module global keeps the per-call path short.
-FLAT: dict = {}  # set to algorithms.FLAT itself by the package
 
 
 def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:

@@ -45,6 +45,7 @@ from .._workspace import scratch
 from ..blocks import ring
 from ..ops import Op
 from ..options import Options
+from .flat import FLAT
 
 __all__ = ["allreduce", "Layout", "layout"]
 
@@ -82,11 +83,6 @@ def layout(comm: MPI.Comm, node_size: int | None, ctx: Context | None = None,
         if node.size > 1:
             team = Team(node, shm_segment_bytes, buffers)
     return Layout(node, m, holders, Context(cross, dup=False) if local < m else None, team)
-
-
-#: The flat algorithms by name, filled in by ``algorithms/__init__.py`` (which imports this
-#: module); "hierarchical" runs one of them across nodes.
-FLAT: dict = {}  # set to algorithms.FLAT itself by the package
 
 
 def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:

@@ -1,6 +1,6 @@
 """Rabenseifner's allreduce: recursive-halving reduce-scatter + recursive-doubling allgather.
 
-(Rabenseifner 2004; Thakur, Rabenseifner & Gropp 2005.) After the fold (``_fold.py``) the vector
+(Rabenseifner 2004; Thakur, Rabenseifner & Gropp 2005.) After the fold (``pof2.py``) the vector
 is cut into ``pof2`` blocks. Reduce-scatter by recursive halving: in the step with distance
 ``mask`` = pof2/2, pof2/4, ..., 1, each rank and its ``partner = newrank ^ mask`` split the block
 range they share, ``[lo, hi)``, in halves; the rank whose ``mask`` bit is 0 keeps the lower half.
@@ -23,7 +23,7 @@ from .._p2p import partition, sendrecv
 from .._workspace import scratch
 from ..ops import Op
 from ..options import Options
-from ._fold import folded, real_rank
+from .pof2 import folded, halving
 
 __all__ = ["allreduce"]
 
@@ -38,10 +38,7 @@ def _halving_doubling(buf: np.ndarray, op: Op, comm: MPI.Comm, newrank: int, pof
     tmp = scratch("rabenseifner", int(off[pof2 // 2]), buf)  # the largest half
     steps = []  # (peer, kept range, given range) of each halving step, for the allgather
     lo, hi = 0, pof2
-    mask = pof2 >> 1
-    while mask:
-        partner = newrank ^ mask
-        peer = real_rank(partner, rem)
+    for mask, partner, peer in halving(newrank, pof2, rem):
         mid = (lo + hi) // 2
         keep, give = ((lo, mid), (mid, hi)) if not newrank & mask else ((mid, hi), (lo, mid))
         kept = buf[off[keep[0]]:off[keep[1]]]
@@ -54,7 +51,6 @@ def _halving_doubling(buf: np.ndarray, op: Op, comm: MPI.Comm, newrank: int, pof
             op.combine(kept, t, kept)
         steps.append((peer, keep, give))
         lo, hi = keep
-        mask >>= 1
     for peer, keep, give in reversed(steps):
         # send the range we hold, receive the partner's into place
         sendrecv(comm, buf[off[keep[0]]:off[keep[1]]], peer, buf[off[give[0]]:off[give[1]]], peer)

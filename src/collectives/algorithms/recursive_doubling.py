@@ -1,6 +1,6 @@
 """Recursive doubling allreduce (Thakur, Rabenseifner & Gropp 2005), with the MPICH fold.
 
-After the fold (``_fold.py``) the ``pof2`` remaining ranks run lg pof2 steps: in the step with
+After the fold (``pof2.py``) the ``pof2`` remaining ranks run lg pof2 steps: in the step with
 distance ``mask`` = 1, 2, 4, ... each rank exchanges its whole vector with ``partner = newrank ^ mask``
 and combines the two, the lower new rank's vector first, so both partners compute the same bits.
 After the last step every rank holds the full reduction.
@@ -19,7 +19,7 @@ from .._p2p import sendrecv
 from .._workspace import scratch
 from ..ops import Op
 from ..options import Options
-from ._fold import folded, real_rank
+from .pof2 import doubling, folded
 
 __all__ = ["allreduce"]
 
@@ -30,14 +30,10 @@ def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Opti
 
 def _doubling(buf: np.ndarray, op: Op, comm: MPI.Comm, newrank: int, pof2: int, rem: int) -> None:
     tmp = scratch("recursive_doubling", buf.size, buf)
-    mask = 1
-    while mask < pof2:
-        partner = newrank ^ mask
-        peer = real_rank(partner, rem)
+    for partner, peer in doubling(newrank, pof2, rem):
         # whole vector both ways, then combine in rank order
         sendrecv(comm, buf, peer, tmp, peer)
         if partner < newrank:
             op.combine(tmp, buf, buf)
         else:
             op.combine(buf, tmp, buf)
-        mask <<= 1

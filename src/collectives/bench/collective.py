@@ -18,11 +18,13 @@ import numpy as np
 from mpi4py import MPI
 
 from .._arrays import xp
+from .._cli import UsageError, usage_errors
 from ..options import Options
 from . import compressed, report
 from .options import (DATATYPES, device_error, iterations_for, make_parser, message_sizes,
                       to_accelerator, to_host)
-from .results import Record, write_csv, write_json
+from .results import Record
+from .sweep import Sweep
 from .timing import Stat, time_interleaved
 
 __all__ = ["Spec", "Buffers", "run", "entry_point", "pattern", "column_label"]
@@ -92,7 +94,7 @@ def _names(spec: Spec, chosen: str) -> list[str]:
     if chosen == "all":
         return ["native"] + [a for a in spec.algorithms if a != "native"]
     if chosen not in spec.algorithms:
-        raise SystemExit(f"{spec.prog}: unknown algorithm {chosen!r}; valid choices: "
+        raise UsageError(f"unknown algorithm {chosen!r}; valid choices: "
                          f"{', '.join(spec.algorithms)}, all")
     return [chosen]
 
@@ -114,8 +116,8 @@ def _valid(spec: Spec, name: str, count: int, dtype: np.dtype, comm: MPI.Comm,
     return bool(comm.allreduce(int(ok), op=MPI.MIN))
 
 
-def _print_row(args, size: int, stats: dict[str, Stat], busbw: dict[str, float],
-               valid: dict[str, bool] | None, out: TextIO, sent: dict[str, float]) -> None:
+def _row(args, size: int, stats: dict[str, Stat], busbw: dict[str, float],
+         valid: dict[str, bool] | None, sent: dict[str, float]) -> str:
     ok = None if valid is None else all(valid.values())
     if len(stats) == 1:
         (name, s), = stats.items()
@@ -126,7 +128,7 @@ def _print_row(args, size: int, stats: dict[str, Stat], busbw: dict[str, float],
         values = [stats[n].avg for n in stats] + ([busbw[n] for n in stats] if args.busbw else [])
         values += [sent[n] / 1e3 for n in stats if n in sent]
         line = report.row(size, values, valid=ok)
-    print(line, file=out, flush=True)
+    return line
 
 
 def _header(spec: Spec, args, columns: list[str], p: int, out: TextIO,
@@ -155,19 +157,19 @@ def run(spec: Spec, argv: Sequence[str] | None = None, comm: MPI.Comm | None = N
     out = sys.stdout if out is None else out
     parser = make_parser(spec.prog, f"{spec.title} (OSU-compatible output).",
                          default_max=spec.default_max, algorithm=spec.default_algorithm,
-                         compressed=spec.compressed)
+                         compressed=spec.compressed, rank=comm.rank)
     args = parser.parse_args(argv)
     codecs = getattr(args, "codec", None) or []
     problem = device_error(args.accelerator)
     if problem:
-        raise SystemExit(f"{spec.prog}: {problem}")
+        raise UsageError(problem)
     names = _names(spec, args.algorithm)
     if args.memcpy and args.algorithm != "all":
-        raise SystemExit(f"{spec.prog}: --memcpy needs --algorithm all")
+        raise UsageError("--memcpy needs --algorithm all")
     dtype = DATATYPES[args.datatype].dtype
     if codecs and dtype.kind != "f":
-        raise SystemExit(f"{spec.prog}: --codec needs a float type (-T mpi_float, mpi_double "
-                         f"or float16), not {args.datatype}")
+        raise UsageError(f"--codec needs a float type (-T mpi_float, mpi_double or float16), "
+                         f"not {args.datatype}")
     squeezed = compressed.codec_calls(codecs, args.strategy, comm) if codecs else {}
     options = Options.from_env()
     if args.algorithm == "all":
@@ -176,11 +178,13 @@ def run(spec: Spec, argv: Sequence[str] | None = None, comm: MPI.Comm | None = N
     p = comm.size
     if comm.rank == 0:
         _header(spec, args, columns, p, out, bytes_columns=bool(codecs))
+    sizes = [s for s in message_sizes(args) if s // dtype.itemsize]
+    sweep = Sweep(spec.prog, args, sizes, comm.rank, out,
+                  {"benchmark": spec.prog, "ranks": p, "datatype": args.datatype,
+                   "argv": list(sys.argv if argv is None else argv)})
     records: list[Record] = []
-    for size in message_sizes(args):
+    for size in sizes:
         count = size // dtype.itemsize
-        if count == 0:
-            continue
         iters, warmup = iterations_for(size, args)
         buf = _buffers(spec, count, dtype, comm, args.accelerator)
         calls = {n: (lambda n=n: spec.call(n, buf, comm, options)) for n in names}
@@ -203,30 +207,27 @@ def run(spec: Spec, argv: Sequence[str] | None = None, comm: MPI.Comm | None = N
         bus = {n: report.busbw_gbs(spec.collective if n != "memcpy" else "memcpy",
                                    spec.bus_bytes(nbytes, p), stats[n].avg * 1e-6, p)
                for n in stats}
-        if comm.rank == 0:
-            _print_row(args, nbytes, stats, bus, valid, out, sent)
+        sweep.print(_row(args, nbytes, stats, bus, valid, sent))
         for n, s in stats.items():
             algbw = report.algbw_gbs(spec.bus_bytes(nbytes, p), s.avg * 1e-6)
             records.append(Record(spec.prog, n, nbytes, p, args.datatype, s.avg, s.min, s.max,
                                   s.median, s.iterations, algbw, bus[n],
                                   None if valid is None else valid.get(n),
                                   sent.get(n)))
-    if comm.rank == 0:
-        meta = {"benchmark": spec.prog, "ranks": p, "datatype": args.datatype,
-                "argv": list(sys.argv if argv is None else argv)}
-        if args.json:
-            write_json(args.json, records, **meta)
-        if args.csv:
-            write_csv(args.csv, records)
+        sweep.size_done(nbytes, records)
+    sweep.finish(records)
     return records
 
 
 def entry_point(spec: Spec) -> Callable[..., list[Record]]:
-    """``main(argv=None, comm=None, out=None)`` of the benchmark ``spec`` (see :func:`run`)."""
+    """``main(argv=None, comm=None, out=None)`` of the benchmark ``spec`` (see :func:`run`); a
+    usage error is printed once and ends every rank with ``SystemExit(2)``."""
 
     def main(argv: Sequence[str] | None = None, comm: MPI.Comm | None = None,
              out: TextIO | None = None) -> list[Record]:
-        return run(spec, argv, comm, out)
+        comm = MPI.COMM_WORLD if comm is None else comm
+        with usage_errors(spec.prog, comm.rank):
+            return run(spec, argv, comm, out)
 
     main.__doc__ = f"Run ``{spec.prog}``: {spec.title}, OSU-compatible output."
     return main

@@ -20,6 +20,7 @@ from mpi4py import MPI
 
 import compress
 
+from .._cli import UsageError
 from ..compressed import compressed_allreduce
 from ..traffic import TRAFFIC
 
@@ -37,13 +38,13 @@ def make_codec(spec: str, rank: int):
 
 def codec_calls(specs: list[str], strategy: str,
                 comm: MPI.Comm) -> dict[str, Callable[[np.ndarray, np.ndarray], object]]:
-    """One ``call(x, out)`` per codec spec, by label; raises SystemExit on a bad spec."""
+    """One ``call(x, out)`` per codec spec, by label; raises UsageError on a bad spec."""
     calls = {}
     for spec in specs:
         try:
             codec = make_codec(spec, comm.rank)
         except (ValueError, TypeError) as exc:
-            raise SystemExit(f"osu_allreduce: --codec {spec}: {exc}") from None
+            raise UsageError(f"--codec {spec}: {exc}") from None
         steps = iter(range(1 << 62))
 
         def call(x, out, codec=codec, steps=steps):  # one error-feedback key per message size

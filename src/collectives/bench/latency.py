@@ -2,7 +2,7 @@
 
 Rank 0 sends S bytes to rank 1, which sends them back; the one-way latency is half the round
 trip, averaged over the timed iterations (10000, 1000 above 8 KiB; warm-up 100 and 10, OSU's
-defaults). :func:`pingpong` is also what ``collectives.tune`` fits alpha and beta from.
+defaults). :func:`pingpong` is also what ``collectives-tune`` (:mod:`collectives.tuning.fit`) fits alpha and beta from.
 """
 
 from __future__ import annotations

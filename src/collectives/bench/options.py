@@ -3,9 +3,13 @@
 The OSU options (``-m [MIN:]MAX``, ``-i``, ``-x``, ``-f``, ``-c``, ``-T``, ``-d``) keep their
 meaning and their defaults: 1000 timed iterations and 100 warm-up ones up to
 :data:`LARGE_MESSAGE_SIZE` (8 KiB), 100 and 10 above. ``-i``/``-x`` set both unless
-``--iterations-large``/``--warmup-large`` say otherwise. Beyond OSU: ``--algorithm NAME|all``,
-``--sizes`` (an explicit list instead of the powers of two of ``-m``), ``--busbw``, ``--memcpy``,
-``--json FILE`` and ``--csv FILE``.
+``--iterations-large``/``--warmup-large`` say otherwise. Sizes take K, M and G suffixes (powers
+of 1024: ``-m 8:64M``). Beyond OSU: ``--algorithm NAME|all``, ``--sizes`` (an explicit list instead
+of the powers of two of ``-m``), ``--busbw``, ``--memcpy``, ``--json FILE`` and ``--csv FILE``
+(rewritten after every size, so an interrupted sweep keeps what it measured) and
+``--no-progress`` (no progress bar on rank 0's stderr).
+
+The parser is :class:`collectives._cli.Parser`: help and errors are printed once, by rank 0.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._cli import Parser
+
 __all__ = ["DATATYPES", "Datatype", "LARGE_MESSAGE_SIZE", "Iterations", "make_parser",
-           "parse_range", "parse_sizes", "message_sizes", "iterations_for", "device_error",
+           "parse_bytes", "parse_range", "parse_sizes", "message_sizes", "iterations_for", "device_error",
            "to_accelerator", "to_host"]
 
 #: Above this many bytes the "large" iteration counts apply (OSU's ``LARGE_MESSAGE_SIZE``).
@@ -52,50 +58,67 @@ class Iterations:
     warmup_large: int = 10
 
 
+#: size suffixes (powers of 1024, as OSU users mean them); "KiB", "KB" and "k" read the same
+_SCALE = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_bytes(text: str) -> int:
+    """A byte count: ``64``, ``64K``, ``8M``, ``1G`` (also ``8MB``, ``8MiB``, lower case).
+
+    Raises
+    ------
+    ValueError
+        If ``text`` is not a non-negative integer with an optional K/M/G suffix.
+    """
+    item = text.strip().upper().removesuffix("B").removesuffix("I")
+    mult = _SCALE.get(item[-1:], 1)
+    digits = item[:-1] if mult > 1 else item
+    if not digits.isdigit():
+        raise ValueError(f"not a byte count: {text!r}")
+    return int(digits) * mult
+
+
 def parse_range(text: str) -> tuple[int, int]:
-    """``-m`` argument: ``MAX`` or ``MIN:MAX`` (either side may be empty) -> (min, max) bytes."""
+    """``-m`` argument: ``MAX`` or ``MIN:MAX`` (either side may be empty; K/M/G suffixes allowed,
+    ``8:64M``) -> (min, max) bytes, max -1 when left open."""
     lo_text, sep, hi_text = text.partition(":")
     if not sep:
         lo_text, hi_text = "", lo_text
     try:
-        lo = int(lo_text) if lo_text else None
-        hi = int(hi_text) if hi_text else None
+        lo = parse_bytes(lo_text) if lo_text else 0
+        hi = parse_bytes(hi_text) if hi_text else None
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"-m takes [MIN:]MAX in bytes (e.g. 8:1024), got {text!r}") from None
-    lo = 0 if lo is None else lo
-    if lo < 0 or (hi is not None and hi < lo):
-        raise argparse.ArgumentTypeError(f"-m needs 0 <= MIN <= MAX, got {text!r}")
+            f"-m takes [MIN:]MAX in bytes, K/M/G allowed (e.g. 8:1024 or 8:64M), got {text!r}"
+        ) from None
+    if hi is not None and hi < lo:
+        raise argparse.ArgumentTypeError(f"-m needs MIN <= MAX, got {text!r}")
     return lo, (-1 if hi is None else hi)
 
 
 def parse_sizes(text: str) -> list[int]:
     """``--sizes`` argument: comma-separated byte counts, suffixes K/M/G allowed (8,64K,1M)."""
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    sizes = []
-    for item in text.split(","):
-        item = item.strip().upper().removesuffix("B").removesuffix("I")
-        mult = scale.get(item[-1:], 1)
-        try:
-            value = int(item[:-1] if mult > 1 else item) * mult
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"--sizes takes byte counts like 8,64K,1M; "
-                                             f"got {text!r}") from None
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"sizes must be >= 0, got {value}")
-        sizes.append(value)
-    return sizes
+    try:
+        return [parse_bytes(item) for item in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--sizes takes byte counts like 8,64K,1M; "
+                                         f"got {text!r}") from None
 
 
 def make_parser(prog: str, description: str, *, default_max: int,
                 default_min: int = 1, collective: bool = True,
-                algorithm: str = "auto", compressed: bool = False) -> argparse.ArgumentParser:
-    """The argument parser of one benchmark (collective ones get ``--algorithm`` and friends)."""
-    p = argparse.ArgumentParser(prog=prog, description=description)
+                algorithm: str = "auto", compressed: bool = False,
+                rank: int | None = None) -> argparse.ArgumentParser:
+    """The argument parser of one benchmark (collective ones get ``--algorithm`` and friends).
+
+    ``rank``: this process's rank (default its ``COMM_WORLD`` rank); only rank 0 prints help.
+    Errors raise :class:`collectives._cli.UsageError`.
+    """
+    p = Parser(prog=prog, description=description, rank=rank)
     p.set_defaults(default_range=(default_min, default_max))
     p.add_argument("-m", "--message-size", type=parse_range, metavar="[MIN:]MAX",
-                   help=f"message sizes in bytes, powers of two from MIN to MAX "
-                        f"(default {default_min}:{default_max})")
+                   help=f"message sizes in bytes, powers of two from MIN to MAX, K/M/G "
+                        f"allowed, e.g. 8:64M (default {default_min}:{default_max})")
     p.add_argument("--sizes", type=parse_sizes, metavar="LIST",
                    help="explicit comma-separated sizes in bytes instead of -m (e.g. 8,64K,1M)")
     p.add_argument("-i", "--iterations", type=int, metavar="N",
@@ -112,8 +135,12 @@ def make_parser(prog: str, description: str, *, default_max: int,
                    help="where the buffers live: cpu (NumPy) or cuda (CuPy)")
     p.add_argument("-c", "--validation", action="store_true",
                    help="check every result; adds a Validation column (Pass/Fail)")
-    p.add_argument("--json", metavar="FILE", help="also write every measurement as JSON")
-    p.add_argument("--csv", metavar="FILE", help="also write every measurement as CSV")
+    p.add_argument("--json", metavar="FILE", help="also write every measurement as JSON "
+                   "(rewritten after each size)")
+    p.add_argument("--csv", metavar="FILE", help="also write every measurement as CSV "
+                   "(rewritten after each size)")
+    p.add_argument("--no-progress", dest="progress", action="store_false",
+                   help="no progress bar (rank 0, on stderr)")
     if collective:
         p.add_argument("-f", "--full", action="store_true",
                        help="also print min and max latency across ranks and the iterations")

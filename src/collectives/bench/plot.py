@@ -5,17 +5,19 @@ size, one line per algorithm (log-log). ``--model TUNING.json`` (or ``--alpha/--
 adds the cost model's prediction of each algorithm as a dashed line of the same colour: the
 predicted-vs-measured plot. ``--table`` prints instead a Markdown table of every algorithm's
 median latency and its ratio to native's from the same run. matplotlib is imported only to draw
-(the optional extra ``plot``: ``pip install 'collectives[plot]'``).
+(the optional extra ``plot``: ``pip install 'mpi-collectives[plot]'``); without it, drawing stops
+with one line saying so.
 """
 
 from __future__ import annotations
 
-import argparse
+import importlib.util
 import json
 from pathlib import Path
 from typing import Sequence
 
-from ..model import COSTS, Network, predict
+from .._cli import PLOT_INSTALL, Parser, UsageError, usage_errors
+from ..tuning.cost_model import COSTS, Network, predict
 from .results import Record, read_records
 
 __all__ = ["ratio_table", "model_from_tuning", "plot", "main"]
@@ -87,8 +89,13 @@ def plot(records: Sequence[Record], output: str | Path, net: Network | None = No
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of ``collectives-plot``."""
-    ap = argparse.ArgumentParser(prog="collectives-plot", description=__doc__.split("\n\n")[0])
+    """Entry point of ``collectives-plot`` (a usage error: one line, exit status 2)."""
+    with usage_errors("collectives-plot", rank=0):
+        _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> None:
+    ap = Parser(prog="collectives-plot", description=__doc__.split("\n\n")[0], rank=0)
     ap.add_argument("results", help="a JSON or CSV file written with --json/--csv")
     ap.add_argument("-o", "--output", help="PNG to write (default: RESULTS with .png)")
     ap.add_argument("--table", action="store_true", help="print the ratio table, no figure")
@@ -98,6 +105,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--gamma", type=float)
     ap.add_argument("--title")
     args = ap.parse_args(argv)
+    if not args.table and importlib.util.find_spec("matplotlib") is None:
+        raise UsageError(f"drawing needs matplotlib: {PLOT_INSTALL}; or --table for a table")
     records = read_records(args.results)
     if args.table:
         print(ratio_table(records))

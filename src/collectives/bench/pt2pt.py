@@ -4,6 +4,10 @@ Ranks 0 and 1 exchange messages through mpi4py (buffer interface, no pickling: t
 algorithms' messages take); any other ranks wait at the final barrier. As in OSU, the whole
 timed loop is measured at once (after the warm-up iterations) and divided by the iterations.
 With ``-c`` rank 1 checks that the last message arrived intact.
+
+Header in OSU 7.x's point-to-point order (``osu_latency.c``, ``osu_bw.c``): the title line, the
+column header, then ``# Datatype: ...`` (the collectives print the datatype before the column
+header, and a blank line first).
 """
 
 from __future__ import annotations
@@ -14,10 +18,12 @@ from typing import Callable, Sequence, TextIO
 import numpy as np
 from mpi4py import MPI
 
+from .._cli import UsageError, usage_errors
 from . import report
 from .options import DATATYPES, Iterations, device_error, iterations_for, make_parser, \
     message_sizes
-from .results import Record, write_csv, write_json
+from .results import Record
+from .sweep import Sweep
 
 __all__ = ["Measure", "run_pt2pt"]
 
@@ -31,28 +37,36 @@ def run_pt2pt(prog: str, title: str, column: str, measure: Measure, defaults: It
     """Parse OSU options, run ``measure`` for every size on ranks 0 and 1, print, write files.
 
     ``latency`` says whether ``measure`` returns microseconds (else MB/s); records carry both.
+    A usage error is printed once and ends every rank with ``SystemExit(2)``.
     """
     comm = MPI.COMM_WORLD if comm is None else comm
-    out = sys.stdout if out is None else out
+    with usage_errors(prog, comm.rank):
+        return _run(prog, title, column, measure, defaults, argv, comm,
+                    sys.stdout if out is None else out, latency)
+
+
+def _run(prog, title, column, measure, defaults, argv, comm, out, latency) -> list[Record]:
     args = make_parser(prog, f"{title} (OSU-compatible output).", default_min=0,
-                       default_max=1 << 22, collective=False).parse_args(argv)
+                       default_max=1 << 22, collective=False, rank=comm.rank).parse_args(argv)
     problem = device_error(args.accelerator) or (
         "-d cuda: the point-to-point benchmarks use host buffers only (OSU's own osu_latency "
         "-d cuda measures device-to-device MPI)" if args.accelerator != "cpu" else None)
     if problem:
-        raise SystemExit(f"{prog}: {problem}")
+        raise UsageError(problem)
     if comm.size < 2:
-        raise SystemExit(f"{prog}: needs at least two ranks (run it under mpiexec -n 2)")
+        raise UsageError("needs at least two ranks (run it under mpiexec -n 2)")
     if comm.rank == 0:
-        for line in report.preamble(title, DATATYPES[args.datatype].mpi_name):
-            print(line, file=out)
-        print(report.column_header([column], validation=args.validation), file=out, flush=True)
+        print(report.title_line(title), file=out)
+        print(report.column_header([column], validation=args.validation), file=out)
+        print(report.datatype_line(DATATYPES[args.datatype].mpi_name), file=out, flush=True)
     dtype = DATATYPES[args.datatype].dtype
+    sizes = [s for s in message_sizes(args) if not s or s // dtype.itemsize]
+    sweep = Sweep(prog, args, sizes, comm.rank, out,
+                  {"benchmark": prog, "ranks": comm.size, "datatype": args.datatype,
+                   "argv": list(sys.argv if argv is None else argv)})
     records = []
-    for size in message_sizes(args):
+    for size in sizes:
         count = size // dtype.itemsize
-        if size and not count:
-            continue
         iters, warmup = iterations_for(size, args, defaults)
         send = np.full(count, 1, dtype)
         recv = np.zeros(count, dtype)
@@ -62,17 +76,11 @@ def run_pt2pt(prog: str, title: str, column: str, measure: Measure, defaults: It
         ok = bool(comm.allreduce(int(ok), op=MPI.MIN))
         nbytes = count * dtype.itemsize
         us = value if latency else (nbytes / value if value > 0 else float("nan"))
-        if comm.rank == 0:
-            print(report.row(nbytes, [value], valid=ok if args.validation else None),
-                  file=out, flush=True)
+        sweep.print(report.row(nbytes, [value], valid=ok if args.validation else None))
         records.append(Record(prog, "mpi4py", nbytes, comm.size, args.datatype, us, us, us, us,
                               iters, report.algbw_gbs(nbytes, us * 1e-6), float("nan"),
                               ok if args.validation else None))
+        sweep.size_done(nbytes, records)
     comm.Barrier()
-    if comm.rank == 0:
-        if args.json:
-            write_json(args.json, records, benchmark=prog, ranks=comm.size,
-                       datatype=args.datatype, argv=list(sys.argv if argv is None else argv))
-        if args.csv:
-            write_csv(args.csv, records)
+    sweep.finish(records)
     return records

@@ -1,7 +1,9 @@
 """Output in the OSU Micro-Benchmarks 7.x layout, so existing OSU parsers read it.
 
-Layout (printed by rank 0 only): a blank line, ``# OSU MPI <Name> Test v7.2``, ``# Datatype:
-MPI_CHAR.``, then the column header and one row per message size. The size column is
+Layout (printed by rank 0 only) of the collectives: a blank line, ``# OSU MPI <Name> Test v7.2``,
+``# Datatype: MPI_CHAR.``, then the column header and one row per message size; the
+point-to-point benchmarks print, as OSU's do, the title line, the column header, then the datatype
+line (no blank line). The size column is
 left-aligned in :data:`SIZE_WIDTH` (10) characters; every value is right-aligned in
 :data:`FIELD_WIDTH` (20) characters with :data:`PRECISION` (2) decimals, the iteration count in
 :data:`ITER_WIDTH` (12); a validation cell reads ``Pass`` or ``Fail``. Lines we add beyond OSU
@@ -16,7 +18,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 __all__ = ["OSU_VERSION", "SIZE_WIDTH", "FIELD_WIDTH", "ITER_WIDTH", "PRECISION", "BUSBW_FACTOR",
-           "preamble", "column_header", "row", "value_cell", "validation_cell", "algbw_gbs",
+           "title_line", "datatype_line", "preamble", "column_header", "row", "value_cell", "validation_cell", "algbw_gbs",
            "busbw_gbs"]
 
 OSU_VERSION = "7.2"
@@ -35,10 +37,19 @@ BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
 }
 
 
+def title_line(title: str) -> str:
+    """``# OSU MPI <title> v7.2``."""
+    return f"# OSU MPI {title} v{OSU_VERSION}"
+
+
+def datatype_line(mpi_type: str) -> str:
+    """``# Datatype: <mpi_type>.``"""
+    return f"# Datatype: {mpi_type}."
+
+
 def preamble(title: str, mpi_type: str, extra: Sequence[str] = ()) -> list[str]:
-    """The lines before the column header: blank, ``# OSU MPI <title> v7.2``, datatype, extras."""
-    return ["", f"# OSU MPI {title} v{OSU_VERSION}", f"# Datatype: {mpi_type}.",
-            *(f"# {line}" for line in extra)]
+    """A collective's lines before its column header: blank, title, datatype, extras."""
+    return ["", title_line(title), datatype_line(mpi_type), *(f"# {line}" for line in extra)]
 
 
 def column_header(columns: Sequence[str], *, iterations: bool = False,

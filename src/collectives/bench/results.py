@@ -1,16 +1,19 @@
 """Benchmark results as records, written to and read back from JSON or CSV files.
 
 One :class:`Record` per (message size, algorithm). A JSON file holds
-``{"benchmark", "ranks", "datatype", "argv", "records": [...]}``; a CSV file holds one row per
-record with the field names of :class:`Record` as its header. :func:`read_records` reads either
+``{"benchmark", "ranks", "datatype", "argv", "complete", "records": [...]}``; a CSV file holds one
+row per record with the field names of :class:`Record` as its header. Both are written to a
+temporary file and renamed, so a reader never sees half a file. :func:`read_records` reads either
 (by file suffix), which is what the plotting command and the tuner consume.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Iterable
@@ -43,21 +46,29 @@ _CONVERT = {"size": int, "ranks": int, "iterations": int,
             "bytes_per_rank": lambda s: None if s in ("", "None") else float(s)}
 
 
+def _replace(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file beside it and a rename."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", newline="") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
 def write_json(path: str | Path, records: Iterable[Record], **meta: object) -> None:
     """Write ``records`` (and metadata such as ``benchmark``, ``ranks``, ``argv``) as JSON."""
     rows = [{k: (None if isinstance(v, float) and math.isnan(v) else v)
              for k, v in asdict(r).items()} for r in records]
-    Path(path).write_text(json.dumps({**meta, "records": rows}, indent=1) + "\n")
+    _replace(path, json.dumps({**meta, "records": rows}, indent=1) + "\n")
 
 
 def write_csv(path: str | Path, records: Iterable[Record]) -> None:
     """Write ``records`` as CSV, one row each, header = the :class:`Record` field names."""
-    names = [f.name for f in fields(Record)]
-    with open(path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=names)
-        writer.writeheader()
-        for r in records:
-            writer.writerow(asdict(r))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=[f.name for f in fields(Record)])
+    writer.writeheader()
+    for r in records:
+        writer.writerow(asdict(r))
+    _replace(path, buf.getvalue())
 
 
 def _record(row: dict) -> Record:

@@ -1,7 +1,8 @@
 """Compressed allreduce: only compressed data travels (see ``strategies.py`` for the catalogue)."""
 
 from .api import compressed_allreduce
+from .state import CompressionState
 from .strategies import STRATEGIES
 from .two_phase import server_residuals
 
-__all__ = ["compressed_allreduce", "STRATEGIES", "server_residuals"]
+__all__ = ["compressed_allreduce", "CompressionState", "STRATEGIES", "server_residuals"]

@@ -1,10 +1,10 @@
-"""One compressed allreduce call, as the strategies see it: codec, key, step and aggregation.
+"""One compressed allreduce call, as the strategies see it: state, key, step and aggregation.
 
-A ``Plan`` wraps the caller's codec (a ``compress`` codec, or a memory around one such as
-``compress.ErrorFeedback`` or ``compress.DGCMemory``, which add the residual back before encoding)
-and fixes how decoded contributions combine: their sum, their mean, or, for codecs whose
-``aggregation`` is "majority" (signSGD), the sign of their sum. Aggregation runs in rank order, so
-every rank that aggregates the same contributions gets the same bits.
+A ``Plan`` holds the call's :class:`~collectives.compressed.state.CompressionState` (the codec, the
+memory that adds residuals back before encoding, the server-side memory) and fixes how decoded
+contributions combine: their sum, their mean, or, for codecs whose ``aggregation`` is "majority"
+(signSGD), the sign of their sum. Aggregation runs in rank order, so every rank that aggregates the
+same contributions gets the same bits.
 """
 
 from __future__ import annotations
@@ -13,24 +13,19 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
+from compress import Codec
 
 from .._arrays import xp
+from .state import CompressionState
 
-__all__ = ["Plan", "base_codec"]
-
-
-def base_codec(codec: Any) -> Any:
-    """The codec inside any memory wrappers (they expose it as ``.codec``)."""
-    while hasattr(codec, "codec"):
-        codec = codec.codec
-    return codec
+__all__ = ["Plan"]
 
 
 @dataclass
 class Plan:
     """What a strategy needs to encode, decode and aggregate one tensor."""
 
-    codec: Any          # what encodes (may be an error-feedback wrapper)
+    state: CompressionState
     key: Any
     step: int
     average: bool       # mean (op="avg") rather than sum
@@ -38,18 +33,19 @@ class Plan:
     shape: tuple[int, ...] = ()  # the tensor's shape (strategies see it flat; PowerSGD needs it)
 
     @property
-    def base(self) -> Any:
-        return base_codec(self.codec)
+    def codec(self) -> Codec:
+        return self.state.codec
 
     @property
     def majority(self) -> bool:
-        return self.base.aggregation == "majority"
+        return self.codec.aggregation == "majority"
 
     def encode(self, x: np.ndarray, part: int | None = None) -> np.ndarray:
-        """Payload of flat ``x``: the whole tensor (in its shape, so per-key state such as an
-        error-feedback residual has the tensor's shape), or chunk ``part`` of it."""
+        """Payload of flat ``x`` (through the state's memory, if any): the whole tensor (in its
+        shape, so per-key state such as an error-feedback residual has the tensor's shape), or
+        chunk ``part`` of it."""
         whole = x.reshape(self.shape) if part is None else x
-        return self.codec.encode(whole, key=self.subkey(part), step=self.step)
+        return self.state.encoder.encode(whole, key=self.subkey(part), step=self.step)
 
     def subkey(self, part: int | None) -> Any:
         return self.key if part is None else f"{self.key}#chunk{part}"
@@ -57,7 +53,7 @@ class Plan:
     def decode(self, payload: np.ndarray, count: int) -> np.ndarray:
         """Dense flat contents of a payload that must hold ``count`` elements (payloads come
         from other ranks: a wrong count is rejected before the decoder allocates anything)."""
-        return self.base.decode(payload, count=count).reshape(-1)
+        return self.codec.decode(payload, count=count).reshape(-1)
 
     def finish(self, acc: np.ndarray, count: int, out: np.ndarray) -> None:
         """Turn a rank-order sum of ``count`` contributions into the result, written to ``out``

@@ -4,7 +4,8 @@ The sparse allreduce keeps every partial sum in whichever form is smaller on the
 a vector to dense once ``nnz * (4 + itemsize) >= length * itemsize`` (SparCML's switch). Wire
 format: a 16-byte header (``kind``: 0 sparse / 1 dense, ``nnz``) then, sparse, ``nnz`` uint32
 indices and ``nnz`` values, or, dense, ``length`` values. ``unpack`` validates everything (kind,
-sizes, every index in range and strictly increasing) before any kernel writes with it.
+sizes, every index in range and strictly increasing) before any kernel writes with it. The merge
+kernels (``_kernels.py``, Numba) are imported at the first merge, not with the package.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from ._kernels import add_sparse_into_dense, merge_sum
 
 __all__ = ["SparseVec", "pack", "unpack", "combine"]
 
@@ -101,6 +100,8 @@ def unpack(buf: np.ndarray, lo: int, length: int, dtype: np.dtype) -> SparseVec:
 
 def combine(lower: SparseVec, higher: SparseVec) -> SparseVec:
     """Elementwise sum of two slices of the same range, the lower ranks' operand first."""
+    from ._kernels import add_sparse_into_dense, merge_sum  # Numba, on first use
+
     if lower.dense is None and higher.dense is None:
         cap = lower.nnz + higher.nnz
         idx, vals = np.empty(cap, np.int64), np.empty(cap, lower.dtype)

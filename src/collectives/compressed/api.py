@@ -5,15 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from compress import Codec
+from compress.protocols import Memory
 from mpi4py import MPI
 
 from .._arrays import check_input, check_out, flat, new_like
 from .._context import context
-from .._validate import checked
+from .._validate import checked, pick, setup
 from ..algorithms import ALGORITHMS
-from ..api import _pick, _setup
 from ..options import Options
-from ._plan import Plan, base_codec
+from ._plan import Plan
+from .state import CompressionState, base_codec, state_of
 from .strategies import STRATEGIES, choose, incompatibility
 
 __all__ = ["compressed_allreduce"]
@@ -21,9 +23,10 @@ __all__ = ["compressed_allreduce"]
 _OPS = ("avg", "sum")
 
 
-def compressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None = None,
-                         op: str = "avg", strategy: str = "auto", comm: MPI.Comm | None = None,
-                         key: Any = None, step: int = 0, algorithm: str = "auto",
+def compressed_allreduce(x: np.ndarray, codec: Codec | Memory | CompressionState, *,
+                         out: np.ndarray | None = None, op: str = "avg", strategy: str = "auto",
+                         comm: MPI.Comm | None = None, key: Any = None, step: int | None = None,
+                         algorithm: str = "auto",
                          validate: bool | None = None,
                          options: Options | None = None) -> np.ndarray:
     """Allreduce ``x`` with only ``codec``-compressed data on the wire.
@@ -33,8 +36,11 @@ def compressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None = 
     x
         Contiguous float array (a dtype the codec supports), the same shape on every rank.
     codec
-        A ``compress`` codec (``compress.get("topk", ratio=0.01)``), or a memory wrapping one
-        (``compress.ErrorFeedback(codec)``, ``compress.DGCMemory(...)``), the same on every rank.
+        A :class:`~collectives.CompressionState` (the codec, its error-feedback memory, the
+        server-side memory and the step, in one object that ``state_dict()`` saves), or a
+        ``compress`` codec (``compress.get("topk", ratio=0.01)``) or a memory wrapping one
+        (``compress.ErrorFeedback(codec)``, ``compress.DGCMemory(...)``): then a state for that
+        object is kept on the communicator. The same on every rank.
     out
         Result array (``x``'s shape and dtype); ``out=x`` works in place.
     op
@@ -46,6 +52,7 @@ def compressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None = 
     key, step
         The tensor's identity and the training step: per-tensor state (error feedback, PowerSGD's
         warm start) is kept by key, and shared-randomness codecs (randomk) draw from (key, step).
+        ``step=None``: the state's ``step`` (0 for a bare codec).
     algorithm
         Dense allreduce the "summable" strategy runs on the representation.
 
@@ -56,41 +63,48 @@ def compressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None = 
         and decode on the device and messages go from device buffers; only the sparse strategies'
         merge of (index, value) lists runs on the host.
     """
-    comm, opts, validate = _setup(comm, options, validate)
+    comm, opts, validate = setup(comm, options, validate)
 
     def check():
         a = check_input(x)
         base = base_codec(codec)
-        if not hasattr(base, "encode") or not hasattr(base, "aggregation"):
-            raise TypeError(f"codec must be a compress codec or a memory around one, "
-                            f"got {type(codec).__name__}")
+        if not isinstance(base, Codec):
+            raise TypeError(f"codec must be a compress codec, a memory around one or a "
+                            f"collectives.CompressionState, got {type(codec).__name__}")
+        memory = codec.memory if isinstance(codec, CompressionState) else \
+            (codec if isinstance(codec, Memory) else None)
         if a.dtype not in base.dtypes:
             raise TypeError(f"codec {base.name!r} does not take dtype {a.dtype}; valid: "
                             + ", ".join(str(d) for d in base.dtypes))
         if op not in _OPS:
             raise ValueError(f"op must be one of {', '.join(_OPS)} for a compressed allreduce, "
                              f"got {op!r}")
-        if not isinstance(step, (int, np.integer)) or step < 0:
+        the_step = (codec.step if isinstance(codec, CompressionState) else 0) if step is None else step
+        if not isinstance(the_step, (int, np.integer)) or the_step < 0:
             raise ValueError(f"step must be a non-negative integer, got {step!r}")
-        name = choose(base) if strategy == "auto" else strategy
-        fn = _pick(STRATEGIES, name, "strategy")
-        _pick(ALGORITHMS, algorithm, "algorithm")
-        problem = incompatibility(name, base)
+        name = choose(base, memory) if strategy == "auto" else strategy
+        fn = pick(STRATEGIES, name, "strategy")
+        pick(ALGORITHMS, algorithm, "algorithm")
+        problem = incompatibility(name, base, memory)
         if problem:
             raise ValueError(problem)
         res = new_like(a) if out is None else check_out(out, a)
         sig = {"count": a.size, "dtype": a.dtype, "codec": base.name, "op": op,
-               "strategy": name, "step": int(step)}
-        return (a, fn, res), sig
+               "strategy": name, "step": int(the_step)}
+        return (a, fn, res, int(the_step)), sig
 
-    a, fn, res = checked("compressed_allreduce", comm, validate, check)
+    a, fn, res, the_step = checked("compressed_allreduce", comm, validate, check)
     src = flat(a)
     dst = src if res is a else flat(res)
-    plan = Plan(codec, key, int(step), op == "avg", comm.size, a.shape)
     if a.size == 0:
         return res
-    if comm.size == 1:  # still compress: a single rank gets what the codec makes of its input
-        plan.aggregate_into([plan.decode(plan.encode(a), a.size)], dst)
-        return res
-    fn(src, dst, plan, context(comm), opts, algorithm)
+    ctx = context(comm)
+    plan = Plan(state_of(codec, ctx), key, the_step, op == "avg", comm.size, a.shape)
+    # an overflowed gradient's inf or NaN propagates to every rank's result (the codecs'
+    # documented rule), quietly: a NumPy warning turned into an error on one rank would hang
+    with np.errstate(over="ignore", invalid="ignore"):
+        if comm.size == 1:  # still compress: a single rank gets what the codec makes of its input
+            plan.aggregate_into([plan.decode(plan.encode(a), a.size)], dst)
+        else:
+            fn(src, dst, plan, ctx, opts, algorithm)
     return res

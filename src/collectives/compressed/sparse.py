@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from compress._device import host_copy
+from compress.device import host_copy
+from compress.protocols import SparsePayload
 
 from .._arrays import xp
 from .._context import Context
 from ..options import Options
 from .._p2p import partition, recv, send, sendrecv
-from ..algorithms._fold import pof2_of, real_rank
+from ..algorithms.pof2 import doubling, fold
 from ._exchange import allgatherv, alltoallv
 from ._plan import Plan
 from ._sparsevec import SparseVec, combine, pack, unpack
@@ -44,8 +45,8 @@ def _local(x: np.ndarray, plan: Plan) -> SparseVec:
     For a device ``x`` the codec runs on the device and only the (index, value) lists come to the
     host, where the lists are merged."""
     payload = plan.encode(x)
-    if plan.base.sparse:  # (index, value) lists straight from the payload, validated
-        idx, vals = plan.base.sparse_parts(payload, count=x.size)
+    if isinstance(plan.codec, SparsePayload):  # (index, value) lists from the payload, validated
+        idx, vals = plan.codec.sparse_parts(payload, count=x.size)
     else:  # any other codec: decode, keep the nonzeros
         dense = plan.decode(payload, x.size)
         idx = xp(dense).flatnonzero(dense)
@@ -86,25 +87,20 @@ def _recv(comm, source: int, like: SparseVec) -> SparseVec:
 def allreduce_recursive_doubling(x: np.ndarray, out: np.ndarray, plan: Plan, ctx: Context,
                                  opts: Options, algorithm: str) -> None:
     comm = ctx.comm
-    rank, pof2 = comm.rank, pof2_of(comm.size)
-    rem = comm.size - pof2
+    f = fold(comm.rank, comm.size)
     v = _local(x, plan)
-    # fold: even ranks below 2 rem hand their list to the odd rank above and sit out
-    if rank < 2 * rem and rank % 2 == 0:
-        _send(comm, v, rank + 1)
-        v = _recv(comm, rank + 1, v)
+    # the fold (algorithms/pof2.py): a rank that sits out hands its list over and gets the result
+    if f.sits_out:
+        _send(comm, v, f.partner)
+        v = _recv(comm, f.partner, v)
     else:
-        if rank < 2 * rem:
-            v = combine(_recv(comm, rank - 1, v), v)
-        newrank = rank // 2 if rank < 2 * rem else rank - rem
-        mask = 1
-        while mask < pof2:
-            partner = newrank ^ mask
-            other = _swap(comm, v, real_rank(partner, rem))
-            v = combine(other, v) if partner < newrank else combine(v, other)
-            mask <<= 1
-        if rank < 2 * rem:
-            _send(comm, v, rank - 1)
+        if f.absorbs:
+            v = combine(_recv(comm, f.partner, v), v)
+        for partner, peer in doubling(f.newrank, f.pof2, f.rem):
+            other = _swap(comm, v, peer)
+            v = combine(other, v) if partner < f.newrank else combine(v, other)
+        if f.absorbs:
+            _send(comm, v, f.partner)
     acc = np.empty(x.size, dtype=_acc(x))
     v.write_into(acc)
     plan.finish(acc, plan.world, out)

@@ -6,13 +6,18 @@
   dgc), with the explicit variants "sparse_recursive_doubling" and "sparse_split";
 - "two_phase": DeepSpeed's all-to-all + server compression + allgather (1-bit / sign codecs).
 
-Every strategy is ``fn(x, out, plan, ctx, opts, algorithm)`` over flat arrays; ``algorithm`` is the
-dense allreduce that "summable" runs on the representation.
+Every strategy is ``fn(x, out, plan, ctx, opts, algorithm)`` over flat arrays; ``plan.state`` is the
+call's :class:`~collectives.compressed.state.CompressionState` and ``algorithm`` the dense allreduce
+that "summable" runs on the representation. What a strategy can run follows from the protocols a
+codec subclasses (:mod:`compress.protocols`), never from probing its methods.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
+
+from compress import Codec
+from compress.protocols import Memory, SparsePayload
 
 from . import allgather, sparse, summable, two_phase
 
@@ -28,23 +33,26 @@ STRATEGIES: dict[str, Callable[..., None]] = {
 }
 
 
-def choose(codec: Any) -> str:
-    """The strategy "auto" uses for ``codec`` (the codec itself, not a memory wrapper).
+def choose(codec: Codec, memory: Memory | None = None) -> str:
+    """The strategy "auto" uses for ``codec`` (the codec itself) with the client-side ``memory``.
 
     Sign codecs stay on "allgather" although "two_phase" is 6x faster on a slow link (EF-signSGD,
     64 MiB at p = 4 on the emulated 1 Gbit/s network: 189 against 1229 ms, docs/benchmarks.md):
     its second compression, at the server, cost accuracy in training (EF-signSGD on the digits
     MLP: 93.9% against 96.7% through allgather). Ask for it by name where the network decides.
     """
-    if codec.summable and summable.supports(codec):
+    if summable.supports(codec, memory):
         return "summable"
-    if getattr(codec, "sparse", False):
+    if isinstance(codec, SparsePayload):
         return "sparse"
     return "allgather"
 
 
-def incompatibility(strategy: str, codec: Any) -> str | None:
-    """Why ``strategy`` cannot run ``codec``, or None if it can."""
-    if strategy == "summable" and not (codec.summable and summable.supports(codec)):
+def incompatibility(strategy: str, codec: Codec, memory: Memory | None = None) -> str | None:
+    """Why ``strategy`` cannot run ``codec`` with ``memory``, or None if it can."""
+    if strategy == "summable" and not summable.supports(codec):
         return f"codec {codec.name!r} is not summable; use strategy 'allgather'"
+    if strategy == "summable" and not summable.supports(codec, memory):
+        return (f"strategy 'summable' cannot apply {type(memory).__name__} (only "
+                "compress.ErrorFeedback); use strategy 'allgather'")
     return None

@@ -9,7 +9,8 @@ For codecs whose representation adds up (``summable``), nothing needs decoding b
   overflow where the mean would not), the representations are summed by one dense allreduce of the
   foundation algorithms, and every rank decodes the same sum.
 - PowerSGD (Vogels et al. 2019) exposes its two-round protocol: ``P = M Q`` summed, orthogonalised,
-  ``Q = M^T P_hat`` summed, ``M ~ P_hat Q^T``.
+  ``Q = M^T P_hat`` summed, ``M ~ P_hat Q^T``. A tensor it does not compress (``compresses``: 1-d
+  tensors, matrices too small to gain) is summed as it is, like the identity codec's.
 
 Error feedback, when the codec is wrapped in ``compress.ErrorFeedback``: the residual is added
 before encoding, and the new residual is the compensated input minus what this rank's own
@@ -21,25 +22,30 @@ beta with c the representation's size ratio: 1/2 for fp16, k/n for random-k).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+from compress import Codec, ErrorFeedback
+from compress.codecs.none import Identity
+from compress.protocols import SUMMABLE, ElementSummable, LowRankSummable, Memory
 from mpi4py import MPI
 
 from .._arrays import xp
 from .._context import Context
-from ..algorithms import FLAT
 from ..algorithms.auto import choose
+from ..algorithms.flat import FLAT
 from ..ops import Op
 from ..options import Options
 from ._plan import Plan
 
 __all__ = ["allreduce", "supports"]
 
+#: how a tensor that a low-rank codec does not compress travels: its values, summed
+_RAW = Identity()
 
-def supports(codec: Any) -> bool:
-    """Whether ``codec`` speaks one of the two summable protocols."""
-    return hasattr(codec, "summable_encode") or hasattr(codec, "compute_p")
+
+def supports(codec: Codec, memory: Memory | None = None) -> bool:
+    """Whether ``codec`` speaks one of the summable protocols (``compress.protocols``) and the
+    memory around it, if any, is error feedback (whose compensate/remember this strategy uses)."""
+    return isinstance(codec, SUMMABLE) and (memory is None or isinstance(memory, ErrorFeedback))
 
 
 def _sum(rep: np.ndarray, ufunc: np.ufunc, ctx: Context, opts: Options, algorithm: str) -> None:
@@ -50,25 +56,15 @@ def _sum(rep: np.ndarray, ufunc: np.ufunc, ctx: Context, opts: Options, algorith
     FLAT[name](rep, rep, Op("sum", ufunc, MPI.SUM), ctx, opts)
 
 
-def _compensate(plan: Plan, x: np.ndarray) -> np.ndarray:
-    """Flat ``x`` plus its error-feedback residual (kept in the tensor's shape), if any."""
-    memory = plan.codec
-    if not hasattr(memory, "compensate"):
-        return x
-    return memory.compensate(x.reshape(plan.shape), key=plan.key).reshape(-1)
-
-
-def _remember(plan: Plan, c: np.ndarray, estimate: np.ndarray) -> None:
-    memory = plan.codec
-    if hasattr(memory, "remember"):
-        memory.remember(c.reshape(plan.shape), estimate, key=plan.key)
-
-
 def allreduce(x: np.ndarray, out: np.ndarray, plan: Plan, ctx: Context, opts: Options,
               algorithm: str) -> None:
-    base = plan.base
-    c = _compensate(plan, x)
-    if hasattr(base, "compute_p"):  # PowerSGD's two rounds, on the tensor's matrix shape
+    base = plan.codec
+    ef = plan.state.error_feedback
+    # x plus this rank's residual (kept in the tensor's shape): compress.ErrorFeedback's
+    # compensate/remember pair, so the error feedback is the one compress writes
+    c = x if ef is None else ef.compensate(x.reshape(plan.shape), key=plan.key).reshape(-1)
+    if isinstance(base, LowRankSummable) and base.compresses(plan.shape, x.dtype):
+        # PowerSGD's two rounds, on the tensor's matrix shape
         m = c.reshape(plan.shape)
         lib = xp(m)
         p = lib.ascontiguousarray(base.compute_p(m, key=plan.key))
@@ -79,15 +75,18 @@ def allreduce(x: np.ndarray, out: np.ndarray, plan: Plan, ctx: Context, opts: Op
         if plan.average:
             q /= plan.world
         y = base.reconstruct(p_hat, q, key=plan.key, shape=x.shape, dtype=x.dtype).reshape(-1)
-        _remember(plan, c, y)
+        if ef is not None:
+            ef.remember(c.reshape(plan.shape), y, key=plan.key)
         out[...] = y
         return
+    if not isinstance(base, ElementSummable):  # a tensor the low-rank codec sends uncompressed
+        base = _RAW
     scaled = c / plan.world if plan.average else c
     rep = base.summable_encode(scaled, key=plan.key, step=plan.step)
-    if hasattr(plan.codec, "remember"):
+    if ef is not None:
         own = base.summable_decode(rep, shape=x.shape, dtype=x.dtype, key=plan.key,
                                    step=plan.step).reshape(-1)
-        _remember(plan, c, own * plan.world if plan.average else own)
+        ef.remember(c.reshape(plan.shape), own * plan.world if plan.average else own, key=plan.key)
     _sum(rep, base.summable_add, ctx, opts, algorithm)
     out[...] = base.summable_decode(rep, shape=x.shape, dtype=x.dtype, key=plan.key,
                                     step=plan.step).reshape(-1)

@@ -7,13 +7,13 @@ Layout of ``CHECKPOINT_DIR/checkpoint.npz`` (``np.savez``; nothing pickled, load
     JSON text: format version, step (steps completed), world size, fingerprint of the model and
     training configuration, the per-epoch history so far and the report's counters.
 ``shared/<name>``
-    State equal on every rank, taken from rank 0: parameters, the momentum buffer (synchronous SGD),
-    PowerSGD's warm-start Q per key.
+    State equal on every rank, taken from rank 0: parameters, the momentum buffer (synchronous SGD).
 ``rank<k>/<name>``
-    State that differs between ranks, gathered from rank ``k``: its error-feedback residual per
-    key (every rank has its own), the state of its private codec generator (QSGD, TernGrad, ...)
-    as JSON text, its server-side residuals of the "two_phase" strategy, and, for local SGD, its
-    momentum buffer.
+    State that differs between ranks, gathered from rank ``k``: with a codec, its
+    ``state.state_dict()`` (:class:`collectives.CompressionState`: error-feedback residuals per
+    key, the codec's own state such as PowerSGD's warm-start Q or the private generator of QSGD,
+    TernGrad, ..., the server-side residuals of the "two_phase" strategy, the step) under
+    ``rank<k>/compression/``, the report's counters, and, for local SGD, its momentum buffer.
 
 The data order needs no state of its own: epoch ``e`` is shuffled by ``default_rng((seed, e))``
 (:mod:`collectives.sgd.data`), so the step fixes it.
@@ -40,7 +40,7 @@ from mpi4py import MPI
 __all__ = ["FILENAME", "VERSION", "save", "load", "write_atomic", "read"]
 
 FILENAME = "checkpoint.npz"
-VERSION = 1
+VERSION = 2  # 2: the compression's state is state.state_dict(), under rank<k>/compression/
 _TEMP_PREFIX = ".checkpoint-"
 
 

@@ -1,8 +1,9 @@
 """Command line of ``python -m collectives.sgd``: the parser and the checks every rank runs.
 
 Every rank parses the same arguments and runs the same checks before any message is sent, so all
-ranks reach the same verdict: a bad argument stops every rank with one line
-``collectives.sgd: error: ...`` and exit code 2 (:class:`UsageError`), never a hang or a traceback.
+ranks reach the same verdict: a bad argument stops every rank with exit code 2
+(:class:`UsageError`), never a hang or a traceback, and rank 0 alone prints the one line
+``collectives.sgd: error: ...`` (and ``--help``): :mod:`collectives._cli`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 import collectives
 import compress
 
+from .._cli import PLOT_INSTALL, Parser, UsageError
+
 from . import data
 from .codecs import parse_spec
 from .exchange import parse_sync
@@ -23,15 +26,6 @@ __all__ = ["UsageError", "Config", "parser", "parse"]
 
 PROG = "collectives.sgd"
 _STRATEGIES = ["auto", *collectives.STRATEGIES]
-
-
-class UsageError(Exception):
-    """A bad command line or checkpoint: print the one-line message, exit with code 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line instead of usage + message
-        raise UsageError(message)
 
 
 def _positive(text: str) -> int:
@@ -59,7 +53,7 @@ def _hidden(text: str) -> tuple[int, ...]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Data-parallel SGD of a NumPy MLP, gradients averaged "
+    p = Parser(prog=PROG, description="Data-parallel SGD of a NumPy MLP, gradients averaged "
                 "with the collectives' allreduce (optionally compressed).")
     m = p.add_argument_group("model and data")
     m.add_argument("--dataset", choices=list(data.DATASETS), default="digits")
@@ -123,11 +117,15 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
     a = parser().parse_args(argv)
     try:
         local_every = parse_sync(a.sync)
-        name, _ = parse_spec(a.codec)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    if name not in compress.CODECS:
-        raise UsageError(f"unknown codec {name!r}; valid names: {', '.join(compress.CODECS)}")
+    try:
+        name, params = parse_spec(a.codec)
+        compress.registry.check_params(name, params)  # also: unknown codec name
+        if not isinstance(params.get("seed", 0), int) or isinstance(params.get("seed"), bool):
+            raise ValueError(f"{name} parameter 'seed' takes an integer, got {params['seed']!r}")
+    except ValueError as e:
+        raise UsageError(f"--codec {a.codec}: {e}") from None
     codec_name = None if name == "none" and a.codec == "none" else name
     if codec_name and local_every:
         raise UsageError("--codec compresses gradients, which --sync local:H does not exchange")
@@ -151,5 +149,5 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
         if path and not path.lower().endswith(exts):
             raise UsageError(f"{path}: expected a file ending in {' or '.join(exts)}")
     if a.plot and importlib.util.find_spec("matplotlib") is None:
-        raise UsageError("--plot needs matplotlib: pip install 'collectives[plot]'")
+        raise UsageError(f"--plot needs matplotlib: {PLOT_INSTALL}")
     return Config(a, a.hidden or MODELS[a.model], local_every, codec_name)

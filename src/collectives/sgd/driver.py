@@ -7,11 +7,11 @@ epoch's end the test set is evaluated (split across ranks, counts summed) and a 
 every ``--checkpoint-every`` steps a checkpoint is written (:mod:`collectives.sgd.checkpoint`).
 
 Which state a checkpoint carries, and why resuming gives the same bits as never stopping: the
-parameters and momentum, every rank's error-feedback residuals, the state of each rank's private
-codec generator, a codec's own state where it has one (``state_dict()``: PowerSGD's warm-start
-Q), the "two_phase" strategy's server residuals (:func:`collectives.compressed.server_residuals`), and
-the step, which fixes the data order and the learning rate. Statistics (times, bytes, history)
-continue from the checkpoint too.
+parameters and momentum, the step, which fixes the data order and the learning rate, and, with a
+codec, every rank's ``state.state_dict()`` of its :class:`collectives.CompressionState` and
+nothing else of the compression: the error-feedback residuals, the codec's own state (PowerSGD's
+warm-start Q, the private generator of QSGD, TernGrad, ...), the "two_phase" strategy's
+server-side residuals. Statistics (times, bytes, history) continue from the checkpoint too.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ..compressed import server_residuals
+from ..compressed import CompressionState
 from ..compressed.strategies import incompatibility
 from . import checkpoint, data, report
 from .cli import PROG, Config, UsageError, parse
-from .codecs import Built, build
+from .codecs import build
 from .exchange import Exchange
 from .model import MLP
 from .optim import SGD, Schedule
@@ -37,6 +37,8 @@ from .timing import Clock
 
 __all__ = ["train", "main"]
 
+#: checkpoint entries (per rank) holding ``state.state_dict()``
+STATE_PREFIX = "compression/"
 
 
 def _fingerprint(cfg: Config, sizes: tuple[int, ...]) -> tuple[str, str]:
@@ -61,20 +63,21 @@ class Trainer:
         self.total = a.epochs * self.spe
         self.schedule = Schedule(a.lr, a.batch_size * self.world,
                                  int(round(a.warmup_epochs * self.spe)), self.total)
-        self.built: Built | None = None
+        self.state: CompressionState | None = None
         if cfg.codec_name:
             try:
-                self.built = build(a.codec, error_feedback=a.error_feedback, seed=a.seed,
+                self.state = build(a.codec, error_feedback=a.error_feedback, seed=a.seed,
                                    rank=self.rank)
             except (ValueError, TypeError) as e:
                 raise UsageError(f"--codec {a.codec}: {e}") from None
-            problem = incompatibility(a.strategy, self.built.base) if a.strategy != "auto" else None
+            problem = incompatibility(a.strategy, self.state.codec, self.state.memory) \
+                if a.strategy != "auto" else None
             if problem:
                 raise UsageError(problem)
         self.model = MLP(self.sizes, seed=a.seed)
         self.opt = SGD(self.model.params.flat, a.momentum, a.weight_decay)
         self.clock = Clock()
-        self.exchange = Exchange(self.model.grads, self.model.params, self.built, a.algorithm,
+        self.exchange = Exchange(self.model.grads, self.model.params, self.state, a.algorithm,
                                  a.strategy, cfg.local_every, comm, self.clock)
         self.fingerprint, self.config_text = _fingerprint(cfg, self.sizes)
         self.step = 0
@@ -83,9 +86,6 @@ class Trainer:
         self.epoch_loss = np.zeros(3)  # loss sum, correct, samples of the current epoch
 
     # ------------------------------------------------------------------ checkpoint state
-    def _server_residuals(self) -> dict:
-        return server_residuals(self.comm)
-
     def capture(self) -> tuple[dict, dict, dict]:
         """(meta, shared, mine) of the state after ``self.step`` steps."""
         shared = {"params": self.model.params.flat}
@@ -95,19 +95,8 @@ class Trainer:
                                                           self.exchange.stats.bytes_sent,
                                                           self.exchange.stats.dense_bytes])}
         (mine if self.cfg.local_every else shared)["momentum"] = self.opt.velocity
-        b = self.built
-        if b is not None:
-            # a codec's own state (PowerSGD's warm start) is equal on every rank
-            for k, v in (b.base.state_dict() if hasattr(b.base, "state_dict") else {}).items():
-                shared[f"codec/{k}"] = v
-            if b.error_feedback is not None:
-                for k, res in b.error_feedback.state.items():
-                    mine[f"ef/{k}"] = res.error
-                    mine[f"efsteps/{k}"] = np.array(res.steps)
-            if b.rng is not None:
-                mine["rng"] = np.array(json.dumps(b.rng.bit_generator.state))
-            for (name, sub), v in self._server_residuals().items():
-                mine[f"server/{name}|{sub}"] = v
+        if self.state is not None:  # all of the compression's state, and nothing else of it
+            mine.update({STATE_PREFIX + k: v for k, v in self.state.state_dict().items()})
         meta = {"version": checkpoint.VERSION, "step": self.step, "world": self.world,
                 "fingerprint": self.fingerprint, "config": self.config_text,
                 "history": self.history, "elapsed": self.elapsed + self.run_seconds(),
@@ -115,8 +104,6 @@ class Trainer:
         return meta, shared, mine
 
     def restore(self, meta: dict, shared: dict, mine: dict) -> None:
-        import compress
-
         self.step = int(meta["step"])
         self.history = list(meta["history"])
         self.elapsed = float(meta["elapsed"])
@@ -127,24 +114,9 @@ class Trainer:
         st = self.exchange.stats
         st.calls, st.seconds, st.bytes_sent, st.dense_bytes = mine["stats"].tolist()
         st.calls, st.bytes_sent, st.dense_bytes = int(st.calls), int(st.bytes_sent), int(st.dense_bytes)
-        b = self.built
-        if b is None:
-            return
-        if hasattr(b.base, "load_state_dict"):
-            b.base.load_state_dict({k[6:]: v for k, v in shared.items() if k.startswith("codec/")})
-        if b.error_feedback is not None:
-            for k, v in mine.items():
-                if k.startswith("ef/"):
-                    key = k[3:]
-                    steps = int(mine[f"efsteps/{key}"])
-                    b.error_feedback.state[key] = compress.memory.Residual(v.copy(), steps)
-        if b.rng is not None:
-            b.rng.bit_generator.state = json.loads(str(mine["rng"]))
-        server = self._server_residuals()
-        for k, v in mine.items():
-            if k.startswith("server/"):
-                name, _, sub = k[7:].partition("|")
-                server[(name, sub)] = v.copy()
+        if self.state is not None:
+            self.state.load_state_dict({k[len(STATE_PREFIX):]: v for k, v in mine.items()
+                                        if k.startswith(STATE_PREFIX)})
 
     # ------------------------------------------------------------------ training
     def run_seconds(self) -> float:
@@ -214,11 +186,11 @@ class Trainer:
         secs = dict(self.clock.seconds)
         secs["comm"] = st.seconds - secs.get("codec", 0.0)
         a = self.args
-        return {"label": f"{a.codec}{'+ef' if self.built and self.built.error_feedback else ''}"
+        ef = self.state is not None and self.state.error_feedback is not None
+        return {"label": f"{a.codec}{'+ef' if ef else ''}"
                          f" {a.algorithm}" + (f" {a.sync}" if self.cfg.local_every else ""),
                 "world": self.world, "params": self.model.params.size, "steps": self.step,
-                "codec": a.codec + (" + error feedback" if self.built and
-                                    self.built.error_feedback else ""),
+                "codec": a.codec + (" + error feedback" if ef else ""),
                 "algorithm": a.algorithm, "sync": a.sync, "hidden": list(self.cfg.hidden),
                 "loss": last.get("loss", float("nan")), "train_acc": last.get("train_acc", 0.0),
                 "test_acc": last.get("test_acc", 0.0), "seconds": secs,
@@ -282,10 +254,11 @@ def _outputs(t: Trainer, s: dict) -> None:
 
 
 def main(argv: list[str] | None = None, comm: MPI.Comm | None = None) -> int:
-    """Command-line entry: 0 on success, 2 with a one-line message on a usage error."""
+    """Command-line entry: 0 on success, 2 on a usage error (one line, printed by rank 0)."""
     try:
         train(argv, comm)
-    except UsageError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr, flush=True)
+    except UsageError as e:  # every rank reaches the same verdict: rank 0 says it
+        if (MPI.COMM_WORLD if comm is None else comm).rank == 0 or not e.uniform:
+            print(f"{PROG}: error: {e}", file=sys.stderr, flush=True)
         return 2
     return 0

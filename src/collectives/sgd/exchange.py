@@ -3,8 +3,9 @@
 Synchronous mode (``--sync sync``, the default) averages the fused gradient every step:
 
 - without a codec, one ``collectives.allreduce(grads, out=grads, op="avg", algorithm=...)``;
-- with a codec, ``collectives.compressed_allreduce(grads, codec, op="avg", key="grads",
-  step=step, strategy=..., algorithm=...)`` on the whole fusion buffer. Codecs in
+- with a codec, ``collectives.compressed_allreduce(grads, state, op="avg", key="grads",
+  strategy=..., algorithm=...)`` on the whole fusion buffer, with the step in ``state.step``
+  (``state`` is the run's :class:`collectives.CompressionState`). Codecs in
   :data:`LAYERWISE` compress matrices (PowerSGD factors ``M = P Q^T``), which a flat buffer is not,
   so for them every layer's gradient is reduced alone, as a view of the buffer, with key
   ``"grads.<i>"``.
@@ -28,7 +29,7 @@ from mpi4py import MPI
 
 import collectives
 
-from .codecs import Built
+from ..compressed import CompressionState
 from .fusion import FusionBuffer
 from .timing import Clock, time_methods
 
@@ -70,8 +71,8 @@ class Exchange:
     ----------
     grads, params
         The model's fusion buffers.
-    built
-        The codec for this rank, or None for dense allreduce.
+    state
+        The compression state for this rank (codec, memories), or None for dense allreduce.
     algorithm, strategy
         Dense allreduce algorithm; compressed strategy ("auto" or a name in
         ``collectives.STRATEGIES``).
@@ -79,19 +80,19 @@ class Exchange:
         0 for synchronous SGD, else H of local SGD.
     """
 
-    def __init__(self, grads: FusionBuffer, params: FusionBuffer, built: Built | None,
+    def __init__(self, grads: FusionBuffer, params: FusionBuffer, state: CompressionState | None,
                  algorithm: str, strategy: str, local_every: int, comm: MPI.Comm,
                  clock: Clock) -> None:
-        self.grads, self.params, self.built = grads, params, built
+        self.grads, self.params, self.state = grads, params, state
         self.algorithm, self.strategy, self.local_every = algorithm, strategy, local_every
         self.comm, self.clock = comm, clock
         self.stats = Stats()
-        self.analytic = algorithm == "native" and built is None
-        if built is not None:
-            time_methods(built.base, clock, "codec")
-            if built.error_feedback is not None:
-                time_methods(built.error_feedback, clock, "codec")
-        self.layerwise = built is not None and built.base.name in LAYERWISE
+        self.analytic = algorithm == "native" and state is None
+        if state is not None:
+            for part in (state.codec, state.memory, state.server):
+                if part is not None:
+                    time_methods(part, clock, "codec")
+        self.layerwise = state is not None and state.codec.name in LAYERWISE
 
     def exchanges_at(self, step: int) -> bool:
         """Whether step ``step`` (0-based) ends with an exchange."""
@@ -125,11 +126,12 @@ class Exchange:
                               comm=self.comm)
 
     def _reduce_grads(self, buf: FusionBuffer, step: int) -> None:
-        if self.built is None:
+        if self.state is None:
             self._dense(buf, step)
             return
+        self.state.step = step
         parts = (list(enumerate(buf.views)) if self.layerwise else [(None, buf.flat)])
         for i, x in parts:
             collectives.compressed_allreduce(
-                x, self.built.codec, out=x, op="avg", strategy=self.strategy, comm=self.comm,
-                key="grads" if i is None else f"grads.{i}", step=step, algorithm=self.algorithm)
+                x, self.state, out=x, op="avg", strategy=self.strategy, comm=self.comm,
+                key="grads" if i is None else f"grads.{i}", algorithm=self.algorithm)

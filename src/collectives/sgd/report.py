@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import os
 import sys
@@ -107,6 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) < 2:
         print(main.__doc__, file=sys.stderr)
+        return 2
+    if importlib.util.find_spec("matplotlib") is None:
+        from .._cli import PLOT_INSTALL
+
+        print(f"collectives.sgd.report: error: drawing needs matplotlib: {PLOT_INSTALL}",
+              file=sys.stderr)
         return 2
     runs = {}
     for path in argv[1:]:

@@ -1,8 +1,10 @@
 """Bit packing kernels (private).
 
 Bits are stored LSB-first: element ``i`` lands in byte ``(i * b) // 8`` starting at bit
-``(i * b) % 8``, and a code wider than the rest of a byte continues in the next byte. 1-bit streams
-store the IEEE sign bit of each element (so ``-0.0`` counts as negative).
+``(i * b) % 8``, and a code wider than the rest of a byte continues in the next byte.
+``pack_sign_bits`` stores the IEEE sign bit of each element (natural compression's sign, where
+``-0.0`` has its bit set); ``pack_negative_bits`` sets the bit of the elements that are negative by
+value, ``x < 0`` (the sign codecs' split: ``-0.0`` and NaN are not negative).
 """
 
 import numpy as np
@@ -10,7 +12,8 @@ from numba import njit
 
 from . import NJIT
 
-__all__ = ["pack_sign_bits", "unpack_two_values", "pack_codes", "unpack_codes"]
+__all__ = ["pack_sign_bits", "pack_negative_bits", "negative_word", "unpack_two_values", "pack_codes",
+           "unpack_codes"]
 
 
 @njit(**NJIT)
@@ -31,6 +34,41 @@ def pack_sign_bits(u, shift, out):
         for t in range(n - nfull * 8):
             b |= np.int64((u[nfull * 8 + t] >> s) & one) << t
         out[nfull] = b
+
+
+@njit(**NJIT)
+def negative_word(w, absmask, inf, shift):
+    """1 if the float whose bits are ``w`` is negative by value (sign bit set, and neither a zero
+    nor NaN: ``0 < |w| <= inf``), else 0. ``inf`` is the bit pattern of +infinity."""
+    key = w & absmask
+    return np.int64((w >> shift) & 1) & np.int64(key != 0) & np.int64(key <= inf)
+
+
+@njit(**NJIT)
+def pack_negative_bits(u, absmask, inf, shift, out):
+    """Bit ``i`` of ``out`` (LSB-first, zero padding) = ``x[i] < 0`` for the float words ``u`` (an
+    unsigned view); returns the number of non-finite elements (magnitude key ``>= inf``), counted
+    in the same pass."""
+    n = u.size
+    nfull = n // 8
+    s = u.dtype.type(shift)
+    bad = 0
+    for j in range(nfull):
+        b = 0
+        base = j * 8
+        for t in range(8):
+            w = u[base + t]
+            b |= negative_word(w, absmask, inf, s) << t
+            bad += (w & absmask) >= inf
+        out[j] = b
+    if n > nfull * 8:
+        b = 0
+        for t in range(n - nfull * 8):
+            w = u[nfull * 8 + t]
+            b |= negative_word(w, absmask, inf, s) << t
+            bad += (w & absmask) >= inf
+        out[nfull] = b
+    return bad
 
 
 @njit(**NJIT)

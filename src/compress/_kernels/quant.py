@@ -8,6 +8,8 @@ code is ``q + s`` in ``[0, 2s]``, packed LSB-first with ``bits`` bits per elemen
 path when ``bits == 8``). Stochastic rounding draws ``uniform24(i, seed_lo, seed_hi)`` for global element
 index ``i``.
 
+A bucket holding ``±inf`` or NaN gets a non-finite scale, all codes ``s`` (level 0), and decodes to NaN.
+
 ``natural_encode`` rounds ``|x|`` (float32) to one of the two neighbouring powers of two,
 up with probability ``mantissa / 2**23`` (Horvath et al. 2019), which is unbiased also for subnormals.
 """
@@ -21,6 +23,7 @@ from .rng import uniform24
 
 __all__ = [
     "level_code",
+    "scale_is_finite",
     "natural_exponent",
     "quantize_levels",
     "dequantize_levels",
@@ -36,9 +39,14 @@ _INV24 = 1.0 / 16777216.0
 def _bucket_scale(x, lo, hi, use_max):
     acc = 0.0
     if use_max:
+        # max drops a NaN met after the first element; nonfinite (0, or NaN once a non-finite
+        # element is met: inf * 0 is NaN) makes the scale NaN then, without a branch in the loop
+        nonfinite = 0.0
         for i in range(lo, hi):
-            acc = max(acc, abs(np.float64(x[i])))
-        return acc
+            v = np.float64(x[i])
+            acc = max(acc, abs(v))
+            nonfinite += v * 0.0
+        return acc + nonfinite
     for i in range(lo, hi):
         v = np.float64(x[i])
         acc += v * v
@@ -48,7 +56,8 @@ def _bucket_scale(x, lo, hi, use_max):
 @njit(**NJIT)
 def level_code(v, mult, s, stochastic, i, seed_lo, seed_hi):
     """Code ``q + s`` of element ``i`` with value ``v``: ``|v| * mult`` rounded (stochastically or to
-    nearest) to a level ``q`` in ``[0, s]``, signed like ``v``."""
+    nearest) to a level ``q`` in ``[0, s]``, signed like ``v``. Only for buckets whose scale is
+    finite (see :func:`scale_is_finite`), where ``v`` is finite too."""
     r = abs(v) * mult
     if stochastic:
         r += np.float64(uniform24(i, seed_lo, seed_hi)) * _INV24
@@ -59,8 +68,20 @@ def level_code(v, mult, s, stochastic, i, seed_lo, seed_hi):
 
 
 @njit(**NJIT)
+def scale_is_finite(scale):
+    """Whether a stored bucket scale is finite; a bucket whose scale is not (it held ``±inf`` or
+    NaN, or its L2 norm overflowed) gets every code ``s`` (level 0) and decodes to NaN."""
+    return scale <= 1.7976931348623157e308
+
+
+@njit(**NJIT)
 def quantize_levels(x, bucket, s, use_max, stochastic, seed_lo, seed_hi, bits, scales, out):
-    """Quantize ``x`` into ``scales`` (one per bucket) and the packed code stream ``out``."""
+    """Quantize ``x`` into ``scales`` (one per bucket) and the packed code stream ``out``.
+
+    A bucket holding a non-finite element has a non-finite scale (its maximum, made NaN, or its
+    L2 norm), as has one whose L2 norm overflows the scale's type; every code of it is then ``s``
+    (level 0), and it decodes to ``0 * scale`` = NaN. (The caller stores such scales as the
+    canonical NaN.)"""
     n = x.size
     nb = scales.size
     codes = np.empty(min(bucket, n), dtype=np.uint16)
@@ -70,9 +91,12 @@ def quantize_levels(x, bucket, s, use_max, stochastic, seed_lo, seed_hi, bits, s
         hi = min(lo + bucket, n)
         scales[b] = _bucket_scale(x, lo, hi, use_max)
         scale = np.float64(scales[b])  # the value the decoder will see
-        mult = s / scale if scale > 0.0 else 0.0
-        for i in range(lo, hi):
-            codes[i - lo] = level_code(np.float64(x[i]), mult, s, stochastic, i, seed_lo, seed_hi)
+        if scale_is_finite(scale):
+            mult = s / scale if scale > 0.0 else 0.0
+            for i in range(lo, hi):
+                codes[i - lo] = level_code(np.float64(x[i]), mult, s, stochastic, i, seed_lo, seed_hi)
+        else:
+            codes[: hi - lo] = s
         if bits == 8:
             for i in range(lo, hi):
                 out[i] = codes[i - lo]
@@ -132,8 +156,11 @@ def natural_decode(exps, signs, out):
 def signed_sums(x):
     """``(sum of max(x, 0), sum of min(x, 0))`` in float64, reassociated for SIMD.
 
-    The scales of EF-signSGD (``(pos - neg) / n``) and 1-bit SGD (the mean of each sign) come
-    from these; summing each part directly avoids the cancellation of ``(|x| + x) / 2``.
+    The scales of EF-signSGD (``(pos - neg) / n``) and 1-bit SGD (the mean of each part) come from
+    these; summing each part directly avoids the cancellation of ``(|x| + x) / 2``. ``max(v, 0.0)``
+    is ``0.0 if 0.0 > v else v`` (Numba's), so a NaN reaches both sums and ``±inf`` the sum of its
+    sign (``nnan`` and ``ninf`` stay off); ``±0.0`` adds nothing to either. (A select written as
+    ``v if v >= 0 else 0.0`` does not vectorize here: 0.4 against 31 GB/s.)
     """
     pos = 0.0
     neg = 0.0

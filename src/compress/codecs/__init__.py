@@ -1,35 +1,20 @@
-"""One module per codec; this package only re-exports the codec classes."""
+"""One module per codec. The catalogue is :data:`compress.CODECS` (``compress/registry.py``); this
+package re-exports its classes by name (``compress.codecs.TopK``), derived from that table, so a new
+codec is its module plus one entry there."""
 
-from .bf16 import BF16
-from .dgc import DGC
-from .efsignsgd import EFSignSGD
-from .eightbit import EightBit
-from .fp16 import FP16
-from .natural import Natural
-from .none import Identity
-from .onebit import OneBit
-from .powersgd import PowerSGD
-from .qsgd import QSGD
-from .randomk import RandomK
-from .signsgd import SignSGD
-from .terngrad import TernGrad
-from .threshold import Threshold
-from .topk import TopK
+from __future__ import annotations
 
-__all__ = [
-    "BF16",
-    "DGC",
-    "EFSignSGD",
-    "EightBit",
-    "FP16",
-    "Identity",
-    "Natural",
-    "OneBit",
-    "PowerSGD",
-    "QSGD",
-    "RandomK",
-    "SignSGD",
-    "TernGrad",
-    "Threshold",
-    "TopK",
-]
+
+def __getattr__(name: str):
+    from ..registry import CODECS
+
+    for cls in CODECS.values():
+        if cls.__name__ == name:
+            return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    from ..registry import CODECS
+
+    return sorted(list(globals()) + [cls.__name__ for cls in CODECS.values()])

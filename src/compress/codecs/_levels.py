@@ -8,7 +8,12 @@ stochastically (unbiased) or to nearest; the code ``q + s`` is packed with
 :mod:`compress._kernels.quant`.
 
 Body: ``ceil(n / bucket)`` scales, then ``ceil(n * bits / 8)`` code bytes. Decoding rejects
-non-finite or negative scales, codes above ``2 s`` and nonzero padding bits.
+negative or infinite scales, codes above ``2 s`` and nonzero padding bits.
+
+Non-finite input: a bucket holding ``±inf`` or NaN (or whose L2 norm overflows the scale's type,
+float32 for float16/float32 input, as fp16 overflows to infinity) is stored with scale NaN and every
+code at level 0, so it decodes to NaN, and a loss scaler downstream sees the overflow. The NaN is the
+canonical quiet NaN, written as an integer, so device payloads keep the host's bytes.
 """
 
 from __future__ import annotations
@@ -16,10 +21,9 @@ from __future__ import annotations
 import numpy as np
 
 from .._header import MAX_COUNT
-from .._kernels.quant import dequantize_levels, quantize_levels
 from .._layout import Section
 from .._seeding import draw_stream, split_stream
-from .._util import as_float_work, check_padding, require
+from .._util import check_padding, require
 from ..base import Codec
 
 __all__ = ["LevelCodec", "level_bits", "MAX_LEVELS"]
@@ -62,47 +66,23 @@ class LevelCodec(Codec):
         require(1 <= s <= MAX_LEVELS, f"levels {s} outside [1, {MAX_LEVELS}]")
         require(1 <= bucket <= MAX_COUNT, f"bucket size {bucket} outside [1, {MAX_COUNT}]")
 
-    def _encode(self, x, key, step, out):
+    def _encode(self, x, ops, key, step, out):
         s, bucket = self._levels_bucket(x.size)
         stream = draw_stream(self._rng) if self._stochastic else 0
-        buf, body = self._new_payload(x, out, {"levels": s, "bucket": bucket, "stream": stream})
+        buf, body = self._new_payload(x, out, {"levels": s, "bucket": bucket, "stream": stream}, ops)
         lo, hi = split_stream(stream)
-        bits = level_bits(s)
-        quantize_levels(as_float_work(x).reshape(-1), bucket, s, self._use_max, self._stochastic,
-                        lo, hi, bits, body["scales"], body["codes"])
+        ops.quantize_levels(ops.float_work(x), bucket, s, self._use_max, self._stochastic, lo, hi,
+                            level_bits(s), body["scales"], body["codes"])
         return buf
 
-    def _encode_device(self, x, dev, key, step, out):
-        from .._kernels.cuda import ops
-
-        s, bucket = self._levels_bucket(x.size)
-        stream = draw_stream(self._rng) if self._stochastic else 0
-        buf, body = self._new_payload(x, out, {"levels": s, "bucket": bucket, "stream": stream}, dev=dev)
-        lo, hi = split_stream(stream)
-        ops.quantize_levels(ops.float_work(x, dev), bucket, s, self._use_max, self._stochastic, lo, hi,
-                            level_bits(s), body["scales"], body["codes"], dev)
-        return buf
-
-    def _decode_device(self, hdr, body, dev):
-        from .._kernels.cuda import ops
-
+    def _decode(self, hdr, body, ops):
         s, bucket = hdr.params["levels"], hdr.params["bucket"]
         bits = level_bits(s)
         scales, codes = body["scales"], body["codes"]
-        require(ops.count_bad_scales(scales, dev) == 0, "bucket scales must be finite and >= 0")
-        check_padding(np.array([ops.last_byte(codes, dev)], dtype=np.uint8), hdr.count * bits)
-        out = dev.empty(hdr.count, _scale_dtype(hdr.dtype))
-        bad = ops.dequantize_levels(codes, bits, s, bucket, scales, out, dev)
+        require(ops.count_bad_scales(scales) == 0,
+                "bucket scales must be >= 0 and not infinite (NaN marks a non-finite bucket)")
+        check_padding(ops.last_byte(codes), hdr.count * bits)
+        out = ops.empty(hdr.count, _scale_dtype(hdr.dtype))
+        bad = ops.dequantize_levels(codes, bits, s, bucket, scales, out)
         require(bad == 0, f"{bad} codes exceed the largest level code {2 * s}")
-        return dev.astype(out, hdr.dtype)
-
-    def _decode(self, hdr, body):
-        s, bucket = hdr.params["levels"], hdr.params["bucket"]
-        bits = level_bits(s)
-        scales, codes = body["scales"], body["codes"]
-        require(bool(np.all(np.isfinite(scales)) and np.all(scales >= 0)), "bucket scales must be finite and >= 0")
-        check_padding(codes, hdr.count * bits)
-        out = np.empty(hdr.count, dtype=_scale_dtype(hdr.dtype))
-        bad = dequantize_levels(codes, bits, s, bucket, scales, out)
-        require(bad == 0, f"{bad} codes exceed the largest level code {2 * s}")
-        return out.astype(hdr.dtype, copy=False)
+        return ops.astype(out, hdr.dtype)

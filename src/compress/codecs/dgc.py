@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._kernels.sparse import collect_at_least, count_at_least, sample_keys, select_from_candidates
 from .._seeding import draw_stream, make_generator
 from .._util import check_ratio, k_for, uint_view
 from ._sparse import SparseCodec
@@ -54,7 +53,6 @@ class DGC(SparseCodec):
     name = "dgc"
     codec_id = 7
     randomness = "private"
-    sparse = True
     needs_error_feedback = True
 
     def __post_init__(self):
@@ -62,51 +60,26 @@ class DGC(SparseCodec):
         check_ratio("sample_ratio", self.sample_ratio)
         self._rng = make_generator(self.seed)
 
-    def _encode(self, x, key, step, out):
-        return self._emit(x, out, self._select(x, _HOST))
+    def _encode(self, x, ops, key, step, out):
+        return self._emit(x, ops, out, self._select(x, ops))
 
-    def _encode_device(self, x, dev, key, step, out):
-        from .._kernels.cuda import ops
-
-        return self._emit_device(x, dev, out, self._select(x, ops, dev))
-
-    def _select(self, x, kernels, dev=None):
-        """The sent indices (int64, ascending), with the host or the device ``kernels``."""
-        extra = () if dev is None else (dev,)
+    def _select(self, x, ops):
+        """The sent indices (int64, ascending, of the backend ``ops``)."""
         n = x.size
         k = k_for(n, self.density)
         if k == 0:
-            return np.empty(0, dtype=np.int64) if dev is None else dev.empty(0, np.int64)
+            return ops.empty(0, np.int64)
         u, absmask = uint_view(x)
         m = min(n, max(_MIN_SAMPLE, int(np.ceil(self.sample_ratio * n))))
-        sample = kernels.sample_keys(u, absmask, m, np.uint64(draw_stream(self._rng)), *extra)
+        sample = ops.sample_keys(u, absmask, m, np.uint64(draw_stream(self._rng)))
         rank = min(m - 1, k_for(m, self.density) - 1)
         for attempt in range(_REFINE + 1):
             thr = sample[rank]
-            cnt = kernels.count_at_least(u, absmask, thr, *extra)
+            cnt = ops.count_at_least(u, absmask, thr)
             if cnt >= 0.75 * k or rank == m - 1 or attempt == _REFINE:
                 break
             rank = min(m - 1, 2 * rank + 1)
-        cand = kernels.collect_at_least(u, absmask, thr, cnt, *extra)
+        cand = ops.collect_at_least(u, absmask, thr, cnt)
         if cnt > 1.25 * k:
-            cand = kernels.select_among(u, absmask, cand, k, *extra)
+            cand = ops.select_among(u, absmask, cand, k)
         return cand
-
-
-class _HOST:
-    """The host kernels with the call shapes of :mod:`compress._kernels.cuda.ops` (allocating)."""
-
-    sample_keys = staticmethod(sample_keys)
-    count_at_least = staticmethod(count_at_least)
-
-    @staticmethod
-    def collect_at_least(u, absmask, thr, count):
-        cand = np.empty(count, dtype=np.int64)
-        collect_at_least(u, absmask, thr, cand)
-        return cand
-
-    @staticmethod
-    def select_among(u, absmask, cand, k):
-        idx = np.empty(k, dtype=np.int64)
-        select_from_candidates(u, absmask, cand, k, idx)
-        return idx

@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._kernels.bits import pack_sign_bits
-from .._kernels.quant import natural_decode, natural_encode
 from .._layout import Section
 from .._seeding import draw_stream, make_generator, split_stream
 from .._util import check_padding
@@ -59,37 +57,16 @@ class Natural(Codec):
     def _sections(self, n, dtype, params):
         return [Section("exponents", np.uint8, n), Section("signs", np.uint8, (n + 7) // 8)]
 
-    def _encode(self, x, key, step, out):
+    def _encode(self, x, ops, key, step, out):
         stream = draw_stream(self._rng)
-        buf, body = self._new_payload(x, out, {"stream": stream})
-        u = x.reshape(-1).astype(np.float32, copy=False).view(np.uint32)
-        natural_encode(u, *split_stream(stream), body["exponents"])
-        pack_sign_bits(u, 31, body["signs"])
+        buf, body = self._new_payload(x, out, {"stream": stream}, ops)
+        u = ops.astype(x.reshape(-1), np.float32).view(np.uint32)
+        ops.natural_encode(u, *split_stream(stream), body["exponents"])
+        ops.pack_sign_bits(u, 31, body["signs"])
         return buf
 
-    def _encode_device(self, x, dev, key, step, out):
-        from .._kernels.cuda import bits, blocks, elementwise
-
-        stream = draw_stream(self._rng)
-        buf, body = self._new_payload(x, out, {"stream": stream}, dev=dev)
-        if x.size:
-            u = dev.astype(x.reshape(-1), np.float32).view(np.uint32)
-            lo, hi = split_stream(stream)
-            dev.launch(elementwise.natural_encode, blocks(u.size), u, np.int64(lo), np.int64(hi), body["exponents"])
-            dev.launch(bits.pack_sign_bits, blocks(body["signs"].size), u, np.uint32(31), body["signs"])
-        return buf
-
-    def _decode_device(self, hdr, body, dev):
-        from .._kernels.cuda import blocks, elementwise, ops
-
-        check_padding(np.array([ops.last_byte(body["signs"], dev)], dtype=np.uint8), hdr.count)
-        out = dev.empty(hdr.count, np.uint32)
-        if hdr.count:
-            dev.launch(elementwise.natural_decode, blocks(hdr.count), body["exponents"], body["signs"], out)
-        return dev.astype(out.view(np.float32), hdr.dtype)
-
-    def _decode(self, hdr, body):
-        check_padding(body["signs"], hdr.count)
-        out = np.empty(hdr.count, dtype=np.uint32)
-        natural_decode(body["exponents"], body["signs"], out)
-        return out.view(np.float32).astype(hdr.dtype, copy=False)
+    def _decode(self, hdr, body, ops):
+        check_padding(ops.last_byte(body["signs"]), hdr.count)
+        out = ops.empty(hdr.count, np.uint32)
+        ops.natural_decode(body["exponents"], body["signs"], out)
+        return ops.astype(out.view(np.float32), hdr.dtype)

@@ -16,17 +16,17 @@ import numpy as np
 
 from .._layout import Section
 from ..base import Codec
+from ..protocols import ElementSummable
 
 __all__ = ["Identity"]
 
 
 @dataclass(eq=False)
-class Identity(Codec):
+class Identity(ElementSummable, Codec):
     """Send the array unchanged."""
 
     name = "none"
     codec_id = 1
-    summable = True
     unbiased = True
 
     def body_nbytes(self, n, dtype):
@@ -35,21 +35,13 @@ class Identity(Codec):
     def _sections(self, n, dtype, params):
         return [Section("data", dtype, n)]
 
-    def _encode(self, x, key, step, out):
-        buf, body = self._new_payload(x, out, {})
-        body["data"][:] = x.reshape(-1)
+    def _encode(self, x, ops, key, step, out):
+        buf, body = self._new_payload(x, out, {}, ops)
+        ops.copy_into(body["data"], x.reshape(-1))
         return buf
 
-    def _decode(self, hdr, body):
-        return body["data"].copy()
-
-    def _encode_device(self, x, dev, key, step, out):
-        buf, body = self._new_payload(x, out, {}, dev=dev)
-        dev.copy_into(body["data"], x.reshape(-1))
-        return buf
-
-    def _decode_device(self, hdr, body, dev):
-        return dev.copy(body["data"])
+    def _decode(self, hdr, body, ops):
+        return ops.copy(body["data"])
 
     # summable protocol (see compress.base): the values themselves
     summable_add = np.add

@@ -9,6 +9,10 @@ so only the k values travel and the bodies of different ranks can be added by a 
 error feedback. Stich, Cordonnier & Jaggi, "Sparsified SGD with Memory", NeurIPS 2018; Wangni et al.,
 "Gradient Sparsification for Communication-Efficient Distributed Optimization", NeurIPS 2018.
 
+Non-finite input: k values cannot say that an element they leave out overflowed, so when the input
+holds ``±inf`` or NaN anywhere, every sent value is NaN (the k shared indices decode to NaN, and so
+does their sum over ranks). Finding out costs one read of the input, which random-k otherwise skips.
+
 Wire size: ``header + k * itemsize`` bytes, ``header = 16 + 8 * ndim + 24`` (parameters ``nnz``,
 the index stream and the decode scale).
 
@@ -23,18 +27,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._kernels.sparse import gather, random_subset, scatter_scaled
-from .._device import namespace
+from .._backend import HOST, backend_of, count_nonfinite
 from .._layout import Section
 from .._seeding import shared_stream
-from .._util import check_ratio, k_for, require, uint_view
+from .._util import check_ratio, k_for, nan_word, require, uint_view
 from ..base import Codec
+from ..device import namespace
+from ..protocols import ElementSummable
 
 __all__ = ["RandomK"]
 
 
 @dataclass(eq=False)
-class RandomK(Codec):
+class RandomK(ElementSummable, Codec):
     """Random-k with shared indices.
 
     Parameters
@@ -54,7 +59,6 @@ class RandomK(Codec):
     name = "randomk"
     codec_id = 5
     randomness = "shared"
-    summable = True
     PARAMS = (("nnz", "Q"), ("stream", "Q"), ("scale", "d"))
 
     def __post_init__(self):
@@ -75,18 +79,19 @@ class RandomK(Codec):
 
     def indices(self, n: int, *, key=None, step: int = 0) -> np.ndarray:
         """The sorted int64 indices this codec keeps for an ``n``-element tensor at ``(key, step)``."""
-        k = k_for(n, self.ratio)
-        idx = np.empty(k, dtype=np.int64)
-        random_subset(n, k, np.uint64(shared_stream(self.seed, key, step)), idx)
-        return idx
+        return HOST.random_subset(n, k_for(n, self.ratio), shared_stream(self.seed, key, step))
 
-    # summable protocol (see compress.base): the values at the shared indices
+    # summable protocol (compress.protocols.ElementSummable): the values at the shared indices
     summable_add = np.add
 
     def summable_encode(self, x, *, key=None, step: int = 0) -> np.ndarray:
-        x = self._prepare_any(x).reshape(-1)
+        ops = backend_of(x)
+        x = self._prepare(x, ops).reshape(-1)
         work = np.float32 if x.dtype == np.float16 else x.dtype
-        return x[namespace(x).asarray(self.indices(x.size, key=key, step=step))].astype(work)
+        rep = x[namespace(x).asarray(self.indices(x.size, key=key, step=step))].astype(work)
+        if count_nonfinite(x):
+            rep.fill(np.nan)
+        return rep
 
     def summable_decode(self, rep, *, shape, dtype, key=None, step: int = 0) -> np.ndarray:
         n = int(np.prod(shape))
@@ -106,53 +111,26 @@ class RandomK(Codec):
         require(p["nnz"] <= hdr.count, f"nnz {p['nnz']} exceeds the element count {hdr.count}")
         require(np.isfinite(p["scale"]), f"decode scale {p['scale']} is not finite")
 
-    def _encode(self, x, key, step, out):
+    def _encode(self, x, ops, key, step, out):
+        """The k indices are drawn on the host (Floyd's algorithm is sequential, O(k)) and, for a
+        device ``x``, copied to the device."""
         n = x.size
         k = k_for(n, self.ratio)
         stream = shared_stream(self.seed, key, step)
         scale = n / k if (self.unbiased_scaling and k) else 1.0
-        buf, body = self._new_payload(x, out, {"nnz": k, "stream": stream, "scale": scale})
-        idx = np.empty(k, dtype=np.int64)
-        random_subset(n, k, np.uint64(stream), idx)
+        buf, body = self._new_payload(x, out, {"nnz": k, "stream": stream, "scale": scale}, ops)
         u, _ = uint_view(x)
-        gather(u, idx, body["values"].view(u.dtype))
+        values = body["values"].view(u.dtype)
+        ops.gather(u, ops.from_host(HOST.random_subset(n, k, stream)), values)
+        if count_nonfinite(x):
+            ops.fill(values, nan_word(x.dtype))
         return buf
 
-    def _encode_device(self, x, dev, key, step, out):
-        """As on the host; the k indices are drawn on the host (Floyd's algorithm is sequential,
-        O(k)) and copied to the device."""
-        from .._kernels.cuda import blocks, elementwise
-
-        n = x.size
-        k = k_for(n, self.ratio)
-        stream = shared_stream(self.seed, key, step)
-        scale = n / k if (self.unbiased_scaling and k) else 1.0
-        buf, body = self._new_payload(x, out, {"nnz": k, "stream": stream, "scale": scale}, dev=dev)
-        if k:
-            idx = np.empty(k, dtype=np.int64)
-            random_subset(n, k, np.uint64(stream), idx)
-            u, _ = uint_view(x)
-            dev.launch(elementwise.gather, blocks(k), u, dev.to_device(idx), body["values"].view(u.dtype))
-        return buf
-
-    def _decode_device(self, hdr, body, dev):
-        from .._kernels.cuda import blocks, elementwise
-
+    def _decode(self, hdr, body, ops):
         k = hdr.params["nnz"]
+        idx = HOST.random_subset(hdr.count, k, hdr.params["stream"])
         work = np.dtype(np.float32) if hdr.dtype == np.float16 else hdr.dtype
-        out = dev.zeros(hdr.count, work)
-        if k:
-            idx = np.empty(k, dtype=np.int64)
-            random_subset(hdr.count, k, np.uint64(hdr.params["stream"]), idx)
-            dev.launch(elementwise.scatter_scaled, blocks(k), dev.astype(body["values"], work),
-                       dev.to_device(idx), work.type(hdr.params["scale"]), out)
-        return dev.astype(out, hdr.dtype)
-
-    def _decode(self, hdr, body):
-        k = hdr.params["nnz"]
-        idx = np.empty(k, dtype=np.int64)
-        random_subset(hdr.count, k, np.uint64(hdr.params["stream"]), idx)
-        work = np.dtype(np.float32) if hdr.dtype == np.float16 else hdr.dtype
-        out = np.zeros(hdr.count, dtype=work)
-        scatter_scaled(body["values"].astype(work, copy=False), idx, work.type(hdr.params["scale"]), out)
-        return out.astype(hdr.dtype, copy=False)
+        out = ops.zeros(hdr.count, work)
+        ops.scatter_scaled(ops.astype(body["values"], work), ops.from_host(idx),
+                           work.type(hdr.params["scale"]), out)
+        return ops.astype(out, hdr.dtype)

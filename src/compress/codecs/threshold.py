@@ -6,6 +6,10 @@ stays in the residual, so it must be used with error feedback (:class:`compress.
 Strom, "Scalable Distributed DNN Training Using Commodity GPU Cloud Computing", Interspeech 2015.
 The number of words is data dependent (``nnz``) and is in the header.
 
+Non-finite input: ``±inf`` and NaN pass every threshold (their magnitude keys sort above all finite
+ones), so they are always sent; a word says only a sign, so such a payload has ``tau = NaN`` in its
+header and every sent element decodes to NaN.
+
 Wire size: ``header + 4 * nnz`` bytes, ``header = 16 + 8 * ndim + 16`` (nnz and tau). Inputs are
 limited to ``2**31 - 1`` elements (31-bit indices).
 
@@ -18,16 +22,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._kernels.sparse import collect_at_least, count_at_least, first_bad_index, scatter
 from .._layout import Section
-from .._util import require, uint_view
+from .._util import inf_word, require, uint_view
 from ..base import Codec
+from ..protocols import SparsePayload
 
 __all__ = ["Threshold"]
 
 
 @dataclass(eq=False)
-class Threshold(Codec):
+class Threshold(SparsePayload, Codec):
     """Strom's threshold quantization.
 
     Parameters
@@ -40,7 +44,6 @@ class Threshold(Codec):
 
     name = "threshold"
     codec_id = 6
-    sparse = True
     needs_error_feedback = True
     PARAMS = (("nnz", "Q"), ("tau", "d"))
 
@@ -57,82 +60,39 @@ class Threshold(Codec):
         p = hdr.params
         require(hdr.count < 1 << 31, f"threshold payloads hold at most 2**31 - 1 elements, not {hdr.count}")
         require(p["nnz"] <= hdr.count, f"nnz {p['nnz']} exceeds the element count {hdr.count}")
-        require(np.isfinite(p["tau"]) and p["tau"] > 0, f"tau {p['tau']} must be finite and > 0")
+        require(np.isnan(p["tau"]) or (np.isfinite(p["tau"]) and p["tau"] > 0),
+                f"tau {p['tau']} must be finite and > 0, or NaN (non-finite input)")
 
-    def _encode(self, x, key, step, out):
+    def _encode(self, x, ops, key, step, out):
         require(x.size < 1 << 31, f"threshold takes at most 2**31 - 1 elements, not {x.size}")
         u, absmask = uint_view(x)
         thr = np.array(self.tau, dtype=x.dtype).view(u.dtype)[()]
-        nnz = count_at_least(u, absmask, thr)
-        idx = np.empty(nnz, dtype=np.int64)
-        collect_at_least(u, absmask, thr, idx)
-        buf, body = self._new_payload(x, out, {"nnz": nnz, "tau": float(self.tau)})
-        sign = (u[idx] >> (8 * x.dtype.itemsize - 1)).astype(np.uint32)
-        body["words"][:] = (idx.astype(np.uint32) << np.uint32(1)) | sign
+        idx = ops.collect_at_least(u, absmask, thr)
+        tau = float(self.tau)
+        if idx.size:  # every non-finite element is among the selected ones
+            keys = ops.empty(idx.size, u.dtype)
+            ops.gather(u, idx, keys)
+            if ops.count_at_least(keys, absmask, inf_word(x.dtype)):
+                tau = float("nan")
+        buf, body = self._new_payload(x, out, {"nnz": idx.size, "tau": tau}, ops)
+        ops.threshold_words(idx, u, 8 * x.dtype.itemsize - 1, body["words"])
         return buf
 
-    def _encode_device(self, x, dev, key, step, out):
-        from .._kernels.cuda import blocks, elementwise, ops
-
-        require(x.size < 1 << 31, f"threshold takes at most 2**31 - 1 elements, not {x.size}")
-        u, absmask = uint_view(x)
-        thr = int(np.array(self.tau, dtype=x.dtype).view(u.dtype)[()])
-        idx = ops.collect_at_least(u, int(absmask), thr, None, dev)
-        buf, body = self._new_payload(x, out, {"nnz": idx.size, "tau": float(self.tau)}, dev=dev)
-        if idx.size:
-            dev.launch(elementwise.threshold_words, blocks(idx.size), idx, u,
-                       u.dtype.type(8 * x.dtype.itemsize - 1), body["words"])
-        return buf
-
-    def _checked_words_device(self, hdr, body, dev):
-        """The words with every index validated, and the ``+tau`` and ``-tau`` words."""
-        from .._kernels.cuda import ops
-
+    def _checked_words(self, hdr, body, ops):
+        """The words with every index validated, and the bit patterns of ``+tau`` and ``-tau``."""
         words = body["words"]
-        bad = ops.first_bad_index(words, 1, hdr.count, dev)
+        bad = ops.first_bad_index(words, 1, hdr.count)
         require(bad < 0, f"word at position {bad} has an out-of-range or out-of-order index")
         tau = hdr.params["tau"]
         with np.errstate(over="ignore"):  # a tau beyond float16 range decodes to ±inf
             pair = np.array([tau, -tau], dtype=hdr.dtype)
         return words, pair.view(uint_view(pair)[0].dtype)
 
-    def _sparse_parts_device(self, hdr, body, dev):
-        from .._kernels.cuda import blocks, elementwise
+    def _sparse_parts(self, hdr, body, ops):
+        return ops.threshold_parts(*self._checked_words(hdr, body, ops))
 
-        words, pair = self._checked_words_device(hdr, body, dev)
-        idx = dev.empty(words.size, np.int64)
-        vals = dev.empty(words.size, hdr.dtype)
-        if words.size:
-            dev.launch(elementwise.threshold_parts, blocks(words.size), words, pair[0], pair[1], idx,
-                       vals.view(pair.dtype))
-        return idx, vals
-
-    def _decode_device(self, hdr, body, dev):
-        from .._kernels.cuda import blocks, elementwise
-
-        words, pair = self._checked_words_device(hdr, body, dev)
-        out = dev.zeros(hdr.count, hdr.dtype)
-        if words.size:
-            u, _ = uint_view(out)
-            dev.launch(elementwise.threshold_decode, blocks(words.size), words, pair[0], pair[1], u)
-        return out
-
-    def _checked_words(self, hdr, body):
-        """The words with every index validated, and the ±tau value of each."""
-        words = body["words"]
-        bad = first_bad_index(words, 1, hdr.count)
-        require(bad < 0, f"word at position {bad} has an out-of-range or out-of-order index")
-        tau = hdr.params["tau"]
-        with np.errstate(over="ignore"):  # a tau beyond float16 range decodes to ±inf
-            return words, np.where(words & 1, -tau, tau).astype(hdr.dtype)
-
-    def _sparse_parts(self, hdr, body):
-        words, vals = self._checked_words(hdr, body)
-        return (words >> np.uint32(1)).astype(np.int64), vals
-
-    def _decode(self, hdr, body):
-        words, vals = self._checked_words(hdr, body)
-        out = np.zeros(hdr.count, dtype=hdr.dtype)
-        u, _ = uint_view(out)
-        scatter(vals.view(u.dtype), (words >> np.uint32(1)).astype(np.int64), u)
+    def _decode(self, hdr, body, ops):
+        words, pair = self._checked_words(hdr, body, ops)
+        out = ops.zeros(hdr.count, hdr.dtype)
+        ops.threshold_decode(words, pair, uint_view(out)[0])
         return out

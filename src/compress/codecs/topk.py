@@ -21,9 +21,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
-from .._kernels.sparse import topk_indices
 from .._util import check_ratio, k_for, uint_view
 from ._sparse import SparseCodec
 
@@ -44,7 +41,6 @@ class TopK(SparseCodec):
 
     name = "topk"
     codec_id = 4
-    sparse = True
     needs_error_feedback = True
 
     def __post_init__(self):
@@ -53,15 +49,6 @@ class TopK(SparseCodec):
     def _default_nnz(self, n):
         return k_for(n, self.ratio)
 
-    def _encode(self, x, key, step, out):
-        k = k_for(x.size, self.ratio)
+    def _encode(self, x, ops, key, step, out):
         u, absmask = uint_view(x)
-        idx = np.empty(k, dtype=np.int64)
-        topk_indices(u, absmask, k, idx)
-        return self._emit(x, out, idx)
-
-    def _encode_device(self, x, dev, key, step, out):
-        from .._kernels.cuda import ops
-
-        u, absmask = uint_view(x)
-        return self._emit_device(x, dev, out, ops.topk_indices(u, int(absmask), k_for(x.size, self.ratio), dev))
+        return self._emit(x, ops, out, ops.topk_indices(u, absmask, k_for(x.size, self.ratio)))

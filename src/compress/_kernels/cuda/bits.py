@@ -8,7 +8,9 @@ element, which reads the (at most three) bytes its code spans.
 import numpy as np
 from numba import cuda
 
-__all__ = ["pack_sign_bits", "pack_codes", "code_at"]
+from .scalar import negative_word
+
+__all__ = ["pack_sign_bits", "pack_negative_bits", "pack_codes", "code_at"]
 
 
 @cuda.jit
@@ -23,6 +25,26 @@ def pack_sign_bits(u, shift, out):
             if i < n:
                 b |= np.int64((u[i] >> shift) & 1) << t
         out[j] = b
+
+
+@cuda.jit
+def pack_negative_bits(u, absmask, inf, shift, out, nonfinite):
+    """Byte ``j`` of ``out`` holds ``x < 0`` of words ``8j .. 8j+7`` of ``u`` (host:
+    ``pack_negative_bits``; zero padding); ``nonfinite[0] +=`` the number of non-finite words (one
+    atomic add per thread that met any)."""
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    n = u.size
+    bad = 0
+    for j in range(start, out.size, stride):
+        b = 0
+        for t in range(8):
+            i = 8 * j + t
+            if i < n:
+                b |= negative_word(u[i], absmask, inf, shift) << t
+                bad += (u[i] & absmask) >= inf
+        out[j] = b
+    if bad:
+        cuda.atomic.add(nonfinite, 0, bad)
 
 
 @cuda.jit

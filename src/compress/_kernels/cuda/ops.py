@@ -1,23 +1,29 @@
 """Device procedures built from the kernels: what the codecs call (private).
 
-Each function takes device arrays and the :class:`compress._device.Device` that owns them, launches one
-or more kernels, and moves only small things to the host (reduction partials, 256-bin histograms, tile
-counts) where the next launch depends on them.
+Each function takes device arrays and, last, the :class:`compress._device.Device` that owns them,
+launches one or more kernels, and moves only small things to the host (reduction partials, 256-bin
+histograms, tile counts) where the next launch depends on them. The functions the codecs call have the
+names and calling conventions of the host backend's (:mod:`compress._kernels.host`), so each codec's
+encode and decode is written once (:mod:`compress._backend`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..._util import inf_word, nan_word, uint_view
 from . import MAX_BLOCKS, blocks
 from . import bits as bits_kernels
 from . import elementwise, quant, reduce, select
 
-__all__ = ["float_work", "signed_sums", "radix_select", "compact", "topk_indices", "count_at_least",
-           "collect_at_least", "sample_keys", "select_among", "first_bad_index", "quantize_levels",
-           "dequantize_levels", "count_bad_scales", "cast_copy", "last_byte"]
+__all__ = ["float_work", "signed_sums", "sign_stats", "radix_select", "compact", "topk_indices",
+           "count_at_least", "collect_at_least", "sample_keys", "select_among", "first_bad_index",
+           "quantize_levels", "dequantize_levels", "count_bad_scales", "cast_copy", "cast_into",
+           "last_byte", "pack_sign_bits", "pack_negative_bits", "unpack_two_values", "gather",
+           "scatter", "scatter_scaled",
+           "natural_encode", "natural_decode", "to_f16", "f16_to_f32", "to_bf16", "bf16_to_f32",
+           "threshold_words", "threshold_parts", "threshold_decode"]
 
-_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def float_work(x, dev):
@@ -33,8 +39,7 @@ def float_work(x, dev):
 def cast_copy(src, dtype, dev):
     """A new device array of ``dtype`` with ``src``'s values (integer casts, C semantics)."""
     out = dev.empty(src.size, dtype)
-    if src.size:
-        dev.launch(elementwise.gather_all, blocks(src.size), src, out)
+    cast_into(src, out, dev)
     return out
 
 
@@ -43,15 +48,20 @@ def last_byte(a, dev) -> int:
     return int(dev.to_host(a[a.size - 1:])[0]) if a.size else 0
 
 
+def sign_stats(work, packed, dev) -> tuple[float, float, int]:
+    """The host's ``sign_stats``: :func:`signed_sums` counts the set sign bits on the elements, which
+    are the bits in ``packed``."""
+    return signed_sums(work, dev)
+
+
 def signed_sums(work, dev) -> tuple[float, float, int]:
-    """(sum of positive parts, sum of negative parts, number of set sign bits) of float ``work``."""
+    """(sum of the elements ``>= 0``, sum of those ``< 0``, number of negative ones) of float
+    ``work``."""
     n = work.size
     nb = blocks(n)
     partial = dev.zeros((nb, 3), np.float64)
     if n:
-        words = work.view(_UINT[work.dtype.itemsize])
-        shift = words.dtype.type(8 * work.dtype.itemsize - 1)
-        dev.launch(reduce.signed_sums, nb, work, words, shift, partial)
+        dev.launch(reduce.signed_sums, nb, work, partial)
     p = dev.to_host(partial)
     return float(p[:, 0].sum()), float(p[:, 1].sum()), int(p[:, 2].sum())
 
@@ -117,8 +127,9 @@ def count_at_least(u, absmask, thr: int, dev) -> int:
     return int(c.sum())
 
 
-def collect_at_least(u, absmask, thr: int, count: int, dev):
-    """Indices (ascending, int64) of the ``count`` keys ``>= thr`` (the tile counts recount them)."""
+def collect_at_least(u, absmask, thr: int, count: int | None = None, dev=None):
+    """Indices (ascending, int64) of the keys ``>= thr`` (the tile counts count them; ``count`` is
+    not needed here)."""
     return compact(u, absmask, thr, u.size, dev)
 
 
@@ -164,6 +175,9 @@ def quantize_levels(x, bucket, s, use_max, stochastic, seed_lo, seed_hi, bits, s
                np.int64(seed_lo), np.int64(seed_hi), scales, codes)
     if bits != 8:
         dev.launch(bits_kernels.pack_codes, blocks(out.size), codes, np.int64(bits), out)
+    words, absmask = uint_view(scales)
+    dev.launch(reduce.nan_where_nonfinite, blocks(scales.size), words, absmask,
+               inf_word(scales.dtype), nan_word(scales.dtype))
 
 
 def dequantize_levels(packed, bits, s, bucket, scales, out, dev) -> int:
@@ -177,10 +191,122 @@ def dequantize_levels(packed, bits, s, bucket, scales, out, dev) -> int:
 
 
 def count_bad_scales(scales, dev) -> int:
-    """Number of scales that are negative, infinite or NaN."""
+    """Number of scales that are negative or infinite."""
     if scales.size == 0:
         return 0
     bad = dev.zeros(1, np.int64)
     dev.launch(reduce.count_bad_scales, blocks(scales.size), scales, bad)
     return int(dev.to_host(bad)[0])
 
+
+
+def cast_into(src, dst, dev) -> None:
+    """``dst[...] = src`` for flat arrays of equal size (integer casts, C semantics)."""
+    if src.size:
+        dev.launch(elementwise.gather_all, blocks(src.size), src, dst)
+
+
+def pack_sign_bits(u, shift: int, out, dev) -> None:
+    """Bit ``i`` of ``out`` (LSB-first) = bit ``shift`` of ``u[i]``."""
+    if out.size:
+        dev.launch(bits_kernels.pack_sign_bits, blocks(out.size), u, u.dtype.type(shift), out)
+
+
+def pack_negative_bits(u, shift: int, out, dev) -> int:
+    """The host's ``pack_negative_bits``: bit ``i`` of ``out`` = ``x[i] < 0`` for the float words
+    ``u``; returns the number of non-finite elements."""
+    if out.size == 0:
+        return 0
+    bad = dev.zeros(1, np.int64)
+    dev.launch(bits_kernels.pack_negative_bits, blocks(out.size), u, u.dtype.type((1 << shift) - 1),
+               inf_word(_FLOAT[u.dtype.itemsize]), u.dtype.type(shift), out, bad)
+    return int(dev.to_host(bad)[0])
+
+
+def unpack_two_values(packed, pos_value, neg_value, out, dev) -> None:
+    """``out[i]`` = ``neg_value`` where bit ``i`` of ``packed`` is set, else ``pos_value``."""
+    if out.size:
+        dev.launch(elementwise.unpack_two_values, blocks(out.size), packed, pos_value, neg_value, out)
+
+
+def gather(src, idx, out, dev) -> None:
+    """``out[j] = src[idx[j]]`` (indices valid)."""
+    if idx.size:
+        dev.launch(elementwise.gather, blocks(idx.size), src, idx, out)
+
+
+def scatter(vals, idx, out, dev) -> None:
+    """``out[idx[j]] = vals[j]`` (indices validated)."""
+    if idx.size:
+        dev.launch(elementwise.scatter, blocks(idx.size), vals, idx, out)
+
+
+def scatter_scaled(vals, idx, scale, out, dev) -> None:
+    """``out[idx[j]] = vals[j] * scale`` (indices validated)."""
+    if idx.size:
+        dev.launch(elementwise.scatter_scaled, blocks(idx.size), vals, idx, scale, out)
+
+
+def natural_encode(u, seed_lo: int, seed_hi: int, exps, dev) -> None:
+    """Stochastically rounded 8-bit exponents of the float32 words ``u``."""
+    if u.size:
+        dev.launch(elementwise.natural_encode, blocks(u.size), u, np.int64(seed_lo), np.int64(seed_hi), exps)
+
+
+def natural_decode(exps, signs, out, dev) -> None:
+    """Float32 words ``out`` from exponents and packed sign bits."""
+    if out.size:
+        dev.launch(elementwise.natural_decode, blocks(out.size), exps, signs, out)
+
+
+def to_f16(flat, half, dev) -> None:
+    """The host's ``to_f16``: binary16 words of ``flat`` (a copy for float16 input)."""
+    if flat.dtype == np.float16:
+        dev.copy_into(half, flat.view(np.uint16))
+    elif flat.size:
+        mbits, bias, word = (23, 127, np.uint32) if flat.dtype == np.float32 else (52, 1023, np.uint64)
+        dev.launch(elementwise.to_f16, blocks(flat.size), flat.view(word), mbits, bias, half)
+
+
+def f16_to_f32(half, out, dev) -> None:
+    """Float32 values ``out`` of binary16 words (exact)."""
+    if half.size:
+        dev.launch(elementwise.f16_to_f32, blocks(half.size), half, out.view(np.uint32))
+
+
+def to_bf16(f32, words, dev) -> None:
+    """Bfloat16 words of the flat float32 array ``f32``."""
+    if f32.size:
+        dev.launch(elementwise.to_bf16, blocks(f32.size), f32.view(np.uint32), words)
+
+
+def bf16_to_f32(words, f32, dev) -> None:
+    """Float32 values of bfloat16 words (exact)."""
+    if words.size:
+        dev.launch(elementwise.bf16_to_f32, blocks(words.size), words, f32.view(np.uint32))
+
+
+def threshold_words(idx, u, shift: int, words, dev) -> None:
+    """Strom's words ``idx << 1 | sign``."""
+    if idx.size:
+        dev.launch(elementwise.threshold_words, blocks(idx.size), idx, u, u.dtype.type(shift), words)
+
+
+def threshold_parts(words, pair, dev):
+    """(int64 indices, values) of validated threshold words; ``pair``: the bit patterns of ``+tau``
+    and ``-tau`` in the output dtype's unsigned view."""
+    idx = dev.empty(words.size, np.int64)
+    vals = dev.empty(words.size, _FLOAT[pair.dtype.itemsize])
+    if words.size:
+        dev.launch(elementwise.threshold_parts, blocks(words.size), words, pair[0], pair[1], idx,
+                   vals.view(pair.dtype))
+    return idx, vals
+
+
+def threshold_decode(words, pair, out, dev) -> None:
+    """Scatter ``±tau`` of validated threshold words into the unsigned view ``out``."""
+    if words.size:
+        dev.launch(elementwise.threshold_decode, blocks(words.size), words, pair[0], pair[1], out)
+
+
+_FLOAT = {2: np.float16, 4: np.float32, 8: np.float64}

@@ -8,7 +8,7 @@ than a byte, :func:`~compress._kernels.cuda.bits.pack_codes`. Decoding is one th
 from numba import cuda, float64, int64
 
 from .bits import code_at
-from .scalar import level_code
+from .scalar import level_code, scale_is_finite
 
 __all__ = ["level_codes", "dequantize_levels"]
 
@@ -18,8 +18,11 @@ def level_codes(x, bucket, s, stochastic, seed_lo, seed_hi, scales, codes):
     """``codes[i]`` = code of element ``i`` against the stored scale of its bucket."""
     for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
         scale = float64(scales[i // bucket])  # the value the decoder will see
-        mult = s / scale if scale > 0.0 else 0.0
-        codes[i] = level_code(float64(x[i]), mult, s, stochastic, i, seed_lo, seed_hi)
+        if scale_is_finite(scale):
+            mult = s / scale if scale > 0.0 else 0.0
+            codes[i] = level_code(float64(x[i]), mult, s, stochastic, i, seed_lo, seed_hi)
+        else:  # the host's rule for a bucket that held a non-finite value: level 0
+            codes[i] = s
 
 
 @cuda.jit

@@ -12,19 +12,26 @@ from numba import cuda, float64, int64
 
 from . import THREADS
 
-__all__ = ["signed_sums", "bucket_scales", "first_bad_index", "count_bad_scales", "tree_reduce", "tree_sum"]
+__all__ = ["signed_sums", "bucket_scales", "first_bad_index", "count_bad_scales", "nan_where_nonfinite",
+           "nan_max", "tree_reduce", "tree_sum"]
+
+
+@cuda.jit(device=True)
+def nan_max(a, b):
+    """The larger of ``a`` and ``b``, NaN if either is NaN (a GPU max instruction drops a NaN)."""
+    return a if (a >= b) | (a != a) else b
 
 
 @cuda.jit(device=True)
 def tree_reduce(buf, use_max):
-    """Sum (or maximum) of the shared array ``buf`` (``THREADS`` entries) into ``buf[0]``, in a fixed
-    order."""
+    """Sum (or maximum, NaN if any entry is NaN) of the shared array ``buf`` (``THREADS`` entries)
+    into ``buf[0]``, in a fixed order."""
     t = cuda.threadIdx.x
     half = THREADS // 2
     while half > 0:
         cuda.syncthreads()
         if t < half:
-            buf[t] = max(buf[t], buf[t + half]) if use_max else buf[t] + buf[t + half]
+            buf[t] = nan_max(buf[t], buf[t + half]) if use_max else buf[t] + buf[t + half]
         half //= 2
     cuda.syncthreads()
 
@@ -36,13 +43,10 @@ def tree_sum(buf):
 
 
 @cuda.jit
-def signed_sums(vals, words, signbit, partial):
-    """Per block: sum of ``max(x, 0)``, sum of ``min(x, 0)`` (float64) and the number of elements whose
-    IEEE sign bit (bit ``signbit`` of the integer view) is set, into ``partial[block, 0:3]``.
-
-    ``vals`` is the float array (float32 or float64) and ``words`` the integer view the sign bits are read
-    from; the host adds the partials in block order.
-    """
+def signed_sums(vals, partial):
+    """Per block: the sum of ``max(x, 0)``, the sum of ``min(x, 0)`` (float64, with the host's NaN
+    rule: a NaN reaches both) and the number of negative elements (``x < 0``: not ``-0.0``, not NaN),
+    into ``partial[block, 0:3]``; the host adds the partials in block order."""
     pos = cuda.shared.array(THREADS, float64)
     neg = cuda.shared.array(THREADS, float64)
     cnt = cuda.shared.array(THREADS, float64)
@@ -52,9 +56,9 @@ def signed_sums(vals, words, signbit, partial):
     c = 0.0
     for i in range(cuda.grid(1), vals.size, cuda.gridsize(1)):
         v = float64(vals[i])
-        p += max(v, 0.0)
-        q += min(v, 0.0)
-        c += float64((words[i] >> signbit) & 1)
+        p += 0.0 if 0.0 > v else v  # the host's max(v, 0.0) and min(v, 0.0), spelled out: a GPU
+        q += 0.0 if 0.0 < v else v  # max instruction would drop a NaN
+        c += 1.0 if v < 0.0 else 0.0
     pos[t] = p
     neg[t] = q
     cnt[t] = c
@@ -87,7 +91,7 @@ def bucket_scales(x, bucket, use_max, scales):
         a = 0.0
         for i in range(lo + t, hi, THREADS):
             v = float64(x[i])
-            a = max(a, abs(v)) if use_max else a + v * v
+            a = nan_max(a, abs(v)) if use_max else a + v * v
         acc[t] = a
         tree_reduce(acc, use_max)
         if t == 0:
@@ -110,8 +114,17 @@ def first_bad_index(words, shift, n, result):
 
 @cuda.jit
 def count_bad_scales(scales, result):
-    """``result[0] +=`` the number of scales that are negative, infinite or NaN."""
+    """``result[0] +=`` the number of scales that are negative or infinite (NaN is allowed)."""
     for j in range(cuda.grid(1), scales.size, cuda.gridsize(1)):
         v = float64(scales[j])
-        if not (v >= 0.0) or math.isinf(v):
+        if v < 0.0 or math.isinf(v):
             cuda.atomic.add(result, 0, 1)
+
+
+@cuda.jit
+def nan_where_nonfinite(words, absmask, inf, nan):
+    """``words[j] = nan`` where the float whose bits are ``words[j]`` is not finite (an integer
+    write: the canonical NaN's bits, as the host writes them)."""
+    for j in range(cuda.grid(1), words.size, cuda.gridsize(1)):
+        if (words[j] & absmask) >= inf:
+            words[j] = nan

@@ -1,7 +1,8 @@
 """Per-machine tuning files: for each world size, message-size thresholds -> algorithm.
 
-``collectives-tune`` (``python -m collectives.tune``) measures and writes one; ``algorithm="auto"``
-reads it. Where it is looked for, in order:
+``collectives-tune`` (``python -m collectives.tuning.tune``) measures and writes one;
+``algorithm="auto"`` reads it; these names are also ``collectives.tuning.<name>``. Where it is
+looked for, in order:
 
 1. ``$COLLECTIVES_TUNING_FILE`` if set (an empty value, ``none`` or ``off`` disables tuning);
 2. ``$XDG_CACHE_HOME/collectives/tuning.json``, ``XDG_CACHE_HOME`` defaulting to ``~/.cache``.
@@ -32,6 +33,8 @@ import math
 import os
 from pathlib import Path
 from typing import Any
+
+from ..algorithms.flat import FLAT
 
 __all__ = ["ENV", "FORMAT", "VERSION", "TuningFileError", "Rules", "default_path", "tuning_path",
            "read", "rules_for", "clear_cache", "make_rules", "write"]
@@ -99,7 +102,6 @@ def read(path: str | Path, known: frozenset[str] | None = None) -> dict[int, Rul
     the flat algorithms and "shm").
     """
     if known is None:
-        from .algorithms import FLAT
         known = frozenset(FLAT) | {"shm"}
     path = Path(path)
     try:

@@ -1,0 +1,199 @@
+"""The state of a compressed allreduce, in one object.
+
+A compressed allreduce keeps state per tensor key, in four roles:
+
+``codec``
+    The ``compress`` codec; its own state (PowerSGD's warm-start Q, the generator of codecs with
+    private randomness) is ``codec.state_dict()``.
+``memory``
+    The client-side compensation memory around the codec (``compress.ErrorFeedback``, or
+    ``compress.DGCMemory``), or None: every rank's own residuals.
+``server``
+    The server-side error feedback of the "two_phase" strategy (a ``compress.ErrorFeedback`` of its
+    own around the codec, kept per tensor chunk on the rank that serves it; by default a
+    :class:`ServerFeedback`); made when the codec needs error feedback.
+``step``
+    The training step a call uses when it is not given one (``compressed_allreduce(..., step=)``);
+    shared-randomness codecs draw from ``(seed, key, step)``. The caller advances it.
+
+``state_dict()`` gives all of it as named host arrays and ``load_state_dict()`` takes it back, so a
+checkpoint that saves ``state.state_dict()`` on every rank resumes bit for bit (PyTorch's
+``PowerSGDState`` plays this role for its communication hook).
+
+``compressed_allreduce`` takes a state, or a bare codec or memory: then it makes a state around it
+and keeps that object's server-side residuals on the communicator (:func:`state_of`), so they
+persist across calls as before.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+from compress import Codec, ErrorFeedback
+from compress.device import namespace
+from compress.memory import Residual
+from compress.protocols import Memory
+
+from .._context import Context
+
+__all__ = ["CompressionState", "ServerFeedback", "base_codec", "state_of", "kept_server_residuals"]
+
+
+def base_codec(obj: object) -> object:
+    """The codec inside a memory (``.codec``, through any number of memories) or a state."""
+    if isinstance(obj, CompressionState):
+        return obj.codec
+    while isinstance(obj, Memory):
+        obj = obj.codec
+    return obj
+
+
+def _prefixed(prefix: str, state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {f"{prefix}/{name}": value for name, value in state.items()}
+
+
+def _part(state: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    head = prefix + "/"
+    return {name[len(head):]: value for name, value in state.items() if name.startswith(head)}
+
+
+class ServerFeedback(ErrorFeedback):
+    """Error feedback for the server side of two-phase: ``compress.ErrorFeedback`` whose first
+    step for a key compresses the aggregate as it is, as DeepSpeed's server does (adding a zero
+    residual would turn a -0.0 of the aggregate into +0.0, which a codec that keeps values, fp16
+    say, sends differently)."""
+
+    def compensate(self, x, *, key=None):
+        if key in self.state:
+            return super().compensate(x, key=key)
+        xp = namespace(x)
+        self.state[key] = Residual(xp.zeros_like(x))
+        return xp.array(x, copy=True)  # a new array: encode() updates it in place
+
+
+@dataclass(eq=False)
+class CompressionState:
+    """Everything a compressed allreduce keeps between calls; see the module docstring.
+
+    Parameters
+    ----------
+    codec : compress.Codec
+        The codec, the same on every rank (private seeds aside).
+    memory : compress.protocols.Memory, optional
+        A memory around ``codec`` (``compress.ErrorFeedback(codec)``); None: no compensation.
+    server : compress.ErrorFeedback, optional
+        Server-side error feedback around ``codec``; by default one is made when
+        ``codec.needs_error_feedback``.
+    step : int
+        The step a call without ``step=`` uses.
+
+    Notes
+    -----
+    One state serves the tensors of one communicator (keys tell the tensors apart; the server-side
+    residuals are those of the chunks this rank serves there).
+    """
+
+    codec: Codec
+    memory: Memory | None = None
+    server: ErrorFeedback | None = None
+    step: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.codec, Codec):
+            raise TypeError(f"codec must be a compress codec, got {type(self.codec).__name__}")
+        if self.memory is not None and (not isinstance(self.memory, Memory)
+                                        or base_codec(self.memory) is not self.codec):
+            raise ValueError("memory must be a compress memory (ErrorFeedback, DGCMemory) around "
+                             "this state's codec")
+        if self.server is None and self.codec.needs_error_feedback:
+            self.server = ServerFeedback(self.codec)
+        if self.server is not None and (not isinstance(self.server, ErrorFeedback)
+                                        or self.server.codec is not self.codec):
+            raise ValueError("server must be a compress.ErrorFeedback around this state's codec")
+        if not isinstance(self.step, (int, np.integer)) or self.step < 0:
+            raise ValueError(f"step must be a non-negative integer, got {self.step!r}")
+
+    @classmethod
+    def of(cls, codec_or_memory: object, *,
+           error_feedback: bool | None = False) -> "CompressionState":
+        """A state around a codec, or around a memory wrapping one (which becomes ``memory``).
+
+        ``error_feedback``: wrap a bare codec in ``compress.ErrorFeedback`` (True), or do so when
+        the codec declares ``needs_error_feedback`` (None); False keeps it bare.
+        """
+        if isinstance(codec_or_memory, CompressionState):
+            return codec_or_memory
+        codec = base_codec(codec_or_memory)
+        if not isinstance(codec, Codec):
+            raise TypeError(f"codec must be a compress codec or a memory around one, "
+                            f"got {type(codec_or_memory).__name__}")
+        memory = codec_or_memory if codec_or_memory is not codec else None
+        wanted = codec.needs_error_feedback if error_feedback is None else error_feedback
+        if memory is None and wanted:
+            memory = ErrorFeedback(codec)
+        return cls(codec, memory)
+
+    @property
+    def encoder(self):
+        """What encodes this rank's contribution: the memory, else the codec."""
+        return self.codec if self.memory is None else self.memory
+
+    @property
+    def error_feedback(self) -> ErrorFeedback | None:
+        """The client-side memory if it is error feedback (the summable strategy needs that)."""
+        return self.memory if isinstance(self.memory, ErrorFeedback) else None
+
+    @property
+    def generator(self) -> np.random.Generator | None:
+        """The codec's private generator (codecs with ``randomness == "private"``), else None."""
+        return self.codec.generator
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """All of the state as named host arrays: ``step``, ``codec/...`` (the codec's own),
+        ``memory/...`` and ``server/...`` (residuals by tensor key)."""
+        out = {"step": np.array(self.step)}
+        out.update(_prefixed("codec", self.codec.state_dict()))
+        if self.memory is not None:
+            out.update(_prefixed("memory", self.memory.state_dict()))
+        if self.server is not None:
+            out.update(_prefixed("server", self.server.state_dict()))
+        return out
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore what :meth:`state_dict` returned (the same configuration: codec, memory)."""
+        self.step = int(state["step"]) if "step" in state else 0
+        self.codec.load_state_dict(_part(state, "codec"))
+        if self.memory is not None:
+            self.memory.load_state_dict(_part(state, "memory"))
+        if self.server is not None:
+            self.server.load_state_dict(_part(state, "server"))
+
+
+_SERVER_KEY = "compressed.server_residuals"
+
+
+def state_of(obj: object, ctx: Context) -> CompressionState:
+    """The state a call with ``obj`` uses: ``obj`` itself if it is one; for a bare codec or memory,
+    a state around it whose server-side residuals are kept for that object on the communicator of
+    ``ctx`` (from its first call until the object is gone: the cache holds no reference to it,
+    only to the residuals)."""
+    if isinstance(obj, CompressionState):
+        return obj
+    state = CompressionState.of(obj)
+    if state.server is not None:
+        kept = ctx.cached(_SERVER_KEY, lambda comm: {})
+        entry = kept.get(id(obj))
+        if entry is None or entry[0]() is not obj:
+            entry = (weakref.ref(obj, lambda _, k=id(obj): kept.pop(k, None)), state.codec.name, {})
+            kept[id(obj)] = entry
+        state.server.state = entry[2]
+    return state
+
+
+def kept_server_residuals(ctx: Context) -> list[tuple[str, dict]]:
+    """(codec name, residuals by chunk key) of every object :func:`state_of` keeps them for on
+    the communicator of ``ctx``."""
+    kept = ctx.cached(_SERVER_KEY, lambda comm: {})
+    return [(name, residuals) for _, name, residuals in kept.values()]

@@ -1,0 +1,201 @@
+"""``collectives-tune`` / ``python -m collectives.tuning.tune``: measure this machine, write a tuning file.
+
+Without ``mpiexec`` it launches itself under ``mpiexec -n P`` for every ``P`` of ``--ranks``
+(default 2, 4, 8) and merges the results into the tuning file (default: where ``auto`` looks,
+see :mod:`collectives.tuning.tuning_file`); started under ``mpiexec`` it tunes that one world size. Each
+world size:
+
+1. fits the cost model: ping-pong between ranks 0 and 1 (alpha, beta), ``np.add`` (gamma), and
+   the smallest native allreduce (alpha_native); see :mod:`collectives.tuning.fit`;
+2. times every algorithm ``auto`` can pick (ring, tree, recursive doubling, Rabenseifner,
+   native, and shm when all ranks share a node) at a handful of sizes, 8 B to 64 MiB of float32,
+   interleaved, OSU's timing (each call alone, then a barrier), with few iterations for big
+   messages, twice, and keeps each algorithm's better (lower) per-rank median averaged over
+   ranks, which filters passing load from other processes on a shared machine;
+3. picks the winner at each size, keeping auto's built-in choice unless another algorithm is
+   faster by more than ``--margin`` (default 5%, so noise cannot flip the rule), and stores the
+   winners as thresholds (:func:`collectives.tuning.tuning_file.make_rules`), with the measured times and
+   the fitted model.
+
+It takes a few minutes for 2, 4 and 8 ranks on 2 cores; ``--sizes`` and ``--quick`` shorten it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Sequence
+
+from ..launch import mpiexec_command
+
+__all__ = ["DEFAULT_SIZES", "main", "pick", "tune_world"]
+
+DEFAULT_SIZES = [8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+ROUNDS = 2
+PINGPONG_SIZES = [8, 1 << 10, 64 << 10, 1 << 20, 8 << 20]
+REDUCTION_SIZES = [64 << 10, 1 << 20, 16 << 20]
+#: Environment variables an MPI launcher sets in its processes (MPICH/Hydra, Open MPI, Slurm).
+LAUNCHER_ENV = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK")
+
+
+def _iterations(nbytes: int, quick: bool) -> tuple[int, int]:
+    table = [(64 << 10, 100, 10), (1 << 20, 20, 3), (16 << 20, 6, 2), (None, 3, 1)]
+    for limit, iters, warm in table:
+        if limit is None or nbytes <= limit:
+            return (max(2, iters // 4), 1) if quick else (iters, warm)
+    raise AssertionError
+
+
+def pick(times: dict[str, float], builtin: str, margin: float) -> str:
+    """The fastest of ``times``, unless ``builtin`` is within ``margin`` (relative) of it."""
+    fastest = min(times, key=times.__getitem__)
+    return builtin if times[builtin] <= (1 + margin) * times[fastest] else fastest
+
+
+def tune_world(sizes: Sequence[int], quick: bool = False, verbose: bool = True,
+               margin: float = 0.05) -> dict:
+    """Tune ``MPI.COMM_WORLD`` (collectively): the tuning-file entry for its size."""
+    import numpy as np
+    from mpi4py import MPI
+
+    from .. import api
+    from .._context import context
+    from ..algorithms.auto import builtin_choice
+    from ..algorithms.flat import FLAT
+    from ..algorithms.shm import on_one_node
+    from ..bench.timing import time_interleaved
+    from ..options import Options
+    from . import tuning_file
+    from .fit import fit_network, measure_pingpong, measure_reduction
+
+    comm = MPI.COMM_WORLD
+    opts = Options.from_env()
+    one_node = on_one_node(context(comm), opts)
+    names = ["native"] + [n for n in FLAT if n != "native"] + (["shm"] if one_node else [])
+    measured: dict[str, dict[str, float]] = {}
+    winners: dict[int, str] = {}
+    for size in sizes:
+        x = np.ones(max(size // 4, 1), np.float32)
+        y = np.empty_like(x)
+        calls = {n: (lambda n=n: api.allreduce(x, out=y, algorithm=n, comm=comm, options=opts))
+                 for n in names}
+        rounds = [time_interleaved(calls, *_iterations(x.nbytes, quick), comm)
+                  for _ in range(ROUNDS)]
+        row = {n: round(min(r[n].median for r in rounds), 3) for n in names}
+        measured[str(x.nbytes)] = row
+        winners[x.nbytes] = pick(row, builtin_choice(x.nbytes, x.size, comm.size, one_node),
+                                 margin)
+        if verbose and comm.rank == 0:
+            print(f"p={comm.size} {x.nbytes:>10} B: {winners[x.nbytes]:<18} " +
+                  " ".join(f"{n}={t:.1f}" for n, t in row.items()), flush=True)
+    model = None
+    if comm.size >= 2:
+        pingpong = measure_pingpong(comm, PINGPONG_SIZES, 20 if quick else 100)
+        reduction = measure_reduction(REDUCTION_SIZES)
+        smallest = min(winners)
+        net = fit_network(pingpong, reduction,
+                          (measured[str(smallest)]["native"] * 1e-6, comm.size),
+                          segment_bytes=opts.segment_bytes)
+        model = {k: v for k, v in asdict(net).items() if v is not None}
+    return {"rules": tuning_file.make_rules(winners), "measured_us": measured, "model": model}
+
+
+def _mpiexec() -> list[str]:
+    try:
+        return mpiexec_command()
+    except FileNotFoundError as exc:
+        raise SystemExit(f"collectives-tune: {exc}") from None
+
+
+def _meta() -> dict:
+    from mpi4py import MPI
+
+    return {"host": platform.node(), "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "mpi": MPI.Get_library_version().splitlines()[0].strip()}
+
+
+def _worker(args: argparse.Namespace) -> None:
+    from mpi4py import MPI
+
+    from . import tuning_file
+
+    entry = tune_world(args.sizes, args.quick, margin=args.margin)
+    comm = MPI.COMM_WORLD
+    if comm.rank != 0:
+        return
+    if args.partial:
+        Path(args.partial).write_text(json.dumps({"p": comm.size, "entry": entry}))
+        return
+    path = tuning_file.write(args.output, {comm.size: entry}, **_meta())
+    print(f"wrote {path} (world size {comm.size})")
+
+
+def _launch(args: argparse.Namespace, argv: Sequence[str]) -> None:
+    from . import tuning_file
+
+    entries = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for p in args.ranks:
+            partial = Path(tmp) / f"p{p}.json"
+            cmd = [*_mpiexec(), "-n", str(p), sys.executable, "-m", "collectives.tuning.tune",
+                   "--worker", "--partial", str(partial), *argv]
+            print(f"# {' '.join(cmd[:3])} ... ({p} ranks)", flush=True)
+            subprocess.run(cmd, check=True, timeout=args.timeout)
+            entries[p] = json.loads(partial.read_text())["entry"]
+    path = tuning_file.write(args.output, entries, **_meta())
+    print(f"wrote {path} (world sizes {', '.join(map(str, entries))})")
+
+
+def _parser() -> argparse.ArgumentParser:
+    from ..bench.options import parse_sizes
+    from .tuning_file import default_path, tuning_path
+
+    p = argparse.ArgumentParser(prog="collectives-tune", description=__doc__.split("\n\n")[0])
+    p.add_argument("--ranks", type=lambda s: [int(v) for v in s.split(",")], default=[2, 4, 8],
+                   help="world sizes to tune when not started under mpiexec (default 2,4,8)")
+    p.add_argument("--sizes", type=parse_sizes, default=DEFAULT_SIZES,
+                   help="message sizes in bytes (default 8,64,512,4K,32K,256K,1M,4M,16M,64M)")
+    p.add_argument("-o", "--output", type=Path, default=tuning_path() or default_path(),
+                   help="tuning file to write or merge into (default: where auto looks)")
+    p.add_argument("--quick", action="store_true", help="a quarter of the iterations")
+    p.add_argument("--margin", type=float, default=0.05,
+                   help="keep auto's built-in choice unless beaten by more than this (0.05)")
+    p.add_argument("--timeout", type=float, default=900, help="seconds per world size")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--partial", help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of ``collectives-tune``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
+    if args.worker or any(v in os.environ for v in LAUNCHER_ENV):
+        _worker(args)
+    else:
+        forwarded = [a for a in argv if a not in ("--worker",)]
+        _launch(args, _strip_ranks(forwarded))
+
+
+def _strip_ranks(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--ranks":
+            skip = True
+        elif not a.startswith("--ranks="):
+            out.append(a)
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,260 @@
+"""The package structure: no import cycles, no private names across packages, lazy Numba.
+
+These guard properties a reader relies on: every module can be imported on its own, dependencies
+point one way (compress <- collectives <- sgd/bench), and ``import collectives`` stays fast.
+"""
+
+import ast
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+PACKAGES = ("compress", "collectives")
+#: deprecated module -> where it moved (each re-exports the new module's names and warns)
+MOVED = {"collectives.model": "collectives.tuning.cost_model",
+         "collectives.fit": "collectives.tuning.fit",
+         "collectives.tune": "collectives.tuning.tune",
+         "collectives.project": "collectives.tuning.projection"}
+SHIMS = tuple(MOVED)
+
+# Imports every module of both packages in one fresh interpreter, watching every import statement:
+# it is a cycle when a module is imported while it is still being executed by its own import, from
+# anywhere but its own submodules. A package's submodules may import their siblings through it
+# (``from .. import tuning``) but not read its attributes before it is finished. (Passing through a
+# package that is still initialising, to one of its submodules, is no cycle: Python imports the
+# submodule on its own.)
+_CYCLES = textwrap.dedent(r'''
+    import builtins, importlib, importlib.util, pkgutil, sys, warnings
+    warnings.simplefilter("ignore")
+    # no module of ours may use a deprecated path of ours (the shims themselves are not imported)
+    warnings.filterwarnings("error", message="collectives\\.", category=DeprecationWarning)
+    SHIMS = {SHIMS!r}
+    OURS = {PACKAGES!r}
+    problems = []
+    real_import = builtins.__import__
+
+    def initializing(name):
+        spec = getattr(sys.modules.get(name), "__spec__", None)
+        return bool(getattr(spec, "_initializing", False))
+
+    def is_module(name):
+        try:
+            return importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            return False
+
+    def hook(name, globals=None, locals=None, fromlist=(), level=0):
+        importer = (globals or {{}}).get("__name__", "")
+        if level:
+            package = globals.get("__package__") or importer.rpartition(".")[0]
+            target = importlib.util.resolve_name("." * level + name, package)
+        else:
+            target = name
+        # (pkgutil imports with no importer)
+        if importer and target.split(".")[0] in OURS and target != importer and initializing(target):
+            if not importer.startswith(target + "."):
+                problems.append(f"{{importer}} imports {{target}} while {{target}} is being imported")
+            else:
+                for item in fromlist or ():
+                    if item != "*" and not is_module(f"{{target}}.{{item}}"):
+                        problems.append(f"{{importer}} reads {{target}}.{{item}} before {{target}} "
+                                        "is initialised")
+        return real_import(name, globals, locals, fromlist, level)
+
+    builtins.__import__ = hook
+    names = []
+    for top in OURS:
+        pkg = importlib.import_module(top)
+        names += [m.name for m in pkgutil.walk_packages(pkg.__path__, top + ".")]
+    for name in names:
+        if name.endswith("__main__") or ".cuda" in name or name in SHIMS:
+            continue  # __main__ runs the program; CUDA kernels need a device or the simulator
+        importlib.import_module(name)
+    print(len(names))
+    print("\n".join(problems))
+''')
+
+
+def test_no_module_is_imported_during_its_own_import():
+    out = subprocess.run([sys.executable, "-c", _CYCLES.format(PACKAGES=PACKAGES, SHIMS=SHIMS)],
+                         capture_output=True, text=True, timeout=120, cwd=SRC)
+    assert out.returncode == 0, out.stderr
+    count, *problems = out.stdout.splitlines()
+    assert int(count) > 80, out.stdout  # it did walk both packages
+    assert not [p for p in problems if p], "\n".join(problems)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the modules it imports (at import time or inside functions), from the source:
+    ``from X import a`` is an edge to ``X.a`` where that is a module, else to ``X``."""
+    modules = {module: (path, is_pkg) for path, module, is_pkg in _modules()}
+    graph: dict[str, set[str]] = {}
+    for module, (path, is_pkg) in modules.items():
+        package = module if is_pkg else module.rpartition(".")[0]
+        edges = graph.setdefault(module, set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                parts = package.split(".")
+                base = parts[: len(parts) - node.level + 1] if node.level else []
+                target = ".".join(base + ([node.module] if node.module else []))
+                for a in node.names:
+                    sub = f"{target}.{a.name}"
+                    edges.add(sub if sub in modules else target)
+            elif isinstance(node, ast.Import):
+                edges.update(a.name for a in node.names)
+        edges &= set(modules)
+        edges.discard(module)
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` (a list of modules, first = last), or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node):
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_import_graph_has_no_cycles():
+    """Counting imports inside functions too: a function-level import does not make a cycle go
+    away, it only postpones it (the old ``algorithms -> auto -> tuning -> algorithms``)."""
+    cycle = _cycle(_import_graph())
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_cycle_finder_finds_cycles():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def _modules():
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).with_suffix("")
+        parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+        yield path, ".".join(parts), rel.name == "__init__"
+
+
+def _private_imports(path: Path, module: str, is_package: bool) -> list[str]:
+    """Private modules of other packages, and private names of modules outside the importer's own
+    package, that ``module`` imports."""
+    package = module if is_package else module.rpartition(".")[0]
+    ancestors = {".".join(package.split(".")[:k]) for k in range(1, package.count(".") + 2)}
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            names = [(a.name, target) for a in node.names]
+        elif isinstance(node, ast.Import):
+            target, names = None, []
+            for a in node.names:
+                names.append((None, a.name))
+        else:
+            continue
+        for name, mod in names:
+            parts = mod.split(".")
+            if parts[0] not in PACKAGES:
+                continue
+            for k, part in enumerate(parts):
+                if part.startswith("_") and ".".join(parts[:k]) not in ancestors:
+                    found.append(f"{module}: private module {mod}")
+            if name and name.startswith("_") and not name.startswith("__"):
+                sub = SRC.joinpath(*parts, name)
+                is_module = sub.with_suffix(".py").exists() or (sub / "__init__.py").exists()
+                own = mod == package or mod.rpartition(".")[0] == package or \
+                    (is_module and mod in ancestors)  # a private module of an ancestor
+                if not own:
+                    found.append(f"{module}: private name {mod}.{name}")
+    return found
+
+
+def test_no_private_names_across_packages():
+    found = [f for path, module, is_pkg in _modules() for f in _private_imports(path, module, is_pkg)]
+    assert not found, "\n".join(found)
+
+
+def test_private_import_check_can_fail(tmp_path):
+    """The check above sees the three kinds of import the issue named."""
+    bad = tmp_path / "m.py"
+    bad.write_text("from ..api import _pick\nfrom compress._device import host_copy\n"
+                   "from ..algorithms._fold import pof2_of\n")
+    found = _private_imports(bad, "collectives.compressed.m", False)
+    assert len(found) == 3, found
+
+
+def test_compress_never_imports_mpi_or_collectives():
+    for path in sorted((SRC / "compress").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                     else [])
+            assert not [n for n in names if n.split(".")[0] in ("mpi4py", "collectives")], path
+
+
+def test_strategies_dispatch_on_protocols_not_hasattr():
+    for path in sorted((SRC / "collectives" / "compressed").glob("*.py")):
+        calls = [n for n in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(n, ast.Call) and getattr(n.func, "id", None) in ("hasattr", "getattr")]
+        assert not calls, f"{path.name} probes attributes (line {calls[0].lineno}): use " \
+                          "compress.protocols"
+
+
+@pytest.mark.parametrize("module", ["collectives", "compress"])
+def test_import_does_not_import_numba(module):
+    """Numba is imported when a kernel first runs, not with the package (bench/import_time.py)."""
+    code = (f"import sys, {module}; print(sorted(m for m in sys.modules "
+            "if m.split('.')[0] in ('numba', 'llvmlite')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_first_kernel_imports_numba():
+    """... and is there once a codec runs (the lazy import really happens)."""
+    code = ("import sys, numpy as np, compress; compress.get('topk').encode(np.ones(8, np.float32));"
+            " print('numba' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "True", out.stderr
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_moved_modules_keep_working_and_warn(old):
+    code = (f"import importlib, warnings\n"
+            f"with warnings.catch_warnings(record=True) as w:\n"
+            f"    warnings.simplefilter('always')\n"
+            f"    shim = importlib.import_module({old!r})\n"
+            f"new = importlib.import_module({MOVED[old]!r})\n"
+            f"assert any({MOVED[old]!r} in str(x.message) for x in w), [str(x.message) for x in w]\n"
+            f"assert all(getattr(shim, n) is getattr(new, n) for n in new.__all__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+
+
+def test_old_project_entry_point_runs():
+    """``python -m collectives.project`` (a shim now) still runs the projection."""
+    out = subprocess.run([sys.executable, "-W", "ignore", "-m", "collectives.project", "--ranks", "16",
+                          "--sizes", "1024"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "| 16 |" in out.stdout, out.stderr
