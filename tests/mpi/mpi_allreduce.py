@@ -6,22 +6,20 @@ multi-segment path) and emulated nodes of 2 ranks (so hierarchical has several n
 needs one node, runs on the real one).
 """
 
-import dataclasses
-
 import numpy as np
 import pytest
 from mpi4py import MPI
 
 import collectives
 from reference import (DTYPES, OPS, assert_close, assert_identical_everywhere, counts_for,
-                       make_input)
+                       for_algorithm, make_input)
 
 SMALL = collectives.Options(segment_bytes=24, node_size=2, shm_segment_bytes=256)
 
 
 def small(algorithm):
     """Options that shrink every segment; shm (one node only) keeps the real node."""
-    return dataclasses.replace(SMALL, node_size=None) if algorithm == "shm" else SMALL
+    return for_algorithm(SMALL, algorithm)
 
 
 def _sweep(algorithm, comm, options, backend, dtypes=DTYPES, ops=OPS):
