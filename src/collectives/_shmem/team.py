@@ -77,7 +77,8 @@ __all__ = ["Team", "node_comm", "not_on_one_node", "OPCODES"]
 OPCODES = L.OPCODES
 
 #: Default slot size (``Options.shm_segment_bytes`` None) when the team's ranks have a core each,
-#: and when they share cores (measured: docs/benchmarks.md).
+#: and when they share cores (measured side by side at p = 4 on the loaded 2-core machine: 4 MiB
+#: slots took 0.31-0.64x native's time, 1 MiB 0.38-0.77x, 256 KiB up to 3.8x; not in docs/).
 SEGMENT_DEDICATED, SEGMENT_SHARED = 1 << 20, 4 << 20
 #: Polls without progress (about 2 ns each) before the engine returns to Python to yield: about
 #: 100 us when every rank of the team can have a core of its own, well under 1 us when they

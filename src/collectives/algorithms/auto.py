@@ -11,12 +11,12 @@ Two sources, in order:
    MPI's C path does not; "rabenseifner" above (2 lg p messages and the bandwidth-optimal
    volume; 0.43-1.04x native's time from 1 MiB to 4 MiB at p = 2, 4, 8). When every rank shares
    one node, "shm" at every size from ``SHM_BYTES`` (0) up instead: with no messages at all it
-   took 0.5-0.7x native's time at 8 B to 64 KiB and less above, at p = 2, 4 and 8
-   (docs/benchmarks.md). A tuned rule naming "shm" on a communicator that spans nodes falls back
-   to this rule. The fitted cost model (:mod:`collectives.tuning.cost_model`) did not do
-   clearly better than this rule on that machine: it
-   cannot see the per-call Python overhead that decides small messages there, and picks
-   recursive doubling where native is faster (docs/benchmarks.md), so this rule stays the
+   took 0.87-1.10x native's time at 8 B and 0.03-0.71x from 256 KiB to 64 MiB, at p = 2 and 4,
+   MPICH and Open MPI, on a loaded machine (docs/benchmarks.md). A tuned rule naming "shm" on
+   a communicator that spans nodes falls back to this rule. The fitted cost model
+   (:mod:`collectives.tuning.cost_model`) did not do clearly better than this rule on that
+   machine: it cannot see the per-call Python overhead that decides small messages there, and
+   picks recursive doubling where native is faster (docs/benchmarks.md), so this rule stays the
    fallback.
 
 Every rank must pick the same algorithm. Only rank 0 reads the tuning file, at the first "auto"
