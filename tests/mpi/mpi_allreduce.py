@@ -118,6 +118,8 @@ def test_repeated_calls_reuse_checks_safely(monkeypatch):
             assert np.array_equal(y.view(np.uint8), once.view(np.uint8)), algorithm
         assert len(_REPEATS.entries) == before
         assert_close(y, x, "sum", comm, f"repeat {algorithm}")
+        fresh = collectives.allreduce(x.copy(), comm=comm, algorithm=algorithm)  # not a repeat
+        assert np.array_equal(fresh.view(np.uint8), once.view(np.uint8)), algorithm
     x.shape = y.shape = (7, 143)  # reshaped in place: checked again, right shape out
     assert collectives.allreduce(x, out=y, comm=comm).shape == (7, 143)
     x.shape = (1001,)

@@ -28,6 +28,7 @@ file is malformed, rank 0 warns once (``RuntimeWarning``) and every rank uses th
 from __future__ import annotations
 
 import warnings
+from typing import Callable
 
 import numpy as np
 from mpi4py import MPI
@@ -40,7 +41,8 @@ from . import shm
 from .flat import FLAT
 from .pof2 import pof2_of
 
-__all__ = ["choose", "builtin_choice", "comm_rules", "allreduce", "SMALL_BYTES", "SHM_BYTES"]
+__all__ = ["choose", "builtin_choice", "comm_rules", "resolve", "allreduce", "SMALL_BYTES",
+           "SHM_BYTES"]
 
 SMALL_BYTES = 64 << 10
 SHM_BYTES = 0
@@ -91,7 +93,14 @@ def comm_rules(ctx: Context) -> tuning.Rules | None:
     return ctx.cached(_RULES_KEY, _agree)
 
 
-def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
+def resolve(buf: np.ndarray, ctx: Context, opts: Options) -> Callable[..., None]:
+    """The algorithm function "auto" runs for ``buf`` on ``ctx`` (collective at the first call
+    on a communicator; then cached). Plans and repeated calls decide once through this, so they
+    run what :func:`allreduce` runs."""
     rules = ctx.cached(_RULES_KEY, _agree)  # comm_rules, inlined: this is the per-call path
     name = choose(buf.nbytes, buf.size, ctx.comm.size, rules, shm.on_one_node(ctx, opts))
-    (shm.allreduce if name == "shm" else FLAT[name])(src, buf, op, ctx, opts)
+    return shm.allreduce if name == "shm" else FLAT[name]
+
+
+def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
+    resolve(buf, ctx, opts)(src, buf, op, ctx, opts)
