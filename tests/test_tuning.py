@@ -133,6 +133,20 @@ def test_choose_with_and_without_rules():
     assert choose(1 << 20, 1 << 18, 4) == builtin_choice(1 << 20, 1 << 18, 4) == "rabenseifner"
 
 
+def test_shm_only_on_one_node(tmp_path):
+    """shm wherever all ranks share a node; a tuned rule naming it falls back elsewhere."""
+    path = tuning.write(tmp_path / "t.json", {2: {"rules": [{"max_bytes": None,
+                                                               "algorithm": "shm"}]}})
+    assert tuning.read(path) == {2: [(math.inf, "shm")]}
+    for nbytes in (8, 1 << 20):
+        assert choose(nbytes, nbytes // 4, 4, one_node=True) == "shm"
+        assert choose(nbytes, nbytes // 4, 4) != "shm"
+    rules = [(4096, "native"), (math.inf, "shm")]
+    assert choose(1 << 20, 1 << 18, 4, rules, one_node=True) == "shm"
+    assert choose(1 << 20, 1 << 18, 4, rules) == "rabenseifner"
+    assert choose(64, 16, 4, rules) == "native"
+
+
 def test_comm_rules_falls_back_with_one_warning(tmp_path, use):
     path = tmp_path / "t.json"
     path.write_text("[1, 2")

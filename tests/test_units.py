@@ -108,7 +108,7 @@ def test_compression_state_checks_its_parts():
 
 def test_tables_name_every_algorithm():
     assert set(ALGORITHMS) == {"ring", "tree", "recursive_doubling", "rabenseifner",
-                               "hierarchical", "native", "auto"}
+                               "hierarchical", "shm", "native", "auto"}
     assert set(FLAT) <= set(ALGORITHMS)
     assert collectives.ALGORITHMS is ALGORITHMS
 

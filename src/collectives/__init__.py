@@ -6,6 +6,7 @@ conventions and :data:`ALGORITHMS` for the catalogue.
 
 from ._mpilib import mpi_library  # first: a clear ImportError when there is no MPI library
 from ._arrays import SUPPORTED_DTYPES
+from ._shmem import empty, zeros
 from .algorithms import ALGORITHMS
 from .api import allgather, allreduce, bcast, reduce, reduce_scatter
 from .blocks import ALLGATHER, BCAST, REDUCE, REDUCE_SCATTER
@@ -22,6 +23,7 @@ __all__ = [
     "iallreduce", "ireduce_scatter", "iallgather", "ibcast", "ireduce", "icompressed_allreduce",
     "allreduce_init", "Plan", "Request", "waitall", "waitany", "testall", "StallWarning",
     "EngineError",
+    "empty", "zeros",
     "CompressionState", "STRATEGIES", "TRAFFIC",
     "ALGORITHMS", "REDUCE_SCATTER", "ALLGATHER", "BCAST", "REDUCE",
     "OPS", "Options", "SUPPORTED_DTYPES", "mpi_library",

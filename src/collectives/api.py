@@ -106,8 +106,7 @@ class AllreduceCall:
         NumPy arrays, the MPI datatype and op of its one ``MPI_Allreduce``."""
         fn = self.fn
         if fn is ALGORITHMS["auto"]:
-            fn = FLAT[auto.choose(self.dst.nbytes, self.dst.size, ctx.comm.size,
-                                  auto.comm_rules(ctx))]
+            fn = auto.resolve(self.dst, ctx, self.opts)
         native = None
         if fn is FLAT["native"] and type(self.dst) is np.ndarray:
             native = (native_type(self.dst.dtype), native_op(self.op, self.dst.dtype))

@@ -18,6 +18,7 @@ ENV = {
     "node_size": "COLLECTIVES_NODE_SIZE",
     "inter_algorithm": "COLLECTIVES_INTER_ALGORITHM",
     "validate": "COLLECTIVES_VALIDATE",
+    "shm_segment_bytes": "COLLECTIVES_SHM_SEGMENT_BYTES",
     "timeout": "COLLECTIVES_TIMEOUT",
     "stall_warning": "COLLECTIVES_STALL_WARNING",
 }
@@ -68,6 +69,12 @@ class Options:
         Flat algorithm "hierarchical" runs across nodes.
     validate
         Cross-check count, dtype, op and algorithm across ranks with one small collective.
+    shm_segment_bytes
+        Bytes each rank stages per round in the "shm" algorithm (and inside "hierarchical"):
+        the size of one slot of its shared window, which holds four (two in, two out). Tests
+        shrink it so that small arrays take many rounds. None (default): 1 MiB when the node's
+        ranks have a core each, 4 MiB when they share cores (each round then costs a turn of the
+        scheduler, so fewer, larger rounds win).
     timeout
         Seconds after which ``wait()`` of a non-blocking operation raises ``TimeoutError``
         naming the operation (the operation itself stays in flight); None (the default) waits
@@ -82,12 +89,17 @@ class Options:
     node_size: int | None = None
     inter_algorithm: str = "ring"
     validate: bool = False
+    shm_segment_bytes: int | None = None
     timeout: float | None = None
     stall_warning: float | None = 60.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.segment_bytes, int) or self.segment_bytes < 1:
             raise ValueError(f"segment_bytes must be a positive integer, got {self.segment_bytes!r}")
+        if self.shm_segment_bytes is not None and (not isinstance(self.shm_segment_bytes, int)
+                                                   or self.shm_segment_bytes < 1):
+            raise ValueError("shm_segment_bytes must be a positive integer or None, got "
+                             f"{self.shm_segment_bytes!r}")
         if self.node_size is not None and (not isinstance(self.node_size, int)
                                            or self.node_size < 1):
             raise ValueError(f"node_size must be a positive integer or None, got {self.node_size!r}")
@@ -148,6 +160,7 @@ def _from_values(raw: tuple[str | None, ...]) -> Options:
         node_size=_env_int(ENV["node_size"], values["node_size"], None),
         inter_algorithm=values["inter_algorithm"] or Options.inter_algorithm,
         validate=(values["validate"] or "0").lower() in ("1", "true", "yes", "on"),
+        shm_segment_bytes=_env_int(ENV["shm_segment_bytes"], values["shm_segment_bytes"], None),
         timeout=_env_seconds(ENV["timeout"], values["timeout"], None),
         stall_warning=_env_seconds(ENV["stall_warning"], values["stall_warning"],
                                    Options.stall_warning),

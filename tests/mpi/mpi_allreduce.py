@@ -1,8 +1,9 @@
 """allreduce against the gather-and-reduce reference, for every algorithm.
 
 Sweeps counts {0, 1, p-1, p+1, 1001} x every dtype x every op x in place / out of place, on
-COMM_WORLD, a split communicator and COMM_SELF, with tiny segments (so ring and tree take the
-multi-segment path) and emulated nodes of 2 ranks (so hierarchical has several nodes).
+COMM_WORLD, a split communicator and COMM_SELF, with tiny segments (so ring, tree and shm take the
+multi-segment path) and emulated nodes of 2 ranks (so hierarchical has several nodes; shm, which
+needs one node, runs on the real one).
 """
 
 import numpy as np
@@ -11,9 +12,14 @@ from mpi4py import MPI
 
 import collectives
 from reference import (DTYPES, OPS, assert_close, assert_identical_everywhere, counts_for,
-                       make_input)
+                       for_algorithm, make_input)
 
-SMALL = collectives.Options(segment_bytes=24, node_size=2)
+SMALL = collectives.Options(segment_bytes=24, node_size=2, shm_segment_bytes=256)
+
+
+def small(algorithm):
+    """Options that shrink every segment; shm (one node only) keeps the real node."""
+    return for_algorithm(SMALL, algorithm)
 
 
 def _sweep(algorithm, comm, options, backend, dtypes=DTYPES, ops=OPS):
@@ -42,7 +48,7 @@ def _sweep(algorithm, comm, options, backend, dtypes=DTYPES, ops=OPS):
 
 @pytest.mark.parametrize("algorithm", list(collectives.ALGORITHMS))
 def test_allreduce_sweep(algorithm, comm, backend):
-    assert _sweep(algorithm, comm, SMALL, backend) > 0
+    assert _sweep(algorithm, comm, small(algorithm), backend) > 0
 
 
 @pytest.mark.parametrize("algorithm", list(collectives.ALGORITHMS))
@@ -59,7 +65,7 @@ def test_allreduce_default_options_large_odd(algorithm):
 def test_multidimensional_and_fortran_order(algorithm):
     comm = MPI.COMM_WORLD
     x = np.asfortranarray(make_input(35, np.dtype(np.float64), "sum", comm.rank).reshape(5, 7))
-    y = collectives.allreduce(x, algorithm=algorithm, options=SMALL)
+    y = collectives.allreduce(x, algorithm=algorithm, options=small(algorithm))
     assert y.shape == (5, 7) and y.flags.f_contiguous
     assert_close(y, x, "sum", comm, algorithm)
     out = np.empty((5, 7), order="F")
@@ -112,6 +118,8 @@ def test_repeated_calls_reuse_checks_safely(monkeypatch):
             assert np.array_equal(y.view(np.uint8), once.view(np.uint8)), algorithm
         assert len(_REPEATS.entries) == before
         assert_close(y, x, "sum", comm, f"repeat {algorithm}")
+        fresh = collectives.allreduce(x.copy(), comm=comm, algorithm=algorithm)  # not a repeat
+        assert np.array_equal(fresh.view(np.uint8), once.view(np.uint8)), algorithm
     x.shape = y.shape = (7, 143)  # reshaped in place: checked again, right shape out
     assert collectives.allreduce(x, out=y, comm=comm).shape == (7, 143)
     x.shape = (1001,)

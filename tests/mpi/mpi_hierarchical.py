@@ -12,7 +12,8 @@ from reference import assert_close, assert_identical_everywhere, make_input
 @pytest.mark.parametrize("node_size", [None, 1, 2, 3, 4])
 @pytest.mark.parametrize("inter", list(FLAT))
 def test_hierarchical_nodes(node_size, inter, comm):
-    opts = collectives.Options(node_size=node_size, inter_algorithm=inter, segment_bytes=40)
+    opts = collectives.Options(node_size=node_size, inter_algorithm=inter, segment_bytes=40,
+                               shm_segment_bytes=64)  # many rounds through the node's window
     for count in (0, 1, comm.size + 1, 1001):
         for dtype, op in ((np.dtype(np.float32), "sum"), (np.dtype(np.int16), "max"),
                           (np.dtype(np.float64), "avg")):

@@ -20,8 +20,8 @@ import collectives
 import compress
 from collectives.engine import live_engines
 from collectives._p2p import partition
-from reference import (assert_close, assert_identical_everywhere, counts_for, gather_all,
-                       make_input, reference_allreduce)
+from reference import (assert_close, assert_identical_everywhere, counts_for, for_algorithm,
+                       gather_all, make_input, reference_allreduce)
 
 SMALL = collectives.Options(segment_bytes=256, node_size=2)  # several segments, fewer messages
 WAIT_S = 120  # no single wait in these tests may hang the suite
@@ -37,6 +37,7 @@ def test_iallreduce_matches_reference_and_blocking(algorithm, comm):
     """Every allreduce algorithm through the engine: reference, identical everywhere, and the
     same bits as the blocking call; several requests in flight at once."""
     cases, requests = [], []
+    opts = for_algorithm(SMALL, algorithm)
     for count in counts_for(comm.size):
         for dtype, op in ((np.dtype(np.float32), "sum"), (np.dtype(np.float16), "avg"),
                           (np.dtype(np.int64), "max"), (np.dtype(np.float64), "prod")):
@@ -44,14 +45,14 @@ def test_iallreduce_matches_reference_and_blocking(algorithm, comm):
                 x = make_input(count, dtype, op, comm.rank)
                 buf = x.copy()
                 req = collectives.iallreduce(buf, out=buf if inplace else None, op=op,
-                                             algorithm=algorithm, comm=comm, options=SMALL)
+                                             algorithm=algorithm, comm=comm, options=opts)
                 cases.append((x, op, inplace, buf))
                 requests.append(req)
     results = collectives.waitall(requests, timeout=WAIT_S)
     for (x, op, inplace, buf), y in zip(cases, results):
         what = f"i{algorithm} p={comm.size} n={x.size} {x.dtype} {op} inplace={inplace}"
         assert (y is buf) == inplace, what
-        blocking = collectives.allreduce(x, op=op, algorithm=algorithm, comm=comm, options=SMALL)
+        blocking = collectives.allreduce(x, op=op, algorithm=algorithm, comm=comm, options=opts)
         assert _same_bits(y, blocking), f"{what}: differs from the blocking result"
         assert_close(y, x, op, comm, what)
         assert_identical_everywhere(y, comm, what)
@@ -145,7 +146,8 @@ def test_many_outstanding_requests_in_random_order():
     for comm, n, dtype, algorithm in plan:
         x = make_input(n, dtype, "sum", comm.rank, seed=n)
         inputs.append(x)
-        requests.append(collectives.iallreduce(x, algorithm=algorithm, comm=comm, options=SMALL))
+        requests.append(collectives.iallreduce(x, algorithm=algorithm, comm=comm,
+                                               options=for_algorithm(SMALL, algorithm)))
     order = np.random.default_rng(world.rank).permutation(len(requests))
     results = {}
     for k in order:
@@ -177,13 +179,15 @@ def test_waitany_and_test_loops(comm):
         collectives.waitany([])
 
 
-@pytest.mark.parametrize("algorithm", ["auto", "ring", "recursive_doubling"])
+@pytest.mark.parametrize("algorithm", ["auto", "ring", "recursive_doubling", "shm"])
 def test_persistent_plan_started_1000_times(algorithm, comm):
     """1000 runs of one plan ("auto": native here, on the caller's thread), 100 for the
-    hand-written algorithms; new data every run, mixing plan() and start()/wait()."""
+    hand-written algorithms (shm keeps its window between starts); new data every run, mixing
+    plan() and start()/wait()."""
     x = np.empty(33, dtype=np.float64)
     out = np.empty_like(x)
-    plan = collectives.allreduce_init(x, out=out, algorithm=algorithm, comm=comm, options=SMALL)
+    opts = for_algorithm(SMALL, algorithm)
+    plan = collectives.allreduce_init(x, out=out, algorithm=algorithm, comm=comm, options=opts)
     runs = 1000 if algorithm == "auto" else 100
     p, r = comm.size, comm.rank
     for i in range(runs):
@@ -196,7 +200,7 @@ def test_persistent_plan_started_1000_times(algorithm, comm):
         assert y is out
         expected = np.arange(33) * (i + 1) * p + p * (p - 1) / 2
         assert np.array_equal(y, expected), f"run {i}"
-    blocking = collectives.allreduce(x, algorithm=algorithm, comm=comm, options=SMALL)
+    blocking = collectives.allreduce(x, algorithm=algorithm, comm=comm, options=opts)
     assert _same_bits(out, blocking)
     with pytest.raises(RuntimeError, match="still running"):
         plan.start()

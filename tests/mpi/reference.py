@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from mpi4py import MPI
 
@@ -11,6 +13,12 @@ DTYPES = [np.dtype(d) for d in collectives.SUPPORTED_DTYPES]
 OPS = list(collectives.OPS)
 UFUNCS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum,
           "avg": np.add}
+
+
+def for_algorithm(options: collectives.Options, algorithm: str) -> collectives.Options:
+    """``options`` for ``algorithm``: "shm" needs one node, so it keeps the real one (tests cut
+    the world into emulated nodes for "hierarchical")."""
+    return dataclasses.replace(options, node_size=None) if algorithm == "shm" else options
 
 
 def counts_for(p: int) -> list[int]:

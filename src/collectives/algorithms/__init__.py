@@ -8,7 +8,7 @@ zero elements and for one process, so algorithms never special-case those.
 
 from __future__ import annotations
 
-from . import auto, hierarchical
+from . import auto, hierarchical, shm
 from .flat import FLAT, Algorithm
 
 __all__ = ["ALGORITHMS", "FLAT", "Algorithm"]
@@ -17,5 +17,6 @@ __all__ = ["ALGORITHMS", "FLAT", "Algorithm"]
 ALGORITHMS: dict[str, Algorithm] = {
     **FLAT,
     "hierarchical": hierarchical.allreduce,
+    "shm": shm.allreduce,
     "auto": auto.allreduce,
 }

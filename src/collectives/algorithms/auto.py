@@ -18,7 +18,11 @@ Three sources, in order:
    see docs/algorithms.md): "native" for ``count < pof2`` or at most ``SMALL_BYTES`` (64 KiB) -
    there latency is all there is, and every hand-written step pays a few microseconds of Python
    that MPI's C path does not; "rabenseifner" above (2 lg p messages and the bandwidth-optimal
-   volume; 0.43-1.04x native's time from 1 MiB to 4 MiB at p = 2, 4, 8). On one machine the
+   volume; 0.43-1.04x native's time from 1 MiB to 4 MiB at p = 2, 4, 8). When every rank shares
+   one node, "shm" at every size from ``SHM_BYTES`` (0) up instead: with no messages at all it
+   took 0.87-1.10x native's time at 8 B and 0.03-0.71x from 256 KiB to 64 MiB, at p = 2 and 4,
+   MPICH and Open MPI, on a loaded machine (docs/benchmarks.md). A tuned rule naming "shm" on
+   a communicator that spans nodes falls back to this rule. On one machine the
    fitted model did not do clearly better than this rule: it cannot see the per-call Python
    overhead that decides small messages there, and picks recursive doubling where native is
    faster (docs/benchmarks.md), so this rule stays the fallback.
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 from mpi4py import MPI
@@ -42,14 +47,15 @@ from .. import tuning
 from .._context import Context
 from ..ops import Op
 from ..options import Options
-from . import hierarchical
+from . import hierarchical, shm
 from .flat import FLAT
 from .pof2 import pof2_of
 
-__all__ = ["choose", "builtin_choice", "comm_rules", "comm_plan", "Plan", "allreduce",
-           "SMALL_BYTES", "CLUSTER_DEFAULTS", "MODEL_CHOICES"]
+__all__ = ["choose", "builtin_choice", "comm_rules", "comm_plan", "resolve", "Plan", "allreduce",
+           "SMALL_BYTES", "SHM_BYTES", "CLUSTER_DEFAULTS", "MODEL_CHOICES"]
 
 SMALL_BYTES = 64 << 10
+SHM_BYTES = 0
 _PLAN_KEY = "auto-plan"
 
 #: Two-level model parameters auto uses across nodes when no tuning file gives fitted ones:
@@ -59,30 +65,33 @@ CLUSTER_DEFAULTS = {"alpha": 1.4e-6, "beta": 5e-11, "gamma": 3e-11, "alpha_nativ
                     "alpha_inter": 2.5e-5, "beta_inter": 8e-10}
 #: What the model chooses among across nodes.
 MODEL_CHOICES = ("native", "ring", "tree", "recursive_doubling", "rabenseifner", "hierarchical")
-_ALL = {**FLAT, "hierarchical": hierarchical.allreduce}
+_ALL = {**FLAT, "hierarchical": hierarchical.allreduce, "shm": shm.allreduce}
 
 
-def builtin_choice(nbytes: int, count: int, p: int) -> str:
-    """The built-in rule: "native" up to 64 KiB or below ``pof2`` elements, else Rabenseifner."""
+def builtin_choice(nbytes: int, count: int, p: int, one_node: bool = False) -> str:
+    """The built-in rule: "shm" from ``SHM_BYTES`` on one node, else "native" up to 64 KiB or
+    below ``pof2`` elements, else Rabenseifner."""
+    if one_node and nbytes >= SHM_BYTES:
+        return "shm"
     if count < pof2_of(p) or nbytes <= SMALL_BYTES:
         return "native"
     return "rabenseifner"
 
 
 def choose(nbytes: int, count: int, p: int, rules: tuning.Rules | None = None,
-           model=None) -> str:
+           model=None, one_node: bool = False) -> str:
     """The algorithm "auto" runs for ``count`` elements (``nbytes`` bytes) on ``p`` ranks.
 
     ``rules``: tuned rules for ``p`` (see :mod:`collectives.tuning`); else ``model``: a two-level
     :class:`~collectives.tuning.cost_model.Network` of the nodes the ranks are on; neither: the
-    built-in rule.
+    built-in rule. ``one_node``: whether every rank shares a node (else "shm" is never chosen).
     """
     if rules is not None:
         for limit, name in rules:
             if nbytes <= limit:
-                return name
+                return name if one_node or name != "shm" else builtin_choice(nbytes, count, p)
         raise ValueError("tuning rules must end with an unlimited rule")
-    small = builtin_choice(nbytes, count, p)
+    small = builtin_choice(nbytes, count, p, one_node)
     if model is None or small == "native":
         return small
     from ..tuning.cost_model import best
@@ -102,7 +111,7 @@ class Plan:
 
     def choose(self, nbytes: int, count: int) -> str:
         if self.model is None or nbytes <= SMALL_BYTES:
-            return choose(nbytes, count, self.p, self.rules)
+            return choose(nbytes, count, self.p, self.rules, one_node=len(self.nodes) == 1)
         name = self._picks.get(nbytes)
         if name is None:
             name = self._picks[nbytes] = choose(nbytes, count, self.p, None, self.model)
@@ -157,6 +166,13 @@ def comm_rules(ctx: Context) -> tuning.Rules | None:
     return comm_plan(ctx).rules
 
 
-def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
+def resolve(buf: np.ndarray, ctx: Context, opts: Options) -> Callable[..., None]:
+    """The algorithm function "auto" runs for ``buf`` on ``ctx`` (collective at the first call
+    on a communicator; then cached). Plans and repeated calls decide once through this, so they
+    run what :func:`allreduce` runs."""
     plan = comm_plan(ctx, opts.node_size)
-    _ALL[plan.choose(buf.nbytes, buf.size)](src, buf, op, ctx, opts)
+    return _ALL[plan.choose(buf.nbytes, buf.size)]
+
+
+def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
+    resolve(buf, ctx, opts)(src, buf, op, ctx, opts)

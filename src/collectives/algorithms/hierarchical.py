@@ -1,25 +1,31 @@
 """Hierarchical (node-aware) allreduce: reduce-scatter in the node, allreduce across, allgather in.
 
-Nodes are the shared-memory groups of ``Split_type(COMM_TYPE_SHARED)``, optionally cut into
-emulated nodes of ``Options.node_size`` ranks. Let ``m`` be the size of the smallest node. On each
-node the first ``m`` local ranks are *position holders*; a node's other ranks are *extras*.
+Nodes are the shared-memory groups of ``Split_type(COMM_TYPE_SHARED)`` (the real nodes, by
+default), optionally cut into emulated nodes of ``Options.node_size`` ranks. Let ``m`` be the size
+of the smallest node. On each node the first ``m`` local ranks are *position holders*; a node's
+other ranks are *extras*. Nodes of unequal size are allowed (Horovod and Open MPI's han require
+equal sizes; we don't).
 
-1. Fold: each extra (local rank ``e >= m``) sends its vector to local rank ``e mod m``, which
-   combines it after its own (rank order). Nodes of unequal size are handled here; Horovod and Open
-   MPI's han require equal sizes, we don't.
-2. Inside the node: ring reduce-scatter among the ``m`` position holders, over ``m`` blocks, so
-   local rank ``j`` holds block ``j`` reduced over its node.
-3. Across nodes: the ranks holding position ``j`` on every node allreduce block ``j`` with any flat
+1. Inside the node, through shared memory (the ``shm`` algorithm's window and protocol,
+   ``_shmem/team.py``, in its reduce-scatter mode): the vector is cut into ``m`` blocks, and
+   holder ``j`` reduces block ``j`` reading every rank's input of the node, extras included, in
+   local rank order, into its own result.
+2. Across nodes: the ranks holding position ``j`` on every node allreduce block ``j`` with any flat
    algorithm (``Options.inter_algorithm``, ring by default).
-4. Inside the node: ring allgather of the ``m`` blocks among the position holders, then each
-   holder sends the full result to its extras.
+3. Inside the node, through shared memory again (allgather mode): every rank of the node copies
+   block ``j`` from holder ``j``.
 
-Cost with N nodes of m ranks, intra-node (alpha_i, beta_i) and inter-node (alpha_e, beta_e), ring
-inside and across: 2 (m-1) alpha_i + 2 n (m-1)/m beta_i + 2 (N-1) alpha_e + 2 (n/m)(N-1)/N beta_e
-(+ reduction terms): only n/m bytes per rank cross the slow network, and every node's m links carry
-traffic in parallel (Horovod's hierarchical allreduce; NCCL's tree/ring split is the same idea).
-Results are bitwise identical everywhere: each block is finished by one flat allreduce, whose
-participants agree bitwise, and then only copied.
+CuPy arrays take the same steps with messages instead (as before shared memory was used): the
+extras send their vectors to a holder, which combines them, a ring reduce-scatter and ring
+allgather run among the holders, and the holders send the result back to their extras.
+
+Cost with N nodes of m ranks, memory copy ``beta_s`` and inter-node (alpha_e, beta_e), ring
+across: ``2 n (m-1)/m beta_s`` (plus ``n (m-1)/m gamma``) inside the node, with no message latency,
+and ``2 (N-1) alpha_e + 2 (n/m)(N-1)/N beta_e`` across it: only n/m bytes per rank cross the slow
+network, and every node's m links carry traffic in parallel (Horovod's hierarchical allreduce;
+NCCL's tree/ring split is the same idea). Results are bitwise identical everywhere: each block is
+reduced once in its node and finished by one flat allreduce, whose participants agree bitwise,
+and then only copied.
 """
 
 from __future__ import annotations
@@ -33,13 +39,16 @@ from mpi4py import MPI
 from .._arrays import copy_into
 from .._context import Context
 from .._p2p import partition, recv, send
+from .._shmem import layout as shm_layout
+from .._shmem.buffers import registry
+from .._shmem.team import Team, node_comm
 from .._workspace import scratch
 from ..blocks import ring
 from ..ops import Op
 from ..options import Options
 from .flat import FLAT
 
-__all__ = ["allreduce", "Layout", "layout", "nodes_of", "node_ids", "node_sizes"]
+__all__ = ["allreduce", "Layout", "layout", "node_ids", "node_sizes"]
 
 
 @dataclass
@@ -50,28 +59,20 @@ class Layout:
     m: int               # size of the smallest node: the number of positions
     holders: MPI.Comm    # the node's position holders (COMM_NULL on an extra)
     cross: Context | None  # the ranks holding this position on every node (None on an extra)
+    team: Team | None = None  # the node's shared-memory team (None for a node of one rank)
 
     def free(self) -> None:
+        if self.team is not None:
+            self.team.free()
         for comm in (self.node, self.holders) + ((self.cross.comm,) if self.cross else ()):
             if comm != MPI.COMM_NULL:
                 comm.Free()
 
 
-def nodes_of(comm: MPI.Comm, node_size: int | None) -> MPI.Comm:
-    """This rank's node: its shared-memory group (``Split_type(COMM_TYPE_SHARED)``), cut into
-    emulated nodes of ``node_size`` ranks when given (collective; the caller frees it)."""
-    shared = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
-    if node_size is None:
-        return shared
-    node = shared.Split(shared.rank // node_size, shared.rank)
-    shared.Free()
-    return node
-
-
 def node_ids(comm: MPI.Comm, node_size: int | None = None) -> list[int]:
     """For every rank of ``comm``, the lowest rank of its node (collective; the same list on
     every rank)."""
-    node = nodes_of(comm, node_size)
+    node = node_comm(comm, node_size)
     lowest = node.allreduce(comm.rank, op=MPI.MIN)
     node.Free()
     return comm.allgather(lowest)
@@ -84,19 +85,45 @@ def node_sizes(comm: MPI.Comm, node_size: int | None = None) -> list[int]:
     return [count[k] for k in sorted(count)]
 
 
-def layout(comm: MPI.Comm, node_size: int | None) -> Layout:
-    """Build the node, position-holder and cross-node communicators (collective)."""
-    node = nodes_of(comm, node_size)
+def layout(comm: MPI.Comm, node_size: int | None, ctx: Context | None = None,
+           shm_segment_bytes: int | None = None) -> Layout:
+    """Build the node, position-holder and cross-node communicators (collective), and the
+    node's shared-memory team when ``ctx`` (whose shared arrays it may use in place) is given."""
+    node = node_comm(comm, node_size)
     m = comm.allreduce(node.size, op=MPI.MIN)
     local = node.rank
     holders = node.Split(0 if local < m else MPI.UNDEFINED, local)
     cross = comm.Split(local if local < m else MPI.UNDEFINED, comm.rank)
-    return Layout(node, m, holders, Context(cross, dup=False) if local < m else None)
+    team = None
+    if ctx is not None:
+        buffers = registry(ctx)  # collective over comm: on every rank, before the teams
+        if node.size > 1:
+            team = Team(node, shm_segment_bytes, buffers)
+    return Layout(node, m, holders, Context(cross, dup=False) if local < m else None, team)
 
 
 def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
-    lay = ctx.cached(("hierarchical", opts.node_size),
-                     lambda comm: layout(comm, opts.node_size))
+    lay = ctx.cached(("hierarchical", opts.node_size, opts.shm_segment_bytes),
+                     lambda comm: layout(comm, opts.node_size, ctx, opts.shm_segment_bytes))
+    if type(buf) is not np.ndarray:
+        _by_messages(src, buf, op, lay, opts)
+        return
+    local, m = lay.node.rank, lay.m
+    opcode = shm_layout.OPCODES[op.name]
+    if lay.team is None:
+        copy_into(src, buf)
+    else:  # 1. holder j: block j reduced over the node
+        lay.team.run(src, buf, opcode, shm_layout.REDUCE_SCATTER, m)
+    if local < m and lay.cross.comm.size > 1:  # 2. block j across nodes
+        offsets = partition(buf.size, m)
+        block = buf[offsets[local]:offsets[local + 1]]
+        FLAT[opts.inter_algorithm](block, block, op, lay.cross, opts)
+    if lay.team is not None:  # 3. every block from its holder
+        lay.team.run(buf, buf, opcode, shm_layout.ALLGATHER, m)
+
+
+def _by_messages(src: np.ndarray, buf: np.ndarray, op: Op, lay: Layout, opts: Options) -> None:
+    """The same steps with messages (device arrays): fold the extras in, ring inside."""
     copy_into(src, buf)
     local, m = lay.node.rank, lay.m
     if local >= m:

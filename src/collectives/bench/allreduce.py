@@ -12,7 +12,8 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import api
-from ..algorithms import ALGORITHMS
+from .._context import context
+from ..algorithms import ALGORITHMS, shm
 from ..options import Options
 from .collective import Buffers, Spec, entry_point, pattern
 
@@ -32,9 +33,14 @@ def _call(algorithm: str, b: Buffers, comm: MPI.Comm, options: Options) -> None:
     api.allreduce(b.x, out=b.out, algorithm=algorithm, comm=comm, options=options)
 
 
+def _available(name: str, comm: MPI.Comm, options: Options) -> bool:
+    """"shm" only where every rank shares a node (elsewhere it raises)."""
+    return name != "shm" or shm.on_one_node(context(comm), options)
+
+
 SPEC = Spec(prog="osu_allreduce", title="Allreduce Latency Test", collective="allreduce",
             algorithms=list(ALGORITHMS), buffers=_buffers,
-            expected=_expected, call=_call, compressed=True)
+            expected=_expected, call=_call, compressed=True, available=_available)
 
 #: Entry point (``argv`` defaults to the command line).
 main = entry_point(SPEC)

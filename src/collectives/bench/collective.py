@@ -76,6 +76,8 @@ class Spec:
     default_max: int = 1 << 20
     default_algorithm: str = "auto"
     compressed: bool = False  # offers --codec / --strategy (allreduce only)
+    #: ``available(name, comm, options)``: whether ``--algorithm all`` can run ``name`` here
+    available: Callable[[str, MPI.Comm, Options], bool] = lambda name, comm, options: True
 
 
 def pattern(count: int, dtype: np.dtype, rank: int) -> np.ndarray:
@@ -169,8 +171,10 @@ def run(spec: Spec, argv: Sequence[str] | None = None, comm: MPI.Comm | None = N
         raise UsageError(f"--codec needs a float type (-T mpi_float, mpi_double or float16), "
                          f"not {args.datatype}")
     squeezed = compressed.codec_calls(codecs, args.strategy, comm) if codecs else {}
-    columns = names + list(squeezed) + (["memcpy"] if args.memcpy else [])
     options = Options.from_env()
+    if args.algorithm == "all":
+        names = [n for n in names if spec.available(n, comm, options)]
+    columns = names + list(squeezed) + (["memcpy"] if args.memcpy else [])
     p = comm.size
     if comm.rank == 0:
         _header(spec, args, columns, p, out, bytes_columns=bool(codecs))

@@ -12,12 +12,12 @@ world size:
    of rank 0's node (alpha, beta) and between rank 0 and the first rank of another node
    (alpha_inter, beta_inter), with the smallest node's size as ``node_size``, and records the
    layout (``nodes``), so ``auto`` follows these rules only on the same layout;
-2. times every flat algorithm (those ``auto`` can pick: ring, tree, recursive doubling,
-   Rabenseifner, native; across nodes "hierarchical" too) at a handful of sizes, 8 B to 64 MiB
-   of float32, interleaved, OSU's
-   timing (each call alone, then a barrier), with few iterations for big messages, twice, and
-   keeps each algorithm's better (lower) per-rank median averaged over ranks, which filters
-   passing load from other processes on a shared machine;
+2. times every algorithm ``auto`` can pick (ring, tree, recursive doubling, Rabenseifner,
+   native; "shm" when all ranks share a node, "hierarchical" across nodes) at a handful of
+   sizes, 8 B to 64 MiB of float32, interleaved, OSU's timing (each call alone, then a barrier),
+   with few iterations for big messages, twice, and keeps each algorithm's better (lower)
+   per-rank median averaged over ranks, which filters passing load from other processes on a
+   shared machine;
 3. picks the winner at each size, keeping auto's built-in choice unless another algorithm is
    faster by more than ``--margin`` (default 5%, so noise cannot flip the rule), and stores the
    winners as thresholds (:func:`collectives.tuning.tuning_file.make_rules`), with the measured times and
@@ -76,19 +76,18 @@ def tune_world(sizes: Sequence[int], quick: bool = False, verbose: bool = True,
     from .. import api
     from ..algorithms.auto import builtin_choice
     from ..algorithms.flat import FLAT
+    from ..algorithms.hierarchical import node_ids, node_sizes
     from ..bench.timing import time_interleaved
     from ..options import Options
     from . import tuning_file
     from .fit import fit_network, measure_pingpong, measure_reduction
 
-    from ..algorithms.hierarchical import node_ids, node_sizes
-
     comm = MPI.COMM_WORLD
     opts = Options.from_env()
     nodes = node_sizes(comm, opts.node_size)
     names = ["native"] + [n for n in FLAT if n != "native"]
-    if len(nodes) > 1:
-        names.append("hierarchical")
+    one_node = len(nodes) == 1
+    names.append("shm" if one_node else "hierarchical")
     measured: dict[str, dict[str, float]] = {}
     winners: dict[int, str] = {}
     for size in sizes:
@@ -100,7 +99,8 @@ def tune_world(sizes: Sequence[int], quick: bool = False, verbose: bool = True,
                   for _ in range(ROUNDS)]
         row = {n: round(min(r[n].median for r in rounds), 3) for n in names}
         measured[str(x.nbytes)] = row
-        winners[x.nbytes] = pick(row, builtin_choice(x.nbytes, x.size, comm.size), margin)
+        winners[x.nbytes] = pick(row, builtin_choice(x.nbytes, x.size, comm.size, one_node),
+                                 margin)
         if verbose and comm.rank == 0:
             print(f"p={comm.size} {x.nbytes:>10} B: {winners[x.nbytes]:<18} " +
                   " ".join(f"{n}={t:.1f}" for n, t in row.items()), flush=True)

@@ -64,7 +64,7 @@ _MAX_KEY_DIGITS = 9
 Rules = list[tuple[float, str]]
 
 #: the algorithms a rule may name: the flat ones and, across nodes, "hierarchical"
-KNOWN = frozenset(FLAT) | {"hierarchical"}
+KNOWN = frozenset(FLAT) | {"hierarchical", "shm"}
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,8 @@ def read(path: str | Path, known: frozenset[str] | None = None) -> dict[int, Rul
     """The rules of every world size in the tuning file ``path``.
 
     Raises FileNotFoundError when it does not exist and :class:`TuningFileError` when it is not
-    a tuning file of this format (``known``: the valid algorithm names, default auto's choices).
+    a tuning file of this format (``known``: the valid algorithm names, default auto's choices:
+    the flat algorithms and "shm").
     """
     return {p: e.rules for p, e in read_entries(path, known).items()}
 

@@ -1,0 +1,12 @@
+"""Shared-memory collectives on one node: MPI-3 shared windows, flags, Numba kernels.
+
+``team.py`` holds the protocol (and why it is correct), ``layout.py`` its numbers, ``kernels.py``
+the Numba kernels (imported when a team first runs), ``buffers.py`` the arrays of
+``collectives.empty``/``zeros``. The ``shm`` algorithm (``algorithms/shm.py``) and the intra-node
+half of ``hierarchical`` run on it.
+"""
+
+from .buffers import empty, zeros
+from .team import Team, node_comm, not_on_one_node
+
+__all__ = ["empty", "zeros", "Team", "node_comm", "not_on_one_node"]

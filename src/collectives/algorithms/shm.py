@@ -1,0 +1,104 @@
+"""Shared-memory allreduce: each rank reduces its 1/p block reading all p inputs in place.
+
+On one node every message-based algorithm moves data through MPI's shared-memory transport,
+which copies each message twice (sender into a shared cell, cell into the receiver). Here the
+ranks of the node share an MPI-3 window (``MPI.Win.Allocate_shared`` on the communicator, whose
+ranks must all share a node) and read each other's data directly, as NCCL and MPICH's
+release/gather collectives do:
+
+1. The vector of ``n`` elements is cut into ``p`` blocks; rank ``b`` owns block ``b``. Each block
+   is cut into segments so that one *round* (segment ``t`` of every block) fits a slot of
+   ``Options.shm_segment_bytes``; a few slots per rank are reused round after round, so the
+   window stays small for any message size.
+2. Stage: each rank copies its round-``t`` segments of the other ranks' blocks into its input
+   slot (skipped for an input that already lives in shared memory, ``collectives.empty``).
+3. Reduce: rank ``b`` combines segment ``t`` of block ``b`` from all ``p`` inputs, in rank
+   order, in one pass over memory (a Numba kernel per op and dtype, no temporaries), and writes
+   it to its own result, to its output slot, and straight into every result that lives in shared
+   memory.
+4. Copy out: each rank copies the other blocks' segment ``t`` from their owners' output slots.
+
+Ranks hand rounds to each other through counters in the window (``_shmem/team.py``: the protocol
+and why it is correct under MPI's memory model), never through MPI messages or barriers, and the
+three steps of consecutive rounds overlap. Vectors of up to ``REPLICATE_BYTES`` skip the blocks:
+every rank stages all of its vector and reduces all of it from every input itself (the same
+operands in the same order through the same kernel, so the same bits), one hand-off per round
+instead of two, which is what latency-bound sizes need.
+
+Cost: no message latency, only a few cache-line hand-offs per round (``nseg`` rounds). Memory
+traffic per rank, with ``beta`` the time to copy a byte and ``gamma`` to combine one: staging
+``n (p-1)/p beta``, reducing ``n (p-1)/p gamma`` (it reads ``n`` bytes and writes ``2 n/p``),
+copying out ``n (p-1)/p beta``: ``2 n (p-1)/p beta + n (p-1)/p gamma``, ring's bandwidth term with each
+byte copied once instead of through MPI's two copies. With ``collectives.empty`` buffers for
+input and output there is nothing to stage or copy out: ``n (p-1)/p gamma`` plus writing the
+result into every rank's output (``n`` bytes per rank). Each block is reduced once, by its
+owner, and then only copied, so results are bitwise identical on every rank.
+
+Only for communicators whose ranks share one node (``Split_type(COMM_TYPE_SHARED)``, or one
+emulated node of ``Options.node_size``): otherwise every rank raises the same ``ValueError``,
+naming the ranks off rank 0's node. The window is created at the first call on a communicator and
+kept in its private context (freed with it), so later calls, and persistent plans, reuse it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._context import Context
+from .._shmem import layout
+from .._shmem.buffers import registry
+from .._shmem.team import Team, not_on_one_node
+from ..ops import Op
+from ..options import Options
+
+__all__ = ["allreduce", "on_one_node", "team", "REPLICATE_BYTES"]
+
+#: Up to this many bytes every rank reduces the whole vector itself from every input (one
+#: hand-off per round instead of two; the same operands in the same order, so the same bits).
+REPLICATE_BYTES = 64 << 10
+
+
+def _why_not(ctx: Context, opts: Options) -> str | None:
+    return ctx.cached(("shm-node", opts.node_size),
+                      lambda comm: not_on_one_node(comm, opts.node_size))
+
+
+def on_one_node(ctx: Context, opts: Options) -> bool:
+    """Whether every rank of ``ctx.comm`` shares one (emulated) node (collective at first use)."""
+    return _why_not(ctx, opts) is None
+
+
+def team(ctx: Context, opts: Options) -> Team:
+    """The communicator's shm team for these options, created (collectively) on first use.
+
+    Raises
+    ------
+    ValueError
+        Some ranks are not on rank 0's node (every rank raises it, with the same message).
+    """
+    key = ("shm", opts.node_size, opts.shm_segment_bytes)
+    found = ctx._cache.get(key)  # the per-call path: one lookup, no closure
+    if found is None:
+        found = ctx.cached(key, lambda comm: _make_team(ctx, opts))
+    if type(found) is str:
+        raise ValueError(found)
+    return found
+
+
+def _make_team(ctx: Context, opts: Options) -> Team | str:
+    """The team, or the reason there is none (cached like a team, raised at every call)."""
+    why = _why_not(ctx, opts)
+    return why if why is not None else Team(ctx.comm, opts.shm_segment_bytes, registry(ctx))
+
+
+def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
+    shm = team(ctx, opts)
+    opcode = layout.OPCODES[op.name]
+    if type(buf) is not np.ndarray:  # CuPy: the window is host memory, so reduce a host copy
+        host = src.get()
+        allreduce(host, host, op, ctx, opts)
+        buf.set(host)
+    elif buf.nbytes <= REPLICATE_BYTES:
+        shm.run(src, buf, opcode, layout.REPLICATED, 1)
+    else:
+        shm.run(src, buf, opcode, layout.FUSED, shm.size)

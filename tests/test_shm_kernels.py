@@ -1,0 +1,82 @@
+"""The shared-memory fold kernel against NumPy, bit for bit, in one process (no MPI needed).
+
+``fold`` must combine operands left to right (rank order) exactly as chained NumPy ufuncs do:
+wrapping integers, float16 rounded after every operation, ``np.minimum``/``np.maximum``'s choice
+between signed zeros and their NaN propagation; and it must allow a destination that is one of
+the operands (in place).
+"""
+
+import numpy as np
+import pytest
+
+import collectives
+from collectives._shmem import layout
+
+UFUNCS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}
+
+
+def _kernels():
+    from collectives._shmem import kernels
+
+    return kernels
+
+
+def _operands(dtype, op, p, n, seed=0):
+    rng = np.random.default_rng(seed)
+    if dtype.kind == "f":
+        xs = [rng.standard_normal(n) * (0.9 if op == "prod" else 4) for _ in range(p)]
+        for x in xs:  # signed zeros and NaNs where min/max must pick consistently
+            x[::5], x[1::7], x[2::11] = 0.0, -0.0, np.nan
+    else:
+        info = np.iinfo(dtype)
+        xs = [rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True) for _ in range(p)]
+    return [np.ascontiguousarray(x, dtype=dtype) for x in xs]
+
+
+def _fold(op, xs, dsts):
+    k = _kernels()
+    token = k.FLOAT16 if xs[0].dtype == np.float16 else xs[0]
+    view = (lambda a: a.view(np.uint16)) if xs[0].dtype == np.float16 else (lambda a: a)
+    srcs = np.array([view(x).ctypes.data for x in xs], np.int64)
+    outs = np.array([view(d).ctypes.data for d in dsts], np.int64)
+    scratch = np.empty(layout.FOLD_BLOCK * 8, np.uint8)
+    k.fold(layout.OPCODES[op], token, srcs, len(xs), outs, len(dsts), xs[0].size,
+           scratch.ctypes.data)
+
+
+@pytest.mark.parametrize("op", list(UFUNCS))
+@pytest.mark.parametrize("dtype", collectives.SUPPORTED_DTYPES, ids=str)
+def test_fold_matches_chained_numpy_bitwise(dtype, op):
+    n = 2 * layout.FOLD_BLOCK + 37  # several blocks and a ragged end
+    for p in (1, 2, 3, 5):
+        xs = _operands(dtype, op, p, n, seed=p)
+        expected = xs[0].copy()
+        with np.errstate(all="ignore"):
+            for x in xs[1:]:
+                expected = UFUNCS[op](expected, x)
+        outs = [np.full(n, 7, dtype) for _ in range(3)]
+        _fold(op, xs, outs)
+        for out in outs:
+            assert np.array_equal(out.view(np.uint8), expected.view(np.uint8)), (p, dtype, op)
+
+
+def test_fold_in_place_into_a_later_operand():
+    """The destination may be any of the operands, e.g. the last one (a rank's own input)."""
+    xs = _operands(np.dtype(np.float32), "sum", 4, 5000)
+    expected = ((xs[0] + xs[1]) + xs[2]) + xs[3]
+    other = np.empty_like(xs[0])
+    _fold("sum", xs, [xs[3], other])
+    for out in (xs[3], other):
+        assert np.array_equal(out.view(np.uint8), expected.view(np.uint8))
+
+
+def test_signed_zero_and_nan_choices():
+    """The rank-order convention, spelled out: ties keep the later operand like np.minimum."""
+    a = np.array([0.0, -0.0, np.nan, 1.0], np.float64)
+    b = np.array([-0.0, 0.0, 1.0, np.nan], np.float64)
+    for op in ("min", "max"):
+        out = np.empty_like(a)
+        _fold(op, [a, b], [out])
+        ref = UFUNCS[op](a, b)
+        assert np.array_equal(np.signbit(out), np.signbit(ref)) and \
+            np.array_equal(np.isnan(out), np.isnan(ref)), op
