@@ -79,6 +79,17 @@ def test_digits_split():
     assert len(data.load("digits", subset=100).y_train) == 100
 
 
+def test_synthetic_data_is_generated_the_same_everywhere():
+    ds = data.load("synthetic")
+    assert ds.x_train.dtype == np.float32 and ds.features == 64 and ds.classes == 10
+    assert len(ds.y_train) == 16000 and len(ds.y_test) == 4000
+    assert ds.x_train.min() >= 0 and ds.x_train.max() <= 1
+    assert np.bincount(ds.y_train).min() > 1400  # balanced classes
+    x, y = data.DATASETS["synthetic"].__wrapped__()  # generated again, not the cached copy
+    assert np.array_equal(x, data.DATASETS["synthetic"]()[0])
+    assert np.array_equal(y, data.DATASETS["synthetic"]()[1])
+
+
 @pytest.mark.parametrize("spec, expected", [
     ("topk", ("topk", {})),
     ("topk:ratio=0.01", ("topk", {"ratio": 0.01})),
@@ -103,6 +114,31 @@ def test_seeding_private_differs_shared_agrees():
     assert codecs.build("topk", error_feedback=False, seed=0, rank=0).error_feedback is None
 
 
+def test_overlap_buckets_cover_the_gradient_in_backward_order():
+    from collectives.sgd.exchange import Buckets
+    from collectives.sgd.model import MLP
+
+    m = MLP((5, 7, 3), seed=0)
+    b = Buckets(m.grads, bucket_bytes=2 * 7 * 4)  # 2 rows of the 5x7 weight, 4 of the 7x3
+    assert [[(r.start, r.stop) for r in rows] for rows in b.rows] == [[(0, 2), (2, 4), (4, 5)],
+                                                                      [(0, 4), (4, 7)]]
+    covered = np.zeros(m.grads.size, int)
+    for views in b.views:
+        for v in views:
+            assert np.shares_memory(v, m.grads.flat)
+            start = (v.__array_interface__["data"][0] - m.grads.flat.__array_interface__["data"][0])
+            covered[start // 4:start // 4 + v.size] += 1
+    assert (covered == 1).all()  # every gradient element in exactly one bucket
+    ready = []
+    x = np.random.default_rng(0).random((4, 5), dtype=np.float32)
+    m.loss_and_grad(x, np.array([0, 1, 2, 0]), on_ready=lambda i, k: ready.append((i, k)),
+                    row_blocks=b.row_blocks)
+    assert ready == [(1, 0), (1, 1), (0, 0), (0, 1), (0, 2)]  # last layer first, rows in order
+    fused = MLP((5, 7, 3), seed=0)
+    fused.loss_and_grad(x, np.array([0, 1, 2, 0]))
+    assert np.allclose(fused.grads.flat, m.grads.flat, rtol=1e-6, atol=1e-7)
+
+
 def test_sync_and_bytes():
     assert parse_sync("sync") == 0 and parse_sync("local:8") == 8
     for bad in ("local", "local:0", "async"):
@@ -124,6 +160,9 @@ def test_sync_and_bytes():
                               "ratio$"),
     (["--codec", "qsgd:levels=x"], "qsgd parameter 'levels' takes an integer, got 'x'"),
     (["--codec", "qsgd:seed=x"], "qsgd parameter 'seed' takes an integer"),
+    (["--overlap", "--codec", "topk"], "--overlap starts dense"),
+    (["--overlap", "--sync", "local:2"], "--overlap starts dense"),
+    (["--overlap", "--bucket-mb", "0"], "--bucket-mb must be positive"),
 ])
 def test_cli_rejects(argv, message):
     with pytest.raises(UsageError, match=message):

@@ -166,3 +166,19 @@ def test_single_process_is_a_copy(algorithm):
     for comm in (None, MPI.COMM_SELF):
         y = collectives.allreduce(x, algorithm=algorithm, op="avg", comm=comm)
         assert y is not x and np.array_equal(y, x)
+
+
+def test_timeout_options_from_environment(monkeypatch):
+    monkeypatch.setenv(ENV["timeout"], "2.5")
+    monkeypatch.setenv(ENV["stall_warning"], "off")
+    opts = Options.from_env()
+    assert opts.timeout == 2.5 and opts.stall_warning is None
+    monkeypatch.delenv(ENV["timeout"])
+    monkeypatch.delenv(ENV["stall_warning"])
+    assert Options.from_env().timeout is None and Options.from_env().stall_warning == 60.0
+    monkeypatch.setenv(ENV["timeout"], "soon")
+    with pytest.raises(ValueError, match="COLLECTIVES_TIMEOUT='soon' is not a number of seconds"):
+        Options.from_env()
+    for bad in (0, -1, "3", True):
+        with pytest.raises(ValueError, match="timeout must be a positive number"):
+            Options(timeout=bad)

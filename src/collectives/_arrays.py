@@ -24,6 +24,9 @@ SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(
     )
 )
 _SUPPORTED = frozenset(SUPPORTED_DTYPES)
+# np.may_share_memory without its __array_function__ dispatch (a third of the per-call cost of
+# the check on small arrays); the dispatching function where NumPy does not expose it
+_may_share_memory = getattr(np.may_share_memory, "_implementation", np.may_share_memory)
 _NAMES = ", ".join(str(d) for d in SUPPORTED_DTYPES)
 
 
@@ -62,8 +65,12 @@ def check_out(out: object, x: np.ndarray, shape: tuple[int, ...] | None = None,
     the flat views corresponds), and either be ``x`` itself (in place) or not overlap it.
     """
     expected = x.shape if shape is None else shape
+    if out is x and shape is None:  # in place: x is checked already
+        if not writeable(out):
+            raise ValueError(f"{what} is read-only")
+        return out
     check_input(out, what)
-    if xp(out) is not xp(x):
+    if type(out) is not type(x) and xp(out) is not xp(x):
         raise ValueError(f"{what} must live where the input does (both NumPy or both CuPy)")
     if out.shape != expected:
         raise ValueError(f"{what} has shape {out.shape}, expected {expected}")
@@ -74,7 +81,8 @@ def check_out(out: object, x: np.ndarray, shape: tuple[int, ...] | None = None,
     if out is not x:
         if shape is None and out.ndim > 1 and out.flags.c_contiguous != x.flags.c_contiguous:
             raise ValueError(f"{what} must have the same memory order (C or Fortran) as the input")
-        if xp(x).may_share_memory(out, x):
+        overlaps = _may_share_memory if type(x) is np.ndarray else xp(x).may_share_memory
+        if overlaps(out, x):
             raise ValueError(f"{what} overlaps the input without being the input; "
                              f"pass out=x to reduce in place")
     return out
@@ -86,8 +94,10 @@ def writeable(a: np.ndarray) -> bool:
 
 
 def flat(a: np.ndarray) -> np.ndarray:
-    """A 1-D view of a contiguous array in memory order (no copy)."""
-    return a.reshape(-1, order="F" if a.ndim > 1 and not a.flags.c_contiguous else "C")
+    """A 1-D view of a contiguous array in memory order (no copy; a 1-D array itself)."""
+    if a.ndim == 1:
+        return a
+    return a.reshape(-1, order="F" if not a.flags.c_contiguous else "C")
 
 
 def new_like(x: np.ndarray, shape: tuple[int, ...] | None = None) -> np.ndarray:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import threading
 from functools import lru_cache, wraps
 from typing import Any, Callable
 
@@ -36,7 +37,7 @@ ENV = "COLLECTIVES_CUDA_AWARE"
 #: The path the last device message took: "cuda-aware" or "staged" (None before any).
 LAST_PATH: str | None = None
 
-_PINNED: dict[str, Any] = {}
+_PINNED: dict[tuple[str, int], Any] = {}
 
 
 @lru_cache(maxsize=None)
@@ -77,7 +78,9 @@ def _note(path: str) -> None:
 
 
 def _pinned(slot: str, nbytes: int) -> np.ndarray:
-    """A reusable page-locked host buffer of at least ``nbytes`` for ``slot``."""
+    """A reusable page-locked host buffer of at least ``nbytes`` for ``slot`` (per thread: the
+    progress engine's thread stages its own messages)."""
+    slot = (slot, threading.get_ident())
     buf = _PINNED.get(slot)
     if buf is None or buf.nbytes < nbytes:
         cp = cupy()

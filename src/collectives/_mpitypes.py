@@ -38,11 +38,23 @@ def _user_op(ufunc: np.ufunc, dtype: np.dtype) -> MPI.Op:
 
 
 def _uses_user_op(dtype: np.dtype, force_user_op: bool) -> bool:
-    return dtype == np.float16 and (force_user_op or _mpi_float16() is None)
+    return dtype.char == "e" and (force_user_op or _mpi_float16() is None)
+
+
+_TYPES: dict[np.dtype, MPI.Datatype] = {}
 
 
 def native_type(dtype: np.dtype, force_user_op: bool = False) -> MPI.Datatype:
     """The MPI datatype for ``dtype`` in a native reduction."""
+    if not force_user_op:  # the per-call path: remembered by dtype
+        found = _TYPES.get(dtype)
+        if found is None:
+            found = _TYPES[dtype] = _lookup(dtype)
+        return found
+    return _lookup(dtype, force_user_op)
+
+
+def _lookup(dtype: np.dtype, force_user_op: bool = False) -> MPI.Datatype:
     if _uses_user_op(dtype, force_user_op):
         return MPI.UINT16_T
     if dtype == np.float16:

@@ -15,7 +15,7 @@ from mpi4py import MPI
 from ._context import context
 from .options import Options
 
-__all__ = ["checked", "pick", "setup"]
+__all__ = ["check_comm", "checked", "checked_call", "pick", "setup", "verdict"]
 
 T = TypeVar("T")
 _ERRORS = {"TypeError": TypeError, "ValueError": ValueError}
@@ -39,6 +39,12 @@ def setup(comm: MPI.Comm | None, options: Options | None,
     return comm, opts, opts.validate if validate is None else bool(validate)
 
 
+def check_comm(name: str, comm: object) -> None:
+    """Raise ``TypeError`` unless ``comm`` is a usable intracommunicator."""
+    if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
+        raise TypeError(f"{name}: comm must be an MPI intracommunicator, got {comm!r}")
+
+
 def checked(name: str, comm: MPI.Comm, validate: bool,
             check: Callable[[], tuple[T, dict[str, Any]]]) -> T:
     """Run ``check()`` (local checks returning a value and a signature); agree across ranks.
@@ -46,26 +52,58 @@ def checked(name: str, comm: MPI.Comm, validate: bool,
     Without ``validate`` a local error is raised at once on the rank that has it. With
     ``validate`` all ranks exchange signatures and errors and raise the same error together.
     """
-    if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
-        raise TypeError(f"{name}: comm must be an MPI intracommunicator, got {comm!r}")
+    check_comm(name, comm)
     if not validate:
         return check()[0]
     try:
         value, signature = check()
         error = None
     except (TypeError, ValueError) as exc:
-        value, signature, error = None, None, (type(exc).__name__, str(exc))
-    everyone = context(comm).comm.allgather((signature, error))
+        value, signature, error = None, None, local_error(exc)
+    problem = verdict(name, context(comm).comm.allgather((signature, error)))
+    if problem is not None:
+        raise problem
+    return value  # type: ignore[return-value]
+
+
+def local_error(exc: Exception) -> tuple[str, str]:
+    """What a rank tells the others about its own bad argument."""
+    return type(exc).__name__, str(exc)
+
+
+def verdict(name: str, everyone: list[tuple[dict[str, Any] | None, tuple[str, str] | None]]
+            ) -> Exception | None:
+    """The error every rank raises, given every rank's ``(signature, error)``; None if they agree.
+
+    Built from the exchanged data only, so every rank builds the same message.
+    """
     bad = [(rank, err) for rank, (_, err) in enumerate(everyone) if err is not None]
     if bad:
         ranks = ", ".join(str(rank) for rank, _ in bad)
         kind, message = bad[0][1]
-        raise _ERRORS[kind](f"{name}: invalid arguments on rank {ranks}: {message}")
-    differing = [key for key in signature if any(sig[key] != signature[key] for sig, _ in everyone)]
-    if differing:
-        detail = "; ".join(
-            f"{key}: " + ", ".join(f"rank {rank}: {sig[key]}" for rank, (sig, _) in
-                                   enumerate(everyone))
-            for key in differing)
-        raise ValueError(f"{name}: arguments differ across ranks ({detail})")
-    return value  # type: ignore[return-value]
+        return _ERRORS.get(kind, ValueError)(f"{name}: invalid arguments on rank {ranks}: "
+                                             f"{message}")
+    first = everyone[0][0]
+    keys = list(first)
+    keys += [key for sig, _ in everyone for key in sig if key not in keys]
+    differing = [key for key in keys if any(sig.get(key) != first.get(key) for sig, _ in everyone)]
+    if not differing:
+        return None
+    detail = "; ".join(
+        f"{key}: " + ", ".join(f"rank {rank}: {sig.get(key)}" for rank, (sig, _) in
+                               enumerate(everyone))
+        for key in differing)
+    return ValueError(f"{name}: arguments differ across ranks ({detail})")
+
+
+def checked_call(cls: type, comm: MPI.Comm, validate: bool, *args: Any) -> Any:
+    """``cls(comm, *args)``, with the cross-rank check of ``validate`` (see ``_validate``)."""
+    if not validate:
+        check_comm(cls.kind, comm)
+        return cls(comm, *args)
+
+    def check():
+        call = cls(comm, *args)
+        return call, call.signature()
+
+    return checked(cls.kind, comm, True, check)

@@ -3,9 +3,13 @@
 Each algorithm asks for its scratch by its own name; a buffer grows to the largest request seen and
 is then reused. Names keep nested algorithms (hierarchical calling ring) from sharing one buffer.
 Scratch lives where the data does: ``like`` (the buffer being reduced) decides NumPy or CuPy.
+Each thread has its own pool: a non-blocking operation on the progress engine's thread never
+shares scratch with a blocking one on the caller's.
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
@@ -13,7 +17,7 @@ from ._arrays import xp
 
 __all__ = ["scratch"]
 
-_POOL: dict[tuple[str, object], np.ndarray] = {}
+_LOCAL = threading.local()
 
 
 def scratch(name: str, count: int, like: np.ndarray) -> np.ndarray:
@@ -22,8 +26,12 @@ def scratch(name: str, count: int, like: np.ndarray) -> np.ndarray:
     dtype = like.dtype
     nbytes = count * dtype.itemsize
     module = xp(like)
-    buf = _POOL.get((name, module))
+    try:
+        pool = _LOCAL.pool
+    except AttributeError:
+        pool = _LOCAL.pool = {}
+    buf = pool.get((name, module))
     if buf is None or buf.nbytes < nbytes:
         buf = module.empty(max(nbytes, 64), dtype=np.uint8)
-        _POOL[(name, module)] = buf
+        pool[(name, module)] = buf
     return buf[:nbytes].view(dtype)

@@ -10,25 +10,35 @@ Conventions shared by every function here (those of ``MPI_Allreduce`` and mpi4py
 - Bad arguments raise ``TypeError``/``ValueError`` before any message is sent. ``validate=True``
   (default: ``COLLECTIVES_VALIDATE``) also cross-checks the arguments no rank can see alone.
 - Every rank ends with bitwise identical results.
+
+Each collective is a small *call* class (``AllreduceCall`` ...): its constructor checks the
+arguments and fixes everything a run needs (flat views, the op, the algorithm, block offsets, the
+result array); ``run(ctx)`` communicates on ``ctx.comm``. The blocking functions here build one
+and run it at once; the non-blocking ones (:mod:`collectives.nonblocking`) hand it to the
+communicator's progress engine, and persistent plans keep one and run it at every ``start()``;
+so all three check the same way and compute the same bits.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import weakref
+from typing import Any, Sequence
 
 import numpy as np
 from mpi4py import MPI
 
 from ._arrays import check_input, check_out, copy_into, flat, new_like, writeable
 from ._context import context
+from ._mpitypes import native_op, native_type
 from ._p2p import partition
-from ._validate import checked, pick as _pick, setup as _setup
-from .algorithms import ALGORITHMS, FLAT
+from ._validate import checked_call as _checked, pick as _pick, setup as _setup
+from .algorithms import ALGORITHMS, FLAT, auto
 from .blocks import ALLGATHER, BCAST, REDUCE, REDUCE_SCATTER
 from .ops import Op, get_op
 from .options import Options
 
-__all__ = ["allreduce", "reduce_scatter", "allgather", "bcast", "reduce"]
+__all__ = ["allreduce", "reduce_scatter", "allgather", "bcast", "reduce", "AllreduceCall",
+           "ReduceScatterCall", "AllgatherCall", "BcastCall", "ReduceCall", "run_resolved"]
 
 OpLike = str | MPI.Op | Op
 
@@ -54,6 +64,243 @@ def _offsets(counts: Sequence[int] | None, total: int, p: int) -> list[int]:
 def _finish_avg(op: Op, result: np.ndarray, p: int) -> None:
     if op.average and p > 1:
         np.divide(result, p, out=result)
+
+
+class AllreduceCall:
+    """A checked allreduce: ``run(ctx)`` reduces ``src`` into ``dst`` on ``ctx.comm``."""
+
+    kind = "allreduce"
+    __slots__ = ("src", "dst", "op", "fn", "algorithm", "opts", "result", "trivial")
+
+    def __init__(self, comm: MPI.Comm, x: np.ndarray, out: np.ndarray | None, op: OpLike,
+                 algorithm: str, opts: Options) -> None:
+        a = check_input(x)
+        self.op = get_op(op, a.dtype)
+        self.fn = _pick(ALGORITHMS, algorithm, "algorithm")
+        if opts.inter_algorithm not in FLAT:
+            _pick(FLAT, opts.inter_algorithm, "inter_algorithm")
+        res = new_like(a) if out is None else check_out(out, a)
+        self.src = flat(a)
+        self.dst = self.src if res is a else flat(res)
+        self.algorithm, self.opts, self.result = algorithm, opts, res
+        self.trivial = a.size == 0 or comm.size == 1
+
+    def signature(self) -> dict[str, Any]:
+        return {"count": self.src.size, "dtype": self.src.dtype, "op": self.op.name,
+                "algorithm": self.algorithm}
+
+    def run(self, ctx: Any) -> None:
+        if self.trivial:  # trivial cases, here only
+            copy_into(self.src, self.dst)
+            return
+        self.fn(self.src, self.dst, self.op, ctx, self.opts)
+        if self.op.average:
+            _finish_avg(self.op, self.dst, ctx.comm.size)
+
+    def resolved(self, ctx: Any) -> tuple[Any, tuple[MPI.Datatype, MPI.Op] | None]:
+        """What a run on ``ctx`` does, decided once: the algorithm function ("auto" resolved for
+        this size, as ``algorithms.auto`` would at every call) and, when that is "native" on
+        NumPy arrays, the MPI datatype and op of its one ``MPI_Allreduce``."""
+        fn = self.fn
+        if fn is ALGORITHMS["auto"]:
+            fn = FLAT[auto.choose(self.dst.nbytes, self.dst.size, ctx.comm.size,
+                                  auto.comm_rules(ctx))]
+        native = None
+        if fn is FLAT["native"] and type(self.dst) is np.ndarray:
+            native = (native_type(self.dst.dtype), native_op(self.op, self.dst.dtype))
+        return fn, native
+
+
+def run_resolved(src: np.ndarray, dst: np.ndarray, op: Op, fn: Any,
+                 native: tuple[MPI.Datatype, MPI.Op] | None, ctx: Any, opts: Options) -> None:
+    """Run an allreduce decided by :meth:`AllreduceCall.resolved` (exactly what ``run`` does)."""
+    if native is not None:  # algorithms/native.py's call, without its dispatch
+        dtype, mpi_op = native
+        ctx.comm.Allreduce(MPI.IN_PLACE if src is dst else [src, dtype], [dst, dtype], mpi_op)
+    else:
+        fn(src, dst, op, ctx, opts)
+    if op.average:
+        _finish_avg(op, dst, ctx.comm.size)
+
+
+class _Repeats:
+    """Blocking ``allreduce`` calls that repeat the last arguments skip their checks.
+
+    A training loop calls ``allreduce(grads, out=grads)`` with the same arrays every step. The
+    checks of the first call (types, dtype, shape, memory order, overlap) and its decisions
+    ("auto"'s algorithm, native's MPI datatype) are remembered, keyed by the identity of ``x``,
+    ``out``, ``comm`` and the names of op and algorithm; a later call with the same objects
+    reuses them after re-checking what could have changed in place: the shapes, strides and
+    dtypes, ``out``'s write flag, the options in force, and that the communicator is not freed.
+    Arrays are held by weak references only. NumPy arrays, string ops and ``validate`` off only;
+    the last :data:`SIZE` argument sets.
+    """
+
+    SIZE = 32
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple, tuple] = {}
+
+    def run(self, x: Any, out: Any, op: str, algorithm: str, comm: Any,
+            options: Options | None) -> bool:
+        """Run the call if it repeats a remembered one; False if it does not."""
+        entry = self.entries.get((id(x), id(out), op, algorithm, id(comm)))
+        if entry is None:
+            return False
+        xref, outref, shape, xstrides, ostrides, dtype, opts, the_comm, ctx, the_op, fn, \
+            native = entry
+        if (xref() is not x or outref() is not out
+                or (Options.from_env() if options is None else options) is not opts
+                or x.shape != shape or out.shape != shape or x.dtype is not dtype
+                or out.dtype is not dtype or x.strides != xstrides or out.strides != ostrides
+                or not out.flags.writeable or the_comm == MPI.COMM_NULL):
+            return False
+        src = flat(x)
+        run_resolved(src, src if out is x else flat(out), the_op, fn, native, ctx, opts)
+        return True
+
+    def remember(self, call: AllreduceCall, x: Any, out: Any, op: str, algorithm: str,
+                 comm_arg: Any, comm: MPI.Comm, options: Options | None) -> None:
+        if call.trivial or type(out) is not np.ndarray or type(x) is not np.ndarray:
+            return
+        ctx = context(comm)
+        fn, native = call.resolved(ctx)
+        entries = self.entries
+        if len(entries) >= self.SIZE:
+            try:  # the oldest; another thread may be at it too
+                entries.pop(next(iter(entries)), None)
+            except (RuntimeError, StopIteration):
+                pass
+        entries[(id(x), id(out), op, algorithm, id(comm_arg))] = (
+            weakref.ref(x), weakref.ref(out), x.shape, x.strides, out.strides, x.dtype,
+            call.opts if options is None else options, comm, ctx, call.op, fn, native)
+
+
+_REPEATS = _Repeats()
+
+
+class ReduceScatterCall:
+    """A checked reduce-scatter: ``run(ctx)`` leaves block ``rank`` in ``result``."""
+
+    kind = "reduce_scatter"
+    __slots__ = ("src", "op", "fn", "offsets", "algorithm", "opts", "result", "trivial")
+
+    def __init__(self, comm: MPI.Comm, x: np.ndarray, out: np.ndarray | None, op: OpLike,
+                 counts: Sequence[int] | None, algorithm: str, opts: Options) -> None:
+        a = check_input(x)
+        self.op = get_op(op, a.dtype)
+        self.fn = _pick(REDUCE_SCATTER, algorithm, "algorithm")
+        self.offsets = offsets = _offsets(counts, a.size, comm.size)
+        n = int(offsets[comm.rank + 1] - offsets[comm.rank])
+        self.result = new_like(a, (n,)) if out is None else check_out(out, a, (n,))
+        self.src, self.algorithm, self.opts = flat(a), algorithm, opts
+        self.trivial = a.size == 0 or comm.size == 1
+
+    def signature(self) -> dict[str, Any]:
+        return {"count": self.src.size, "dtype": self.src.dtype, "op": self.op.name,
+                "algorithm": self.algorithm, "counts": tuple(np.diff(self.offsets).tolist())}
+
+    def run(self, ctx: Any) -> None:
+        if self.trivial:
+            copy_into(self.src, self.result)
+            return
+        self.fn(self.src, self.result, self.offsets, self.op, ctx, self.opts)
+        _finish_avg(self.op, self.result, ctx.comm.size)
+
+
+class AllgatherCall:
+    """A checked allgather: ``run(ctx)`` concatenates every rank's block into ``result``."""
+
+    kind = "allgather"
+    __slots__ = ("src", "fn", "offsets", "algorithm", "opts", "result", "trivial")
+
+    def __init__(self, comm: MPI.Comm, x: np.ndarray, out: np.ndarray | None,
+                 counts: Sequence[int] | None, algorithm: str, opts: Options) -> None:
+        a = check_input(x)
+        self.fn = _pick(ALLGATHER, algorithm, "algorithm")
+        sizes = [a.size] * comm.size if counts is None else counts
+        self.offsets = offsets = _offsets(sizes, int(np.sum(sizes)), comm.size)
+        if int(offsets[comm.rank + 1] - offsets[comm.rank]) != a.size:
+            raise ValueError(f"counts[{comm.rank}] = {offsets[comm.rank + 1] - offsets[comm.rank]}"
+                             f" but x has {a.size} elements")
+        total = int(offsets[-1])
+        self.result = new_like(a, (total,)) if out is None else check_out(out, a, (total,))
+        self.src, self.algorithm, self.opts = flat(a), algorithm, opts
+        self.trivial = total == 0 or comm.size == 1
+
+    def signature(self) -> dict[str, Any]:
+        return {"dtype": self.src.dtype, "algorithm": self.algorithm,
+                "counts": tuple(np.diff(self.offsets).tolist())}
+
+    def run(self, ctx: Any) -> None:
+        if self.trivial:
+            copy_into(self.src, self.result)
+            return
+        self.fn(self.src, self.result, self.offsets, ctx, self.opts)
+
+
+class BcastCall:
+    """A checked broadcast: ``run(ctx)`` copies ``root``'s ``x`` into every rank's ``x``."""
+
+    kind = "bcast"
+    __slots__ = ("buf", "root", "fn", "algorithm", "opts", "result", "trivial")
+
+    def __init__(self, comm: MPI.Comm, x: np.ndarray, root: int, algorithm: str,
+                 opts: Options) -> None:
+        a = check_input(x)
+        self.root = _check_root(root, comm)
+        self.fn = _pick(BCAST, algorithm, "algorithm")
+        if not writeable(a):
+            raise ValueError("x is read-only; bcast writes into it on every rank but the root")
+        self.buf, self.algorithm, self.opts, self.result = flat(a), algorithm, opts, a
+        self.trivial = a.size == 0 or comm.size == 1
+
+    def signature(self) -> dict[str, Any]:
+        return {"count": self.buf.size, "dtype": self.buf.dtype, "root": self.root,
+                "algorithm": self.algorithm}
+
+    def run(self, ctx: Any) -> None:
+        if not self.trivial:
+            self.fn(self.buf, self.root, ctx, self.opts)
+
+
+class ReduceCall:
+    """A checked reduce: ``run(ctx)`` leaves the reduction in ``result`` on ``root``."""
+
+    kind = "reduce"
+    __slots__ = ("src", "dst", "op", "root", "fn", "algorithm", "opts", "result", "trivial")
+
+    def __init__(self, comm: MPI.Comm, x: np.ndarray, out: np.ndarray | None, op: OpLike,
+                 root: int, algorithm: str, opts: Options) -> None:
+        a = check_input(x)
+        self.op = get_op(op, a.dtype)
+        self.root = r = _check_root(root, comm)
+        self.fn = _pick(REDUCE, algorithm, "algorithm")
+        res = None
+        if comm.rank == r:
+            res = new_like(a) if out is None else check_out(out, a)
+        self.src = src = flat(a)
+        self.dst = None if res is None else (src if res is a else flat(res))
+        self.algorithm, self.opts, self.result = algorithm, opts, res
+        self.trivial = a.size == 0 or comm.size == 1
+
+    def signature(self) -> dict[str, Any]:
+        return {"count": self.src.size, "dtype": self.src.dtype, "op": self.op.name,
+                "root": self.root, "algorithm": self.algorithm}
+
+    def run(self, ctx: Any) -> None:
+        if self.trivial:
+            if self.dst is not None:
+                copy_into(self.src, self.dst)
+            return
+        self.fn(self.src, self.dst, self.op, self.root, ctx, self.opts)
+        if self.dst is not None:
+            _finish_avg(self.op, self.dst, ctx.comm.size)
+
+
+def _run(call: Any, comm: MPI.Comm) -> Any:
+    call.run(None if call.trivial else context(comm))
+    return call.result
 
 
 def allreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum",
@@ -83,26 +330,16 @@ def allreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum
     numpy.ndarray
         ``out``, holding the reduction; bitwise identical on every rank.
     """
+    repeatable = validate is None and type(op) is str and type(out) is np.ndarray
+    if repeatable and _REPEATS.run(x, out, op, algorithm, comm, options):
+        return out
+    comm_arg = comm
     comm, opts, validate = _setup(comm, options, validate)
-
-    def check():
-        a = check_input(x)
-        the_op = get_op(op, a.dtype)
-        fn = _pick(ALGORITHMS, algorithm, "algorithm")
-        _pick(FLAT, opts.inter_algorithm, "inter_algorithm")
-        res = new_like(a) if out is None else check_out(out, a)
-        sig = {"count": a.size, "dtype": a.dtype, "op": the_op.name, "algorithm": algorithm}
-        return (a, the_op, fn, res), sig
-
-    a, the_op, fn, res = checked("allreduce", comm, validate, check)
-    src = flat(a)
-    dst = src if res is a else flat(res)
-    if a.size == 0 or comm.size == 1:  # trivial cases, here only
-        copy_into(src, dst)
-        return res
-    fn(src, dst, the_op, context(comm), opts)
-    _finish_avg(the_op, dst, comm.size)
-    return res
+    call = _checked(AllreduceCall, comm, validate, x, out, op, algorithm, opts)
+    result = _run(call, comm)
+    if repeatable and not validate:
+        _REPEATS.remember(call, x, out, op, algorithm, comm_arg, comm, options)
+    return result
 
 
 def reduce_scatter(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum",
@@ -116,25 +353,8 @@ def reduce_scatter(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike =
     ``algorithm``: "ring" or "native".
     """
     comm, opts, validate = _setup(comm, options, validate)
-
-    def check():
-        a = check_input(x)
-        the_op = get_op(op, a.dtype)
-        fn = _pick(REDUCE_SCATTER, algorithm, "algorithm")
-        offsets = _offsets(counts, a.size, comm.size)
-        n = int(offsets[comm.rank + 1] - offsets[comm.rank])
-        res = new_like(a, (n,)) if out is None else check_out(out, a, (n,))
-        sig = {"count": a.size, "dtype": a.dtype, "op": the_op.name,
-               "algorithm": algorithm, "counts": tuple(np.diff(offsets).tolist())}
-        return (a, the_op, fn, offsets, res), sig
-
-    a, the_op, fn, offsets, res = checked("reduce_scatter", comm, validate, check)
-    if a.size == 0 or comm.size == 1:
-        copy_into(flat(a), res)
-        return res
-    fn(flat(a), res, offsets, the_op, context(comm), opts)
-    _finish_avg(the_op, res, comm.size)
-    return res
+    return _run(_checked(ReduceScatterCall, comm, validate, x, out, op, counts, algorithm, opts),
+                comm)
 
 
 def allgather(x: np.ndarray, *, out: np.ndarray | None = None,
@@ -148,27 +368,7 @@ def allgather(x: np.ndarray, *, out: np.ndarray | None = None,
     ``algorithm``: "ring" or "native".
     """
     comm, opts, validate = _setup(comm, options, validate)
-
-    def check():
-        a = check_input(x)
-        fn = _pick(ALLGATHER, algorithm, "algorithm")
-        sizes = [a.size] * comm.size if counts is None else counts
-        offsets = _offsets(sizes, int(np.sum(sizes)), comm.size)
-        if int(offsets[comm.rank + 1] - offsets[comm.rank]) != a.size:
-            raise ValueError(f"counts[{comm.rank}] = {offsets[comm.rank + 1] - offsets[comm.rank]}"
-                             f" but x has {a.size} elements")
-        total = int(offsets[-1])
-        res = new_like(a, (total,)) if out is None else check_out(out, a, (total,))
-        sig = {"dtype": a.dtype, "algorithm": algorithm,
-               "counts": tuple(np.diff(offsets).tolist())}
-        return (a, fn, offsets, res), sig
-
-    a, fn, offsets, res = checked("allgather", comm, validate, check)
-    if offsets[-1] == 0 or comm.size == 1:
-        copy_into(flat(a), res)
-        return res
-    fn(flat(a), res, offsets, context(comm), opts)
-    return res
+    return _run(_checked(AllgatherCall, comm, validate, x, out, counts, algorithm, opts), comm)
 
 
 def bcast(x: np.ndarray, *, root: int = 0, algorithm: str = "binomial",
@@ -179,20 +379,7 @@ def bcast(x: np.ndarray, *, root: int = 0, algorithm: str = "binomial",
     ``algorithm``: "binomial" (pipelined in segments) or "native".
     """
     comm, opts, validate = _setup(comm, options, validate)
-
-    def check():
-        a = check_input(x)
-        r = _check_root(root, comm)
-        fn = _pick(BCAST, algorithm, "algorithm")
-        if not writeable(a):
-            raise ValueError("x is read-only; bcast writes into it on every rank but the root")
-        sig = {"count": a.size, "dtype": a.dtype, "root": r, "algorithm": algorithm}
-        return (a, r, fn), sig
-
-    a, r, fn = checked("bcast", comm, validate, check)
-    if a.size and comm.size > 1:
-        fn(flat(a), r, context(comm), opts)
-    return a
+    return _run(_checked(BcastCall, comm, validate, x, root, algorithm, opts), comm)
 
 
 def reduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum", root: int = 0,
@@ -204,27 +391,4 @@ def reduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum", 
     and None on every other rank, where ``out`` is ignored. ``algorithm``: "binomial" or "native".
     """
     comm, opts, validate = _setup(comm, options, validate)
-
-    def check():
-        a = check_input(x)
-        the_op = get_op(op, a.dtype)
-        r = _check_root(root, comm)
-        fn = _pick(REDUCE, algorithm, "algorithm")
-        res = None
-        if comm.rank == r:
-            res = new_like(a) if out is None else check_out(out, a)
-        sig = {"count": a.size, "dtype": a.dtype, "op": the_op.name, "root": r,
-               "algorithm": algorithm}
-        return (a, the_op, r, fn, res), sig
-
-    a, the_op, r, fn, res = checked("reduce", comm, validate, check)
-    src = flat(a)
-    dst = None if res is None else (src if res is a else flat(res))
-    if a.size == 0 or comm.size == 1:
-        if dst is not None:
-            copy_into(src, dst)
-        return res
-    fn(src, dst, the_op, r, context(comm), opts)
-    if dst is not None:
-        _finish_avg(the_op, dst, comm.size)
-    return res
+    return _run(_checked(ReduceCall, comm, validate, x, out, op, root, algorithm, opts), comm)

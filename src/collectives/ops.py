@@ -52,19 +52,22 @@ def get_op(op: str | MPI.Op | Op, dtype: np.dtype) -> Op:
     TypeError
         "avg" on an integer dtype (an integer mean would silently truncate).
     """
+    resolved = OPS.get(op) if type(op) is str else None  # the per-call path: a name
+    if resolved is None:
+        resolved = _resolve(op)
+    if resolved.average and dtype.kind != "f":
+        raise TypeError(f"op 'avg' needs a floating dtype, got {dtype}; use op='sum' and divide")
+    return resolved
+
+
+def _resolve(op: object) -> Op:
     if isinstance(op, Op):
-        resolved = op
-    elif isinstance(op, MPI.Op):
+        return op
+    if isinstance(op, MPI.Op):
         name = next((n for o, n in _BY_MPI if o == op), None)
         if name is None:
             raise ValueError(f"unsupported MPI op {op!r}; supported: MPI.SUM, MPI.PROD, MPI.MIN, "
                              f"MPI.MAX, or the names {', '.join(OPS)}")
-        resolved = OPS[name]
-    elif isinstance(op, str) and op in OPS:
-        resolved = OPS[op]
-    else:
-        raise ValueError(f"unknown op {op!r}; valid ops: {', '.join(OPS)} "
-                         f"(or MPI.SUM, MPI.PROD, MPI.MIN, MPI.MAX)")
-    if resolved.average and dtype.kind != "f":
-        raise TypeError(f"op 'avg' needs a floating dtype, got {dtype}; use op='sum' and divide")
-    return resolved
+        return OPS[name]
+    raise ValueError(f"unknown op {op!r}; valid ops: {', '.join(OPS)} "
+                     f"(or MPI.SUM, MPI.PROD, MPI.MIN, MPI.MAX)")

@@ -7,7 +7,8 @@ own collectives ("native") are not counted: what they send is the library's busi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
 __all__ = ["Traffic", "TRAFFIC", "reset"]
 
@@ -18,10 +19,12 @@ class Traffic:
 
     bytes_sent: int = 0
     messages: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, nbytes: int) -> None:
-        self.bytes_sent += nbytes
-        self.messages += 1
+        with self._lock:  # the progress engine's threads count here too
+            self.bytes_sent += nbytes
+            self.messages += 1
 
 
 #: The process-wide counters.
@@ -30,6 +33,7 @@ TRAFFIC = Traffic()
 
 def reset() -> Traffic:
     """Zero the counters; return what they held."""
-    before = Traffic(TRAFFIC.bytes_sent, TRAFFIC.messages)
-    TRAFFIC.bytes_sent = TRAFFIC.messages = 0
+    with TRAFFIC._lock:
+        before = Traffic(TRAFFIC.bytes_sent, TRAFFIC.messages)
+        TRAFFIC.bytes_sent = TRAFFIC.messages = 0
     return before

@@ -88,3 +88,53 @@ def test_native_float16_user_op_fallback():
                        [y, native_type(x.dtype, force_user_op=True)],
                        native_op(TABLE[op], x.dtype, force_user_op=True))
         assert_close(y, x, op, comm, f"user op {op}")
+
+
+def test_repeated_calls_reuse_checks_safely(monkeypatch):
+    """allreduce(x, out=y) repeated with the same arrays skips its checks (api._Repeats); what
+    can change in place between calls is noticed: shape, dtype, write flag, options, a freed
+    communicator, a new array at a recycled address."""
+    from collectives.api import _REPEATS
+
+    world = MPI.COMM_WORLD
+    comm = world.Dup()
+    p = comm.size
+    x = make_input(1001, np.dtype(np.float64), "sum", comm.rank)
+    y = np.empty_like(x)
+    first = collectives.allreduce(x, out=y, comm=comm).copy()
+    assert_close(first, x, "sum", comm, "first call")
+    for algorithm in ("auto", "native", "ring"):
+        once = collectives.allreduce(x, out=y, comm=comm, algorithm=algorithm).copy()
+        before = len(_REPEATS.entries)
+        for _ in range(3):  # repeats: remembered, bitwise the first call's result
+            y[...] = 0
+            assert collectives.allreduce(x, out=y, comm=comm, algorithm=algorithm) is y
+            assert np.array_equal(y.view(np.uint8), once.view(np.uint8)), algorithm
+        assert len(_REPEATS.entries) == before
+        assert_close(y, x, "sum", comm, f"repeat {algorithm}")
+    x.shape = y.shape = (7, 143)  # reshaped in place: checked again, right shape out
+    assert collectives.allreduce(x, out=y, comm=comm).shape == (7, 143)
+    x.shape = (1001,)
+    with pytest.raises(ValueError, match="shape"):
+        collectives.allreduce(x, out=y, comm=comm)
+    y.shape = (1001,)
+    y.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        collectives.allreduce(x, out=y, comm=comm)
+    y.flags.writeable = True
+    for k in range(5):  # new arrays, possibly at recycled addresses
+        a = np.full(1001, float(k + comm.rank))
+        b = np.empty_like(a)
+        collectives.allreduce(a, out=b, comm=comm)
+        assert np.array_equal(b, np.full(1001, p * k + p * (p - 1) / 2))
+        del a, b
+    monkeypatch.setenv("COLLECTIVES_VALIDATE", "1")  # options in force changed: validated
+    if p > 1:
+        bad = np.ones(3 + (comm.rank == 0))
+        with pytest.raises(ValueError, match="arguments differ"):
+            collectives.allreduce(bad, out=np.empty_like(bad), comm=comm)
+    monkeypatch.setenv("COLLECTIVES_VALIDATE", "0")
+    collectives.allreduce(x, out=y, comm=comm)
+    comm.Free()
+    with pytest.raises(TypeError, match="intracommunicator"):
+        collectives.allreduce(x, out=y, comm=comm)

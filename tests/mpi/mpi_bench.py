@@ -153,3 +153,42 @@ def test_allreduce_codec_columns_report_bytes_on_the_wire(capsys):
         assert "usage:" not in err
     else:
         assert "error:" not in err
+
+
+def test_osu_iallreduce_blocks_and_overlap():
+    """osu_iallreduce: one OSU non-blocking block per algorithm (MPI_Iallreduce included),
+    validated results, and OSU's overlap formula applied to the measured times."""
+    from collectives.bench import iallreduce
+
+    comm = MPI.COMM_WORLD
+    args = ["--sizes", "8,4096", "-i", "2", "-x", "1", "-T", "mpi_float", "-c", "-f",
+            "--compute", "sleep", "-t", "2", "--algorithm", "mpi,native,ring"]
+    if comm.size == 1:
+        with pytest.raises(SystemExit, match="at least two processes"):
+            iallreduce.main(args, comm=comm, out=io.StringIO())
+        return
+    out = io.StringIO()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / "nbc.json") if comm.rank == 0 else None
+        records = iallreduce.main(args + (["--json", path] if path else []), comm=comm, out=out)
+        if path:
+            saved = json.loads(Path(path).read_text())
+            assert len(saved["records"]) == 6 and saved["compute"] == "sleep"
+    assert [(r.algorithm, r.size) for r in records] == \
+        [(a, s) for s in (8, 4096) for a in ("mpi", "native", "ring")]
+    for r in records:
+        assert r.valid and r.iterations == 2 and r.pure_us > 0
+        assert r.overlap_pct == iallreduce.overlap_percent(r.overall_us, r.compute_us,
+                                                           r.test_us, r.pure_us)
+        assert 0 <= r.overlap_pct <= 100
+    if comm.rank == 0:
+        text = out.getvalue()
+        assert text.count("# OSU MPI Non-blocking Allreduce Latency Test v7.2") == 3
+        assert "# Overall = Coll. Init + Compute + MPI_Test + MPI_Wait" in text
+        header = [l for l in text.splitlines() if l.startswith("# Size")][0]
+        assert header.split("  ")[0] == "# Size" and "Overlap(%)" in header and \
+            "Pure Comm.(us)" in header and header.endswith("Validation")
+        row = [l for l in text.splitlines() if l.startswith("4096")][0]
+        assert len(row) == 10 + 7 * 20 + 20 and row.endswith("Pass")
+    assert iallreduce.overlap_percent(10.0, 8.0, 0.0, 4.0) == 50.0  # OSU's example arithmetic
+    assert iallreduce.overlap_percent(10.0, 2.0, 0.0, 4.0) == 0.0   # clipped at zero

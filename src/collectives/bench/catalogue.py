@@ -1,9 +1,9 @@
 """Every benchmark's entry point by its OSU program name (the console scripts' table)."""
 
-from . import allgather, allreduce, bcast, bw, latency, reduce_scatter
+from . import allgather, allreduce, bcast, bw, iallreduce, latency, reduce_scatter
 
 __all__ = ["BENCHMARKS", "osu_allreduce", "osu_reduce_scatter", "osu_allgather", "osu_bcast",
-           "osu_latency", "osu_bw"]
+           "osu_latency", "osu_bw", "osu_iallreduce"]
 
 #: Entry point ``main(argv=None, comm=None, out=None)`` of each benchmark.
 BENCHMARKS = {
@@ -13,6 +13,7 @@ BENCHMARKS = {
     "osu_bcast": bcast.main,
     "osu_latency": latency.main,
     "osu_bw": bw.main,
+    "osu_iallreduce": iallreduce.main,
 }
 
 
@@ -32,3 +33,4 @@ osu_allgather = _script("osu_allgather")
 osu_bcast = _script("osu_bcast")
 osu_latency = _script("osu_latency")
 osu_bw = _script("osu_bw")
+osu_iallreduce = _script("osu_iallreduce")

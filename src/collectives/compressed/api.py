@@ -11,14 +11,14 @@ from mpi4py import MPI
 
 from .._arrays import check_input, check_out, flat, new_like
 from .._context import context
-from .._validate import checked, pick, setup
+from .._validate import checked_call, pick, setup
 from ..algorithms import ALGORITHMS
 from ..options import Options
 from ._plan import Plan
 from .state import CompressionState, base_codec, state_of
 from .strategies import STRATEGIES, choose, incompatibility
 
-__all__ = ["compressed_allreduce"]
+__all__ = ["compressed_allreduce", "CompressedAllreduceCall"]
 
 _OPS = ("avg", "sum")
 
@@ -64,8 +64,23 @@ def compressed_allreduce(x: np.ndarray, codec: Codec | Memory | CompressionState
         merge of (index, value) lists runs on the host.
     """
     comm, opts, validate = setup(comm, options, validate)
+    call = checked_call(CompressedAllreduceCall, comm, validate, x, codec, out, op, strategy, key,
+                    step, algorithm, opts)
+    call.run(None if call.src.size == 0 else context(comm))
+    return call.result
 
-    def check():
+
+class CompressedAllreduceCall:
+    """A checked compressed allreduce (see :func:`compressed_allreduce`); ``run(ctx)`` runs the
+    strategy on ``ctx.comm``. Shared by the blocking and the non-blocking entry points."""
+
+    kind = "compressed_allreduce"
+    __slots__ = ("whole", "src", "dst", "fn", "codec", "key", "step", "average", "sig",
+                 "algorithm", "opts", "result", "world")
+
+    def __init__(self, comm: MPI.Comm, x: np.ndarray, codec: Any, out: np.ndarray | None,
+                 op: str, strategy: str, key: Any, step: int | None, algorithm: str,
+                 opts: Options) -> None:
         a = check_input(x)
         base = base_codec(codec)
         if not isinstance(base, Codec):
@@ -83,28 +98,33 @@ def compressed_allreduce(x: np.ndarray, codec: Codec | Memory | CompressionState
         if not isinstance(the_step, (int, np.integer)) or the_step < 0:
             raise ValueError(f"step must be a non-negative integer, got {step!r}")
         name = choose(base, memory) if strategy == "auto" else strategy
-        fn = pick(STRATEGIES, name, "strategy")
+        self.fn = pick(STRATEGIES, name, "strategy")
         pick(ALGORITHMS, algorithm, "algorithm")
         problem = incompatibility(name, base, memory)
         if problem:
             raise ValueError(problem)
         res = new_like(a) if out is None else check_out(out, a)
-        sig = {"count": a.size, "dtype": a.dtype, "codec": base.name, "op": op,
-               "strategy": name, "step": int(the_step)}
-        return (a, fn, res, int(the_step)), sig
+        self.sig = {"count": a.size, "dtype": a.dtype, "codec": base.name, "op": op,
+                    "strategy": name, "step": int(the_step)}
+        self.whole, self.src = a, flat(a)
+        self.dst = self.src if res is a else flat(res)
+        self.codec, self.key, self.step, self.average = codec, key, int(the_step), op == "avg"
+        self.algorithm, self.opts, self.result = algorithm, opts, res
+        self.world = comm.size
 
-    a, fn, res, the_step = checked("compressed_allreduce", comm, validate, check)
-    src = flat(a)
-    dst = src if res is a else flat(res)
-    if a.size == 0:
-        return res
-    ctx = context(comm)
-    plan = Plan(state_of(codec, ctx), key, the_step, op == "avg", comm.size, a.shape)
-    # an overflowed gradient's inf or NaN propagates to every rank's result (the codecs'
-    # documented rule), quietly: a NumPy warning turned into an error on one rank would hang
-    with np.errstate(over="ignore", invalid="ignore"):
-        if comm.size == 1:  # still compress: a single rank gets what the codec makes of its input
-            plan.aggregate_into([plan.decode(plan.encode(a), a.size)], dst)
-        else:
-            fn(src, dst, plan, ctx, opts, algorithm)
-    return res
+    def signature(self) -> dict[str, Any]:
+        return self.sig
+
+    def run(self, ctx: Any) -> None:
+        if self.src.size == 0:
+            return
+        plan = Plan(state_of(self.codec, ctx), self.key, self.step, self.average, self.world,
+                    self.whole.shape)
+        # an overflowed gradient's inf or NaN propagates to every rank's result (the codecs'
+        # documented rule), quietly: a NumPy warning turned into an error on one rank would hang
+        with np.errstate(over="ignore", invalid="ignore"):
+            if self.world == 1:  # still compress: a single rank gets what the codec makes of it
+                plan.aggregate_into([plan.decode(plan.encode(self.whole), self.src.size)],
+                                    self.dst)
+            else:
+                self.fn(self.src, self.dst, plan, ctx, self.opts, self.algorithm)

@@ -79,6 +79,11 @@ def parser() -> argparse.ArgumentParser:
                    help="wrap the codec in error feedback (default: if the codec needs it)")
     c.add_argument("--strategy", choices=_STRATEGIES, default="auto")
     c.add_argument("--sync", default="sync", help="'sync' (every step) or 'local:H' (local SGD)")
+    c.add_argument("--overlap", action="store_true",
+                   help="start each gradient bucket's allreduce during backward, through the "
+                        "progress engine (dense only)")
+    c.add_argument("--bucket-mb", type=float, default=25.0,
+                   help="with --overlap: largest bucket in MiB (default 25, as PyTorch DDP)")
     s = p.add_argument_group("output and checkpoints")
     s.add_argument("--log", help="per-epoch log, .csv or .json")
     s.add_argument("--plot", help="PNG of the training curves")
@@ -105,11 +110,14 @@ class Config:
     def fingerprint_fields(self) -> dict:
         """What fixes the trajectory (a checkpoint must match it to be resumed)."""
         a = self.args
-        return {"dataset": a.dataset, "subset": a.subset, "hidden": list(self.hidden),
-                "epochs": a.epochs, "batch": a.batch_size, "lr": a.lr, "momentum": a.momentum,
-                "wd": a.weight_decay, "warmup": a.warmup_epochs, "seed": a.seed,
-                "algorithm": a.algorithm, "codec": a.codec, "ef": a.error_feedback,
-                "strategy": a.strategy, "sync": a.sync}
+        fields = {"dataset": a.dataset, "subset": a.subset, "hidden": list(self.hidden),
+                  "epochs": a.epochs, "batch": a.batch_size, "lr": a.lr, "momentum": a.momentum,
+                  "wd": a.weight_decay, "warmup": a.warmup_epochs, "seed": a.seed,
+                  "algorithm": a.algorithm, "codec": a.codec, "ef": a.error_feedback,
+                  "strategy": a.strategy, "sync": a.sync}
+        if a.overlap:  # buckets reduce in other pieces than one fused buffer: other bits
+            fields["overlap_bucket_mb"] = a.bucket_mb
+        return fields
 
 
 def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
@@ -143,6 +151,11 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
     if local_every and a.checkpoint_every % local_every:
         raise UsageError(f"with --sync local:{local_every}, --checkpoint-every must be a multiple "
                          f"of {local_every} (checkpoints are taken right after averaging)")
+    if a.overlap and (codec_name or local_every):
+        raise UsageError("--overlap starts dense gradient allreduces during backward: it works "
+                         "with neither --codec nor --sync local:H")
+    if not a.bucket_mb > 0:
+        raise UsageError(f"--bucket-mb must be positive, got {a.bucket_mb}")
     if codec_name is None and (a.error_feedback or a.strategy != "auto"):
         raise UsageError("--error-feedback and --strategy need a --codec")
     for path, exts in ((a.log, (".csv", ".json")), (a.plot, (".png",))):

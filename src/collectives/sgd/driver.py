@@ -78,7 +78,8 @@ class Trainer:
         self.opt = SGD(self.model.params.flat, a.momentum, a.weight_decay)
         self.clock = Clock()
         self.exchange = Exchange(self.model.grads, self.model.params, self.state, a.algorithm,
-                                 a.strategy, cfg.local_every, comm, self.clock)
+                                 a.strategy, cfg.local_every, comm, self.clock,
+                                 int(a.bucket_mb * 2**20) if a.overlap else None)
         self.fingerprint, self.config_text = _fingerprint(cfg, self.sizes)
         self.step = 0
         self.history: list[dict] = []
@@ -90,10 +91,7 @@ class Trainer:
         """(meta, shared, mine) of the state after ``self.step`` steps."""
         shared = {"params": self.model.params.flat}
         mine: dict[str, np.ndarray] = {"epoch_loss": self.epoch_loss,
-                                       "stats": np.array([self.exchange.stats.calls,
-                                                          self.exchange.stats.seconds,
-                                                          self.exchange.stats.bytes_sent,
-                                                          self.exchange.stats.dense_bytes])}
+                                       "stats": self.exchange.stats.as_array()}
         (mine if self.cfg.local_every else shared)["momentum"] = self.opt.velocity
         if self.state is not None:  # all of the compression's state, and nothing else of it
             mine.update({STATE_PREFIX + k: v for k, v in self.state.state_dict().items()})
@@ -111,9 +109,7 @@ class Trainer:
         self.model.params.flat[...] = shared["params"]
         self.opt.velocity[...] = (mine if self.cfg.local_every else shared)["momentum"]
         self.epoch_loss[...] = mine["epoch_loss"]
-        st = self.exchange.stats
-        st.calls, st.seconds, st.bytes_sent, st.dense_bytes = mine["stats"].tolist()
-        st.calls, st.bytes_sent, st.dense_bytes = int(st.calls), int(st.bytes_sent), int(st.dense_bytes)
+        self.exchange.stats.load(mine["stats"])
         if self.state is not None:
             self.state.load_state_dict({k[len(STATE_PREFIX):]: v for k, v in mine.items()
                                         if k.startswith(STATE_PREFIX)})
@@ -136,11 +132,16 @@ class Trainer:
                 "bytes_sent": self.exchange.stats.bytes_sent}
 
     def one_step(self, order: np.ndarray) -> None:
+        with self.clock.measure("step"):
+            self._step(order)
+
+    def _step(self, order: np.ndarray) -> None:
         a, step = self.args, self.step
         i = step % self.spe
         batch = order[i * a.batch_size:(i + 1) * a.batch_size]
         with self.clock.measure("compute"):
-            loss, correct = self.model.loss_and_grad(self.ds.x_train[batch], self.ds.y_train[batch])
+            loss, correct = self.model.loss_and_grad(self.ds.x_train[batch], self.ds.y_train[batch],
+                                                     **self.exchange.backward_hooks())
         self.epoch_loss += (loss * len(batch), correct, len(batch))
         self.exchange(step)
         with self.clock.measure("compute"):
@@ -196,6 +197,7 @@ class Trainer:
                 "test_acc": last.get("test_acc", 0.0), "seconds": secs,
                 "wall_s": self.elapsed + self.run_seconds(), "analytic": self.exchange.analytic,
                 "exchanges": st.calls, "bytes_mean": float(np.mean(sent)),
+                "overlap": a.overlap, "comm_busy": st.busy, "comm_hidden": st.hidden,
                 "bytes_max": int(max(sent)), "dense_bytes": st.dense_bytes}
 
 

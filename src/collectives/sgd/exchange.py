@@ -10,6 +10,13 @@ Synchronous mode (``--sync sync``, the default) averages the fused gradient ever
   so for them every layer's gradient is reduced alone, as a view of the buffer, with key
   ``"grads.<i>"``.
 
+With ``--overlap`` (dense only) the gradient is averaged in buckets started *during* backward,
+through the progress engine (``collectives.iallreduce``): each layer's gradient, its weight cut
+into blocks of rows of at most ``--bucket-mb`` (PyTorch DDP's ``bucket_cap_mb``, 25 by default),
+is started as soon as backward has written it, and the step waits for all of them before the
+update. The report then says how much of the communication was hidden behind backward: for each
+bucket, the part of its time on the engine that passed before the step began to wait.
+
 Local SGD (``--sync local:H``; Lin et al. 2020, *Don't Use Large Mini-Batches, Use Local SGD*)
 skips the gradient exchange; every ``H`` steps the parameters are averaged with
 ``collectives.allreduce``. Momentum buffers stay local.
@@ -25,6 +32,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import numpy as np
 from mpi4py import MPI
 
 import collectives
@@ -33,7 +41,7 @@ from ..compressed import CompressionState
 from .fusion import FusionBuffer
 from .timing import Clock, time_methods
 
-__all__ = ["LAYERWISE", "Exchange", "parse_sync", "ring_bytes"]
+__all__ = ["LAYERWISE", "Exchange", "Buckets", "parse_sync", "ring_bytes"]
 
 #: codecs reduced layer by layer (they need each layer's matrix shape)
 LAYERWISE = frozenset({"powersgd", "efsignsgd"})
@@ -62,6 +70,41 @@ class Stats:
     seconds: float = 0.0
     bytes_sent: int = 0
     dense_bytes: int = 0      # what dense fp32 ring allreduce would have sent
+    busy: float = 0.0         # --overlap: seconds the buckets spent on the engine
+    hidden: float = 0.0       # ... of which before the step started waiting
+
+    def as_array(self) -> np.ndarray:
+        """The statistics as one float64 array (checkpoints)."""
+        return np.array([self.calls, self.seconds, self.bytes_sent, self.dense_bytes,
+                         self.busy, self.hidden])
+
+    def load(self, values: np.ndarray) -> None:
+        """Restore from :meth:`as_array` (checkpoints of before ``--overlap`` have 4 values)."""
+        v = [float(a) for a in values] + [0.0] * (6 - len(values))
+        self.calls, self.bytes_sent, self.dense_bytes = int(v[0]), int(v[2]), int(v[3])
+        self.seconds, self.busy, self.hidden = v[1], v[4], v[5]
+
+
+class Buckets:
+    """The gradient's overlap buckets: for each layer, blocks of weight rows (the last one
+    followed by the bias), each a contiguous view of the fusion buffer, in backward order."""
+
+    def __init__(self, grads: FusionBuffer, bucket_bytes: int) -> None:
+        self.rows: list[list[slice]] = []
+        self.views: list[list[np.ndarray]] = []
+        offsets = grads.offsets
+        for i in range(len(grads.shapes) // 2):
+            fan_in, fan_out = grads.shapes[2 * i]
+            per = max(1, bucket_bytes // (fan_out * grads.flat.itemsize))
+            rows = [slice(a, min(a + per, fan_in)) for a in range(0, fan_in, per)]
+            base = offsets[2 * i]
+            views = [grads.flat[base + r.start * fan_out:base + r.stop * fan_out] for r in rows]
+            views[-1] = grads.flat[base + rows[-1].start * fan_out:offsets[2 * i + 2]]  # + bias
+            self.rows.append(rows)
+            self.views.append(views)
+
+    def row_blocks(self, layer: int) -> list[slice]:
+        return self.rows[layer]
 
 
 class Exchange:
@@ -82,7 +125,7 @@ class Exchange:
 
     def __init__(self, grads: FusionBuffer, params: FusionBuffer, state: CompressionState | None,
                  algorithm: str, strategy: str, local_every: int, comm: MPI.Comm,
-                 clock: Clock) -> None:
+                 clock: Clock, bucket_bytes: int | None = None) -> None:
         self.grads, self.params, self.state = grads, params, state
         self.algorithm, self.strategy, self.local_every = algorithm, strategy, local_every
         self.comm, self.clock = comm, clock
@@ -93,16 +136,49 @@ class Exchange:
                 if part is not None:
                     time_methods(part, clock, "codec")
         self.layerwise = state is not None and state.codec.name in LAYERWISE
+        self.buckets = None if bucket_bytes is None else Buckets(grads, bucket_bytes)
+        self._requests: list = []
+        self._sent0 = 0
 
     def exchanges_at(self, step: int) -> bool:
         """Whether step ``step`` (0-based) ends with an exchange."""
         return not self.local_every or (step + 1) % self.local_every == 0
 
+    def backward_hooks(self) -> dict:
+        """Keyword arguments for ``MLP.loss_and_grad``: with ``--overlap``, the hooks that start
+        each bucket's allreduce as backward finishes it; otherwise none."""
+        if self.buckets is None:
+            return {}
+        self._sent0 = collectives.TRAFFIC.bytes_sent
+        return {"on_ready": self._start_bucket, "row_blocks": self.buckets.row_blocks}
+
+    def _start_bucket(self, layer: int, block: int) -> None:
+        view = self.buckets.views[layer][block]
+        self._requests.append(collectives.iallreduce(view, out=view, op="avg",
+                                                     algorithm=self.algorithm, comm=self.comm))
+
     def __call__(self, step: int) -> None:
         """Exchange after the local gradient of ``step`` is in ``grads`` (before the update)."""
         if self.local_every:
             return
+        if self.buckets is not None:
+            self._wait_buckets()
+            return
         self._timed(self.grads, step, self._reduce_grads)
+
+    def _wait_buckets(self) -> None:
+        """--overlap: wait for this step's buckets; count what was hidden behind backward."""
+        requests, self._requests = self._requests, []
+        t0 = time.perf_counter()
+        collectives.waitall(requests)
+        st = self.stats
+        st.seconds += time.perf_counter() - t0
+        st.busy += sum(r.finished - r.started for r in requests)
+        st.hidden += sum(max(0.0, min(r.finished, t0) - r.started) for r in requests)
+        dense = ring_bytes(self.grads.flat.nbytes, self.comm.size)
+        st.calls += 1
+        st.dense_bytes += dense
+        st.bytes_sent += dense if self.analytic else collectives.TRAFFIC.bytes_sent - self._sent0
 
     def average_params(self, step: int) -> None:
         """Local SGD: average the parameters after the update of ``step``, when due."""

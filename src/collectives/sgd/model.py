@@ -8,11 +8,17 @@ biases start at zero, all drawn from ``default_rng(seed)`` so every rank builds 
 Forward: ``h_0 = x``, ``z_i = h_{i-1} W_i + b_i``, ``h_i = relu(z_i)``; the last ``z`` are the
 logits. The loss is the batch mean of ``-log softmax(z)[y]``. Backward starts from
 ``dz = (softmax(z) - onehot(y)) / B`` and runs the chain rule down the layers.
+
+Backward can report gradients as they become final (``on_ready``), so that their allreduce
+starts while the rest of backward runs (wait-free backpropagation, as PyTorch DDP's and
+Horovod's hooks do): layer by layer from the last, each layer's weight gradient in blocks of
+rows (``row_blocks``; a block of rows of ``W_i`` is contiguous in the fusion buffer), the bias
+before the weight's last block, which the bias follows in the buffer.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -65,9 +71,17 @@ class MLP:
                 np.maximum(h, 0, out=h)
         return h
 
-    def loss_and_grad(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+    def loss_and_grad(self, x: np.ndarray, y: np.ndarray,
+                      on_ready: Callable[[int, int], None] | None = None,
+                      row_blocks: Callable[[int], Sequence[slice]] | None = None
+                      ) -> tuple[float, int]:
         """Mean cross-entropy on ``(x, y)`` and the number of correct predictions; writes the
-        gradient of the loss into ``self.grads``."""
+        gradient of the loss into ``self.grads``.
+
+        ``on_ready(i, k)``, if given, is called as soon as block ``k`` of layer ``i``'s gradient
+        is final: the rows ``row_blocks(i)[k]`` of the weight gradient (plus the whole bias for
+        the last block). Without ``row_blocks`` every layer is one block.
+        """
         acts = [x]
         for i, (w, b) in enumerate(self.layers):
             z = acts[-1] @ w + b
@@ -83,8 +97,12 @@ class MLP:
         dz /= np.float32(n)
         gw, gb = self.grads.views[::2], self.grads.views[1::2]
         for i in range(len(self.layers) - 1, -1, -1):
-            np.matmul(acts[i].T, dz, out=gw[i])
             dz.sum(axis=0, out=gb[i])
+            blocks = row_blocks(i) if row_blocks is not None else [slice(None)]
+            for k, rows in enumerate(blocks):
+                np.matmul(acts[i][:, rows].T, dz, out=gw[i][rows])
+                if on_ready is not None:
+                    on_ready(i, k)
             if i:
                 dz = dz @ self.layers[i][0].T
                 dz *= acts[i] > 0

@@ -45,6 +45,15 @@ def final_report(summary: dict) -> str:
     for k in ("compute", "codec", "comm", "eval", "checkpoint"):
         label = {"codec": "encode/decode", "comm": "communication"}.get(k, k)
         lines.append(f"  {label:<14} {t.get(k, 0.0):8.2f} s  {100 * t.get(k, 0.0) / total:5.1f}%")
+    if s.get("overlap"):
+        busy, hidden = s["comm_busy"], s["comm_hidden"]
+        share = f"{100 * hidden / busy:.0f}%" if busy else "-"
+        lines.append(f"  overlap: the buckets spent {busy:.2f} s on the engine, {hidden:.2f} s "
+                     f"({share}) of it hidden behind backward; {t.get('comm', 0.0):.2f} s "
+                     "waited for")
+    if t.get("step"):
+        lines.append(f"  step (forward, backward, exchange, update): mean "
+                     f"{t['step'] / max(1, s['steps']) * 1e3:.1f} ms")
     how = "analytic 2n(p-1)/p (native MPI_Allreduce is not counted)" if s["analytic"] \
         else "counted by collectives.TRAFFIC"
     dense = s["dense_bytes"]

@@ -1,0 +1,81 @@
+"""Per-call overhead of the collectives against a bare ``comm.Allreduce``, side by side.
+
+``mpiexec -n 2 python bench/call_overhead.py [--bytes 8] [--calls 20000] [--rounds 7]``
+
+In every round each variant makes ``--calls`` back-to-back calls on the same ``--bytes`` of
+float32 (sum, out of place), timed as a whole; variants take turns within the round, so load on
+a shared machine hits them alike. Reported: the median over rounds of the time per call (rank
+0's; the ranks are in lock step) and its ratio to the bare call's median.
+
+- ``bare``: ``comm.Allreduce(x, y, op=MPI.SUM)`` of mpi4py on a duplicate of COMM_WORLD;
+- ``plan()``: a persistent plan (``collectives.allreduce_init``) called as ``plan()``;
+- ``allreduce``: the blocking ``collectives.allreduce(x, out=y)``;
+- ``iallreduce+wait``: ``collectives.iallreduce(x, out=y).wait()`` (a hand-off to the engine's
+  thread and back: the latency of a non-blocking call, not its cost to overlapped work).
+
+``--json FILE`` writes the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import collectives
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bytes", type=int, default=8)
+    ap.add_argument("--calls", type=int, default=20000, help="calls per variant and round")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--algorithm", default="auto", help="for plan() and allreduce")
+    ap.add_argument("--no-iallreduce", action="store_true", help="skip iallreduce+wait")
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    comm = MPI.COMM_WORLD
+    bare_comm = comm.Dup()
+    x = np.ones(max(1, args.bytes // 4), dtype=np.float32)
+    y = np.empty_like(x)
+    plan = collectives.allreduce_init(x, out=y, algorithm=args.algorithm)
+    variants = {
+        "bare": lambda: bare_comm.Allreduce(x, y, op=MPI.SUM),
+        "plan()": plan,
+        "allreduce": lambda: collectives.allreduce(x, out=y, algorithm=args.algorithm),
+    }
+    if not args.no_iallreduce:
+        variants["iallreduce+wait"] = \
+            lambda: collectives.iallreduce(x, out=y, algorithm=args.algorithm).wait()
+    for f in variants.values():  # warm up: engine, plan resolution, caches
+        for _ in range(200):
+            f()
+    times = {name: [] for name in variants}
+    for _ in range(args.rounds):
+        for name, f in variants.items():
+            calls = args.calls if name != "iallreduce+wait" else max(1, args.calls // 20)
+            comm.Barrier()
+            start = time.perf_counter()
+            for _ in range(calls):
+                f()
+            times[name].append((time.perf_counter() - start) / calls * 1e6)
+    medians = {name: float(np.median(t)) for name, t in times.items()}
+    if comm.rank == 0:
+        print(f"# per-call time at {x.nbytes} B, {comm.size} ranks, algorithm {args.algorithm}, "
+              f"median of {args.rounds} rounds")
+        print(f"{'variant':<18}{'us/call':>10}{'/ bare':>10}")
+        for name, us in medians.items():
+            print(f"{name:<18}{us:>10.2f}{us / medians['bare']:>10.2f}")
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump({"bytes": int(x.nbytes), "ranks": comm.size, "rounds": times,
+                           "median_us": medians}, fh, indent=1)
+    bare_comm.Free()
+    return medians
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,13 @@
+"""The progress engine behind the non-blocking collectives (see ``engine.py`` for the design).
+
+``comm`` (communicators whose waits poll), ``control`` (status queries for the stall check),
+``requests`` (requests and waiting), ``engine`` (one thread per communicator), ``lifecycle``
+(creation, thread level, shutdown). The public functions are in :mod:`collectives.nonblocking`.
+"""
+
+from .engine import Engine
+from .lifecycle import engine_of, live_engines, require_threads, shutdown
+from .requests import EngineError, Request, StallWarning, testall, waitall, waitany
+
+__all__ = ["Engine", "engine_of", "live_engines", "require_threads", "shutdown", "Request",
+           "StallWarning", "EngineError", "waitall", "waitany", "testall"]

@@ -1,0 +1,104 @@
+"""Status queries between the engines of one communicator: who has submitted what.
+
+Horovod's stall check names the ranks that have not submitted a tensor everybody else waits for.
+Here every engine keeps a receive posted on its private control communicator (a second duplicate
+of the caller's communicator, so these messages never meet an operation's). A rank that waits too
+long sends a query (a round number) to every other rank; each engine answers, from its thread,
+with four counters of its communicator: operations submitted, operations finished, the one
+running (-1 if none), and named operations pending (:mod:`.named`). From those the asker names the ranks that have not submitted the operation
+it waits for, and those still busy with earlier ones.
+
+Engines answer while idle (every :data:`IDLE_POLL_S`) and between polls inside an operation's
+waits. A rank that does not answer within the deadline is named as such: it is inside a long
+computation of the engine's own, or inside a blocking call of the MPI library.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+import numpy as np
+from mpi4py import MPI
+
+__all__ = ["Control", "Status", "IDLE_POLL_S"]
+
+#: How often an idle engine looks for queries.
+IDLE_POLL_S = 0.05
+
+_QUERY, _REPLY = 1, 2
+
+#: (operations submitted, operations finished, sequence number of the one running or -1,
+#: named operations pending)
+Status = tuple[int, int, int, int]
+
+
+class Control:
+    """The query/answer protocol over one control communicator."""
+
+    def __init__(self, comm: MPI.Intracomm, status: Callable[[], Status]) -> None:
+        self.comm = comm
+        self.status = status
+        self._inbox = np.zeros(1, dtype=np.int64)
+        self._posted: MPI.Request | None = None
+        self._serving = threading.Lock()   # one thread tests the posted receive at a time
+        self._asking = threading.Lock()    # one query round at a time
+        self._round = 0
+        self.finalizing = False            # inside MPI_Finalize: no more MPI calls
+
+    def open(self) -> None:
+        """Start answering (the control communicator must be ready)."""
+        self._posted = self.comm.Irecv(self._inbox, MPI.ANY_SOURCE, _QUERY)
+
+    def close(self) -> None:
+        """Stop answering: withdraw the posted receive."""
+        if self.finalizing:
+            return  # no MPI call now: the thread inside MPI_Finalize withdraws it
+        with self._serving:
+            posted, self._posted = self._posted, None
+            if posted is not None:
+                posted.Cancel()
+                posted.Wait()
+
+    def serve(self) -> None:
+        """Answer every query that has arrived (returns at once if another thread is at it)."""
+        if self._posted is None or self.finalizing or not self._serving.acquire(False):
+            return
+        try:
+            status = MPI.Status()
+            while self._posted is not None and self._posted.Test(status):
+                answer = np.array([self._inbox[0], *self.status()], dtype=np.int64)
+                self.comm.Send(answer, status.Get_source(), _REPLY)  # 32 bytes: sent eagerly
+                self._posted = self.comm.Irecv(self._inbox, MPI.ANY_SOURCE, _QUERY)
+        finally:
+            self._serving.release()
+
+    def ask(self, deadline_s: float = 1.0) -> dict[int, Status]:
+        """Every other rank's status (those that answered within ``deadline_s``), and ours."""
+        rank = self.comm.rank
+        others = [r for r in range(self.comm.size) if r != rank]
+        with self._asking:
+            self._round += 1
+            question = np.array([self._round], dtype=np.int64)
+            sends = [self.comm.Isend(question, r, _QUERY) for r in others]
+            boxes = {r: np.zeros(5, dtype=np.int64) for r in others}
+            waiting = {r: self.comm.Irecv(boxes[r], r, _REPLY) for r in others}
+            answers: dict[int, Status] = {rank: self.status()}
+            end = time.monotonic() + deadline_s
+            while waiting and time.monotonic() < end:
+                for r in list(waiting):
+                    if not waiting[r].Test():
+                        continue
+                    if boxes[r][0] == self._round:
+                        answers[r] = tuple(int(v) for v in boxes[r][1:])  # type: ignore[assignment]
+                        del waiting[r]
+                    else:  # a late answer to an earlier round
+                        waiting[r] = self.comm.Irecv(boxes[r], r, _REPLY)
+                self.serve()  # the asker may be this rank's engine thread itself
+                time.sleep(1e-3)
+            for request in waiting.values():
+                request.Cancel()
+                request.Wait()
+            MPI.Request.Waitall(sends)  # small messages: already sent eagerly
+        return answers

@@ -1,0 +1,351 @@
+"""The progress engine: one background thread per communicator runs its non-blocking operations.
+
+Design (Horovod's background thread, one per communicator, on the library's own blocking
+algorithms):
+
+- **Private communicators.** At the first non-blocking call on a communicator its engine is
+  created: three duplicates (the data communicator, on which operations run, the control
+  communicator of :mod:`.control` and the named stream's of :mod:`.named`), made by
+  ``MPI_Comm_idup`` and completed before the call returns, so that first call is collective:
+  it waits for every rank's first non-blocking call on the communicator (up to
+  ``Options.timeout``). The blocking functions use another duplicate (``collectives._context``),
+  so blocking and non-blocking operations of one communicator never match each other's
+  messages, whatever the threads do.
+- **Submission order.** A submitted :class:`~.requests.Request` gets the next sequence number and
+  goes on a FIFO queue, under one lock; the thread runs them one at a time, in that order, each
+  with the algorithm code of the blocking functions on the engine's communicator (an
+  :class:`~.comm.EngineComm`, whose waits poll instead of spinning). Every rank must submit the
+  same operations in the same order, as MPI requires; ``validate=True`` checks that, at the cost
+  of one small allgather per operation.
+- **Overlap.** The thread holds the GIL only between MPI calls and NumPy kernels (both release
+  it), so it progresses while the caller's thread computes in NumPy, PyTorch or sleeps.
+- **Failures.** An operation that raises is reported by its request's ``wait()`` on that rank. The
+  ranks may now be out of step, so the engine fails every later operation with
+  :class:`~.requests.EngineError`; validation errors, raised alike on every rank before anything
+  is sent, do not count.
+- **Shutdown** (:mod:`.lifecycle`): at interpreter exit, on ``MPI.Finalize`` and when the
+  communicator is freed, queued operations are waited for, then the thread stops and the
+  duplicates are freed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import queue
+import threading
+import time
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from .._context import Context
+from .._validate import local_error, verdict
+from .comm import Stopped, Waiter, adopt
+from .control import IDLE_POLL_S, Control
+from .named import NamedStream
+from .requests import DONE, EngineError, Request
+
+__all__ = ["Engine", "describe_comm"]
+
+_STOP = object()
+
+
+def describe_comm(comm: MPI.Comm) -> str:
+    """``MPI_COMM_WORLD (4 ranks)``: a communicator as messages name it (same on every rank)."""
+    name = comm.Get_name() or "a communicator"
+    return f"{name} ({comm.size} ranks)"
+
+
+class Engine:
+    """The progress engine of one communicator (see the module docstring).
+
+    Attributes
+    ----------
+    submitted, completed
+        Operations submitted to, and finished by, this engine so far.
+    running
+        Sequence number of the operation under way, or -1.
+    failure
+        ``(description, exception)`` of the operation that failed on this rank, or None.
+    """
+
+    def __init__(self, comm: MPI.Intracomm) -> None:
+        self.label = describe_comm(comm)
+        self.size, self.rank = comm.size, comm.rank
+        data, data_ready = comm.Idup()
+        control, control_ready = comm.Idup()
+        named, named_ready = comm.Idup()
+        self._setup = [data_ready, control_ready, named_ready]
+        self.setup_done = threading.Event()
+        self.setup_error: BaseException | None = None
+        self.waiter = Waiter(self._serve)
+        self.named = NamedStream(self.label, self.rank, self.size, named, self.waiter)
+        self.comm = adopt(data, self.waiter)
+        self.ctx = Context(self.comm, dup=False)
+        self.control = Control(control, self.status)
+        self.ready = False
+        self.closed = False
+        self.submitted = self.completed = 0
+        self.pending = 0                   # queued or running
+        self.running = -1
+        self.failure: tuple[str, BaseException] | None = None
+        self.stopped = False
+        self._outstanding: dict[int, Request] = {}
+        self._lock = threading.Lock()      # sequence numbers and the queue's order
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    # -- submission ------------------------------------------------------------------------------
+    def submit(self, request: Request) -> Request:
+        """Queue ``request`` behind everything submitted before it (thread-safe); a named one
+        goes to the named stream."""
+        if request.name is not None:
+            if self.closed:
+                raise EngineError(f"the engine of {self.label} is shut down")
+            return self.named.submit(request)
+        with self._lock:
+            if self.closed:
+                raise EngineError(f"the engine of {self.label} is shut down")
+            request.seq = self.submitted
+            self.submitted += 1
+            self.pending += 1
+            self._outstanding[request.seq] = request
+            self._queue.put(request)
+        return request
+
+    def complete_setup(self, timeout: float | None) -> None:
+        """Complete the duplicates (on the creating thread), then start the engine's thread."""
+        try:
+            _complete(self.label, self._setup, timeout)
+        except BaseException as exc:
+            self.setup_error = exc
+            self.setup_done.set()
+            raise
+        self.control.open()
+        self.ready = True
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name=f"collectives-engine {self.label}")
+        self._thread.start()
+        self.setup_done.set()
+
+    def wait_setup(self, timeout: float | None) -> None:
+        """For the other threads: wait until the creating thread has completed the setup."""
+        if not self.setup_done.wait(timeout):
+            raise TimeoutError(f"timed out after {timeout:g} s waiting for the progress engine "
+                               f"of {self.label} to be created (by another thread)")
+        if self.setup_error is not None:
+            raise EngineError(f"the progress engine of {self.label} could not be created: "
+                              f"{self.setup_error}")
+
+    # -- the thread ------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        try:
+            while True:
+                try:
+                    request = self._queue.get(timeout=IDLE_POLL_S)
+                except queue.Empty:
+                    self.control.serve()
+                    continue
+                if request is _STOP:
+                    break
+                try:
+                    error = self._execute(request)
+                except Stopped:
+                    with self._lock:
+                        self.pending -= 1
+                        del self._outstanding[request.seq]
+                    request.complete(EngineError(f"{request.describe()} was abandoned: the engine "
+                                                 f"of {self.label} was shut down"))
+                    raise
+                with self._lock:
+                    self.pending -= 1
+                    del self._outstanding[request.seq]
+                request.complete(error)
+        except Stopped:
+            self._drain(EngineError(f"the engine of {self.label} was shut down before the "
+                                    "operation could complete"))
+        finally:
+            self.control.close()
+
+    def _drain(self, error: BaseException) -> None:
+        """Fail everything still queued (shutdown)."""
+        while True:
+            try:
+                request = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if request is not _STOP:
+                with self._lock:
+                    self.pending -= 1
+                    self._outstanding.pop(request.seq, None)
+                request.complete(error)
+
+    def _execute(self, request: Request) -> BaseException | None:
+        """Run one operation; return its exception (None on success)."""
+        self.running = request.seq
+        request.started = time.perf_counter()
+        error: BaseException | None = None
+        try:
+            if self.failure is not None:
+                what, exc = self.failure
+                raise EngineError(f"{request.describe()} was not run: {what} failed on this rank "
+                                  f"({type(exc).__name__}: {exc}), so the ranks of {self.label} "
+                                  "may be out of step; use a new communicator")
+            agreed = self._agree(request) if request.validate else None
+            if agreed is not None:
+                error = agreed
+            else:
+                request.call.run(self.ctx)
+        except Stopped:
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported by the request's wait()
+            error = exc
+            if not isinstance(exc, EngineError):
+                self.failure = (request.describe(), exc)
+        request.finished = time.perf_counter()
+        self.running = -1
+        self.completed += 1
+        return error
+
+    def _agree(self, request: Request) -> Exception | None:
+        """``validate=True``: the same error on every rank if the ranks' operations differ.
+
+        Every rank contributes (kind, signature, local error) of its operation with this sequence
+        number: a 16-byte digest first (one small allgather), the whole tuples only if the
+        digests differ or some rank has an error.
+        """
+        error = None if request.local_error is None else local_error(request.local_error)
+        mine = (request.kind, None if request.call is None else request.call.signature(), error)
+        digest = np.frombuffer(hashlib.blake2b(repr(mine).encode(), digest_size=16).digest(),
+                               dtype=np.uint8)
+        digests = np.empty((self.size, 16), dtype=np.uint8)
+        self.comm.Allgather(digest, digests)
+        if error is None and (digests == digests[0]).all():
+            return None
+        everyone = self.comm.allgather(mine)
+        name = f"non-blocking operation #{request.seq} on {self.label}"
+        kinds = [kind for kind, _, _ in everyone]
+        if len(set(kinds)) > 1:
+            return ValueError(f"{name}: the ranks submitted different operations ("
+                              + ", ".join(f"rank {r}: {k}" for r, k in enumerate(kinds))
+                              + "); every rank must submit the same operations in the same order")
+        return verdict(f"{kinds[0]} #{request.seq}", [(sig, err) for _, sig, err in everyone])
+
+    # -- status and reports ----------------------------------------------------------------------
+    def outstanding(self) -> list[Request]:
+        """The requests submitted and not yet finished, in order (named ones last)."""
+        with self._lock:
+            ordered = [self._outstanding[k] for k in sorted(self._outstanding)]
+        return ordered + self.named.outstanding()
+
+    def status(self) -> tuple[int, int, int, int]:
+        """(submitted, completed, running, named pending): what the control protocol answers."""
+        return self.submitted, self.completed, self.running, self.named.pending
+
+    def _serve(self) -> None:
+        self.control.serve()
+
+    def report(self, request: Request) -> str:
+        """Why ``request`` is not done: which ranks have not submitted it, or are still busy."""
+        what = request.describe()
+        answers = self.control.ask()
+        missing = [r for r in range(self.size) if r not in answers]
+        if request.name is not None:
+            idle = sorted(r for r, status in answers.items() if status[3] == 0)
+            text = self.named.report(request, idle)
+            return text + (f"; rank(s) {_ranks(missing)} did not answer" if missing else "")
+        behind = sorted(r for r, (sub, _, _, _) in answers.items() if sub <= request.seq)
+        busy = sorted(r for r, (sub, done, run, _) in answers.items()
+                      if sub > request.seq and done <= request.seq and run != request.seq
+                      and r != self.rank)
+        parts = []
+        if behind:
+            parts.append(f"rank(s) {_ranks(behind)} have not submitted it (they submitted "
+                         + ", ".join(f"{answers[r][0]}" for r in behind)
+                         + f" operation(s) on this communicator; it is number {request.seq + 1})")
+        if busy:
+            parts.append(f"rank(s) {_ranks(busy)} are still busy with earlier operations "
+                         f"(running #{', #'.join(str(answers[r][2]) for r in busy)})")
+        if missing:
+            parts.append(f"rank(s) {_ranks(missing)} did not answer the status query")
+        if self.running not in (-1, request.seq):
+            parts.append(f"this rank is still running operation #{self.running}")
+        if not parts:
+            parts.append("every rank has submitted it and is working on it")
+        return f"{what} on {self.label}: " + "; ".join(parts)
+
+    # -- shutdown --------------------------------------------------------------------------------
+    def drain(self, grace: float) -> bool:
+        """Stop accepting work and wait up to ``grace`` seconds for what is queued."""
+        with self._lock:
+            self.closed = True
+        end = time.monotonic() + grace
+        with DONE:
+            while (self.pending or self.named.pending) and time.monotonic() < end:
+                DONE.wait(min(0.1, max(0.0, end - time.monotonic())))
+        return not (self.pending or self.named.pending)
+
+    def halt(self) -> bool:
+        """Stop an idle engine's thread without another MPI call (inside ``MPI_Finalize``);
+        True if it stopped."""
+        self.closed = self.stopped = True
+        self.control.finalizing = True
+        self.waiter.stop = True
+        self._queue.put(_STOP)
+        self.named.stop()
+        for thread in (self._thread, self.named._thread):
+            if thread is not None:
+                thread.join(timeout=0.5)
+                if thread.is_alive():
+                    return False
+        self.control.finalizing = False  # this thread (inside MPI_Finalize) may still call MPI
+        self.control.close()
+        return True
+
+    def stop(self) -> None:
+        """Stop the thread (after :meth:`drain`) and free the duplicates (idempotent)."""
+        if self.stopped:
+            return
+        self.stopped = True
+        self.waiter.stop = True
+        self._queue.put(_STOP)
+        self.named.stop()
+        for thread in (self._thread, self.named._thread):
+            if thread is not None and thread.is_alive():
+                thread.join(timeout=5.0)
+                if thread.is_alive():  # inside a blocking MPI call: leave its communicators
+                    return
+        if MPI.Is_finalized() or not self.ready:
+            return  # (never set up: some rank never came, and its duplicates are still pending)
+        self.ctx.free()
+        self.named.ctx.free()
+        for comm in (self.comm, self.control.comm, self.named.comm):
+            comm.Free()
+
+
+def _complete(label: str, requests: list[MPI.Request], timeout: float | None) -> None:
+    """Wait, on the calling thread, for the duplicates of a new engine.
+
+    Done by the caller rather than by the engine's thread: while an ``MPI_Comm_idup`` of a
+    communicator is
+    in flight, creating another communicator from it on another thread can hang (seen with
+    Open MPI 5), and MPI keeps the communicator referenced (freeing it would not run its
+    attributes' delete callbacks). Polls with sleeps, as the engine does.
+    """
+    if timeout is None:
+        Waiter().wait(requests)
+        return
+    end = time.monotonic() + timeout
+    while not MPI.Request.Testall(requests):
+        if time.monotonic() > end:
+            raise TimeoutError(
+                f"timed out after {timeout:g} s creating the progress engine of {label}: the "
+                "first non-blocking call on a communicator waits for every rank's first one "
+                "(it duplicates the communicator); some rank has not made it, and non-blocking "
+                "calls on this communicator cannot work any more")
+        time.sleep(1e-3)
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(str(r) for r in ranks)

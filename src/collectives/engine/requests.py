@@ -1,0 +1,189 @@
+"""Requests: non-blocking operations in flight, and waiting for them (``MPI_Request``).
+
+A :class:`Request` is created by a non-blocking call (``collectives.iallreduce`` ...) and
+completed by the communicator's progress engine. Until then it *owns its buffers*, as in MPI:
+writing the input or reading the output before :meth:`Request.wait` (or a ``True`` from
+:meth:`Request.test`) is undefined. ``wait()`` returns the operation's result (what the blocking
+function would have returned) or raises the exception the operation raised on this rank, with
+its original traceback.
+
+Waiting (:func:`wait_for`) sleeps on one condition variable that every completion notifies, so
+any number of threads may wait for any mix of requests. A wait longer than
+``Options.stall_warning`` warns (:class:`StallWarning`) which ranks have not submitted the
+operation; one longer than ``Options.timeout`` (or the ``timeout`` argument) raises
+``TimeoutError`` naming the operation. The operation itself stays in flight after a timeout: a
+late rank still completes it, and ``wait()`` may be called again.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from typing import Any, Callable, Sequence
+
+__all__ = ["Request", "StallWarning", "EngineError", "waitall", "waitany", "testall",
+           "wait_for", "DONE"]
+
+#: Notified (under its lock) whenever any request completes.
+DONE = threading.Condition(threading.Lock())
+
+
+class StallWarning(RuntimeWarning):
+    """An operation has waited longer than ``Options.stall_warning`` (Horovod's stall check)."""
+
+
+class EngineError(RuntimeError):
+    """A communicator's engine can run no more operations (an earlier one failed, or shutdown)."""
+
+
+class Request:
+    """A non-blocking collective operation (see the module docstring).
+
+    Attributes
+    ----------
+    kind
+        The non-blocking call that made it ("iallreduce", ...).
+    seq
+        Its number among the operations submitted on its communicator (0, 1, ...).
+    started, finished
+        ``time.perf_counter()`` when the engine started and finished it (None before).
+    """
+
+    __slots__ = ("kind", "call", "engine", "seq", "validate", "local_error", "opts", "name",
+                 "started", "finished", "_done", "_error", "__weakref__")
+
+    def __init__(self, kind: str, call: Any, engine: Any, validate: bool, opts: Any,
+                 local_error: Exception | None = None, name: str | None = None) -> None:
+        self.kind, self.call, self.engine = kind, call, engine
+        self.validate, self.local_error, self.opts, self.name = validate, local_error, opts, name
+        self.seq = -1
+        self.started: float | None = None
+        self.finished: float | None = None
+        self._done = False
+        self._error: BaseException | None = None
+
+    # -- the MPI_Test / MPI_Wait interface -------------------------------------------------------
+    def test(self) -> bool:
+        """Whether the operation has completed (successfully or not); never blocks."""
+        return self._done
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """Block until the operation completes; return its result.
+
+        Parameters
+        ----------
+        timeout
+            Seconds to wait at most (default ``Options.timeout`` of the call: None, for ever).
+
+        Raises
+        ------
+        TimeoutError
+            The operation did not complete in time (it stays in flight).
+        Exception
+            Whatever the operation raised on this rank, with its original traceback.
+        """
+        if not self._done:
+            wait_for([self], timeout, all)
+        if self._error is not None:
+            raise self._error
+        return None if self.call is None else self.call.result
+
+    @property
+    def result(self) -> Any:
+        """The output array (None off the root of a reduce); valid once the request is done."""
+        return None if self.call is None else self.call.result
+
+    # -- the engine's side --------------------------------------------------------------------
+    def complete(self, error: BaseException | None = None) -> None:
+        """Mark the operation finished (with ``error`` if it failed) and wake every waiter."""
+        with DONE:
+            self._error = error
+            self._done = True
+            DONE.notify_all()
+
+    def describe(self) -> str:
+        """``iallreduce #3 (count 1000, dtype float32, op sum, algorithm ring)``."""
+        if self.name is not None:
+            what = f"{self.kind} {self.name!r}"
+        else:
+            what = f"{self.kind} #{self.seq}" if self.seq >= 0 else self.kind
+        sig = self.call.signature() if self.call is not None else {}
+        detail = ", ".join(f"{k} {v}" for k, v in sig.items() if k != "counts")
+        return f"{what} ({detail})" if detail else what
+
+    def __repr__(self) -> str:
+        state = "done" if self._done else "pending"
+        return f"<collectives.Request {self.describe()} {state}>"
+
+
+def _limits(requests: Sequence[Request], timeout: float | None) -> tuple[float, float]:
+    """(timeout, stall warning) in seconds for a wait on ``requests`` (inf when off)."""
+    inf = float("inf")
+    if timeout is None:
+        timeouts = [r.opts.timeout for r in requests if r.opts.timeout is not None]
+        timeout = min(timeouts) if timeouts else None
+    stalls = [r.opts.stall_warning for r in requests if r.opts.stall_warning is not None]
+    return (inf if timeout is None else float(timeout)), (min(stalls) if stalls else inf)
+
+
+def wait_for(requests: Sequence[Request], timeout: float | None,
+             satisfied: Callable[[Any], bool]) -> None:
+    """Block until ``satisfied(r.test() for r in requests)`` (``all`` or ``any``)."""
+    limit, stall = _limits(requests, timeout)
+    start = time.monotonic()
+    warned = stall == float("inf")
+    while True:
+        with DONE:
+            while not satisfied(r._done for r in requests):
+                waited = time.monotonic() - start
+                until = limit if warned else min(limit, stall)
+                if waited >= until:
+                    break
+                DONE.wait(until - waited)
+            else:
+                return
+        waited = time.monotonic() - start
+        stuck = [r for r in requests if not r._done]
+        if not stuck:
+            continue
+        report = "; ".join(r.engine.report(r) for r in stuck[:4])
+        if len(stuck) > 4:
+            report += f"; and {len(stuck) - 4} more"
+        if waited >= limit:
+            raise TimeoutError(f"timed out after {limit:g} s waiting for {report}")
+        warnings.warn(StallWarning(f"waited {waited:.1f} s for {report}"), stacklevel=3)
+        warned = True
+
+
+def waitall(requests: Sequence[Request], timeout: float | None = None) -> list[Any]:
+    """Wait for every request (``MPI_Waitall``); return their results in order.
+
+    Raises the first failed request's exception (in list order) once all have completed, or
+    ``TimeoutError`` if they did not all complete within ``timeout``.
+    """
+    requests = list(requests)
+    if not all(r._done for r in requests):
+        wait_for(requests, timeout, all)
+    return [r.wait() for r in requests]
+
+
+def waitany(requests: Sequence[Request], timeout: float | None = None) -> tuple[int, Any]:
+    """Wait until one request has completed (``MPI_Waitany``); return ``(index, result)``.
+
+    The lowest index among the completed requests is returned (completed requests stay
+    completed: drop them from the list to wait for the next). Raises the completed request's
+    exception if it failed, ``ValueError`` for an empty list.
+    """
+    requests = list(requests)
+    if not requests:
+        raise ValueError("waitany needs at least one request")
+    if not any(r._done for r in requests):
+        wait_for(requests, timeout, any)
+    index = next(i for i, r in enumerate(requests) if r._done)
+    return index, requests[index].wait()
+
+
+def testall(requests: Sequence[Request]) -> bool:
+    """Whether every request has completed (``MPI_Testall``); never blocks."""
+    return all(r._done for r in requests)

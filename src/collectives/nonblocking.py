@@ -1,0 +1,296 @@
+"""Non-blocking and persistent collectives (MPI-4's ``MPI_Iallreduce``, ``MPI_Allreduce_init``).
+
+``req = collectives.iallreduce(x, out=y)`` checks its arguments like ``collectives.allreduce``,
+hands the operation to the communicator's progress engine (:mod:`collectives.engine`) and returns
+a :class:`~collectives.engine.Request` at once; ``req.wait()`` returns ``y``. Likewise
+:func:`ireduce_scatter`, :func:`iallgather`, :func:`ibcast`, :func:`ireduce` and
+:func:`icompressed_allreduce`. :func:`allreduce_init` builds a persistent :class:`Plan`, checked
+once and started many times.
+
+Semantics (MPI's):
+
+- A request owns its buffers until it completes: writing ``x`` or reading ``out`` before
+  ``wait()`` (or a ``True`` from ``test()``) is undefined. For CuPy arrays the current stream is
+  synchronised at submission, so work queued on it before the call is in the input.
+- Operations on one communicator start in the order they were submitted, and every rank must
+  submit the same operations in the same order (``validate=True`` checks it and raises the same
+  error on every rank from ``wait()``). Blocking and non-blocking operations of one communicator
+  do not interfere: they run on different private duplicates.
+- Results are bitwise identical to the blocking function's with the same arguments (the same
+  algorithm code runs). Bad arguments raise at the call, before anything is sent; with
+  ``validate=True`` they are raised by ``wait()`` instead, the same on every rank.
+- On one process, and for empty arrays, the operation completes during the call.
+- The first non-blocking call on a communicator is collective: it creates the communicator's
+  progress engine (private duplicates) and returns once every rank has made its first one.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from typing import Any, Sequence
+
+import numpy as np
+from mpi4py import MPI
+
+from . import _device
+from ._context import context
+from ._validate import check_comm, checked_call as _checked, setup as _setup
+from .api import (AllgatherCall, AllreduceCall, BcastCall, OpLike, ReduceCall,
+                  ReduceScatterCall, run_resolved)
+from .compressed.api import CompressedAllreduceCall
+from .engine import Request, engine_of
+from .options import Options
+
+__all__ = ["iallreduce", "ireduce_scatter", "iallgather", "ibcast", "ireduce",
+           "icompressed_allreduce", "allreduce_init", "Plan"]
+
+
+class _Wrapped:
+    """A call with something added around its ``run``; everything else is the inner call's."""
+
+    __slots__ = ("inner",)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class _OnDevice(_Wrapped):
+    """A call on CuPy arrays, run with the caller's current device (CuPy's is per thread)."""
+
+    __slots__ = ("device",)
+
+    def __init__(self, inner: Any, device: Any) -> None:
+        self.inner, self.device = inner, device
+
+    def run(self, ctx: Any) -> None:
+        with self.device:
+            self.inner.run(ctx)
+
+
+def _make(kind: str, cls: type, x: Any, comm: MPI.Comm, validate: bool, opts: Options,
+          name: str | None, *args: Any) -> tuple[Request, bool]:
+    """Check the arguments and build the request; True if it must go to the engine."""
+    check_comm(kind, comm)
+    device = type(x) is not np.ndarray and _device.is_device(x)
+    if device:
+        _device.synchronize()  # the engine's thread must see what the caller's stream wrote
+    try:
+        call, error = cls(comm, x, *args), None
+    except (TypeError, ValueError) as exc:
+        if not validate or comm.size == 1:
+            raise
+        call, error = None, exc  # every rank will raise it from wait()
+    if device and call is not None:
+        call = _OnDevice(call, _device.cupy().cuda.Device())
+    request = Request(kind, call, None, validate, opts, error, name)
+    return request, comm.size > 1 and (validate or not call.trivial)
+
+
+def _submit(kind: str, cls: type, x: Any, comm: MPI.Comm, validate: bool, opts: Options,
+            name: str | None, *args: Any) -> Request:
+    request, engine_needed = _make(kind, cls, x, comm, validate, opts, name, *args)
+    if not engine_needed:  # one process, or nothing to send: complete now
+        request.started = time.perf_counter()
+        try:
+            request.call.run(None)
+        except Exception as exc:  # noqa: BLE001 - reported by wait(), like any failure
+            request.finished = time.perf_counter()
+            request.complete(exc)
+        else:
+            request.finished = time.perf_counter()
+            request.complete()
+        return request
+    request.engine = engine_of(comm, opts.timeout)
+    return request.engine.submit(request)
+
+
+def iallreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum",
+               algorithm: str = "auto", comm: MPI.Comm | None = None,
+               validate: bool | None = None, options: Options | None = None,
+               name: str | None = None) -> Request:
+    """Start :func:`collectives.allreduce`; ``wait()`` returns ``out``.
+
+    Same parameters as the blocking function.
+    """
+    comm, opts, validate = _setup(comm, options, validate)
+    return _submit("iallreduce", AllreduceCall, x, comm, validate, opts, name, out, op,
+                   algorithm, opts)
+
+
+def ireduce_scatter(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum",
+                    counts: Sequence[int] | None = None, algorithm: str = "ring",
+                    comm: MPI.Comm | None = None, validate: bool | None = None,
+                    options: Options | None = None, name: str | None = None) -> Request:
+    """Start :func:`collectives.reduce_scatter`; ``wait()`` returns this rank's block."""
+    comm, opts, validate = _setup(comm, options, validate)
+    return _submit("ireduce_scatter", ReduceScatterCall, x, comm, validate, opts, name, out, op,
+                   counts, algorithm, opts)
+
+
+def iallgather(x: np.ndarray, *, out: np.ndarray | None = None,
+               counts: Sequence[int] | None = None, algorithm: str = "ring",
+               comm: MPI.Comm | None = None, validate: bool | None = None,
+               options: Options | None = None, name: str | None = None) -> Request:
+    """Start :func:`collectives.allgather`; ``wait()`` returns the concatenation."""
+    comm, opts, validate = _setup(comm, options, validate)
+    return _submit("iallgather", AllgatherCall, x, comm, validate, opts, name, out, counts,
+                   algorithm, opts)
+
+
+def ibcast(x: np.ndarray, *, root: int = 0, algorithm: str = "binomial",
+           comm: MPI.Comm | None = None, validate: bool | None = None,
+           options: Options | None = None, name: str | None = None) -> Request:
+    """Start :func:`collectives.bcast` (in place); ``wait()`` returns ``x``."""
+    comm, opts, validate = _setup(comm, options, validate)
+    return _submit("ibcast", BcastCall, x, comm, validate, opts, name, root, algorithm, opts)
+
+
+def ireduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum", root: int = 0,
+            algorithm: str = "binomial", comm: MPI.Comm | None = None,
+            validate: bool | None = None, options: Options | None = None,
+            name: str | None = None) -> Request:
+    """Start :func:`collectives.reduce`; ``wait()`` returns the result on ``root``, else None."""
+    comm, opts, validate = _setup(comm, options, validate)
+    return _submit("ireduce", ReduceCall, x, comm, validate, opts, name, out, op, root,
+                   algorithm, opts)
+
+
+def icompressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None = None,
+                          op: str = "avg", strategy: str = "auto", comm: MPI.Comm | None = None,
+                          key: Any = None, step: int = 0, algorithm: str = "auto",
+                          validate: bool | None = None, options: Options | None = None,
+                          name: str | None = None) -> Request:
+    """Start :func:`collectives.compressed_allreduce`; ``wait()`` returns ``out``.
+
+    The codec runs on the engine's thread: until the request completes it owns the codec's
+    per-key state (error-feedback residuals) as well as the buffers.
+    """
+    comm, opts, validate = _setup(comm, options, validate)
+    return _submit("icompressed_allreduce", CompressedAllreduceCall, x, comm, validate, opts,
+                   name, codec, out, op, strategy, key, step, algorithm, opts)
+
+
+class Plan(Request):
+    """A persistent allreduce (``MPI_Allreduce_init``): checked once, run many times.
+
+    ``x`` and ``out`` are fixed: refill ``x`` between runs. Two ways to run it:
+
+    - ``plan.start()`` ... ``plan.wait()`` (``MPI_Start``, ``MPI_Wait``): a non-blocking
+      operation, queued on the communicator's engine like any request; nothing is checked again.
+      Starting a plan that is still running raises ``RuntimeError`` (MPI calls it erroneous).
+    - ``plan()``: the blocking form, on the caller's thread, ordered with the *blocking* calls
+      of the communicator (it is ``collectives.allreduce`` with its arguments checked and its
+      decisions made once: "auto"'s algorithm, native's MPI datatype and op, the bound MPI call).
+      Every rank must use the same form at the same point, as for any collective.
+    """
+
+    __slots__ = ("_comm", "_blocking", "_active", "_device")
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self._done = True
+        self._active = False  # started, and not yet seen complete by wait() or test()
+        self._blocking: Any = None
+        self._device = False
+        self._comm: MPI.Intracomm | None = None
+
+    def start(self) -> "Plan":
+        """Start the next run (``MPI_Start``); returns the plan."""
+        if self._active:
+            raise RuntimeError(f"{self.describe()} is still running: wait() before start()")
+        self._active = True
+        self._done, self._error = False, None
+        if self._device:
+            _device.synchronize()  # what the caller's stream wrote into x, before the engine reads
+        if self.engine is None:  # one process or empty: complete now
+            try:
+                self.call.run(None)
+            except Exception as exc:  # noqa: BLE001 - reported by wait()
+                self.complete(exc)
+            else:
+                self.complete()
+            return self
+        self.engine.submit(self)
+        return self
+
+    def test(self) -> bool:
+        if self._done:
+            self._active = False
+        return self._done
+
+    def wait(self, timeout: float | None = None) -> Any:
+        try:
+            return super().wait(timeout)
+        finally:
+            if self._done:  # a timeout leaves the plan active
+                self._active = False
+
+    def __call__(self) -> Any:
+        """Run once, blocking (see the class docstring); returns ``out``."""
+        if self._active:
+            raise RuntimeError(f"{self.describe()} is still running: wait() before running it")
+        run = self._blocking
+        if run is None:
+            run = self._blocking = self._prepare_blocking()
+        run()
+        return self.call.result
+
+    def _prepare_blocking(self) -> Any:
+        """The blocking run with every decision made: a bound MPI call for native on NumPy."""
+        call = self.call.call
+        if call.trivial:
+            return partial(call.run, None)
+        ctx = context(self._comm)
+        fn, native = call.resolved(ctx)
+        src, dst, op = call.src, call.dst, call.op
+        if native is None or op.average:
+            return partial(run_resolved, src, dst, op, fn, native, ctx, call.opts)
+        dtype, mpi_op = native
+        return partial(ctx.comm.Allreduce, MPI.IN_PLACE if src is dst else [src, dtype],
+                       [dst, dtype], mpi_op)
+
+
+class _PlanCall(_Wrapped):
+    """A plan's call on the engine: the checked allreduce, its decisions made at the first run
+    (on the engine's communicator) and reused by every later one."""
+
+    __slots__ = ("call", "decided")
+
+    def __init__(self, inner: Any, call: AllreduceCall) -> None:
+        self.inner, self.call, self.decided = inner, call, None
+
+    def run(self, ctx: Any) -> None:
+        call = self.call
+        if ctx is None or call.trivial:
+            self.inner.run(ctx)
+            return
+        if self.decided is None:
+            self.decided = call.resolved(ctx)
+        if self.inner is not call:  # on a device: under the caller's device
+            self.inner.run(ctx)
+            return
+        run_resolved(call.src, call.dst, call.op, *self.decided, ctx, call.opts)
+
+
+def allreduce_init(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum",
+                   algorithm: str = "auto", comm: MPI.Comm | None = None,
+                   validate: bool | None = None, options: Options | None = None) -> Plan:
+    """A persistent allreduce of ``x`` into ``out`` (``MPI_Allreduce_init``).
+
+    Arguments are checked here, once; with ``validate=True`` this call cross-checks them across
+    ranks (collectively, like a blocking call) and every rank raises the same error. The
+    algorithm ("auto" resolved once), the MPI datatype and op are fixed at the first run. Call
+    ``plan()`` (blocking), or ``plan.start()`` ... ``plan.wait()`` (non-blocking), as often as
+    needed, refilling ``x`` in between. See :class:`Plan`.
+    """
+    comm, opts, validate = _setup(comm, options, validate)
+    call = _checked(AllreduceCall, comm, validate, x, out, op, algorithm, opts)
+    plan = Plan("allreduce_init", None, None, False, opts)
+    plan._comm = comm
+    plan._device = type(x) is not np.ndarray and _device.is_device(x)
+    plan.call = _PlanCall(_OnDevice(call, _device.cupy().cuda.Device()) if plan._device
+                          else call, call)
+    if comm.size > 1 and not call.trivial:
+        plan.engine = engine_of(comm, opts.timeout)
+    return plan

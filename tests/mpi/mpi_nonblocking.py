@@ -1,0 +1,476 @@
+"""Non-blocking and persistent collectives: the progress engine under real multi-rank runs.
+
+Every algorithm and block through the non-blocking path against the gather-and-reduce reference
+and bitwise identical to the blocking result; many outstanding requests waited in random order;
+waitany/test loops; persistent plans started 1000 times; requests that finish while the caller
+sleeps; errors (an injected exception, a skipped operation, mismatched order under validate);
+a short soak with no leaked threads, requests or engines.
+"""
+
+import threading
+import time
+import traceback
+import warnings
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import collectives
+import compress
+from collectives.engine import live_engines
+from collectives._p2p import partition
+from reference import (assert_close, assert_identical_everywhere, counts_for, gather_all,
+                       make_input, reference_allreduce)
+
+SMALL = collectives.Options(segment_bytes=256, node_size=2)  # several segments, fewer messages
+WAIT_S = 120  # no single wait in these tests may hang the suite
+
+
+def _same_bits(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and \
+        np.array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8))
+
+
+@pytest.mark.parametrize("algorithm", list(collectives.ALGORITHMS))
+def test_iallreduce_matches_reference_and_blocking(algorithm, comm):
+    """Every allreduce algorithm through the engine: reference, identical everywhere, and the
+    same bits as the blocking call; several requests in flight at once."""
+    cases, requests = [], []
+    for count in counts_for(comm.size):
+        for dtype, op in ((np.dtype(np.float32), "sum"), (np.dtype(np.float16), "avg"),
+                          (np.dtype(np.int64), "max"), (np.dtype(np.float64), "prod")):
+            for inplace in (False, True):
+                x = make_input(count, dtype, op, comm.rank)
+                buf = x.copy()
+                req = collectives.iallreduce(buf, out=buf if inplace else None, op=op,
+                                             algorithm=algorithm, comm=comm, options=SMALL)
+                cases.append((x, op, inplace, buf))
+                requests.append(req)
+    results = collectives.waitall(requests, timeout=WAIT_S)
+    for (x, op, inplace, buf), y in zip(cases, results):
+        what = f"i{algorithm} p={comm.size} n={x.size} {x.dtype} {op} inplace={inplace}"
+        assert (y is buf) == inplace, what
+        blocking = collectives.allreduce(x, op=op, algorithm=algorithm, comm=comm, options=SMALL)
+        assert _same_bits(y, blocking), f"{what}: differs from the blocking result"
+        assert_close(y, x, op, comm, what)
+        assert_identical_everywhere(y, comm, what)
+
+
+BLOCKS = [("reduce_scatter", a) for a in collectives.REDUCE_SCATTER] + \
+    [("allgather", a) for a in collectives.ALLGATHER] + \
+    [("bcast", a) for a in collectives.BCAST] + [("reduce", a) for a in collectives.REDUCE]
+
+
+def _block_calls(name, x, algorithm, comm, root):
+    """(non-blocking request, blocking result) of one block with the same arguments."""
+    kw = dict(algorithm=algorithm, comm=comm, options=SMALL)
+    if name == "reduce_scatter":
+        return collectives.ireduce_scatter(x, op="sum", **kw), \
+            collectives.reduce_scatter(x, op="sum", **kw)
+    if name == "allgather":
+        return collectives.iallgather(x, **kw), collectives.allgather(x, **kw)
+    if name == "bcast":
+        a, b = x.copy(), x.copy()
+        return collectives.ibcast(a, root=root, **kw), collectives.bcast(b, root=root, **kw)
+    return collectives.ireduce(x, op="sum", root=root, **kw), \
+        collectives.reduce(x, op="sum", root=root, **kw)
+
+
+def _block_reference(name, x, comm, root):
+    """What the block must return on this rank, from a plain gather of every rank's input."""
+    rows = gather_all(x, comm)
+    if name == "allgather":
+        return rows.reshape(-1)
+    if name == "bcast":
+        return rows[root]
+    total = reference_allreduce(x, "sum", comm).astype(x.dtype)
+    if name == "reduce":
+        return total if comm.rank == root else None
+    offsets = partition(x.size, comm.size)
+    return total[offsets[comm.rank]:offsets[comm.rank + 1]]
+
+
+@pytest.mark.parametrize("name,algorithm", BLOCKS)
+def test_blocks_nonblocking_equal_blocking(name, algorithm, comm):
+    root = comm.size - 1
+    for count in counts_for(comm.size):
+        for dtype in (np.dtype(np.float64), np.dtype(np.uint16)):
+            x = make_input(count, dtype, "sum", comm.rank)
+            req, expected = _block_calls(name, x, algorithm, comm, root)
+            got = req.wait(timeout=WAIT_S)
+            reference = _block_reference(name, x, comm, root)
+            what = f"i{name} {algorithm} p={comm.size} n={count} {dtype}"
+            if expected is None:
+                assert got is None and reference is None, what
+                continue
+            assert _same_bits(got, expected), f"{what}: differs from the blocking result"
+            if dtype.kind == "f":  # sums of p standard normals: rounding only
+                assert np.allclose(got, reference, rtol=1e-12, atol=1e-12), what
+            else:
+                assert np.array_equal(got, reference), what
+
+
+@pytest.mark.parametrize("codec,strategy", [("none", "summable"), ("fp16", "summable"),
+                                            ("topk", "sparse"), ("topk", "allgather"),
+                                            ("efsignsgd", "two_phase"), ("qsgd", "allgather")])
+def test_icompressed_allreduce_equals_blocking(codec, strategy, comm):
+    for n in (0, 1, comm.size + 1, 1001):
+        x = np.random.default_rng([comm.rank, n]).standard_normal(n).astype(np.float32)
+        made = [compress.get(codec, **({"seed": 5 + comm.rank} if codec == "qsgd" else {}))
+                for _ in range(2)]
+        req = collectives.icompressed_allreduce(x, made[0], strategy=strategy, key=f"k{n}",
+                                                comm=comm)
+        y = req.wait(timeout=WAIT_S)
+        z = collectives.compressed_allreduce(x, made[1], strategy=strategy, key=f"b{n}", comm=comm)
+        what = f"{codec} {strategy} p={comm.size} n={n}"
+        assert _same_bits(y, z), what
+        assert_identical_everywhere(y, comm, what)
+
+
+def test_many_outstanding_requests_in_random_order():
+    """72 requests of mixed algorithms, sizes, dtypes and three communicators, in flight at
+    once, waited in an order that differs from rank to rank."""
+    world = MPI.COMM_WORLD
+    comms = [world, world.Split(world.rank % 2, world.rank), world.Dup()]
+    rng = np.random.default_rng(42)  # the same plan on every rank
+    algorithms = list(collectives.ALGORITHMS)
+    plan = []
+    for i in range(72):
+        comm = comms[i % 3]
+        n = int(rng.choice([0, 1, 7, 333, 4099, 20001]))
+        dtype = np.dtype(rng.choice(["float32", "float64", "int32", "float16"]))
+        plan.append((comm, n, dtype, algorithms[int(rng.integers(len(algorithms)))]))
+    requests, inputs = [], []
+    for comm, n, dtype, algorithm in plan:
+        x = make_input(n, dtype, "sum", comm.rank, seed=n)
+        inputs.append(x)
+        requests.append(collectives.iallreduce(x, algorithm=algorithm, comm=comm, options=SMALL))
+    order = np.random.default_rng(world.rank).permutation(len(requests))
+    results = {}
+    for k in order:
+        results[k] = requests[k].wait(timeout=WAIT_S)
+    for k, (comm, n, dtype, algorithm) in enumerate(plan):
+        assert_close(results[k], inputs[k], "sum", comm, f"#{k} {algorithm} n={n} {dtype}")
+    for comm in comms[1:]:
+        comm.Free()
+
+
+def test_waitany_and_test_loops(comm):
+    xs = [make_input(n, np.dtype(np.float64), "sum", comm.rank) for n in (5, 500, 50000, 17)]
+    requests = [collectives.iallreduce(x, algorithm=a, comm=comm)
+                for x, a in zip(xs, ["ring", "tree", "rabenseifner", "native"])]
+    left = list(range(len(requests)))
+    while left:  # waitany until every request is done
+        i, y = collectives.waitany([requests[k] for k in left], timeout=WAIT_S)
+        k = left.pop(i)
+        assert_close(y, xs[k], "sum", comm, f"waitany #{k}")
+    requests = [collectives.iallreduce(x, comm=comm) for x in xs]
+    deadline = time.monotonic() + WAIT_S
+    while not collectives.testall(requests):  # a test() loop, as a training loop would poll
+        assert time.monotonic() < deadline, "test() loop never finished"
+        time.sleep(1e-4)
+    assert all(r.test() for r in requests)
+    for r, x in zip(requests, xs):
+        assert_close(r.wait(), x, "sum", comm, "test loop")
+    with pytest.raises(ValueError, match="at least one"):
+        collectives.waitany([])
+
+
+@pytest.mark.parametrize("algorithm", ["auto", "ring", "recursive_doubling"])
+def test_persistent_plan_started_1000_times(algorithm, comm):
+    """1000 runs of one plan ("auto": native here, on the caller's thread), 100 for the
+    hand-written algorithms; new data every run, mixing plan() and start()/wait()."""
+    x = np.empty(33, dtype=np.float64)
+    out = np.empty_like(x)
+    plan = collectives.allreduce_init(x, out=out, algorithm=algorithm, comm=comm, options=SMALL)
+    runs = 1000 if algorithm == "auto" else 100
+    p, r = comm.size, comm.rank
+    for i in range(runs):
+        x[:] = np.arange(33) * (i + 1) + r  # new data every time, in the same buffer
+        if i % 3 == 2:
+            assert plan.start() is plan
+            y = plan.wait(timeout=WAIT_S)
+        else:
+            y = plan()
+        assert y is out
+        expected = np.arange(33) * (i + 1) * p + p * (p - 1) / 2
+        assert np.array_equal(y, expected), f"run {i}"
+    blocking = collectives.allreduce(x, algorithm=algorithm, comm=comm, options=SMALL)
+    assert _same_bits(out, blocking)
+    with pytest.raises(RuntimeError, match="still running"):
+        plan.start()
+        plan.start()
+    plan.wait(timeout=WAIT_S)
+
+
+def test_requests_progress_while_the_caller_sleeps():
+    """A real overlap test: submitted, then the caller sleeps without ever calling test() or
+    wait(); the requests complete during the sleep."""
+    comm = MPI.COMM_WORLD
+    xs = [make_input(n, np.dtype(np.float32), "sum", comm.rank) for n in (1 << 16, 1 << 18)]
+    comm.Barrier()
+    requests = [collectives.iallreduce(x, algorithm=a) for x, a in zip(xs, ["ring", "native"])]
+    deadline = time.perf_counter() + 30
+    while time.perf_counter() < deadline and not all(r._done for r in requests):
+        time.sleep(0.05)  # no test(), no wait(): only the engine makes progress
+    woke = time.perf_counter()
+    assert all(r._done for r in requests), "the engine made no progress while the caller slept"
+    assert all(r.finished < woke for r in requests)
+    for r, x in zip(requests, xs):
+        assert_close(r.wait(), x, "sum", comm, "overlap")
+
+
+def _boom_algorithm(src, buf, op, ctx, opts):
+    """An allreduce that fails on rank 0 before sending anything (others do nothing)."""
+    if ctx.comm.rank == 0:
+        raise ZeroDivisionError("injected failure")
+
+
+def test_exception_surfaces_at_that_ranks_wait():
+    world = MPI.COMM_WORLD
+    comm = world.Dup()
+    collectives.ALGORITHMS["_boom"] = _boom_algorithm
+    try:
+        req = collectives.iallreduce(np.ones(8), algorithm="_boom", comm=comm)
+        if comm.size > 1 and comm.rank == 0:
+            with pytest.raises(ZeroDivisionError, match="injected failure") as info:
+                req.wait(timeout=WAIT_S)
+            frames = [f.name for f in traceback.extract_tb(info.value.__traceback__)]
+            assert "_boom_algorithm" in frames, frames  # the original traceback
+            # the ranks may now be out of step: this engine refuses further operations
+            with pytest.raises(collectives.EngineError, match="injected failure"):
+                collectives.iallreduce(np.ones(8), comm=comm).wait(timeout=WAIT_S)
+        else:
+            req.wait(timeout=WAIT_S)
+    finally:
+        del collectives.ALGORITHMS["_boom"]
+    world.Barrier()
+    comm.Free()
+
+
+def test_skipped_operation_times_out_and_names_the_rank():
+    world = MPI.COMM_WORLD
+    if world.size == 1:
+        return
+    comm = world.Dup()
+    collectives.iallreduce(np.ones(4), comm=comm).wait(timeout=WAIT_S)  # engines exist
+    opts = collectives.Options(timeout=0.5, stall_warning=0.2)
+    x = np.full(4, float(comm.rank))
+    if comm.rank != 0:
+        req = collectives.iallreduce(x, algorithm="ring", comm=comm, options=opts)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with pytest.raises(TimeoutError) as info:
+                req.wait()
+        message = str(info.value)
+        assert "timed out after 0.5 s waiting for iallreduce #1 (" in message, message
+        assert "rank(s) 0 have not submitted it" in message, message
+        stalls = [w for w in caught if issubclass(w.category, collectives.StallWarning)]
+        assert stalls and "rank(s) 0 have not submitted it" in str(stalls[0].message)
+    world.Barrier()  # the others have timed out; now rank 0 arrives, late
+    if comm.rank == 0:
+        req = collectives.iallreduce(x, algorithm="ring", comm=comm, options=opts)
+    y = req.wait(timeout=WAIT_S)  # the request survived its timeout
+    assert np.array_equal(y, np.full(4, comm.size * (comm.size - 1) / 2))
+    comm.Free()
+
+
+def test_validate_catches_mismatched_order_on_every_rank():
+    world = MPI.COMM_WORLD
+    if world.size == 1:
+        return
+    comm = world.Dup()
+    x = np.ones(6)
+    first = [lambda: collectives.iallreduce(x, comm=comm, validate=True),
+             lambda: collectives.ibcast(x.copy(), comm=comm, validate=True)]
+    order = first if comm.rank == 0 else first[::-1]
+    requests = [make() for make in order]
+    messages = []
+    for req in requests:
+        with pytest.raises(ValueError) as info:
+            req.wait(timeout=WAIT_S)
+        messages.append(str(info.value))
+    assert "the ranks submitted different operations" in messages[0], messages[0]
+    assert "rank 0: iallreduce, rank 1: ibcast" in messages[0], messages[0]
+    everyone = world.allgather(messages)
+    assert all(m == everyone[0] for m in everyone), "ranks raised different errors"
+    # a mismatch found by validation leaves the ranks in step: the engine keeps working
+    y = collectives.iallreduce(x, comm=comm, validate=True).wait(timeout=WAIT_S)
+    assert np.array_equal(y, x * comm.size)
+    comm.Free()
+
+
+@pytest.mark.parametrize("field", ["count", "dtype", "op"])
+def test_validate_catches_mismatched_arguments(field):
+    comm = MPI.COMM_WORLD
+    r = comm.rank
+    x = {"count": np.ones(4 + (r == 0)), "dtype": np.ones(4, np.float32 if r == 0 else np.float64),
+         "op": np.ones(4)}[field]
+    req = collectives.iallreduce(x, op="max" if field == "op" and r == 0 else "sum",
+                                 validate=True)
+    if comm.size == 1:
+        req.wait()
+        return
+    with pytest.raises(ValueError, match=f"arguments differ across ranks \\({field}: rank 0:"):
+        req.wait(timeout=WAIT_S)
+
+
+def test_bad_arguments_raise_at_the_call_or_from_wait_with_validate():
+    comm = MPI.COMM_WORLD
+    with pytest.raises(ValueError, match="unknown algorithm"):
+        collectives.iallreduce(np.ones(4), algorithm="bogus")
+    with pytest.raises(TypeError, match="intracommunicator"):
+        collectives.iallreduce(np.ones(4), comm="world")
+    bad = "bogus" if comm.rank == comm.size - 1 else "ring"
+    if comm.size == 1:
+        with pytest.raises(ValueError, match="unknown algorithm"):
+            collectives.iallreduce(np.ones(4), algorithm=bad, validate=True)
+        return
+    req = collectives.iallreduce(np.ones(4), algorithm=bad, validate=True)
+    with pytest.raises(ValueError, match=f"invalid arguments on rank {comm.size - 1}: unknown "
+                                         "algorithm 'bogus'"):
+        req.wait(timeout=WAIT_S)
+
+
+def test_submission_from_several_threads_in_a_fixed_order():
+    """Requests are thread-safe to submit: two threads take turns (fixed by a lock-step), the
+    engine runs them in submission order."""
+    comm = MPI.COMM_WORLD
+    xs = [make_input(100 + k, np.dtype(np.float64), "sum", comm.rank) for k in range(20)]
+    requests = [None] * len(xs)
+    turn = threading.Condition()
+    state = {"next": 0}
+
+    def worker(parity):
+        for k in range(parity, len(xs), 2):
+            with turn:
+                turn.wait_for(lambda: state["next"] == k)
+                requests[k] = collectives.iallreduce(xs[k], algorithm="ring")
+                state["next"] += 1
+                turn.notify_all()
+
+    threads = [threading.Thread(target=worker, args=(p,)) for p in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT_S)
+    for req, x in zip(requests, xs):
+        assert_close(req.wait(timeout=WAIT_S), x, "sum", comm, "threads")
+
+
+def test_soak_leaves_no_threads_requests_or_engines():
+    """A short soak of random non-blocking operations on a fresh communicator (the long one,
+    with memory, is bench/soak_nonblocking.py); afterwards nothing is left behind."""
+    world = MPI.COMM_WORLD
+    threads_before = threading.active_count()
+    engines_before = len(live_engines())
+    comm = world.Dup()
+    rng = np.random.default_rng(7)
+    outstanding = []
+    kinds = ["allreduce", "reduce_scatter", "allgather", "bcast", "reduce"]
+    for i in range(300):
+        kind = kinds[int(rng.integers(len(kinds)))]
+        n = int(rng.integers(0, 300)) * comm.size
+        x = np.full(n, 1.0 + comm.rank, dtype=np.float32)
+        if kind == "allreduce":
+            req = collectives.iallreduce(x, comm=comm, algorithm=str(rng.choice(
+                ["ring", "native", "recursive_doubling"])))
+        elif kind == "reduce_scatter":
+            req = collectives.ireduce_scatter(x, comm=comm)
+        elif kind == "allgather":
+            req = collectives.iallgather(x, comm=comm)
+        elif kind == "bcast":
+            req = collectives.ibcast(x, comm=comm)
+        else:
+            req = collectives.ireduce(x, comm=comm)
+        outstanding.append(req)
+        if len(outstanding) > 16 or rng.random() < 0.2:
+            rng.shuffle(outstanding)
+            collectives.waitall(outstanding[:8], timeout=WAIT_S)
+            del outstanding[:8]
+    collectives.waitall(outstanding, timeout=WAIT_S)
+    engine = comm.Get_attr(collectives.engine.lifecycle._KEYVAL)
+    if engine is not None:
+        assert engine.outstanding() == [] and engine.pending == 0
+        assert engine.submitted == engine.completed
+    comm.Free()
+    assert len(live_engines()) == engines_before
+    deadline = time.monotonic() + 10
+    while threading.active_count() > threads_before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() == threads_before, threading.enumerate()
+
+
+def test_named_operations_in_different_orders_agree_on_one(comm):
+    """name=: each rank submits the same named operations in its own random order; the engines
+    negotiate one order, and every result is right and equal to the blocking one."""
+    r = comm.rank
+    plan = [("allreduce", 1001, "ring"), ("allreduce", 7, "native"), ("bcast", 100, "binomial"),
+            ("allgather", 33, "ring"), ("reduce_scatter", 64, "ring"),
+            ("allreduce", 4099, "rabenseifner"), ("reduce", 9, "binomial")]
+    inputs = [make_input(n, np.dtype(np.float64), "sum", r, seed=k)
+              for k, (_, n, _) in enumerate(plan)]
+    start = {"allreduce": collectives.iallreduce, "bcast": collectives.ibcast,
+             "allgather": collectives.iallgather, "reduce_scatter": collectives.ireduce_scatter,
+             "reduce": collectives.ireduce}
+    block = {"allreduce": collectives.allreduce, "bcast": collectives.bcast,
+             "allgather": collectives.allgather, "reduce_scatter": collectives.reduce_scatter,
+             "reduce": collectives.reduce}
+    requests = {}
+    for k in np.random.default_rng([7, r]).permutation(len(plan)):
+        kind, n, algorithm = plan[k]
+        x = inputs[k].copy() if kind == "bcast" else inputs[k]
+        requests[k] = start[kind](x, algorithm=algorithm, comm=comm, name=f"op{k}")
+        if comm.size > 1:  # (on one rank it completed during the call)
+            with pytest.raises(ValueError, match="already pending"):  # unique while in flight
+                start[kind](x, algorithm=algorithm, comm=comm, name=f"op{k}")
+    results = {k: requests[k].wait(timeout=WAIT_S)
+               for k in np.random.default_rng([8, r]).permutation(len(plan))}
+    for k, (kind, n, algorithm) in enumerate(plan):  # blocking calls: the same order everywhere
+        got = results[k]
+        x = inputs[k].copy() if kind == "bcast" else inputs[k]
+        expected = block[kind](x, algorithm=algorithm, comm=comm)
+        assert (got is None) == (expected is None), kind
+        if got is not None:
+            assert _same_bits(got, expected), f"{kind} op{k} differs from the blocking result"
+
+
+def test_named_mismatch_and_late_rank():
+    comm = MPI.COMM_WORLD
+    r = comm.rank
+    if comm.size == 1:
+        return
+    with pytest.raises(ValueError) as info:
+        collectives.iallreduce(np.ones(3 + (r == 0)), name="bad").wait(timeout=WAIT_S)
+    assert "iallreduce 'bad': arguments differ across ranks (count: rank 0: 4, rank 1: 3" \
+        in str(info.value)
+    everyone = comm.allgather(str(info.value))
+    assert all(m == everyone[0] for m in everyone)
+    opts = collectives.Options(timeout=0.5)
+    if r != 0:
+        req = collectives.iallreduce(np.ones(2), name="late", options=opts)
+        with pytest.raises(TimeoutError, match="'late'.*rank\\(s\\) 0 have not submitted it"):
+            req.wait()
+    comm.Barrier()
+    if r == 0:
+        req = collectives.iallreduce(np.ones(2), name="late", options=opts)
+    assert np.array_equal(req.wait(timeout=WAIT_S), np.full(2, comm.size))
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "native", "auto"])
+def test_device_arrays_through_the_engine(algorithm, backend):
+    """CuPy arrays (skipped without a GPU): the stream is synchronised at submission, the result
+    is a device array bitwise equal to the blocking call's; a plan runs on them too."""
+    to_device, to_host = backend
+    comm = MPI.COMM_WORLD
+    x = make_input(1001, np.dtype(np.float32), "sum", comm.rank)
+    d = to_device(x.copy())
+    y = collectives.iallreduce(d, algorithm=algorithm).wait(timeout=WAIT_S)
+    assert type(y) is type(d)
+    blocking = collectives.allreduce(to_device(x.copy()), algorithm=algorithm)
+    assert _same_bits(to_host(y), to_host(blocking))
+    assert_close(to_host(y), x, "sum", comm, f"device {algorithm}")
+    plan = collectives.allreduce_init(d, algorithm=algorithm)
+    for _ in range(3):
+        assert _same_bits(to_host(plan()), to_host(blocking))
