@@ -410,3 +410,23 @@ def test_unbiased_codecs_stay_unbiased_through_every_strategy(name):
             z = np.abs(err) / np.maximum(sem, 1e-12)
             assert np.all((z < 5.5) | (np.abs(err) < 1e-5)), \
                 f"{name} {strategy} p={comm.size}: biased, z = {np.round(z, 1)}"
+
+
+@pytest.mark.parametrize("inter", ["ring", "native"])
+def test_summable_runs_on_every_dense_algorithm(inter):
+    """algorithm= of the summable strategy takes every name collectives.ALGORITHMS has:
+    "hierarchical" raised KeyError after the argument check; bf16 words never reach MPI.SUM,
+    across nodes either."""
+    comm = MPI.COMM_WORLD
+    opts = collectives.Options(node_size=2, inter_algorithm=inter)
+    for name in ("none", "fp16", "bf16", "randomk", "powersgd"):
+        x = data(6 * 40, comm.rank, 3).reshape(6, 40)
+        ref = collectives.compressed_allreduce(x, make_codec(name, comm.rank), key="h",
+                                               strategy="summable", algorithm="ring")
+        for algorithm in collectives.ALGORITHMS:
+            y = collectives.compressed_allreduce(x, make_codec(name, comm.rank), key="h",
+                                                 strategy="summable", algorithm=algorithm,
+                                                 options=opts)
+            what = f"{name} {algorithm} inter={inter} p={comm.size}"
+            assert_identical_everywhere(y, comm, what)
+            assert np.allclose(y, ref, rtol=2e-2, atol=2e-2), what
