@@ -37,16 +37,23 @@ xp = namespace
 def check_input(x: object, what: str = "x") -> np.ndarray:
     """Return ``x`` if it is a contiguous array of a supported dtype, else raise.
 
+    An ndarray subclass (``np.memmap``, ``np.matrix``) is returned as a plain ndarray view of
+    its memory (results of ``out=None`` are plain ndarrays); a masked array raises TypeError.
+
     Raises
     ------
     TypeError
-        ``x`` is not a NumPy or CuPy array, or its dtype is not one of :data:`SUPPORTED_DTYPES`.
+        ``x`` is not a NumPy or CuPy array, is a masked array, or its dtype is not one of
+        :data:`SUPPORTED_DTYPES`.
     ValueError
         ``x`` is neither C- nor Fortran-contiguous.
     """
-    if not isinstance(x, np.ndarray) and not is_cupy(x):
-        raise TypeError(f"{what} must be a numpy.ndarray (or a cupy.ndarray), "
-                        f"got {type(x).__name__}")
+    if type(x) is not np.ndarray:
+        if isinstance(x, np.ndarray):
+            x = _plain(x, what)
+        elif not is_cupy(x):
+            raise TypeError(f"{what} must be a numpy.ndarray (or a cupy.ndarray), "
+                            f"got {type(x).__name__}")
     if x.dtype not in _SUPPORTED:
         raise TypeError(f"{what} has unsupported dtype {x.dtype}; supported dtypes: {_NAMES}")
     if not (x.flags.c_contiguous or x.flags.f_contiguous):
@@ -54,6 +61,15 @@ def check_input(x: object, what: str = "x") -> np.ndarray:
             f"{what} must be contiguous (C or Fortran order); pass np.ascontiguousarray({what})"
         )
     return x
+
+
+def _plain(x: np.ndarray, what: str) -> np.ndarray:
+    """An ndarray subclass (``np.memmap``, ``np.matrix``, a user's own) as a plain ndarray view of
+    the same memory; a masked array is refused, since its mask would be ignored."""
+    if isinstance(x, np.ma.MaskedArray):
+        raise TypeError(f"{what} is a masked array (numpy.ma): a collective would ignore its "
+                        f"mask; pass {what}.filled(value), or {what}.data to ignore it")
+    return x.view(np.ndarray)
 
 
 def check_out(out: object, x: np.ndarray, shape: tuple[int, ...] | None = None,
@@ -69,7 +85,10 @@ def check_out(out: object, x: np.ndarray, shape: tuple[int, ...] | None = None,
         if not writeable(out):
             raise ValueError(f"{what} is read-only")
         return out
-    check_input(out, what)
+    given, out = out, check_input(out, what)
+    if (out is not given and shape is None and type(x) is np.ndarray
+            and out.__array_interface__ == x.__array_interface__):
+        out = x  # out=x for an ndarray subclass x: in place (both were taken as plain views)
     if type(out) is not type(x) and xp(out) is not xp(x):
         raise ValueError(f"{what} must live where the input does (both NumPy or both CuPy)")
     if out.shape != expected:

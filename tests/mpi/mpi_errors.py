@@ -11,7 +11,7 @@ import pytest
 from mpi4py import MPI
 
 import collectives
-from reference import make_input, reference_allreduce
+from reference import gather_all, make_input, reference_allreduce
 
 ALL_CALLS = {
     "allreduce": lambda x, **kw: collectives.allreduce(x, **kw),
@@ -156,3 +156,55 @@ def test_errors_on_split_communicator():
             collectives.allreduce(np.ones(2 + sub.rank), comm=sub, validate=True)
     _still_works(sub)
     sub.Free()
+
+
+class _Sub(np.ndarray):
+    """A user's own ndarray subclass."""
+
+
+SUBCLASSES = {
+    "matrix": lambda a: np.matrix(a.reshape(3, -1)),
+    "memmap-like": lambda a: a.view(_Sub),
+    "recarray": lambda a: a.view(np.recarray),
+}
+
+
+@pytest.mark.parametrize("kind", list(SUBCLASSES))
+def test_ndarray_subclasses_are_arrays(kind):
+    """np.matrix, a subclass of one's own: taken as plain arrays by every algorithm and block,
+    in place too (ring and rabenseifner raised ModuleNotFoundError: cupy; tree hung)."""
+    comm = MPI.COMM_WORLD
+    base = make_input(6 * comm.size, np.dtype(np.float64), "sum", comm.rank)
+    ref = reference_allreduce(base, "sum", comm)
+    for algorithm in collectives.ALGORITHMS:
+        x = SUBCLASSES[kind](base.copy())
+        y = collectives.allreduce(x, algorithm=algorithm)
+        assert type(y) is np.ndarray and np.allclose(y.ravel(), ref), algorithm
+        collectives.allreduce(x, out=x, algorithm=algorithm)
+        assert np.allclose(np.asarray(x).ravel(), ref), algorithm
+    x = SUBCLASSES[kind](base.copy())
+    assert np.allclose(collectives.allgather(x), gather_all(base, comm).ravel())
+    assert np.array_equal(collectives.reduce_scatter(x), collectives.reduce_scatter(base))
+    y = collectives.reduce(x, root=0)
+    assert comm.rank != 0 or np.allclose(y.ravel(), ref)
+    collectives.bcast(x, root=comm.size - 1)
+    assert np.array_equal(np.asarray(x).ravel(), comm.bcast(base, root=comm.size - 1))
+    import compress
+    y = collectives.compressed_allreduce(SUBCLASSES[kind](base.astype(np.float32)),
+                                         compress.get("none"), op="sum")
+    assert type(y) is np.ndarray and np.allclose(y.ravel(), ref, rtol=1e-5)
+    _still_works()
+
+
+def test_masked_arrays_raise_on_every_rank():
+    """A masked array's mask would be ignored: TypeError, from every collective, every rank."""
+    import compress
+    x = np.ma.array(np.ones(4), mask=[0, 1, 0, 0])
+    for call in ALL_CALLS.values():
+        with pytest.raises(TypeError, match="masked array"):
+            call(x)
+    with pytest.raises(TypeError, match="masked array"):
+        collectives.allreduce(np.ones(4), out=x)
+    with pytest.raises(TypeError, match="masked array"):
+        collectives.compressed_allreduce(x.astype(np.float32), compress.get("none"))
+    _still_works()
