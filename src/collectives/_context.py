@@ -13,6 +13,8 @@ from typing import Any, Callable
 
 from mpi4py import MPI
 
+from ._guard import Guard
+
 __all__ = ["Context", "context"]
 
 
@@ -23,6 +25,16 @@ class Context:
         self.comm: MPI.Comm = comm.Dup() if dup else comm
         self._owned = dup
         self._cache: dict[Any, Any] = {}
+        self._guard: Guard | None = None
+        if dup:  # a size mismatch must raise (MPI_ERR_TRUNCATE), not end the job
+            self.comm.Set_errhandler(MPI.ERRORS_RETURN)
+
+    @property
+    def guard(self) -> Guard:
+        """The communicator's :class:`~._guard.Guard` (made at first use; local)."""
+        if self._guard is None:
+            self._guard = Guard(self.comm)
+        return self._guard
 
     def cached(self, key: Any, make: Callable[[MPI.Comm], Any]) -> Any:
         """``make(self.comm)`` on first use of ``key`` (collectively on all ranks), then cached."""
@@ -36,6 +48,8 @@ class Context:
             if hasattr(value, "free"):
                 value.free()
         self._cache.clear()
+        if self._guard is not None:
+            self._guard.close()
         if self._owned:
             self.comm.Free()
 

@@ -13,11 +13,22 @@ from mpi4py import MPI
 
 from .. import _device
 from .._context import Context
+from .._guard import native_call
 from .._mpitypes import native_op, native_type
 from ..ops import Op
 from ..options import Options
 
 __all__ = ["reduce_scatter", "allgather", "bcast", "reduce"]
+
+#: the hand-written block that replaces each native one once native is retired (``_guard.py``)
+_FALLBACK = {"REDUCE_SCATTER": "ring", "ALLGATHER": "ring", "BCAST": "binomial",
+             "REDUCE": "binomial"}
+
+
+def _fallback(table: str):
+    from .. import blocks  # the tables, which hold these functions too
+
+    return getattr(blocks, table)[_FALLBACK[table]]
 
 
 @_device.staged(0, 1)
@@ -25,7 +36,9 @@ def reduce_scatter(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], op:
                    opts: Options) -> None:
     dtype = native_type(src.dtype)
     counts = [b - a for a, b in zip(offsets[:-1], offsets[1:])]
-    ctx.comm.Reduce_scatter([src, dtype], [out, dtype], counts, native_op(op, src.dtype))
+    native_call(ctx.comm, "Reduce_scatter",
+                ([src, dtype], [out, dtype], counts, native_op(op, src.dtype)),
+                lambda: _fallback("REDUCE_SCATTER")(src, out, offsets, op, ctx, opts))
 
 
 @_device.staged(0, 1)
@@ -34,12 +47,14 @@ def allgather(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], ctx: Con
     size = out.itemsize
     counts = [(b - a) * size for a, b in zip(offsets[:-1], offsets[1:])]
     displs = [a * size for a in offsets[:-1]]
-    ctx.comm.Allgatherv([src, MPI.BYTE], [out, (counts, displs), MPI.BYTE])
+    native_call(ctx.comm, "Allgatherv", ([src, MPI.BYTE], [out, (counts, displs), MPI.BYTE]),
+                lambda: _fallback("ALLGATHER")(src, out, offsets, ctx, opts))
 
 
 @_device.staged(0)
 def bcast(buf: np.ndarray, root: int, ctx: Context, opts: Options) -> None:
-    ctx.comm.Bcast([buf, MPI.BYTE], root)
+    native_call(ctx.comm, "Bcast", ([buf, MPI.BYTE], root),
+                lambda: _fallback("BCAST")(buf, root, ctx, opts))
 
 
 @_device.staged(0, 1)
@@ -47,4 +62,5 @@ def reduce(src: np.ndarray, out: np.ndarray | None, op: Op, root: int, ctx: Cont
            opts: Options) -> None:
     dtype = native_type(src.dtype)
     recv = [out, dtype] if out is not None else None
-    ctx.comm.Reduce([src, dtype], recv, native_op(op, src.dtype), root)
+    native_call(ctx.comm, "Reduce", ([src, dtype], recv, native_op(op, src.dtype), root),
+                lambda: _fallback("REDUCE")(src, out, op, root, ctx, opts))

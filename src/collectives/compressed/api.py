@@ -11,7 +11,7 @@ from mpi4py import MPI
 
 from .._arrays import check_input, check_out, flat, new_like
 from .._context import context
-from .._validate import checked_call, pick, setup
+from .._validate import check_comm, checked_call, pick, setup
 from ..algorithms import ALGORITHMS
 from ..options import Options
 from ._plan import Plan
@@ -64,9 +64,17 @@ def compressed_allreduce(x: np.ndarray, codec: Codec | Memory | CompressionState
         merge of (index, value) lists runs on the host.
     """
     comm, opts, validate = setup(comm, options, validate)
-    call = checked_call(CompressedAllreduceCall, comm, validate, x, codec, out, op, strategy, key,
-                    step, algorithm, opts)
-    call.run(None if call.src.size == 0 else context(comm))
+    check_comm(CompressedAllreduceCall.kind, comm)
+    ctx = context(comm)
+    # under the communicator's guard (collectives._guard): a decode failure, a state mismatch,
+    # any error on one rank becomes the same error on every rank still in the call
+    return ctx.guard.run(CompressedAllreduceCall.kind, _check_and_run, comm, ctx, validate,
+                         (x, codec, out, op, strategy, key, step, algorithm, opts))
+
+
+def _check_and_run(comm: MPI.Comm, ctx: Any, validate: bool, args: tuple) -> np.ndarray:
+    call = checked_call(CompressedAllreduceCall, comm, validate, *args)
+    call.run(None if call.src.size == 0 else ctx)
     return call.result
 
 

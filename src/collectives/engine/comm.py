@@ -76,6 +76,27 @@ class Waiter:
             nap = min(2 * nap, MAX_NAP_S)
 
 
+    def wait_any(self, requests: list[MPI.Request], status: MPI.Status) -> int:
+        """Return the index of a request that completed (as ``MPI.Request.Waitany``), polling
+        as :meth:`wait` does."""
+        testany = MPI.Request.Testany
+        index, done = testany(requests, status)
+        clock = time.perf_counter
+        end = clock() + SPIN_S
+        while not done and clock() < end:
+            index, done = testany(requests, status)
+        nap = _FIRST_NAP_S
+        while not done:
+            if self.stop:
+                raise Stopped("the engine stopped while an operation was waiting for messages")
+            if self.serve is not None:
+                self.serve()
+            time.sleep(nap)
+            nap = min(2 * nap, MAX_NAP_S)
+            index, done = testany(requests, status)
+        return index
+
+
 def _nbytes(buf: Any) -> int:
     """Bytes of an mpi4py buffer argument (``array`` or ``[array, type, ...]``); 0 if unknown."""
     if isinstance(buf, (list, tuple)):
