@@ -148,7 +148,7 @@ def test_powersgd_rank_one_is_rank_one():
 
 
 def test_allgather_bytes_on_the_wire_are_exact():
-    """Ring allgather: rank r sends every payload but rank r+1's (sizes go natively, uncounted)."""
+    """Ring allgather: rank r sends every 8-byte size and every payload but rank r+1's."""
     comm = MPI.COMM_WORLD
     codec = compress.get("topk", ratio=0.05)
     x = data(4001, comm.rank, 4)
@@ -156,7 +156,8 @@ def test_allgather_bytes_on_the_wire_are_exact():
     before = collectives.TRAFFIC.bytes_sent
     collectives.compressed_allreduce(x, codec, strategy="allgather", key="b")
     sent = collectives.TRAFFIC.bytes_sent - before
-    expected = 0 if comm.size == 1 else sum(sizes) - sizes[(comm.rank + 1) % comm.size]
+    expected = 0 if comm.size == 1 else \
+        sum(sizes) - sizes[(comm.rank + 1) % comm.size] + 8 * (comm.size - 1)
     assert sent == expected, (sent, expected)
 
 

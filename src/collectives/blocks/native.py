@@ -1,7 +1,8 @@
 """The MPI library's own reduce-scatter, allgather, broadcast and reduce, as references.
 
-Same signatures as the hand-written blocks in ``blocks/__init__.py``; offsets are element offsets
-of each rank's block.
+Same signatures as the hand-written blocks (``handwritten.py``), which replace them once a failure
+has retired native on the communicator (``_guard.py``); offsets are element offsets of each
+rank's block.
 """
 
 from __future__ import annotations
@@ -17,19 +18,9 @@ from .._guard import native_call
 from .._mpitypes import native_op, native_type
 from ..ops import Op
 from ..options import Options
+from .handwritten import binomial_bcast, binomial_reduce, ring_allgather, ring_reduce_scatter
 
 __all__ = ["reduce_scatter", "allgather", "bcast", "reduce"]
-
-#: the hand-written block that replaces each native one once native is retired (``_guard.py``)
-_FALLBACK = {"REDUCE_SCATTER": "ring", "ALLGATHER": "ring", "BCAST": "binomial",
-             "REDUCE": "binomial"}
-
-
-def _fallback(table: str):
-    from .. import blocks  # the tables, which hold these functions too
-
-    return getattr(blocks, table)[_FALLBACK[table]]
-
 
 @_device.staged(0, 1)
 def reduce_scatter(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], op: Op, ctx: Context,
@@ -38,7 +29,7 @@ def reduce_scatter(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], op:
     counts = [b - a for a, b in zip(offsets[:-1], offsets[1:])]
     native_call(ctx.comm, "Reduce_scatter",
                 ([src, dtype], [out, dtype], counts, native_op(op, src.dtype)),
-                lambda: _fallback("REDUCE_SCATTER")(src, out, offsets, op, ctx, opts))
+                lambda: ring_reduce_scatter(src, out, offsets, op, ctx, opts))
 
 
 @_device.staged(0, 1)
@@ -48,13 +39,13 @@ def allgather(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], ctx: Con
     counts = [(b - a) * size for a, b in zip(offsets[:-1], offsets[1:])]
     displs = [a * size for a in offsets[:-1]]
     native_call(ctx.comm, "Allgatherv", ([src, MPI.BYTE], [out, (counts, displs), MPI.BYTE]),
-                lambda: _fallback("ALLGATHER")(src, out, offsets, ctx, opts))
+                lambda: ring_allgather(src, out, offsets, ctx, opts))
 
 
 @_device.staged(0)
 def bcast(buf: np.ndarray, root: int, ctx: Context, opts: Options) -> None:
     native_call(ctx.comm, "Bcast", ([buf, MPI.BYTE], root),
-                lambda: _fallback("BCAST")(buf, root, ctx, opts))
+                lambda: binomial_bcast(buf, root, ctx, opts))
 
 
 @_device.staged(0, 1)
@@ -63,4 +54,4 @@ def reduce(src: np.ndarray, out: np.ndarray | None, op: Op, root: int, ctx: Cont
     dtype = native_type(src.dtype)
     recv = [out, dtype] if out is not None else None
     native_call(ctx.comm, "Reduce", ([src, dtype], recv, native_op(op, src.dtype), root),
-                lambda: _fallback("REDUCE")(src, out, op, root, ctx, opts))
+                lambda: binomial_reduce(src, out, op, root, ctx, opts))

@@ -15,10 +15,11 @@ communicator whose blocking methods start the non-blocking call of MPI (``Isend`
 - It can give up: a waiter whose ``stop`` flag is set raises :class:`Stopped` at its next poll
   (shutdown of an engine whose operation can never finish).
 
-The MPI library's own *reductions* (``Allreduce``, ``Reduce``, ``Reduce_scatter``: the "native"
-algorithms) stay blocking calls: MPI does not promise that ``MPI_Iallreduce`` adds in the same
-order as ``MPI_Allreduce``, and a non-blocking result must be bitwise identical to the blocking
-one. Data movement (``Bcast``, ``Allgather(v)``, ``Alltoall``, ``Barrier``) has no order to keep.
+The "native" algorithms run under the operation's guard (``collectives._guard``) as MPI's
+non-blocking collectives (``Iallreduce``, ``Ireduce`` ...), waited for by :meth:`Waiter.wait_any`;
+the blocking functions run the same non-blocking collectives, so a non-blocking result stays
+bitwise identical to the blocking one (MPI does not promise that ``MPI_Iallreduce`` adds in the
+same order as ``MPI_Allreduce``, so the two paths must not mix).
 
 Sub-communicators derived from an engine communicator (the node communicators of "hierarchical")
 are engine communicators too. The object collectives (lower case: ``allgather``, ``bcast``,
