@@ -164,8 +164,8 @@ class Guard:
                 if exc.Get_error_class() != MPI.ERR_TRUNCATE:
                     raise
                 raise ValueError(f"{self.name}: count or dtype differs across ranks: rank "
-                                 f"{self.rank} received a longer message than it expected "
-                                 f"({max(e or 0 for e in expect)} bytes)") from None
+                                 f"{self.rank} expected {max(e or 0 for e in expect)} bytes "
+                                 "and received a longer message") from None
             if i == n:
                 try:
                     older = self._read_notice()

@@ -300,21 +300,24 @@ class ReduceCall:
             _finish_avg(self.op, self.dst, ctx.comm.size)
 
 
-def _call(cls: type, comm: MPI.Comm, validate: bool, *args: Any) -> Any:
-    """Check and run one blocking call: under the communicator's guard (``_guard.py``) from
-    before the checks on, so that an error on any rank becomes an error on every rank that
-    still needs it, and the ranks number their calls alike whether they fail or not."""
+def _call(cls: type, comm: MPI.Comm | None, options: Options | None, validate: bool | None,
+          *args: Any) -> Any:
+    """Check and run one blocking call (``args``: the call's arguments but the options, which
+    come last): under the communicator's guard (``_guard.py``) from before any check on, so
+    that an error on any rank becomes an error on every rank that still needs it, and the ranks
+    number their calls alike whether they fail or not."""
+    comm = MPI.COMM_WORLD if comm is None else comm
     check_comm(cls.kind, comm)
     if comm.size == 1:
-        call = _checked(cls, comm, validate, *args)
-        call.run(None)
-        return call
+        return _check_and_run(cls, comm, options, validate, None, args)
     ctx = context(comm)
-    return ctx.guard.run(cls.kind, _check_and_run, cls, comm, validate, ctx, args)
+    return ctx.guard.run(cls.kind, _check_and_run, cls, comm, options, validate, ctx, args)
 
 
-def _check_and_run(cls: type, comm: MPI.Comm, validate: bool, ctx: Any, args: tuple) -> Any:
-    call = _checked(cls, comm, validate, *args)
+def _check_and_run(cls: type, comm: MPI.Comm, options: Options | None, validate: bool | None,
+                   ctx: Any, args: tuple) -> Any:
+    comm, opts, validate = _setup(comm, options, validate)
+    call = _checked(cls, comm, validate, *args, opts)
     call.run(None if call.trivial else ctx)
     return call
 
@@ -349,13 +352,11 @@ def allreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum
     repeatable = validate is None and type(op) is str and type(out) is np.ndarray
     if repeatable and _REPEATS.run(x, out, op, algorithm, comm, options):
         return out
-    comm_arg = comm
-    comm, opts, validate = _setup(comm, options, validate)
-    call = _call(AllreduceCall, comm, validate, x, out, op, algorithm, opts)
-    result = call.result
-    if repeatable and not validate:
-        _REPEATS.remember(call, x, out, op, algorithm, comm_arg, comm, options)
-    return result
+    call = _call(AllreduceCall, comm, options, validate, x, out, op, algorithm)
+    if repeatable and not (call.opts.validate if validate is None else validate):
+        _REPEATS.remember(call, x, out, op, algorithm, comm,
+                          MPI.COMM_WORLD if comm is None else comm, options)
+    return call.result
 
 
 def reduce_scatter(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum",
@@ -368,8 +369,7 @@ def reduce_scatter(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike =
     default ``x.size`` is split into near-equal blocks, the first ``x.size % p`` one longer.
     ``algorithm``: "ring" or "native".
     """
-    comm, opts, validate = _setup(comm, options, validate)
-    return _call(ReduceScatterCall, comm, validate, x, out, op, counts, algorithm, opts).result
+    return _call(ReduceScatterCall, comm, options, validate, x, out, op, counts, algorithm).result
 
 
 def allgather(x: np.ndarray, *, out: np.ndarray | None = None,
@@ -382,8 +382,7 @@ def allgather(x: np.ndarray, *, out: np.ndarray | None = None,
     ``counts`` (one per rank, ``counts[rank] == x.size``) blocks may differ (``MPI_Allgatherv``).
     ``algorithm``: "ring" or "native".
     """
-    comm, opts, validate = _setup(comm, options, validate)
-    return _call(AllgatherCall, comm, validate, x, out, counts, algorithm, opts).result
+    return _call(AllgatherCall, comm, options, validate, x, out, counts, algorithm).result
 
 
 def bcast(x: np.ndarray, *, root: int = 0, algorithm: str = "binomial",
@@ -393,8 +392,7 @@ def bcast(x: np.ndarray, *, root: int = 0, algorithm: str = "binomial",
 
     ``algorithm``: "binomial" (pipelined in segments) or "native".
     """
-    comm, opts, validate = _setup(comm, options, validate)
-    return _call(BcastCall, comm, validate, x, root, algorithm, opts).result
+    return _call(BcastCall, comm, options, validate, x, root, algorithm).result
 
 
 def reduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum", root: int = 0,
@@ -405,5 +403,4 @@ def reduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum", 
     Returns the result on ``root`` (a new array when ``out`` is None; ``out=x`` works in place)
     and None on every other rank, where ``out`` is ignored. ``algorithm``: "binomial" or "native".
     """
-    comm, opts, validate = _setup(comm, options, validate)
-    return _call(ReduceCall, comm, validate, x, out, op, root, algorithm, opts).result
+    return _call(ReduceCall, comm, options, validate, x, out, op, root, algorithm).result

@@ -63,17 +63,19 @@ def compressed_allreduce(x: np.ndarray, codec: Codec | Memory | CompressionState
         and decode on the device and messages go from device buffers; only the sparse strategies'
         merge of (index, value) lists runs on the host.
     """
-    comm, opts, validate = setup(comm, options, validate)
+    comm = MPI.COMM_WORLD if comm is None else comm
     check_comm(CompressedAllreduceCall.kind, comm)
     ctx = context(comm)
     # under the communicator's guard (collectives._guard): a decode failure, a state mismatch,
     # any error on one rank becomes the same error on every rank still in the call
-    return ctx.guard.run(CompressedAllreduceCall.kind, _check_and_run, comm, ctx, validate,
-                         (x, codec, out, op, strategy, key, step, algorithm, opts))
+    return ctx.guard.run(CompressedAllreduceCall.kind, _check_and_run, comm, ctx, options,
+                         validate, (x, codec, out, op, strategy, key, step, algorithm))
 
 
-def _check_and_run(comm: MPI.Comm, ctx: Any, validate: bool, args: tuple) -> np.ndarray:
-    call = checked_call(CompressedAllreduceCall, comm, validate, *args)
+def _check_and_run(comm: MPI.Comm, ctx: Any, options: Options | None, validate: bool | None,
+                   args: tuple) -> np.ndarray:
+    comm, opts, validate = setup(comm, options, validate)
+    call = checked_call(CompressedAllreduceCall, comm, validate, *args, opts)
     call.run(None if call.src.size == 0 else ctx)
     return call.result
 

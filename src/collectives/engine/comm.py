@@ -59,43 +59,34 @@ class Waiter:
 
     def wait(self, requests: list[MPI.Request], nbytes: int = 0) -> None:
         """Return when every request has completed."""
-        testall = MPI.Request.Testall
-        if testall(requests):
-            return
+        self._poll(lambda: (MPI.Request.Testall(requests), None), nbytes)
+
+    def wait_any(self, requests: list[MPI.Request], status: MPI.Status) -> int:
+        """Return the index of a request that completed (as ``MPI.Request.Waitany``)."""
+        return self._poll(lambda: MPI.Request.Testany(requests, status)[::-1], 0)
+
+    def _poll(self, test: Callable[[], tuple[bool, Any]], nbytes: int) -> Any:
+        """Call ``test()`` (giving (done, value)) until done: spin, then poll with naps."""
+        done, value = test()
+        if done:
+            return value
         clock = time.perf_counter
         end = clock() + SPIN_S + nbytes / SPIN_BYTES_PER_S
         while clock() < end:
-            if testall(requests):
-                return
+            done, value = test()
+            if done:
+                return value
         nap = _FIRST_NAP_S
-        while not testall(requests):
+        while True:
+            done, value = test()
+            if done:
+                return value
             if self.stop:
                 raise Stopped("the engine stopped while an operation was waiting for messages")
             if self.serve is not None:
                 self.serve()
             time.sleep(nap)
             nap = min(2 * nap, MAX_NAP_S)
-
-
-    def wait_any(self, requests: list[MPI.Request], status: MPI.Status) -> int:
-        """Return the index of a request that completed (as ``MPI.Request.Waitany``), polling
-        as :meth:`wait` does."""
-        testany = MPI.Request.Testany
-        index, done = testany(requests, status)
-        clock = time.perf_counter
-        end = clock() + SPIN_S
-        while not done and clock() < end:
-            index, done = testany(requests, status)
-        nap = _FIRST_NAP_S
-        while not done:
-            if self.stop:
-                raise Stopped("the engine stopped while an operation was waiting for messages")
-            if self.serve is not None:
-                self.serve()
-            time.sleep(nap)
-            nap = min(2 * nap, MAX_NAP_S)
-            index, done = testany(requests, status)
-        return index
 
 
 def _nbytes(buf: Any) -> int:
