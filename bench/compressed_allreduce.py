@@ -1,12 +1,16 @@
 """Dense against compressed allreduce: time and bytes on the wire per rank, side by side.
 
 Run ``mpiexec -n 4 python bench/compressed_allreduce.py --bytes 67108864 --iterations 3`` (or
-under ``bench/netem.py`` for a slow network). Every configuration runs interleaved in each
-iteration (so drift hits all alike): dense ``native`` and ``ring`` (fp32), then each ``--codec``
-spec (``NAME[:k=v,...]``, with error feedback where the codec needs it) with the strategy "auto"
-picks, or ``--strategy``. Rank 0 prints the median time (the slowest rank's), the bytes each
-rank sent (mean over ranks; from ``collectives.TRAFFIC``, so native MPI is estimated as the
-ring's 2 n (p-1)/p), and the ratio to dense native; ``--json FILE`` writes the numbers.
+under ``bench/netem.py`` or ``bench/cluster.py run`` for a slow network). Every configuration runs
+interleaved in each iteration (so drift hits all alike): the dense algorithms of ``--dense``
+(default ``native,ring``; fp32), then each ``--codec`` spec (``NAME[:k=v,...]``, with error
+feedback where the codec needs it) with the strategy "auto" picks, or ``--strategy``;
+``--strategy all`` runs every strategy that takes the codec (:func:`strategies_for`).
+``--shape ROWSxCOLS`` gives the vector a matrix shape (low-rank codecs such as PowerSGD compress
+matrices; a flat vector is one column to them). Rank 0 prints the median time (the slowest
+rank's), the bytes each rank sent (mean over ranks; from ``collectives.TRAFFIC``, so native MPI is
+estimated as the ring's 2 n (p-1)/p), and the ratio to dense native; ``--json FILE`` writes the
+numbers.
 """
 
 from __future__ import annotations
@@ -20,9 +24,37 @@ from mpi4py import MPI
 
 import collectives
 from collectives.bench.compressed import make_codec
-from collectives.compressed.strategies import choose
+from collectives.compressed.strategies import choose, incompatibility
+from compress.protocols import SparsePayload
 
 DEFAULT_CODECS = ["topk:ratio=0.01", "efsignsgd", "qsgd:levels=7"]
+#: the sparse strategies (SparCML) take codecs with sparse output only
+_SPARSE = ("sparse", "sparse_recursive_doubling", "sparse_split")
+
+
+def strategies_for(codec) -> list[str]:
+    """Every strategy that takes ``codec`` (a codec or a memory around one): "summable" where it
+    can apply it, the sparse ones for sparse codecs, "two_phase" for those that are not
+    summable (DeepSpeed's scheme, made for 1-bit and sign codecs), "allgather" for all."""
+    base = getattr(codec, "codec", codec)
+    memory = codec if base is not codec else None
+    names = []
+    for name in collectives.STRATEGIES:
+        if name in _SPARSE and not isinstance(base, SparsePayload):
+            continue
+        if name == "two_phase" and incompatibility("summable", base, memory) is None:
+            continue
+        if incompatibility(name, base, memory) is None:
+            names.append(name)
+    return names
+
+
+def _shape(text: str) -> tuple[int, int]:
+    rows, _, cols = text.lower().partition("x")
+    try:
+        return int(rows), int(cols)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shape takes ROWSxCOLS, got {text!r}") from None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -31,20 +63,36 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--iterations", type=int, default=3)
     ap.add_argument("--codec", action="append", dest="codecs", metavar="NAME[:k=v,...]",
                     help="a codec to compare (repeatable; default: " + ", ".join(DEFAULT_CODECS) + ")")
-    ap.add_argument("--strategy", default="auto", choices=["auto", *collectives.STRATEGIES])
+    ap.add_argument("--strategy", default="auto",
+                    choices=["auto", "all", *collectives.STRATEGIES],
+                    help="strategy of every codec: auto's choice, all that take it, or one")
+    ap.add_argument("--dense", default="native,ring",
+                    help="dense algorithms to time, comma-separated (default native,ring)")
+    ap.add_argument("--shape", type=_shape, help="ROWSxCOLS: the vector as a matrix (--bytes "
+                    "is then ROWS x COLS x 4)")
     ap.add_argument("--json", help="write the results to this file (rank 0)")
     args = ap.parse_args(argv)
     comm = MPI.COMM_WORLD
     p, rank = comm.size, comm.rank
-    n = max(args.bytes // 4, 1)
-    x = np.random.default_rng(rank).standard_normal(n).astype(np.float32)
+    shape = args.shape or (max(args.bytes // 4, 1),)
+    n = int(np.prod(shape))
+    x = np.random.default_rng(rank).standard_normal(n).astype(np.float32).reshape(shape)
     out = np.empty_like(x)
-    configs: dict[str, object] = {"dense native": None, "dense ring": None}
+    dense = [name.strip() for name in args.dense.split(",") if name.strip()]
+    unknown = [name for name in dense if name not in collectives.ALGORITHMS]
+    if unknown or not dense:
+        ap.error(f"--dense: unknown algorithm(s) {', '.join(unknown) or '(none given)'}; valid: "
+                 + ", ".join(collectives.ALGORITHMS))
+    configs: dict[str, object] = {f"dense {name}": None for name in dense}
     codecs = {spec: make_codec(spec, rank) for spec in args.codecs or DEFAULT_CODECS}
     for spec, codec in codecs.items():
-        strategy = choose(getattr(codec, "codec", codec)) if args.strategy == "auto" \
-            else args.strategy
-        configs[f"{spec} [{strategy}]"] = (codec, strategy)
+        if args.strategy == "all":
+            chosen = strategies_for(codec)
+        else:
+            chosen = [choose(getattr(codec, "codec", codec)) if args.strategy == "auto"
+                      else args.strategy]
+        for strategy in chosen:
+            configs[f"{spec} [{strategy}]"] = (codec, strategy)
     times: dict[str, list[float]] = {k: [] for k in configs}
     sent: dict[str, list[int]] = {k: [] for k in configs}
     for step in range(args.iterations + 1):
@@ -63,24 +111,37 @@ def main(argv: list[str] | None = None) -> None:
                 times[label].append(elapsed)
                 sent[label].append(collectives.TRAFFIC.bytes_sent - before)
     dense_bytes = 2 * n * 4 * (p - 1) / p
+    hosts = comm.allgather(MPI.Get_processor_name())
     rows = []
     for label in configs:
         t = comm.allreduce(float(np.median(times[label])), op=MPI.MAX)
         b = comm.allreduce(float(np.mean(sent[label])), op=MPI.SUM) / p
-        if label == "dense native":
+        cfg = configs[label]
+        estimated = b == 0  # sent through MPI's own allreduce, which TRAFFIC does not count:
+        if estimated and cfg is None:  # what a bandwidth-optimal MPI_Allreduce sends
             b = dense_bytes
-        rows.append({"config": label, "time_s": t, "bytes_per_rank": b})
+        elif estimated:  # "summable" over native: the same, on the codec's payload
+            base_codec = getattr(cfg[0], "codec", cfg[0])
+            b = 2 * base_codec.payload_nbytes(shape, x.dtype) * (p - 1) / p
+        rows.append({"config": label, "time_s": t, "bytes_per_rank": b,
+                     "bytes_estimated": estimated})
     if rank == 0:
-        base = rows[0]["time_s"]
+        base = next((r["time_s"] for r in rows if r["config"] == "dense native"),
+                    rows[0]["time_s"])
         print(f"# {p} ranks, {n * 4} bytes fp32, median of {args.iterations}")
-        print(f"{'configuration':<34}{'time (ms)':>12}{'x native':>10}{'MB sent/rank':>14}"
+        print(f"{'configuration':<44}{'time (ms)':>12}{'x native':>10}{'MB sent/rank':>14}"
               f"{'x dense':>9}")
         for r in rows:
-            print(f"{r['config']:<34}{r['time_s'] * 1e3:>12.1f}{r['time_s'] / base:>10.2f}"
-                  f"{r['bytes_per_rank'] / 1e6:>14.2f}{r['bytes_per_rank'] / dense_bytes:>9.3f}")
+            mark = "*" if r["bytes_estimated"] else " "
+            print(f"{r['config']:<44}{r['time_s'] * 1e3:>12.1f}{r['time_s'] / base:>10.2f}"
+                  f"{r['bytes_per_rank'] / 1e6:>13.2f}{mark}"
+                  f"{r['bytes_per_rank'] / dense_bytes:>9.3f}")
+        if any(r["bytes_estimated"] for r in rows):
+            print("# *: sent through MPI_Allreduce, not counted; a ring's 2 S (p-1)/p shown")
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"ranks": p, "bytes": n * 4, "rows": rows}, f, indent=1)
+                json.dump({"ranks": p, "bytes": n * 4, "shape": list(shape), "rows": rows,
+                           "hosts": hosts}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,10 @@
 
 import argparse
 import importlib.util
+import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,7 @@ from collectives.bench.options import (DATATYPES, LARGE_MESSAGE_SIZE, device_err
                                        parse_sizes)
 from collectives.bench.plot import ratio_table
 from collectives.bench.results import Record, read_records, write_csv, write_json
+from collectives.launch import mpiexec_command
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -139,6 +143,35 @@ def test_plot_writes_png(tmp_path):
     assert out.stat().st_size > 1000
 
 
+def test_error_table_compares_model_and_measurement():
+    from collectives.bench.plot import error_table
+    from collectives.tuning.cost_model import Network, predict
+
+    net = Network(1e-6, 1e-9, 1e-10)
+    text = error_table(_records(), net)
+    lines = text.splitlines()
+    assert lines[0] == "| bytes | native meas / pred (us) | ring meas / pred (us) |"
+    ring_8 = predict("ring", 8, 4, net) * 1e6
+    assert f"25 / {ring_8:.0f} ({ring_8 / 25.0:.2f})" in lines[2]
+    assert lines[-2].startswith("| typical error | ")
+    assert lines[-1].startswith("| typical error from 1048576 B | ")
+
+
+def test_compressed_bench_strategies_per_codec():
+    import compress
+
+    spec = importlib.util.spec_from_file_location("compressed_bench",
+                                                  ROOT / "bench" / "compressed_allreduce.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    ef = compress.ErrorFeedback
+    assert bench.strategies_for(ef(compress.get("topk", ratio=0.01))) == [
+        "allgather", "sparse", "sparse_recursive_doubling", "sparse_split", "two_phase"]
+    assert bench.strategies_for(ef(compress.get("efsignsgd"))) == ["allgather", "two_phase"]
+    assert bench.strategies_for(ef(compress.get("powersgd", rank=4))) == ["summable", "allgather"]
+    assert bench.strategies_for(compress.get("fp16")) == ["summable", "allgather"]
+
+
 def test_netem_commands():
     spec = importlib.util.spec_from_file_location("netem", ROOT / "bench" / "netem.py")
     netem = importlib.util.module_from_spec(spec)
@@ -251,3 +284,18 @@ def test_plot_without_matplotlib_says_how_to_get_it(tmp_path, monkeypatch, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert info.value.code == 2 and len(err) == 1
     assert "needs matplotlib" in err[0] and "pip install 'mpi-collectives[plot]'" in err[0]
+
+
+def test_hierarchical_phases_runs_and_checks_its_sums(tmp_path):
+    """bench/hierarchical_phases.py on 2 emulated nodes of 2: every rank's three phases."""
+    out = tmp_path / "phases.json"
+    cmd = [*mpiexec_command(), "-n", "4", sys.executable, str(ROOT / "bench/hierarchical_phases.py"),
+           "--node-size", "2", "--sizes", "4,4K", "--iterations", "1", "--json", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["nodes"] == [2, 2] and data["ranks"] == 4
+    assert [(r["bytes"], r["rank"]) for r in data["records"]] == [
+        (b, r) for b in (4, 4096) for r in range(4)]
+    assert all(r[k] >= 0 for r in data["records"] for k in
+               ("intra reduce-scatter", "across nodes", "intra allgather"))

@@ -1,13 +1,14 @@
 """Serial tests of the cost model, its fit, and the projection command."""
 
 import io
+import json
 import math
 
 import numpy as np
 import pytest
 
 from collectives.tuning.cost_model import COSTS, Network, best, predict, predict_all
-from collectives.tuning.fit import fit_line, fit_network
+from collectives.tuning.fit import fit_alpha_beta, fit_line, fit_network
 from collectives.tuning.projection import main as project_main
 from collectives.tuning.projection import project
 
@@ -48,11 +49,73 @@ def test_hierarchical():
     assert math.isclose(predict("hierarchical", n, 8, NET), predict("ring", n, 8, NET))
     slow = Network(alpha=A, beta=B, gamma=G, segment_bytes=1 << 40, node_size=4,
                    alpha_inter=10 * A, beta_inter=10 * B)
-    inter = Network(alpha=10 * A, beta=10 * B, gamma=G, segment_bytes=1 << 40)
-    expected = predict("ring", n, 4, NET) + predict("ring", n / 4, 2, inter)
+    # the 4 position holders of a node run their rings across at once: 4 flows share its link
+    shared = Network(alpha=10 * A, beta=4 * 10 * B, gamma=G, segment_bytes=1 << 40)
+    expected = predict("ring", n, 4, NET) + predict("ring", n / 4, 2, shared)
     assert math.isclose(predict("hierarchical", n, 8, slow), expected)
     extras = Network(alpha=A, beta=B, gamma=G, segment_bytes=1 << 40, node_size=4)
     assert predict("hierarchical", n, 7, extras) > predict("hierarchical", n, 6, extras)
+    # emulated nodes on one machine (no inter parameters): one level, no link sharing
+    one = Network(alpha=A, beta=B, gamma=G, segment_bytes=1 << 40)
+    assert math.isclose(predict("hierarchical", n, 8, extras),
+                        predict("ring", n, 4, NET) + predict("ring", n / 4, 2, one))
+
+
+TWO = Network(alpha=A, beta=B, gamma=G, segment_bytes=1 << 40, node_size=2,
+              alpha_inter=50 * A, beta_inter=20 * B)
+FLATS = ["ring", "tree", "recursive_doubling", "rabenseifner", "native"]
+
+
+@pytest.mark.parametrize("name", FLATS + ["hierarchical"])
+@pytest.mark.parametrize("p", [2, 3, 4, 7, 8])
+def test_two_levels_reduce_to_one(name, p):
+    """One node holding every rank: the intra parameters only; one rank per node: inter only
+    (but for the tree, whose root's link receives from all its children at once, which one
+    level, with no links to share, cannot see)."""
+    n = 3e5
+    one_node = Network(**{**TWO.__dict__, "node_size": p})
+    assert math.isclose(predict(name, n, p, one_node), predict(name, n, p, NET))
+    if name not in ("hierarchical", "tree"):
+        own = Network(**{**TWO.__dict__, "node_size": 1})
+        inter = Network(alpha=50 * A, beta=20 * B, gamma=G, segment_bytes=1 << 40)
+        assert math.isclose(predict(name, n, p, own), predict(name, n, p, inter))
+
+
+def test_two_level_steps_follow_the_partners():
+    """2 nodes x 2 ranks: which steps cross, and how many of a node's ranks share its link."""
+    n, ai, bi = 1e6, 50 * A, 20 * B
+    share = n / 4
+    # ring: every step has one pair crossing per node (and one inside): the slow link decides
+    assert math.isclose(predict("ring", n, 4, TWO), 6 * (ai + share * bi) + 3 * share * G)
+    # Rabenseifner: halving mask 2 crosses with both ranks of a node at once, mask 1 stays inside
+    rab = 2 * (ai + 2 * (n / 2) * bi) + 2 * (A + (n / 4) * B) + (n / 2 + n / 4) * G
+    assert math.isclose(predict("rabenseifner", n, 4, TWO), rab)
+    # recursive doubling: mask 1 inside, mask 2 across with both ranks of a node
+    rd = (A + n * B) + (ai + 2 * n * bi) + 2 * n * G
+    assert math.isclose(predict("recursive_doubling", n, 4, TWO), rd)
+    # hierarchical with ring across: a node's link carries 2 n (N-1)/N, the least possible
+    no_intra = Network(**{**TWO.__dict__, "alpha": 0.0, "beta": 0.0, "gamma": 0.0,
+                          "alpha_inter": 0.0})
+    assert math.isclose(predict("hierarchical", n, 4, no_intra), n * bi)
+    assert math.isclose(predict("ring", n, 4, no_intra), 1.5 * n * bi)
+
+
+@pytest.mark.parametrize("p,m", [(8, 2), (12, 4), (7, 3), (16, 1), (6, 6)])
+def test_tree_pattern_matches_the_binomial_tree(p, m):
+    from collectives.blocks.binomial import tree as binomial
+    from collectives.tuning.cost_model import _tree_pattern
+
+    out, into, intra = {}, {}, False
+    for v in range(1, p):
+        parent = binomial(v, p)[0]
+        if parent // m == v // m:
+            intra = True
+        else:
+            out[v // m] = out.get(v // m, 0) + 1
+            into[parent // m] = into.get(parent // m, 0) + 1
+    assert _tree_pattern(p, m) == (max([*out.values(), *into.values(), 0]), intra)
+    if m == 1:  # every edge crosses: the root receives from all its lg p children at once
+        assert _tree_pattern(p, m)[0] == (p - 1).bit_length()
 
 
 def test_native_is_mpich_rule_with_its_own_alpha():
@@ -105,5 +168,38 @@ def test_projection_command_prints_a_table():
     out = io.StringIO()
     project_main(["--ranks", "16,4096", "--sizes", "8,1M", "--node-size", "8"], out=out)
     lines = out.getvalue().splitlines()
-    assert lines[0].startswith("# alpha")
+    assert lines[0].startswith("# across nodes alpha 5e-06 s") and "nodes of 8" in lines[0]
     assert len(lines) == 1 + 2 + 4 and "hierarchical / best" in lines[1]
+    out = io.StringIO()
+    project_main(["--ranks", "16", "--sizes", "8"], out=out)
+    assert out.getvalue().startswith("# alpha 5e-06 s") and "hierarchical" not in out.getvalue()
+
+
+def test_projection_from_a_tuning_file(tmp_path):
+    path = tmp_path / "t.json"
+    model = {"alpha": 1e-6, "beta": 1e-10, "gamma": 1e-10, "alpha_inter": 1e-4,
+             "beta_inter": 8e-9, "node_size": 2}
+    path.write_text(json.dumps({"format": "collectives-tuning", "version": 1, "world_sizes": {
+        "2": {"rules": [], "model": {"alpha": 1e-6, "beta": 1e-10, "gamma": 1e-10}},
+        "4": {"rules": [], "model": model}}}))
+    out = io.StringIO()
+    project_main(["--model", str(path), "--ranks", "64", "--sizes", "64M", "--node-size", "8"],
+                 out=out)
+    text = out.getvalue()
+    assert "alpha 0.0001 s" in text and "nodes of 8" in text
+    assert "| 64 | 64 MiB | hierarchical |" in text  # a slow network, 8-rank nodes: it wins
+    with pytest.raises(SystemExit):
+        project_main(["--model", str(path), "--world-size", "8"], out=io.StringIO())
+
+
+def test_fit_alpha_beta_ignores_a_token_bucket_burst():
+    """A shaped link lets its first 250 kB through at once: small and medium messages look fast.
+    beta comes from the large messages' slope; alpha from the small ones."""
+    rate, burst, alpha = 125e6, 250e3, 20e-6
+    times = {n: alpha + max(n - burst, 0) / rate for n in (8, 1024, 64 << 10, 1 << 20, 4 << 20,
+                                                           8 << 20)}
+    a, b = fit_alpha_beta(times)
+    assert b == pytest.approx(1 / rate, rel=1e-6) and a == pytest.approx(alpha, rel=1e-2)
+    _, b_all = fit_line(list(times), list(times.values()))
+    assert b_all < 0.8 / rate  # what a fit over every size made of it
+    assert fit_alpha_beta({8: 1e-6, 1 << 20: 1e-3}) == fit_line([8, 1 << 20], [1e-6, 1e-3])

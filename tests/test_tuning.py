@@ -153,3 +153,67 @@ def test_tune_keeps_builtin_choice_within_margin():
     assert pick(times, "native", 0.05) == "native"
     assert pick(times, "native", 0.01) == "recursive_doubling"
     assert pick({"native": 30.0, "rabenseifner": 20.0}, "native", 0.05) == "rabenseifner"
+
+
+def test_entries_keep_nodes_and_model(tmp_path, use):
+    model = {"alpha": 1e-6, "beta": 1e-10, "gamma": 1e-10, "alpha_inter": 5e-5,
+             "beta_inter": 8e-9, "node_size": 2}
+    rules = RULES[:1] + [{"max_bytes": None, "algorithm": "hierarchical"}]
+    use(_file(tmp_path, {"4": {"rules": rules, "nodes": [2, 2], "model": model},
+                         "2": {"rules": RULES}}))
+    entry = tuning.entry_for(4)
+    assert entry.nodes == (2, 2) and entry.model == model
+    assert entry.rules[-1] == (math.inf, "hierarchical")
+    assert tuning.entry_for(2).nodes is None and tuning.entry_for(2).model is None
+
+
+@pytest.mark.parametrize("nodes", [[2, 1], [], [2, "2"], [0, 4], "2,2", [True, 3]])
+def test_bad_nodes(tmp_path, nodes):
+    with pytest.raises(tuning.TuningFileError, match="'nodes' must list"):
+        tuning.read(_file(tmp_path, {"4": {"rules": RULES, "nodes": nodes}}))
+
+
+def test_bad_model(tmp_path):
+    with pytest.raises(tuning.TuningFileError, match="'model' must be an object"):
+        tuning.read(_file(tmp_path, {"4": {"rules": RULES, "model": [1, 2]}}))
+
+
+def test_choose_with_a_two_level_model():
+    """Across nodes on a slow network, the model sends large messages through hierarchical."""
+    from collectives.algorithms.auto import CLUSTER_DEFAULTS
+    from collectives.tuning.cost_model import Network
+
+    slow = Network(**{**CLUSTER_DEFAULTS, "beta_inter": 8e-9, "alpha_inter": 1e-4,
+                      "node_size": 4})
+    assert choose(1 << 10, 256, 16, None, slow) == "native"  # small: the built-in rule
+    assert choose(64 << 20, 16 << 20, 16, None, slow) == "hierarchical"
+    one_rank_nodes = Network(**{**CLUSTER_DEFAULTS, "node_size": 1})
+    assert choose(64 << 20, 16 << 20, 16, None, one_rank_nodes) != "hierarchical"
+
+
+def test_plan_on_one_node_follows_rules_or_builtin(tmp_path, use):
+    from collectives.algorithms.auto import comm_plan
+
+    use(_file(tmp_path, {"1": {"rules": RULES, "nodes": [1]}}))
+    ctx = Context(MPI.COMM_SELF)
+    try:
+        plan = comm_plan(ctx)
+        assert plan.nodes == [1] and plan.model is None
+        assert plan.rules == [(4096, "native"), (math.inf, "ring")]
+        assert plan.choose(1 << 20, 1 << 18) == "ring"
+    finally:
+        ctx.free()
+
+
+def test_cluster_model_prefers_fitted_parameters():
+    from collectives.algorithms.auto import CLUSTER_DEFAULTS, _cluster_model
+
+    fitted = tuning.Entry(RULES, (2, 2), {"alpha": 2e-6, "beta": 1e-10, "gamma": 1e-10,
+                                          "alpha_inter": 7e-5, "beta_inter": 8e-9,
+                                          "node_size": 2})
+    net = _cluster_model(fitted, [3, 1])
+    assert net.alpha_inter == 7e-5 and net.node_size == 1  # the smallest node of this comm
+    one_level = tuning.Entry(RULES, None, {"alpha": 2e-6, "beta": 1e-10, "gamma": 1e-10})
+    assert _cluster_model(one_level, [2, 2]).alpha_inter == CLUSTER_DEFAULTS["alpha_inter"]
+    broken = tuning.Entry(RULES, None, {"alpha_inter": 1.0, "bogus": 3})
+    assert _cluster_model(broken, [2, 2]).alpha == CLUSTER_DEFAULTS["alpha"]

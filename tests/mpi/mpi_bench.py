@@ -14,7 +14,7 @@ from mpi4py import MPI
 import collectives
 from collectives import tuning
 from collectives._context import context
-from collectives.algorithms import FLAT, auto
+from collectives.algorithms import auto
 from collectives.bench import allgather, allreduce, bcast, bw, latency, reduce_scatter
 
 TINY = ["--sizes", "8,1024", "-i", "2", "-x", "1", "-T", "mpi_float"]
@@ -94,8 +94,8 @@ def test_auto_follows_tuning_file(monkeypatch):
     tuning.clear_cache()
     ran = []
     for name in ("ring", "tree"):
-        real = FLAT[name]
-        monkeypatch.setitem(FLAT, name, lambda *a, _n=name, _f=real: (ran.append(_n), _f(*a)))
+        real = auto._ALL[name]
+        monkeypatch.setitem(auto._ALL, name, lambda *a, _n=name, _f=real: (ran.append(_n), _f(*a)))
     dup = comm.Dup()
     try:
         assert auto.comm_rules(context(dup)) == [(16, "ring"), (math.inf, "tree")]
@@ -125,6 +125,45 @@ def test_auto_malformed_file_falls_back(monkeypatch):
     finally:
         dup.Free()
         tuning.clear_cache()
+
+
+def test_auto_across_nodes(monkeypatch):
+    """Emulated nodes of 2: auto follows rules tuned on this layout, ignores rules tuned on
+    another, and otherwise asks the two-level model (which may pick hierarchical)."""
+    comm = MPI.COMM_WORLD
+    p = comm.size
+    nodes = [2] * (p // 2) + [1] * (p % 2)
+    opts = collectives.Options(node_size=2)
+    rules = [{"max_bytes": None, "algorithm": "tree"}]
+    ran = []
+    for name in list(auto._ALL):
+        real = auto._ALL[name]
+        monkeypatch.setitem(auto._ALL, name, lambda *a, _n=name, _f=real: (ran.append(_n), _f(*a)))
+    x = np.arange(100_003, dtype=np.float32) + comm.rank  # 400 kB: above auto's small sizes
+    expected = np.arange(100_003, dtype=np.float32) * p + sum(range(p))
+    for layout, follows in ((nodes, True), ([p], p == len(nodes) * 2 and p <= 2)):
+        entry = {"rules": rules, "nodes": layout}
+        monkeypatch.setenv(tuning.ENV, str(_write(comm, json.dumps(
+            {"format": tuning.FORMAT, "version": tuning.VERSION,
+             "world_sizes": {str(p): entry}}))))
+        tuning.clear_cache()
+        dup = comm.Dup()
+        try:
+            plan = auto.comm_plan(context(dup), 2)
+            assert plan.nodes == nodes
+            assert (plan.rules is not None) == (follows or len(nodes) == 1)
+            assert (plan.model is not None) == (plan.rules is None and len(nodes) > 1)
+            ran.clear()
+            y = collectives.allreduce(x, algorithm="auto", comm=dup, options=opts)
+            assert np.allclose(y, expected)
+            want = "tree" if plan.rules else plan.choose(x.nbytes, x.size)
+            assert ran == ([] if p == 1 else [want])
+            if plan.model is not None:
+                assert plan.choose(64 << 20, 16 << 20) in auto.MODEL_CHOICES
+        finally:
+            dup.Free()
+            tuning.clear_cache()
+        comm.Barrier()
 
 
 def test_allreduce_codec_columns_report_bytes_on_the_wire(capsys):

@@ -1,29 +1,39 @@
-"""Auto: pick an algorithm from the message size and the number of ranks.
+"""Auto: pick an algorithm from the message size, the number of ranks and the nodes they are on.
 
-Two sources, in order:
+Three sources, in order:
 
 1. **A per-machine tuning file** (``collectives-tune`` writes it; where it is looked for and its
-   format: :mod:`collectives.tuning.tuning_file`). For a world size it covers, the first rule whose
-   ``max_bytes`` is >= the message size names the algorithm.
-2. **The built-in rule** otherwise (measured on a 2-core machine with the MPICH wheel; see
-   docs/algorithms.md): "native" for ``count < pof2`` or at most ``SMALL_BYTES`` (64 KiB) - there
-   latency is all there is, and every hand-written step pays a few microseconds of Python that
-   MPI's C path does not; "rabenseifner" above (2 lg p messages and the bandwidth-optimal
-   volume; 0.43-1.04x native's time from 1 MiB to 4 MiB at p = 2, 4, 8). The fitted cost model
-   (:mod:`collectives.tuning.cost_model`) did not do clearly better than this rule on that machine: it
-   cannot see the per-call Python overhead that decides small messages there, and picks
-   recursive doubling where native is faster (docs/benchmarks.md), so this rule stays the
-   fallback.
+   format: :mod:`collectives.tuning.tuning_file`). For a world size it covers, tuned on the same
+   node layout as this communicator (its ``nodes``; a file without ``nodes`` covers one node),
+   the first rule whose ``max_bytes`` is >= the message size names the algorithm.
+2. **The two-level cost model**, on a communicator that spans several nodes
+   (``Split_type(COMM_TYPE_SHARED)``, or the emulated nodes of ``Options.node_size``):
+   "native" up to ``SMALL_BYTES`` (as below), and above it the algorithm the model
+   (:mod:`collectives.tuning.cost_model`) predicts fastest, "hierarchical" included. Its
+   parameters are the tuning file's fitted ``model`` for this world size when it has two levels
+   (``collectives-tune`` fits them on the cluster), else :data:`CLUSTER_DEFAULTS` (shared memory
+   inside a node, a 10 Gbit/s network between), with the communicator's smallest node as
+   ``node_size``. Each size's pick is computed once per communicator.
+3. **The built-in rule** otherwise (one node; measured on a 2-core machine with the MPICH wheel;
+   see docs/algorithms.md): "native" for ``count < pof2`` or at most ``SMALL_BYTES`` (64 KiB) -
+   there latency is all there is, and every hand-written step pays a few microseconds of Python
+   that MPI's C path does not; "rabenseifner" above (2 lg p messages and the bandwidth-optimal
+   volume; 0.43-1.04x native's time from 1 MiB to 4 MiB at p = 2, 4, 8). On one machine the
+   fitted model did not do clearly better than this rule: it cannot see the per-call Python
+   overhead that decides small messages there, and picks recursive doubling where native is
+   faster (docs/benchmarks.md), so this rule stays the fallback.
 
-Every rank must pick the same algorithm. Only rank 0 reads the tuning file, at the first "auto"
-call on a communicator, and broadcasts its rules once (on the private duplicate, cached in the
-communicator's context); later calls use the cached rules with no extra communication. If the
-file is malformed, rank 0 warns once (``RuntimeWarning``) and every rank uses the built-in rule.
+Every rank must pick the same algorithm. At the first "auto" call on a communicator (for each
+``Options.node_size``) only rank 0 reads the tuning file and broadcasts its entry, and the ranks
+find the node layout together (one ``Split_type``); the resulting plan is cached in the
+communicator's context, so later calls add no communication. If the file is malformed, rank 0
+warns once (``RuntimeWarning``) and every rank uses the built-in rule (or the default model).
 """
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass, field
 
 import numpy as np
 from mpi4py import MPI
@@ -32,13 +42,24 @@ from .. import tuning
 from .._context import Context
 from ..ops import Op
 from ..options import Options
+from . import hierarchical
 from .flat import FLAT
 from .pof2 import pof2_of
 
-__all__ = ["choose", "builtin_choice", "comm_rules", "allreduce", "SMALL_BYTES"]
+__all__ = ["choose", "builtin_choice", "comm_rules", "comm_plan", "Plan", "allreduce",
+           "SMALL_BYTES", "CLUSTER_DEFAULTS", "MODEL_CHOICES"]
 
 SMALL_BYTES = 64 << 10
-_RULES_KEY = "auto-tuning-rules"
+_PLAN_KEY = "auto-plan"
+
+#: Two-level model parameters auto uses across nodes when no tuning file gives fitted ones:
+#: shared memory inside a node (this 2-core machine's fit, docs/benchmarks.md: alpha 1.4 us,
+#: 20 GB/s; MPI's C path 8 us per call), a 10 Gbit/s TCP network between (25 us, 0.8 ns/B).
+CLUSTER_DEFAULTS = {"alpha": 1.4e-6, "beta": 5e-11, "gamma": 3e-11, "alpha_native": 8e-6,
+                    "alpha_inter": 2.5e-5, "beta_inter": 8e-10}
+#: What the model chooses among across nodes.
+MODEL_CHOICES = ("native", "ring", "tree", "recursive_doubling", "rabenseifner", "hierarchical")
+_ALL = {**FLAT, "hierarchical": hierarchical.allreduce}
 
 
 def builtin_choice(nbytes: int, count: int, p: int) -> str:
@@ -48,38 +69,94 @@ def builtin_choice(nbytes: int, count: int, p: int) -> str:
     return "rabenseifner"
 
 
-def choose(nbytes: int, count: int, p: int, rules: tuning.Rules | None = None) -> str:
+def choose(nbytes: int, count: int, p: int, rules: tuning.Rules | None = None,
+           model=None) -> str:
     """The algorithm "auto" runs for ``count`` elements (``nbytes`` bytes) on ``p`` ranks.
 
-    ``rules``: tuned rules for ``p`` (see :mod:`collectives.tuning`); None: the built-in rule.
+    ``rules``: tuned rules for ``p`` (see :mod:`collectives.tuning`); else ``model``: a two-level
+    :class:`~collectives.tuning.cost_model.Network` of the nodes the ranks are on; neither: the
+    built-in rule.
     """
-    if rules is None:
-        return builtin_choice(nbytes, count, p)
-    for limit, name in rules:
-        if nbytes <= limit:
-            return name
-    raise ValueError("tuning rules must end with an unlimited rule")
+    if rules is not None:
+        for limit, name in rules:
+            if nbytes <= limit:
+                return name
+        raise ValueError("tuning rules must end with an unlimited rule")
+    small = builtin_choice(nbytes, count, p)
+    if model is None or small == "native":
+        return small
+    from ..tuning.cost_model import best
+
+    return best(nbytes, p, model, MODEL_CHOICES)
 
 
-def _agree(comm: MPI.Comm) -> tuning.Rules | None:
-    rules, problem = None, None
+@dataclass
+class Plan:
+    """How "auto" chooses on one communicator (the same on every rank)."""
+
+    p: int
+    nodes: list[int]                  # ranks per node (node_sizes)
+    rules: tuning.Rules | None = None
+    model: object | None = None       # a two-level cost_model.Network, across nodes
+    _picks: dict[int, str] = field(default_factory=dict)
+
+    def choose(self, nbytes: int, count: int) -> str:
+        if self.model is None or nbytes <= SMALL_BYTES:
+            return choose(nbytes, count, self.p, self.rules)
+        name = self._picks.get(nbytes)
+        if name is None:
+            name = self._picks[nbytes] = choose(nbytes, count, self.p, None, self.model)
+        return name
+
+
+def _read_entry(comm: MPI.Comm) -> tuning.Entry | None:
+    entry, problem = None, None
     if comm.rank == 0:
         try:
-            rules = tuning.rules_for(comm.size)
+            entry = tuning.entry_for(comm.size)
         except tuning.TuningFileError as exc:
             problem = str(exc)
-    rules, problem = comm.bcast((rules, problem), root=0)
+    entry, problem = comm.bcast((entry, problem), root=0)
     if problem and comm.rank == 0:
         warnings.warn(f"ignoring the tuning file: {problem}; algorithm='auto' uses its "
-                      "built-in rule", RuntimeWarning, stacklevel=2)
-    return rules
+                      "built-in rule", RuntimeWarning, stacklevel=3)
+    return entry
+
+
+def _cluster_model(entry: tuning.Entry | None, nodes: list[int]):
+    from ..tuning.cost_model import Network
+
+    params = dict(CLUSTER_DEFAULTS)
+    fitted = (entry.model or {}) if entry is not None else {}
+    if fitted.get("alpha_inter") is not None or fitted.get("beta_inter") is not None:
+        params = {k: v for k, v in fitted.items() if k != "node_size"}
+    try:
+        return Network(**{**params, "node_size": min(nodes)})
+    except (TypeError, ValueError):  # a hand-edited model: fall back to the defaults
+        return Network(**{**CLUSTER_DEFAULTS, "node_size": min(nodes)})
+
+
+def _plan(comm: MPI.Comm, node_size: int | None) -> Plan:
+    entry = _read_entry(comm)
+    nodes = hierarchical.node_sizes(comm, node_size)
+    plan = Plan(comm.size, nodes)
+    if entry is not None and (list(entry.nodes or [comm.size]) == nodes):
+        plan.rules = entry.rules
+    elif len(nodes) > 1:
+        plan.model = _cluster_model(entry, nodes)
+    return plan
+
+
+def comm_plan(ctx: Context, node_size: int | None = None) -> Plan:
+    """This communicator's :class:`Plan`, made collectively at first use, then cached."""
+    return ctx.cached((_PLAN_KEY, node_size), lambda comm: _plan(comm, node_size))
 
 
 def comm_rules(ctx: Context) -> tuning.Rules | None:
-    """Rank 0's tuned rules for this communicator, broadcast once at first use, then cached."""
-    return ctx.cached(_RULES_KEY, _agree)
+    """The tuned rules auto follows on this communicator (None: none apply)."""
+    return comm_plan(ctx).rules
 
 
 def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
-    rules = ctx.cached(_RULES_KEY, _agree)  # comm_rules, inlined: this is the per-call path
-    FLAT[choose(buf.nbytes, buf.size, ctx.comm.size, rules)](src, buf, op, ctx, opts)
+    plan = comm_plan(ctx, opts.node_size)
+    _ALL[plan.choose(buf.nbytes, buf.size)](src, buf, op, ctx, opts)

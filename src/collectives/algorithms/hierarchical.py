@@ -24,6 +24,7 @@ participants agree bitwise, and then only copied.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,7 +39,7 @@ from ..ops import Op
 from ..options import Options
 from .flat import FLAT
 
-__all__ = ["allreduce", "Layout", "layout"]
+__all__ = ["allreduce", "Layout", "layout", "nodes_of", "node_ids", "node_sizes"]
 
 
 @dataclass
@@ -56,14 +57,36 @@ class Layout:
                 comm.Free()
 
 
-def layout(comm: MPI.Comm, node_size: int | None) -> Layout:
-    """Build the node, position-holder and cross-node communicators (collective)."""
+def nodes_of(comm: MPI.Comm, node_size: int | None) -> MPI.Comm:
+    """This rank's node: its shared-memory group (``Split_type(COMM_TYPE_SHARED)``), cut into
+    emulated nodes of ``node_size`` ranks when given (collective; the caller frees it)."""
     shared = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
     if node_size is None:
-        node = shared
-    else:
-        node = shared.Split(shared.rank // node_size, shared.rank)
-        shared.Free()
+        return shared
+    node = shared.Split(shared.rank // node_size, shared.rank)
+    shared.Free()
+    return node
+
+
+def node_ids(comm: MPI.Comm, node_size: int | None = None) -> list[int]:
+    """For every rank of ``comm``, the lowest rank of its node (collective; the same list on
+    every rank)."""
+    node = nodes_of(comm, node_size)
+    lowest = node.allreduce(comm.rank, op=MPI.MIN)
+    node.Free()
+    return comm.allgather(lowest)
+
+
+def node_sizes(comm: MPI.Comm, node_size: int | None = None) -> list[int]:
+    """The size of every node of ``comm``, nodes in the order of their lowest rank (collective;
+    the same list on every rank). ``[p]``: one node."""
+    count = Counter(node_ids(comm, node_size))
+    return [count[k] for k in sorted(count)]
+
+
+def layout(comm: MPI.Comm, node_size: int | None) -> Layout:
+    """Build the node, position-holder and cross-node communicators (collective)."""
+    node = nodes_of(comm, node_size)
     m = comm.allreduce(node.size, op=MPI.MIN)
     local = node.rank
     holders = node.Split(0 if local < m else MPI.UNDEFINED, local)

@@ -107,7 +107,7 @@ def parse_sizes(text: str) -> list[int]:
 
 def make_parser(prog: str, description: str, *, default_max: int,
                 default_min: int = 1, collective: bool = True,
-                algorithm: str = "auto", compressed: bool = False,
+                algorithm: str = "auto", compressed: bool = False, pairs: bool = False,
                 rank: int | None = None) -> argparse.ArgumentParser:
     """The argument parser of one benchmark (collective ones get ``--algorithm`` and friends).
 
@@ -152,6 +152,10 @@ def make_parser(prog: str, description: str, *, default_max: int,
         p.add_argument("--memcpy", action="store_true",
                        help="with --algorithm all: add a column timing a local copy of the "
                             "same bytes (np.copyto), the memory-bandwidth yardstick")
+    if pairs:
+        p.add_argument("--matrix", action="store_true",
+                       help="measure every ordered pair of ranks in turn and print a matrix per "
+                            "size (row: from, column: to); default size 1 MiB")
     if compressed:
         p.add_argument("--codec", action="append", metavar="NAME[:k=v,...]",
                        help="also time collectives.compressed_allreduce with this codec "

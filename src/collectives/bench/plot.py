@@ -4,7 +4,8 @@
 size, one line per algorithm (log-log). ``--model TUNING.json`` (or ``--alpha/--beta/--gamma``)
 adds the cost model's prediction of each algorithm as a dashed line of the same colour: the
 predicted-vs-measured plot. ``--table`` prints instead a Markdown table of every algorithm's
-median latency and its ratio to native's from the same run. matplotlib is imported only to draw
+median latency and its ratio to native's from the same run; ``--errors`` (with ``--model``) a
+table of the model's prediction against the measurement for every algorithm and size. matplotlib is imported only to draw
 (the optional extra ``plot``: ``pip install 'mpi-collectives[plot]'``); without it, drawing stops
 with one line saying so.
 """
@@ -18,9 +19,10 @@ from typing import Sequence
 
 from .._cli import PLOT_INSTALL, Parser, UsageError, usage_errors
 from ..tuning.cost_model import COSTS, Network, predict
+from ..tuning.projection import model_from_tuning
 from .results import Record, read_records
 
-__all__ = ["ratio_table", "model_from_tuning", "plot", "main"]
+__all__ = ["ratio_table", "error_table", "model_from_tuning", "plot", "main"]
 
 
 def _by_algorithm(records: Sequence[Record]) -> dict[str, list[Record]]:
@@ -48,12 +50,39 @@ def ratio_table(records: Sequence[Record], reference: str = "native") -> str:
     return "\n".join(lines)
 
 
-def model_from_tuning(path: str | Path, p: int) -> Network:
-    """The fitted :class:`Network` stored for world size ``p`` in a tuning file."""
-    entry = json.loads(Path(path).read_text())["world_sizes"][str(p)]
-    if not entry.get("model"):
-        raise ValueError(f"{path}: no fitted model for world size {p}")
-    return Network(**entry["model"])
+def error_table(records: Sequence[Record], net: Network, large: int = 1 << 20) -> str:
+    """Markdown: for each size, each modelled algorithm's prediction over its measured median
+    (1.00: exact; 0.50: the model says half the time), then per algorithm the "typical error":
+    the factor ``2 ** median |log2 ratio|``, over every size and over the sizes >= ``large``."""
+    import math
+
+    import numpy as np
+
+    groups = {k: v for k, v in _by_algorithm(records).items() if k in COSTS}
+    names = list(groups)
+    sizes = sorted({r.size for rows in groups.values() for r in rows})
+    ratios: dict[str, list[float]] = {n: [] for n in names}
+    lines = ["| bytes | " + " | ".join(f"{n} meas / pred (us)" for n in names) + " |",
+             "|---:|" + "---:|" * len(names)]
+    for size in sizes:
+        cells = []
+        for name in names:
+            row = next((r for r in groups[name] if r.size == size), None)
+            if row is None:
+                cells.append("")
+                continue
+            pred = predict(name, size, row.ranks, net) * 1e6
+            ratios[name].append(pred / row.median_us)
+            cells.append(f"{row.median_us:.0f} / {pred:.0f} ({pred / row.median_us:.2f})")
+        lines.append(f"| {size} | " + " | ".join(cells) + " |")
+    def typical(name: str, least: int) -> str:
+        rows = sorted(r.size for r in groups[name])
+        errs = sorted(abs(math.log2(x)) for x, n in zip(ratios[name], rows) if x > 0 and n >= least)
+        return f"{2 ** float(np.median(errs)):.2f}x" if errs else ""
+
+    for label, least in (("typical error", 0), (f"typical error from {large} B", large)):
+        lines.append(f"| {label} | " + " | ".join(typical(n, least) for n in names) + " |")
+    return "\n".join(lines)
 
 
 def plot(records: Sequence[Record], output: str | Path, net: Network | None = None,
@@ -99,13 +128,17 @@ def _main(argv: Sequence[str] | None) -> None:
     ap.add_argument("results", help="a JSON or CSV file written with --json/--csv")
     ap.add_argument("-o", "--output", help="PNG to write (default: RESULTS with .png)")
     ap.add_argument("--table", action="store_true", help="print the ratio table, no figure")
+    ap.add_argument("--errors", action="store_true",
+                    help="with --model: print the prediction-against-measurement table")
     ap.add_argument("--model", help="tuning file whose fitted model to overlay")
     ap.add_argument("--alpha", type=float)
     ap.add_argument("--beta", type=float)
     ap.add_argument("--gamma", type=float)
     ap.add_argument("--title")
     args = ap.parse_args(argv)
-    if not args.table and importlib.util.find_spec("matplotlib") is None:
+    if args.errors and not args.model:
+        raise UsageError("--errors needs --model TUNING.json (the fitted model to compare)")
+    if not (args.table or args.errors) and importlib.util.find_spec("matplotlib") is None:
         raise UsageError(f"drawing needs matplotlib: {PLOT_INSTALL}; or --table for a table")
     records = read_records(args.results)
     if args.table:
@@ -113,7 +146,13 @@ def _main(argv: Sequence[str] | None) -> None:
         return
     net = None
     if args.model:
-        net = model_from_tuning(args.model, records[0].ranks)
+        try:
+            net = model_from_tuning(args.model, records[0].ranks)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise UsageError(f"--model {args.model}: {exc}") from None
+    if args.errors:
+        print(error_table(records, net))
+        return
     if args.alpha is not None or args.beta is not None or args.gamma is not None:
         base = net or Network(0.0, 0.0, 0.0)
         net = Network(alpha=args.alpha if args.alpha is not None else base.alpha,

@@ -5,6 +5,11 @@ algorithms' messages take); any other ranks wait at the final barrier. As in OSU
 timed loop is measured at once (after the warm-up iterations) and divided by the iterations.
 With ``-c`` rank 1 checks that the last message arrived intact.
 
+``--matrix`` runs the measurement between every ordered pair of ranks instead, one size after
+another, and prints a matrix per size (:mod:`collectives.bench.pairs`); the JSON/CSV records then
+name each pair ``"i->j"`` in their ``algorithm`` field, and the JSON says which host each rank
+ran on (``"hosts"``). Without ``-m``/``--sizes`` it measures 1 MiB only.
+
 Header in OSU 7.x's point-to-point order (``osu_latency.c``, ``osu_bw.c``): the title line, the
 column header, then ``# Datatype: ...`` (the collectives print the datatype before the column
 header, and a blank line first).
@@ -19,13 +24,16 @@ import numpy as np
 from mpi4py import MPI
 
 from .._cli import UsageError, usage_errors
-from . import report
+from . import pairs, report
 from .options import DATATYPES, Iterations, device_error, iterations_for, make_parser, \
     message_sizes
 from .results import Record
 from .sweep import Sweep
 
-__all__ = ["Measure", "run_pt2pt"]
+__all__ = ["Measure", "run_pt2pt", "MATRIX_DEFAULT_BYTES"]
+
+#: the one size ``--matrix`` measures when no ``-m``/``--sizes`` is given
+MATRIX_DEFAULT_BYTES = 1 << 20
 
 #: ``measure(comm, send, recv, iterations, warmup)`` -> the value printed for one size.
 Measure = Callable[[MPI.Comm, np.ndarray, np.ndarray, int, int], float]
@@ -47,7 +55,8 @@ def run_pt2pt(prog: str, title: str, column: str, measure: Measure, defaults: It
 
 def _run(prog, title, column, measure, defaults, argv, comm, out, latency) -> list[Record]:
     args = make_parser(prog, f"{title} (OSU-compatible output).", default_min=0,
-                       default_max=1 << 22, collective=False, rank=comm.rank).parse_args(argv)
+                       default_max=1 << 22, collective=False, pairs=True,
+                       rank=comm.rank).parse_args(argv)
     problem = device_error(args.accelerator) or (
         "-d cuda: the point-to-point benchmarks use host buffers only (OSU's own osu_latency "
         "-d cuda measures device-to-device MPI)" if args.accelerator != "cpu" else None)
@@ -55,15 +64,22 @@ def _run(prog, title, column, measure, defaults, argv, comm, out, latency) -> li
         raise UsageError(problem)
     if comm.size < 2:
         raise UsageError("needs at least two ranks (run it under mpiexec -n 2)")
+    if args.matrix and args.message_size is None and args.sizes is None:
+        args.sizes = [MATRIX_DEFAULT_BYTES]
+    dtype = DATATYPES[args.datatype].dtype
+    sizes = [s for s in message_sizes(args) if not s or s // dtype.itemsize]
+    meta = {"benchmark": prog, "ranks": comm.size, "datatype": args.datatype,
+            "argv": list(sys.argv if argv is None else argv)}
+    if args.matrix:
+        hosts = comm.allgather(MPI.Get_processor_name())
+        sweep = Sweep(prog, args, sizes, comm.rank, out, {**meta, "matrix": True, "hosts": hosts})
+        return _matrix(prog, title, column, measure, defaults, args, comm, sweep, sizes, hosts,
+                       latency)
     if comm.rank == 0:
         print(report.title_line(title), file=out)
         print(report.column_header([column], validation=args.validation), file=out)
         print(report.datatype_line(DATATYPES[args.datatype].mpi_name), file=out, flush=True)
-    dtype = DATATYPES[args.datatype].dtype
-    sizes = [s for s in message_sizes(args) if not s or s // dtype.itemsize]
-    sweep = Sweep(prog, args, sizes, comm.rank, out,
-                  {"benchmark": prog, "ranks": comm.size, "datatype": args.datatype,
-                   "argv": list(sys.argv if argv is None else argv)})
+    sweep = Sweep(prog, args, sizes, comm.rank, out, meta)
     records = []
     for size in sizes:
         count = size // dtype.itemsize
@@ -80,6 +96,36 @@ def _run(prog, title, column, measure, defaults, argv, comm, out, latency) -> li
         records.append(Record(prog, "mpi4py", nbytes, comm.size, args.datatype, us, us, us, us,
                               iters, report.algbw_gbs(nbytes, us * 1e-6), float("nan"),
                               ok if args.validation else None))
+        sweep.size_done(nbytes, records)
+    comm.Barrier()
+    sweep.finish(records)
+    return records
+
+
+def _matrix(prog, title, column, measure, defaults, args, comm, sweep, sizes, hosts,
+            latency) -> list[Record]:
+    """``--matrix``: every ordered pair of ranks at every size; one matrix printed per size."""
+    sweep.print(report.title_line(title))
+    sweep.print(f"# Every ordered pair of ranks: row = from (rank@host), column = to; {column}")
+    sweep.print(report.datatype_line(DATATYPES[args.datatype].mpi_name))
+    dtype = DATATYPES[args.datatype].dtype
+    labels = [f"{r}@{h}" for r, h in enumerate(hosts)]
+    records: list[Record] = []
+    for size in sizes:
+        count = size // dtype.itemsize
+        nbytes = count * dtype.itemsize
+        iters, warmup = iterations_for(size, args, defaults)
+        send, recv = np.full(count, 1, dtype), np.zeros(count, dtype)
+        matrix = pairs.measure_pairs(comm, measure, send, recv, iters, warmup)
+        sweep.print(f"# Size {nbytes}")
+        for line in pairs.format_matrix(matrix, labels):
+            sweep.print(line)
+        for (i, j), value in np.ndenumerate(matrix):
+            if i != j:
+                us = value if latency else (nbytes / value if value > 0 else float("nan"))
+                records.append(Record(prog, f"{i}->{j}", nbytes, comm.size, args.datatype, us, us,
+                                      us, us, iters, report.algbw_gbs(nbytes, us * 1e-6),
+                                      float("nan")))
         sweep.size_done(nbytes, records)
     comm.Barrier()
     sweep.finish(records)

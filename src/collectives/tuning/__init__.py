@@ -19,16 +19,20 @@ from .tuning_file import (
     ENV,
     FORMAT,
     VERSION,
+    Entry,
     Rules,
     TuningFileError,
     clear_cache,
     default_path,
+    entry_for,
     make_rules,
     read,
+    read_entries,
     rules_for,
     tuning_path,
     write,
 )
 
-__all__ = ["ENV", "FORMAT", "VERSION", "TuningFileError", "Rules", "default_path", "tuning_path",
-           "read", "rules_for", "clear_cache", "make_rules", "write"]
+__all__ = ["ENV", "FORMAT", "VERSION", "TuningFileError", "Rules", "Entry", "default_path",
+           "tuning_path", "read", "read_entries", "rules_for", "entry_for", "clear_cache",
+           "make_rules", "write"]

@@ -1,11 +1,14 @@
-"""The alpha-beta-gamma cost model of every allreduce algorithm (docs/algorithms.md).
+"""The alpha-beta-gamma cost model of every allreduce algorithm, on one level or two.
 
 (``collectives.tuning.cost_model``; was ``collectives.model``.)
 
 Notation (Thakur, Rabenseifner & Gropp, *Optimization of Collective Communication Operations in
 MPICH*, 2005): ``n`` bytes per rank, ``p`` ranks, ``alpha`` seconds per message, ``beta`` seconds
 per byte sent, ``gamma`` seconds per byte reduced; ``pof2`` the largest power of two <= p,
-``rem = p - pof2``, ``lg`` the base-2 logarithm. One function per algorithm, in :data:`COSTS`:
+``rem = p - pof2``, ``lg`` the base-2 logarithm. One function per algorithm, in :data:`COSTS`.
+
+**One level** (one machine, or every rank its own node): every message costs
+``alpha + bytes beta``, which gives the textbook forms:
 
 - ring: blocks of ``n/p`` bytes, each cut into ``s = ceil((n/p) / segment)`` segments;
   ``2 (p-1) s alpha + 2 n (p-1)/p beta + n (p-1)/p gamma``.
@@ -15,22 +18,48 @@ per byte sent, ``gamma`` seconds per byte reduced; ``pof2`` the largest power of
 - recursive_doubling: ``lg pof2 (alpha + n beta + n gamma)`` plus the fold.
 - rabenseifner: ``2 lg pof2 alpha + 2 n (pof2-1)/pof2 beta + n (pof2-1)/pof2 gamma`` plus fold.
 - fold, when ``rem > 0``: ``2 alpha + 2 n beta + n gamma``.
-- hierarchical: nodes of ``m`` ranks (``node_size``; one node when None), ``N`` nodes: ring
-  inside the node (intra parameters), the flat ``inter_algorithm`` on ``n/m`` bytes across the
-  ``N`` nodes (inter parameters), plus ``2 (alpha + n beta) + n gamma`` on nodes with extras.
 - native: MPICH's own choice, recursive doubling up to 2 KiB and Rabenseifner above, costed with
   ``alpha_native`` (MPI's C path pays no Python per message).
 
-On one machine the inter-node parameters equal the intra-node ones (the defaults).
+**Two levels** (a cluster: ``node_size`` ranks per node, placed node by node as ``mpiexec
+-hosts a:m,b:m`` places them, and ``alpha_inter``/``beta_inter`` given): a message between ranks
+of one node costs ``alpha + bytes beta`` (shared memory); between nodes ``alpha_inter + bytes
+beta_inter``, where ``beta_inter`` is what *one* flow gets from a node's link. The ranks of a node
+share its link: in a step where ``f`` of a node's ranks send to other nodes at once, the link
+carries ``f x bytes``. Every algorithm is a sequence of steps (the same partners as the code:
+``algorithms/pof2.py``, ``blocks/binomial.py``, the ring's neighbours), and a step lasts as long as
+its slowest part::
+
+    step(bytes) = max(alpha + bytes beta                  if any pair is inside a node,
+                      alpha_inter + f bytes beta_inter    if any pair crosses nodes)
+
+with ``f`` the largest number of pairs that cross one node's link in one direction in that step
+(a link is shaped both ways: what a node sends and what it receives). So a ring crosses with
+one flow per node (``2 (p-1)`` steps of ``n/p``); recursive doubling and Rabenseifner's halving
+steps with distance ``>= node_size`` cross with every rank of the node at once (Rabenseifner's
+first, largest step is one of them); the tree's levels overlap when pipelined, so all of a node's
+crossing tree edges share its link in every stage (a parent's node receives from every child
+on another node at once).
+
+- hierarchical: nodes of ``m`` ranks, ``N`` nodes, ``k = min(m, smallest node)`` positions: a
+  ring inside the node over ``k`` ranks (intra parameters), then the flat ``inter_algorithm`` on
+  ``n/k`` bytes across the ``N`` nodes, whose ``k`` copies (one per position) run at once and
+  share each node's link (``beta_inter x k``; on one level, ``beta``), plus
+  ``2 (alpha + n beta) + n gamma`` on nodes with extras. With ring across, the link carries
+  ``2 n (N-1)/N``: the least any allreduce can send off a node.
+
+Without ``node_size`` (or without inter parameters) the model is one level; with ``node_size``
+but no inter parameters, ``hierarchical`` is costed on one level (emulated nodes on one machine).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Callable, Iterable
 
-from ..algorithms.pof2 import pof2_of
+from ..algorithms.pof2 import pof2_of, real_rank
 
 __all__ = ["Network", "COSTS", "predict", "predict_all", "best", "NATIVE_SHORT_BYTES"]
 
@@ -40,7 +69,12 @@ NATIVE_SHORT_BYTES = 2048
 
 @dataclass(frozen=True)
 class Network:
-    """Model parameters (seconds, seconds per byte) and the algorithm settings that matter."""
+    """Model parameters (seconds, seconds per byte) and the algorithm settings that matter.
+
+    ``alpha``/``beta`` are the intra-node parameters (the only ones on one level),
+    ``alpha_inter``/``beta_inter`` those of one flow between nodes, ``node_size`` the ranks per
+    node: with it and an inter parameter the model has two levels (the module docstring).
+    """
 
     alpha: float
     beta: float
@@ -59,11 +93,31 @@ class Network:
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if self.segment_bytes < 1:
             raise ValueError(f"segment_bytes must be >= 1, got {self.segment_bytes!r}")
+        if self.node_size is not None and self.node_size < 1:
+            raise ValueError(f"node_size must be >= 1 or None, got {self.node_size!r}")
+        if self.inter_algorithm not in _FLAT_NAMES:
+            raise ValueError(f"inter_algorithm must be one of {', '.join(_FLAT_NAMES)}, got "
+                             f"{self.inter_algorithm!r}")
 
-    def inter(self) -> "Network":
-        """The parameters across nodes (equal to these on one machine)."""
+    @property
+    def two_level(self) -> bool:
+        """Whether messages between nodes have parameters of their own."""
+        return self.node_size is not None and (self.alpha_inter is not None
+                                               or self.beta_inter is not None)
+
+    def intra(self) -> "Network":
+        """One level with the inside-node parameters."""
+        return replace(self, node_size=None, alpha_inter=None, beta_inter=None)
+
+    def inter(self, flows: int = 1) -> "Network":
+        """One level with the parameters across nodes, ``flows`` flows sharing each link
+        (equal to the inside-node ones when there are no inter parameters)."""
         return replace(self, alpha=_or(self.alpha_inter, self.alpha),
-                       beta=_or(self.beta_inter, self.beta), node_size=None)
+                       beta=_or(self.beta_inter, self.beta) * flows, node_size=None,
+                       alpha_inter=None, beta_inter=None)
+
+
+_FLAT_NAMES = ("ring", "tree", "recursive_doubling", "rabenseifner", "native")
 
 
 def _or(value: float | None, default: float) -> float:
@@ -74,8 +128,73 @@ def _lg(p: int) -> int:
     return max(p - 1, 0).bit_length()  # ceil(log2 p)
 
 
+# ------------------------------------------------------------------ who crosses nodes, per step
+# A step's *pattern* is (f, intra): the largest number of pairs that cross one node's link in one
+# direction (sending out of the node, or receiving into it: a link is shaped both ways), and
+# whether any pair is inside a node. Ranks are placed node by node: rank r is on node r // m.
+# Patterns depend on (p, m) only and are cached.
+Pattern = tuple[int, bool]
+
+
+def _pattern(pairs: Iterable[tuple[int, int]], m: int) -> Pattern:
+    out: dict[int, int] = {}
+    into: dict[int, int] = {}
+    intra = False
+    for r, q in pairs:  # r sends to q
+        if r // m == q // m:
+            intra = True
+        else:
+            out[r // m] = out.get(r // m, 0) + 1
+            into[q // m] = into.get(q // m, 0) + 1
+    return max([*out.values(), *into.values(), 0]), intra
+
+
+@lru_cache(maxsize=4096)
+def _xor_patterns(p: int, m: int, reverse: bool) -> tuple[Pattern, ...]:
+    """Patterns of the power-of-two steps, mask = 1, 2, ... (``reverse``: pof2/2, ..., 1)."""
+    pof2, rem = pof2_of(p), p - pof2_of(p)
+    masks = [1 << k for k in range(pof2.bit_length() - 1)]
+    return tuple(_pattern(((real_rank(v, rem), real_rank(v ^ mask, rem)) for v in range(pof2)), m)
+                 for mask in (reversed(masks) if reverse else masks))
+
+
+@lru_cache(maxsize=4096)
+def _fold_pattern(p: int, m: int) -> Pattern:
+    rem = p - pof2_of(p)
+    return _pattern(((r, r + 1) for r in range(0, 2 * rem, 2)), m)
+
+
+@lru_cache(maxsize=4096)
+def _tree_pattern(p: int, m: int) -> Pattern:
+    """Every child-to-parent edge of the binomial tree at once (the pipeline's steady state; the
+    broadcast sends the same edges the other way, so the busier direction decides both)."""
+    return _pattern(((v, v - (v & -v)) for v in range(1, p)), m)
+
+
+def _ring_pattern(p: int, m: int) -> Pattern:
+    return (1 if p > m else 0), m > 1
+
+
+def _step(nbytes: float, pattern: Pattern, net: Network, alpha: float | None = None) -> float:
+    """Seconds of one step moving ``nbytes`` per pair with this crossing pattern."""
+    a = net.alpha if alpha is None else alpha
+    if not net.two_level or net.node_size is None:
+        return a + nbytes * net.beta
+    flows, intra = pattern
+    t = a + nbytes * net.beta if intra else 0.0
+    if flows:
+        t = max(t, _or(net.alpha_inter, a) + flows * nbytes * _or(net.beta_inter, net.beta))
+    return t
+
+
+def _m(p: int, net: Network) -> int:
+    return p if net.node_size is None else min(net.node_size, p)
+
+
 def _fold(n: float, p: int, net: Network, alpha: float) -> float:
-    return 0.0 if p == pof2_of(p) else 2 * alpha + 2 * n * net.beta + n * net.gamma
+    if p == pof2_of(p):
+        return 0.0
+    return 2 * _step(n, _fold_pattern(p, _m(p, net)), net, alpha) + n * net.gamma
 
 
 def ring(n: float, p: int, net: Network) -> float:
@@ -83,7 +202,8 @@ def ring(n: float, p: int, net: Network) -> float:
         return 0.0
     s = max(1, math.ceil(n / p / net.segment_bytes))
     share = n * (p - 1) / p
-    return 2 * (p - 1) * s * net.alpha + 2 * share * net.beta + share * net.gamma
+    step = _step(n / p / s, _ring_pattern(p, _m(p, net)), net)
+    return 2 * (p - 1) * s * step + share * net.gamma
 
 
 def tree(n: float, p: int, net: Network) -> float:
@@ -91,21 +211,27 @@ def tree(n: float, p: int, net: Network) -> float:
         return 0.0
     s = max(1, math.ceil(n / net.segment_bytes))
     seg = n / s
-    return (_lg(p) + s - 1) * (2 * net.alpha + 2 * seg * net.beta + seg * net.gamma)
+    return (_lg(p) + s - 1) * (2 * _step(seg, _tree_pattern(p, _m(p, net)), net)
+                               + seg * net.gamma)
 
 
 def recursive_doubling(n: float, p: int, net: Network, alpha: float | None = None) -> float:
     a = net.alpha if alpha is None else alpha
-    steps = pof2_of(p).bit_length() - 1
-    return steps * (a + n * net.beta + n * net.gamma) + _fold(n, p, net, a)
+    steps = _xor_patterns(p, _m(p, net), False)
+    return (sum(_step(n, pat, net, a) for pat in steps) + len(steps) * n * net.gamma
+            + _fold(n, p, net, a))
 
 
 def rabenseifner(n: float, p: int, net: Network, alpha: float | None = None) -> float:
     a = net.alpha if alpha is None else alpha
     pof2 = pof2_of(p)
-    share = n * (pof2 - 1) / pof2
-    steps = pof2.bit_length() - 1
-    return 2 * steps * a + 2 * share * net.beta + share * net.gamma + _fold(n, p, net, a)
+    cost = 0.0
+    mask = pof2 >> 1
+    for pat in _xor_patterns(p, _m(p, net), True):  # halving: the half given is n mask/pof2
+        half = n * mask / pof2
+        cost += 2 * _step(half, pat, net, a) + half * net.gamma  # reduce-scatter + allgather
+        mask >>= 1
+    return cost + _fold(n, p, net, a)
 
 
 def native(n: float, p: int, net: Network) -> float:
@@ -116,15 +242,17 @@ def native(n: float, p: int, net: Network) -> float:
 
 
 def hierarchical(n: float, p: int, net: Network) -> float:
-    m = p if net.node_size is None else min(net.node_size, p)
+    m = _m(p, net)
     nodes = math.ceil(p / m)
     smallest = p - (nodes - 1) * m
     positions = min(m, smallest)
-    cost = ring(n, positions, net)
+    intra = net.intra()
+    cost = ring(n, positions, intra)
     if positions < m:  # nodes with extras send to and receive from a position holder
         cost += 2 * (net.alpha + n * net.beta) + n * net.gamma
     if nodes > 1:
-        cost += COSTS[net.inter_algorithm](n / positions, nodes, net.inter())
+        across = net.inter(positions if net.two_level else 1)
+        cost += COSTS[net.inter_algorithm](n / positions, nodes, across)
     return cost
 
 

@@ -1,12 +1,17 @@
 """``collectives-project`` / ``python -m collectives.tuning.projection``: which algorithm wins at scale.
 
-Evaluates the cost model (:mod:`collectives.tuning.cost_model`) of every hand-written allreduce for 16 to
-4096 ranks on a network you describe, and prints, for each world size and message size, the
-winner and every algorithm's predicted time relative to it. Flat algorithms cross the network
-(``--alpha``, ``--beta``); ``--gamma`` is the local reduction cost. With ``--node-size M``,
-"hierarchical" is included: rings inside nodes of M ranks (``--alpha-intra``, ``--beta-intra``,
-shared memory) and ``--inter-algorithm`` across nodes on the network. "native" is left out: its
-model is MPICH's own choice between recursive doubling and Rabenseifner.
+Evaluates the cost model (:mod:`collectives.tuning.cost_model`) of every hand-written allreduce for
+16 to 4096 ranks on a network you describe, and prints, for each world size and message size, the
+winner and every algorithm's predicted time relative to it. ``--gamma`` is the local reduction
+cost. Without ``--node-size`` every rank is its own node: all messages cross the network
+(``--alpha``, ``--beta``). With ``--node-size M`` the model has two levels: nodes of M ranks,
+placed node by node, talk inside over ``--alpha-intra``/``--beta-intra`` (shared memory) and
+across over the network, where the ranks of a node share its link; every algorithm is costed so,
+and "hierarchical" (rings inside nodes, ``--inter-algorithm`` across) is added. ``--model
+TUNING.json`` takes all parameters from a tuning file instead, as ``collectives-tune`` fitted them
+(on a cluster: two levels and its node size; ``--node-size`` still overrides the node size).
+"native" is left out: its model is MPICH's own choice between recursive doubling and
+Rabenseifner.
 
 Defaults describe 10 Gbit/s Ethernet (alpha 5 us, beta 0.8 ns/B) and a 10 GB/s reduction.
 """
@@ -14,12 +19,15 @@ Defaults describe 10 Gbit/s Ethernet (alpha 5 us, beta 0.8 ns/B) and a 10 GB/s r
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from dataclasses import replace
+from pathlib import Path
 from typing import Sequence, TextIO
 
 from .cost_model import Network, predict
 
-__all__ = ["project", "format_table", "main"]
+__all__ = ["project", "format_table", "model_from_tuning", "main"]
 
 DEFAULT_RANKS = [16, 64, 256, 1024, 4096]
 DEFAULT_SIZES = [8, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20]
@@ -28,23 +36,38 @@ FLAT_NAMES = ["ring", "tree", "recursive_doubling", "rabenseifner"]
 
 def project(ranks: Sequence[int], sizes: Sequence[int], net: Network,
             intra: Network | None = None) -> dict[tuple[int, int], dict[str, float]]:
-    """Predicted seconds by (p, size) and algorithm; "hierarchical" when ``intra`` is given.
+    """Predicted seconds by (p, size) and algorithm; "hierarchical" on two levels.
 
-    ``net`` holds the network (flat algorithms); ``intra`` the inside-node parameters, with its
-    ``node_size``; hierarchical uses ``intra`` inside nodes and ``net`` across them.
+    ``net``: the network; ``intra``: the inside-node parameters with their ``node_size``, which
+    make the model two-level (``net`` across nodes); or ``net`` may already be two-level.
     """
-    table = {}
-    for p in ranks:
-        for n in sizes:
-            times = {name: predict(name, n, p, net) for name in FLAT_NAMES}
-            if intra is not None:
-                hier = Network(alpha=intra.alpha, beta=intra.beta, gamma=net.gamma,
-                               alpha_inter=net.alpha, beta_inter=net.beta,
-                               segment_bytes=net.segment_bytes, node_size=intra.node_size,
-                               inter_algorithm=intra.inter_algorithm)
-                times["hierarchical"] = predict("hierarchical", n, p, hier)
-            table[(p, n)] = times
-    return table
+    if intra is not None:
+        net = Network(alpha=intra.alpha, beta=intra.beta, gamma=net.gamma,
+                      alpha_inter=net.alpha, beta_inter=net.beta,
+                      segment_bytes=net.segment_bytes, node_size=intra.node_size,
+                      inter_algorithm=intra.inter_algorithm)
+    names = FLAT_NAMES + (["hierarchical"] if net.two_level else [])
+    return {(p, n): {name: predict(name, n, p, net) for name in names}
+            for p in ranks for n in sizes}
+
+
+def model_from_tuning(path: str | Path, p: int | None = None) -> Network:
+    """The fitted :class:`Network` a tuning file stores for world size ``p`` (None: the
+    first world size whose model has two levels, else the first with a model).
+
+    Raises
+    ------
+    ValueError
+        If the file has no fitted model for ``p`` (or none at all).
+    """
+    sizes = json.loads(Path(path).read_text()).get("world_sizes", {})
+    models = {int(k): e["model"] for k, e in sizes.items() if isinstance(e, dict) and e.get("model")}
+    if p is None:
+        two = [k for k, m in models.items() if m.get("alpha_inter") is not None]
+        p = (two or list(models) or [None])[0]
+    if p not in models:
+        raise ValueError(f"{path}: no fitted model" + (f" for world size {p}" if p else ""))
+    return Network(**models[p])
 
 
 def _size(n: int) -> str:
@@ -80,28 +103,48 @@ def _parser() -> argparse.ArgumentParser:
                    help="bytes per rank (default 8,1K,64K,1M,16M,256M)")
     p.add_argument("--segment-bytes", type=int, default=1 << 20,
                    help="segment size of ring and tree (default 1 MiB)")
-    p.add_argument("--node-size", type=int, help="ranks per node: adds hierarchical")
+    p.add_argument("--node-size", type=int, help="ranks per node: two levels, adds hierarchical")
     p.add_argument("--alpha-intra", type=float, default=1e-6, help="inside a node, s")
     p.add_argument("--beta-intra", type=float, default=1e-10, help="inside a node, s/B")
     p.add_argument("--inter-algorithm", default="ring", choices=FLAT_NAMES,
                    help="hierarchical's algorithm across nodes (default ring)")
+    p.add_argument("--model", metavar="TUNING.json",
+                   help="take every parameter from this tuning file's fitted model instead")
+    p.add_argument("--world-size", type=int,
+                   help="with --model: whose model (default: the first with two levels)")
     return p
+
+
+def _describe(net: Network) -> str:
+    if not net.two_level:
+        return f"# alpha {net.alpha:g} s, beta {net.beta:g} s/B, gamma {net.gamma:g} s/B"
+    return (f"# across nodes alpha {net.alpha_inter:g} s, beta {net.beta_inter:g} s/B (one flow; "
+            f"a node's ranks share its link); nodes of {net.node_size} (alpha {net.alpha:g} s, "
+            f"beta {net.beta:g} s/B inside); gamma {net.gamma:g} s/B")
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> None:
     """Entry point of ``collectives-project``."""
-    args = _parser().parse_args(argv)
+    ap = _parser()
+    args = ap.parse_args(argv)
     out = sys.stdout if out is None else out
-    net = Network(alpha=args.alpha, beta=args.beta, gamma=args.gamma,
-                  segment_bytes=args.segment_bytes)
-    intra = None
-    if args.node_size:
-        intra = Network(alpha=args.alpha_intra, beta=args.beta_intra, gamma=args.gamma,
-                        node_size=args.node_size, inter_algorithm=args.inter_algorithm)
-    print(f"# alpha {args.alpha:g} s, beta {args.beta:g} s/B, gamma {args.gamma:g} s/B"
-          + (f"; nodes of {args.node_size} (alpha {args.alpha_intra:g} s, beta "
-             f"{args.beta_intra:g} s/B inside)" if intra else ""), file=out)
-    print(format_table(project(args.ranks, args.sizes, net, intra)), file=out)
+    if args.model:
+        try:
+            net = model_from_tuning(args.model, args.world_size)
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            ap.error(f"--model {args.model}: {exc}")
+        net = replace(net, inter_algorithm=args.inter_algorithm,
+                      node_size=args.node_size or net.node_size)
+    else:
+        net = Network(alpha=args.alpha, beta=args.beta, gamma=args.gamma,
+                      segment_bytes=args.segment_bytes)
+        if args.node_size:
+            net = Network(alpha=args.alpha_intra, beta=args.beta_intra, gamma=args.gamma,
+                          alpha_inter=args.alpha, beta_inter=args.beta,
+                          segment_bytes=args.segment_bytes, node_size=args.node_size,
+                          inter_algorithm=args.inter_algorithm)
+    print(_describe(net), file=out)
+    print(format_table(project(args.ranks, args.sizes, net)), file=out)
 
 
 if __name__ == "__main__":

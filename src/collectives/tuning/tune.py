@@ -6,9 +6,15 @@ see :mod:`collectives.tuning.tuning_file`); started under ``mpiexec`` it tunes t
 world size:
 
 1. fits the cost model: ping-pong between ranks 0 and 1 (alpha, beta), ``np.add`` (gamma), and
-   the smallest native allreduce (alpha_native); see :mod:`collectives.tuning.fit`;
+   the smallest native allreduce (alpha_native); see :mod:`collectives.tuning.fit`. When the
+   ranks span several nodes (``Split_type(COMM_TYPE_SHARED)``; a cluster, e.g.
+   ``bench/cluster.py run -- collectives-tune``) it fits two levels: ping-pong between two ranks
+   of rank 0's node (alpha, beta) and between rank 0 and the first rank of another node
+   (alpha_inter, beta_inter), with the smallest node's size as ``node_size``, and records the
+   layout (``nodes``), so ``auto`` follows these rules only on the same layout;
 2. times every flat algorithm (those ``auto`` can pick: ring, tree, recursive doubling,
-   Rabenseifner, native) at a handful of sizes, 8 B to 64 MiB of float32, interleaved, OSU's
+   Rabenseifner, native; across nodes "hierarchical" too) at a handful of sizes, 8 B to 64 MiB
+   of float32, interleaved, OSU's
    timing (each call alone, then a barrier), with few iterations for big messages, twice, and
    keeps each algorithm's better (lower) per-rank median averaged over ranks, which filters
    passing load from other processes on a shared machine;
@@ -40,7 +46,7 @@ __all__ = ["DEFAULT_SIZES", "main", "pick", "tune_world"]
 
 DEFAULT_SIZES = [8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 ROUNDS = 2
-PINGPONG_SIZES = [8, 1 << 10, 64 << 10, 1 << 20, 8 << 20]
+PINGPONG_SIZES = [8, 1 << 10, 64 << 10, 1 << 20, 4 << 20, 8 << 20]
 REDUCTION_SIZES = [64 << 10, 1 << 20, 16 << 20]
 #: Environment variables an MPI launcher sets in its processes (MPICH/Hydra, Open MPI, Slurm).
 LAUNCHER_ENV = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK")
@@ -74,9 +80,14 @@ def tune_world(sizes: Sequence[int], quick: bool = False, verbose: bool = True,
     from . import tuning_file
     from .fit import fit_network, measure_pingpong, measure_reduction
 
+    from ..algorithms.hierarchical import node_ids, node_sizes
+
     comm = MPI.COMM_WORLD
     opts = Options.from_env()
+    nodes = node_sizes(comm, opts.node_size)
     names = ["native"] + [n for n in FLAT if n != "native"]
+    if len(nodes) > 1:
+        names.append("hierarchical")
     measured: dict[str, dict[str, float]] = {}
     winners: dict[int, str] = {}
     for size in sizes:
@@ -94,14 +105,22 @@ def tune_world(sizes: Sequence[int], quick: bool = False, verbose: bool = True,
                   " ".join(f"{n}={t:.1f}" for n, t in row.items()), flush=True)
     model = None
     if comm.size >= 2:
-        pingpong = measure_pingpong(comm, PINGPONG_SIZES, 20 if quick else 100)
+        iters = 20 if quick else 100
+        # rank 0's node holds ranks 0 .. nodes[0]-1 when ranks are placed node by node; find
+        # a partner inside it and one outside it from the layout itself
+        shared = node_ids(comm, opts.node_size)
+        inside = [r for r in range(1, comm.size) if shared[r] == shared[0]]
+        outside = [r for r in range(1, comm.size) if shared[r] != shared[0]]
+        inter = measure_pingpong(comm, PINGPONG_SIZES, iters, outside[0]) if outside else None
+        intra = measure_pingpong(comm, PINGPONG_SIZES, iters, inside[0]) if inside else inter
         reduction = measure_reduction(REDUCTION_SIZES)
         smallest = min(winners)
-        net = fit_network(pingpong, reduction,
-                          (measured[str(smallest)]["native"] * 1e-6, comm.size),
-                          segment_bytes=opts.segment_bytes)
+        net = fit_network(intra, reduction, (measured[str(smallest)]["native"] * 1e-6, comm.size),
+                          inter_pingpong=inter, segment_bytes=opts.segment_bytes,
+                          node_size=min(nodes) if len(nodes) > 1 else None)
         model = {k: v for k, v in asdict(net).items() if v is not None}
-    return {"rules": tuning_file.make_rules(winners), "measured_us": measured, "model": model}
+    return {"rules": tuning_file.make_rules(winners), "nodes": nodes, "measured_us": measured,
+            "model": model}
 
 
 def _mpiexec() -> list[str]:

@@ -10,13 +10,21 @@ looked for, in order:
 The file (JSON)::
 
     {"format": "collectives-tuning", "version": 1, "host": "...", "mpi": "...",
-     "model": {"alpha": 2e-06, "beta": 1.5e-10, "gamma": 1e-10, "alpha_native": 5e-07},
      "world_sizes": {"4": {"rules": [{"max_bytes": 65536, "algorithm": "native"},
-                                     {"max_bytes": null, "algorithm": "rabenseifner"}],
+                                     {"max_bytes": null, "algorithm": "hierarchical"}],
+                           "nodes": [2, 2],
+                           "model": {"alpha": 2e-06, "beta": 1.5e-10, "gamma": 1e-10,
+                                     "alpha_native": 5e-07, "alpha_inter": 6e-05,
+                                     "beta_inter": 8e-09, "node_size": 2},
                            "measured_us": {"8": {"native": 30.1, "ring": 80.2}}}}}
 
 Rules are read in order; the first whose ``max_bytes`` is >= the message size (``null``: no
-limit) names the algorithm. A world size missing from the file gets auto's built-in rule.
+limit) names the algorithm. ``nodes`` (optional) is the node layout the world was tuned on (the
+ranks of each node, ``collectives.algorithms.hierarchical.node_sizes``): ``auto`` follows the
+rules only on a communicator with that layout (without ``nodes``: on one node). ``model`` holds
+the fitted cost-model parameters (:class:`collectives.tuning.cost_model.Network`; two levels when
+it has ``alpha_inter``/``beta_inter`` and ``node_size``). A world size missing from the file gets
+auto's built-in rule (or, across nodes, the two-level model).
 
 Errors: a missing file means "not tuned" (no message). A file that exists but cannot be read or
 does not have this shape raises :class:`TuningFileError` naming the file and the problem;
@@ -31,13 +39,15 @@ import functools
 import json
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..algorithms.flat import FLAT
 
-__all__ = ["ENV", "FORMAT", "VERSION", "TuningFileError", "Rules", "default_path", "tuning_path",
-           "read", "rules_for", "clear_cache", "make_rules", "write"]
+__all__ = ["ENV", "FORMAT", "VERSION", "TuningFileError", "Rules", "Entry", "default_path",
+           "tuning_path", "read", "read_entries", "rules_for", "entry_for", "clear_cache",
+           "make_rules", "write"]
 
 ENV = "COLLECTIVES_TUNING_FILE"
 FORMAT = "collectives-tuning"
@@ -45,6 +55,18 @@ VERSION = 1
 
 #: ``[(max_bytes, algorithm), ...]``, ``max_bytes`` increasing, the last one ``math.inf``.
 Rules = list[tuple[float, str]]
+
+#: the algorithms a rule may name: the flat ones and, across nodes, "hierarchical"
+KNOWN = frozenset(FLAT) | {"hierarchical"}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What a tuning file holds for one world size."""
+
+    rules: Rules
+    nodes: tuple[int, ...] | None = None  # the node layout it was tuned on (None: not recorded)
+    model: dict[str, Any] | None = None   # fitted cost-model parameters
 
 
 class TuningFileError(ValueError):
@@ -94,14 +116,33 @@ def _rules(path: Path, key: str, entry: Any, known: frozenset[str]) -> Rules:
     return out
 
 
+def _entry(path: Path, key: str, entry: Any, known: frozenset[str]) -> Entry:
+    rules = _rules(path, key, entry, known)
+    nodes, model = entry.get("nodes"), entry.get("model")
+    if nodes is not None and (not isinstance(nodes, list) or not nodes
+                              or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0
+                                         for n in nodes) or sum(nodes) != int(key)):
+        raise TuningFileError(f"{path}: world size {key}: 'nodes' must list the ranks of each "
+                              f"node, adding up to {key}, got {nodes!r}")
+    if model is not None and not isinstance(model, dict):
+        raise TuningFileError(f"{path}: world size {key}: 'model' must be an object, "
+                              f"got {model!r}")
+    return Entry(rules, None if nodes is None else tuple(nodes), model or None)
+
+
 def read(path: str | Path, known: frozenset[str] | None = None) -> dict[int, Rules]:
     """The rules of every world size in the tuning file ``path``.
 
     Raises FileNotFoundError when it does not exist and :class:`TuningFileError` when it is not
     a tuning file of this format (``known``: the valid algorithm names, default auto's choices).
     """
+    return {p: e.rules for p, e in read_entries(path, known).items()}
+
+
+def read_entries(path: str | Path, known: frozenset[str] | None = None) -> dict[int, Entry]:
+    """Every world size's :class:`Entry` in the tuning file ``path`` (errors as :func:`read`)."""
     if known is None:
-        known = frozenset(FLAT)
+        known = KNOWN
     path = Path(path)
     try:
         data = json.loads(path.read_text())
@@ -122,26 +163,31 @@ def read(path: str | Path, known: frozenset[str] | None = None) -> dict[int, Rul
         if not key.isdigit() or int(key) < 1:
             raise TuningFileError(f"{path}: world size keys must be positive integers, "
                                   f"got {key!r}")
-        table[int(key)] = _rules(path, key, entry, known)
+        table[int(key)] = _entry(path, key, entry, known)
     return table
 
 
 @functools.lru_cache(maxsize=None)
-def _cached(path: Path) -> dict[int, Rules] | None:
+def _cached(path: Path) -> dict[int, Entry] | None:
     try:
-        return read(path)
+        return read_entries(path)
     except FileNotFoundError:
         return None
 
 
-def rules_for(p: int) -> Rules | None:
-    """The tuned rules for world size ``p``, or None (no file, tuning off, ``p`` not tuned).
-
-    Reads the file once per process; raises :class:`TuningFileError` for a malformed file.
-    """
+def entry_for(p: int) -> Entry | None:
+    """The tuning file's :class:`Entry` for world size ``p``, or None (no file, tuning off,
+    ``p`` not tuned). Reads the file once per process; raises :class:`TuningFileError` for a
+    malformed file."""
     path = tuning_path()
     table = None if path is None else _cached(path)
     return None if table is None else table.get(p)
+
+
+def rules_for(p: int) -> Rules | None:
+    """The tuned rules for world size ``p``, or None (see :func:`entry_for`)."""
+    entry = entry_for(p)
+    return None if entry is None else entry.rules
 
 
 def clear_cache() -> None:
