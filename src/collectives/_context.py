@@ -15,7 +15,7 @@ from mpi4py import MPI
 
 from ._guard import Guard
 
-__all__ = ["Context", "context"]
+__all__ = ["Context", "context", "reset"]
 
 
 class Context:
@@ -31,7 +31,7 @@ class Context:
 
     @property
     def guard(self) -> Guard:
-        """The communicator's :class:`~._guard.Guard` (made at first use; local)."""
+        """The communicator's :class:`~._guard.Guard` (made at the first call, collectively)."""
         if self._guard is None:
             self._guard = Guard(self.comm)
         return self._guard
@@ -71,3 +71,12 @@ def context(comm: MPI.Comm) -> Context:
         ctx = Context(comm)
         comm.Set_attr(_KEYVAL, ctx)
     return ctx
+
+
+def reset(comm: MPI.Comm) -> None:
+    """Drop the library's private state of ``comm`` (collective: every rank calls it, between
+    the same two calls): its duplicate is freed and the next call makes a fresh one. After a
+    failure this brings the MPI library's own collectives ("native") back, which a failure
+    retires on the communicator (``_guard.py``); it also frees cached sub-communicators."""
+    if comm.Get_attr(_KEYVAL) is not None:
+        comm.Delete_attr(_KEYVAL)

@@ -73,6 +73,8 @@ def _span() -> int:
 
 
 _SPAN = _span()
+#: above every call number a closed guard of this process used (see Guard.__init__)
+_HIGH = [0]
 
 
 class Guard:
@@ -82,7 +84,10 @@ class Guard:
         self.comm = comm
         self.rank = comm.rank
         self.size = comm.size
-        self.seq = -1
+        # Call numbers start above any this process's guards used before, agreed by all ranks:
+        # a communicator freed and made again may get the same MPI context id, and a message
+        # left behind by a failed call on the old one must not match a call on the new one.
+        self.seq = comm.allreduce(_HIGH[0], op=MPI.MAX) - 1
         self.tag = 0
         self.name = ""
         self.retired = False
@@ -217,6 +222,7 @@ class Guard:
 
     def close(self) -> None:
         """Withdraw the posted notice receive (the communicator is about to be freed)."""
+        _HIGH[0] = max(_HIGH[0], self.seq + 2)
         notice, self.notice = self.notice, MPI.REQUEST_NULL
         if notice != MPI.REQUEST_NULL and not MPI.Is_finalized():
             notice.Cancel()

@@ -62,6 +62,7 @@ def checked(name: str, comm: MPI.Comm, validate: bool,
         value, signature, error = None, None, local_error(exc)
     problem = verdict(name, context(comm).comm.allgather((signature, error)))
     if problem is not None:
+        problem._collectives_notice = True  # every rank raises it: nothing to tell the others
         raise problem
     return value  # type: ignore[return-value]
 
