@@ -23,11 +23,14 @@ class Context:
 
     def __init__(self, comm: MPI.Comm, dup: bool = True) -> None:
         self.comm: MPI.Comm = comm.Dup() if dup else comm
+        if dup:  # a size mismatch must raise (MPI_ERR_TRUNCATE), not end the job
+            self.comm.Set_errhandler(MPI.ERRORS_RETURN)
+        #: where MPI's own collectives run under a guard: not on ``comm``, whose other
+        #: collectives (validate's allgather, node splits) must never meet one a failure left
+        self.native_comm: MPI.Comm = self.comm.Dup() if dup else comm
         self._owned = dup
         self._cache: dict[Any, Any] = {}
         self._guard: Guard | None = None
-        if dup:  # a size mismatch must raise (MPI_ERR_TRUNCATE), not end the job
-            self.comm.Set_errhandler(MPI.ERRORS_RETURN)
 
     @property
     def guard(self) -> Guard:
@@ -51,6 +54,7 @@ class Context:
         if self._guard is not None:
             self._guard.close()
         if self._owned:
+            self.native_comm.Free()
             self.comm.Free()
 
 

@@ -230,15 +230,17 @@ class Guard:
         _GUARDS.discard(self)
 
 
-def native_call(comm: MPI.Comm, name: str, args: tuple, fallback: Callable[[], None]) -> None:
-    """The MPI library's collective ``comm.<name>(*args)``: blocking outside a public call;
-    inside one, its non-blocking form (``Iallreduce`` for ``Allreduce``) under the call's
-    guard, or ``fallback()`` (a hand-written equivalent) once native is retired."""
+def native_call(ctx: Any, name: str, args: tuple, fallback: Callable[[], None]) -> None:
+    """The MPI library's collective ``<name>(*args)`` on the context ``ctx``: blocking on
+    ``ctx.comm`` outside a public call; inside one, its non-blocking form (``Iallreduce`` for
+    ``Allreduce``) on ``ctx.native_comm`` (a duplicate of its own, so that an operation a failure
+    left behind can never pair with another collective) under the call's guard, or
+    ``fallback()`` (a hand-written equivalent) once native is retired."""
     guard = active()
     if guard is None:
-        getattr(comm, name)(*args)
+        getattr(ctx.comm, name)(*args)
         return
-    guard.native(lambda: getattr(comm, "I" + name.lower())(*args), fallback)
+    guard.native(lambda: getattr(ctx.native_comm, "I" + name.lower())(*args), fallback)
 
 
 @atexit.register

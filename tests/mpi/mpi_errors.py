@@ -178,6 +178,7 @@ SUBCLASSES = {
 }
 
 
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix's own
 @pytest.mark.parametrize("kind", list(SUBCLASSES))
 def test_ndarray_subclasses_are_arrays(kind):
     """np.matrix, a subclass of one's own: taken as plain arrays by every algorithm and block,

@@ -33,5 +33,5 @@ def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Opti
         src = scratch("native.input", buf.size, buf)
         copy_into(buf, src)
     sendbuf = MPI.IN_PLACE if src is buf else [src, dtype]
-    native_call(ctx.comm, "Allreduce", (sendbuf, [buf, dtype], native_op(op, buf.dtype)),
+    native_call(ctx, "Allreduce", (sendbuf, [buf, dtype], native_op(op, buf.dtype)),
                 lambda: recursive_doubling.allreduce(src, buf, op, ctx, opts))

@@ -27,7 +27,7 @@ def reduce_scatter(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], op:
                    opts: Options) -> None:
     dtype = native_type(src.dtype)
     counts = [b - a for a, b in zip(offsets[:-1], offsets[1:])]
-    native_call(ctx.comm, "Reduce_scatter",
+    native_call(ctx, "Reduce_scatter",
                 ([src, dtype], [out, dtype], counts, native_op(op, src.dtype)),
                 lambda: ring_reduce_scatter(src, out, offsets, op, ctx, opts))
 
@@ -38,13 +38,13 @@ def allgather(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], ctx: Con
     size = out.itemsize
     counts = [(b - a) * size for a, b in zip(offsets[:-1], offsets[1:])]
     displs = [a * size for a in offsets[:-1]]
-    native_call(ctx.comm, "Allgatherv", ([src, MPI.BYTE], [out, (counts, displs), MPI.BYTE]),
+    native_call(ctx, "Allgatherv", ([src, MPI.BYTE], [out, (counts, displs), MPI.BYTE]),
                 lambda: ring_allgather(src, out, offsets, ctx, opts))
 
 
 @_device.staged(0)
 def bcast(buf: np.ndarray, root: int, ctx: Context, opts: Options) -> None:
-    native_call(ctx.comm, "Bcast", ([buf, MPI.BYTE], root),
+    native_call(ctx, "Bcast", ([buf, MPI.BYTE], root),
                 lambda: binomial_bcast(buf, root, ctx, opts))
 
 
@@ -53,5 +53,5 @@ def reduce(src: np.ndarray, out: np.ndarray | None, op: Op, root: int, ctx: Cont
            opts: Options) -> None:
     dtype = native_type(src.dtype)
     recv = [out, dtype] if out is not None else None
-    native_call(ctx.comm, "Reduce", ([src, dtype], recv, native_op(op, src.dtype), root),
+    native_call(ctx, "Reduce", ([src, dtype], recv, native_op(op, src.dtype), root),
                 lambda: binomial_reduce(src, out, op, root, ctx, opts))
