@@ -10,6 +10,10 @@ a shared machine hits them alike. Reported: the median over rounds of the time p
 - ``bare``: ``comm.Allreduce(x, y, op=MPI.SUM)`` of mpi4py on a duplicate of COMM_WORLD;
 - ``plan()``: a persistent plan (``collectives.allreduce_init``) called as ``plan()``;
 - ``allreduce``: the blocking ``collectives.allreduce(x, out=y)``;
+- ``validate=True`` (``--validate``): ``allreduce`` with its cross-rank argument check;
+- ``unguarded`` (``--unguarded``): the same call's algorithm run outside the failure guard
+  (``collectives._guard``: call numbering, notice-aware waits, exact receive sizes), i.e. what
+  ``allreduce`` did per call before it; ``allreduce`` / ``unguarded`` is the guard's cost;
 - ``iallreduce+wait``: ``collectives.iallreduce(x, out=y).wait()`` (a hand-off to the engine's
   thread and back: the latency of a non-blocking call, not its cost to overlapped work).
 
@@ -35,6 +39,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--algorithm", default="auto", help="for plan() and allreduce")
     ap.add_argument("--no-iallreduce", action="store_true", help="skip iallreduce+wait")
+    ap.add_argument("--validate", action="store_true",
+                    help="add allreduce with validate=True (its cross-rank check)")
+    ap.add_argument("--unguarded", action="store_true",
+                    help="add the allreduce's algorithm run outside the failure guard")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     comm = MPI.COMM_WORLD
@@ -47,6 +55,18 @@ def main(argv: list[str] | None = None) -> dict:
         "plan()": plan,
         "allreduce": lambda: collectives.allreduce(x, out=y, algorithm=args.algorithm),
     }
+    if args.validate:
+        variants["validate=True"] = \
+            lambda: collectives.allreduce(x, out=y, algorithm=args.algorithm, validate=True)
+    if args.unguarded:
+        from collectives._context import context
+        from collectives.api import AllreduceCall, run_resolved
+
+        ctx = context(comm)
+        call = AllreduceCall(comm, x, y, "sum", args.algorithm, collectives.Options.from_env())
+        fn, native = call.resolved(ctx)
+        variants["unguarded"] = lambda: run_resolved(call.src, call.dst, call.op, fn, native,
+                                                     ctx, call.opts)
     if not args.no_iallreduce:
         variants["iallreduce+wait"] = \
             lambda: collectives.iallreduce(x, out=y, algorithm=args.algorithm).wait()

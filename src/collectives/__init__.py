@@ -11,6 +11,8 @@ from .algorithms import ALGORITHMS
 from .api import allgather, allreduce, bcast, reduce, reduce_scatter
 from .blocks import ALLGATHER, BCAST, REDUCE, REDUCE_SCATTER
 from .compressed import STRATEGIES, CompressionState, compressed_allreduce
+from ._context import reset
+from ._guard import CollectiveError
 from .engine import EngineError, Request, StallWarning, testall, waitall, waitany
 from .nonblocking import (Plan, allreduce_init, iallgather, iallreduce, ibcast,
                           icompressed_allreduce, ireduce, ireduce_scatter)
@@ -22,7 +24,7 @@ __all__ = [
     "allreduce", "reduce_scatter", "allgather", "bcast", "reduce", "compressed_allreduce",
     "iallreduce", "ireduce_scatter", "iallgather", "ibcast", "ireduce", "icompressed_allreduce",
     "allreduce_init", "Plan", "Request", "waitall", "waitany", "testall", "StallWarning",
-    "EngineError",
+    "EngineError", "CollectiveError", "reset",
     "empty", "zeros",
     "CompressionState", "STRATEGIES", "TRAFFIC",
     "ALGORITHMS", "REDUCE_SCATTER", "ALLGATHER", "BCAST", "REDUCE",

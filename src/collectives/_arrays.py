@@ -46,15 +46,24 @@ def check_input(x: object, what: str = "x") -> np.ndarray:
     """``x`` as a NumPy or CuPy array (zero-copy) if it is a contiguous array of a supported
     dtype, else raise.
 
+    An ndarray subclass (``np.memmap``, ``np.matrix``) is returned as a plain ndarray view of
+    its memory (results of ``out=None`` are plain ndarrays); a masked array raises TypeError.
+
     Raises
     ------
     TypeError
         ``x`` is not an array (NumPy, CuPy, a ``__dlpack__`` exporter such as a PyTorch tensor,
-        or a buffer), or its dtype is neither in :data:`SUPPORTED_DTYPES` nor bfloat16.
+        or a buffer), is a masked array, or its dtype is neither in :data:`SUPPORTED_DTYPES`
+        nor bfloat16.
     ValueError
         ``x`` is neither C- nor Fortran-contiguous.
     """
-    a = x if type(x) is np.ndarray else as_array(x)
+    if type(x) is np.ndarray:
+        a = x
+    elif isinstance(x, np.ndarray):
+        a = _plain(x, what)
+    else:
+        a = as_array(x)
     if not isinstance(a, np.ndarray) and not is_cupy(a):
         raise TypeError(f"{what} must be a numpy.ndarray, a cupy.ndarray, a tensor exporting "
                         f"__dlpack__ or a buffer, got {type(x).__name__}")
@@ -64,6 +73,15 @@ def check_input(x: object, what: str = "x") -> np.ndarray:
         hint = f"{what}.contiguous()" if framework(x) == "torch" else f"np.ascontiguousarray({what})"
         raise ValueError(f"{what} must be contiguous (C or Fortran order); pass {hint}")
     return a
+
+
+def _plain(x: np.ndarray, what: str) -> np.ndarray:
+    """An ndarray subclass (``np.memmap``, ``np.matrix``, a user's own) as a plain ndarray view of
+    the same memory; a masked array is refused, since its mask would be ignored."""
+    if isinstance(x, np.ma.MaskedArray):
+        raise TypeError(f"{what} is a masked array (numpy.ma): a collective would ignore its "
+                        f"mask; pass {what}.filled(value), or {what}.data to ignore it")
+    return x.view(np.ndarray)
 
 
 def check_out(out: object, x: np.ndarray, shape: tuple[int, ...] | None = None,

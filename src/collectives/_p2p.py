@@ -4,6 +4,10 @@ Sending bytes keeps the hand-written algorithms independent of which datatypes t
 (MPI has no float16); the reductions happen locally in NumPy (or CuPy). Device (CuPy) arrays go to
 MPI through ``_device.py``: directly with CUDA-aware MPI, else staged through pinned host memory,
 the stream synchronised first either way. NumPy arrays take the first branch of each function.
+
+Inside a public call every message carries the call's tag and every wait is the guard's
+(``_guard.py``): it also ends on a notice that another rank's call failed, and a receive of
+another size than expected raises ValueError ("count or dtype differs across ranks").
 """
 
 from __future__ import annotations
@@ -13,40 +17,57 @@ from compress.device import is_numpy as _host
 from mpi4py import MPI
 
 from . import _device
+from ._guard import active
 from .traffic import TRAFFIC
 
 __all__ = ["send", "recv", "sendrecv", "nsegments", "split", "partition"]
 
-TAG = 7117
+TAG = 7117  # outside a public call (algorithms run directly); inside, the call's own tag
 
 
 def send(comm: MPI.Comm, a: np.ndarray, dest: int) -> None:
     TRAFFIC.add(a.nbytes)
-    if _host(a):
-        comm.Send([a, MPI.BYTE], dest, TAG)
-    else:  # a device array: directly (CUDA-aware MPI) or staged through pinned memory
-        comm.Send([_device.to_mpi(a, "send"), MPI.BYTE], dest, TAG)
+    buf = a if _host(a) else _device.to_mpi(a, "send")  # device: CUDA-aware or staged
+    guard = active()
+    if guard is None:
+        comm.Send([buf, MPI.BYTE], dest, TAG)
+        return
+    guard.complete([comm.Isend([buf, MPI.BYTE], dest, guard.tag)], [None], [dest])
 
 
 def recv(comm: MPI.Comm, a: np.ndarray, source: int) -> None:
-    if _host(a):
-        comm.Recv([a, MPI.BYTE], source, TAG)
-        return
-    target = _device.from_mpi(a, "recv")
-    comm.Recv([target, MPI.BYTE], source, TAG)
-    _device.landed(a, target)
+    target = a if _host(a) else _device.from_mpi(a, "recv")
+    guard = active()
+    if guard is None:
+        comm.Recv([target, MPI.BYTE], source, TAG)
+    else:  # exactly a.nbytes: a longer or shorter message is an error (counts differ)
+        guard.complete([comm.Irecv([target, MPI.BYTE], source, guard.tag)], [a.nbytes],
+                       [source])
+    if target is not a:
+        _device.landed(a, target)
 
 
 def sendrecv(comm: MPI.Comm, a: np.ndarray, dest: int, b: np.ndarray, source: int) -> None:
     """Send ``a`` to ``dest`` while receiving ``b`` from ``source``."""
     TRAFFIC.add(a.nbytes)
+    guard = active()
     if _host(a) and _host(b):
-        comm.Sendrecv([a, MPI.BYTE], dest, TAG, [b, MPI.BYTE], source, TAG)
+        if guard is None:
+            comm.Sendrecv([a, MPI.BYTE], dest, TAG, [b, MPI.BYTE], source, TAG)
+            return
+        tag = guard.tag
+        guard.complete([comm.Irecv([b, MPI.BYTE], source, tag),
+                        comm.Isend([a, MPI.BYTE], dest, tag)], [b.nbytes, None], [source, dest])
         return
     target = b if _host(b) else _device.from_mpi(b, "recv")
-    comm.Sendrecv([a if _host(a) else _device.to_mpi(a, "send"), MPI.BYTE], dest, TAG,
-                  [target, MPI.BYTE], source, TAG)
-    if not _host(b):
+    out = a if _host(a) else _device.to_mpi(a, "send")
+    if guard is None:
+        comm.Sendrecv([out, MPI.BYTE], dest, TAG, [target, MPI.BYTE], source, TAG)
+    else:
+        guard.complete([comm.Irecv([target, MPI.BYTE], source, guard.tag),
+                        comm.Isend([out, MPI.BYTE], dest, guard.tag)], [b.nbytes, None],
+                       [source, dest])
+    if target is not b:
         _device.landed(b, target)
 
 

@@ -58,10 +58,11 @@ def checked(name: str, comm: MPI.Comm, validate: bool,
     try:
         value, signature = check()
         error = None
-    except (TypeError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - every rank must reach the exchange below
         value, signature, error = None, None, local_error(exc)
     problem = verdict(name, context(comm).comm.allgather((signature, error)))
     if problem is not None:
+        problem._collectives_notice = True  # every rank raises it: nothing to tell the others
         raise problem
     return value  # type: ignore[return-value]
 

@@ -34,7 +34,8 @@ from ._arrays import check_input, check_out, copy_into, flat, new_like, returned
 from ._context import context
 from ._mpitypes import native_op, native_type
 from ._p2p import partition
-from ._validate import checked_call as _checked, pick as _pick, setup as _setup
+from ._guard import active
+from ._validate import check_comm, checked_call as _checked, pick as _pick, setup as _setup
 from .algorithms import ALGORITHMS, FLAT, auto
 from .blocks import ALLGATHER, BCAST, REDUCE, REDUCE_SCATTER
 from .ops import Op, get_op
@@ -116,7 +117,7 @@ class AllreduceCall:
 def run_resolved(src: np.ndarray, dst: np.ndarray, op: Op, fn: Any,
                  native: tuple[MPI.Datatype, MPI.Op] | None, ctx: Any, opts: Options) -> None:
     """Run an allreduce decided by :meth:`AllreduceCall.resolved` (exactly what ``run`` does)."""
-    if native is not None:  # algorithms/native.py's call, without its dispatch
+    if native is not None and active() is None:  # algorithms/native.py's call, undispatched
         dtype, mpi_op = native
         ctx.comm.Allreduce(MPI.IN_PLACE if src is dst else [src, dtype], [dst, dtype], mpi_op)
     else:
@@ -158,7 +159,8 @@ class _Repeats:
                 or not out.flags.writeable or the_comm == MPI.COMM_NULL):
             return False
         src = flat(x)
-        run_resolved(src, src if inplace else flat(out), the_op, fn, native, ctx, opts)
+        ctx.guard.run("allreduce", run_resolved, src, src if inplace else flat(out), the_op,
+                      fn, native, ctx, opts)
         return True
 
     def remember(self, call: AllreduceCall, x: Any, out: Any, op: str, algorithm: str,
@@ -304,9 +306,26 @@ class ReduceCall:
             _finish_avg(self.op, self.dst, ctx.comm.size)
 
 
-def _run(call: Any, comm: MPI.Comm) -> Any:
-    call.run(None if call.trivial else context(comm))
-    return call.result
+def _call(cls: type, comm: MPI.Comm | None, options: Options | None, validate: bool | None,
+          *args: Any) -> Any:
+    """Check and run one blocking call (``args``: the call's arguments but the options, which
+    come last): under the communicator's guard (``_guard.py``) from before any check on, so
+    that an error on any rank becomes an error on every rank that still needs it, and the ranks
+    number their calls alike whether they fail or not."""
+    comm = MPI.COMM_WORLD if comm is None else comm
+    check_comm(cls.kind, comm)
+    if comm.size == 1:
+        return _check_and_run(cls, comm, options, validate, None, args)
+    ctx = context(comm)
+    return ctx.guard.run(cls.kind, _check_and_run, cls, comm, options, validate, ctx, args)
+
+
+def _check_and_run(cls: type, comm: MPI.Comm, options: Options | None, validate: bool | None,
+                   ctx: Any, args: tuple) -> Any:
+    comm, opts, validate = _setup(comm, options, validate)
+    call = _checked(cls, comm, validate, *args, opts)
+    call.run(None if call.trivial else ctx)
+    return call
 
 
 def allreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum",
@@ -339,13 +358,11 @@ def allreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum
     repeatable = validate is None and type(op) is str and type(out) is np.ndarray
     if repeatable and _REPEATS.run(x, out, op, algorithm, comm, options):
         return out
-    comm_arg = comm
-    comm, opts, validate = _setup(comm, options, validate)
-    call = _checked(AllreduceCall, comm, validate, x, out, op, algorithm, opts)
-    result = _run(call, comm)
-    if repeatable and not validate:
-        _REPEATS.remember(call, x, out, op, algorithm, comm_arg, comm, options)
-    return result
+    call = _call(AllreduceCall, comm, options, validate, x, out, op, algorithm)
+    if repeatable and not (call.opts.validate if validate is None else validate):
+        _REPEATS.remember(call, x, out, op, algorithm, comm,
+                          MPI.COMM_WORLD if comm is None else comm, options)
+    return call.result
 
 
 def reduce_scatter(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum",
@@ -358,9 +375,7 @@ def reduce_scatter(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike =
     default ``x.size`` is split into near-equal blocks, the first ``x.size % p`` one longer.
     ``algorithm``: "ring" or "native".
     """
-    comm, opts, validate = _setup(comm, options, validate)
-    return _run(_checked(ReduceScatterCall, comm, validate, x, out, op, counts, algorithm, opts),
-                comm)
+    return _call(ReduceScatterCall, comm, options, validate, x, out, op, counts, algorithm).result
 
 
 def allgather(x: np.ndarray, *, out: np.ndarray | None = None,
@@ -373,8 +388,7 @@ def allgather(x: np.ndarray, *, out: np.ndarray | None = None,
     ``counts`` (one per rank, ``counts[rank] == x.size``) blocks may differ (``MPI_Allgatherv``).
     ``algorithm``: "ring" or "native".
     """
-    comm, opts, validate = _setup(comm, options, validate)
-    return _run(_checked(AllgatherCall, comm, validate, x, out, counts, algorithm, opts), comm)
+    return _call(AllgatherCall, comm, options, validate, x, out, counts, algorithm).result
 
 
 def bcast(x: np.ndarray, *, root: int = 0, algorithm: str = "binomial",
@@ -384,8 +398,7 @@ def bcast(x: np.ndarray, *, root: int = 0, algorithm: str = "binomial",
 
     ``algorithm``: "binomial" (pipelined in segments) or "native".
     """
-    comm, opts, validate = _setup(comm, options, validate)
-    return _run(_checked(BcastCall, comm, validate, x, root, algorithm, opts), comm)
+    return _call(BcastCall, comm, options, validate, x, root, algorithm).result
 
 
 def reduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum", root: int = 0,
@@ -396,5 +409,4 @@ def reduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum", 
     Returns the result on ``root`` (a new array when ``out`` is None; ``out=x`` works in place)
     and None on every other rank, where ``out`` is ignored. ``algorithm``: "binomial" or "native".
     """
-    comm, opts, validate = _setup(comm, options, validate)
-    return _run(_checked(ReduceCall, comm, validate, x, out, op, root, algorithm, opts), comm)
+    return _call(ReduceCall, comm, options, validate, x, out, op, root, algorithm).result

@@ -243,12 +243,9 @@ class Plan(Request):
             return partial(call.run, None)
         ctx = context(self._comm)
         fn, native = call.resolved(ctx)
-        src, dst, op = call.src, call.dst, call.op
-        if native is None or op.average:
-            return partial(run_resolved, src, dst, op, fn, native, ctx, call.opts)
-        dtype, mpi_op = native
-        return partial(ctx.comm.Allreduce, MPI.IN_PLACE if src is dst else [src, dtype],
-                       [dst, dtype], mpi_op)
+        # under the communicator's guard, like every blocking call (collectives._guard)
+        return partial(ctx.guard.run, "allreduce", run_resolved, call.src, call.dst, call.op,
+                       fn, native, ctx, call.opts)
 
 
 class _PlanCall(_Wrapped):

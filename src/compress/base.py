@@ -207,6 +207,13 @@ class Codec:
         """Exact body size in bytes for ``n`` elements (the formula in the codec's docstring)."""
         raise NotImplementedError
 
+    def recompressor(self) -> "Codec":
+        """The codec that compresses an aggregate of this codec's decoded payloads once more (the
+        server of a two-phase allreduce): the codec itself, except where decoding scaled values
+        that a second encoding at the same randomness would scale again (random-k with
+        ``unbiased_scaling``). Its payloads decode with this codec."""
+        return self
+
     def aggregate(self, decoded: Sequence[np.ndarray]) -> np.ndarray:
         """Combine decoded arrays of several workers according to ``aggregation``."""
         if not decoded:

@@ -11,6 +11,8 @@ only inside the ranks, and fails).
 import pytest
 from mpi4py import MPI
 
+import collectives
+
 
 def _split():
     world = MPI.COMM_WORLD
@@ -25,6 +27,20 @@ COMMS = {"world": lambda: MPI.COMM_WORLD, "split": _split, "self": lambda: MPI.C
 def mpi_world_size(request):
     """The world size the test runs at: parametrized by ``tests/mpi_launch.py`` (ids ``np4``)."""
     return getattr(request, "param", None) or MPI.COMM_WORLD.size
+
+
+@pytest.fixture(autouse=True)
+def fresh_native():
+    """After a test in which a call failed on some rank, the library's own collectives are
+    retired on COMM_WORLD (docs/reliability.md): collectives.reset brings them back, so that
+    later tests see native where they ask for it."""
+    yield
+    from collectives._context import _KEYVAL
+
+    ctx = MPI.COMM_WORLD.Get_attr(_KEYVAL)
+    retired = ctx is not None and ctx._guard is not None and ctx._guard.retired
+    if MPI.COMM_WORLD.allreduce(retired, op=MPI.LOR):
+        collectives.reset(MPI.COMM_WORLD)
 
 
 @pytest.fixture(params=list(COMMS))

@@ -206,7 +206,8 @@ def test_allreduce_codec_columns_report_bytes_on_the_wire(capsys):
     p = MPI.COMM_WORLD.size
     n = 1024 // 4
     payload = compress.get("topk", ratio=0.25).payload_nbytes(n)
-    assert by_name["topk:ratio=0.25"].bytes_per_rank == payload * (p - 1)  # ring allgather
+    # ring allgather of the 8-byte sizes, then of the payloads
+    assert by_name["topk:ratio=0.25"].bytes_per_rank == (8 + payload) * (p - 1)
     ring = 2 * (p - 1) * (-(-n // p)) * 4  # upper bound: p-1 steps of at most ceil(n/p) each way
     assert by_name["ring"].bytes_per_rank <= ring
     if MPI.COMM_WORLD.rank == 0:  # only rank 0 prints

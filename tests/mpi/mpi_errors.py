@@ -11,7 +11,7 @@ import pytest
 from mpi4py import MPI
 
 import collectives
-from reference import make_input, reference_allreduce
+from reference import gather_all, make_input, reference_allreduce
 
 ALL_CALLS = {
     "allreduce": lambda x, **kw: collectives.allreduce(x, **kw),
@@ -72,14 +72,23 @@ def test_local_errors_on_every_rank(case):
     assert text in str(info.value), str(info.value)
 
 
-def test_error_on_one_rank_sends_nothing():
-    """Rank 0 alone gets a bad argument and raises; the others don't call at all. Had rank 0
-    sent anything before raising, the next collectives would receive it and go wrong or hang."""
+def test_error_on_one_rank_reaches_every_rank():
+    """Rank 0 alone gets a bad argument and raises before sending anything; the other ranks
+    make a valid call (the same one, as MPI requires) and raise too, naming rank 0, instead of
+    waiting for it (docs/reliability.md). Nothing of the failed calls is left for later ones."""
     comm = MPI.COMM_WORLD
-    if comm.rank == 0:
-        for call, kind, _ in LOCAL_ERRORS:
-            with pytest.raises(kind):
+    for call, kind, text in LOCAL_ERRORS:
+        if text == "intracommunicator":
+            continue  # not a call on COMM_WORLD at all
+        if comm.rank == 0:
+            with pytest.raises(kind, match=None) as info:
                 call()
+            assert text in str(info.value), str(info.value)
+        else:
+            try:  # (an argument that was meant for rank 0 only, valid here)
+                collectives.allreduce(np.ones(4), algorithm="ring")
+            except (kind, collectives.CollectiveError) as exc:
+                assert "failed on rank 0" in str(exc) and text in str(exc), str(exc)
     _still_works()
 
 
@@ -156,3 +165,134 @@ def test_errors_on_split_communicator():
             collectives.allreduce(np.ones(2 + sub.rank), comm=sub, validate=True)
     _still_works(sub)
     sub.Free()
+
+
+class _Sub(np.ndarray):
+    """A user's own ndarray subclass."""
+
+
+SUBCLASSES = {
+    "matrix": lambda a: np.matrix(a.reshape(3, -1)),
+    "memmap-like": lambda a: a.view(_Sub),
+    "recarray": lambda a: a.view(np.recarray),
+}
+
+
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix's own
+@pytest.mark.parametrize("kind", list(SUBCLASSES))
+def test_ndarray_subclasses_are_arrays(kind):
+    """np.matrix, a subclass of one's own: taken as plain arrays by every algorithm and block,
+    in place too (ring and rabenseifner raised ModuleNotFoundError: cupy; tree hung)."""
+    comm = MPI.COMM_WORLD
+    base = make_input(6 * comm.size, np.dtype(np.float64), "sum", comm.rank)
+    ref = reference_allreduce(base, "sum", comm)
+    for algorithm in collectives.ALGORITHMS:
+        x = SUBCLASSES[kind](base.copy())
+        y = collectives.allreduce(x, algorithm=algorithm)
+        assert type(y) is np.ndarray and np.allclose(y.ravel(), ref), algorithm
+        collectives.allreduce(x, out=x, algorithm=algorithm)
+        assert np.allclose(np.asarray(x).ravel(), ref), algorithm
+    x = SUBCLASSES[kind](base.copy())
+    assert np.allclose(collectives.allgather(x), gather_all(base, comm).ravel())
+    assert np.array_equal(collectives.reduce_scatter(x), collectives.reduce_scatter(base))
+    y = collectives.reduce(x, root=0)
+    assert comm.rank != 0 or np.allclose(y.ravel(), ref)
+    collectives.bcast(x, root=comm.size - 1)
+    assert np.array_equal(np.asarray(x).ravel(), comm.bcast(base, root=comm.size - 1))
+    import compress
+    y = collectives.compressed_allreduce(SUBCLASSES[kind](base.astype(np.float32)),
+                                         compress.get("none"), op="sum")
+    assert type(y) is np.ndarray and np.allclose(y.ravel(), ref, rtol=1e-5)
+    _still_works()
+
+
+def test_masked_arrays_raise_on_every_rank():
+    """A masked array's mask would be ignored: TypeError, from every collective, every rank."""
+    import compress
+    x = np.ma.array(np.ones(4), mask=[0, 1, 0, 0])
+    for call in ALL_CALLS.values():
+        with pytest.raises(TypeError, match="masked array"):
+            call(x)
+    with pytest.raises(TypeError, match="masked array"):
+        collectives.allreduce(np.ones(4), out=x)
+    with pytest.raises(TypeError, match="masked array"):
+        collectives.compressed_allreduce(x.astype(np.float32), compress.get("none"))
+    _still_works()
+
+
+def _raises_everywhere(call, kinds=(ValueError, TypeError, collectives.CollectiveError)):
+    """Run ``call`` on every rank; return this rank's error (every rank must raise one)."""
+    with pytest.raises(kinds) as info:
+        call()
+    return info.value
+
+
+def test_error_on_one_rank_never_corrupts_the_next_call():
+    """Issue 11, item 1: reduce(buf[:5], out=buf[1:6]) raises on the root only (partial
+    overlap); the next allreduce used to receive the other rank's message of the failed call
+    (tree: 8 instead of 2 at p = 2). Messages of different calls never match now."""
+    comm = MPI.COMM_WORLD
+    for algorithm in collectives.ALGORITHMS:
+        buf = np.arange(8.0)
+        if comm.rank == 0:
+            with pytest.raises(ValueError, match="overlaps"):
+                collectives.reduce(buf[:5], out=buf[1:6], root=0)
+        else:
+            try:  # a rank that had sent its part may return; one still waiting raises
+                collectives.reduce(buf[:5], out=buf[1:6], root=0)
+            except ValueError as exc:
+                assert "failed on rank 0: ValueError: out overlaps" in str(exc), str(exc)
+        y = collectives.allreduce(np.ones(5), algorithm=algorithm)
+        assert np.array_equal(y, np.full(5, float(comm.size))), (algorithm, y)
+    _still_works()
+
+
+COUNT_MISMATCH = {
+    "count": lambda r: np.ones(1000 + (r == 0)),
+    "dtype": lambda r: np.ones(1000, np.float32 if r == 0 else np.float64),
+    "count-small": lambda r: np.ones(3 + 2 * (r == 0)),
+}
+
+
+@pytest.mark.parametrize("case", list(COUNT_MISMATCH))
+def test_count_or_dtype_mismatch_raises_on_every_rank(case):
+    """Issue 11, item 10: without validate=True, a count or dtype that differs across ranks
+    hung the hand-written algorithms (or gave one rank wrong data): the receives are posted
+    with the exact size expected, so a longer or shorter message raises ValueError, and every
+    rank still waiting gets it; the next call is right."""
+    comm = MPI.COMM_WORLD
+    if comm.size == 1:
+        pytest.skip("nothing to differ from")
+    x = COUNT_MISMATCH[case](comm.rank)
+    for algorithm in ("ring", "tree", "recursive_doubling", "rabenseifner", "hierarchical"):
+        error = _raises_everywhere(lambda: collectives.allreduce(x, algorithm=algorithm))
+        assert "count or dtype differs across ranks" in str(error), (algorithm, str(error))
+    for name in ("reduce_scatter", "allgather", "bcast", "reduce"):
+        if name == "allgather" and case != "dtype":
+            continue  # allgather's blocks may differ (counts=); its dtype may not
+        try:  # a rank that only sends (bcast's root, reduce's leaves) may finish first
+            ALL_CALLS[name](x.copy())
+            error = None
+        except (ValueError, collectives.CollectiveError) as exc:
+            error = exc
+            assert "count or dtype differs across ranks" in str(error), (name, str(error))
+        assert comm.allreduce(error is not None, op=MPI.LOR), name
+    _still_works()
+
+
+def test_two_phase_key_reused_with_a_new_size_raises_on_every_rank():
+    """Issue 11, item 3: reusing a two_phase key with another tensor size raised "tensor
+    changed size" on one rank and hung the others. Now every rank raises, and the key works
+    again with its own size."""
+    import compress
+    comm = MPI.COMM_WORLD
+    codec = compress.get("efsignsgd")
+    collectives.compressed_allreduce(np.ones(8, np.float32), codec, strategy="two_phase", key="k")
+    if comm.size > 1:
+        error = _raises_everywhere(lambda: collectives.compressed_allreduce(
+            np.ones(12, np.float32), codec, strategy="two_phase", key="k"))
+        assert "use a distinct key per tensor" in str(error), str(error)
+    y = collectives.compressed_allreduce(np.ones(8, np.float32), codec, strategy="two_phase",
+                                         key="k")
+    assert y.shape == (8,) and np.isfinite(y).all()
+    _still_works()

@@ -1,7 +1,8 @@
 """The MPI library's own reduce-scatter, allgather, broadcast and reduce, as references.
 
-Same signatures as the hand-written blocks in ``blocks/__init__.py``; offsets are element offsets
-of each rank's block.
+Same signatures as the hand-written blocks (``handwritten.py``), which replace them once a failure
+has retired native on the communicator (``_guard.py``); offsets are element offsets of each
+rank's block.
 """
 
 from __future__ import annotations
@@ -13,19 +14,22 @@ from mpi4py import MPI
 
 from .. import _device
 from .._context import Context
+from .._guard import native_call
 from .._mpitypes import native_op, native_type
 from ..ops import Op
 from ..options import Options
+from .handwritten import binomial_bcast, binomial_reduce, ring_allgather, ring_reduce_scatter
 
 __all__ = ["reduce_scatter", "allgather", "bcast", "reduce"]
-
 
 @_device.staged(0, 1)
 def reduce_scatter(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], op: Op, ctx: Context,
                    opts: Options) -> None:
     dtype = native_type(src.dtype)
     counts = [b - a for a, b in zip(offsets[:-1], offsets[1:])]
-    ctx.comm.Reduce_scatter([src, dtype], [out, dtype], counts, native_op(op, src.dtype))
+    native_call(ctx, "Reduce_scatter",
+                ([src, dtype], [out, dtype], counts, native_op(op, src.dtype)),
+                lambda: ring_reduce_scatter(src, out, offsets, op, ctx, opts))
 
 
 @_device.staged(0, 1)
@@ -34,12 +38,14 @@ def allgather(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], ctx: Con
     size = out.itemsize
     counts = [(b - a) * size for a, b in zip(offsets[:-1], offsets[1:])]
     displs = [a * size for a in offsets[:-1]]
-    ctx.comm.Allgatherv([src, MPI.BYTE], [out, (counts, displs), MPI.BYTE])
+    native_call(ctx, "Allgatherv", ([src, MPI.BYTE], [out, (counts, displs), MPI.BYTE]),
+                lambda: ring_allgather(src, out, offsets, ctx, opts))
 
 
 @_device.staged(0)
 def bcast(buf: np.ndarray, root: int, ctx: Context, opts: Options) -> None:
-    ctx.comm.Bcast([buf, MPI.BYTE], root)
+    native_call(ctx, "Bcast", ([buf, MPI.BYTE], root),
+                lambda: binomial_bcast(buf, root, ctx, opts))
 
 
 @_device.staged(0, 1)
@@ -47,4 +53,5 @@ def reduce(src: np.ndarray, out: np.ndarray | None, op: Op, root: int, ctx: Cont
            opts: Options) -> None:
     dtype = native_type(src.dtype)
     recv = [out, dtype] if out is not None else None
-    ctx.comm.Reduce([src, dtype], recv, native_op(op, src.dtype), root)
+    native_call(ctx, "Reduce", ([src, dtype], recv, native_op(op, src.dtype), root),
+                lambda: binomial_reduce(src, out, op, root, ctx, opts))

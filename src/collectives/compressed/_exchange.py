@@ -1,8 +1,9 @@
 """Variable-size byte exchanges for compressed payloads: allgatherv and alltoallv.
 
-Sizes travel first (one small native collective: 8 bytes per rank), then the payloads through the
-library's own counted point-to-point messages: a ring allgather (``blocks/ring.py``) and a pairwise
-alltoallv (in step ``s`` = 1 .. p-1 rank ``r`` sends to ``r + s`` and receives from ``r - s``; the
+Sizes travel first, then the payloads, all through the library's own counted point-to-point
+messages (so every wait is the call's guarded one, ``_guard.py``): a ring allgather of the sizes
+and then of the payloads (``blocks/ring.py``), and a pairwise alltoallv (in step ``s`` = 1 .. p-1
+rank ``r`` sends to ``r + s`` and receives from ``r - s``, 8 bytes of size then the payload; the
 order MPICH uses for long messages).
 """
 
@@ -22,7 +23,8 @@ def allgatherv(payload: np.ndarray, comm: MPI.Comm) -> list[np.ndarray]:
     """Every rank's uint8 ``payload``, in rank order, on every rank (on the payload's device)."""
     p, r = comm.size, comm.rank
     sizes = np.empty(p, dtype=np.int64)
-    comm.Allgather(np.array([payload.size], dtype=np.int64), sizes)
+    sizes[r] = payload.size
+    ring.allgather(sizes, list(range(p + 1)), comm)
     offsets = [0] + np.cumsum(sizes).tolist()
     buf = xp(payload).empty(offsets[-1], dtype=np.uint8)
     buf[offsets[r]:offsets[r + 1]] = payload
@@ -33,12 +35,12 @@ def allgatherv(payload: np.ndarray, comm: MPI.Comm) -> list[np.ndarray]:
 def alltoallv(chunks: list[np.ndarray], comm: MPI.Comm) -> list[np.ndarray]:
     """Send uint8 ``chunks[k]`` to rank ``k``; return what each rank sent here, by source."""
     p, r = comm.size, comm.rank
-    sizes_in = np.empty(p, dtype=np.int64)
-    comm.Alltoall(np.array([c.size for c in chunks], dtype=np.int64), sizes_in)
     lib = xp(chunks[r])
     received: list[np.ndarray] = [chunks[r]] * p
+    size = np.empty(1, dtype=np.int64)
     for step in range(1, p):
         dst, src = (r + step) % p, (r - step) % p
-        received[src] = lib.empty(int(sizes_in[src]), dtype=np.uint8)
+        sendrecv(comm, np.array([chunks[dst].size], dtype=np.int64), dst, size, src)
+        received[src] = lib.empty(int(size[0]), dtype=np.uint8)
         sendrecv(comm, chunks[dst], dst, received[src], src)
     return received

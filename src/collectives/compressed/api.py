@@ -11,7 +11,7 @@ from mpi4py import MPI
 
 from .._arrays import check_input, check_out, flat, new_like, returned
 from .._context import context
-from .._validate import checked_call, pick, setup
+from .._validate import check_comm, checked_call, pick, setup
 from ..algorithms import ALGORITHMS
 from ..options import Options
 from ._plan import Plan
@@ -63,10 +63,20 @@ def compressed_allreduce(x: np.ndarray, codec: Codec | Memory | CompressionState
         and decode on the device and messages go from device buffers; only the sparse strategies'
         merge of (index, value) lists runs on the host.
     """
+    comm = MPI.COMM_WORLD if comm is None else comm
+    check_comm(CompressedAllreduceCall.kind, comm)
+    ctx = context(comm)
+    # under the communicator's guard (collectives._guard): a decode failure, a state mismatch,
+    # any error on one rank becomes the same error on every rank still in the call
+    return ctx.guard.run(CompressedAllreduceCall.kind, _check_and_run, comm, ctx, options,
+                         validate, (x, codec, out, op, strategy, key, step, algorithm))
+
+
+def _check_and_run(comm: MPI.Comm, ctx: Any, options: Options | None, validate: bool | None,
+                   args: tuple) -> np.ndarray:
     comm, opts, validate = setup(comm, options, validate)
-    call = checked_call(CompressedAllreduceCall, comm, validate, x, codec, out, op, strategy, key,
-                    step, algorithm, opts)
-    call.run(None if call.src.size == 0 else context(comm))
+    call = checked_call(CompressedAllreduceCall, comm, validate, *args, opts)
+    call.run(None if call.src.size == 0 else ctx)
     return call.result
 
 

@@ -22,6 +22,8 @@ beta with c the representation's size ratio: 1/2 for fp16, k/n for random-k).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from compress import Codec, ErrorFeedback
 from compress.codecs.none import Identity
@@ -31,7 +33,7 @@ from mpi4py import MPI
 from .._arrays import xp
 from .._context import Context
 from ..algorithms.auto import choose
-from ..algorithms.flat import FLAT
+from ..algorithms import ALGORITHMS
 from ..ops import Op
 from ..options import Options
 from ._plan import Plan
@@ -49,11 +51,15 @@ def supports(codec: Codec, memory: Memory | None = None) -> bool:
 
 
 def _sum(rep: np.ndarray, ufunc: np.ufunc, ctx: Context, opts: Options, algorithm: str) -> None:
-    """Sum ``rep`` over all ranks in place with a hand-written (or native, for np.add) algorithm."""
+    """Sum ``rep`` over all ranks in place with a hand-written (or native, for np.add) algorithm:
+    any of :data:`collectives.ALGORITHMS`, "hierarchical" included."""
     name = choose(rep.nbytes, rep.size, ctx.comm.size) if algorithm == "auto" else algorithm
-    if name == "native" and ufunc is not np.add:  # MPI cannot add bf16 words
-        name = "recursive_doubling"
-    FLAT[name](rep, rep, Op("sum", ufunc, MPI.SUM), ctx, opts)
+    if ufunc is not np.add:  # MPI cannot add bf16 words
+        if name == "native":
+            name = "recursive_doubling"
+        if opts.inter_algorithm == "native":  # "hierarchical" across nodes
+            opts = replace(opts, inter_algorithm="recursive_doubling")
+    ALGORITHMS[name](rep, rep, Op("sum", ufunc, MPI.SUM), ctx, opts)
 
 
 def allreduce(x: np.ndarray, out: np.ndarray, plan: Plan, ctx: Context, opts: Options,

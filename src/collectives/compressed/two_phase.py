@@ -51,9 +51,10 @@ def server_residuals(ctx_or_comm) -> dict:
 def _server_encode(plan: Plan, agg: np.ndarray, part: int) -> np.ndarray:
     """Compress the server's aggregate, through the state's server-side error feedback when there
     is one (codecs that need error feedback). Without a ``key`` there is no identity to keep
-    residuals by, and the aggregate is compressed as it is."""
+    residuals by, and the aggregate is compressed as it is, by the codec's ``recompressor()``
+    (random-k with unbiased scaling: the aggregate is already scaled, so not scaled again)."""
     server = plan.state.server
-    encoder = plan.codec if server is None or plan.key is None else server
+    encoder = plan.codec.recompressor() if server is None or plan.key is None else server
     return encoder.encode(agg, key=plan.subkey(part), step=plan.step)
 
 

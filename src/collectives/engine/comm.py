@@ -15,10 +15,11 @@ communicator whose blocking methods start the non-blocking call of MPI (``Isend`
 - It can give up: a waiter whose ``stop`` flag is set raises :class:`Stopped` at its next poll
   (shutdown of an engine whose operation can never finish).
 
-The MPI library's own *reductions* (``Allreduce``, ``Reduce``, ``Reduce_scatter``: the "native"
-algorithms) stay blocking calls: MPI does not promise that ``MPI_Iallreduce`` adds in the same
-order as ``MPI_Allreduce``, and a non-blocking result must be bitwise identical to the blocking
-one. Data movement (``Bcast``, ``Allgather(v)``, ``Alltoall``, ``Barrier``) has no order to keep.
+The "native" algorithms run under the operation's guard (``collectives._guard``) as MPI's
+non-blocking collectives (``Iallreduce``, ``Ireduce`` ...), waited for by :meth:`Waiter.wait_any`;
+the blocking functions run the same non-blocking collectives, so a non-blocking result stays
+bitwise identical to the blocking one (MPI does not promise that ``MPI_Iallreduce`` adds in the
+same order as ``MPI_Allreduce``, so the two paths must not mix).
 
 Sub-communicators derived from an engine communicator (the node communicators of "hierarchical")
 are engine communicators too. The object collectives (lower case: ``allgather``, ``bcast``,
@@ -58,16 +59,28 @@ class Waiter:
 
     def wait(self, requests: list[MPI.Request], nbytes: int = 0) -> None:
         """Return when every request has completed."""
-        testall = MPI.Request.Testall
-        if testall(requests):
-            return
+        self._poll(lambda: (MPI.Request.Testall(requests), None), nbytes)
+
+    def wait_any(self, requests: list[MPI.Request], status: MPI.Status) -> int:
+        """Return the index of a request that completed (as ``MPI.Request.Waitany``)."""
+        return self._poll(lambda: MPI.Request.Testany(requests, status)[::-1], 0)
+
+    def _poll(self, test: Callable[[], tuple[bool, Any]], nbytes: int) -> Any:
+        """Call ``test()`` (giving (done, value)) until done: spin, then poll with naps."""
+        done, value = test()
+        if done:
+            return value
         clock = time.perf_counter
         end = clock() + SPIN_S + nbytes / SPIN_BYTES_PER_S
         while clock() < end:
-            if testall(requests):
-                return
+            done, value = test()
+            if done:
+                return value
         nap = _FIRST_NAP_S
-        while not testall(requests):
+        while True:
+            done, value = test()
+            if done:
+                return value
             if self.stop:
                 raise Stopped("the engine stopped while an operation was waiting for messages")
             if self.serve is not None:

@@ -166,7 +166,7 @@ class NamedStream:
                                f"({type(exc).__name__}: {exc}); use a new communicator")
         request.started = time.perf_counter()
         try:
-            request.call.run(self.ctx)
+            self.ctx.guard.run(request.kind, request.call.run, self.ctx)
         except Stopped:
             raise
         except Exception as exc:  # noqa: BLE001 - reported by the request's wait()

@@ -23,7 +23,7 @@ that sums the values itself), unbiased only with ``unbiased_scaling``, error fee
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -73,6 +73,12 @@ class RandomK(ElementSummable, Codec):
     @property
     def needs_error_feedback(self) -> bool:
         return not self.unbiased_scaling
+
+    def recompressor(self) -> "RandomK":
+        """An aggregate of decoded payloads holds values already scaled by ``n / k`` at the
+        indices a second encoding at the same ``(key, step)`` draws again: that encoding keeps
+        them as they are (scale 1, written in its header), so the estimate stays unbiased."""
+        return replace(self, unbiased_scaling=False) if self.unbiased_scaling else self
 
     def body_nbytes(self, n, dtype):
         return k_for(n, self.ratio) * np.dtype(dtype).itemsize

@@ -1,0 +1,252 @@
+"""Failure semantics: an error on one rank becomes an error on every rank that needs it.
+
+Every public call on a communicator runs under that communicator's :class:`Guard` (kept on its
+private context, :mod:`._context`):
+
+- **Call sequence numbers.** Every rank numbers its calls on the communicator (at entry, before
+  any check, so ranks stay in step whether a call fails or not) and every point-to-point message
+  of call ``s`` carries tag ``1 + s % SPAN``. A message left behind by a failed call can never
+  be received by a later one.
+- **Notices.** Each guard keeps a receive posted for notices (tag 0). A rank whose call raises
+  (anything: a bad argument only it can see, a decode failure, an exception in user code run
+  by the call) sends a notice ``(seq, rank, type, message)`` to every other rank and re-raises.
+  Every wait of the library waits for its messages *or* a notice: a notice for the current
+  call raises the same type on the receiver (TypeError, ValueError and TimeoutError keep their
+  type; anything else becomes :class:`CollectiveError`) naming the rank and its message; a
+  notice for an older call (this rank had finished it) is only recorded; one for a later call
+  is kept until this rank gets there.
+- **Exact sizes.** Receives are posted with the exact size the algorithm expects. A longer
+  message (MPI_ERR_TRUNCATE) or a shorter one means that the ranks disagree on count or dtype:
+  ``ValueError`` on the rank that sees it, and through its notice on every rank still waiting.
+- **The MPI library's own collectives** ("native") run as non-blocking collectives with the same
+  notice-aware wait. MPI cannot cancel a collective, and one that a rank skipped would pair up
+  wrongly with the next; so once a rank knows of any failure on the communicator (its own or
+  a notice) it *retires* native: from then on it runs hand-written equivalents (recursive
+  doubling, ring, binomial) instead. A rank still waiting in a native operation when it learns
+  of an older failure runs that operation's hand-written equivalent instead (no rank that
+  failed ever posts a native operation again, so the one it waits in can never complete; every
+  other rank either waits in it too, and learns the same, or has retired already).
+
+Outside a public call (algorithms called directly, as the benchmarks do) the helpers of
+:mod:`._p2p` fall back to plain blocking calls.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import weakref
+from typing import Any, Callable
+
+import numpy as np
+from mpi4py import MPI
+
+__all__ = ["CollectiveError", "Guard", "active", "native_call", "NOTICE_TAG"]
+
+NOTICE_TAG = 0
+_NOTICE_BYTES = 1024
+_HEAD = 4  # int64 words: seq, rank, type code, message length
+_TYPES: tuple[type[BaseException], ...] = (TypeError, ValueError, TimeoutError)
+
+
+class CollectiveError(RuntimeError):
+    """A collective failed on another rank with an error other than TypeError, ValueError or
+    TimeoutError (whose type the other ranks keep); the message names the rank and its error."""
+
+
+class _Retire(Exception):
+    """Internal: a native operation will never complete (a rank failed in an earlier call)."""
+
+
+_LOCAL = threading.local()
+_GUARDS: "weakref.WeakSet[Guard]" = weakref.WeakSet()
+
+
+def active() -> "Guard | None":
+    """The guard of the public call running on this thread, or None."""
+    return getattr(_LOCAL, "guard", None)
+
+
+def _span() -> int:
+    ub = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB)
+    return min(int(ub) if ub else 32767, 1 << 30) - 1
+
+
+_SPAN = _span()
+#: above every call number a closed guard of this process used (see Guard.__init__)
+_HIGH = [0]
+
+
+class Guard:
+    """Sequence numbers, notices and guarded waits of one private communicator."""
+
+    def __init__(self, comm: MPI.Comm) -> None:
+        self.comm = comm
+        self.rank = comm.rank
+        self.size = comm.size
+        # Call numbers start above any this process's guards used before, agreed by all ranks:
+        # a communicator freed and made again may get the same MPI context id, and a message
+        # left behind by a failed call on the old one must not match a call on the new one.
+        self.seq = comm.allreduce(_HIGH[0], op=MPI.MAX) - 1
+        self.tag = 0
+        self.name = ""
+        self.retired = False
+        self.later: dict[int, BaseException] = {}   # notices for calls this rank has not reached
+        self.dangling: list[Any] = []               # requests (and their buffers) left behind
+        self._outbox: list[Any] = []
+        self._waiter = getattr(comm, "waiter", None)  # an engine communicator polls
+        self._box = np.empty(_NOTICE_BYTES, dtype=np.uint8)
+        self.notice = comm.Irecv([self._box, MPI.BYTE], MPI.ANY_SOURCE, NOTICE_TAG)
+        _GUARDS.add(self)
+
+    # -- a call ----------------------------------------------------------------------------------
+    def run(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` as call number ``seq + 1`` on this communicator (see the module)."""
+        self.seq += 1
+        self.tag = 1 + self.seq % _SPAN
+        self.name = name
+        outer = getattr(_LOCAL, "guard", None)
+        _LOCAL.guard = self
+        try:
+            return fn(*args)
+        except BaseException as exc:
+            if not getattr(exc, "_collectives_notice", False):
+                self._notify(exc)
+            raise
+        finally:
+            _LOCAL.guard = outer
+
+    def _notify(self, exc: BaseException) -> None:
+        """Tell every other rank that this rank's current call failed; retire native."""
+        self.retired = True
+        self._outbox = [r for r in self._outbox if not r.Test()]
+        code = next((i for i, t in enumerate(_TYPES) if isinstance(exc, t)), len(_TYPES))
+        text = f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")
+        text = text[:_NOTICE_BYTES - 8 * _HEAD]
+        buf = np.zeros(_NOTICE_BYTES, dtype=np.uint8)
+        buf[:8 * _HEAD].view(np.int64)[:] = (self.seq, self.rank, code, len(text))
+        buf[8 * _HEAD:8 * _HEAD + len(text)] = np.frombuffer(text, dtype=np.uint8)
+        for r in range(self.size):
+            if r != self.rank:
+                self._outbox.append(self.comm.Isend([buf, MPI.BYTE], r, NOTICE_TAG))
+
+    def _read_notice(self) -> bool:
+        """Handle the notice that arrived: raise it (current call), keep it (a later call) or
+        just record the failure (an earlier call: returns True); post the next notice receive."""
+        head = self._box[:8 * _HEAD].view(np.int64)
+        seq, rank, code, n = (int(v) for v in head)
+        text = bytes(self._box[8 * _HEAD:8 * _HEAD + n]).decode("utf-8", "replace")
+        self._box = np.empty(_NOTICE_BYTES, dtype=np.uint8)
+        self.notice = self.comm.Irecv([self._box, MPI.BYTE], MPI.ANY_SOURCE, NOTICE_TAG)
+        self.retired = True
+        if seq < self.seq:
+            return True
+        kind = _TYPES[code] if code < len(_TYPES) else CollectiveError
+        error = kind(f"{self.name} #{seq} failed on rank {rank}: {text}")
+        error._collectives_notice = True  # type: ignore[attr-defined]
+        if seq > self.seq:
+            self.later[seq] = error
+            return False
+        raise error
+
+    # -- waits -------------------------------------------------------------------------------
+    def complete(self, reqs: list[Any], expect: list[int | None], peers: list[int],
+                 native: bool = False) -> None:
+        """Wait for every request in ``reqs`` (receives expecting ``expect[i]`` bytes, None for
+        sends; ``native``: one collective), or raise what a notice says (module docstring)."""
+        if self.later and self.seq in self.later:
+            self._abandon(reqs, expect)
+            raise self.later.pop(self.seq)
+        n = len(reqs)
+        todo = reqs + [self.notice]
+        left = n
+        status = MPI.Status()
+        while left:
+            try:
+                i = self._waitany(todo, status)
+            except MPI.Exception as exc:
+                self._abandon(todo[:n], expect)
+                if exc.Get_error_class() != MPI.ERR_TRUNCATE:
+                    raise
+                raise ValueError(f"{self.name}: count or dtype differs across ranks: rank "
+                                 f"{self.rank} expected {max(e or 0 for e in expect)} bytes "
+                                 "and received a longer message") from None
+            if i == n:
+                try:
+                    older = self._read_notice()
+                except BaseException:
+                    self._abandon(todo[:n], expect)
+                    raise
+                if older and native:  # it can never finish: run the fallback instead
+                    self._abandon(todo[:n], expect)
+                    raise _Retire()
+                todo[n] = self.notice
+                continue
+            left -= 1
+            want = expect[i]
+            if want is not None and status.Get_count(MPI.BYTE) != want:
+                self._abandon(todo[:n], expect)
+                raise ValueError(f"{self.name}: count or dtype differs across ranks: rank "
+                                 f"{self.rank} expected {want} bytes from rank {peers[i]}, "
+                                 f"received {status.Get_count(MPI.BYTE)}")
+
+    def _waitany(self, todo: list[Any], status: MPI.Status) -> int:
+        if self._waiter is None:
+            return MPI.Request.Waitany(todo, status)
+        return self._waiter.wait_any(todo, status)
+
+    def _abandon(self, reqs: list[Any], expect: list[int | None]) -> None:
+        """Give up on the requests of a failed call: cancel the receives (those that expect a
+        size; a send or a collective cannot be withdrawn safely) and keep the others referenced
+        until they complete, so that their buffers outlive them."""
+        for req, want in zip(reqs, expect):
+            if req == MPI.REQUEST_NULL:
+                continue
+            if want is not None:
+                req.Cancel()
+                req.Wait()
+            else:
+                self.dangling.append(req)
+        self.dangling = [r for r in self.dangling if not r.Test()]
+
+    def native(self, start: Callable[[], Any], fallback: Callable[[], None]) -> None:
+        """Run a native operation (``start()`` returns its request), or ``fallback()`` once
+        native is retired or turns out to be unable to finish (see the module docstring)."""
+        if self.retired:
+            fallback()
+            return
+        try:
+            self.complete([start()], [None], [-1], native=True)
+        except _Retire:
+            fallback()
+
+    def close(self) -> None:
+        """Withdraw the posted notice receive (the communicator is about to be freed)."""
+        _HIGH[0] = max(_HIGH[0], self.seq + 2)
+        notice, self.notice = self.notice, MPI.REQUEST_NULL
+        if notice != MPI.REQUEST_NULL and not MPI.Is_finalized():
+            notice.Cancel()
+            notice.Wait()
+        _GUARDS.discard(self)
+
+
+def native_call(ctx: Any, name: str, args: tuple, fallback: Callable[[], None]) -> None:
+    """The MPI library's collective ``<name>(*args)`` on the context ``ctx``: blocking on
+    ``ctx.comm`` outside a public call; inside one, its non-blocking form (``Iallreduce`` for
+    ``Allreduce``) on ``ctx.native_comm`` (a duplicate of its own, so that an operation a failure
+    left behind can never pair with another collective) under the call's guard, or
+    ``fallback()`` (a hand-written equivalent) once native is retired."""
+    guard = active()
+    if guard is None:
+        getattr(ctx.comm, name)(*args)
+        return
+    guard.native(lambda: getattr(ctx.native_comm, "I" + name.lower())(*args), fallback)
+
+
+@atexit.register
+def _close_all() -> None:  # a pending receive at MPI_Finalize makes some transports warn
+    for guard in list(_GUARDS):
+        try:
+            guard.close()
+        except MPI.Exception:  # pragma: no cover - MPI already finalizing
+            pass
