@@ -21,7 +21,7 @@ from compress.codecs.bf16 import divide_words, on_words
 from compress.device import is_bfloat16
 from mpi4py import MPI
 
-__all__ = ["Op", "OPS", "get_op"]
+__all__ = ["Op", "OPS", "get_op", "elementwise"]
 
 
 @dataclass(frozen=True)
@@ -108,3 +108,11 @@ def _resolve(op: object) -> Op:
         return OPS[name]
     raise ValueError(f"unknown op {op!r}; valid ops: {', '.join(OPS)} "
                      f"(or MPI.SUM, MPI.PROD, MPI.MIN, MPI.MAX)")
+
+
+def elementwise(op: Op) -> bool:
+    """Whether ``op`` is one of :data:`OPS` as it is (or its "avg"), on the array's own values:
+    what the shared-memory kernels compute. Not so for bfloat16 words or a strategy's own
+    addition (a codec's ``summable_add``), which need the message-based algorithms."""
+    known = OPS.get(op.name)
+    return not op.words and known is not None and op.ufunc is known.ufunc

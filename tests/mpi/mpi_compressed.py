@@ -425,6 +425,8 @@ def test_summable_runs_on_every_dense_algorithm(inter):
         ref = collectives.compressed_allreduce(x, make_codec(name, comm.rank), key="h",
                                                strategy="summable", algorithm="ring")
         for algorithm in collectives.ALGORITHMS:
+            if algorithm == "shm" and comm.size > 2:  # one node only; these span nodes of 2
+                continue
             y = collectives.compressed_allreduce(x, make_codec(name, comm.rank), key="h",
                                                  strategy="summable", algorithm=algorithm,
                                                  options=opts)

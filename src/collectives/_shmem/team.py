@@ -70,6 +70,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from .._guard import active as _active_guard
 from . import layout as L
 
 __all__ = ["Team", "node_comm", "not_on_one_node", "OPCODES"]
@@ -201,6 +202,9 @@ class Team:
                 _yield()
             else:
                 time.sleep(NAP)
+                guard = _active_guard()  # a rank that failed this call will never arrive:
+                if guard is not None and guard.notice.Test():  # its notice raises here
+                    guard._read_notice()
             if engine(tab, regions, x, out, token, opcode, mode, m):
                 return
 

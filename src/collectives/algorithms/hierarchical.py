@@ -44,7 +44,7 @@ from .._shmem.buffers import registry
 from .._shmem.team import Team, node_comm
 from .._workspace import scratch
 from ..blocks import ring
-from ..ops import Op
+from ..ops import Op, elementwise
 from ..options import Options
 from .flat import FLAT
 
@@ -105,8 +105,8 @@ def layout(comm: MPI.Comm, node_size: int | None, ctx: Context | None = None,
 def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
     lay = ctx.cached(("hierarchical", opts.node_size, opts.shm_segment_bytes),
                      lambda comm: layout(comm, opts.node_size, ctx, opts.shm_segment_bytes))
-    if type(buf) is not np.ndarray:
-        _by_messages(src, buf, op, lay, opts)
+    if type(buf) is not np.ndarray or not elementwise(op):  # device arrays; bfloat16 words
+        _by_messages(src, buf, op, lay, opts)  # and codecs' sums, which the window cannot add
         return
     local, m = lay.node.rank, lay.m
     opcode = shm_layout.OPCODES[op.name]

@@ -48,8 +48,9 @@ from .._context import Context
 from .._shmem import layout
 from .._shmem.buffers import registry
 from .._shmem.team import Team, not_on_one_node
-from ..ops import Op
+from ..ops import Op, elementwise
 from ..options import Options
+from .flat import FLAT
 
 __all__ = ["allreduce", "on_one_node", "team", "REPLICATE_BYTES"]
 
@@ -93,6 +94,9 @@ def _make_team(ctx: Context, opts: Options) -> Team | str:
 
 def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
     shm = team(ctx, opts)
+    if not elementwise(op):  # bfloat16 words, a codec's sum: the window's kernels cannot
+        FLAT["ring"](src, buf, op, ctx, opts)
+        return
     opcode = layout.OPCODES[op.name]
     if type(buf) is not np.ndarray:  # CuPy: the window is host memory, so reduce a host copy
         host = src.get()
