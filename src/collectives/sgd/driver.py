@@ -117,7 +117,7 @@ class Trainer:
         members = {"meta": checkpoint.Member.text(checkpoint.META_MAX_CHARS),
                    "shared/params": checkpoint.Member("<f4", (n,))}
         mine = {"epoch_loss": checkpoint.Member("<f8", (3,)),
-                "stats": checkpoint.Member("<f8", (4,))}
+                "stats": checkpoint.Member("<f8", self.exchange.stats.as_array().shape)}
         if self.cfg.local_every:  # local SGD: every rank's own momentum
             mine["momentum"] = checkpoint.Member("<f4", (n,))
         else:
