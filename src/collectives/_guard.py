@@ -110,7 +110,10 @@ class Guard:
         try:
             return fn(*args)
         except BaseException as exc:
-            if not getattr(exc, "_collectives_notice", False):
+            # a notice's error came from another rank; an error every rank raises by agreement
+            # (``_collectives_everywhere``) needs no notice and retires nothing
+            if not (getattr(exc, "_collectives_notice", False)
+                    or getattr(exc, "_collectives_everywhere", False)):
                 self._notify(exc)
             raise
         finally:

@@ -81,8 +81,10 @@ def team(ctx: Context, opts: Options) -> Team:
     found = ctx._cache.get(key)  # the per-call path: one lookup, no closure
     if found is None:
         found = ctx.cached(key, lambda comm: _make_team(ctx, opts))
-    if type(found) is str:
-        raise ValueError(found)
+    if type(found) is str:  # the verdict of every rank together: each raises it, no notice
+        error = ValueError(found)
+        error._collectives_everywhere = True  # type: ignore[attr-defined]
+        raise error
     return found
 
 
