@@ -27,7 +27,7 @@ cluster = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = cluster  # dataclasses look their module up there
 spec.loader.exec_module(cluster)
 
-JOB_TIMEOUT_S = 300
+JOB_TIMEOUT_S = 600  # a hang guard: the 2x2 sweep took 55 s quiet, 214-300 s under heavy load
 
 
 # ------------------------------------------------------------------ no root needed
