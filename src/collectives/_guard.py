@@ -25,7 +25,15 @@ private context, :mod:`._context`):
   doubling, ring, binomial) instead. A rank still waiting in a native operation when it learns
   of an older failure runs that operation's hand-written equivalent instead (no rank that
   failed ever posts a native operation again, so the one it waits in can never complete; every
-  other rank either waits in it too, and learns the same, or has retired already).
+  other rank either waits in it too, and learns the same, or has retired already). An abandoned
+  native operation may still complete later between ranks that both abandoned it, so it never
+  writes into the caller's arrays: it receives into a landing buffer of its own (copied out
+  when it completes), which is then kept, with its request and send buffers, until MPI is done
+  with it.
+- **Incarnations.** A communicator freed and made again may get the same MPI context id, and
+  a notice sent on the old one may still wait, unreceived, to be matched: call numbers start
+  above every one this process used before (``_HIGH``), and a notice numbered below the
+  guard's first call is dropped.
 
 Outside a public call (algorithms called directly, as the benchmarks do) the helpers of
 :mod:`._p2p` fall back to plain blocking calls.
@@ -40,6 +48,8 @@ from typing import Any, Callable
 
 import numpy as np
 from mpi4py import MPI
+
+from ._workspace import forget
 
 __all__ = ["CollectiveError", "Guard", "active", "native_call", "NOTICE_TAG"]
 
@@ -88,6 +98,7 @@ class Guard:
         # a communicator freed and made again may get the same MPI context id, and a message
         # left behind by a failed call on the old one must not match a call on the new one.
         self.seq = comm.allreduce(_HIGH[0], op=MPI.MAX) - 1
+        self.first = self.seq + 1  # a notice numbered below: from an earlier incarnation
         self.tag = 0
         self.name = ""
         self.retired = False
@@ -135,12 +146,15 @@ class Guard:
 
     def _read_notice(self) -> bool:
         """Handle the notice that arrived: raise it (current call), keep it (a later call) or
-        just record the failure (an earlier call: returns True); post the next notice receive."""
+        just record the failure (an earlier call: returns True); post the next notice receive.
+        A notice from an earlier incarnation of the communicator is dropped."""
         head = self._box[:8 * _HEAD].view(np.int64)
         seq, rank, code, n = (int(v) for v in head)
         text = bytes(self._box[8 * _HEAD:8 * _HEAD + n]).decode("utf-8", "replace")
         self._box = np.empty(_NOTICE_BYTES, dtype=np.uint8)
         self.notice = self.comm.Irecv([self._box, MPI.BYTE], MPI.ANY_SOURCE, NOTICE_TAG)
+        if seq < self.first:
+            return False
         self.retired = True
         if seq < self.seq:
             return True
@@ -154,43 +168,42 @@ class Guard:
 
     # -- waits -------------------------------------------------------------------------------
     def complete(self, reqs: list[Any], expect: list[int | None], peers: list[int],
-                 native: bool = False) -> None:
+                 native: bool = False, keep: tuple = ()) -> None:
         """Wait for every request in ``reqs`` (receives expecting ``expect[i]`` bytes, None for
         sends; ``native``: one collective), or raise what a notice says (module docstring)."""
         if self.later and self.seq in self.later:
-            self._abandon(reqs, expect)
+            self._abandon(reqs, expect, keep)
             raise self.later.pop(self.seq)
         n = len(reqs)
-        todo = reqs + [self.notice]
+        todo = [self.notice] + reqs  # first: a notice that has arrived is handled first
         left = n
         status = MPI.Status()
         while left:
             try:
                 i = self._waitany(todo, status)
             except MPI.Exception as exc:
-                self._abandon(todo[:n], expect)
+                self._abandon(todo[1:], expect, keep)
                 if exc.Get_error_class() != MPI.ERR_TRUNCATE:
                     raise
                 raise ValueError(f"{self.name}: count or dtype differs across ranks: rank "
                                  f"{self.rank} expected {max(e or 0 for e in expect)} bytes "
                                  "and received a longer message") from None
-            if i == n:
+            if i == 0:
                 try:
                     older = self._read_notice()
                 except BaseException:
-                    self._abandon(todo[:n], expect)
+                    self._abandon(todo[1:], expect, keep)
                     raise
                 if older and native:  # it can never finish: run the fallback instead
-                    self._abandon(todo[:n], expect)
                     raise _Retire()
-                todo[n] = self.notice
+                todo[0] = self.notice
                 continue
             left -= 1
-            want = expect[i]
+            want = expect[i - 1]
             if want is not None and status.Get_count(MPI.BYTE) != want:
-                self._abandon(todo[:n], expect)
+                self._abandon(todo[1:], expect, keep)
                 raise ValueError(f"{self.name}: count or dtype differs across ranks: rank "
-                                 f"{self.rank} expected {want} bytes from rank {peers[i]}, "
+                                 f"{self.rank} expected {want} bytes from rank {peers[i - 1]}, "
                                  f"received {status.Get_count(MPI.BYTE)}")
 
     def _waitany(self, todo: list[Any], status: MPI.Status) -> int:
@@ -198,10 +211,10 @@ class Guard:
             return MPI.Request.Waitany(todo, status)
         return self._waiter.wait_any(todo, status)
 
-    def _abandon(self, reqs: list[Any], expect: list[int | None]) -> None:
+    def _abandon(self, reqs: list[Any], expect: list[int | None], keep: tuple = ()) -> None:
         """Give up on the requests of a failed call: cancel the receives (those that expect a
-        size; a send or a collective cannot be withdrawn safely) and keep the others referenced
-        until they complete, so that their buffers outlive them."""
+        size; a send or a collective cannot be withdrawn safely) and keep the others referenced,
+        with the buffers in ``keep``, until they complete, so that their buffers outlive them."""
         for req, want in zip(reqs, expect):
             if req == MPI.REQUEST_NULL:
                 continue
@@ -209,19 +222,26 @@ class Guard:
                 req.Cancel()
                 req.Wait()
             else:
-                self.dangling.append(req)
-        self.dangling = [r for r in self.dangling if not r.Test()]
+                self.dangling.append((req, keep))
+        self.dangling = [d for d in self.dangling if not d[0].Test()]
 
-    def native(self, start: Callable[[], Any], fallback: Callable[[], None]) -> None:
-        """Run a native operation (``start()`` returns its request), or ``fallback()`` once
-        native is retired or turns out to be unable to finish (see the module docstring)."""
+    def native(self, start: Callable[[], Any], fallback: Callable[[], None],
+               keep: tuple = ()) -> bool:
+        """Run a native operation (``start()`` returns its request) and return True, or run
+        ``fallback()`` and return False once native is retired or turns out to be unable to
+        finish (see the module docstring). ``keep``: the operation's buffers, kept alive with
+        its request if it is abandoned (MPI may still read and write them)."""
         if self.retired:
             fallback()
-            return
+            return False
+        req = start()
         try:
-            self.complete([start()], [None], [-1], native=True)
+            self.complete([req], [None], [-1], native=True, keep=keep)
         except _Retire:
+            self._abandon([req], [None], keep)
             fallback()
+            return False
+        return True
 
     def close(self) -> None:
         """Withdraw the posted notice receive (the communicator is about to be freed)."""
@@ -233,17 +253,35 @@ class Guard:
         _GUARDS.discard(self)
 
 
-def native_call(ctx: Any, name: str, args: tuple, fallback: Callable[[], None]) -> None:
+def native_call(ctx: Any, name: str, args: tuple, fallback: Callable[[], None],
+                landing: Any = None) -> bool:
     """The MPI library's collective ``<name>(*args)`` on the context ``ctx``: blocking on
     ``ctx.comm`` outside a public call; inside one, its non-blocking form (``Iallreduce`` for
     ``Allreduce``) on ``ctx.native_comm`` (a duplicate of its own, so that an operation a failure
     left behind can never pair with another collective) under the call's guard, or
-    ``fallback()`` (a hand-written equivalent) once native is retired."""
+    ``fallback()`` (a hand-written equivalent) once native is retired.
+
+    ``landing``: ``(name, buffer)`` of the :func:`~._workspace.scratch` buffer that ``args``
+    receive into instead of the caller's array, under a guard (see the module docstring). True:
+    the native operation ran, and the caller copies the landing buffer out; False: ``fallback()``
+    ran (and wrote the caller's array itself); an abandoned landing buffer is never handed out
+    again."""
     guard = active()
     if guard is None:
         getattr(ctx.comm, name)(*args)
-        return
-    guard.native(lambda: getattr(ctx.native_comm, "I" + name.lower())(*args), fallback)
+        return True
+    keep = (args, landing)
+    try:
+        if guard.native(lambda: getattr(ctx.native_comm, "I" + name.lower())(*args), fallback,
+                        keep):
+            return True
+    except BaseException:
+        if landing is not None:
+            forget(*landing)
+        raise
+    if landing is not None:
+        forget(*landing)
+    return False
 
 
 @atexit.register

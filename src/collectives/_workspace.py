@@ -15,7 +15,7 @@ import numpy as np
 
 from ._arrays import xp
 
-__all__ = ["scratch"]
+__all__ = ["scratch", "forget"]
 
 _LOCAL = threading.local()
 
@@ -35,3 +35,9 @@ def scratch(name: str, count: int, like: np.ndarray) -> np.ndarray:
         buf = module.empty(max(nbytes, 64), dtype=np.uint8)
         pool[(name, module)] = buf
     return buf[:nbytes].view(dtype)
+
+
+def forget(name: str, buf: np.ndarray) -> None:
+    """Hand out a new buffer at the next :func:`scratch` of ``name`` (and ``buf``'s library):
+    ``buf``, which that one returned, still belongs to an operation MPI has not finished."""
+    getattr(_LOCAL, "pool", {}).pop((name, xp(buf)), None)

@@ -298,3 +298,77 @@ def test_two_phase_key_reused_with_a_new_size_raises_on_every_rank():
                                          key="k")
     assert y.shape == (8,) and np.isfinite(y).all()
     _still_works()
+
+
+def test_notice_left_on_a_freed_communicator_never_reaches_its_successor():
+    """A failure's notice that arrives after its receiver freed the communicator stays queued in
+    MPI; MPI may give the next communicator the same context id (MPICH takes the lowest free
+    one). It used to retire native on that new communicator (and, abandoning a native
+    operation that then completed, corrupt a result): now it is dropped there."""
+    from collectives._context import context
+    from collectives._guard import _HEAD, _NOTICE_BYTES, NOTICE_TAG
+
+    world = MPI.COMM_WORLD
+    for trial in range(3):
+        comm = world.Dup()
+        collectives.allreduce(np.ones(3), comm=comm, algorithm="native")  # no window to free
+        private, me, p = context(comm).comm, comm.rank, comm.size
+        if me != 0:
+            comm.Free()  # its notice receive withdrawn
+        world.Barrier()
+        if me == 0:  # a late notice (of the call above) to every other rank
+            box = np.zeros(_NOTICE_BYTES, dtype=np.uint8)
+            box[:8 * _HEAD].view(np.int64)[:] = (context(comm).guard.seq, 0, 1, 4)
+            box[8 * _HEAD:8 * _HEAD + 4] = np.frombuffer(b"late", dtype=np.uint8)
+            MPI.Request.Waitall([private.Isend([box, MPI.BYTE], r, NOTICE_TAG)
+                                 for r in range(1, p)])
+            comm.Free()
+        world.Barrier()
+        fresh = world.Dup() if trial % 2 else world.Split(color=0, key=-world.rank)
+        x = make_input(7, np.dtype(np.int64), "sum", fresh.rank)
+        ref = reference_allreduce(x, "sum", fresh)
+        for algorithm in ("auto", "native", "auto", "native"):
+            y = collectives.allreduce(x, algorithm=algorithm, comm=fresh)
+            assert np.array_equal(y, ref), (trial, algorithm, y, ref)
+        assert not context(fresh).guard.retired, "a stale notice retired native"
+        fresh.Free()
+
+
+def test_abandoned_native_operation_never_writes_into_the_result(monkeypatch):
+    """A rank waiting in a native operation that learns of an older failure abandons it and
+    runs the hand-written fallback; where every rank abandons it, the abandoned operations
+    can still pair up and complete during the fallback. They used to write into the caller's
+    result (x + 2 * other at p = 2): now MPI receives into a landing buffer of its own."""
+    from collectives._guard import _HEAD, _NOTICE_BYTES, NOTICE_TAG, Guard
+
+    original = Guard.complete
+    sends = []
+
+    def complete(self, reqs, expect, peers, native=False, **kwargs):
+        if native:  # an older failure's notice, from this rank to itself, arrives now
+            box = np.zeros(_NOTICE_BYTES, dtype=np.uint8)
+            box[:8 * _HEAD].view(np.int64)[:] = (self.seq - 1, self.rank, 1, 4)
+            box[8 * _HEAD:8 * _HEAD + 4] = np.frombuffer(b"test", dtype=np.uint8)
+            sends.append((self.comm.Isend([box, MPI.BYTE], self.rank, NOTICE_TAG), box))
+            while not self.notice.Get_status():  # arrived (before the operation can finish)
+                pass
+        return original(self, reqs, expect, peers, native=native, **kwargs)
+
+    world = MPI.COMM_WORLD
+    for calls in [lambda x, c: collectives.allreduce(x, algorithm="native", comm=c),
+                  lambda x, c: collectives.allreduce(x, out=x, algorithm="native", comm=c),
+                  lambda x, c: collectives.allgather(x, algorithm="native", comm=c)]:
+        comm = world.Dup()
+        x = make_input(1001, np.dtype(np.float64), "sum", comm.rank)
+        expected = calls(x.copy(), comm).copy()
+        monkeypatch.setattr(Guard, "complete", complete)
+        first = calls(x.copy(), comm)  # abandoned native, fallback
+        monkeypatch.setattr(Guard, "complete", original)
+        again = calls(x.copy(), comm)  # native retired: hand-written
+        for _ in range(3):  # progress for whatever is left in flight
+            comm.Barrier()
+        assert np.allclose(first, expected) and np.allclose(again, expected)
+        assert_identical = gather_all(first, comm)
+        assert (assert_identical == assert_identical[0]).all()
+        comm.Free()
+    MPI.Request.Waitall([s for s, _ in sends])

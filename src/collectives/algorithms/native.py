@@ -3,7 +3,10 @@
 Which algorithm runs is the library's choice (MPICH 5: recursive doubling for short messages,
 Rabenseifner otherwise; Open MPI's tuned component decides by size and communicator size). Inside a public call it runs
 as ``MPI_Iallreduce`` under the call's guard, with recursive doubling as the fallback once a
-failure has retired native on the communicator (``_guard.py``).
+failure has retired native on the communicator (``_guard.py``); it then receives into a landing
+buffer of its own and copies the result out (one copy of the result more than
+``MPI_Allreduce``), so that an operation abandoned after a failure elsewhere can never write
+into the caller's array.
 """
 
 from __future__ import annotations
@@ -27,11 +30,16 @@ __all__ = ["allreduce"]
 @_device.staged(0, 1)
 def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
     dtype = native_type(buf.dtype)
-    if src is buf and active() is not None:
-        # in place under a guard: the input is kept, for the fallback (``_guard.py``) that
-        # runs if the native operation can never finish (MPI may have written buf already)
-        src = scratch("native.input", buf.size, buf)
-        copy_into(buf, src)
-    sendbuf = MPI.IN_PLACE if src is buf else [src, dtype]
-    native_call(ctx, "Allreduce", (sendbuf, [buf, dtype], native_op(op, buf.dtype)),
-                lambda: recursive_doubling.allreduce(src, buf, op, ctx, opts))
+    mpi_op = native_op(op, buf.dtype)
+    if active() is None:
+        native_call(ctx, "Allreduce", (MPI.IN_PLACE if src is buf else [src, dtype],
+                                       [buf, dtype], mpi_op), None)
+        return
+    # under a guard MPI receives into a landing buffer, never into buf (an operation abandoned
+    # after a failure elsewhere may still write; ``_guard.py``), and only reads src, which the
+    # fallback then still has, in place too
+    land = scratch("native.landing", buf.size, buf)
+    if native_call(ctx, "Allreduce", ([src, dtype], [land, dtype], mpi_op),
+                   lambda: recursive_doubling.allreduce(src, buf, op, ctx, opts),
+                   ("native.landing", land)):
+        copy_into(land, buf)

@@ -2,7 +2,8 @@
 
 Same signatures as the hand-written blocks (``handwritten.py``), which replace them once a failure
 has retired native on the communicator (``_guard.py``); offsets are element offsets of each
-rank's block.
+rank's block. Under a guard each receives into a landing buffer of its own and copies it out
+(see ``algorithms/native.py``: an abandoned operation must never write into the caller's array).
 """
 
 from __future__ import annotations
@@ -14,22 +15,38 @@ from mpi4py import MPI
 
 from .. import _device
 from .._context import Context
-from .._guard import native_call
+from .._arrays import copy_into
+from .._guard import active, native_call
 from .._mpitypes import native_op, native_type
 from ..ops import Op
 from ..options import Options
+from .._workspace import scratch
 from .handwritten import binomial_bcast, binomial_reduce, ring_allgather, ring_reduce_scatter
 
 __all__ = ["reduce_scatter", "allgather", "bcast", "reduce"]
+
+def _landing(out: np.ndarray | None) -> np.ndarray | None:
+    """Where MPI receives instead of ``out``: ``out`` itself outside a public call."""
+    if out is None or active() is None:
+        return out
+    return scratch("native.landing", out.size, out)
+
+
+def _land(ran: bool, land: np.ndarray | None, out: np.ndarray | None) -> None:
+    if ran and land is not out:
+        copy_into(land, out)
+
 
 @_device.staged(0, 1)
 def reduce_scatter(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], op: Op, ctx: Context,
                    opts: Options) -> None:
     dtype = native_type(src.dtype)
     counts = [b - a for a, b in zip(offsets[:-1], offsets[1:])]
-    native_call(ctx, "Reduce_scatter",
-                ([src, dtype], [out, dtype], counts, native_op(op, src.dtype)),
-                lambda: ring_reduce_scatter(src, out, offsets, op, ctx, opts))
+    land = _landing(out)
+    _land(native_call(ctx, "Reduce_scatter",
+                      ([src, dtype], [land, dtype], counts, native_op(op, src.dtype)),
+                      lambda: ring_reduce_scatter(src, out, offsets, op, ctx, opts),
+                      ("native.landing", land)), land, out)
 
 
 @_device.staged(0, 1)
@@ -38,20 +55,26 @@ def allgather(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], ctx: Con
     size = out.itemsize
     counts = [(b - a) * size for a, b in zip(offsets[:-1], offsets[1:])]
     displs = [a * size for a in offsets[:-1]]
-    native_call(ctx, "Allgatherv", ([src, MPI.BYTE], [out, (counts, displs), MPI.BYTE]),
-                lambda: ring_allgather(src, out, offsets, ctx, opts))
+    land = _landing(out)
+    _land(native_call(ctx, "Allgatherv", ([src, MPI.BYTE], [land, (counts, displs), MPI.BYTE]),
+                      lambda: ring_allgather(src, out, offsets, ctx, opts),
+                      ("native.landing", land)), land, out)
 
 
 @_device.staged(0)
 def bcast(buf: np.ndarray, root: int, ctx: Context, opts: Options) -> None:
-    native_call(ctx, "Bcast", ([buf, MPI.BYTE], root),
-                lambda: binomial_bcast(buf, root, ctx, opts))
+    land = buf if ctx.comm.rank == root else _landing(buf)
+    _land(native_call(ctx, "Bcast", ([land, MPI.BYTE], root),
+                      lambda: binomial_bcast(buf, root, ctx, opts),
+                      ("native.landing", land)), land, buf)
 
 
 @_device.staged(0, 1)
 def reduce(src: np.ndarray, out: np.ndarray | None, op: Op, root: int, ctx: Context,
            opts: Options) -> None:
     dtype = native_type(src.dtype)
-    recv = [out, dtype] if out is not None else None
-    native_call(ctx, "Reduce", ([src, dtype], recv, native_op(op, src.dtype), root),
-                lambda: binomial_reduce(src, out, op, root, ctx, opts))
+    land = _landing(out)
+    recv = [land, dtype] if land is not None else None
+    _land(native_call(ctx, "Reduce", ([src, dtype], recv, native_op(op, src.dtype), root),
+                      lambda: binomial_reduce(src, out, op, root, ctx, opts),
+                      ("native.landing", land)), land, out)
