@@ -1,8 +1,9 @@
 """allreduce against the gather-and-reduce reference, for every algorithm.
 
-Sweeps counts {0, 1, p-1, p+1, 1001} x every dtype x every op x in place / out of place, on
-COMM_WORLD, a split communicator and COMM_SELF, with tiny segments (so ring, tree and shm take the
-multi-segment path) and emulated nodes of 2 ranks (so hierarchical has several nodes; shm, which
+Sweeps counts {0, 1, p-1, p+1, 1001} x every dtype x every op x in place / out of place (from 5
+ranks on, dtypes and ops by a covering design: ``reference.sweep_cases``), on
+COMM_WORLD, a split communicator and COMM_SELF, with small segments (so ring, tree and shm take the
+multi-segment path: a few segments per block, ``reference.segmented``) and emulated nodes of 2 ranks (so hierarchical has several nodes; shm, which
 needs one node, runs on the real one).
 """
 
@@ -11,8 +12,8 @@ import pytest
 from mpi4py import MPI
 
 import collectives
-from reference import (DTYPES, OPS, assert_close, assert_identical_everywhere, counts_for,
-                       for_algorithm, make_input)
+from reference import (DTYPES, OPS, assert_close, assert_identical_everywhere, for_algorithm,
+                       make_input, segmented, sweep_cases)
 
 SMALL = collectives.Options(segment_bytes=24, node_size=2, shm_segment_bytes=256)
 
@@ -22,27 +23,23 @@ def small(algorithm):
     return for_algorithm(SMALL, algorithm)
 
 
-def _sweep(algorithm, comm, options, backend, dtypes=DTYPES, ops=OPS):
+def _sweep(algorithm, comm, options, backend, dtypes=DTYPES, ops=OPS, covering=None):
     to_device, to_host = backend
     checked = 0
-    for count in counts_for(comm.size):
-        for dtype in dtypes:
-            for op in ops:
-                if op == "avg" and dtype.kind != "f":
-                    continue
-                for inplace in (False, True):
-                    what = f"{algorithm} p={comm.size} n={count} {dtype} {op} inplace={inplace}"
-                    before = make_input(count, dtype, op, comm.rank)
-                    x = to_device(before.copy())
-                    y = collectives.allreduce(x, out=x if inplace else None, op=op,
-                                              algorithm=algorithm, comm=comm, options=options)
-                    assert (y is x) == inplace and type(y) is type(x), what
-                    if not inplace:
-                        assert np.array_equal(to_host(x).view(np.uint8), before.view(np.uint8)), \
-                            f"{what}: input modified"
-                    assert_close(to_host(y), before, op, comm, what)
-                    assert_identical_everywhere(to_host(y), comm, what)
-                    checked += 1
+    for count, dtype, op, inplace in sweep_cases(comm.size, dtypes, ops, covering):
+        what = f"{algorithm} p={comm.size} n={count} {dtype} {op} inplace={inplace}"
+        before = make_input(count, dtype, op, comm.rank)
+        x = to_device(before.copy())
+        y = collectives.allreduce(x, out=x if inplace else None, op=op, algorithm=algorithm,
+                                  comm=comm,
+                                  options=segmented(options, count, dtype.itemsize, comm.size))
+        assert (y is x) == inplace and type(y) is type(x), what
+        if not inplace:
+            assert np.array_equal(to_host(x).view(np.uint8), before.view(np.uint8)), \
+                f"{what}: input modified"
+        assert_close(to_host(y), before, op, comm, what)
+        assert_identical_everywhere(to_host(y), comm, what)
+        checked += 1
     return checked
 
 

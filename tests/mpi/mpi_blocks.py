@@ -6,7 +6,7 @@ from mpi4py import MPI
 
 import collectives
 from reference import (DTYPES, assert_identical_everywhere, counts_for, gather_all, make_input,
-                       reference_allreduce)
+                       reference_allreduce, segmented)
 
 SMALL = collectives.Options(segment_bytes=16)
 FLOAT_OPS = ["sum", "max", "avg"]
@@ -29,7 +29,8 @@ def test_reduce_scatter(algorithm, uneven, comm):
                 counts = _block_counts(count, p, 1) if uneven else None
                 x = make_input(count, dtype, op, r)
                 y = collectives.reduce_scatter(x, op=op, counts=counts, algorithm=algorithm,
-                                               comm=comm, options=SMALL)
+                                               comm=comm, options=segmented(
+                                                   SMALL, count, dtype.itemsize, p))
                 offsets = np.concatenate([[0], np.cumsum(counts)]) if uneven else \
                     np.concatenate([[0], np.cumsum([len(a) for a in np.array_split(
                         np.empty(count), p)])])

@@ -202,7 +202,8 @@ def test_ndarray_subclasses_are_arrays(kind):
     import compress
     y = collectives.compressed_allreduce(SUBCLASSES[kind](base.astype(np.float32)),
                                          compress.get("none"), op="sum")
-    assert type(y) is np.ndarray and np.allclose(y.ravel(), ref, rtol=1e-5)
+    # float32 sums of p standard normals: a few float32 roundings of |x| ~ 1 (atol: near zero)
+    assert type(y) is np.ndarray and np.allclose(y.ravel(), ref, rtol=1e-5, atol=1e-5)
     _still_works()
 
 

@@ -21,6 +21,55 @@ def for_algorithm(options: collectives.Options, algorithm: str) -> collectives.O
     return dataclasses.replace(options, node_size=None) if algorithm == "shm" else options
 
 
+def segmented(options: collectives.Options, count: int, itemsize: int,
+              p: int) -> collectives.Options:
+    """``options`` with segments of ``options.segment_bytes`` or more, so that a block of
+    ``count / p`` elements is cut into at most about 4, and shm's slots hold a quarter of the
+    vector at least (the multi-segment path on every count;
+    a 1001-element ring at p = 8 sent 600 messages a call with 24-byte segments, most of the
+    suite's time on 2 cores)."""
+    block = -(-count * itemsize // max(p, 1))
+    shm = options.shm_segment_bytes  # shm's rounds: the node's window, a few per call too
+    return dataclasses.replace(
+        options, segment_bytes=max(options.segment_bytes, -(-block // 4)),
+        shm_segment_bytes=None if shm is None else max(shm, -(-count * itemsize // 4)))
+
+
+#: from this many ranks on (more ranks than the 2-core CI machine has cores, 2.5x and up) the
+#: sweeps cover dtypes and ops by pairs instead of the full product (see :func:`sweep_cases`)
+COVERING_FROM = 5
+
+
+def sweep_cases(p: int, dtypes=None, ops=None,
+                covering: bool | None = None) -> list[tuple[int, np.dtype, str, bool]]:
+    """``(count, dtype, op, inplace)`` of an allreduce sweep at ``p`` ranks: every count of
+    :func:`counts_for`; below :data:`COVERING_FROM` ranks every dtype with every op (avg on
+    floats only), in place and not; from there on a covering design: floats with every op,
+    integers with "sum" and one more op in turn (so that every op meets signed and unsigned
+    integers of several widths), in place on alternate cases (each pair is still seen both ways across the counts). The algorithms move
+    bytes and call one combine per dtype and op, which the small world sizes sweep in full.
+    ``covering``: the covering design at any ``p`` (True) or never (False)."""
+    covering = p >= COVERING_FROM if covering is None else covering
+    dtypes = DTYPES if dtypes is None else dtypes
+    ops = OPS if ops is None else ops
+    pairs = [(d, op) for d in dtypes for op in ops if op != "avg" or d.kind == "f"]
+    if covering:
+        others = [op for op in ops if op not in ("sum", "avg")]
+        ints = [d for d in dtypes if d.kind != "f"]
+        pairs = [(d, op) for d, op in pairs if d.kind == "f"]
+        for i, d in enumerate(ints):
+            pairs += [(d, op) for op in ops if op == "sum"]
+            if others:
+                pairs.append((d, others[i % len(others)]))
+    cases = []
+    for k, count in enumerate(counts_for(p)):
+        for j, (dtype, op) in enumerate(pairs):
+            for inplace in (False, True):
+                if not covering or (k + j) % 2 == int(inplace):
+                    cases.append((count, dtype, op, inplace))
+    return cases
+
+
 def counts_for(p: int) -> list[int]:
     """The counts every sweep covers: 0, 1, p-1, p+1 and a large odd one."""
     return sorted({0, 1, max(p - 1, 0), p + 1, 1001})
