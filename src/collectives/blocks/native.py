@@ -25,6 +25,7 @@ from .handwritten import binomial_bcast, binomial_reduce, ring_allgather, ring_r
 
 __all__ = ["reduce_scatter", "allgather", "bcast", "reduce"]
 
+
 def _landing(out: np.ndarray | None) -> np.ndarray | None:
     """Where MPI receives instead of ``out``: ``out`` itself outside a public call."""
     if out is None or active() is None:
