@@ -220,7 +220,10 @@ class Guard:
                 continue
             if want is not None:
                 req.Cancel()
-                req.Wait()
+                try:
+                    req.Wait()
+                except MPI.Exception:  # it had matched a message of the wrong size: discarded
+                    pass
             else:
                 self.dangling.append((req, keep))
         self.dangling = [d for d in self.dangling if not d[0].Test()]
