@@ -273,18 +273,14 @@ def native_call(ctx: Any, name: str, args: tuple, fallback: Callable[[], None],
     if guard is None:
         getattr(ctx.comm, name)(*args)
         return True
-    keep = (args, landing)
+    ran = False
     try:
-        if guard.native(lambda: getattr(ctx.native_comm, "I" + name.lower())(*args), fallback,
-                        keep):
-            return True
-    except BaseException:
-        if landing is not None:
+        ran = guard.native(lambda: getattr(ctx.native_comm, "I" + name.lower())(*args),
+                           fallback, (args, landing))
+    finally:
+        if not ran and landing is not None:
             forget(*landing)
-        raise
-    if landing is not None:
-        forget(*landing)
-    return False
+    return ran
 
 
 @atexit.register

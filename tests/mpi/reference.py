@@ -25,9 +25,8 @@ def segmented(options: collectives.Options, count: int, itemsize: int,
               p: int) -> collectives.Options:
     """``options`` with segments of ``options.segment_bytes`` or more, so that a block of
     ``count / p`` elements is cut into at most about 4, and shm's slots hold a quarter of the
-    vector at least (the multi-segment path on every count;
-    a 1001-element ring at p = 8 sent 600 messages a call with 24-byte segments, most of the
-    suite's time on 2 cores)."""
+    vector at least: the multi-segment path on every count (a 1001-element ring at p = 8 sent
+    600 messages a call with 24-byte segments, most of the suite's time on 2 cores)."""
     block = -(-count * itemsize // max(p, 1))
     shm = options.shm_segment_bytes  # shm's rounds: the node's window, a few per call too
     return dataclasses.replace(
@@ -46,8 +45,9 @@ def sweep_cases(p: int, dtypes=None, ops=None,
     :func:`counts_for`; below :data:`COVERING_FROM` ranks every dtype with every op (avg on
     floats only), in place and not; from there on a covering design: floats with every op,
     integers with "sum" and one more op in turn (so that every op meets signed and unsigned
-    integers of several widths), in place on alternate cases (each pair is still seen both ways across the counts). The algorithms move
-    bytes and call one combine per dtype and op, which the small world sizes sweep in full.
+    integers of several widths), in place on alternate cases (each pair is still seen both
+    ways across the counts). The algorithms move bytes and call one combine per dtype and op,
+    which the small world sizes sweep in full.
     ``covering``: the covering design at any ``p`` (True) or never (False)."""
     covering = p >= COVERING_FROM if covering is None else covering
     dtypes = DTYPES if dtypes is None else dtypes
