@@ -5,10 +5,20 @@ communicator, so its point-to-point messages can never match the caller's own. T
 anything derived from it (the node communicators of "hierarchical") hang off the caller's
 communicator as an MPI attribute, so they are created once, collectively, on first use, and are
 freed when the caller frees that communicator.
+
+Communicators never freed (``COMM_WORLD`` above all) would keep their contexts, shared windows
+included, open into ``MPI_Finalize``: MPICH over OFI then fails to close its fabric ("OFI call
+fabricclose failed: Device or resource busy"). So every context still held is freed, newest
+first, before MPI finalizes: at interpreter exit (``atexit``: mpi4py finalizes MPI after it, too
+late to run Python callbacks) and, for an explicit ``MPI.Finalize()``, from a delete callback of
+``MPI_COMM_SELF`` (MPI calls them first, in reverse order of setting, so this one runs after
+those set later, such as the engines'). Every rank made its contexts in the same order
+(collectively), so every rank frees them in the same order.
 """
 
 from __future__ import annotations
 
+import atexit
 from typing import Any, Callable
 
 from mpi4py import MPI
@@ -58,7 +68,12 @@ class Context:
             self.comm.Free()
 
 
+#: the communicators holding a context (as ``_KEYVAL``), in the order the contexts were made
+_HELD: dict[Context, MPI.Comm] = {}
+
+
 def _delete(comm: MPI.Comm, keyval: int, ctx: Context) -> None:
+    _HELD.pop(ctx, None)
     try:
         ctx.free()
     except MPI.Exception:  # pragma: no cover - MPI already finalizing
@@ -74,6 +89,7 @@ def context(comm: MPI.Comm) -> Context:
     if ctx is None:
         ctx = Context(comm)
         comm.Set_attr(_KEYVAL, ctx)
+        _HELD[ctx] = comm
     return ctx
 
 
@@ -84,3 +100,22 @@ def reset(comm: MPI.Comm) -> None:
     retires on the communicator (``_guard.py``); it also frees cached sub-communicators."""
     if comm.Get_attr(_KEYVAL) is not None:
         comm.Delete_attr(_KEYVAL)
+
+
+def _free_all(*_: Any) -> None:
+    """Free every context still held, newest first (see the module docstring); ``COMM_SELF``'s
+    are left to MPI when it is already deleting that communicator's attributes."""
+    finalizing = bool(_)  # called as COMM_SELF's delete callback
+    for ctx, comm in reversed(list(_HELD.items())):
+        if MPI.Is_finalized():
+            return
+        if finalizing and comm == MPI.COMM_SELF:
+            continue
+        try:
+            comm.Delete_attr(_KEYVAL)  # runs _delete
+        except MPI.Exception:  # pragma: no cover - the handle was freed behind our back
+            _HELD.pop(ctx, None)
+
+
+atexit.register(_free_all)
+MPI.COMM_SELF.Set_attr(MPI.Comm.Create_keyval(delete_fn=_free_all), True)
