@@ -283,22 +283,41 @@ def _span(n, m, b, t, seg):  # pragma: no cover - compiled
 
 
 @njit(**NJIT)
+def _left_last(tab, me, p):  # pragma: no cover - compiled
+    """Whether every other rank has left this rank's previous call: it entered a later call, or
+    finished reading everything of that call (its ``DONE`` and ``FREED`` reached the call's last
+    round). Until then this rank may not rewrite its descriptor or slots."""
+    last = tab[L.T_LAST]
+    call = last >> L.ROUND_BITS
+    for q in range(p):
+        if q == me or load_acquire(_word(tab, q, L.ENTER)) > call:
+            continue
+        if load_acquire(_word(tab, q, L.DONE)) < last or \
+                load_acquire(_word(tab, q, L.FREED)) < last:
+            return False
+    return True
+
+
+@njit(**NJIT)
 def _start(tab, regions, xaddr, oaddr, nbytes, mode, m, rounds):  # pragma: no cover - compiled
     """Publish this rank's descriptor, set the cursor, and move the counters of the steps this
-    rank does not take in this call straight to the call's last round."""
+    rank does not take in this call straight to the call's last round (every other rank has
+    left this rank's previous call: nothing of it is read any more)."""
     me = tab[L.T_ME]
-    t0 = tab[L.T_SEQ] + 1
-    tl = tab[L.T_SEQ] + rounds
+    t0 = tab[L.T_CALL] << L.ROUND_BITS
+    tl = t0 + rounds - 1
     xreg, xoff = _find(tab, regions, xaddr, nbytes)
     oreg, ooff = _find(tab, regions, oaddr, nbytes)
     ctrl = tab[L.T_BASE + me]
-    tab[L.T_CALL] += 1
     words = _descriptor(tab, me)
     words[L.X_REGION] = xreg
     words[L.X_OFFSET] = xoff
     words[L.OUT_REGION] = oreg
     words[L.OUT_OFFSET] = ooff
-    tab[L.T_T0], tab[L.T_TL] = t0, tl
+    words[L.D_CALL] = tab[L.T_CALL]
+    words[L.D_BYTES] = nbytes
+    words[L.D_KIND] = tab[L.T_KIND]
+    tab[L.T_T0], tab[L.T_TL], tab[L.T_LAST] = t0, tl, tl
     if me < m or mode == L.REPLICATED:
         tab[L.T_TF] = t0
     else:  # not reducing: reads no input of this call
@@ -314,14 +333,34 @@ def _start(tab, regions, xaddr, oaddr, nbytes, mode, m, rounds):  # pragma: no c
         store_release(ctrl + L.FREED * 8, tl)
     else:
         tab[L.T_TC] = t0
-    tab[L.T_PHASE] = 1
+    tab[L.T_PHASE] = 2
 
 
 @njit(**NJIT)
 def _descriptor(tab, q):  # pragma: no cover - compiled
-    """Rank q's descriptor words of the current call."""
-    return carray(_pointer(tab[L.T_BASE + q] + (tab[L.T_CALL] % 2) * L.DESCRIPTOR * 8, _WORDS),
-                  L.DESCRIPTOR)
+    """Rank q's descriptor words (of its current call)."""
+    return carray(_pointer(tab[L.T_BASE + q], _WORDS), L.D_KIND + 1)
+
+
+@njit(**NJIT)
+def _agree(tab, q, nbytes):  # pragma: no cover - compiled
+    """Whether rank q's call is this rank's, with the same bytes, dtype, op, mode and blocks
+    (else records q in ``T_BAD``). Only after acquiring q's READY or DONE of this call."""
+    words = _descriptor(tab, q)
+    if words[L.D_CALL] == tab[L.T_CALL] and words[L.D_BYTES] == nbytes and \
+            words[L.D_KIND] == tab[L.T_KIND]:
+        return True
+    tab[L.T_BAD] = q
+    return False
+
+
+@njit(**NJIT)
+def _all_agree(tab, hi, me, nbytes):  # pragma: no cover - compiled
+    """:func:`_agree` for every rank below ``hi`` but ``me``."""
+    for q in range(hi):
+        if q != me and not _agree(tab, q, nbytes):
+            return False
+    return True
 
 
 @njit(**NJIT)
@@ -352,11 +391,13 @@ def _slot(tab, q, k, output):  # pragma: no cover - compiled
 
 
 @njit(**NJIT)
-def engine(tab, regions, x, out, token, op, mode, m):  # pragma: no cover - compiled
-    """Run (or resume) one collective call of this rank; True when it is complete.
+def engine(tab, regions, x, out, token, op, mode, m, call, kind):  # pragma: no cover - compiled
+    """Run (or resume, ``tab[T_PHASE]`` > 0) this rank's collective call number ``call`` of the
+    given ``kind`` (``layout.kind``): COMPLETE, WAITING, MISMATCH (another rank's call differs:
+    ``tab[T_BAD]``) or TOO_LONG (more rounds than a call may have).
 
     ``m`` blocks (1 in REPLICATED mode), reduced by ranks ``0 .. m-1`` (by every rank in
-    REPLICATED mode). Returns False after ``tab[T_SPIN]`` polls without progress, with the
+    REPLICATED mode). Returns WAITING after ``tab[T_SPIN]`` polls without progress, with the
     cursor saved in ``tab``, so that the caller can yield the processor and call again.
 
     Counter invariants, for every rank q and round t (any mode): ``READY[q] >= t`` means q's
@@ -367,28 +408,45 @@ def engine(tab, regions, x, out, token, op, mode, m):  # pragma: no cover - comp
     me, p, nslots = tab[L.T_ME], tab[L.T_P], tab[L.T_SLOTS]
     n = out.size
     isz = token.itemsize
+    nbytes = n * isz
     replicated = mode == L.REPLICATED
     hands_out = mode == L.FUSED or mode == L.ALLGATHER  # others need my block's result
-    streaming = n * isz >= tab[L.T_STREAM]
+    streaming = nbytes >= tab[L.T_STREAM]
     seg = _segment_elements(tab[L.T_SLOT_BYTES], m, isz)
     xaddr, oaddr = x.ctypes.data, out.ctypes.data
-    if tab[L.T_PHASE] == 0:
-        longest = -(-n // m)
-        _start(tab, regions, xaddr, oaddr, n * isz, mode, m, max(1, -(-longest // seg)))
+    mine = tab[L.T_BASE + me]
+    idle = 0
+    if tab[L.T_PHASE] == 0:  # enter: from now on, nothing of an earlier call is read by me
+        longest = -(-n // m)  # elements of the longest block
+        rounds = max(1, -(-longest // seg))
+        if rounds >= 1 << L.ROUND_BITS:
+            return L.TOO_LONG
+        tab[L.T_TS] = rounds  # kept here until the call starts
+        tab[L.T_CALL], tab[L.T_KIND] = call, kind
+        store_release(mine + L.ENTER * 8, tab[L.T_CALL])
+        tab[L.T_PHASE] = 1
+    if tab[L.T_PHASE] == 1:  # wait until no rank reads anything of my previous call
+        while not _left_last(tab, me, p):
+            idle += 1
+            if idle > tab[L.T_SPIN]:
+                return L.WAITING
+        _start(tab, regions, xaddr, oaddr, nbytes, mode, m, tab[L.T_TS])
     t0, tl = tab[L.T_T0], tab[L.T_TL]
     ts, tf, tc = tab[L.T_TS], tab[L.T_TF], tab[L.T_TC]
-    mine = tab[L.T_BASE + me]
     block = 0 if replicated else me  # the block this rank reduces
     scratch = mine + L.SCRATCH_OFFSET
     lists = carray(_pointer(scratch + BLOCK * 8, _WORDS), 2 * p + 1)
     srcs, dsts = lists[:p], lists[p:]
-    idle = 0
     while True:
         moved = False
-        # 1. reduce my block's segment of round tf, once every rank has staged it
+        # 1. reduce my block's segment of round tf, once every rank has staged it (at the
+        # first round, after checking that every rank makes the same call)
         if tf <= tl and ts > tf and _all_reached(tab, L.READY, tf, p, me):
+            if tf == t0 and not _all_agree(tab, p, me, nbytes):
+                return L.MISMATCH
             slot_wanted = hands_out and _needs_slot(tab, me, p)
-            if not slot_wanted or _all_reached(tab, L.FREED, tf - nslots, p, me):
+            if not slot_wanted or tf - nslots < t0 or \
+                    _all_reached(tab, L.FREED, tf - nslots, p, me):
                 k = tf % nslots
                 lo, hi = _span(n, m, block, tf - t0, seg)
                 at = lo * isz
@@ -423,7 +481,8 @@ def engine(tab, regions, x, out, token, op, mode, m):  # pragma: no cover - comp
                 tf += 1
                 moved = True
         # 2. stage my input segments of round ts, once its slot is no longer read
-        if ts <= tl and (ts <= tf or tf > tl) and _all_reached(tab, L.DONE, ts - nslots, p, me):
+        if ts <= tl and (ts <= tf or tf > tl) and \
+                (ts - nslots < t0 or _all_reached(tab, L.DONE, ts - nslots, p, me)):
             k = ts % nslots
             into = _slot(tab, me, k, 0)
             for b in range(m):
@@ -436,6 +495,8 @@ def engine(tab, regions, x, out, token, op, mode, m):  # pragma: no cover - comp
         # 3. copy every other block's segment of round tc out, once all are reduced (a long
         # result straight to memory: it would not stay in cache, and it saves a read per line)
         if tc <= tl and (tc < tf or tf > tl) and _all_reached(tab, L.DONE, tc, m, me):
+            if tc == t0 and not _all_agree(tab, m, me, nbytes):
+                return L.MISMATCH
             k = tc % nslots
             for b in range(m):
                 if b != me:
@@ -454,13 +515,12 @@ def engine(tab, regions, x, out, token, op, mode, m):  # pragma: no cover - comp
             # unless every rank reduces for itself from my staged copies (REPLICATED)
             if (replicated and _shared(tab, regions, me, L.X_REGION) == 0) or \
                     _all_reached(tab, L.DONE, tl, p, me):
-                tab[L.T_SEQ] = tl
                 tab[L.T_PHASE] = 0
-                return True
+                return L.COMPLETE
         if moved:
             idle = 0
         else:
             idle += 1
             if idle > tab[L.T_SPIN]:
                 tab[L.T_TS], tab[L.T_TF], tab[L.T_TC] = ts, tf, tc
-                return False
+                return L.WAITING

@@ -4,11 +4,12 @@ Nothing here imports Numba. ``team.py`` explains the protocol; this module only 
 
 A team's window gives every rank one segment (``Allocate_shared``), laid out as
 
-- ``[0, CTRL_BYTES)``: the rank's control block of int64 words. Words ``X_REGION`` ...
-  ``OUT_OFFSET`` describe where this call's input and output live (two copies, for odd and even
-  calls, so that a rank may publish its next call's while a slower one still reads this one's);
-  ``READY``, ``DONE`` and ``FREED`` are its three round counters, each on its own 64-byte cache
-  line so that a rank polling one counter does not slow the writer of another.
+- ``[0, CTRL_BYTES)``: the rank's control block of int64 words. The *descriptor*, words
+  ``X_REGION`` ... ``D_KIND``, says where this call's input and output live and what the call
+  is (its number, its byte count, and its dtype, op, mode and block count packed in one word,
+  which every other rank compares with its own); ``READY``, ``DONE`` and ``FREED`` are its three
+  round counters and ``ENTER`` the number of the last call it entered, each on its own 64-byte
+  cache line so that a rank polling one word does not slow the writer of another.
 - ``[SCRATCH_OFFSET, DATA_OFFSET)``: scratch that only this rank touches (the L1 block in which
   the fold kernel combines, and the operand address lists).
 - ``[DATA_OFFSET, DATA_OFFSET + SLOTS * slot_bytes)``: the rank's input slots, where it stages
@@ -16,27 +17,30 @@ A team's window gives every rank one segment (``Allocate_shared``), laid out as
 - then ``SLOTS`` output slots, where it puts the segments it reduced for the ranks that copy them.
 
 Each process also keeps a private int64 array, the *table* (``T_*`` indices), holding its rank,
-the team size, the slot geometry, the round counter and every rank's segment address as mapped in
-this process, plus the cursor that lets a call that had to wait resume where it stopped.
+the team size, the slot geometry, the call's number and kind, the last round of its previous call,
+and every rank's segment address as mapped in this process, plus the cursor that lets a call that
+had to wait resume where it stopped.
+
+Rounds are numbered ``(call << ROUND_BITS) + i`` for the ``i``-th round of a call: every counter
+a call leaves behind, finished or failed, is smaller than every round of any later call.
 """
 
 from __future__ import annotations
 
 __all__ = [
-    "SLOTS", "CTRL_BYTES", "DESCRIPTOR", "FOLD_BLOCK", "MAX_TEAM", "SCRATCH_OFFSET",
-    "SCRATCH_BYTES",
-    "DATA_OFFSET", "X_REGION", "X_OFFSET", "OUT_REGION", "OUT_OFFSET",
-    "READY", "DONE", "FREED", "STAGED", "FUSED", "REDUCE_SCATTER", "ALLGATHER", "REPLICATED",
-    "OPCODES",
-    "STREAM_BYTES", "T_ME", "T_P", "T_SLOTS", "T_SLOT_BYTES", "T_SEQ", "T_SPIN", "T_PHASE",
-    "T_TS", "T_TF",
-    "T_TC", "T_T0", "T_TL", "T_CALL", "T_STREAM", "T_BASE", "segment_bytes",
+    "SLOTS", "CTRL_BYTES", "FOLD_BLOCK", "MAX_TEAM", "SCRATCH_OFFSET", "SCRATCH_BYTES",
+    "DATA_OFFSET", "X_REGION", "X_OFFSET", "OUT_REGION", "OUT_OFFSET", "D_CALL", "D_BYTES",
+    "D_KIND", "READY", "DONE", "FREED", "ENTER", "ROUND_BITS", "CALLS_PER_SEQ", "STAGED",
+    "FUSED", "REDUCE_SCATTER", "ALLGATHER", "REPLICATED", "OPCODES", "COMPLETE", "WAITING",
+    "MISMATCH", "TOO_LONG", "STREAM_BYTES", "T_ME", "T_P", "T_SLOTS", "T_SLOT_BYTES", "T_SPIN",
+    "T_PHASE", "T_TS", "T_TF", "T_TC", "T_T0", "T_TL", "T_CALL", "T_STREAM", "T_KIND",
+    "T_LAST", "T_BAD", "T_BASE", "segment_bytes",
 ]
 
 #: Slots per rank and direction: a rank may stage round t while round t - SLOTS is the oldest
 #: one any rank may still be reading.
 SLOTS = 2
-CTRL_BYTES = 256
+CTRL_BYTES = 320
 #: Elements the fold kernel combines at a time (16 KiB of float64: stays in L1).
 FOLD_BLOCK = 2048
 #: Most ranks a team may have (the operand address lists live in the scratch area).
@@ -45,13 +49,24 @@ SCRATCH_OFFSET = 4096
 SCRATCH_BYTES = -(-(FOLD_BLOCK * 8 + (2 * MAX_TEAM + 1) * 8) // 4096) * 4096
 DATA_OFFSET = SCRATCH_OFFSET + SCRATCH_BYTES  # slots start on their own page
 
-# control words (int64 index into a rank's control block); the descriptor of call c starts
-# at word DESCRIPTOR * (c % 2)
+# control words (int64 index into a rank's control block): the descriptor of the current call
 X_REGION, X_OFFSET, OUT_REGION, OUT_OFFSET = 0, 1, 2, 3
-DESCRIPTOR = 4
+# the call's number, its bytes, and its kind: dtype.num | opcode << 8 | mode << 16 | m << 24
+D_CALL, D_BYTES, D_KIND = 4, 5, 6
 READY = 8    # last round whose input segments this rank has staged (or: all, at arrival)
 DONE = 16    # last round this rank has reduced (it has stopped reading inputs of that round)
 FREED = 24   # last round this rank has copied out (it has stopped reading output slots of it)
+ENTER = 32   # last call this rank entered (it reads nothing of any earlier call any more)
+
+#: A call has fewer than ``2**ROUND_BITS`` rounds; its round i is ``(call << ROUND_BITS) + i``.
+ROUND_BITS = 20
+#: Team calls one public call may make (``hierarchical`` makes two): a public call numbered
+#: ``seq`` by its guard numbers its team calls from ``seq * CALLS_PER_SEQ`` on every rank, so the
+#: ranks agree on call numbers after a failure whatever each of them did in the failed call.
+CALLS_PER_SEQ = 64
+
+# what one engine call returns
+COMPLETE, WAITING, MISMATCH, TOO_LONG = 1, 0, -1, -2
 
 #: From this many bytes (default of the table's ``T_STREAM``), results are copied out with
 #: non-temporal stores.
@@ -70,9 +85,13 @@ REPLICATED = 3      # allreduce of a short vector: every rank reduces all of it 
 OPCODES = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 0}
 
 # the private table
-T_ME, T_P, T_SLOTS, T_SLOT_BYTES, T_SEQ, T_SPIN = 0, 1, 2, 3, 4, 5
-T_PHASE, T_TS, T_TF, T_TC, T_T0, T_TL, T_CALL, T_STREAM = 6, 7, 8, 9, 10, 11, 12, 13
+T_ME, T_P, T_SLOTS, T_SLOT_BYTES, T_SPIN, T_PHASE = 0, 1, 2, 3, 4, 5
+T_TS, T_TF, T_TC, T_T0, T_TL = 6, 7, 8, 9, 10
+T_CALL, T_STREAM, T_KIND = 11, 12, 13  # this call's number, streaming threshold, kind
+T_LAST = 14  # last round of the previous call this rank entered (0: none)
+T_BAD = 15   # after MISMATCH: the rank whose descriptor differs
 T_BASE = 16  # T_BASE + q: address of rank q's segment in this process
+
 
 
 def segment_bytes(requested: int, p: int) -> int:

@@ -3,9 +3,31 @@
 The window (``MPI.Win.Allocate_shared``, one segment per rank; layout in ``layout.py``) holds
 each rank's control block, a scratch area and a few input and output slots. A call is split into
 *rounds*; round ``t`` covers segment ``t`` of each of the ``m`` blocks of the vector (block ``b``
-is reduced by rank ``b``). Rounds are numbered across calls, identically on every rank, so a
-counter never needs resetting: a value left from an earlier call is always smaller than any
-round of this one.
+is reduced by rank ``b``).
+
+**Calls and rounds are numbered alike on every rank, also after a failure.** A team call made
+inside public call number ``seq`` of the guard (``_guard.py``, which numbers public calls the
+same on every rank whether they fail or not) is number ``seq * CALLS_PER_SEQ`` (plus one per
+earlier team call of the same public call), and its ``i``-th round is ``(call << ROUND_BITS) +
+i``. So a counter never needs resetting: whatever an earlier call left behind, finished or
+failed half-way on some ranks, is smaller than every round of this one, and a stale counter can
+never pass for this call's.
+
+**Entering a call.** A rank first writes the call's number into its ``ENTER`` word, then waits
+until every other rank has left its previous call (entered a later one, or read everything of
+it: ``DONE`` and ``FREED`` at its last round). Only then does it rewrite its descriptor and
+slots, which nobody reads any more. (The wait costs nothing in a run of successful calls: the
+ranks it waits for have finished.) The descriptor says where the input and output lie, and the
+call's number, byte count and kind (dtype, op, mode, blocks); it is published before the first
+``READY`` of the call.
+
+**Mismatches.** A rank compares every other rank's descriptor with its own before it reads
+their data: at its first reduce (every rank's, after acquiring their ``READY``) and at its first
+copy-out (the reducers', after their ``DONE``). A count, dtype, op or mode that differs, or
+another call number, makes the engine stop with MISMATCH, and the rank raises ValueError naming
+both ranks' calls (its notice reaches any rank still waiting). A rank that finds another already
+in a *later* call knows that rank left this one unfinished (it failed); it waits briefly for
+that rank's notice and raises its error instead.
 
 Per round, rank ``r`` does three things, each gated by the others' counters:
 
@@ -23,16 +45,16 @@ Per round, rank ``r`` does three things, each gated by the others' counters:
 
 A step a rank does not take in a call (nothing to stage: its input is shared; nothing to reduce;
 nothing to copy out) moves its counter to the call's last round at once, so that the invariants
-hold in every mode: ``READY[q] >= t``: q's input of round t is readable and q's descriptor (where
-its input and output lie, published before the first ``READY`` of the call, in one of two copies
-by call parity) is current; ``DONE[q] >= t``: q reads no input of rounds <= t any more;
-``FREED[q] >= t``: q reads no output slot of rounds <= t any more. A rank returns when it has
-done its steps for the call's last round and every ``DONE`` has reached it, so no rank still
-reads its input or writes its output. (In the replicated mode for short vectors, where every
-rank reduces the whole vector for itself and no one writes another's output, a rank whose input
-was staged returns without that wait: its slots are guarded by the ``DONE`` test of its next
-stage, its descriptor by the parity.) That is the whole synchronisation: no barrier, and no MPI
-call per round. The ``reduce-scatter`` and ``allgather`` modes of ``hierarchical`` take the
+hold in every mode: ``READY[q] >= t``: q's input of round t is readable and q's descriptor is
+this call's; ``DONE[q] >= t``: q reads no input (and no descriptor) of rounds <= t any more;
+``FREED[q] >= t``: q reads no output slot of rounds <= t any more. The slot tests of a call's
+first ``SLOTS`` rounds refer to no earlier round: entering the call already waited for those.
+A rank returns when it has done its steps for the call's last round and every ``DONE`` has
+reached it, so no rank still reads its input or writes its output. (In the replicated mode for
+short vectors, where every rank reduces the whole vector for itself and no one writes another's
+output, a rank whose input was staged returns without that wait: its slots and descriptor are
+guarded by the entry of its next call.) That is the whole synchronisation: no barrier, and no
+MPI call per round. The ``reduce-scatter`` and ``allgather`` modes of ``hierarchical`` take the
 first and the last two steps only.
 
 **Why it is correct under MPI's memory model.** The window is created with
@@ -58,7 +80,9 @@ progress (about 100 us when the team has no more ranks than the machine has core
 when it has more), then returns to Python, which yields the
 processor (``os.sched_yield``) and, once it has waited 2 ms without progress, sleeps 50 us
 before calling it again; a rank that waits for one that is not scheduled (more ranks than
-cores) thus gives it the core instead of spinning its time slice away.
+cores) thus gives it the core instead of spinning its time slice away. While it sleeps it polls
+the guard: a notice of a rank that failed this call raises, as does passing the call's
+deadline (``Options.timeout``).
 """
 
 from __future__ import annotations
@@ -89,8 +113,14 @@ SPIN_DEDICATED, SPIN_SHARED = 50_000, 200
 #: Waiting longer than this (seconds) in one call, yield by sleeping instead.
 YIELD_FOR = 2e-3
 NAP = 50e-6
+#: Seconds to wait for the notice of a rank that left a call unfinished.
+NOTICE_GRACE = 1.0
 
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
+_DTYPES = {np.dtype(c).num: np.dtype(c).name for c in np.typecodes["All"] if c not in "OMmV"}
+_OPS = {0: "sum", 1: "prod", 2: "min", 3: "max"}
+_MODES = {L.FUSED: "allreduce", L.REDUCE_SCATTER: "reduce-scatter", L.ALLGATHER: "allgather",
+          L.REPLICATED: "allreduce"}
 _KERNELS: Any = None
 
 
@@ -172,6 +202,7 @@ class Team:
                        buffers.translate(comm))  # team rank -> rank in the buffers' node
         self._regions = np.zeros((0, 1 + p), np.int64)
         self._version = -1
+        self.call = 0  # number of this rank's last call (layout.T_CALL)
 
     def regions(self) -> np.ndarray:
         """The shared buffers this team can address: per row my size, then every rank's base."""
@@ -181,32 +212,88 @@ class Team:
         return self._regions
 
     def run(self, x: np.ndarray, out: np.ndarray, opcode: int, mode: int, m: int) -> None:
-        """One collective call of this rank over flat contiguous host arrays (see ``layout``)."""
+        """One collective call of this rank over flat contiguous host arrays (see ``layout``).
+
+        Raises
+        ------
+        ValueError
+            Another rank's call differs (count, dtype, op, mode), or it needs more rounds than
+            a call may have.
+        """
         engine = _kernels().engine
+        tab = self.tab
+        guard = _active_guard()
+        call = self.call + 1  # agreed by every rank, also after a failed call (module docstring)
+        if guard is not None and guard.seq * L.CALLS_PER_SEQ > call:
+            call = guard.seq * L.CALLS_PER_SEQ
+        self.call = call
+        kind = out.dtype.num | (opcode << 8 | mode << 16 | m << 24)  # layout.D_KIND
         if out.dtype == np.float16:  # Numba has no float16: uint16 words and a format token
             token = _kernels().FLOAT16
             x, out = x.view(np.uint16), out.view(np.uint16)
         else:
             token = out
         regions = self.regions()
-        tab = self.tab
-        tab[L.T_PHASE] = 0
-        if engine(tab, regions, x, out, token, opcode, mode, m):
+        tab[L.T_PHASE] = 0  # a new call (the engine then keeps call and kind in the table)
+        status = engine(tab, regions, x, out, token, opcode, mode, m, call, kind)
+        if status == L.COMPLETE:
             return
         since, cursor = time.perf_counter(), None  # waiting without progress since
-        while True:
-            moved = tab[L.T_TS] + tab[L.T_TF] + tab[L.T_TC]
+        while status == L.WAITING:
+            moved = tab[L.T_PHASE] + tab[L.T_TS] + tab[L.T_TF] + tab[L.T_TC]
             if moved != cursor:
                 since, cursor = time.perf_counter(), moved
             if time.perf_counter() - since < YIELD_FOR:
                 _yield()
             else:
                 time.sleep(NAP)
-                guard = _active_guard()  # a rank that failed this call will never arrive:
-                if guard is not None and guard.notice.Test():  # its notice raises here
-                    guard._read_notice()
-            if engine(tab, regions, x, out, token, opcode, mode, m):
-                return
+                if guard is not None:  # a rank that failed this call will never arrive: its
+                    guard.poll()       # notice raises here (and a timeout, if one is set)
+            status = engine(tab, regions, x, out, token, opcode, mode, m, call, kind)
+        if status == L.MISMATCH:
+            self._await_notice(guard)
+            raise self._mismatch(guard)
+        if status == L.TOO_LONG:
+            raise ValueError(f"a shared-memory call of {out.nbytes} bytes needs "
+                             f"{1 << L.ROUND_BITS} rounds or more of {tab[L.T_SLOT_BYTES]}-byte "
+                             "slots: raise Options.shm_segment_bytes")
+
+    def _await_notice(self, guard: Any) -> None:
+        """A rank already in a later call left this one without finishing it: it failed, and
+        its notice (or the one that made it raise) is on its way; raise that error rather than
+        the mismatch it caused (waiting at most ``NOTICE_GRACE`` seconds)."""
+        q = int(self.tab[L.T_BAD])
+        words = np.frombuffer(self.win.Shared_query(q)[0], np.int64, L.D_KIND + 1)
+        if guard is None or int(words[L.D_CALL]) <= self.call:
+            return
+        end = time.monotonic() + NOTICE_GRACE
+        while time.monotonic() < end:
+            guard.poll()
+            time.sleep(NAP)
+
+    def _describe(self, q: int) -> tuple[int, str]:
+        """(byte count, 'dtype op mode') of rank q's current call, from its descriptor."""
+        words = np.frombuffer(self.win.Shared_query(q)[0], np.int64, L.D_KIND + 1)
+        code = int(words[L.D_KIND])
+        dtype = _DTYPES.get(code & 0xFF, f"dtype #{code & 0xFF}")
+        op = _OPS.get(code >> 8 & 0xFF, "?")
+        mode = _MODES.get(code >> 16 & 0xFF, "?")
+        return int(words[L.D_BYTES]), f"{dtype} ({op}, {mode} of {code >> 24} blocks)"
+
+    def _mismatch(self, guard: Any) -> ValueError:
+        """The error of a call whose descriptor differs on rank ``tab[T_BAD]``."""
+        me, q = self.comm.rank, int(self.tab[L.T_BAD])
+        mine, theirs = self._describe(me), self._describe(q)
+        name, names = "shm", [me, q]
+        if guard is not None:  # name the ranks as the caller's communicator does
+            name = guard.name
+            names = self.comm.Get_group().Translate_ranks([me, q], guard.comm.Get_group())
+        if mine[0] != theirs[0] or mine[1].split()[0] != theirs[1].split()[0]:
+            what = "count or dtype differs"
+        else:
+            what = "the call differs (op or mode)"
+        return ValueError(f"{name}: {what} across ranks: rank {names[0]} has {mine[0]} bytes "
+                          f"of {mine[1]}, rank {names[1]} has {theirs[0]} bytes of {theirs[1]}")
 
     def free(self) -> None:
         """Release the window (collective over the team's communicator)."""
