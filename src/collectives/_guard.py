@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+import time
 import weakref
 from typing import Any, Callable
 
@@ -51,7 +52,7 @@ from mpi4py import MPI
 
 from ._workspace import forget
 
-__all__ = ["CollectiveError", "Guard", "active", "native_call", "NOTICE_TAG"]
+__all__ = ["CollectiveError", "Guard", "active", "native_call", "set_timeout", "NOTICE_TAG"]
 
 NOTICE_TAG = 0
 _NOTICE_BYTES = 1024
@@ -83,6 +84,9 @@ def _span() -> int:
 
 
 _SPAN = _span()
+#: Under a deadline, waits test their requests this many times before they nap _NAP seconds
+#: between tests (and look at the clock).
+_SPINS, _NAP = 1000, 50e-6
 #: above every call number a closed guard of this process used (see Guard.__init__)
 _HIGH = [0]
 
@@ -101,6 +105,8 @@ class Guard:
         self.first = self.seq + 1  # a notice numbered below: from an earlier incarnation
         self.tag = 0
         self.name = ""
+        self.deadline: float | None = None  # time.monotonic() past which the call times out
+        self.timeout = 0.0
         self.retired = False
         self.later: dict[int, BaseException] = {}   # notices for calls this rank has not reached
         self.dangling: list[Any] = []               # requests (and their buffers) left behind
@@ -116,6 +122,7 @@ class Guard:
         self.seq += 1
         self.tag = 1 + self.seq % _SPAN
         self.name = name
+        self.deadline = None
         outer = getattr(_LOCAL, "guard", None)
         _LOCAL.guard = self
         try:
@@ -181,6 +188,9 @@ class Guard:
         while left:
             try:
                 i = self._waitany(todo, status)
+            except TimeoutError:
+                self._abandon(todo[1:], expect, keep)
+                raise
             except MPI.Exception as exc:
                 self._abandon(todo[1:], expect, keep)
                 if exc.Get_error_class() != MPI.ERR_TRUNCATE:
@@ -207,9 +217,37 @@ class Guard:
                                  f"received {status.Get_count(MPI.BYTE)}")
 
     def _waitany(self, todo: list[Any], status: MPI.Status) -> int:
-        if self._waiter is None:
+        if self._waiter is not None:
+            return self._waiter.wait_any(todo, status)
+        if self.deadline is None:
             return MPI.Request.Waitany(todo, status)
-        return self._waiter.wait_any(todo, status)
+        spins = 0  # a deadline: test, yielding the processor between tests, until it passes
+        while True:
+            i, done = MPI.Request.Testany(todo, status)
+            if done:
+                return i
+            spins += 1
+            if spins > _SPINS:
+                time.sleep(_NAP)
+                if time.monotonic() > self.deadline:
+                    raise self.timed_out()
+            else:
+                time.sleep(0)
+
+    def timed_out(self) -> TimeoutError:
+        """The error of a call that passed its deadline (``Options.timeout``)."""
+        return TimeoutError(f"{self.name} #{self.seq} timed out after {self.timeout:g} s on "
+                            f"rank {self.rank} (Options.timeout): a rank has not made the call, "
+                            "or is stuck in an earlier one")
+
+    def poll(self) -> None:
+        """For waits that are not on MPI requests (the shared window's counters): handle a
+        notice that has arrived (one for this call raises), and raise TimeoutError once the
+        call's deadline has passed."""
+        if self.notice.Test():
+            self._read_notice()
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise self.timed_out()
 
     def _abandon(self, reqs: list[Any], expect: list[int | None], keep: tuple = ()) -> None:
         """Give up on the requests of a failed call: cancel the receives (those that expect a
@@ -254,6 +292,16 @@ class Guard:
             notice.Cancel()
             notice.Wait()
         _GUARDS.discard(self)
+
+
+def set_timeout(timeout: float | None) -> None:
+    """Give the public call running on this thread (if any) a deadline of ``timeout`` seconds
+    from now (``Options.timeout``): its waits then raise TimeoutError, on this rank and, through
+    its notice, on every rank still in the call."""
+    guard = active()
+    if guard is not None and timeout is not None:
+        guard.timeout = timeout
+        guard.deadline = time.monotonic() + timeout
 
 
 def native_call(ctx: Any, name: str, args: tuple, fallback: Callable[[], None],

@@ -34,7 +34,7 @@ from ._arrays import check_input, check_out, copy_into, flat, new_like, returned
 from ._context import context
 from ._mpitypes import native_op, native_type
 from ._p2p import partition
-from ._guard import active
+from ._guard import active, set_timeout
 from ._validate import check_comm, checked_call as _checked, pick as _pick, setup as _setup
 from .algorithms import ALGORITHMS, FLAT, auto
 from .blocks import ALLGATHER, BCAST, REDUCE, REDUCE_SCATTER
@@ -117,6 +117,8 @@ class AllreduceCall:
 def run_resolved(src: np.ndarray, dst: np.ndarray, op: Op, fn: Any,
                  native: tuple[MPI.Datatype, MPI.Op] | None, ctx: Any, opts: Options) -> None:
     """Run an allreduce decided by :meth:`AllreduceCall.resolved` (exactly what ``run`` does)."""
+    if opts.timeout is not None:
+        set_timeout(opts.timeout)
     if native is not None and active() is None:  # algorithms/native.py's call, undispatched
         dtype, mpi_op = native
         ctx.comm.Allreduce(MPI.IN_PLACE if src is dst else [src, dtype], [dst, dtype], mpi_op)

@@ -76,9 +76,11 @@ class Options:
         ranks have a core each, 4 MiB when they share cores (each round then costs a turn of the
         scheduler, so fewer, larger rounds win).
     timeout
-        Seconds after which ``wait()`` of a non-blocking operation raises ``TimeoutError``
-        naming the operation (the operation itself stays in flight); None (the default) waits
-        for ever, as MPI does.
+        Seconds after which a blocking call raises ``TimeoutError`` naming the call, on the
+        rank that waited that long and, through its notice, on every rank still in the call
+        (a rank that never makes the call gets the error when it does); and after which
+        ``wait()`` of a non-blocking operation raises ``TimeoutError`` naming the operation
+        (the operation itself stays in flight). None (the default) waits for ever, as MPI does.
     stall_warning
         Seconds after which a waiting ``wait()`` warns (:class:`collectives.StallWarning`) which
         ranks have not submitted the operation it waits for (Horovod's stall check); None
