@@ -5,6 +5,7 @@ argument on a single rank, raise the same error on every rank instead of hanging
 """
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -265,10 +266,14 @@ def test_count_or_dtype_mismatch_raises_on_every_rank(case):
     if comm.size == 1:
         pytest.skip("nothing to differ from")
     x = COUNT_MISMATCH[case](comm.rank)
-    # the message-based algorithms ("shm", and hierarchical's node phase through the same
-    # window, read the other ranks' memory: no message size to check; docs/reliability.md)
-    for algorithm in ("ring", "tree", "recursive_doubling", "rabenseifner"):
-        error = _raises_everywhere(lambda: collectives.allreduce(x, algorithm=algorithm))
+    # message sizes for the message-based algorithms; for "shm" and hierarchical's phases in a
+    # node (one shared window) the descriptor each rank publishes, which the others compare
+    two_nodes = collectives.Options(node_size=max(1, comm.size // 2))
+    for algorithm, options in [("ring", None), ("tree", None), ("recursive_doubling", None),
+                               ("rabenseifner", None), ("shm", None), ("hierarchical", None),
+                               ("hierarchical", two_nodes)]:
+        error = _raises_everywhere(
+            lambda: collectives.allreduce(x, algorithm=algorithm, options=options))
         assert "count or dtype differs across ranks" in str(error), (algorithm, str(error))
     for name in ("reduce_scatter", "allgather", "bcast", "reduce"):
         if name == "allgather" and case != "dtype":
@@ -280,6 +285,98 @@ def test_count_or_dtype_mismatch_raises_on_every_rank(case):
             error = exc
             assert "count or dtype differs across ranks" in str(error), (name, str(error))
         assert comm.allreduce(error is not None, op=MPI.LOR), name
+    _still_works()
+
+
+def test_shm_op_mismatch_raises_on_every_rank():
+    """The shared window's descriptors also carry the op: "sum" on one rank and "max" on
+    another is an error on every rank for "shm", not a silent mix (the message-based algorithms
+    need validate=True for that)."""
+    comm = MPI.COMM_WORLD
+    if comm.size == 1:
+        pytest.skip("nothing to differ from")
+    for count in (3, 100_000):  # both modes: every rank reduces all / its block
+        x = np.ones(count)
+        op = "max" if comm.rank == comm.size - 1 else "sum"
+        error = _raises_everywhere(lambda: collectives.allreduce(x, op=op, algorithm="shm"))
+        assert "the call differs (op or mode) across ranks" in str(error), str(error)
+    _still_works()
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_failed_shm_call_never_corrupts_the_next(monkeypatch, when):
+    """A rank that fails before its part of a shared-memory call (the others wait in the window
+    and get its notice), or right after it: the window's round counters of the failed call
+    are left behind. Calls are numbered from the guard's call number, so the next call (with
+    other data) is right on every rank, with no ``collectives.reset``."""
+    from collectives._shmem.team import Team
+
+    comm = MPI.COMM_WORLD
+    if comm.size == 1:
+        pytest.skip("needs another rank")
+    original = Team.run
+
+    def failing(self, *args):
+        if when == "after":
+            original(self, *args)
+        raise RuntimeError("injected")
+
+    for algorithm, options in [("shm", None), ("hierarchical", None),
+                               ("hierarchical", collectives.Options(node_size=2))]:
+        for count in (5, 3001, 200_001):
+            x = np.full(count, 1000.0 + comm.rank)
+            if comm.rank == 0:
+                monkeypatch.setattr(Team, "run", failing)
+            try:
+                collectives.allreduce(x, algorithm=algorithm, options=options)
+            except (RuntimeError, collectives.CollectiveError):
+                pass
+            finally:
+                monkeypatch.setattr(Team, "run", original)
+            for k in range(3):
+                z = make_input(count, np.dtype(np.float64), "sum", comm.rank, seed=k)
+                y = collectives.allreduce(z, algorithm=algorithm, options=options)
+                assert np.allclose(y, reference_allreduce(z, "sum", comm), rtol=1e-12,
+                                   atol=1e-12), (algorithm, options, count, k)
+
+
+def test_a_rank_that_never_arrives_makes_the_others_time_out():
+    """Options.timeout in blocking calls: the last rank arrives late (after the others'
+    deadline); the others raise TimeoutError naming the call instead of waiting for ever, and
+    the late rank gets their notice when it arrives (or, if what it needed had been sent
+    before the others gave up, returns the right result); the next call is right. (A
+    communicator's first call, and an algorithm's first call on it, set up collectively
+    without a deadline: docs/reliability.md.)"""
+    import time
+
+    comm = MPI.COMM_WORLD
+    if comm.size == 1:
+        pytest.skip("nothing to wait for")
+    quick = collectives.Options(timeout=0.3)
+    late = comm.rank == comm.size - 1
+    algorithms = ("ring", "tree", "recursive_doubling", "native", "shm", "hierarchical")
+    x = make_input(1001, np.dtype(np.float64), "sum", comm.rank)
+    expected = reference_allreduce(x, "sum", comm)
+    for algorithm in algorithms:  # set-up of each algorithm (collective, no deadline)
+        collectives.allreduce(x, algorithm=algorithm)
+    for algorithm in algorithms:
+        comm.Barrier()
+        if late:
+            time.sleep(1.0)
+        started = time.monotonic()
+        try:
+            y, error = collectives.allreduce(x, algorithm=algorithm, options=quick), None
+        except TimeoutError as exc:
+            y, error = None, exc
+        if not late:
+            assert error is not None, f"{algorithm}: no TimeoutError"
+            assert time.monotonic() - started < 0.9, algorithm
+        if error is not None:
+            assert re.search(r"allreduce #\d+ (timed out after 0.3 s|failed on rank \d+: "
+                             r"TimeoutError)", str(error)), str(error)
+        else:
+            assert np.allclose(y, expected, rtol=1e-12, atol=1e-12), algorithm
+    comm.Barrier()
     _still_works()
 
 

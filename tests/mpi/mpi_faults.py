@@ -1,8 +1,9 @@
 """Fault injection: an exception at a random step of a random collective on a random rank.
 
 Each trial picks (the same on every rank, from the trial's seed) a collective with an algorithm or
-strategy, a failing rank and a step k; on the failing rank the k-th wait of the call raises
-(``Guard.complete`` is wrapped in this process only: real MPI, real messages). Then:
+strategy, a failing rank and a step k; on the failing rank the k-th wait of the call raises: a
+wait for messages (``Guard.complete``) or a shared-memory call (``Team.run``, before or after
+its part), wrapped in this process only: real MPI, real messages, a real shared window. Then:
 
 - the failing rank raises the injected error; every other rank raises an error naming the failing
   rank, or (it had finished its part) returns a correct result; no rank hangs (the harness's
@@ -20,6 +21,7 @@ from mpi4py import MPI
 import collectives
 import compress
 from collectives._guard import Guard
+from collectives._shmem.team import Team
 from reference import gather_all, reference_allreduce
 
 TRIALS = 70
@@ -59,18 +61,29 @@ def _calls(p):
 
 
 def _inject(rank_fails, k, fired):
-    """Wrap Guard.complete so that its k-th call on this rank raises (if ``rank_fails``)."""
-    original = Guard.complete
+    """Wrapped Guard.complete and Team.run whose k-th call, together, raises on this rank (if
+    ``rank_fails``); a Team.run fails before its part on odd k, after it on even k."""
+    originals = (Guard.complete, Team.run)
     count = [0]
 
-    def complete(self, *args, **kwargs):
+    def fault():
         count[0] += 1
         if rank_fails and count[0] == k:
             fired.append(True)
             raise Injected(f"injected at wait {k}")
-        return original(self, *args, **kwargs)
 
-    return original, complete
+    def complete(self, *args, **kwargs):
+        fault()
+        return originals[0](self, *args, **kwargs)
+
+    def run(self, *args):
+        if k % 2:
+            fault()
+        originals[1](self, *args)
+        if not k % 2:
+            fault()
+
+    return originals, (complete, run)
 
 
 def _expected(kind, x, comm):
@@ -102,14 +115,16 @@ def test_fault_injection(monkeypatch):
         n = int(rng.choice([1, p + 1, 257, 5000]))
         x = np.random.default_rng([trial, comm.rank]).standard_normal(n)
         fired: list = []
-        original, wrapped = _inject(comm.rank == victim, k, fired)
-        monkeypatch.setattr(Guard, "complete", wrapped)
+        originals, wrapped = _inject(comm.rank == victim, k, fired)
+        monkeypatch.setattr(Guard, "complete", wrapped[0])
+        monkeypatch.setattr(Team, "run", wrapped[1])
         try:
             y, error = fn(x), None
         except Exception as exc:  # noqa: BLE001 - inspected below
             y, error = None, exc
         finally:
-            monkeypatch.setattr(Guard, "complete", original)
+            monkeypatch.setattr(Guard, "complete", originals[0])
+            monkeypatch.setattr(Team, "run", originals[1])
         label = f"trial {trial} p={p} {what} n={n} victim={victim} k={k}"
         went_off = comm.allreduce(bool(fired), op=MPI.LOR)  # MPI's own: not the library's
         expected = _expected(kind, x, comm)
