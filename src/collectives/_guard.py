@@ -69,13 +69,20 @@ class _Retire(Exception):
     """Internal: a native operation will never complete (a rank failed in an earlier call)."""
 
 
-_LOCAL = threading.local()
+class _Local(threading.local):
+    """The public call running on each thread (a class default: a missing attribute of a
+    ``threading.local`` costs an exception, 0.27 us, on every lookup)."""
+
+    guard: "Guard | None" = None
+
+
+_LOCAL = _Local()
 _GUARDS: "weakref.WeakSet[Guard]" = weakref.WeakSet()
 
 
 def active() -> "Guard | None":
     """The guard of the public call running on this thread, or None."""
-    return getattr(_LOCAL, "guard", None)
+    return _LOCAL.guard
 
 
 def _span() -> int:
@@ -123,7 +130,7 @@ class Guard:
         self.tag = 1 + self.seq % _SPAN
         self.name = name
         self.deadline = None
-        outer = getattr(_LOCAL, "guard", None)
+        outer = _LOCAL.guard
         _LOCAL.guard = self
         try:
             return fn(*args)

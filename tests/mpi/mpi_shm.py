@@ -74,8 +74,9 @@ def _descriptor(comm, options=collectives.Options()):
     """This rank's published (input region, offset, output region, offset) of its last call."""
     team = shm.team(context(comm), options)
     words = np.frombuffer(team.win.Shared_query(comm.rank)[0], np.int64)
-    return tuple(int(w) for w in words[[layout.X_REGION, layout.X_OFFSET, layout.OUT_REGION,
-                                        layout.OUT_OFFSET]])
+    at = layout.DESCRIPTOR * (team.tab[layout.T_ORD] % 2)  # the copy of its last call
+    return tuple(int(w) for w in words[[at + layout.X_REGION, at + layout.X_OFFSET,
+                                        at + layout.OUT_REGION, at + layout.OUT_OFFSET]])
 
 
 @pytest.mark.parametrize("dtype", [np.dtype(np.float32), np.dtype(np.float16),

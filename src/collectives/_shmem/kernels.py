@@ -283,41 +283,56 @@ def _span(n, m, b, t, seg):  # pragma: no cover - compiled
 
 
 @njit(**NJIT)
-def _left_last(tab, me, p):  # pragma: no cover - compiled
-    """Whether every other rank has left this rank's previous call: it entered a later call, or
-    finished reading everything of that call (its ``DONE`` and ``FREED`` reached the call's last
-    round). Until then this rank may not rewrite its descriptor or slots."""
-    last = tab[L.T_LAST]
+def _released(tab, me, p, last, word):  # pragma: no cover - compiled
+    """Whether every other rank has entered a later call than this rank's round ``last`` (0:
+    none), so that it reads nothing of it any more, or is done with it as counter ``word``
+    says (DONE: it reads no input of it; FREED: no output slot). ``ENTER`` comes first: in a
+    run of calls it settles the test, and its line was read at this call's entry."""
     call = last >> L.ROUND_BITS
     for q in range(p):
-        if q == me or load_acquire(_word(tab, q, L.ENTER)) > call:
-            continue
-        if load_acquire(_word(tab, q, L.DONE)) < last or \
-                load_acquire(_word(tab, q, L.FREED)) < last:
+        if q != me and load_acquire(_word(tab, q, L.ENTER)) <= call and \
+                load_acquire(_word(tab, q, word)) < last:
+            return False
+    return True
+
+
+@njit(**NJIT)
+def _entered_after(tab, me, p, last):  # pragma: no cover - compiled
+    """Whether every other rank has entered a later call than this rank's round ``last`` (0:
+    none): it reads nothing of that call any more (its descriptor included)."""
+    if last == 0:
+        return True
+    call = last >> L.ROUND_BITS
+    for q in range(p):
+        if q != me and load_acquire(_word(tab, q, L.ENTER)) <= call:
             return False
     return True
 
 
 @njit(**NJIT)
 def _start(tab, regions, xaddr, oaddr, nbytes, mode, m, rounds):  # pragma: no cover - compiled
-    """Publish this rank's descriptor, set the cursor, and move the counters of the steps this
-    rank does not take in this call straight to the call's last round (every other rank has
-    left this rank's previous call: nothing of it is read any more)."""
+    """Publish this rank's descriptor (in the copy no other rank reads any more), set the cursor,
+    and move the counters of the steps this rank does not take in this call straight to the
+    call's last round."""
     me = tab[L.T_ME]
     t0 = tab[L.T_CALL] << L.ROUND_BITS
     tl = t0 + rounds - 1
     xreg, xoff = _find(tab, regions, xaddr, nbytes)
     oreg, ooff = _find(tab, regions, oaddr, nbytes)
     ctrl = tab[L.T_BASE + me]
-    words = _descriptor(tab, me)
+    copy = tab[L.T_ORD] % 2
+    words = carray(_pointer(ctrl + copy * L.DESCRIPTOR * 8, _WORDS), L.DESCRIPTOR)
     words[L.X_REGION] = xreg
     words[L.X_OFFSET] = xoff
     words[L.OUT_REGION] = oreg
     words[L.OUT_OFFSET] = ooff
-    words[L.D_CALL] = tab[L.T_CALL]
     words[L.D_BYTES] = nbytes
     words[L.D_KIND] = tab[L.T_KIND]
-    tab[L.T_T0], tab[L.T_TL], tab[L.T_LAST] = t0, tl, tl
+    words[L.D_SLOT0] = tab[L.T_SLOT0] - rounds
+    store_release(ctrl + (L.D_CALLS + copy) * 8, tab[L.T_CALL])
+    tab[L.T_BASE + tab[L.T_P] + me] = copy
+    tab[L.T_DLAST + copy] = tl
+    tab[L.T_T0], tab[L.T_TL] = t0, tl
     if me < m or mode == L.REPLICATED:
         tab[L.T_TF] = t0
     else:  # not reducing: reads no input of this call
@@ -337,18 +352,33 @@ def _start(tab, regions, xaddr, oaddr, nbytes, mode, m, rounds):  # pragma: no c
 
 
 @njit(**NJIT)
+def _copy_of(tab, q):  # pragma: no cover - compiled
+    """(index, call) of rank q's descriptor copy of this rank's current call (else of its newer
+    copy, whose call then differs)."""
+    at = tab[L.T_BASE + q] + L.D_CALLS * 8
+    first, second = load_acquire(at), load_acquire(at + 8)
+    if first == tab[L.T_CALL] or (second != tab[L.T_CALL] and first > second):
+        return 0, first
+    return 1, second
+
+
+@njit(**NJIT)
 def _descriptor(tab, q):  # pragma: no cover - compiled
-    """Rank q's descriptor words (of its current call)."""
-    return carray(_pointer(tab[L.T_BASE + q], _WORDS), L.D_KIND + 1)
+    """Rank q's descriptor words of this rank's current call: the copy :func:`_agree` found
+    (kept in the table: q rewrites the word it found it by in its next call)."""
+    copy = tab[L.T_BASE + tab[L.T_P] + q]
+    return carray(_pointer(tab[L.T_BASE + q] + copy * L.DESCRIPTOR * 8, _WORDS), L.DESCRIPTOR)
 
 
 @njit(**NJIT)
 def _agree(tab, q, nbytes):  # pragma: no cover - compiled
     """Whether rank q's call is this rank's, with the same bytes, dtype, op, mode and blocks
-    (else records q in ``T_BAD``). Only after acquiring q's READY or DONE of this call."""
+    (else records q in ``T_BAD``); notes q's descriptor copy for :func:`_descriptor`. Only
+    after acquiring q's READY or DONE of this call, before reading anything else of q's."""
+    copy, call = _copy_of(tab, q)
+    tab[L.T_BASE + tab[L.T_P] + q] = copy
     words = _descriptor(tab, q)
-    if words[L.D_CALL] == tab[L.T_CALL] and words[L.D_BYTES] == nbytes and \
-            words[L.D_KIND] == tab[L.T_KIND]:
+    if call == tab[L.T_CALL] and words[L.D_BYTES] == nbytes and words[L.D_KIND] == tab[L.T_KIND]:
         return True
     tab[L.T_BAD] = q
     return False
@@ -384,17 +414,21 @@ def _needs_slot(tab, me, p):  # pragma: no cover - compiled
 
 
 @njit(**NJIT)
-def _slot(tab, q, k, output):  # pragma: no cover - compiled
-    """Address of rank q's input (``output`` 0) or output (1) slot ``k``."""
+def _slot(tab, q, i, output):  # pragma: no cover - compiled
+    """Address of the input (``output`` 0) or output (1) slot of rank q that holds round ``i``
+    of the current call (``(D_SLOT0 + i) mod SLOTS``, from q's descriptor)."""
     nslots = tab[L.T_SLOTS]
+    k = (_descriptor(tab, q)[L.D_SLOT0] + i) % nslots
     return tab[L.T_BASE + q] + L.DATA_OFFSET + ((output * nslots) + k) * tab[L.T_SLOT_BYTES]
 
 
 @njit(**NJIT)
-def engine(tab, regions, x, out, token, op, mode, m, call, kind):  # pragma: no cover - compiled
-    """Run (or resume, ``tab[T_PHASE]`` > 0) this rank's collective call number ``call`` of the
-    given ``kind`` (``layout.kind``): COMPLETE, WAITING, MISMATCH (another rank's call differs:
-    ``tab[T_BAD]``) or TOO_LONG (more rounds than a call may have).
+def engine(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: no cover - compiled
+    """Run (or resume, ``tab[T_PHASE]`` > 0) a collective call of this rank of the given
+    ``kind`` (``layout.D_KIND``), made in public call number ``seq`` (-1: outside one): it is
+    numbered after the last one, and at least ``seq * CALLS_PER_SEQ``. Returns COMPLETE,
+    WAITING, MISMATCH (another rank's call differs: ``tab[T_BAD]``) or TOO_LONG (more rounds
+    than a call may have).
 
     ``m`` blocks (1 in REPLICATED mode), reduced by ranks ``0 .. m-1`` (by every rank in
     REPLICATED mode). Returns WAITING after ``tab[T_SPIN]`` polls without progress, with the
@@ -422,16 +456,22 @@ def engine(tab, regions, x, out, token, op, mode, m, call, kind):  # pragma: no 
         if rounds >= 1 << L.ROUND_BITS:
             return L.TOO_LONG
         tab[L.T_TS] = rounds  # kept here until the call starts
+        call = max(tab[L.T_CALL] + 1, seq * L.CALLS_PER_SEQ)
         tab[L.T_CALL], tab[L.T_KIND] = call, kind
-        store_release(mine + L.ENTER * 8, tab[L.T_CALL])
+        tab[L.T_ORD] += 1
+        store_release(mine + L.ENTER * 8, call)
         tab[L.T_PHASE] = 1
-    if tab[L.T_PHASE] == 1:  # wait until no rank reads anything of my previous call
-        while not _left_last(tab, me, p):
+    if tab[L.T_PHASE] == 1:  # wait until no rank reads the descriptor copy I am to rewrite
+        last = tab[L.T_DLAST + tab[L.T_ORD] % 2]  # (every rank left its call, two calls ago)
+        while not _entered_after(tab, me, p, last):
             idle += 1
             if idle > tab[L.T_SPIN]:
                 return L.WAITING
-        _start(tab, regions, xaddr, oaddr, nbytes, mode, m, tab[L.T_TS])
+        rounds = tab[L.T_TS]
+        tab[L.T_SLOT0] += rounds  # this call's slots start at the old value (D_SLOT0)
+        _start(tab, regions, xaddr, oaddr, nbytes, mode, m, rounds)
     t0, tl = tab[L.T_T0], tab[L.T_TL]
+    s0 = _descriptor(tab, me)[L.D_SLOT0]
     ts, tf, tc = tab[L.T_TS], tab[L.T_TF], tab[L.T_TC]
     block = 0 if replicated else me  # the block this rank reduces
     scratch = mine + L.SCRATCH_OFFSET
@@ -445,9 +485,8 @@ def engine(tab, regions, x, out, token, op, mode, m, call, kind):  # pragma: no 
             if tf == t0 and not _all_agree(tab, p, me, nbytes):
                 return L.MISMATCH
             slot_wanted = hands_out and _needs_slot(tab, me, p)
-            if not slot_wanted or tf - nslots < t0 or \
-                    _all_reached(tab, L.FREED, tf - nslots, p, me):
-                k = tf % nslots
+            k = (s0 + tf - t0) % nslots  # my output slot of this round
+            if not slot_wanted or _released(tab, me, p, tab[L.T_OUT + k], L.FREED):
                 lo, hi = _span(n, m, block, tf - t0, seg)
                 at = lo * isz
                 nsrc = 1
@@ -460,7 +499,7 @@ def engine(tab, regions, x, out, token, op, mode, m, call, kind):  # pragma: no 
                         else:
                             base = _shared(tab, regions, q, L.X_REGION)
                             srcs[nsrc] = (base + at if base else
-                                          _slot(tab, q, k, 0) + block * seg * isz)
+                                          _slot(tab, q, tf - t0, 0) + block * seg * isz)
                         nsrc += 1
                 ndst = 0
                 if oaddr != xaddr or mode != L.ALLGATHER:
@@ -474,22 +513,24 @@ def engine(tab, regions, x, out, token, op, mode, m, call, kind):  # pragma: no 
                                 dsts[ndst] = base + at
                                 ndst += 1
                     if slot_wanted:
-                        dsts[ndst] = _slot(tab, me, k, 1)
+                        dsts[ndst] = _slot(tab, me, tf - t0, 1)
                         ndst += 1
+                        tab[L.T_OUT + k] = tf
                 fold(op, token, srcs, nsrc, dsts, ndst, hi - lo, scratch)
                 store_release(mine + L.DONE * 8, tf)
                 tf += 1
                 moved = True
         # 2. stage my input segments of round ts, once its slot is no longer read
+        k = (s0 + ts - t0) % nslots  # my input slot of round ts
         if ts <= tl and (ts <= tf or tf > tl) and \
-                (ts - nslots < t0 or _all_reached(tab, L.DONE, ts - nslots, p, me)):
-            k = ts % nslots
-            into = _slot(tab, me, k, 0)
+                _released(tab, me, p, tab[L.T_IN + k], L.DONE):
+            into = _slot(tab, me, ts - t0, 0)
             for b in range(m):
                 if b != me or replicated:
                     lo, hi = _span(n, m, b, ts - t0, seg)
                     _copy(into + b * seg * isz, xaddr + lo * isz, (hi - lo) * isz)
             store_release(mine + L.READY * 8, ts)
+            tab[L.T_IN + k] = ts
             ts += 1
             moved = True
         # 3. copy every other block's segment of round tc out, once all are reduced (a long
@@ -497,14 +538,14 @@ def engine(tab, regions, x, out, token, op, mode, m, call, kind):  # pragma: no 
         if tc <= tl and (tc < tf or tf > tl) and _all_reached(tab, L.DONE, tc, m, me):
             if tc == t0 and not _all_agree(tab, m, me, nbytes):
                 return L.MISMATCH
-            k = tc % nslots
             for b in range(m):
                 if b != me:
                     lo, hi = _span(n, m, b, tc - t0, seg)
                     if streaming:
-                        _copy_streaming(oaddr + lo * isz, _slot(tab, b, k, 1), (hi - lo) * isz)
+                        _copy_streaming(oaddr + lo * isz, _slot(tab, b, tc - t0, 1),
+                                        (hi - lo) * isz)
                     else:
-                        _copy(oaddr + lo * isz, _slot(tab, b, k, 1), (hi - lo) * isz)
+                        _copy(oaddr + lo * isz, _slot(tab, b, tc - t0, 1), (hi - lo) * isz)
             store_release(mine + L.FREED * 8, tc)
             tc += 1
             moved = True

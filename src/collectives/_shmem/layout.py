@@ -5,11 +5,14 @@ Nothing here imports Numba. ``team.py`` explains the protocol; this module only 
 A team's window gives every rank one segment (``Allocate_shared``), laid out as
 
 - ``[0, CTRL_BYTES)``: the rank's control block of int64 words. The *descriptor*, words
-  ``X_REGION`` ... ``D_KIND``, says where this call's input and output live and what the call
-  is (its number, its byte count, and its dtype, op, mode and block count packed in one word,
-  which every other rank compares with its own); ``READY``, ``DONE`` and ``FREED`` are its three
+  ``X_REGION`` ... ``D_SLOT0`` (two copies) and ``D_CALLS``, says where this call's input and
+  output live and what the call is (its number, its byte count, and its dtype, op, mode and
+  block count packed in one word, which every other rank compares with its own); ``READY``, ``DONE`` and ``FREED`` are its three
   round counters and ``ENTER`` the number of the last call it entered, each on its own 64-byte
-  cache line so that a rank polling one word does not slow the writer of another.
+  cache line (``ENTER`` with the descriptors' call numbers, written together at a call's
+  entry), so that a rank polling one does not slow down the writer of another: a write to a
+  line that another core is polling costs a transfer of the line (measured: with ``ENTER`` and
+  ``D_CALLS`` beside ``READY`` a short call took 0.2 us longer).
 - ``[SCRATCH_OFFSET, DATA_OFFSET)``: scratch that only this rank touches (the L1 block in which
   the fold kernel combines, and the operand address lists).
 - ``[DATA_OFFSET, DATA_OFFSET + SLOTS * slot_bytes)``: the rank's input slots, where it stages
@@ -17,9 +20,9 @@ A team's window gives every rank one segment (``Allocate_shared``), laid out as
 - then ``SLOTS`` output slots, where it puts the segments it reduced for the ranks that copy them.
 
 Each process also keeps a private int64 array, the *table* (``T_*`` indices), holding its rank,
-the team size, the slot geometry, the call's number and kind, the last round of its previous call,
-and every rank's segment address as mapped in this process, plus the cursor that lets a call that
-had to wait resume where it stopped.
+the team size, the slot geometry, the call's number and kind, the last round that used each of
+its slots and descriptor copies, and every rank's segment address as mapped in this process,
+plus the cursor that lets a call that had to wait resume where it stopped.
 
 Rounds are numbered ``(call << ROUND_BITS) + i`` for the ``i``-th round of a call: every counter
 a call leaves behind, finished or failed, is smaller than every round of any later call.
@@ -29,18 +32,19 @@ from __future__ import annotations
 
 __all__ = [
     "SLOTS", "CTRL_BYTES", "FOLD_BLOCK", "MAX_TEAM", "SCRATCH_OFFSET", "SCRATCH_BYTES",
-    "DATA_OFFSET", "X_REGION", "X_OFFSET", "OUT_REGION", "OUT_OFFSET", "D_CALL", "D_BYTES",
-    "D_KIND", "READY", "DONE", "FREED", "ENTER", "ROUND_BITS", "CALLS_PER_SEQ", "STAGED",
-    "FUSED", "REDUCE_SCATTER", "ALLGATHER", "REPLICATED", "OPCODES", "COMPLETE", "WAITING",
-    "MISMATCH", "TOO_LONG", "STREAM_BYTES", "T_ME", "T_P", "T_SLOTS", "T_SLOT_BYTES", "T_SPIN",
-    "T_PHASE", "T_TS", "T_TF", "T_TC", "T_T0", "T_TL", "T_CALL", "T_STREAM", "T_KIND",
-    "T_LAST", "T_BAD", "T_BASE", "segment_bytes",
+    "DATA_OFFSET", "X_REGION", "X_OFFSET", "OUT_REGION", "OUT_OFFSET", "D_BYTES",
+    "D_KIND", "D_SLOT0", "DESCRIPTOR", "D_CALLS", "READY", "DONE", "FREED", "ENTER", "ROUND_BITS",
+    "CALLS_PER_SEQ", "STAGED", "FUSED", "REDUCE_SCATTER", "ALLGATHER", "REPLICATED", "OPCODES",
+    "COMPLETE", "WAITING", "MISMATCH", "TOO_LONG", "STREAM_BYTES", "T_ME", "T_P", "T_SLOTS",
+    "T_SLOT_BYTES", "T_SPIN", "T_PHASE", "T_TS", "T_TF", "T_TC", "T_T0", "T_TL", "T_CALL",
+    "T_STREAM", "T_KIND", "T_ORD", "T_BAD", "T_SLOT0", "T_DLAST", "T_IN", "T_OUT", "T_BASE",
+    "segment_bytes",
 ]
 
 #: Slots per rank and direction: a rank may stage round t while round t - SLOTS is the oldest
 #: one any rank may still be reading.
 SLOTS = 2
-CTRL_BYTES = 320
+CTRL_BYTES = 384
 #: Elements the fold kernel combines at a time (16 KiB of float64: stays in L1).
 FOLD_BLOCK = 2048
 #: Most ranks a team may have (the operand address lists live in the scratch area).
@@ -49,14 +53,20 @@ SCRATCH_OFFSET = 4096
 SCRATCH_BYTES = -(-(FOLD_BLOCK * 8 + (2 * MAX_TEAM + 1) * 8) // 4096) * 4096
 DATA_OFFSET = SCRATCH_OFFSET + SCRATCH_BYTES  # slots start on their own page
 
-# control words (int64 index into a rank's control block): the descriptor of the current call
+# control words (int64 index into a rank's control block). Two copies of the descriptor, words
+# [j * DESCRIPTOR, (j + 1) * DESCRIPTOR): a rank's calls use them in turn, so that it may
+# publish its next call's while a slower rank still reads this one's; copy j belongs to call
+# D_CALLS + j, and a reader takes the copy of its own call.
 X_REGION, X_OFFSET, OUT_REGION, OUT_OFFSET = 0, 1, 2, 3
-# the call's number, its bytes, and its kind: dtype.num | opcode << 8 | mode << 16 | m << 24
-D_CALL, D_BYTES, D_KIND = 4, 5, 6
-READY = 8    # last round whose input segments this rank has staged (or: all, at arrival)
-DONE = 16    # last round this rank has reduced (it has stopped reading inputs of that round)
-FREED = 24   # last round this rank has copied out (it has stopped reading output slots of it)
-ENTER = 32   # last call this rank entered (it reads nothing of any earlier call any more)
+# the call's bytes, its kind (dtype.num | opcode << 8 | mode << 16 | m << 24), and the slot of
+# its first round (round i uses slot (D_SLOT0 + i) mod SLOTS, in and out)
+D_BYTES, D_KIND, D_SLOT0 = 4, 5, 6
+DESCRIPTOR = 8
+READY = 16   # last round whose input segments this rank has staged (or: all, at arrival)
+DONE = 24    # last round this rank has reduced (it has stopped reading inputs of that round)
+FREED = 32   # last round this rank has copied out (it has stopped reading output slots of it)
+ENTER = 40   # last call this rank entered (it reads nothing of any earlier call any more)
+D_CALLS = 41  # D_CALLS + j: the call whose descriptor copy j holds
 
 #: A call has fewer than ``2**ROUND_BITS`` rounds; its round i is ``(call << ROUND_BITS) + i``.
 ROUND_BITS = 20
@@ -88,10 +98,14 @@ OPCODES = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 0}
 T_ME, T_P, T_SLOTS, T_SLOT_BYTES, T_SPIN, T_PHASE = 0, 1, 2, 3, 4, 5
 T_TS, T_TF, T_TC, T_T0, T_TL = 6, 7, 8, 9, 10
 T_CALL, T_STREAM, T_KIND = 11, 12, 13  # this call's number, streaming threshold, kind
-T_LAST = 14  # last round of the previous call this rank entered (0: none)
+T_ORD = 14   # calls this rank has entered (its descriptor copy: T_ORD mod 2)
 T_BAD = 15   # after MISMATCH: the rank whose descriptor differs
-T_BASE = 16  # T_BASE + q: address of rank q's segment in this process
-
+T_SLOT0 = 16  # rounds this rank has numbered slots for (this call's D_SLOT0)
+T_DLAST = 17  # T_DLAST + j: last round of the call that last used descriptor copy j (0: none)
+T_IN = 19    # T_IN + k: last round staged into input slot k
+T_OUT = T_IN + SLOTS  # T_OUT + k: last round written into output slot k
+T_BASE = 24  # T_BASE + q: address of rank q's segment in this process; T_BASE + p + q: the
+#             descriptor copy of rank q's current call (as found at the call's first read)
 
 
 def segment_bytes(requested: int, p: int) -> int:

@@ -13,13 +13,20 @@ i``. So a counter never needs resetting: whatever an earlier call left behind, f
 failed half-way on some ranks, is smaller than every round of this one, and a stale counter can
 never pass for this call's.
 
-**Entering a call.** A rank first writes the call's number into its ``ENTER`` word, then waits
-until every other rank has left its previous call (entered a later one, or read everything of
-it: ``DONE`` and ``FREED`` at its last round). Only then does it rewrite its descriptor and
-slots, which nobody reads any more. (The wait costs nothing in a run of successful calls: the
-ranks it waits for have finished.) The descriptor says where the input and output lie, and the
-call's number, byte count and kind (dtype, op, mode, blocks); it is published before the first
-``READY`` of the call.
+**Slots and descriptors are reused only once nobody reads them.** A rank first writes the
+call's number into its ``ENTER`` word. It numbers its slot uses privately: round ``i`` of the
+call uses slot ``(D_SLOT0 + i) mod SLOTS`` (in and out), ``D_SLOT0`` published in its
+descriptor, and it remembers, for each slot, the last round it put there. It stages into an
+input slot only when every other rank's ``DONE`` has reached that last round, or that rank has
+entered a later call than the round's (then it reads nothing of it any more, finished or
+failed); likewise an output slot with ``FREED``. The descriptor (where the input and output
+lie, and the call's number, byte count, kind and ``D_SLOT0``) has two copies used by turns, each
+marked with its call's number; a rank rewrites one only when every other rank has entered a
+later call than the one that last used it (two calls back), and readers take the copy marked
+with their own call. In a run of successful calls none of these waits ever waits (a rank
+finishes a call only once every rank has entered it), and consecutive calls still overlap:
+these tests guard the same hand-offs as contiguous round numbers did before failures were
+considered. The descriptor is published before the first ``READY`` of the call.
 
 **Mismatches.** A rank compares every other rank's descriptor with its own before it reads
 their data: at its first reduce (every rank's, after acquiring their ``READY``) and at its first
@@ -31,14 +38,14 @@ that rank's notice and raises its error instead.
 
 Per round, rank ``r`` does three things, each gated by the others' counters:
 
-- **stage** (input not in shared memory): copy its segment of every other block into input slot
-  ``t mod SLOTS``, then ``READY[r] = t``. The slot must first be free: ``DONE[q] >= t - SLOTS``
-  for every rank ``q`` (none reads round ``t - SLOTS`` any more).
+- **stage** (input not in shared memory): copy its segment of every other block into its input
+  slot of the round, then ``READY[r] = t``. The slot must first be free (above: within a call,
+  ``DONE[q] >= t - SLOTS`` for every rank ``q``: none reads round ``t - SLOTS`` any more).
 - **reduce** (``r < m``): once ``READY[q] >= t`` for every ``q``, combine segment ``t`` of block
   ``r`` from all ``p`` inputs in rank order, in one pass (``kernels.fold``), reading each input
   where it lies (its slot, or the rank's own shared buffer), and write the result to its own
-  output, straight into every output that lies in shared memory, and into output slot
-  ``t mod SLOTS`` if some rank needs to copy it (after ``FREED[q] >= t - SLOTS`` for all ``q``);
+  output, straight into every output that lies in shared memory, and into its output slot of
+  the round if some rank needs to copy it (once free: ``FREED[q]`` past the slot's last round);
   then ``DONE[r] = t``.
 - **copy out** (output not in shared memory): once ``DONE[b] >= t`` for all ``b``, copy every
   other block's segment of round ``t`` from the output slots, then ``FREED[r] = t``.
@@ -47,15 +54,14 @@ A step a rank does not take in a call (nothing to stage: its input is shared; no
 nothing to copy out) moves its counter to the call's last round at once, so that the invariants
 hold in every mode: ``READY[q] >= t``: q's input of round t is readable and q's descriptor is
 this call's; ``DONE[q] >= t``: q reads no input (and no descriptor) of rounds <= t any more;
-``FREED[q] >= t``: q reads no output slot of rounds <= t any more. The slot tests of a call's
-first ``SLOTS`` rounds refer to no earlier round: entering the call already waited for those.
-A rank returns when it has done its steps for the call's last round and every ``DONE`` has
-reached it, so no rank still reads its input or writes its output. (In the replicated mode for
-short vectors, where every rank reduces the whole vector for itself and no one writes another's
+``FREED[q] >= t``: q reads no output slot (and no descriptor) of rounds <= t any more. A rank
+returns when it has done its steps for the call's last round and every ``DONE`` has reached it,
+so no rank still reads its input or writes its output. (In the replicated mode for short
+vectors, where every rank reduces the whole vector for itself and no one writes another's
 output, a rank whose input was staged returns without that wait: its slots and descriptor are
-guarded by the entry of its next call.) That is the whole synchronisation: no barrier, and no
-MPI call per round. The ``reduce-scatter`` and ``allgather`` modes of ``hierarchical`` take the
-first and the last two steps only.
+guarded by the tests above when it reuses them.) That is the whole synchronisation: no barrier,
+and no MPI call per round. The ``reduce-scatter`` and ``allgather`` modes of ``hierarchical``
+take the first and the last two steps only.
 
 **Why it is correct under MPI's memory model.** The window is created with
 ``MPI_Win_allocate_shared``, whose memory model must be ``MPI_WIN_UNIFIED`` (checked: public and
@@ -94,7 +100,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from .._guard import active as _active_guard
+from .._guard import _LOCAL as _CALLS_NOW
 from . import layout as L
 
 __all__ = ["Team", "node_comm", "not_on_one_node", "OPCODES"]
@@ -119,6 +125,7 @@ NOTICE_GRACE = 1.0
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 _DTYPES = {np.dtype(c).num: np.dtype(c).name for c in np.typecodes["All"] if c not in "OMmV"}
 _OPS = {0: "sum", 1: "prod", 2: "min", 3: "max"}
+_COMPLETE, _FLOAT16 = L.COMPLETE, np.dtype(np.float16).num
 _MODES = {L.FUSED: "allreduce", L.REDUCE_SCATTER: "reduce-scatter", L.ALLGATHER: "allgather",
           L.REPLICATED: "allreduce"}
 _KERNELS: Any = None
@@ -192,17 +199,16 @@ class Team:
         self.win.Sync()
         comm.Barrier()
         self.win.Sync()
-        self.tab = np.zeros(L.T_BASE + p, np.int64)
+        self.tab = np.zeros(L.T_BASE + 2 * p, np.int64)
         spin = SPIN_DEDICATED if dedicated else SPIN_SHARED
         self.tab[[L.T_ME, L.T_P, L.T_SLOTS, L.T_SLOT_BYTES, L.T_SPIN]] = (me, p, L.SLOTS, slot,
                                                                           spin)
         self.tab[L.T_STREAM] = L.STREAM_BYTES
-        self.tab[L.T_BASE:] = [self.win.Shared_query(q)[0].address for q in range(p)]
+        self.tab[L.T_BASE:L.T_BASE + p] = [self.win.Shared_query(q)[0].address for q in range(p)]
         self._ranks = (None if buffers is None else
                        buffers.translate(comm))  # team rank -> rank in the buffers' node
         self._regions = np.zeros((0, 1 + p), np.int64)
         self._version = -1
-        self.call = 0  # number of this rank's last call (layout.T_CALL)
 
     def regions(self) -> np.ndarray:
         """The shared buffers this team can address: per row my size, then every rank's base."""
@@ -222,21 +228,20 @@ class Team:
         """
         engine = _kernels().engine
         tab = self.tab
-        guard = _active_guard()
-        call = self.call + 1  # agreed by every rank, also after a failed call (module docstring)
-        if guard is not None and guard.seq * L.CALLS_PER_SEQ > call:
-            call = guard.seq * L.CALLS_PER_SEQ
-        self.call = call
+        guard = _CALLS_NOW.guard  # _guard.active(), inline: the per-call path
+        # the engine numbers the call: after its last one, and from seq * CALLS_PER_SEQ inside
+        # public call number seq (agreed by every rank, also after a failure: module docstring)
+        seq = -1 if guard is None else guard.seq
         kind = out.dtype.num | (opcode << 8 | mode << 16 | m << 24)  # layout.D_KIND
-        if out.dtype == np.float16:  # Numba has no float16: uint16 words and a format token
+        if kind & 0xFF == _FLOAT16:  # Numba has no float16: uint16 words and a format token
             token = _kernels().FLOAT16
             x, out = x.view(np.uint16), out.view(np.uint16)
         else:
             token = out
         regions = self.regions()
         tab[L.T_PHASE] = 0  # a new call (the engine then keeps call and kind in the table)
-        status = engine(tab, regions, x, out, token, opcode, mode, m, call, kind)
-        if status == L.COMPLETE:
+        status = engine(tab, regions, x, out, token, opcode, mode, m, seq, kind)
+        if status == _COMPLETE:
             return
         since, cursor = time.perf_counter(), None  # waiting without progress since
         while status == L.WAITING:
@@ -249,7 +254,7 @@ class Team:
                 time.sleep(NAP)
                 if guard is not None:  # a rank that failed this call will never arrive: its
                     guard.poll()       # notice raises here (and a timeout, if one is set)
-            status = engine(tab, regions, x, out, token, opcode, mode, m, call, kind)
+            status = engine(tab, regions, x, out, token, opcode, mode, m, seq, kind)
         if status == L.MISMATCH:
             self._await_notice(guard)
             raise self._mismatch(guard)
@@ -262,18 +267,25 @@ class Team:
         """A rank already in a later call left this one without finishing it: it failed, and
         its notice (or the one that made it raise) is on its way; raise that error rather than
         the mismatch it caused (waiting at most ``NOTICE_GRACE`` seconds)."""
-        q = int(self.tab[L.T_BAD])
-        words = np.frombuffer(self.win.Shared_query(q)[0], np.int64, L.D_KIND + 1)
-        if guard is None or int(words[L.D_CALL]) <= self.call:
+        if guard is None or self._descriptor(int(self.tab[L.T_BAD]))[1] <= self.tab[L.T_CALL]:
             return
         end = time.monotonic() + NOTICE_GRACE
         while time.monotonic() < end:
             guard.poll()
             time.sleep(NAP)
 
+    def _descriptor(self, q: int) -> tuple[np.ndarray, int]:
+        """Rank q's descriptor of this rank's current call and that copy's call number (as
+        ``kernels._copy_of`` picks it: the copy of this call, else the newer one)."""
+        words = np.frombuffer(self.win.Shared_query(q)[0], np.int64, L.D_CALLS + 2)
+        calls = words[L.D_CALLS:L.D_CALLS + 2]
+        mine = np.flatnonzero(calls == self.tab[L.T_CALL])
+        copy = int(mine[0]) if mine.size else int(np.argmax(calls))
+        return words[copy * L.DESCRIPTOR:(copy + 1) * L.DESCRIPTOR].copy(), int(calls[copy])
+
     def _describe(self, q: int) -> tuple[int, str]:
         """(byte count, 'dtype op mode') of rank q's current call, from its descriptor."""
-        words = np.frombuffer(self.win.Shared_query(q)[0], np.int64, L.D_KIND + 1)
+        words = self._descriptor(q)[0]
         code = int(words[L.D_KIND])
         dtype = _DTYPES.get(code & 0xFF, f"dtype #{code & 0xFF}")
         op = _OPS.get(code >> 8 & 0xFF, "?")
