@@ -7,12 +7,11 @@ A team's window gives every rank one segment (``Allocate_shared``), laid out as
 - ``[0, CTRL_BYTES)``: the rank's control block of int64 words. The *descriptor*, words
   ``X_REGION`` ... ``D_SLOT0`` (two copies) and ``D_CALLS``, says where this call's input and
   output live and what the call is (its number, its byte count, and its dtype, op, mode and
-  block count packed in one word, which every other rank compares with its own); ``READY``, ``DONE`` and ``FREED`` are its three
-  round counters and ``ENTER`` the number of the last call it entered, each on its own 64-byte
-  cache line (``ENTER`` with the descriptors' call numbers, written together at a call's
-  entry), so that a rank polling one does not slow down the writer of another: a write to a
-  line that another core is polling costs a transfer of the line (measured: with ``ENTER`` and
-  ``D_CALLS`` beside ``READY`` a short call took 0.2 us longer).
+  block count packed in one word, which every other rank compares with its own). ``READY``,
+  ``DONE`` and ``FREED`` are its three round counters and ``ENTER`` the number of the last call
+  it entered, each on its own 64-byte cache line (``ENTER`` with the descriptors' call numbers,
+  written together at a call's entry), so that a rank polling one word does not slow the
+  writer of another.
 - ``[SCRATCH_OFFSET, DATA_OFFSET)``: scratch that only this rank touches (the L1 block in which
   the fold kernel combines, and the operand address lists).
 - ``[DATA_OFFSET, DATA_OFFSET + SLOTS * slot_bytes)``: the rank's input slots, where it stages
