@@ -52,7 +52,8 @@ from mpi4py import MPI
 
 from ._workspace import forget
 
-__all__ = ["CollectiveError", "Guard", "active", "native_call", "set_timeout", "NOTICE_TAG"]
+__all__ = ["CollectiveError", "CURRENT", "Guard", "active", "native_call", "set_timeout",
+           "NOTICE_TAG"]
 
 NOTICE_TAG = 0
 _NOTICE_BYTES = 1024
@@ -77,6 +78,8 @@ class _Local(threading.local):
 
 
 _LOCAL = _Local()
+#: The same, for hot paths that read ``CURRENT.guard`` rather than call :func:`active`.
+CURRENT = _LOCAL
 _GUARDS: "weakref.WeakSet[Guard]" = weakref.WeakSet()
 
 

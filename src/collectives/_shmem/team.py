@@ -100,7 +100,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from .._guard import _LOCAL as _CALLS_NOW
+from .._guard import CURRENT as _CALLS_NOW
 from . import layout as L
 
 __all__ = ["Team", "node_comm", "not_on_one_node", "OPCODES"]
