@@ -10,6 +10,9 @@ a shared machine hits them alike. Reported: the median over rounds of the time p
 - ``bare``: ``comm.Allreduce(x, y, op=MPI.SUM)`` of mpi4py on a duplicate of COMM_WORLD;
 - ``plan()``: a persistent plan (``collectives.allreduce_init``) called as ``plan()``;
 - ``allreduce``: the blocking ``collectives.allreduce(x, out=y)``;
+- ``allreduce(options=)``: the same with ``options=`` given, so that the call does not read the
+  ``COLLECTIVES_*`` environment variables (``Options.from_env``): ``allreduce`` minus this is
+  what reading them costs per call;
 - ``validate=True`` (``--validate``): ``allreduce`` with its cross-rank argument check;
 - ``unguarded`` (``--unguarded``): the same call's algorithm run outside the failure guard
   (``collectives._guard``: call numbering, notice-aware waits, exact receive sizes), i.e. what
@@ -50,10 +53,13 @@ def main(argv: list[str] | None = None) -> dict:
     x = np.ones(max(1, args.bytes // 4), dtype=np.float32)
     y = np.empty_like(x)
     plan = collectives.allreduce_init(x, out=y, algorithm=args.algorithm)
+    opts = collectives.Options.from_env()
     variants = {
         "bare": lambda: bare_comm.Allreduce(x, y, op=MPI.SUM),
         "plan()": plan,
         "allreduce": lambda: collectives.allreduce(x, out=y, algorithm=args.algorithm),
+        "allreduce(options=)":
+            lambda: collectives.allreduce(x, out=y, algorithm=args.algorithm, options=opts),
     }
     if args.validate:
         variants["validate=True"] = \
@@ -86,9 +92,9 @@ def main(argv: list[str] | None = None) -> dict:
     if comm.rank == 0:
         print(f"# per-call time at {x.nbytes} B, {comm.size} ranks, algorithm {args.algorithm}, "
               f"median of {args.rounds} rounds")
-        print(f"{'variant':<18}{'us/call':>10}{'/ bare':>10}")
+        print(f"{'variant':<22}{'us/call':>10}{'/ bare':>10}")
         for name, us in medians.items():
-            print(f"{name:<18}{us:>10.2f}{us / medians['bare']:>10.2f}")
+            print(f"{name:<22}{us:>10.2f}{us / medians['bare']:>10.2f}")
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump({"bytes": int(x.nbytes), "ranks": comm.size, "rounds": times,
