@@ -111,7 +111,13 @@ class Guard:
         # Call numbers start above any this process's guards used before, agreed by all ranks:
         # a communicator freed and made again may get the same MPI context id, and a message
         # left behind by a failed call on the old one must not match a call on the new one.
-        self.seq = comm.allreduce(_HIGH[0], op=MPI.MAX) - 1
+        # For the same reason the agreement is an MPI collective, which no point-to-point
+        # message can match (mpi4py's allreduce of a Python object sends point-to-point
+        # messages with tag 0, on a duplicate that may get a freed communicator's context id
+        # and take a notice left queued there: MPI_ERR_TRUNCATE).
+        high = np.array([_HIGH[0]], dtype=np.int64)
+        comm.Allreduce(MPI.IN_PLACE, high, op=MPI.MAX)
+        self.seq = int(high[0]) - 1
         self.first = self.seq + 1  # a notice numbered below: from an earlier incarnation
         self.tag = 0
         self.name = ""

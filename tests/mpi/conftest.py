@@ -39,7 +39,7 @@ def fresh_native():
 
     ctx = MPI.COMM_WORLD.Get_attr(_KEYVAL)
     retired = ctx is not None and ctx._guard is not None and ctx._guard.retired
-    if MPI.COMM_WORLD.allreduce(retired, op=MPI.LOR):
+    if any(MPI.COMM_WORLD.allgather(retired)):
         collectives.reset(MPI.COMM_WORLD)
 
 

@@ -284,7 +284,7 @@ def test_count_or_dtype_mismatch_raises_on_every_rank(case):
         except (ValueError, collectives.CollectiveError) as exc:
             error = exc
             assert "count or dtype differs across ranks" in str(error), (name, str(error))
-        assert comm.allreduce(error is not None, op=MPI.LOR), name
+        assert any(comm.allgather(error is not None)), name
     _still_works()
 
 
@@ -430,6 +430,35 @@ def test_notice_left_on_a_freed_communicator_never_reaches_its_successor():
             assert np.array_equal(y, ref), (trial, algorithm, y, ref)
         assert not context(fresh).guard.retired, "a stale notice retired native"
         fresh.Free()
+
+
+def test_a_notice_queued_on_a_freed_communicator_never_breaks_a_new_guard():
+    """A notice left queued on a freed communicator waits in MPI for whatever communicator gets
+    its context id next. A new guard agreed on its first call number with mpi4py's allreduce
+    of a Python int, which sends point-to-point messages with tag 0 on a duplicate of its own:
+    given that context id, it took the notice and failed (MPI_ERR_TRUNCATE, seen in a test run
+    of mpi_hierarchical.py after this file). The agreement is an MPI collective now."""
+    from collectives._context import context
+    from collectives._guard import _NOTICE_BYTES, NOTICE_TAG
+
+    world = MPI.COMM_WORLD
+    if world.size < 2:
+        pytest.skip("needs another rank")
+    for trial in range(3):
+        comm = world.Dup()
+        context(comm)  # its private communicator, made now; its guard comes with the first call
+        stale = world.Dup()  # freed with a notice-sized message to every rank but 1 queued
+        box = np.zeros(_NOTICE_BYTES, dtype=np.uint8)
+        reqs = [stale.Isend([box, MPI.BYTE], r, NOTICE_TAG)
+                for r in range(stale.size) if stale.rank == 1 and r != 1]
+        world.Barrier()
+        MPI.Request.Waitall(reqs)
+        world.Barrier()
+        stale.Free()
+        x = make_input(5, np.dtype(np.int64), "sum", comm.rank)
+        y = collectives.allreduce(x, comm=comm, algorithm="ring")  # the guard is made here
+        assert np.array_equal(y, reference_allreduce(x, "sum", comm)), trial
+        comm.Free()
 
 
 def test_abandoned_native_operation_never_writes_into_the_result(monkeypatch):

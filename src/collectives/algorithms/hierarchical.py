@@ -73,7 +73,7 @@ def node_ids(comm: MPI.Comm, node_size: int | None = None) -> list[int]:
     """For every rank of ``comm``, the lowest rank of its node (collective; the same list on
     every rank)."""
     node = node_comm(comm, node_size)
-    lowest = node.allreduce(comm.rank, op=MPI.MIN)
+    lowest = node.bcast(comm.rank, root=0)  # node_comm keeps comm's order: root is the lowest
     node.Free()
     return comm.allgather(lowest)
 
@@ -90,7 +90,7 @@ def layout(comm: MPI.Comm, node_size: int | None, ctx: Context | None = None,
     """Build the node, position-holder and cross-node communicators (collective), and the
     node's shared-memory team when ``ctx`` (whose shared arrays it may use in place) is given."""
     node = node_comm(comm, node_size)
-    m = comm.allreduce(node.size, op=MPI.MIN)
+    m = min(comm.allgather(node.size))  # collectives, never point-to-point (_guard.Guard)
     local = node.rank
     holders = node.Split(0 if local < m else MPI.UNDEFINED, local)
     cross = comm.Split(local if local < m else MPI.UNDEFINED, comm.rank)
