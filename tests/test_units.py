@@ -1,5 +1,7 @@
 """Serial tests of the pieces the algorithms are built from (no mpiexec needed)."""
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
@@ -13,7 +15,7 @@ from collectives.algorithms.pof2 import doubling, fold, halving, pof2_of, real_r
 from collectives.algorithms.auto import choose
 from collectives.blocks.binomial import tree
 from collectives.ops import get_op
-from collectives.options import ENV, Options
+from collectives.options import ENV, Options, _raw_values
 
 
 @given(st.integers(0, 10_000), st.integers(1, 64))
@@ -157,6 +159,26 @@ def test_options_from_environment(monkeypatch):
     monkeypatch.setenv(ENV["segment_bytes"], "lots")
     with pytest.raises(ValueError, match="not an integer"):
         Options.from_env()
+
+
+def test_options_see_every_change_of_the_environment(monkeypatch):
+    """Options.from_env reads the variables at every call (the C environment on POSIX): each way
+    of changing os.environ shows at the next call, and what it reads is what os.environb holds."""
+    name = ENV["segment_bytes"]
+    monkeypatch.setenv(name, "64")  # register the variable for restoring
+    changes = [
+        (lambda: os.environ.__setitem__(name, "65"), 65),
+        (lambda: os.environb.__setitem__(os.fsencode(name), b"66"), 66),
+        (lambda: os.environ.update({name: "67"}), 67),
+        (lambda: os.environ.pop(name), Options.segment_bytes),
+        (lambda: os.environ.setdefault(name, "68"), 68),
+        (lambda: os.environ.__delitem__(name), Options.segment_bytes),
+        (lambda: os.environ.__setitem__(name, ""), Options.segment_bytes),
+    ]
+    for change, expected in changes:
+        change()
+        assert Options.from_env().segment_bytes == expected
+        assert _raw_values() == tuple(map(os.environb.get, map(os.fsencode, ENV.values())))
 
 
 @pytest.mark.parametrize("algorithm", list(ALGORITHMS))

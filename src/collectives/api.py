@@ -152,17 +152,20 @@ class _Repeats:
         entry = self.entries.get((id(x), id(out), op, algorithm, id(comm)))
         if entry is None:
             return False
-        xref, outref, shape, xstrides, ostrides, dtype, opts, the_comm, ctx, the_op, fn, \
-            native, inplace = entry
+        xref, outref, shape, xstrides, ostrides, dtype, opts, the_comm, ctx, run, the_op, fn, \
+            native, inplace, vector = entry
         if (xref() is not x or outref() is not out
                 or (Options.from_env() if options is None else options) is not opts
                 or x.shape != shape or out.shape != shape or x.dtype is not dtype
                 or out.dtype is not dtype or x.strides != xstrides or out.strides != ostrides
                 or not out.flags.writeable or the_comm == MPI.COMM_NULL):
             return False
-        src = flat(x)
-        ctx.guard.run("allreduce", run_resolved, src, src if inplace else flat(out), the_op,
-                      fn, native, ctx, opts)
+        if vector:  # 1-D of a built-in dtype: flat() would return the arrays themselves
+            run("allreduce", run_resolved, x, out, the_op, fn, native, ctx, opts)
+        else:
+            src = flat(x)
+            run("allreduce", run_resolved, src, src if inplace else flat(out), the_op, fn, native,
+                ctx, opts)
         return True
 
     def remember(self, call: AllreduceCall, x: Any, out: Any, op: str, algorithm: str,
@@ -179,8 +182,9 @@ class _Repeats:
                 pass
         entries[(id(x), id(out), op, algorithm, id(comm_arg))] = (
             weakref.ref(x), weakref.ref(out), x.shape, x.strides, out.strides, x.dtype,
-            call.opts if options is None else options, comm, ctx, call.op, fn, native,
-            call.dst is call.src)
+            call.opts if options is None else options, comm, ctx, ctx.guard.run, call.op, fn,
+            native, call.dst is call.src,
+            x.ndim == 1 and x.dtype.isbuiltin == 1 and call.src is x and call.dst is out)
 
 
 _REPEATS = _Repeats()

@@ -116,9 +116,8 @@ class Options:
         """Defaults, overridden by the ``COLLECTIVES_*`` environment variables in :data:`ENV`.
 
         Every call without ``options=`` lands here, so the result is cached by the variables'
-        raw values: a call costs four public environment lookups (2.0 us here, where the private
-        ``os.environ._data`` took 0.3 us and a whole allreduce on COMM_SELF 4.8 us;
-        bench/options_env.py), and changing a variable still works.
+        raw values, read at every call: changing a variable (``os.environ``, ``monkeypatch``)
+        takes effect at the next call. What one read costs: bench/options_env.py.
         """
         raw = _raw_values()
         last = _LAST
@@ -129,13 +128,33 @@ class Options:
         return options
 
 
-# Through the public API only. Where the platform has it (POSIX), ``os.environb`` is the cheaper
-# view: it skips encoding each key and decoding each value (1.2-1.3x faster than os.environ
-# here; bench/options_env.py). Both read the same environment, so os.environ changes
-# (monkeypatch.setenv) show at once.
+def _c_getenv():
+    """The C library's ``getenv`` (bytes without NUL in, bytes or None out), called with the GIL
+    held, or None where there is none to call (not POSIX).
+
+    Through public APIs only. On POSIX every change to ``os.environ``/``os.environb`` is made in
+    the C environment too (``putenv``/``unsetenv``, which ``monkeypatch.setenv`` goes through),
+    so C ``getenv`` reads what those mappings hold (and what the MPI library reads its own
+    variables from). It is the cheap read: about 0.1 us a variable against 0.45 us for an unset
+    one through ``os.environb.get``, which raises and catches ``KeyError`` twice; the seven
+    variables are read at every call (bench/options_env.py). Holding the GIL (``PyDLL``) keeps
+    the read from racing a Python thread's ``putenv``, which holds it too.
+    """
+    if os.name != "posix":  # pragma: no cover - Windows
+        return None
+    try:
+        import ctypes  # NumPy imports it already
+
+        getenv = ctypes.PyDLL(None).getenv
+    except (OSError, AttributeError):  # pragma: no cover - a libc without getenv
+        return None
+    getenv.restype = ctypes.c_char_p  # no argtypes: bytes pass as char * unconverted (cheaper)
+    return getenv
+
+
 if os.supports_bytes_environ:
     _KEYS: tuple = tuple(os.fsencode(name) for name in ENV.values())
-    _GET = os.environb.get
+    _GET = _c_getenv() or os.environb.get
 else:  # pragma: no cover - Windows
     _KEYS = tuple(ENV.values())
     _GET = os.environ.get

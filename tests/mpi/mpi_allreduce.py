@@ -117,8 +117,16 @@ def test_repeated_calls_reuse_checks_safely(monkeypatch):
         assert_close(y, x, "sum", comm, f"repeat {algorithm}")
         fresh = collectives.allreduce(x.copy(), comm=comm, algorithm=algorithm)  # not a repeat
         assert np.array_equal(fresh.view(np.uint8), once.view(np.uint8)), algorithm
+    z = np.full(5, comm.rank + 1, dtype=np.int64)  # in place, repeated: each call sums again
+    for k in range(3):
+        assert collectives.allreduce(z, out=z, comm=comm) is z
+        assert np.array_equal(z, np.full(5, p * (p + 1) // 2 * p ** k)), k
     x.shape = y.shape = (7, 143)  # reshaped in place: checked again, right shape out
     assert collectives.allreduce(x, out=y, comm=comm).shape == (7, 143)
+    for _ in range(2):  # repeats of a 2-D call: through flat views
+        y[...] = 0
+        assert collectives.allreduce(x, out=y, comm=comm) is y
+        assert_close(y, x, "sum", comm, "2-D repeat")
     x.shape = (1001,)
     with pytest.raises(ValueError, match="shape"):
         collectives.allreduce(x, out=y, comm=comm)
