@@ -299,3 +299,19 @@ def test_hierarchical_phases_runs_and_checks_its_sums(tmp_path):
         (b, r) for b in (4, 4096) for r in range(4)]
     assert all(r[k] >= 0 for r in data["records"] for k in
                ("intra reduce-scatter", "across nodes", "intra allgather"))
+
+
+def test_shm_vs_native_runs_and_prints_one_table(tmp_path):
+    """bench/shm_vs_native.py end to end at 2 ranks on two sizes, one of them long enough for
+    cross-memory attach: every column measured, the results checked, one table."""
+    out = tmp_path / "shm.json"
+    cmd = [sys.executable, str(ROOT / "bench/shm_vs_native.py"), "--ranks", "2",
+           "--sizes", "8,1M", "--json", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (result,) = json.loads(out.read_text())
+    assert result["p"] == 2 and [r["bytes"] for r in result["rows"]] == [8, 1 << 20]
+    assert all(r[k] > 0 for r in result["rows"] for k in
+               ("native", "shm", "shm_slots", "shm_empty", "memcpy"))
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| mpich | 2 |")]
+    assert len(rows) == 2 and rows[1].count("|") == 13

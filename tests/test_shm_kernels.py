@@ -80,3 +80,38 @@ def test_signed_zero_and_nan_choices():
         ref = UFUNCS[op](a, b)
         assert np.array_equal(np.signbit(out), np.signbit(ref)) and \
             np.array_equal(np.isnan(out), np.isnan(ref)), op
+
+
+def _cma_table(pid):
+    """A one-rank table with what ``kernels._cma_read`` needs (process id ``pid``)."""
+    from collectives._shmem.team import _cma_functions
+
+    functions = _cma_functions()
+    if functions is None:
+        pytest.skip("no process_vm_readv here")
+    tab = np.zeros(layout.T_BASE + 3, np.int64)
+    bounce = np.zeros(64, np.int64)
+    tab[layout.T_P], tab[layout.T_BOUNCE] = 1, bounce.ctypes.data + 64
+    tab[layout.T_READV], tab[layout.T_ERRNO] = functions
+    tab[layout.T_BASE + 2] = pid
+    return tab, bounce
+
+
+def test_cross_memory_read_copies_and_reports_failure():
+    """``_cma_read`` copies from a process's memory (here this one's), and reports the errno
+    when the kernel refuses: a process that is gone (ESRCH), an address not mapped (EFAULT)."""
+    import errno
+    import os
+
+    k = _kernels()
+    src, dst = np.arange(1000, dtype=np.float64), np.zeros(1000)
+    tab, _ = _cma_table(os.getpid())
+    if not k._cma_read(tab, 0, dst.ctypes.data, src.ctypes.data, src.nbytes):
+        pytest.skip(f"process_vm_readv is not permitted here ({os.strerror(tab[layout.T_ERR])})")
+    assert np.array_equal(dst, src)
+    assert not k._cma_read(tab, 0, dst.ctypes.data, 8, 64)  # page 0 is never mapped
+    assert (tab[layout.T_BAD], tab[layout.T_ERR]) == (0, errno.EFAULT)
+    gone = 1 << 22  # above any pid_max: no such process
+    tab, _ = _cma_table(gone)
+    assert not k._cma_read(tab, 0, dst.ctypes.data, src.ctypes.data, src.nbytes)
+    assert tab[layout.T_ERR] == errno.ESRCH

@@ -6,6 +6,8 @@ and output buffers (in place, mixed with NumPy ones, different on each rank), th
 communicator spanning two emulated nodes, and thousands of calls without growth.
 """
 
+import os
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -13,10 +15,12 @@ from mpi4py import MPI
 import collectives
 from collectives._context import context
 from collectives._shmem import layout
+from collectives._shmem import team as shm_team
 from collectives.algorithms import shm
 from reference import OPS, assert_close, assert_identical_everywhere, make_input
 
 TINY = collectives.Options(shm_segment_bytes=1)  # slots of 64 bytes: a few elements per round
+SMALL = collectives.Options(shm_segment_bytes=256)
 MODES = {"replicated": 1 << 40, "blocks": -1}  # shm.REPLICATE_BYTES forcing each mode
 
 
@@ -32,13 +36,35 @@ def _check(y, before, op, comm, what):
     assert_identical_everywhere(y, comm, what)
 
 
-def test_sweep_in_blocks_mode(monkeypatch, comm):
+#: How private (NumPy) buffers travel: "slots" stages them through the window's slots; "cma"
+#: has the other ranks read them by cross-memory attach (``process_vm_readv``), here from the
+#: first byte on (by default only from ``team.CMA_DEDICATED`` or ``CMA_SHARED`` bytes).
+TRANSFERS = {"slots": np.iinfo(np.int64).max, "cma": 0}
+
+
+@pytest.fixture(params=list(TRANSFERS))
+def transfer(request, comm):
+    """Every test body with private buffers staged through the slots and read by cross-memory
+    attach, at every size; restores the teams' thresholds afterwards."""
+    teams = [shm.team(context(comm), opts) for opts in (collectives.Options(), TINY, SMALL)]
+    if request.param == "cma" and not all(t.cma for t in teams):
+        pytest.skip("process_vm_readv is not permitted here (ptrace rules or seccomp)")
+    saved = [int(t.tab[layout.T_CMA]) for t in teams]
+    for t in teams:
+        t.tab[layout.T_CMA] = TRANSFERS[request.param]
+    yield request.param
+    for t, value in zip(teams, saved):
+        t.tab[layout.T_CMA] = value
+
+
+
+def test_sweep_in_blocks_mode(monkeypatch, transfer, comm):
     """The generic sweep of mpi_allreduce.py (every count, dtype, op, in place), whose short
     vectors take the replicated mode there, in the block-per-rank mode."""
     from mpi_allreduce import _sweep
 
     monkeypatch.setattr(shm, "REPLICATE_BYTES", MODES["blocks"])
-    assert _sweep("shm", comm, collectives.Options(shm_segment_bytes=256), ((lambda a: a),) * 2)
+    assert _sweep("shm", comm, SMALL, ((lambda a: a),) * 2)
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -51,6 +77,77 @@ def test_many_rounds(op, mode, comm):
             x = make_input(count, dtype, op, comm.rank)
             y = collectives.allreduce(x, op=op, algorithm="shm", comm=comm, options=TINY)
             _check(y, x, op, comm, f"{op} {dtype} n={count}")
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_cross_memory_attach_many_rounds(op, monkeypatch, comm):
+    """Private buffers read by cross-memory attach over tens to hundreds of rounds, in place
+    and not: each rank publishes its buffers' addresses (region CMA) and nothing is staged."""
+    monkeypatch.setattr(shm, "REPLICATE_BYTES", MODES["blocks"])
+    team = shm.team(context(comm), TINY)
+    if not team.cma:
+        pytest.skip("process_vm_readv is not permitted here (ptrace rules or seccomp)")
+    saved, team.tab[layout.T_CMA] = int(team.tab[layout.T_CMA]), 0
+    try:
+        for dtype in (np.dtype(np.float16), np.dtype(np.float64), np.dtype(np.int8)):
+            if op == "avg" and dtype.kind != "f":
+                continue
+            for count in (comm.size + 1, 4 * comm.size + 3, 1001):
+                x = make_input(count, dtype, op, comm.rank)
+                for out in (None, x.copy()):  # a new array, then in place
+                    y = collectives.allreduce(out if out is not None else x, out=out, op=op,
+                                              algorithm="shm", comm=comm, options=TINY)
+                    result = y.copy()
+                    if comm.size > 1:
+                        xreg, xoff, oreg, ooff = _descriptor(comm, TINY)
+                        assert (xreg, oreg) == (layout.CMA, layout.CMA), "not read in place"
+                        assert ooff == y.ctypes.data
+                    # at once, as a caller may: no other rank reads this rank's buffers now
+                    y.view(np.uint8)[:] = 0x55
+                    _check(result, x, op, comm, f"{op} {dtype} n={count} in place={out is not None}")
+    finally:
+        team.tab[layout.T_CMA] = saved
+
+
+def test_cross_memory_attach_from_a_threshold(comm):
+    """From the team's threshold on (``team.CMA_DEDICATED`` bytes, or ``CMA_SHARED`` when its
+    ranks share cores), private buffers go by cross-memory attach where the team can; below,
+    and with ``COLLECTIVES_SHM_CMA=0`` (read when a team is made), through the slots."""
+    team = shm.team(context(comm), collectives.Options())
+    if team.cma:
+        dedicated = comm.size <= (os.cpu_count() or 1)
+        assert team.tab[layout.T_CMA] == (shm_team.CMA_DEDICATED if dedicated else
+                                          shm_team.CMA_SHARED)
+    threshold = 200_000  # above shm.REPLICATE_BYTES: the short vector is cut into blocks too
+    count = threshold // 4 + 3
+    x = make_input(count, np.dtype(np.float32), "sum", comm.rank)
+    saved = int(team.tab[layout.T_CMA])
+    if team.cma:
+        team.tab[layout.T_CMA] = threshold
+    try:
+        y = collectives.allreduce(x, algorithm="shm", comm=comm)
+        _check(y, x, "sum", comm, "long vector")
+        if comm.size > 1:
+            assert _descriptor(comm)[0] == (layout.CMA if team.cma else layout.STAGED)
+        short = collectives.allreduce(x[:count // 2], algorithm="shm", comm=comm)
+        _check(short, x[:count // 2], "sum", comm, "below the threshold")
+        if comm.size > 1:
+            assert _descriptor(comm)[0] == layout.STAGED
+    finally:
+        team.tab[layout.T_CMA] = saved
+    other = comm.Dup()
+    try:
+        os.environ["COLLECTIVES_SHM_CMA"] = "0"
+        try:
+            assert not shm.team(context(other), collectives.Options()).cma
+        finally:
+            del os.environ["COLLECTIVES_SHM_CMA"]
+        y = collectives.allreduce(x, algorithm="shm", comm=other)
+        _check(y, x, "sum", other, "COLLECTIVES_SHM_CMA=0")
+        if comm.size > 1:
+            assert _descriptor(other)[0] == layout.STAGED
+    finally:
+        other.Free()
 
 
 def test_streaming_copy_out(monkeypatch, comm):
@@ -99,7 +196,7 @@ def test_shared_buffers_in_place_and_not(dtype, mode, comm):
     _check(x, before, "max", comm, "shared, in place")
 
 
-def test_mixed_buffers(mode, comm):
+def test_mixed_buffers(mode, transfer, comm):
     """Each rank picks NumPy or shared memory for input and output on its own."""
     count = 777
     for case in range(4):
@@ -117,6 +214,10 @@ def test_mixed_buffers(mode, comm):
             if comm.size > 1:
                 xreg, _, oreg, _ = _descriptor(comm, options)
                 assert (xreg >= 0, oreg >= 0) == (x_shared, out_shared), what
+                by_cma = transfer == "cma" and mode == "blocks"
+                private = layout.CMA if by_cma else layout.STAGED
+                assert x_shared or xreg == private, what
+                assert out_shared or oreg == private, what
 
 
 def test_empty_and_zeros_are_arrays_in_shared_memory():

@@ -117,6 +117,40 @@ def _fence(typingctx):
 
 
 @intrinsic
+def _readv(typingctx, fn, pid, local, remote):
+    """``process_vm_readv(pid, local, 1, remote, 1, 0)`` through the C function at address
+    ``fn`` (passed in, not a constant, so that the kernels stay cacheable); ``local`` and
+    ``remote`` are addresses of one ``struct iovec`` each. Returns its result."""
+    if not all(isinstance(a, types.Integer) for a in (fn, pid, local, remote)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i64, i32, ptr = ir.IntType(64), ir.IntType(32), ir.IntType(8).as_pointer()
+        fnty = ir.FunctionType(i64, [i32, ptr, i64, ptr, i64, i64])
+        func = builder.inttoptr(args[0], fnty.as_pointer())
+        pid = builder.trunc(context.cast(builder, args[1], signature.args[1], types.int64), i32)
+        one, zero = ir.Constant(i64, 1), ir.Constant(i64, 0)
+        return builder.call(func, [pid, builder.inttoptr(args[2], ptr), one,
+                                   builder.inttoptr(args[3], ptr), one, zero])
+
+    return types.int64(fn, pid, local, remote), codegen
+
+
+@intrinsic
+def _errno(typingctx, fn):
+    """The calling thread's ``errno``, through ``__errno_location`` at address ``fn``."""
+    if not isinstance(fn, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.IntType(32).as_pointer(), [])
+        func = builder.inttoptr(args[0], fnty.as_pointer())
+        return builder.sext(builder.load(builder.call(func, [])), ir.IntType(64))
+
+    return types.int64(fn), codegen
+
+
+@intrinsic
 def _half_to_float(typingctx, bits):
     if bits != types.uint16:
         return None
@@ -237,6 +271,25 @@ def _copy_streaming(dst, src, nbytes):  # pragma: no cover - compiled
 
 
 @njit(**NJIT)
+def _cma_read(tab, q, dst, src, nbytes):  # pragma: no cover - compiled
+    """Copy ``nbytes`` at address ``src`` of rank q's process to ``dst`` of this one
+    (``process_vm_readv``, in as many calls as it takes). False if the kernel refused (the
+    errno in ``T_ERR``, q in ``T_BAD``): q has exited, or its memory is gone."""
+    iov = carray(_pointer(tab[L.T_BOUNCE] - 32, _WORDS), 4)  # local, remote: base, length
+    pid = tab[L.T_BASE + 2 * tab[L.T_P] + q]
+    done = 0
+    while done < nbytes:
+        iov[0], iov[1] = dst + done, nbytes - done
+        iov[2], iov[3] = src + done, nbytes - done
+        got = _readv(tab[L.T_READV], pid, tab[L.T_BOUNCE] - 32, tab[L.T_BOUNCE] - 16)
+        if got <= 0:
+            tab[L.T_BAD], tab[L.T_ERR] = q, _errno(tab[L.T_ERRNO]) if got < 0 else 0
+            return False
+        done += got
+    return True
+
+
+@njit(**NJIT)
 def _word(tab, q, word):  # pragma: no cover - compiled
     """Address of control word ``word`` of rank ``q``."""
     return tab[L.T_BASE + q] + word * 8
@@ -310,6 +363,13 @@ def _entered_after(tab, me, p, last):  # pragma: no cover - compiled
 
 
 @njit(**NJIT)
+def _by_cma(tab, mode, nbytes):  # pragma: no cover - compiled
+    """Whether this call moves private buffers by cross-memory attach (the same answer on every
+    rank making the same call: the team agreed on ``T_CMA``, and mode and bytes are compared)."""
+    return mode == L.FUSED and nbytes >= tab[L.T_CMA]
+
+
+@njit(**NJIT)
 def _start(tab, regions, xaddr, oaddr, nbytes, mode, m, rounds):  # pragma: no cover - compiled
     """Publish this rank's descriptor (in the copy no other rank reads any more), set the cursor,
     and move the counters of the steps this rank does not take in this call straight to the
@@ -319,6 +379,11 @@ def _start(tab, regions, xaddr, oaddr, nbytes, mode, m, rounds):  # pragma: no c
     tl = t0 + rounds - 1
     xreg, xoff = _find(tab, regions, xaddr, nbytes)
     oreg, ooff = _find(tab, regions, oaddr, nbytes)
+    if _by_cma(tab, mode, nbytes):  # the others read my private buffers themselves
+        if xreg == L.STAGED:
+            xreg, xoff = L.CMA, xaddr
+        if oreg == L.STAGED:
+            oreg, ooff = L.CMA, oaddr
     ctrl = tab[L.T_BASE + me]
     copy = tab[L.T_ORD] % 2
     words = carray(_pointer(ctrl + copy * L.DESCRIPTOR * 8, _WORDS), L.DESCRIPTOR)
@@ -343,7 +408,7 @@ def _start(tab, regions, xaddr, oaddr, nbytes, mode, m, rounds):  # pragma: no c
         store_release(ctrl + L.READY * 8, tl)  # release: the descriptor is visible first
     else:
         tab[L.T_TS] = t0
-    if mode == L.REDUCE_SCATTER or mode == L.REPLICATED or oreg != L.STAGED:
+    if mode == L.REDUCE_SCATTER or mode == L.REPLICATED or oreg >= 0:
         tab[L.T_TC] = tl + 1  # nothing to copy out
         store_release(ctrl + L.FREED * 8, tl)
     else:
@@ -399,7 +464,7 @@ def _shared(tab, regions, q, word):  # pragma: no cover - compiled
     or 0 when it is staged. Reads q's descriptor: only after acquiring q's READY of this call."""
     words = _descriptor(tab, q)
     region = words[word]
-    if region == L.STAGED:
+    if region < 0:  # STAGED or CMA: not in a shared buffer
         return 0
     return regions[region, 1 + q] + words[word + 1]
 
@@ -437,7 +502,9 @@ def engine(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: no c
     Counter invariants, for every rank q and round t (any mode): ``READY[q] >= t`` means q's
     input of round t can be read and q's descriptor of this call is published; ``DONE[q] >= t``
     means q reads no input of rounds <= t any more (and wrote its results of them); ``FREED[q]
-    >= t`` means q reads no output slot of rounds <= t any more.
+    >= t`` means q reads no output slot (by cross-memory attach: no other rank's output) of
+    rounds <= t any more. Returns CMA_FAILED when a read by cross-memory attach fails
+    (``tab[T_BAD]``, ``tab[T_ERR]``).
     """
     me, p, nslots = tab[L.T_ME], tab[L.T_P], tab[L.T_SLOTS]
     n = out.size
@@ -449,6 +516,7 @@ def engine(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: no c
     seg = _segment_elements(tab[L.T_SLOT_BYTES], m, isz)
     xaddr, oaddr = x.ctypes.data, out.ctypes.data
     mine = tab[L.T_BASE + me]
+    cma = _by_cma(tab, mode, nbytes)
     idle = 0
     if tab[L.T_PHASE] == 0:  # enter: from now on, nothing of an earlier call is read by me
         longest = -(-n // m)  # elements of the longest block
@@ -493,13 +561,23 @@ def engine(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: no c
                 srcs[0] = xaddr + at
                 if mode != L.ALLGATHER:
                     nsrc = 0
+                    bounce = tab[L.T_BOUNCE]  # where remote private inputs land, one by one
                     for q in range(p):
                         if q == me:
                             srcs[nsrc] = xaddr + at
                         else:
                             base = _shared(tab, regions, q, L.X_REGION)
-                            srcs[nsrc] = (base + at if base else
-                                          _slot(tab, q, tf - t0, 0) + block * seg * isz)
+                            if base:
+                                srcs[nsrc] = base + at
+                            elif _descriptor(tab, q)[L.X_REGION] == L.CMA:
+                                if not _cma_read(tab, q, bounce,
+                                                 _descriptor(tab, q)[L.X_OFFSET] + at,
+                                                 (hi - lo) * isz):
+                                    return L.CMA_FAILED
+                                srcs[nsrc] = bounce
+                                bounce += seg * isz
+                            else:
+                                srcs[nsrc] = _slot(tab, q, tf - t0, 0) + block * seg * isz
                         nsrc += 1
                 ndst = 0
                 if oaddr != xaddr or mode != L.ALLGATHER:
@@ -541,11 +619,21 @@ def engine(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: no c
             for b in range(m):
                 if b != me:
                     lo, hi = _span(n, m, b, tc - t0, seg)
+                    at = lo * isz
+                    if not cma:  # the reducer's output slot
+                        src = _slot(tab, b, tc - t0, 1)
+                    elif _descriptor(tab, b)[L.OUT_REGION] == L.CMA:  # its private result
+                        if not _cma_read(tab, b, oaddr + at,
+                                         _descriptor(tab, b)[L.OUT_OFFSET] + at,
+                                         (hi - lo) * isz):
+                            return L.CMA_FAILED
+                        continue
+                    else:  # its result in a shared buffer
+                        src = _shared(tab, regions, b, L.OUT_REGION) + at
                     if streaming:
-                        _copy_streaming(oaddr + lo * isz, _slot(tab, b, tc - t0, 1),
-                                        (hi - lo) * isz)
+                        _copy_streaming(oaddr + at, src, (hi - lo) * isz)
                     else:
-                        _copy(oaddr + lo * isz, _slot(tab, b, tc - t0, 1), (hi - lo) * isz)
+                        _copy(oaddr + at, src, (hi - lo) * isz)
             store_release(mine + L.FREED * 8, tc)
             tc += 1
             moved = True
@@ -553,9 +641,11 @@ def engine(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: no c
             if streaming:
                 _fence()
             # others may still read my input in place, or write my output: wait for them,
-            # unless every rank reduces for itself from my staged copies (REPLICATED)
+            # unless every rank reduces for itself from my staged copies (REPLICATED); by
+            # cross-memory attach they also read my result from my output until their FREED
             if (replicated and _shared(tab, regions, me, L.X_REGION) == 0) or \
-                    _all_reached(tab, L.DONE, tl, p, me):
+                    (_all_reached(tab, L.DONE, tl, p, me) and
+                     (not cma or _all_reached(tab, L.FREED, tl, p, me))):
                 tab[L.T_PHASE] = 0
                 return L.COMPLETE
         if moved:

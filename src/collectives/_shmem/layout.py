@@ -20,8 +20,9 @@ A team's window gives every rank one segment (``Allocate_shared``), laid out as
 
 Each process also keeps a private int64 array, the *table* (``T_*`` indices), holding its rank,
 the team size, the slot geometry, the call's number and kind, the last round that used each of
-its slots and descriptor copies, and every rank's segment address as mapped in this process,
-plus the cursor that lets a call that had to wait resume where it stopped.
+its slots and descriptor copies, every rank's segment address as mapped in this process and
+process id, what cross-memory attach needs (threshold, C functions, bounce buffer), plus the
+cursor that lets a call that had to wait resume where it stopped.
 
 Rounds are numbered ``(call << ROUND_BITS) + i`` for the ``i``-th round of a call: every counter
 a call leaves behind, finished or failed, is smaller than every round of any later call.
@@ -34,9 +35,11 @@ __all__ = [
     "DATA_OFFSET", "X_REGION", "X_OFFSET", "OUT_REGION", "OUT_OFFSET", "D_BYTES",
     "D_KIND", "D_SLOT0", "DESCRIPTOR", "D_CALLS", "READY", "DONE", "FREED", "ENTER", "ROUND_BITS",
     "CALLS_PER_SEQ", "STAGED", "FUSED", "REDUCE_SCATTER", "ALLGATHER", "REPLICATED", "OPCODES",
-    "COMPLETE", "WAITING", "MISMATCH", "TOO_LONG", "STREAM_BYTES", "T_ME", "T_P", "T_SLOTS",
+    "COMPLETE", "WAITING", "MISMATCH", "TOO_LONG", "CMA_FAILED", "STREAM_BYTES", "CMA",
+    "T_ME", "T_P", "T_SLOTS",
     "T_SLOT_BYTES", "T_SPIN", "T_PHASE", "T_TS", "T_TF", "T_TC", "T_T0", "T_TL", "T_CALL",
-    "T_STREAM", "T_KIND", "T_ORD", "T_BAD", "T_SLOT0", "T_DLAST", "T_IN", "T_OUT", "T_BASE",
+    "T_STREAM", "T_KIND", "T_ORD", "T_BAD", "T_SLOT0", "T_DLAST", "T_IN", "T_OUT", "T_CMA",
+    "T_READV", "T_ERRNO", "T_BOUNCE", "T_ERR", "T_BASE",
     "segment_bytes",
 ]
 
@@ -75,7 +78,7 @@ ROUND_BITS = 20
 CALLS_PER_SEQ = 64
 
 # what one engine call returns
-COMPLETE, WAITING, MISMATCH, TOO_LONG = 1, 0, -1, -2
+COMPLETE, WAITING, MISMATCH, TOO_LONG, CMA_FAILED = 1, 0, -1, -2, -3
 
 #: From this many bytes (default of the table's ``T_STREAM``), results are copied out with
 #: non-temporal stores.
@@ -83,6 +86,9 @@ STREAM_BYTES = 8 << 20
 
 #: Region index meaning "not in a shared buffer: staged through the slots".
 STAGED = -1
+#: Region index meaning "not in a shared buffer: the other ranks read it from this rank's
+#: memory with ``process_vm_readv`` (cross-memory attach); the offset word holds its address".
+CMA = -2
 
 # modes of one engine call
 FUSED = 0           # allreduce: reduce my block from every input, every rank copies every block
@@ -103,8 +109,13 @@ T_SLOT0 = 16  # rounds this rank has numbered slots for (this call's D_SLOT0)
 T_DLAST = 17  # T_DLAST + j: last round of the call that last used descriptor copy j (0: none)
 T_IN = 19    # T_IN + k: last round staged into input slot k
 T_OUT = T_IN + SLOTS  # T_OUT + k: last round written into output slot k
-T_BASE = 24  # T_BASE + q: address of rank q's segment in this process; T_BASE + p + q: the
-#             descriptor copy of rank q's current call (as found at the call's first read)
+T_CMA = 23   # bytes from which an allreduce uses cross-memory attach (a huge value: never)
+T_READV, T_ERRNO = 24, 25  # addresses of the C library's process_vm_readv, __errno_location
+T_BOUNCE = 26  # address of this rank's private bounce buffer (one slot's bytes)
+T_ERR = 27   # after CMA_FAILED: the errno (the rank is in T_BAD)
+T_BASE = 28  # T_BASE + q: address of rank q's segment in this process; T_BASE + p + q: the
+#             descriptor copy of rank q's current call (as found at the call's first read);
+#             T_BASE + 2 p + q: rank q's process id
 
 
 def segment_bytes(requested: int, p: int) -> int:

@@ -18,6 +18,12 @@ release/gather collectives do:
    memory.
 4. Copy out: each rank copies the other blocks' segment ``t`` from their owners' output slots.
 
+Long vectors (from 512 KiB, or 16 MiB when ranks share cores) in private buffers skip steps 2 and 4 where the
+kernel allows it: the reducer reads the other ranks' segments of its block straight from their
+memory with ``process_vm_readv`` (cross-memory attach, as MPICH's and Open MPI's single-copy
+transports do), and each rank then reads the other blocks straight from their reducers'
+outputs; every rank writes only its own memory (``_shmem/team.py``).
+
 Ranks hand rounds to each other through counters in the window (``_shmem/team.py``: the protocol
 and why it is correct under MPI's memory model), never through MPI messages or barriers, and the
 three steps of consecutive rounds overlap. Vectors of up to ``REPLICATE_BYTES`` skip the blocks:
@@ -29,7 +35,9 @@ Cost: no message latency, only a few cache-line hand-offs per round (``nseg`` ro
 traffic per rank, with ``beta`` the time to copy a byte and ``gamma`` to combine one: staging
 ``n (p-1)/p beta``, reducing ``n (p-1)/p gamma`` (it reads ``n`` bytes and writes ``2 n/p``),
 copying out ``n (p-1)/p beta``: ``2 n (p-1)/p beta + n (p-1)/p gamma``, ring's bandwidth term with each
-byte copied once instead of through MPI's two copies. With ``collectives.empty`` buffers for
+byte copied once instead of through MPI's two copies. By cross-memory attach the slots' writes
+and other cores' reads of them are gone: ``n (p-1)/p`` bytes read from other processes, each
+result byte written once, plus ``2 (p-1)`` system calls per round. With ``collectives.empty`` buffers for
 input and output there is nothing to stage or copy out: ``n (p-1)/p gamma`` plus writing the
 result into every rank's output (``n`` bytes per rank). Each block is reduced once, by its
 owner, and then only copied, so results are bitwise identical on every rank.
