@@ -320,3 +320,24 @@ def test_ddp_comm_hook_against_ddp():
             assert any(k.startswith("memory") for k in state.state_dict()["codec"]), codec
     finally:
         dist.destroy_process_group()
+
+
+def test_trainer_overlap_and_blocking_agree():
+    """``python -m collectives.torch.train`` on the digits, in both exchanges of
+    DistributedOptimizer and with ``--convs 3``: the model has the layers asked for, parameters
+    end bitwise identical on every rank, and both exchanges train to the same accuracies (the
+    same buckets, reduced by the same algorithm)."""
+    from collectives.torch.train import main
+
+    comm = MPI.COMM_WORLD
+    argv = ["--epochs", "1", "--batch-size", str(16 * comm.size), "--width", "4",
+            "--hidden", "8", "--convs", "3", "--bucket-mb", "0.001", "--quiet"]
+    runs = {ex: main([*argv, "--exchange", ex]) for ex in ("overlap", "blocking")}
+    convs = 1 * 4 * 9 + 4 + 2 * (4 * 4 * 9 + 4)
+    for summary in runs.values():
+        assert summary["params"] == convs + (4 * 16 * 8 + 8) + (8 * 10 + 10)
+        assert summary["identical"]
+    assert (runs["overlap"]["test_acc"], runs["overlap"]["train_acc"]) == \
+        (runs["blocking"]["test_acc"], runs["blocking"]["train_acc"])
+    with pytest.raises(SystemExit, match="--convs must be at least 1"):
+        main([*argv, "--convs", "0"])

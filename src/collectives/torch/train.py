@@ -1,7 +1,7 @@
 """A PyTorch trainer on the bundled digits data: ``mpiexec -n 4 python -m collectives.torch.train``.
 
-A small CNN (two 3x3 convolutions of ``--width`` channels, 2x2 max-pooling, a hidden layer of
-``--hidden`` units) on the 8x8 digit images of ``collectives.sgd``'s data sets, trained with
+A small CNN (``--convs`` 3x3 convolutions of ``--width`` channels, two by default, 2x2
+max-pooling, a hidden layer of ``--hidden`` units) on the 8x8 digit images of ``collectives.sgd``'s data sets, trained with
 synchronous SGD: every rank takes its shard of the same global batch (PyTorch's
 ``DistributedSampler`` order, ``collectives.sgd.data``), so a run on p ranks sees the samples of a
 one-process run with the same ``--batch-size`` (global), step for step. The gradient exchange is
@@ -41,13 +41,17 @@ __all__ = ["main", "make_model"]
 EXCHANGES = ("overlap", "blocking", "ddp")
 
 
-def make_model(width: int, hidden: int, classes: int, seed: int) -> torch.nn.Module:
+def make_model(width: int, hidden: int, classes: int, seed: int,
+               convs: int = 2) -> torch.nn.Module:
     """The CNN, initialised from ``seed`` (the same on every rank, and broadcast anyway)."""
+    if convs < 1:
+        raise ValueError(f"convs must be at least 1, got {convs}")
     torch.manual_seed(seed)
+    layers: list[torch.nn.Module] = [torch.nn.Unflatten(1, (1, 8, 8))]
+    for k in range(convs):
+        layers += [torch.nn.Conv2d(1 if k == 0 else width, width, 3, padding=1), torch.nn.ReLU()]
     return torch.nn.Sequential(
-        torch.nn.Unflatten(1, (1, 8, 8)),
-        torch.nn.Conv2d(1, width, 3, padding=1), torch.nn.ReLU(),
-        torch.nn.Conv2d(width, width, 3, padding=1), torch.nn.ReLU(),
+        *layers,
         torch.nn.MaxPool2d(2), torch.nn.Flatten(),
         torch.nn.Linear(width * 16, hidden), torch.nn.ReLU(),
         torch.nn.Linear(hidden, classes))
@@ -62,6 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--width", type=int, default=16, help="convolution channels")
+    p.add_argument("--convs", type=int, default=2,
+                   help="3x3 convolutions before the pooling (their compute comes after the "
+                        "hidden layer's gradient in backward)")
     p.add_argument("--hidden", type=int, default=64, help="hidden units")
     p.add_argument("--algorithm", default="auto", choices=list(collectives.ALGORITHMS))
     p.add_argument("--codec", default=None, help="codec spec, e.g. topk:ratio=0.01 (default: none)")
@@ -96,7 +103,9 @@ def main(argv: list[str] | None = None) -> dict:
     x_test, y_test = torch.from_numpy(data.x_test), torch.from_numpy(data.y_test)
     if data.features != 64:
         raise SystemExit(f"the CNN takes 8x8 images; {args.dataset} has {data.features} features")
-    model = make_model(args.width, args.hidden, data.classes, args.seed)
+    if args.convs < 1:
+        raise SystemExit(f"--convs must be at least 1, got {args.convs}")
+    model = make_model(args.width, args.hidden, data.classes, args.seed, args.convs)
     broadcast_parameters(model.state_dict(), root=0, comm=comm)
     n_params = sum(p.numel() for p in model.parameters())
     base = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
