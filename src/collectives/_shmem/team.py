@@ -278,12 +278,12 @@ class Team:
                                                                           spin)
         self.tab[L.T_STREAM] = L.STREAM_BYTES
         self.tab[L.T_BASE:L.T_BASE + p] = [self.win.Shared_query(q)[0].address for q in range(p)]
-        # cross-memory attach: two iovecs, then room for the other ranks' segments of a round
-        self._bounce = np.zeros((64 + slot) // 8, np.int64)
-        self.tab[L.T_BOUNCE] = self._bounce.ctypes.data + 64
         self.cma = _cma_works(comm, self.tab)
-        never = np.iinfo(np.int64).max
-        self.tab[L.T_CMA] = (CMA_DEDICATED if dedicated else CMA_SHARED) if self.cma else never
+        self.tab[L.T_CMA] = np.iinfo(np.int64).max  # never
+        if self.cma:  # two iovecs, then room for the other ranks' segments of a round
+            self._bounce = np.zeros((64 + slot) // 8, np.int64)
+            self.tab[L.T_BOUNCE] = self._bounce.ctypes.data + 64
+            self.tab[L.T_CMA] = CMA_DEDICATED if dedicated else CMA_SHARED
         self._ranks = (None if buffers is None else
                        buffers.translate(comm))  # team rank -> rank in the buffers' node
         self._regions = np.zeros((0, 1 + p), np.int64)
