@@ -426,9 +426,16 @@ def test_named_operations_in_different_orders_agree_on_one(comm):
         kind, n, algorithm = plan[k]
         x = inputs[k].copy() if kind == "bcast" else inputs[k]
         requests[k] = start[kind](x, algorithm=algorithm, comm=comm, name=f"op{k}")
-        if comm.size > 1:  # (on one rank it completed during the call)
-            with pytest.raises(ValueError, match="already pending"):  # unique while in flight
-                start[kind](x, algorithm=algorithm, comm=comm, name=f"op{k}")
+    if comm.size > 1:  # names are unique while in flight (on one rank each completes at once)
+        held = np.ones(3)  # pending on rank 0 for sure: the others submit it after the barrier
+        if r == 0:
+            request = collectives.iallreduce(held, comm=comm, name="held")
+            with pytest.raises(ValueError, match="already pending"):
+                collectives.iallreduce(held, comm=comm, name="held")
+        comm.Barrier()
+        if r != 0:
+            request = collectives.iallreduce(held, comm=comm, name="held")
+        assert np.array_equal(request.wait(timeout=WAIT_S), held * comm.size)
     results = {k: requests[k].wait(timeout=WAIT_S)
                for k in np.random.default_rng([8, r]).permutation(len(plan))}
     for k, (kind, n, algorithm) in enumerate(plan):  # blocking calls: the same order everywhere
