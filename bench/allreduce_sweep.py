@@ -51,6 +51,6 @@ def main() -> None:
 if __name__ == "__main__":
     import sys
 
-    from collectives._cli import program
+    from collectives._runtime.cli import program
 
     sys.exit(program("allreduce_sweep", main)())

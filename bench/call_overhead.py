@@ -15,7 +15,7 @@ a shared machine hits them alike. Reported: the median over rounds of the time p
   what reading them costs per call;
 - ``validate=True`` (``--validate``): ``allreduce`` with its cross-rank argument check;
 - ``unguarded`` (``--unguarded``): the same call's algorithm run outside the failure guard
-  (``collectives._guard``: call numbering, notice-aware waits, exact receive sizes), i.e. what
+  (``collectives._runtime.guard``: call numbering, notice-aware waits, exact receive sizes), i.e. what
   ``allreduce`` did per call before it; ``allreduce`` / ``unguarded`` is the guard's cost;
 - ``iallreduce+wait``: ``collectives.iallreduce(x, out=y).wait()`` (a hand-off to the engine's
   thread and back: the latency of a non-blocking call, not its cost to overlapped work).
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> dict:
         variants["validate=True"] = \
             lambda: collectives.allreduce(x, out=y, algorithm=args.algorithm, validate=True)
     if args.unguarded:
-        from collectives._context import context
+        from collectives._runtime.context import context
         from collectives.api import AllreduceCall, run_resolved
 
         ctx = context(comm)

@@ -23,7 +23,7 @@ import sys
 from collectives.bench.options import parse_bytes
 from collectives.bench.results import read_records
 from collectives.algorithms.auto import choose
-from collectives.tuning.projection import model_from_tuning
+from collectives.selection.cost_model import from_tuning_file
 
 __all__ = ["summary", "main"]
 
@@ -35,7 +35,7 @@ def summary(path: str, model: str | None, target: float, from_bytes: int) -> str
     cell = {(r.algorithm, r.size): r.median_us for r in records}
     sizes = sorted({r.size for r in records})
     p = records[0].ranks
-    net = model_from_tuning(model, p) if model else None
+    net = from_tuning_file(model, p) if model else None
     head = ["bytes", "fastest", "hierarchical", "best flat (ours)", "native", "hier / best flat",
             "hier / native", "auto / fastest"] + (["model's pick (/ fastest)"] if net else [])
     lines = ["| " + " | ".join(head) + " |", "|---:|---|---:|---|---:|---:|---:|---:|"

@@ -147,6 +147,6 @@ def main(argv: list[str] | None = None) -> None:
 if __name__ == "__main__":
     import sys
 
-    from collectives._cli import program
+    from collectives._runtime.cli import program
 
     sys.exit(program("compressed_allreduce", main)())

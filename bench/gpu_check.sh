@@ -37,7 +37,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log its exit st
   $py -c "import cupy; print('cupy', cupy.__version__, 'CUDA runtime', cupy.cuda.runtime.runtimeGetVersion(), 'devices', cupy.cuda.runtime.getDeviceCount())"
   $py -c "import numba_cuda; print('numba-cuda', numba_cuda.__version__)"
   $py -c "from mpi4py import MPI; import mpi4py; print('mpi4py', mpi4py.__version__, '|', MPI.Get_library_version().splitlines()[0])"
-  $py -c "import collectives._device as d; print('MPI library CUDA-aware:', d.cuda_aware())"
+  $py -c "import collectives._runtime.device as d; print('MPI library CUDA-aware:', d.cuda_aware())"
 } > "$out/env.txt" 2>&1
 cat "$out/env.txt"
 # 1. device codecs against the host codecs (Numba and CuPy arrays); the PTX compile check is left
@@ -61,7 +61,7 @@ step "codecs on device, small" 40 $py bench/codec_throughput.py --device cuda --
 step "codecs on host" 45 $py bench/codec_throughput.py --n "$n" --repeats 5 --no-reference \
   --json "$out/codec_throughput_cpu.json" > "$out/codec_throughput_cpu.txt" 2>&1
 # 5. device buffers handed to MPI directly, only where the library is CUDA-aware
-if $py -c "import sys, collectives._device as d; sys.exit(0 if d._library_says() else 1)" 2>/dev/null; then
+if $py -c "import sys, collectives._runtime.device as d; sys.exit(0 if d._library_says() else 1)" 2>/dev/null; then
   COLLECTIVES_CUDA_AWARE=1 step "mpi tests (CUDA-aware)" 120 \
     $mpiexec -n 2 $py tests/mpi/runner.py "$out/tests_direct" -rs -k cupy > /dev/null 2>&1
 else

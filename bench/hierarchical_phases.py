@@ -23,9 +23,10 @@ import numpy as np
 from mpi4py import MPI
 
 import collectives
-from collectives._p2p import partition
+from collectives._runtime.ranks import partition
 from collectives.algorithms.flat import FLAT
-from collectives.algorithms.hierarchical import layout, node_sizes
+from collectives._runtime.nodes import node_sizes
+from collectives.algorithms.hierarchical import layout
 from collectives.bench.options import parse_sizes
 from collectives.blocks import ring
 from collectives.ops import get_op

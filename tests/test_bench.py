@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from collectives._cli import UsageError
+from collectives._runtime.cli import UsageError
 from collectives.bench import report
 from collectives.bench.collective import column_label
 from collectives.bench.options import (DATATYPES, LARGE_MESSAGE_SIZE, device_error,
@@ -138,14 +138,14 @@ def test_ratio_table():
 def test_plot_writes_png(tmp_path):
     pytest.importorskip("matplotlib")
     from collectives.bench.plot import plot
-    from collectives.tuning.cost_model import Network
+    from collectives.selection.cost_model import Network
     out = plot(_records(), tmp_path / "f.png", Network(1e-5, 1e-9, 1e-10))
     assert out.stat().st_size > 1000
 
 
 def test_error_table_compares_model_and_measurement():
     from collectives.bench.plot import error_table
-    from collectives.tuning.cost_model import Network, predict
+    from collectives.selection.cost_model import Network, predict
 
     net = Network(1e-6, 1e-9, 1e-10)
     text = error_table(_records(), net)

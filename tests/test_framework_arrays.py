@@ -16,7 +16,7 @@ from mpi4py import MPI
 import collectives
 import compress
 from collectives.ops import get_op
-from compress.device import as_array, is_bfloat16, like, same_memory
+from compress.arrays import as_array, is_bfloat16, like, same_memory
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -79,7 +79,7 @@ def test_bf16_numpy_through_a_collective():
 
 
 def test_bf16_native_is_a_user_op_on_words():
-    from collectives._mpitypes import native_op, native_type
+    from collectives._runtime.mpitypes import native_op, native_type
     op = get_op("sum", BF16)
     assert native_type(np.dtype(np.uint16)).Get_size() == 2  # words of 16 bits
     assert native_op(op, np.dtype(np.uint16)) not in (MPI.SUM, MPI.MAX)

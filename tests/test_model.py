@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from collectives.tuning.cost_model import COSTS, Network, best, predict, predict_all
+from collectives.selection.cost_model import COSTS, Network, best, predict, predict_all
 from collectives.tuning.fit import fit_alpha_beta, fit_line, fit_network
 from collectives.tuning.projection import main as project_main
 from collectives.tuning.projection import project
@@ -103,7 +103,7 @@ def test_two_level_steps_follow_the_partners():
 @pytest.mark.parametrize("p,m", [(8, 2), (12, 4), (7, 3), (16, 1), (6, 6)])
 def test_tree_pattern_matches_the_binomial_tree(p, m):
     from collectives.blocks.binomial import tree as binomial
-    from collectives.tuning.cost_model import _tree_pattern
+    from collectives.selection.cost_model import _tree_pattern
 
     out, into, intra = {}, {}, False
     for v in range(1, p):
@@ -179,9 +179,10 @@ def test_projection_from_a_tuning_file(tmp_path):
     path = tmp_path / "t.json"
     model = {"alpha": 1e-6, "beta": 1e-10, "gamma": 1e-10, "alpha_inter": 1e-4,
              "beta_inter": 8e-9, "node_size": 2}
+    rules = [{"max_bytes": None, "algorithm": "ring"}]
     path.write_text(json.dumps({"format": "collectives-tuning", "version": 1, "world_sizes": {
-        "2": {"rules": [], "model": {"alpha": 1e-6, "beta": 1e-10, "gamma": 1e-10}},
-        "4": {"rules": [], "model": model}}}))
+        "2": {"rules": rules, "model": {"alpha": 1e-6, "beta": 1e-10, "gamma": 1e-10}},
+        "4": {"rules": rules, "model": model}}}))
     out = io.StringIO()
     project_main(["--model", str(path), "--ranks", "64", "--sizes", "64M", "--node-size", "8"],
                  out=out)

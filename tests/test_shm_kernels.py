@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 import collectives
-from collectives._shmem import layout
+from collectives._runtime.shmem import layout
 
 UFUNCS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}
 
 
 def _kernels():
-    from collectives._shmem import kernels
+    from collectives._runtime.shmem import kernels
 
     return kernels
 
@@ -84,7 +84,7 @@ def test_signed_zero_and_nan_choices():
 
 def _cma_table(pid):
     """A one-rank table with what ``kernels._cma_read`` needs (process id ``pid``)."""
-    from collectives._shmem.team import _cma_functions
+    from collectives._runtime.shmem.team import _cma_functions
 
     functions = _cma_functions()
     if functions is None:

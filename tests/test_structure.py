@@ -1,7 +1,9 @@
-"""The package structure: no import cycles, no private names across packages, lazy Numba.
+"""The package structure: layers, no import cycles, no private names across packages, lazy Numba.
 
-These guard properties a reader relies on: every module can be imported on its own, dependencies
-point one way (compress <- collectives <- sgd/bench), and ``import collectives`` stays fast.
+These guard properties a reader relies on (docs/architecture.md draws them): every module can be
+imported on its own, dependencies point one way, down the floors of :data:`LAYERS`, the package
+root holds public modules only, no module is a shim that re-exports another, and
+``import collectives`` stays fast.
 """
 
 import ast
@@ -14,12 +16,21 @@ import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGES = ("compress", "collectives")
-#: deprecated module -> where it moved (each re-exports the new module's names and warns)
-MOVED = {"collectives.model": "collectives.tuning.cost_model",
-         "collectives.fit": "collectives.tuning.fit",
-         "collectives.tune": "collectives.tuning.tune",
-         "collectives.project": "collectives.tuning.projection"}
-SHIMS = tuple(MOVED)
+#: The floors of the library, lowest first: a module imports only modules of its own floor or
+#: of floors below it (a module belongs to the floor of its longest matching prefix).
+LAYERS = (
+    ("compress",),
+    ("collectives.options", "collectives.ops", "collectives.launch"),
+    ("collectives._runtime",),
+    ("collectives.selection",),
+    ("collectives.blocks",),
+    ("collectives.algorithms",),
+    ("collectives.compressed", "collectives.engine"),
+    ("collectives.api", "collectives.nonblocking", "collectives"),
+    ("collectives.bench",),
+    ("collectives.tuning",),
+    ("collectives.sgd", "collectives.torch", "collectives.demo", "collectives.__main__"),
+)
 
 # Imports every module of both packages in one fresh interpreter, watching every import statement:
 # it is a cycle when a module is imported while it is still being executed by its own import, from
@@ -30,9 +41,6 @@ SHIMS = tuple(MOVED)
 _CYCLES = textwrap.dedent(r'''
     import builtins, importlib, importlib.util, pkgutil, sys, warnings
     warnings.simplefilter("ignore")
-    # no module of ours may use a deprecated path of ours (the shims themselves are not imported)
-    warnings.filterwarnings("error", message="collectives\\.", category=DeprecationWarning)
-    SHIMS = {SHIMS!r}
     OURS = {PACKAGES!r}
     problems = []
     real_import = builtins.__import__
@@ -71,7 +79,7 @@ _CYCLES = textwrap.dedent(r'''
         pkg = importlib.import_module(top)
         names += [m.name for m in pkgutil.walk_packages(pkg.__path__, top + ".")]
     for name in names:
-        if name.endswith("__main__") or ".cuda" in name or name in SHIMS:
+        if name.endswith("__main__") or ".cuda" in name:
             continue  # __main__ runs the program; CUDA kernels need a device or the simulator
         importlib.import_module(name)
     print(len(names))
@@ -80,7 +88,7 @@ _CYCLES = textwrap.dedent(r'''
 
 
 def test_no_module_is_imported_during_its_own_import():
-    out = subprocess.run([sys.executable, "-c", _CYCLES.format(PACKAGES=PACKAGES, SHIMS=SHIMS)],
+    out = subprocess.run([sys.executable, "-c", _CYCLES.format(PACKAGES=PACKAGES)],
                          capture_output=True, text=True, timeout=120, cwd=SRC)
     assert out.returncode == 0, out.stderr
     count, *problems = out.stdout.splitlines()
@@ -199,7 +207,7 @@ def test_no_private_names_across_packages():
 def test_private_import_check_can_fail(tmp_path):
     """The check above sees the three kinds of import the issue named."""
     bad = tmp_path / "m.py"
-    bad.write_text("from ..api import _pick\nfrom compress._device import host_copy\n"
+    bad.write_text("from ..api import _pick\nfrom compress._backends.cuda import host_copy\n"
                    "from ..algorithms._fold import pof2_of\n")
     found = _private_imports(bad, "collectives.compressed.m", False)
     assert len(found) == 3, found
@@ -240,21 +248,71 @@ def test_first_kernel_imports_numba():
     assert out.stdout.strip() == "True", out.stderr
 
 
-@pytest.mark.parametrize("old", sorted(MOVED))
-def test_moved_modules_keep_working_and_warn(old):
-    code = (f"import importlib, warnings\n"
-            f"with warnings.catch_warnings(record=True) as w:\n"
-            f"    warnings.simplefilter('always')\n"
-            f"    shim = importlib.import_module({old!r})\n"
-            f"new = importlib.import_module({MOVED[old]!r})\n"
-            f"assert any({MOVED[old]!r} in str(x.message) for x in w), [str(x.message) for x in w]\n"
-            f"assert all(getattr(shim, n) is getattr(new, n) for n in new.__all__)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
+def _floor(module: str) -> int:
+    best, floor = -1, None
+    for k, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, floor = len(prefix), k
+    assert floor is not None, f"{module} is on no floor of LAYERS"
+    return floor
 
 
-def test_old_project_entry_point_runs():
-    """``python -m collectives.project`` (a shim now) still runs the projection."""
-    out = subprocess.run([sys.executable, "-W", "ignore", "-m", "collectives.project", "--ranks", "16",
-                          "--sizes", "1024"], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and "| 16 |" in out.stdout, out.stderr
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} (floor {_floor(m)}) imports {t} (floor {_floor(t)})"
+                  for m, targets in graph.items() for t in targets if _floor(t) > _floor(m))
+
+
+def test_imports_point_down_the_layers():
+    """No module of a lower floor imports a higher one, counting imports inside functions:
+    algorithms, blocks, the runtime and ops never import the tuning tools, the benchmarks, the
+    SGD driver or the PyTorch integration; the selection layer never imports an algorithm."""
+    found = _upward(_import_graph())
+    assert not found, "\n".join(found)
+
+
+def test_layer_check_can_fail():
+    graph = {"collectives.algorithms.auto": {"collectives.tuning.tune"},
+             "collectives._runtime.guard": {"collectives.options"},
+             "collectives.selection.tuning_file": {"collectives.algorithms.flat"}}
+    assert len(_upward(graph)) == 2, _upward(graph)
+
+
+def test_package_root_holds_public_modules_only():
+    private = sorted(p.name for p in (SRC / "collectives").iterdir()
+                     if p.name.startswith("_") and p.suffix == ".py"
+                     and p.name not in ("__init__.py", "__main__.py"))
+    assert not private, f"private modules at the package root: {private} (they go in _runtime/)"
+
+
+def _is_shim(path: Path) -> bool:
+    """A module that re-exports another (``from X import *``) or warns that it moved."""
+    tree = ast.parse(path.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+            return True
+        call = node.value if isinstance(node, ast.Expr) else None
+        if isinstance(call, ast.Call) and "DeprecationWarning" in ast.dump(call):
+            return True
+    return False
+
+
+def test_no_shim_modules():
+    shims = [str(path.relative_to(SRC)) for path, _, _ in _modules() if _is_shim(path)]
+    assert not shims, shims
+
+
+def test_shim_check_can_fail(tmp_path):
+    shim = tmp_path / "model.py"
+    shim.write_text("import warnings\nfrom .tuning.cost_model import *  # noqa\n"
+                    "warnings.warn('moved', DeprecationWarning)\n")
+    assert _is_shim(shim)
+
+
+def test_selection_names_are_the_catalogues():
+    """The selection layer names the algorithms without importing them; the names agree."""
+    from collectives.algorithms import ALGORITHMS, FLAT
+    from collectives.selection import FLAT_NAMES, TUNABLE
+
+    assert set(FLAT_NAMES) == set(FLAT)
+    assert set(TUNABLE) == set(ALGORITHMS) - {"auto"}

@@ -7,8 +7,8 @@ import warnings
 import pytest
 from mpi4py import MPI
 
-from collectives import tuning
-from collectives._context import Context
+from collectives import selection
+from collectives._runtime.context import Context
 from collectives.algorithms.auto import builtin_choice, choose, comm_rules
 
 RULES = [{"max_bytes": 4096, "algorithm": "native"}, {"max_bytes": None, "algorithm": "ring"}]
@@ -16,7 +16,7 @@ RULES = [{"max_bytes": 4096, "algorithm": "native"}, {"max_bytes": None, "algori
 
 def _file(tmp_path, world_sizes, **extra):
     path = tmp_path / "tuning.json"
-    data = {"format": tuning.FORMAT, "version": tuning.VERSION, "world_sizes": world_sizes,
+    data = {"format": selection.FORMAT, "version": selection.VERSION, "world_sizes": world_sizes,
             **extra}
     path.write_text(json.dumps(data))
     return path
@@ -25,14 +25,14 @@ def _file(tmp_path, world_sizes, **extra):
 @pytest.fixture
 def use(monkeypatch):
     def point_at(path):
-        monkeypatch.setenv(tuning.ENV, str(path))
-        tuning.clear_cache()
+        monkeypatch.setenv(selection.ENV, str(path))
+        selection.clear_cache()
     yield point_at
-    tuning.clear_cache()
+    selection.clear_cache()
 
 
 def test_read_valid(tmp_path):
-    table = tuning.read(_file(tmp_path, {"4": {"rules": RULES}, "8": {"rules": RULES[1:]}}))
+    table = selection.read(_file(tmp_path, {"4": {"rules": RULES}, "8": {"rules": RULES[1:]}}))
     assert table == {4: [(4096, "native"), (math.inf, "ring")], 8: [(math.inf, "ring")]}
 
 
@@ -45,8 +45,8 @@ def test_read_valid(tmp_path):
 def test_read_malformed_file(tmp_path, content, message):
     path = tmp_path / "t.json"
     path.write_text(content)
-    with pytest.raises(tuning.TuningFileError, match=message):
-        tuning.read(path)
+    with pytest.raises(selection.TuningFileError, match=message):
+        selection.read(path)
 
 
 @pytest.mark.parametrize("rules, message", [
@@ -60,47 +60,47 @@ def test_read_malformed_file(tmp_path, content, message):
     ([{"algorithm": "ring"}], "max_bytes"),
 ])
 def test_read_malformed_rules(tmp_path, rules, message):
-    with pytest.raises(tuning.TuningFileError, match=message):
-        tuning.read(_file(tmp_path, {"4": {"rules": rules}}))
+    with pytest.raises(selection.TuningFileError, match=message):
+        selection.read(_file(tmp_path, {"4": {"rules": rules}}))
 
 
 def test_bad_world_size_key(tmp_path):
-    with pytest.raises(tuning.TuningFileError, match="positive integers"):
-        tuning.read(_file(tmp_path, {"four": {"rules": RULES}}))
+    with pytest.raises(selection.TuningFileError, match="positive integers"):
+        selection.read(_file(tmp_path, {"four": {"rules": RULES}}))
 
 
 def test_paths(monkeypatch, tmp_path):
-    monkeypatch.delenv(tuning.ENV, raising=False)
+    monkeypatch.delenv(selection.ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert tuning.tuning_path() == tmp_path / "collectives" / "tuning.json"
+    assert selection.tuning_path() == tmp_path / "collectives" / "tuning.json"
     for off in ("", "none", "OFF"):
-        monkeypatch.setenv(tuning.ENV, off)
-        assert tuning.tuning_path() is None
-    monkeypatch.setenv(tuning.ENV, str(tmp_path / "x.json"))
-    assert tuning.tuning_path() == tmp_path / "x.json"
+        monkeypatch.setenv(selection.ENV, off)
+        assert selection.tuning_path() is None
+    monkeypatch.setenv(selection.ENV, str(tmp_path / "x.json"))
+    assert selection.tuning_path() == tmp_path / "x.json"
 
 
 def test_rules_for_missing_and_untuned(tmp_path, use):
     use(tmp_path / "absent.json")
-    assert tuning.rules_for(4) is None
+    assert selection.rules_for(4) is None
     use(_file(tmp_path, {"4": {"rules": RULES}}))
-    assert tuning.rules_for(4) == [(4096, "native"), (math.inf, "ring")]
-    assert tuning.rules_for(3) is None
+    assert selection.rules_for(4) == [(4096, "native"), (math.inf, "ring")]
+    assert selection.rules_for(3) is None
 
 
 def test_rules_for_is_read_once(tmp_path, use):
     path = _file(tmp_path, {"4": {"rules": RULES}})
     use(path)
-    assert tuning.rules_for(4)
+    assert selection.rules_for(4)
     path.write_text("{broken")
-    assert tuning.rules_for(4)  # cached
-    tuning.clear_cache()
-    with pytest.raises(tuning.TuningFileError):
-        tuning.rules_for(4)
+    assert selection.rules_for(4)  # cached
+    selection.clear_cache()
+    with pytest.raises(selection.TuningFileError):
+        selection.rules_for(4)
 
 
 def test_make_rules_thresholds_and_merging():
-    rules = tuning.make_rules({8: "native", 512: "native", 8192: "recursive_doubling",
+    rules = selection.make_rules({8: "native", 512: "native", 8192: "recursive_doubling",
                                1 << 20: "rabenseifner"})
     assert rules[0] == {"max_bytes": int(math.sqrt(512 * 8192)), "algorithm": "native"}
     assert rules[1]["max_bytes"] == int(math.sqrt(8192 * (1 << 20)))
@@ -110,20 +110,20 @@ def test_make_rules_thresholds_and_merging():
 
 def test_write_merges_world_sizes(tmp_path):
     path = tmp_path / "sub" / "t.json"
-    tuning.write(path, {2: {"rules": RULES}}, host="a")
-    tuning.write(path, {4: {"rules": RULES[1:]}}, host="b")
-    table = tuning.read(path)
+    selection.write(path, {2: {"rules": RULES}}, host="a")
+    selection.write(path, {4: {"rules": RULES[1:]}}, host="b")
+    table = selection.read(path)
     assert set(table) == {2, 4} and json.loads(path.read_text())["host"] == "b"
 
 
-@pytest.mark.parametrize("old", ["[" * 100_000, json.dumps({"format": tuning.FORMAT, "version":
-                                  tuning.VERSION, "world_sizes": {"\u00b2": {"rules": RULES}}})])
+@pytest.mark.parametrize("old", ["[" * 100_000, json.dumps({"format": selection.FORMAT, "version":
+                                  selection.VERSION, "world_sizes": {"\u00b2": {"rules": RULES}}})])
 def test_write_replaces_a_hostile_file(tmp_path, old):
     """collectives-tune writing over a file it cannot use replaces it (it used to raise)."""
     path = tmp_path / "t.json"
     path.write_text(old)
-    tuning.write(path, {2: {"rules": RULES}})
-    assert set(tuning.read(path)) == {2}
+    selection.write(path, {2: {"rules": RULES}})
+    assert set(selection.read(path)) == {2}
 
 
 def test_choose_with_and_without_rules():
@@ -135,9 +135,9 @@ def test_choose_with_and_without_rules():
 
 def test_shm_only_on_one_node(tmp_path):
     """shm wherever all ranks share a node; a tuned rule naming it falls back elsewhere."""
-    path = tuning.write(tmp_path / "t.json", {2: {"rules": [{"max_bytes": None,
+    path = selection.write(tmp_path / "t.json", {2: {"rules": [{"max_bytes": None,
                                                                "algorithm": "shm"}]}})
-    assert tuning.read(path) == {2: [(math.inf, "shm")]}
+    assert selection.read(path) == {2: [(math.inf, "shm")]}
     for nbytes in (8, 1 << 20):
         assert choose(nbytes, nbytes // 4, 4, one_node=True) == "shm"
         assert choose(nbytes, nbytes // 4, 4) != "shm"
@@ -185,27 +185,27 @@ def test_entries_keep_nodes_and_model(tmp_path, use):
     rules = RULES[:1] + [{"max_bytes": None, "algorithm": "hierarchical"}]
     use(_file(tmp_path, {"4": {"rules": rules, "nodes": [2, 2], "model": model},
                          "2": {"rules": RULES}}))
-    entry = tuning.entry_for(4)
+    entry = selection.entry_for(4)
     assert entry.nodes == (2, 2) and entry.model == model
     assert entry.rules[-1] == (math.inf, "hierarchical")
-    assert tuning.entry_for(2).nodes is None and tuning.entry_for(2).model is None
+    assert selection.entry_for(2).nodes is None and selection.entry_for(2).model is None
 
 
 @pytest.mark.parametrize("nodes", [[2, 1], [], [2, "2"], [0, 4], "2,2", [True, 3]])
 def test_bad_nodes(tmp_path, nodes):
-    with pytest.raises(tuning.TuningFileError, match="'nodes' must list"):
-        tuning.read(_file(tmp_path, {"4": {"rules": RULES, "nodes": nodes}}))
+    with pytest.raises(selection.TuningFileError, match="'nodes' must list"):
+        selection.read(_file(tmp_path, {"4": {"rules": RULES, "nodes": nodes}}))
 
 
 def test_bad_model(tmp_path):
-    with pytest.raises(tuning.TuningFileError, match="'model' must be an object"):
-        tuning.read(_file(tmp_path, {"4": {"rules": RULES, "model": [1, 2]}}))
+    with pytest.raises(selection.TuningFileError, match="'model' must be an object"):
+        selection.read(_file(tmp_path, {"4": {"rules": RULES, "model": [1, 2]}}))
 
 
 def test_choose_with_a_two_level_model():
     """Across nodes on a slow network, the model sends large messages through hierarchical."""
     from collectives.algorithms.auto import CLUSTER_DEFAULTS
-    from collectives.tuning.cost_model import Network
+    from collectives.selection.cost_model import Network
 
     slow = Network(**{**CLUSTER_DEFAULTS, "beta_inter": 8e-9, "alpha_inter": 1e-4,
                       "node_size": 4})
@@ -232,12 +232,12 @@ def test_plan_on_one_node_follows_rules_or_builtin(tmp_path, use):
 def test_cluster_model_prefers_fitted_parameters():
     from collectives.algorithms.auto import CLUSTER_DEFAULTS, _cluster_model
 
-    fitted = tuning.Entry(RULES, (2, 2), {"alpha": 2e-6, "beta": 1e-10, "gamma": 1e-10,
+    fitted = selection.Entry(RULES, (2, 2), {"alpha": 2e-6, "beta": 1e-10, "gamma": 1e-10,
                                           "alpha_inter": 7e-5, "beta_inter": 8e-9,
                                           "node_size": 2})
     net = _cluster_model(fitted, [3, 1])
     assert net.alpha_inter == 7e-5 and net.node_size == 1  # the smallest node of this comm
-    one_level = tuning.Entry(RULES, None, {"alpha": 2e-6, "beta": 1e-10, "gamma": 1e-10})
+    one_level = selection.Entry(RULES, None, {"alpha": 2e-6, "beta": 1e-10, "gamma": 1e-10})
     assert _cluster_model(one_level, [2, 2]).alpha_inter == CLUSTER_DEFAULTS["alpha_inter"]
-    broken = tuning.Entry(RULES, None, {"alpha_inter": 1.0, "bogus": 3})
+    broken = selection.Entry(RULES, None, {"alpha_inter": 1.0, "bogus": 3})
     assert _cluster_model(broken, [2, 2]).alpha == CLUSTER_DEFAULTS["alpha"]

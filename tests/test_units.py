@@ -8,10 +8,11 @@ from hypothesis import given, strategies as st
 from mpi4py import MPI
 
 import collectives
-from collectives._arrays import check_input, check_out, flat
-from collectives._p2p import nsegments, partition, split
+from collectives._runtime.arrays import check_input, check_out, flat
+from collectives._runtime.ranks import nsegments, partition, split
 from collectives.algorithms import ALGORITHMS, FLAT
-from collectives.algorithms.pof2 import doubling, fold, halving, pof2_of, real_rank
+from collectives._runtime.ranks import pof2_of, real_rank
+from collectives.algorithms.pof2 import doubling, fold, halving
 from collectives.algorithms.auto import choose
 from collectives.blocks.binomial import tree
 from collectives.ops import get_op

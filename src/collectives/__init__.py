@@ -4,21 +4,21 @@
 conventions and :data:`ALGORITHMS` for the catalogue.
 """
 
-from ._mpilib import mpi_library  # first: a clear ImportError when there is no MPI library
-from ._arrays import SUPPORTED_DTYPES
-from ._shmem import empty, zeros
+from ._runtime.mpilib import mpi_library  # first: a clear ImportError when there is no MPI library
+from ._runtime.arrays import SUPPORTED_DTYPES
+from ._runtime.shmem import empty, zeros
 from .algorithms import ALGORITHMS
 from .api import allgather, allreduce, bcast, reduce, reduce_scatter
 from .blocks import ALLGATHER, BCAST, REDUCE, REDUCE_SCATTER
 from .compressed import STRATEGIES, CompressionState, compressed_allreduce
-from ._context import reset
-from ._guard import CollectiveError
+from ._runtime.context import reset
+from ._runtime.guard import CollectiveError
 from .engine import EngineError, Request, StallWarning, testall, waitall, waitany
 from .nonblocking import (Plan, allreduce_init, iallgather, iallreduce, ibcast,
                           icompressed_allreduce, ireduce, ireduce_scatter)
 from .ops import OPS
 from .options import Options
-from .traffic import TRAFFIC
+from ._runtime.traffic import TRAFFIC
 
 __all__ = [
     "allreduce", "reduce_scatter", "allgather", "bcast", "reduce", "compressed_allreduce",

@@ -11,7 +11,7 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 
 from . import __version__
-from ._mpilib import mpi_library
+from ._runtime.mpilib import mpi_library
 from .launch import find_mpiexec, mpiexec_vendor
 
 __all__ = ["report", "main"]
@@ -58,6 +58,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from ._cli import program
+    from ._runtime.cli import program
 
     sys.exit(program("collectives", main)())

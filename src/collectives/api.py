@@ -4,7 +4,7 @@ Conventions shared by every function here (those of ``MPI_Allreduce`` and mpi4py
 
 - ``x`` is a contiguous array of a dtype in :data:`SUPPORTED_DTYPES` or bfloat16: NumPy, CuPy,
   a PyTorch tensor (CPU or CUDA) or another ``__dlpack__`` exporter, or a buffer, used zero-copy
-  (``_arrays.py``). Results keep its dtype; ``out=None`` returns a new array of the input's type
+  (``_runtime/arrays.py``). Results keep its dtype; ``out=None`` returns a new array of the input's type
   (a tensor for a tensor), ``out=`` may be any of those kinds and is what is returned; ``out=x``
   (or another object viewing exactly ``x``'s memory) works in place where the shapes allow.
 - ``comm=None`` means ``MPI.COMM_WORLD``; any intracommunicator works. Messages travel on a
@@ -30,12 +30,12 @@ from typing import Any, Sequence
 import numpy as np
 from mpi4py import MPI
 
-from ._arrays import check_input, check_out, copy_into, flat, new_like, returned, writeable
-from ._context import context
-from ._mpitypes import native_op, native_type
-from ._p2p import partition
-from ._guard import active, set_timeout
-from ._validate import check_comm, checked_call as _checked, pick as _pick, setup as _setup
+from ._runtime.arrays import check_input, check_out, copy_into, flat, new_like, returned, writeable
+from ._runtime.context import context
+from ._runtime.mpitypes import native_op, native_type
+from ._runtime.ranks import partition
+from ._runtime.guard import active, set_timeout
+from ._runtime.validate import check_comm, checked_call as _checked, pick as _pick, setup as _setup
 from .algorithms import ALGORITHMS, FLAT, auto
 from .blocks import ALLGATHER, BCAST, REDUCE, REDUCE_SCATTER
 from .ops import Op, get_op
@@ -315,7 +315,7 @@ class ReduceCall:
 def _call(cls: type, comm: MPI.Comm | None, options: Options | None, validate: bool | None,
           *args: Any) -> Any:
     """Check and run one blocking call (``args``: the call's arguments but the options, which
-    come last): under the communicator's guard (``_guard.py``) from before any check on, so
+    come last): under the communicator's guard (``_runtime/guard.py``) from before any check on, so
     that an error on any rank becomes an error on every rank that still needs it, and the ranks
     number their calls alike whether they fail or not."""
     comm = MPI.COMM_WORLD if comm is None else comm

@@ -13,7 +13,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import ALGORITHMS, allreduce
-from ._cli import Parser, program, usage_errors
+from ._runtime.cli import Parser, program, usage_errors
 
 PROG = "python -m collectives.demo"
 

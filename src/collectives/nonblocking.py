@@ -33,9 +33,9 @@ from typing import Any, Sequence
 import numpy as np
 from mpi4py import MPI
 
-from . import _device
-from ._context import context
-from ._validate import check_comm, checked_call as _checked, setup as _setup
+from ._runtime import device as _device
+from ._runtime.context import context
+from ._runtime.validate import check_comm, checked_call as _checked, setup as _setup
 from .api import (AllgatherCall, AllreduceCall, BcastCall, OpLike, ReduceCall,
                   ReduceScatterCall, run_resolved)
 from .compressed.api import CompressedAllreduceCall
@@ -245,7 +245,7 @@ class Plan(Request):
             return partial(call.run, None)
         ctx = context(self._comm)
         fn, native = call.resolved(ctx)
-        # under the communicator's guard, like every blocking call (collectives._guard)
+        # under the communicator's guard, like every blocking call (collectives._runtime.guard)
         return partial(ctx.guard.run, "allreduce", run_resolved, call.src, call.dst, call.op,
                        fn, native, ctx, call.opts)
 

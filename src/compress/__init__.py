@@ -8,7 +8,7 @@
 See ``docs/compression.md`` for the wire formats, properties and papers of every codec.
 """
 
-from . import device, protocols
+from . import arrays, bfloat16, protocols
 from .base import DECODE_MAX_ELEMENTS, Codec
 from .memory import DGCMemory, ErrorFeedback
 from .protocols import ElementSummable, LowRankSummable, Memory, SparsePayload
@@ -30,7 +30,8 @@ __all__ = [
     "LowRankSummable",
     "SparsePayload",
     "Memory",
-    "device",
+    "arrays",
+    "bfloat16",
     "protocols",
     *sorted(cls.__name__ for cls in CODECS.values()),
 ]

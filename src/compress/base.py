@@ -38,7 +38,7 @@ input is copied to a contiguous array first (never rejected).
 
 Device arrays: ``encode``, ``decode`` and ``sparse_parts`` given a CUDA device array run on the device
 and return device arrays; payload bytes are the host's. The hooks ``_encode`` / ``_decode`` /
-``_sparse_parts`` are written once, against a kernel backend ``ops`` (:mod:`compress._backend`): the
+``_sparse_parts`` are written once, against a kernel backend ``ops`` (:mod:`compress._backends`): the
 host's Numba kernels or the device's CUDA kernels, with the same names.
 """
 
@@ -50,11 +50,11 @@ from typing import ClassVar, Sequence
 
 import numpy as np
 
-from ._backend import backend_of
+from ._backends import backend_of
 from ._header import MAX_COUNT, MAX_NDIM, Header, header_nbytes, read_header, write_header
 from ._layout import Section, body_nbytes, split_body
 from ._util import quiet
-from .device import as_array, like
+from .arrays import as_array, like
 from .protocols import SUMMABLE, SparsePayload
 
 __all__ = ["Codec", "FLOAT_DTYPES", "DECODE_MAX_ELEMENTS"]
@@ -106,8 +106,8 @@ class Codec:
         x : array_like or device array
             Float array of a dtype in ``self.dtypes``; copied first if not C-contiguous. A CUDA
             device array (CuPy, Numba) is encoded on its device, into a device payload with the
-            same bytes (:mod:`compress._device`). A PyTorch tensor (or another ``__dlpack__``
-            exporter) is read zero-copy (:func:`compress.device.as_array`) and its payload is a
+            same bytes (:mod:`compress._backends.cuda`). A PyTorch tensor (or another ``__dlpack__``
+            exporter) is read zero-copy (:func:`compress.arrays.as_array`) and its payload is a
             uint8 tensor on its device.
         key : None, int, str or bytes
             Tensor identity. Codecs with shared randomness (random-k) and per-tensor state
@@ -247,7 +247,7 @@ class Codec:
     def _sections(self, n: int, dtype: np.dtype, params: dict) -> list[Section]:  # pragma: no cover
         raise NotImplementedError
 
-    # ``ops`` is the kernel backend of the arrays (compress._backend): the host's or a device's
+    # ``ops`` is the kernel backend of the arrays (compress._backends): the host's or a device's
     def _encode(self, x, ops, key, step: int, out):  # pragma: no cover
         """The payload of the prepared (contiguous, checked) ``x``."""
         raise NotImplementedError

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._backend import count_nonfinite
+from ._backends import count_nonfinite
 from ._util import quiet
 from .base import Codec
-from .device import as_array, host_copy, is_device, like, namespace
+from .arrays import as_array, host_copy, is_device, like, namespace
 from .protocols import Memory, SparsePayload
 
 __all__ = ["ErrorFeedback", "DGCMemory", "Residual", "MomentumState"]

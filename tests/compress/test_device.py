@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import compress
-from compress._device import is_device
+from compress._backends.cuda import is_device
 from compress._kernels.cuda import select
 from helpers import forged, parts, sample
 
@@ -30,7 +30,7 @@ def _numba_problem():
     try:
         from numba import cuda
 
-        from compress._device import Device
+        from compress._backends.cuda import Device
         from compress._kernels.cuda import elementwise
 
         probe = cuda.to_device(np.zeros(1, np.float32))

@@ -35,7 +35,7 @@ def fresh_native():
     retired on COMM_WORLD (docs/reliability.md): collectives.reset brings them back, so that
     later tests see native where they ask for it."""
     yield
-    from collectives._context import _KEYVAL
+    from collectives._runtime.context import _KEYVAL
 
     ctx = MPI.COMM_WORLD.Get_attr(_KEYVAL)
     retired = ctx is not None and ctx._guard is not None and ctx._guard.retired

@@ -80,7 +80,7 @@ def test_mpi_op_objects_match_names():
 
 def test_native_float16_user_op_fallback():
     """Where MPI has no float16 type (Open MPI), native reduces float16 with a user-defined op."""
-    from collectives._mpitypes import native_op, native_type
+    from collectives._runtime.mpitypes import native_op, native_type
     from collectives.ops import OPS as TABLE
 
     comm = MPI.COMM_WORLD

@@ -12,8 +12,8 @@ import pytest
 from mpi4py import MPI
 
 import collectives
-from collectives import tuning
-from collectives._context import context
+from collectives import selection
+from collectives._runtime.context import context
 from collectives.algorithms import auto
 from collectives.bench import allgather, allreduce, bcast, bw, latency, reduce_scatter
 
@@ -88,10 +88,10 @@ def _write(comm, content):
 def test_auto_follows_tuning_file(monkeypatch):
     comm = MPI.COMM_WORLD
     rules = [{"max_bytes": 16, "algorithm": "ring"}, {"max_bytes": None, "algorithm": "tree"}]
-    path = _write(comm, json.dumps({"format": tuning.FORMAT, "version": tuning.VERSION,
+    path = _write(comm, json.dumps({"format": selection.FORMAT, "version": selection.VERSION,
                                     "world_sizes": {str(comm.size): {"rules": rules}}}))
-    monkeypatch.setenv(tuning.ENV, str(path))
-    tuning.clear_cache()
+    monkeypatch.setenv(selection.ENV, str(path))
+    selection.clear_cache()
     ran = []
     for name in ("ring", "tree"):
         real = auto._ALL[name]
@@ -106,12 +106,12 @@ def test_auto_follows_tuning_file(monkeypatch):
             assert np.array_equal(y, expected)
     finally:
         dup.Free()
-        tuning.clear_cache()
+        selection.clear_cache()
     assert ran == ([] if comm.size == 1 else ["ring", "tree"])
 
 
 def _tuning(world_sizes):
-    return json.dumps({"format": tuning.FORMAT, "version": tuning.VERSION,
+    return json.dumps({"format": selection.FORMAT, "version": selection.VERSION,
                        "world_sizes": world_sizes})
 
 
@@ -138,10 +138,10 @@ def test_auto_malformed_file_falls_back(monkeypatch, case):
     rank 0 alone warns, naming the problem."""
     comm = MPI.COMM_WORLD
     content, problem = MALFORMED[case]
-    monkeypatch.setenv(tuning.ENV, str(_write(comm, content)))
+    monkeypatch.setenv(selection.ENV, str(_write(comm, content)))
     if case == "huge file":  # not 16 MiB of test file
-        monkeypatch.setattr(tuning.tuning_file, "MAX_FILE_BYTES", 1000)
-    tuning.clear_cache()
+        monkeypatch.setattr(selection.tuning_file, "MAX_FILE_BYTES", 1000)
+    selection.clear_cache()
     dup = comm.Dup()
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -153,7 +153,7 @@ def test_auto_malformed_file_falls_back(monkeypatch, case):
         assert np.array_equal(collectives.allreduce(x, comm=dup), x * comm.size)
     finally:
         dup.Free()
-        tuning.clear_cache()
+        selection.clear_cache()
 
 
 def test_auto_across_nodes(monkeypatch):
@@ -172,10 +172,10 @@ def test_auto_across_nodes(monkeypatch):
     expected = np.arange(100_003, dtype=np.float32) * p + sum(range(p))
     for layout, follows in ((nodes, True), ([p], p == len(nodes) * 2 and p <= 2)):
         entry = {"rules": rules, "nodes": layout}
-        monkeypatch.setenv(tuning.ENV, str(_write(comm, json.dumps(
-            {"format": tuning.FORMAT, "version": tuning.VERSION,
+        monkeypatch.setenv(selection.ENV, str(_write(comm, json.dumps(
+            {"format": selection.FORMAT, "version": selection.VERSION,
              "world_sizes": {str(p): entry}}))))
-        tuning.clear_cache()
+        selection.clear_cache()
         dup = comm.Dup()
         try:
             plan = auto.comm_plan(context(dup), 2)
@@ -191,7 +191,7 @@ def test_auto_across_nodes(monkeypatch):
                 assert plan.choose(64 << 20, 16 << 20) in auto.MODEL_CHOICES
         finally:
             dup.Free()
-            tuning.clear_cache()
+            selection.clear_cache()
         comm.Barrier()
 
 

@@ -309,7 +309,7 @@ def test_failed_shm_call_never_corrupts_the_next(monkeypatch, when):
     and get its notice), or right after it: the window's round counters of the failed call
     are left behind. Calls are numbered from the guard's call number, so the next call (with
     other data) is right on every rank, with no ``collectives.reset``."""
-    from collectives._shmem.team import Team
+    from collectives._runtime.shmem.team import Team
 
     comm = MPI.COMM_WORLD
     if comm.size == 1:
@@ -403,8 +403,8 @@ def test_notice_left_on_a_freed_communicator_never_reaches_its_successor():
     MPI; MPI may give the next communicator the same context id (MPICH takes the lowest free
     one). It used to retire native on that new communicator (and, abandoning a native
     operation that then completed, corrupt a result): now it is dropped there."""
-    from collectives._context import context
-    from collectives._guard import _HEAD, _NOTICE_BYTES, NOTICE_TAG
+    from collectives._runtime.context import context
+    from collectives._runtime.guard import _HEAD, _NOTICE_BYTES, NOTICE_TAG
 
     world = MPI.COMM_WORLD
     for trial in range(3):
@@ -438,8 +438,8 @@ def test_a_notice_queued_on_a_freed_communicator_never_breaks_a_new_guard():
     of a Python int, which sends point-to-point messages with tag 0 on a duplicate of its own:
     given that context id, it took the notice and failed (MPI_ERR_TRUNCATE, seen in a test run
     of mpi_hierarchical.py after this file). The agreement is an MPI collective now."""
-    from collectives._context import context
-    from collectives._guard import _NOTICE_BYTES, NOTICE_TAG
+    from collectives._runtime.context import context
+    from collectives._runtime.guard import _NOTICE_BYTES, NOTICE_TAG
 
     world = MPI.COMM_WORLD
     if world.size < 2:
@@ -466,7 +466,7 @@ def test_abandoned_native_operation_never_writes_into_the_result(monkeypatch):
     runs the hand-written fallback; where every rank abandons it, the abandoned operations
     can still pair up and complete during the fallback. They used to write into the caller's
     result (x + 2 * other at p = 2): now MPI receives into a landing buffer of its own."""
-    from collectives._guard import _HEAD, _NOTICE_BYTES, NOTICE_TAG, Guard
+    from collectives._runtime.guard import _HEAD, _NOTICE_BYTES, NOTICE_TAG, Guard
 
     original = Guard.complete
     sends = []

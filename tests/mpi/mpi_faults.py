@@ -20,8 +20,8 @@ from mpi4py import MPI
 
 import collectives
 import compress
-from collectives._guard import Guard
-from collectives._shmem.team import Team
+from collectives._runtime.guard import Guard
+from collectives._runtime.shmem.team import Team
 from reference import gather_all, reference_allreduce
 
 TRIALS = 70

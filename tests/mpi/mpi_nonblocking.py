@@ -19,7 +19,7 @@ from mpi4py import MPI
 import collectives
 import compress
 from collectives.engine import live_engines
-from collectives._p2p import partition
+from collectives._runtime.ranks import partition
 from reference import (assert_close, assert_identical_everywhere, counts_for, for_algorithm,
                        gather_all, make_input, reference_allreduce)
 

@@ -13,9 +13,9 @@ import pytest
 from mpi4py import MPI
 
 import collectives
-from collectives._context import context
-from collectives._shmem import layout
-from collectives._shmem import team as shm_team
+from collectives._runtime.context import context
+from collectives._runtime.shmem import layout
+from collectives._runtime.shmem import team as shm_team
 from collectives.algorithms import shm
 from reference import OPS, assert_close, assert_identical_everywhere, make_input
 
@@ -244,7 +244,7 @@ def test_empty_and_zeros_are_arrays_in_shared_memory():
 def test_dropped_buffers_are_freed():
     """Allocating a buffer per step and dropping it does not grow the number of windows."""
     comm = MPI.COMM_WORLD
-    registry = collectives._shmem.buffers.registry(context(comm))
+    registry = collectives._runtime.shmem.buffers.registry(context(comm))
     kept = collectives.empty(10)
     for _ in range(30):
         tmp = collectives.empty(1000)

@@ -83,7 +83,7 @@ def test_tensors_through_every_collective(dtype, comm):
             assert _identical(y, comm), what
     # the blocks, into out= tensors and as new tensors
     full = collectives.allreduce(x, comm=comm, algorithm="ring")
-    counts = collectives._p2p.partition(n, comm.size)
+    counts = collectives._runtime.ranks.partition(n, comm.size)
     block = torch.empty(counts[comm.rank + 1] - counts[comm.rank], dtype=dtype)
     assert collectives.reduce_scatter(x, out=block, comm=comm) is block
     assert torch.equal(block, full[counts[comm.rank]:counts[comm.rank + 1]])

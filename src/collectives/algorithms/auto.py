@@ -3,13 +3,13 @@
 Three sources, in order:
 
 1. **A per-machine tuning file** (``collectives-tune`` writes it; where it is looked for and its
-   format: :mod:`collectives.tuning.tuning_file`). For a world size it covers, tuned on the same
+   format: :mod:`collectives.selection.tuning_file`). For a world size it covers, tuned on the same
    node layout as this communicator (its ``nodes``; a file without ``nodes`` covers one node),
    the first rule whose ``max_bytes`` is >= the message size names the algorithm.
 2. **The two-level cost model**, on a communicator that spans several nodes
    (``Split_type(COMM_TYPE_SHARED)``, or the emulated nodes of ``Options.node_size``):
    "native" up to ``SMALL_BYTES`` (as below), and above it the algorithm the model
-   (:mod:`collectives.tuning.cost_model`) predicts fastest, "hierarchical" included. Its
+   (:mod:`collectives.selection.cost_model`) predicts fastest, "hierarchical" included. Its
    parameters are the tuning file's fitted ``model`` for this world size when it has two levels
    (``collectives-tune`` fits them on the cluster), else :data:`CLUSTER_DEFAULTS` (shared memory
    inside a node, a 10 Gbit/s network between), with the communicator's smallest node as
@@ -43,13 +43,14 @@ from typing import Callable
 import numpy as np
 from mpi4py import MPI
 
-from .. import tuning
-from .._context import Context
+from .. import selection
+from .._runtime.context import Context
+from .._runtime.nodes import node_sizes
+from .._runtime.ranks import pof2_of
 from ..ops import Op
 from ..options import Options
 from . import hierarchical, shm
 from .flat import FLAT
-from .pof2 import pof2_of
 
 __all__ = ["choose", "builtin_choice", "comm_rules", "comm_plan", "resolve", "Plan", "allreduce",
            "SMALL_BYTES", "SHM_BYTES", "CLUSTER_DEFAULTS", "MODEL_CHOICES"]
@@ -78,12 +79,12 @@ def builtin_choice(nbytes: int, count: int, p: int, one_node: bool = False) -> s
     return "rabenseifner"
 
 
-def choose(nbytes: int, count: int, p: int, rules: tuning.Rules | None = None,
+def choose(nbytes: int, count: int, p: int, rules: selection.Rules | None = None,
            model=None, one_node: bool = False) -> str:
     """The algorithm "auto" runs for ``count`` elements (``nbytes`` bytes) on ``p`` ranks.
 
-    ``rules``: tuned rules for ``p`` (see :mod:`collectives.tuning`); else ``model``: a two-level
-    :class:`~collectives.tuning.cost_model.Network` of the nodes the ranks are on; neither: the
+    ``rules``: tuned rules for ``p`` (see :mod:`collectives.selection`); else ``model``: a two-level
+    :class:`~collectives.selection.cost_model.Network` of the nodes the ranks are on; neither: the
     built-in rule. ``one_node``: whether every rank shares a node (else "shm" is never chosen).
     """
     if rules is not None:
@@ -94,7 +95,7 @@ def choose(nbytes: int, count: int, p: int, rules: tuning.Rules | None = None,
     small = builtin_choice(nbytes, count, p, one_node)
     if model is None or small == "native":
         return small
-    from ..tuning.cost_model import best
+    from ..selection.cost_model import best
 
     return best(nbytes, p, model, MODEL_CHOICES)
 
@@ -105,7 +106,7 @@ class Plan:
 
     p: int
     nodes: list[int]                  # ranks per node (node_sizes)
-    rules: tuning.Rules | None = None
+    rules: selection.Rules | None = None
     model: object | None = None       # a two-level cost_model.Network, across nodes
     _picks: dict[int, str] = field(default_factory=dict)
 
@@ -118,12 +119,12 @@ class Plan:
         return name
 
 
-def _read_entry(comm: MPI.Comm) -> tuning.Entry | None:
+def _read_entry(comm: MPI.Comm) -> selection.Entry | None:
     entry, problem = None, None
     if comm.rank == 0:
         try:
-            entry = tuning.entry_for(comm.size)
-        except tuning.TuningFileError as exc:
+            entry = selection.entry_for(comm.size)
+        except selection.TuningFileError as exc:
             problem = str(exc)
     entry, problem = comm.bcast((entry, problem), root=0)
     if problem and comm.rank == 0:
@@ -132,8 +133,8 @@ def _read_entry(comm: MPI.Comm) -> tuning.Entry | None:
     return entry
 
 
-def _cluster_model(entry: tuning.Entry | None, nodes: list[int]):
-    from ..tuning.cost_model import Network
+def _cluster_model(entry: selection.Entry | None, nodes: list[int]):
+    from ..selection.cost_model import Network
 
     params = dict(CLUSTER_DEFAULTS)
     fitted = (entry.model or {}) if entry is not None else {}
@@ -147,7 +148,7 @@ def _cluster_model(entry: tuning.Entry | None, nodes: list[int]):
 
 def _plan(comm: MPI.Comm, node_size: int | None) -> Plan:
     entry = _read_entry(comm)
-    nodes = hierarchical.node_sizes(comm, node_size)
+    nodes = node_sizes(comm, node_size)
     plan = Plan(comm.size, nodes)
     if entry is not None and (list(entry.nodes or [comm.size]) == nodes):
         plan.rules = entry.rules
@@ -161,7 +162,7 @@ def comm_plan(ctx: Context, node_size: int | None = None) -> Plan:
     return ctx.cached((_PLAN_KEY, node_size), lambda comm: _plan(comm, node_size))
 
 
-def comm_rules(ctx: Context) -> tuning.Rules | None:
+def comm_rules(ctx: Context) -> selection.Rules | None:
     """The tuned rules auto follows on this communicator (None: none apply)."""
     return comm_plan(ctx).rules
 

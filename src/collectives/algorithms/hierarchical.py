@@ -7,7 +7,7 @@ other ranks are *extras*. Nodes of unequal size are allowed (Horovod and Open MP
 equal sizes; we don't).
 
 1. Inside the node, through shared memory (the ``shm`` algorithm's window and protocol,
-   ``_shmem/team.py``, in its reduce-scatter mode): the vector is cut into ``m`` blocks, and
+   ``_runtime/shmem/team.py``, in its reduce-scatter mode): the vector is cut into ``m`` blocks, and
    holder ``j`` reduces block ``j`` reading every rank's input of the node, extras included, in
    local rank order, into its own result.
 2. Across nodes: the ranks holding position ``j`` on every node allreduce block ``j`` with any flat
@@ -30,25 +30,26 @@ and then only copied.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 from mpi4py import MPI
 
-from .._arrays import copy_into
-from .._context import Context
-from .._p2p import partition, recv, send
-from .._shmem import layout as shm_layout
-from .._shmem.buffers import registry
-from .._shmem.team import Team, node_comm
-from .._workspace import scratch
+from .._runtime.arrays import copy_into
+from .._runtime.context import Context
+from .._runtime.p2p import recv, send
+from .._runtime.ranks import partition
+from .._runtime.shmem import layout as shm_layout
+from .._runtime.shmem.buffers import registry
+from .._runtime.nodes import node_comm
+from .._runtime.shmem.team import Team
+from .._runtime.workspace import scratch
 from ..blocks import ring
 from ..ops import Op, elementwise
 from ..options import Options
 from .flat import FLAT
 
-__all__ = ["allreduce", "Layout", "layout", "node_ids", "node_sizes"]
+__all__ = ["allreduce", "Layout", "layout"]
 
 
 @dataclass
@@ -67,22 +68,6 @@ class Layout:
         for comm in (self.node, self.holders) + ((self.cross.comm,) if self.cross else ()):
             if comm != MPI.COMM_NULL:
                 comm.Free()
-
-
-def node_ids(comm: MPI.Comm, node_size: int | None = None) -> list[int]:
-    """For every rank of ``comm``, the lowest rank of its node (collective; the same list on
-    every rank)."""
-    node = node_comm(comm, node_size)
-    lowest = node.bcast(comm.rank, root=0)  # node_comm keeps comm's order: root is the lowest
-    node.Free()
-    return comm.allgather(lowest)
-
-
-def node_sizes(comm: MPI.Comm, node_size: int | None = None) -> list[int]:
-    """The size of every node of ``comm``, nodes in the order of their lowest rank (collective;
-    the same list on every rank). ``[p]``: one node."""
-    count = Counter(node_ids(comm, node_size))
-    return [count[k] for k in sorted(count)]
 
 
 def layout(comm: MPI.Comm, node_size: int | None, ctx: Context | None = None,

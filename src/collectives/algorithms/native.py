@@ -3,7 +3,7 @@
 Which algorithm runs is the library's choice (MPICH 5: recursive doubling for short messages,
 Rabenseifner otherwise; Open MPI's tuned component decides by size and communicator size). Inside a public call it runs
 as ``MPI_Iallreduce`` under the call's guard, with recursive doubling as the fallback once a
-failure has retired native on the communicator (``_guard.py``); it then receives into a landing
+failure has retired native on the communicator (``_runtime/guard.py``); it then receives into a landing
 buffer of its own and copies the result out (one copy of the result more than
 ``MPI_Allreduce``), so that an operation abandoned after a failure elsewhere can never write
 into the caller's array.
@@ -14,14 +14,14 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from .. import _device
-from .._arrays import copy_into
-from .._context import Context
-from .._guard import active, native_call
-from .._mpitypes import native_op, native_type
+from .._runtime import device as _device
+from .._runtime.arrays import copy_into
+from .._runtime.context import Context
+from .._runtime.guard import active, native_call
+from .._runtime.mpitypes import native_op, native_type
 from ..ops import Op
 from ..options import Options
-from .._workspace import scratch
+from .._runtime.workspace import scratch
 from . import recursive_doubling
 
 __all__ = ["allreduce"]
@@ -36,7 +36,7 @@ def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Opti
                                        [buf, dtype], mpi_op), None)
         return
     # under a guard MPI receives into a landing buffer, never into buf (an operation abandoned
-    # after a failure elsewhere may still write; ``_guard.py``), and only reads src, which the
+    # after a failure elsewhere may still write; ``_runtime/guard.py``), and only reads src, which the
     # fallback then still has, in place too
     land = scratch("native.landing", buf.size, buf)
     if native_call(ctx, "Allreduce", ([src, dtype], [land, dtype], mpi_op),

@@ -24,23 +24,13 @@ from typing import Callable
 import numpy as np
 from mpi4py import MPI
 
-from .._arrays import copy_into
-from .._p2p import recv, send
-from .._workspace import scratch
+from .._runtime.arrays import copy_into
+from .._runtime.ranks import pof2_of, real_rank
+from .._runtime.p2p import recv, send
+from .._runtime.workspace import scratch
 from ..ops import Op
 
-__all__ = ["pof2_of", "real_rank", "Fold", "fold", "doubling", "halving", "fold_in", "fold_out",
-           "folded"]
-
-
-def pof2_of(p: int) -> int:
-    """Largest power of two <= p."""
-    return 1 << (p.bit_length() - 1)
-
-
-def real_rank(newrank: int, rem: int) -> int:
-    """The communicator rank playing ``newrank`` in the power-of-two group."""
-    return newrank * 2 + 1 if newrank < rem else newrank + rem
+__all__ = ["Fold", "fold", "doubling", "halving", "fold_in", "fold_out", "folded"]
 
 
 @dataclass(frozen=True)

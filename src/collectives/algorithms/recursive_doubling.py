@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from .._context import Context
-from .._p2p import sendrecv
-from .._workspace import scratch
+from .._runtime.context import Context
+from .._runtime.p2p import sendrecv
+from .._runtime.workspace import scratch
 from ..ops import Op
 from ..options import Options
 from .pof2 import doubling, folded

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._context import Context
-from .._arrays import copy_into
-from .._p2p import partition
+from .._runtime.context import Context
+from .._runtime.arrays import copy_into
+from .._runtime.ranks import partition
 from ..blocks import ring
 from ..ops import Op
 from ..options import Options

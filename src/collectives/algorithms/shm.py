@@ -22,9 +22,9 @@ Long vectors (from 512 KiB, or 16 MiB when ranks share cores) in private buffers
 kernel allows it: the reducer reads the other ranks' segments of its block straight from their
 memory with ``process_vm_readv`` (cross-memory attach, as MPICH's and Open MPI's single-copy
 transports do), and each rank then reads the other blocks straight from their reducers'
-outputs; every rank writes only its own memory (``_shmem/team.py``).
+outputs; every rank writes only its own memory (``_runtime/shmem/team.py``).
 
-Ranks hand rounds to each other through counters in the window (``_shmem/team.py``: the protocol
+Ranks hand rounds to each other through counters in the window (``_runtime/shmem/team.py``: the protocol
 and why it is correct under MPI's memory model), never through MPI messages or barriers, and the
 three steps of consecutive rounds overlap. Vectors of up to ``REPLICATE_BYTES`` skip the blocks:
 every rank stages all of its vector and reduces all of it from every input itself (the same
@@ -52,10 +52,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._context import Context
-from .._shmem import layout
-from .._shmem.buffers import registry
-from .._shmem.team import Team, not_on_one_node
+from .._runtime.context import Context
+from .._runtime.shmem import layout
+from .._runtime.shmem.buffers import registry
+from .._runtime.nodes import not_on_one_node
+from .._runtime.shmem.team import Team
 from ..ops import Op, elementwise
 from ..options import Options
 from .flat import FLAT

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._arrays import copy_into
-from .._context import Context
+from .._runtime.arrays import copy_into
+from .._runtime.context import Context
 from ..blocks import binomial
 from ..ops import Op
 from ..options import Options

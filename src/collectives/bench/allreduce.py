@@ -12,7 +12,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import api
-from .._context import context
+from .._runtime.context import context
 from ..algorithms import ALGORITHMS, shm
 from ..options import Options
 from .collective import Buffers, Spec, entry_point, pattern
@@ -49,6 +49,6 @@ main = entry_point(SPEC)
 if __name__ == "__main__":
     import sys
 
-    from .._cli import program
+    from .._runtime.cli import program
 
     sys.exit(program("osu_allreduce", main)())

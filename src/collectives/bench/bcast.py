@@ -41,6 +41,6 @@ main = entry_point(SPEC)
 if __name__ == "__main__":
     import sys
 
-    from .._cli import program
+    from .._runtime.cli import program
 
     sys.exit(program("osu_bcast", main)())

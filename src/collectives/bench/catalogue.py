@@ -1,6 +1,6 @@
 """Every benchmark's entry point by its OSU program name (the console scripts' table)."""
 
-from .._cli import program
+from .._runtime.cli import program
 from . import allgather, allreduce, bcast, bw, iallreduce, latency, reduce_scatter
 
 __all__ = ["BENCHMARKS", "osu_allreduce", "osu_reduce_scatter", "osu_allgather", "osu_bcast",
@@ -20,7 +20,7 @@ BENCHMARKS = {
 
 def _script(name: str):
     """Console script ``name``: exit status 0 (``main`` returns the records), 2 on a usage
-    error; an error on any rank ends the job (one line, then MPI_Abort: ``_cli.program``)."""
+    error; an error on any rank ends the job (one line, then MPI_Abort: ``_runtime.cli.program``)."""
     return program(name, lambda: BENCHMARKS[name]())
 
 

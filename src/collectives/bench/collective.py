@@ -17,8 +17,8 @@ from typing import Callable, Sequence, TextIO
 import numpy as np
 from mpi4py import MPI
 
-from .._arrays import xp
-from .._cli import UsageError, usage_errors
+from .._runtime.arrays import xp
+from .._runtime.cli import UsageError, usage_errors
 from ..options import Options
 from . import compressed, report
 from .options import (DATATYPES, device_error, iterations_for, make_parser, message_sizes,

@@ -20,9 +20,9 @@ from mpi4py import MPI
 
 import compress
 
-from .._cli import UsageError
+from .._runtime.cli import UsageError
 from ..compressed import compressed_allreduce
-from ..traffic import TRAFFIC
+from .._runtime.traffic import TRAFFIC
 
 __all__ = ["make_codec", "codec_calls", "bytes_per_call", "identical_everywhere"]
 

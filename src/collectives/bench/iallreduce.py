@@ -35,7 +35,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import nonblocking
-from .._mpitypes import native_op, native_type
+from .._runtime.mpitypes import native_op, native_type
 from ..algorithms import ALGORITHMS
 from ..ops import OPS
 from ..options import Options

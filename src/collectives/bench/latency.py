@@ -47,6 +47,6 @@ def main(argv=None, comm=None, out=None):
 if __name__ == "__main__":
     import sys
 
-    from .._cli import program
+    from .._runtime.cli import program
 
     sys.exit(program("osu_latency", main)())

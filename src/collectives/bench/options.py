@@ -9,7 +9,7 @@ of the powers of two of ``-m``), ``--busbw``, ``--memcpy``, ``--json FILE`` and 
 (rewritten after every size, so an interrupted sweep keeps what it measured) and
 ``--no-progress`` (no progress bar on rank 0's stderr).
 
-The parser is :class:`collectives._cli.Parser`: help and errors are printed once, by rank 0.
+The parser is :class:`collectives._runtime.cli.Parser`: help and errors are printed once, by rank 0.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._cli import Parser
+from .._runtime.cli import Parser
 
 __all__ = ["DATATYPES", "Datatype", "LARGE_MESSAGE_SIZE", "Iterations", "make_parser",
            "parse_bytes", "parse_range", "parse_sizes", "message_sizes", "iterations_for", "device_error",
@@ -112,7 +112,7 @@ def make_parser(prog: str, description: str, *, default_max: int,
     """The argument parser of one benchmark (collective ones get ``--algorithm`` and friends).
 
     ``rank``: this process's rank (default its ``COMM_WORLD`` rank); only rank 0 prints help.
-    Errors raise :class:`collectives._cli.UsageError`.
+    Errors raise :class:`collectives._runtime.cli.UsageError`.
     """
     p = Parser(prog=prog, description=description, rank=rank)
     p.set_defaults(default_range=(default_min, default_max))

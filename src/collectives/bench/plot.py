@@ -17,12 +17,11 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from .._cli import PLOT_INSTALL, Parser, UsageError, program, usage_errors
-from ..tuning.cost_model import COSTS, Network, predict
-from ..tuning.projection import model_from_tuning
+from .._runtime.cli import PLOT_INSTALL, Parser, UsageError, program, usage_errors
+from ..selection.cost_model import COSTS, Network, from_tuning_file, predict
 from .results import Record, read_records
 
-__all__ = ["ratio_table", "error_table", "model_from_tuning", "plot", "main", "script"]
+__all__ = ["ratio_table", "error_table", "plot", "main", "script"]
 
 
 def _by_algorithm(records: Sequence[Record]) -> dict[str, list[Record]]:
@@ -147,7 +146,7 @@ def _main(argv: Sequence[str] | None) -> None:
     net = None
     if args.model:
         try:
-            net = model_from_tuning(args.model, records[0].ranks)
+            net = from_tuning_file(args.model, records[0].ranks)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise UsageError(f"--model {args.model}: {exc}") from None
     if args.errors:
@@ -163,7 +162,7 @@ def _main(argv: Sequence[str] | None) -> None:
     print(f"wrote {out}")
 
 
-#: Console script ``collectives-plot`` (``_cli.program``: an error is one line, exit 1).
+#: Console script ``collectives-plot`` (``_runtime.cli.program``: an error is one line, exit 1).
 script = program("collectives-plot", main)
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from typing import Callable, Sequence, TextIO
 import numpy as np
 from mpi4py import MPI
 
-from .._cli import UsageError, usage_errors
+from .._runtime.cli import UsageError, usage_errors
 from . import pairs, report
 from .options import DATATYPES, Iterations, device_error, iterations_for, make_parser, \
     message_sizes

@@ -10,7 +10,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import api
-from .._p2p import partition
+from .._runtime.ranks import partition
 from ..blocks import REDUCE_SCATTER
 from ..options import Options
 from .collective import Buffers, Spec, entry_point, pattern
@@ -45,6 +45,6 @@ main = entry_point(SPEC)
 if __name__ == "__main__":
     import sys
 
-    from .._cli import program
+    from .._runtime.cli import program
 
     sys.exit(program("osu_reduce_scatter", main)())

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from typing import Sequence, TextIO
 
-from .._mpilib import mpi_library
+from .._runtime.mpilib import mpi_library
 from .results import Record, write_csv, write_json
 
 __all__ = ["Sweep"]

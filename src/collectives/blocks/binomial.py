@@ -22,8 +22,9 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from .._p2p import nsegments, recv, send, split
-from .._workspace import scratch
+from .._runtime.p2p import recv, send
+from .._runtime.ranks import nsegments, split
+from .._runtime.workspace import scratch
 from ..ops import Op
 
 __all__ = ["tree", "reduce", "bcast"]

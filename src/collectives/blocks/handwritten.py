@@ -1,7 +1,7 @@
 """The hand-written blocks behind the names "ring" and "binomial" of the block tables.
 
 Thin adapters from the table signatures (``blocks/__init__.py``) to the schedules in ``ring.py``
-and ``binomial.py``; ``native.py`` falls back on them once native is retired (``_guard.py``).
+and ``binomial.py``; ``native.py`` falls back on them once native is retired (``_runtime/guard.py``).
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .._arrays import copy_into
-from .._context import Context
-from .._workspace import scratch
+from .._runtime.arrays import copy_into
+from .._runtime.context import Context
+from .._runtime.workspace import scratch
 from ..ops import Op
 from ..options import Options
 from . import binomial, ring

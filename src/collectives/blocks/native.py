@@ -1,7 +1,7 @@
 """The MPI library's own reduce-scatter, allgather, broadcast and reduce, as references.
 
 Same signatures as the hand-written blocks (``handwritten.py``), which replace them once a failure
-has retired native on the communicator (``_guard.py``); offsets are element offsets of each
+has retired native on the communicator (``_runtime/guard.py``); offsets are element offsets of each
 rank's block. Under a guard each receives into a landing buffer of its own and copies it out
 (see ``algorithms/native.py``: an abandoned operation must never write into the caller's array).
 """
@@ -13,14 +13,14 @@ from typing import Sequence
 import numpy as np
 from mpi4py import MPI
 
-from .. import _device
-from .._context import Context
-from .._arrays import copy_into
-from .._guard import active, native_call
-from .._mpitypes import native_op, native_type
+from .._runtime import device as _device
+from .._runtime.context import Context
+from .._runtime.arrays import copy_into
+from .._runtime.guard import active, native_call
+from .._runtime.mpitypes import native_op, native_type
 from ..ops import Op
 from ..options import Options
-from .._workspace import scratch
+from .._runtime.workspace import scratch
 from .handwritten import binomial_bcast, binomial_reduce, ring_allgather, ring_reduce_scatter
 
 __all__ = ["reduce_scatter", "allgather", "bcast", "reduce"]

@@ -25,8 +25,9 @@ from typing import Sequence
 import numpy as np
 from mpi4py import MPI
 
-from .._p2p import nsegments, sendrecv, split
-from .._workspace import scratch
+from .._runtime.p2p import sendrecv
+from .._runtime.ranks import nsegments, split
+from .._runtime.workspace import scratch
 from ..ops import Op
 
 __all__ = ["reduce_scatter", "allgather"]

@@ -3,6 +3,5 @@
 from .api import compressed_allreduce
 from .state import CompressionState
 from .strategies import STRATEGIES
-from .two_phase import server_residuals
 
-__all__ = ["compressed_allreduce", "CompressionState", "STRATEGIES", "server_residuals"]
+__all__ = ["compressed_allreduce", "CompressionState", "STRATEGIES"]

@@ -1,7 +1,7 @@
 """Variable-size byte exchanges for compressed payloads: allgatherv and alltoallv.
 
 Sizes travel first, then the payloads, all through the library's own counted point-to-point
-messages (so every wait is the call's guarded one, ``_guard.py``): a ring allgather of the sizes
+messages (so every wait is the call's guarded one, ``_runtime/guard.py``): a ring allgather of the sizes
 and then of the payloads (``blocks/ring.py``), and a pairwise alltoallv (in step ``s`` = 1 .. p-1
 rank ``r`` sends to ``r + s`` and receives from ``r - s``, 8 bytes of size then the payload; the
 order MPICH uses for long messages).
@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from .._arrays import xp
-from .._p2p import sendrecv
+from .._runtime.arrays import xp
+from .._runtime.p2p import sendrecv
 from ..blocks import ring
 
 __all__ = ["allgatherv", "alltoallv"]

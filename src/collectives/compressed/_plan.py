@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 from compress import Codec
 
-from .._arrays import xp
+from .._runtime.arrays import xp
 from .state import CompressionState
 
 __all__ = ["Plan"]

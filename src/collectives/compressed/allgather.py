@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._context import Context
+from .._runtime.context import Context
 from ..options import Options
 from ._exchange import allgatherv
 from ._plan import Plan

@@ -9,9 +9,9 @@ from compress import Codec
 from compress.protocols import Memory
 from mpi4py import MPI
 
-from .._arrays import check_input, check_out, flat, new_like, returned
-from .._context import context
-from .._validate import check_comm, checked_call, pick, setup
+from .._runtime.arrays import check_input, check_out, flat, new_like, returned
+from .._runtime.context import context
+from .._runtime.validate import check_comm, checked_call, pick, setup
 from ..algorithms import ALGORITHMS
 from ..options import Options
 from ._plan import Plan
@@ -66,7 +66,7 @@ def compressed_allreduce(x: np.ndarray, codec: Codec | Memory | CompressionState
     comm = MPI.COMM_WORLD if comm is None else comm
     check_comm(CompressedAllreduceCall.kind, comm)
     ctx = context(comm)
-    # under the communicator's guard (collectives._guard): a decode failure, a state mismatch,
+    # under the communicator's guard (collectives._runtime.guard): a decode failure, a state mismatch,
     # any error on one rank becomes the same error on every rank still in the call
     return ctx.guard.run(CompressedAllreduceCall.kind, _check_and_run, comm, ctx, options,
                          validate, (x, codec, out, op, strategy, key, step, algorithm))

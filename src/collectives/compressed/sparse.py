@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from compress.device import host_copy
+from compress.arrays import host_copy
 from compress.protocols import SparsePayload
 
-from .._arrays import xp
-from .._context import Context
+from .._runtime.arrays import xp
+from .._runtime.context import Context
 from ..options import Options
-from .._p2p import partition, recv, send, sendrecv
+from .._runtime.p2p import recv, send, sendrecv
+from .._runtime.ranks import partition
 from ..algorithms.pof2 import doubling, fold
 from ._exchange import allgatherv, alltoallv
 from ._plan import Plan

@@ -32,13 +32,13 @@ from dataclasses import dataclass
 
 import numpy as np
 from compress import Codec, ErrorFeedback
-from compress.device import namespace
+from compress.arrays import namespace
 from compress.memory import Residual
 from compress.protocols import Memory
 
-from .._context import Context
+from .._runtime.context import Context
 
-__all__ = ["CompressionState", "ServerFeedback", "base_codec", "state_of", "kept_server_residuals"]
+__all__ = ["CompressionState", "ServerFeedback", "base_codec", "state_of"]
 
 
 def base_codec(obj: object) -> object:
@@ -190,10 +190,3 @@ def state_of(obj: object, ctx: Context) -> CompressionState:
             kept[id(obj)] = entry
         state.server.state = entry[2]
     return state
-
-
-def kept_server_residuals(ctx: Context) -> list[tuple[str, dict]]:
-    """(codec name, residuals by chunk key) of every object :func:`state_of` keeps them for on
-    the communicator of ``ctx``."""
-    kept = ctx.cached(_SERVER_KEY, lambda comm: {})
-    return [(name, residuals) for _, name, residuals in kept.values()]

@@ -30,8 +30,8 @@ from compress.codecs.none import Identity
 from compress.protocols import SUMMABLE, ElementSummable, LowRankSummable, Memory
 from mpi4py import MPI
 
-from .._arrays import xp
-from .._context import Context
+from .._runtime.arrays import xp
+from .._runtime.context import Context
 from ..algorithms.auto import choose
 from ..algorithms import ALGORITHMS
 from ..ops import Op

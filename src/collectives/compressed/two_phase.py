@@ -16,36 +16,16 @@ whose volume grows with p. Every rank decodes the same server payloads: results 
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
-from .._arrays import xp
-from .._context import Context, context
-from .._p2p import partition
+from .._runtime.arrays import xp
+from .._runtime.context import Context
+from .._runtime.ranks import partition
 from ..options import Options
 from ._exchange import allgatherv, alltoallv
 from ._plan import Plan
-from .state import kept_server_residuals
 
-__all__ = ["allreduce", "server_residuals"]
-
-
-def server_residuals(ctx_or_comm) -> dict:
-    """Deprecated: the server-side residuals live in ``CompressionState.server`` now.
-
-    The two-phase strategy keeps them in the call's
-    :class:`~collectives.compressed.state.CompressionState` (``state.server``, an ErrorFeedback;
-    ``state.state_dict()`` saves them). This returns a snapshot of those of the states kept on the
-    communicator for calls made with a bare codec, by (codec name, chunk key), as before; changing
-    the dictionary changes nothing.
-    """
-    warnings.warn("collectives.compressed.server_residuals is deprecated: server-side residuals "
-                  "live in CompressionState.server (saved by state.state_dict())",
-                  DeprecationWarning, stacklevel=2)
-    ctx = ctx_or_comm if isinstance(ctx_or_comm, Context) else context(ctx_or_comm)
-    return {(name, key): residual.error for name, residuals in kept_server_residuals(ctx)
-            for key, residual in residuals.items()}
+__all__ = ["allreduce"]
 
 
 def _server_encode(plan: Plan, agg: np.ndarray, part: int) -> np.ndarray:

@@ -15,7 +15,7 @@ communicator whose blocking methods start the non-blocking call of MPI (``Isend`
 - It can give up: a waiter whose ``stop`` flag is set raises :class:`Stopped` at its next poll
   (shutdown of an engine whose operation can never finish).
 
-The "native" algorithms run under the operation's guard (``collectives._guard``) as MPI's
+The "native" algorithms run under the operation's guard (``collectives._runtime.guard``) as MPI's
 non-blocking collectives (``Iallreduce``, ``Ireduce`` ...), waited for by :meth:`Waiter.wait_any`;
 the blocking functions run the same non-blocking collectives, so a non-blocking result stays
 bitwise identical to the blocking one (MPI does not promise that ``MPI_Iallreduce`` adds in the

@@ -8,7 +8,7 @@ algorithms):
   communicator of :mod:`.control` and the named stream's of :mod:`.named`), made by
   ``MPI_Comm_idup`` and completed before the call returns, so that first call is collective:
   it waits for every rank's first non-blocking call on the communicator (up to
-  ``Options.timeout``). The blocking functions use another duplicate (``collectives._context``),
+  ``Options.timeout``). The blocking functions use another duplicate (``collectives._runtime.context``),
   so blocking and non-blocking operations of one communicator never match each other's
   messages, whatever the threads do.
 - **Submission order.** A submitted :class:`~.requests.Request` gets the next sequence number and
@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from .._context import Context
-from .._validate import local_error, verdict
+from .._runtime.context import Context
+from .._runtime.validate import local_error, verdict
 from .comm import Stopped, Waiter, adopt
 from .control import IDLE_POLL_S, Control
 from .named import NamedStream

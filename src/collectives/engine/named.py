@@ -29,8 +29,8 @@ from typing import Any
 
 from mpi4py import MPI
 
-from .._context import Context
-from .._validate import local_error, verdict
+from .._runtime.context import Context
+from .._runtime.validate import local_error, verdict
 from .comm import Stopped, Waiter, adopt
 from .requests import EngineError, Request
 

@@ -3,7 +3,7 @@
 Every rank parses the same arguments and runs the same checks before any message is sent, so all
 ranks reach the same verdict: a bad argument stops every rank with exit code 2
 (:class:`UsageError`), never a hang or a traceback, and rank 0 alone prints the one line
-``collectives.sgd: error: ...`` (and ``--help``): :mod:`collectives._cli`.
+``collectives.sgd: error: ...`` (and ``--help``): :mod:`collectives._runtime.cli`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import collectives
 import compress
 
-from .._cli import PLOT_INSTALL, Parser, UsageError
+from .._runtime.cli import PLOT_INSTALL, Parser, UsageError
 
 from . import data
 from .codecs import parse_spec

@@ -28,7 +28,7 @@ from mpi4py import MPI
 from ..compressed import CompressionState
 from ..compressed.strategies import incompatibility
 from . import checkpoint, data, report
-from .._cli import program
+from .._runtime.cli import program
 from .cli import PROG, Config, UsageError, parse
 from .codecs import build
 from .exchange import Exchange
@@ -326,5 +326,5 @@ def main(argv: list[str] | None = None, comm: MPI.Comm | None = None) -> int:
 
 
 #: ``python -m collectives.sgd`` and the console script ``collectives-sgd``: an error on any rank
-#: ends the job (one line on that rank, then MPI_Abort: ``_cli.program``), never a hang.
+#: ends the job (one line on that rank, then MPI_Abort: ``_runtime.cli.program``), never a hang.
 script = program(PROG, main)

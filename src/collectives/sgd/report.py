@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         print(main.__doc__, file=sys.stderr)
         return 2
     if importlib.util.find_spec("matplotlib") is None:
-        from .._cli import PLOT_INSTALL
+        from .._runtime.cli import PLOT_INSTALL
 
         print(f"collectives.sgd.report: error: drawing needs matplotlib: {PLOT_INSTALL}",
               file=sys.stderr)
@@ -134,6 +134,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from .._cli import program
+    from .._runtime.cli import program
 
     sys.exit(program("collectives.sgd.report", main)())

@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> dict:
         opt.remove_hooks()  # every bucket starts in synchronize(), after backward
     steps = steps_per_epoch(len(y_train), world, local)
     seconds = {"compute": 0.0, "comm": 0.0, "update": 0.0, "eval": 0.0}
-    collectives.TRAFFIC.bytes_sent = 0
+    collectives.TRAFFIC.reset()
     t_start = time.perf_counter()
     step_times = []
     for epoch in range(args.epochs):

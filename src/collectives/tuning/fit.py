@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 from mpi4py import MPI
 
-from .cost_model import Network
+from ..selection.cost_model import Network
 
 __all__ = ["fit_line", "fit_alpha_beta", "fit_network", "measure_pingpong", "measure_reduction",
            "LARGE_BYTES"]

@@ -1,6 +1,6 @@
 """``collectives-project`` / ``python -m collectives.tuning.projection``: which algorithm wins at scale.
 
-Evaluates the cost model (:mod:`collectives.tuning.cost_model`) of every hand-written allreduce for
+Evaluates the cost model (:mod:`collectives.selection.cost_model`) of every hand-written allreduce for
 16 to 4096 ranks on a network you describe, and prints, for each world size and message size, the
 winner and every algorithm's predicted time relative to it. ``--gamma`` is the local reduction
 cost. Without ``--node-size`` every rank is its own node: all messages cross the network
@@ -19,20 +19,20 @@ Defaults describe 10 Gbit/s Ethernet (alpha 5 us, beta 0.8 ns/B) and a 10 GB/s r
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import replace
-from pathlib import Path
 from typing import Sequence, TextIO
 
-from .._cli import program
-from .cost_model import Network, predict
+from .._runtime.cli import program
+from ..selection.cost_model import Network, from_tuning_file, predict
+from ..selection.names import FLAT_NAMES as _ALL_FLAT
 
-__all__ = ["project", "format_table", "model_from_tuning", "main", "script"]
+__all__ = ["project", "format_table", "main", "script"]
 
 DEFAULT_RANKS = [16, 64, 256, 1024, 4096]
 DEFAULT_SIZES = [8, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20]
-FLAT_NAMES = ["ring", "tree", "recursive_doubling", "rabenseifner"]
+#: the hand-written flat algorithms (MPI's own "native" is not projected)
+FLAT_NAMES = [name for name in _ALL_FLAT if name != "native"]
 
 
 def project(ranks: Sequence[int], sizes: Sequence[int], net: Network,
@@ -50,25 +50,6 @@ def project(ranks: Sequence[int], sizes: Sequence[int], net: Network,
     names = FLAT_NAMES + (["hierarchical"] if net.two_level else [])
     return {(p, n): {name: predict(name, n, p, net) for name in names}
             for p in ranks for n in sizes}
-
-
-def model_from_tuning(path: str | Path, p: int | None = None) -> Network:
-    """The fitted :class:`Network` a tuning file stores for world size ``p`` (None: the
-    first world size whose model has two levels, else the first with a model).
-
-    Raises
-    ------
-    ValueError
-        If the file has no fitted model for ``p`` (or none at all).
-    """
-    sizes = json.loads(Path(path).read_text()).get("world_sizes", {})
-    models = {int(k): e["model"] for k, e in sizes.items() if isinstance(e, dict) and e.get("model")}
-    if p is None:
-        two = [k for k, m in models.items() if m.get("alpha_inter") is not None]
-        p = (two or list(models) or [None])[0]
-    if p not in models:
-        raise ValueError(f"{path}: no fitted model" + (f" for world size {p}" if p else ""))
-    return Network(**models[p])
 
 
 def _size(n: int) -> str:
@@ -131,7 +112,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> None:
     out = sys.stdout if out is None else out
     if args.model:
         try:
-            net = model_from_tuning(args.model, args.world_size)
+            net = from_tuning_file(args.model, args.world_size)
         except (OSError, ValueError, TypeError, KeyError) as exc:
             ap.error(f"--model {args.model}: {exc}")
         net = replace(net, inter_algorithm=args.inter_algorithm,
@@ -148,7 +129,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> None:
     print(format_table(project(args.ranks, args.sizes, net)), file=out)
 
 
-#: Console script ``collectives-project`` (``_cli.program``: an error is one line, exit 1).
+#: Console script ``collectives-project`` (``_runtime.cli.program``: an error is one line, exit 1).
 script = program("collectives-project", main)
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Without ``mpiexec`` it launches itself under ``mpiexec -n P`` for every ``P`` of ``--ranks``
 (default 2, 4, 8) and merges the results into the tuning file (default: where ``auto`` looks,
-see :mod:`collectives.tuning.tuning_file`); started under ``mpiexec`` it tunes that one world size. Each
+see :mod:`collectives.selection.tuning_file`); started under ``mpiexec`` it tunes that one world size. Each
 world size:
 
 1. fits the cost model: ping-pong between ranks 0 and 1 (alpha, beta), ``np.add`` (gamma), and
@@ -20,7 +20,7 @@ world size:
    shared machine;
 3. picks the winner at each size, keeping auto's built-in choice unless another algorithm is
    faster by more than ``--margin`` (default 5%, so noise cannot flip the rule), and stores the
-   winners as thresholds (:func:`collectives.tuning.tuning_file.make_rules`), with the measured times and
+   winners as thresholds (:func:`collectives.selection.tuning_file.make_rules`), with the measured times and
    the fitted model.
 
 It takes a few minutes for 2, 4 and 8 ranks on 2 cores; ``--sizes`` and ``--quick`` shorten it.
@@ -40,7 +40,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
-from .._cli import program
+from .._runtime.cli import program
 from ..launch import mpiexec_command
 
 __all__ = ["DEFAULT_SIZES", "main", "script", "pick", "tune_world"]
@@ -76,10 +76,10 @@ def tune_world(sizes: Sequence[int], quick: bool = False, verbose: bool = True,
     from .. import api
     from ..algorithms.auto import builtin_choice
     from ..algorithms.flat import FLAT
-    from ..algorithms.hierarchical import node_ids, node_sizes
+    from .._runtime.nodes import node_ids, node_sizes
     from ..bench.timing import time_interleaved
     from ..options import Options
-    from . import tuning_file
+    from ..selection import tuning_file
     from .fit import fit_network, measure_pingpong, measure_reduction
 
     comm = MPI.COMM_WORLD
@@ -141,7 +141,7 @@ def _meta() -> dict:
 def _worker(args: argparse.Namespace) -> None:
     from mpi4py import MPI
 
-    from . import tuning_file
+    from ..selection import tuning_file
 
     entry = tune_world(args.sizes, args.quick, margin=args.margin)
     comm = MPI.COMM_WORLD
@@ -155,7 +155,7 @@ def _worker(args: argparse.Namespace) -> None:
 
 
 def _launch(args: argparse.Namespace, argv: Sequence[str]) -> None:
-    from . import tuning_file
+    from ..selection import tuning_file
 
     entries = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -172,7 +172,7 @@ def _launch(args: argparse.Namespace, argv: Sequence[str]) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     from ..bench.options import parse_sizes
-    from .tuning_file import default_path, tuning_path
+    from ..selection.tuning_file import default_path, tuning_path
 
     p = argparse.ArgumentParser(prog="collectives-tune", description=__doc__.split("\n\n")[0])
     p.add_argument("--ranks", type=lambda s: [int(v) for v in s.split(",")], default=[2, 4, 8],
@@ -213,7 +213,7 @@ def _strip_ranks(argv: list[str]) -> list[str]:
     return out
 
 
-#: Console script ``collectives-tune``: an error on any rank ends the job (``_cli.program``).
+#: Console script ``collectives-tune``: an error on any rank ends the job (``_runtime.cli.program``).
 script = program("collectives-tune", main)
 
 if __name__ == "__main__":

@@ -18,37 +18,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._backend import backend_of
+from .._backends import backend_of
 from .._layout import Section
 from ..base import Codec
+from ..bfloat16 import add_words
 from ..protocols import ElementSummable
 
-__all__ = ["BF16", "add_words", "on_words", "divide_words", "widen"]
-
-
-def widen(words: np.ndarray) -> np.ndarray:
-    """The float32 values of bfloat16 words (exact), host or CuPy."""
-    return (words.astype(np.uint32) << 16).view(np.float32)
-
-
-def on_words(ufunc: np.ufunc, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-    """``out = ufunc(a, b)`` on raw bfloat16 words: widen to float32 (exact), apply, round to
-    nearest even, as NCCL rounds every bf16 operation; ``out`` may alias ``a`` or ``b``."""
-    backend_of(a).to_bf16(ufunc(widen(a), widen(b)), out)
-
-
-def divide_words(words: np.ndarray, divisor: int) -> None:
-    """``words /= divisor`` in place on bfloat16 words (in float32, rounded once)."""
-    backend_of(words).to_bf16(widen(words) / np.float32(divisor), words)
-
-
-def add_words(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-    """bfloat16 addition on raw uint16 words: widen to float32 (exact), add, round to nearest even.
-
-    The summable protocol's combine for bf16 (NumPy's calling convention ``f(a, b, out=)``), for
-    host or CuPy arrays.
-    """
-    on_words(np.add, a, b, out)
+__all__ = ["BF16"]
 
 
 @dataclass(eq=False)

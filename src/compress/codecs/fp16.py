@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._backend import backend_of
+from .._backends import backend_of
 from .._layout import Section
 from ..base import Codec
 from ..protocols import ElementSummable

@@ -53,7 +53,7 @@ from .._layout import Section
 from .._seeding import shared_stream
 from .._util import quiet, require
 from ..base import Codec
-from ..device import host_copy, namespace
+from ..arrays import host_copy, namespace
 from ..protocols import LowRankSummable
 
 __all__ = ["PowerSGD"]

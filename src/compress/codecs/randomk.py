@@ -27,12 +27,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .._backend import HOST, backend_of, count_nonfinite
+from .._backends import HOST, backend_of, count_nonfinite
 from .._layout import Section
 from .._seeding import shared_stream
 from .._util import check_ratio, k_for, nan_word, require, uint_view
 from ..base import Codec
-from ..device import namespace
+from ..arrays import namespace
 from ..protocols import ElementSummable
 
 __all__ = ["RandomK"]

@@ -12,7 +12,7 @@ Launch shape: 1-D blocks of :data:`THREADS` threads. Element-wise kernels use gr
 most :data:`MAX_BLOCKS` blocks. Reductions are deterministic: every block reduces its part in shared
 memory in a fixed order and writes one partial, and the host adds the partials in order. Kernels take
 device arrays (CuPy, Numba, or anything with ``__cuda_array_interface__``) and are launched by
-:func:`launch` on the stream of the :class:`compress._device.Device` that owns the arrays.
+:func:`launch` on the stream of the :class:`compress._backends.cuda.Device` that owns the arrays.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Collectives see a flat, contiguous 1-D view of the caller's array (``flat``) and never look at
 shapes, strides or array libraries themselves. Two array libraries are accepted: NumPy, and CuPy
-for GPU buffers (``_device.py`` says how those reach MPI); :func:`xp` gives the module of an
+for GPU buffers (``_runtime/device.py`` says how those reach MPI); :func:`xp` gives the module of an
 array, so allocation and copies here work for both and the algorithms stay library-agnostic.
-What kind an array is, :mod:`compress.device` decides, for both packages.
+What kind an array is, :mod:`compress.arrays` decides, for both packages.
 
 Framework arrays come in here too: :func:`check_input` and :func:`check_out` view PyTorch tensors
 (CPU or CUDA), other ``__dlpack__`` exporters and buffer-protocol objects as NumPy or CuPy arrays,
@@ -17,7 +17,7 @@ is what the algorithms move and the ops' word forms reduce (``ops.py``).
 from __future__ import annotations
 
 import numpy as np
-from compress.device import as_array, framework, is_bfloat16, is_cupy, like, namespace, same_memory
+from compress.arrays import as_array, framework, is_bfloat16, is_cupy, like, namespace, same_memory
 
 __all__ = ["SUPPORTED_DTYPES", "check_input", "check_out", "writeable", "flat", "new_like",
            "copy_into", "xp", "returned"]
@@ -38,7 +38,7 @@ _may_share_memory = getattr(np.may_share_memory, "_implementation", np.may_share
 _NAMES = ", ".join(str(d) for d in SUPPORTED_DTYPES) + ", bfloat16 (ml_dtypes / torch)"
 
 
-#: The array module of an array: NumPy, or CuPy for a CuPy array (compress.device.namespace).
+#: The array module of an array: NumPy, or CuPy for a CuPy array (compress.arrays.namespace).
 xp = namespace
 
 

@@ -1,7 +1,7 @@
 """Failure semantics: an error on one rank becomes an error on every rank that needs it.
 
 Every public call on a communicator runs under that communicator's :class:`Guard` (kept on its
-private context, :mod:`._context`):
+private context, :mod:`.context`):
 
 - **Call sequence numbers.** Every rank numbers its calls on the communicator (at entry, before
   any check, so ranks stay in step whether a call fails or not) and every point-to-point message
@@ -36,7 +36,7 @@ private context, :mod:`._context`):
   guard's first call is dropped.
 
 Outside a public call (algorithms called directly, as the benchmarks do) the helpers of
-:mod:`._p2p` fall back to plain blocking calls.
+:mod:`.p2p` fall back to plain blocking calls.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from typing import Any, Callable
 import numpy as np
 from mpi4py import MPI
 
-from ._workspace import forget
+from .workspace import forget
 
 __all__ = ["CollectiveError", "CURRENT", "Guard", "active", "native_call", "set_timeout",
            "NOTICE_TAG"]
@@ -337,7 +337,7 @@ def native_call(ctx: Any, name: str, args: tuple, fallback: Callable[[], None],
     left behind can never pair with another collective) under the call's guard, or
     ``fallback()`` (a hand-written equivalent) once native is retired.
 
-    ``landing``: ``(name, buffer)`` of the :func:`~._workspace.scratch` buffer that ``args``
+    ``landing``: ``(name, buffer)`` of the :func:`~.workspace.scratch` buffer that ``args``
     receive into instead of the caller's array, under a guard (see the module docstring). True:
     the native operation ran, and the caller copies the landing buffer out; False: ``fallback()``
     ran (and wrote the caller's array itself); an abandoned landing buffer is never handed out

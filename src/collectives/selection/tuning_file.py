@@ -1,7 +1,7 @@
 """Per-machine tuning files: for each world size, message-size thresholds -> algorithm.
 
 ``collectives-tune`` (``python -m collectives.tuning.tune``) measures and writes one;
-``algorithm="auto"`` reads it; these names are also ``collectives.tuning.<name>``. Where it is
+``algorithm="auto"`` reads it; these names are also ``collectives.selection.<name>``. Where it is
 looked for, in order:
 
 1. ``$COLLECTIVES_TUNING_FILE`` if set (an empty value, ``none`` or ``off`` disables tuning);
@@ -20,9 +20,9 @@ The file (JSON)::
 
 Rules are read in order; the first whose ``max_bytes`` is >= the message size (``null``: no
 limit) names the algorithm. ``nodes`` (optional) is the node layout the world was tuned on (the
-ranks of each node, ``collectives.algorithms.hierarchical.node_sizes``): ``auto`` follows the
+ranks of each node, ``collectives._runtime.nodes.node_sizes``): ``auto`` follows the
 rules only on a communicator with that layout (without ``nodes``: on one node). ``model`` holds
-the fitted cost-model parameters (:class:`collectives.tuning.cost_model.Network`; two levels when
+the fitted cost-model parameters (:class:`collectives.selection.cost_model.Network`; two levels when
 it has ``alpha_inter``/``beta_inter`` and ``node_size``). A world size missing from the file gets
 auto's built-in rule (or, across nodes, the two-level model).
 
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..algorithms.flat import FLAT
+from .names import TUNABLE
 
 __all__ = ["ENV", "FORMAT", "VERSION", "MAX_FILE_BYTES", "TuningFileError", "Rules", "Entry",
            "default_path", "tuning_path", "read", "read_entries", "rules_for", "entry_for",
@@ -63,8 +63,8 @@ _MAX_KEY_DIGITS = 9
 #: ``[(max_bytes, algorithm), ...]``, ``max_bytes`` increasing, the last one ``math.inf``.
 Rules = list[tuple[float, str]]
 
-#: the algorithms a rule may name: the flat ones and, across nodes, "hierarchical"
-KNOWN = frozenset(FLAT) | {"hierarchical", "shm"}
+#: the algorithms a rule may name
+KNOWN = frozenset(TUNABLE)
 
 
 @dataclass(frozen=True)

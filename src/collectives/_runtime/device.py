@@ -27,7 +27,7 @@ from functools import lru_cache, wraps
 from typing import Any, Callable
 
 import numpy as np
-from compress.device import cupy, is_cupy, is_device, is_numpy
+from compress.arrays import cupy, is_cupy, is_device, is_numpy
 
 __all__ = ["cuda_aware", "synchronize", "to_mpi", "from_mpi", "landed", "staged", "LAST_PATH"]
 

@@ -23,7 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 from mpi4py import MPI
 
-from .._context import Context, context
+from ..context import Context, context
 
 __all__ = ["Buffers", "registry", "empty", "zeros"]
 

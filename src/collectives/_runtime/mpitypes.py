@@ -14,7 +14,7 @@ from functools import lru_cache
 import numpy as np
 from mpi4py import MPI
 
-from .ops import Op
+from ..ops import Op
 
 __all__ = ["native_type", "native_op"]
 

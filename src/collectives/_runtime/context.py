@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from mpi4py import MPI
 
-from ._guard import Guard
+from .guard import Guard
 
 __all__ = ["Context", "context", "reset"]
 
@@ -44,7 +44,7 @@ class Context:
 
     @property
     def guard(self) -> Guard:
-        """The communicator's :class:`~._guard.Guard` (made at the first call, collectively)."""
+        """The communicator's :class:`~.guard.Guard` (made at the first call, collectively)."""
         if self._guard is None:
             self._guard = Guard(self.comm)
         return self._guard
@@ -97,7 +97,7 @@ def reset(comm: MPI.Comm) -> None:
     """Drop the library's private state of ``comm`` (collective: every rank calls it, between
     the same two calls): its duplicate is freed and the next call makes a fresh one. After a
     failure this brings the MPI library's own collectives ("native") back, which a failure
-    retires on the communicator (``_guard.py``); it also frees cached sub-communicators."""
+    retires on the communicator (``_runtime/guard.py``); it also frees cached sub-communicators."""
     if comm.Get_attr(_KEYVAL) is not None:
         comm.Delete_attr(_KEYVAL)
 

@@ -7,6 +7,6 @@ half of ``hierarchical`` run on it.
 """
 
 from .buffers import empty, zeros
-from .team import Team, node_comm, not_on_one_node
+from .team import Team
 
-__all__ = ["empty", "zeros", "Team", "node_comm", "not_on_one_node"]
+__all__ = ["empty", "zeros", "Team"]

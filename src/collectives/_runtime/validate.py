@@ -12,9 +12,9 @@ from typing import Any, Callable, TypeVar
 
 from mpi4py import MPI
 
-from ._context import context
-from ._guard import set_timeout
-from .options import Options
+from .context import context
+from .guard import set_timeout
+from ..options import Options
 
 __all__ = ["check_comm", "checked", "checked_call", "pick", "setup", "verdict"]
 
@@ -101,7 +101,7 @@ def verdict(name: str, everyone: list[tuple[dict[str, Any] | None, tuple[str, st
 
 
 def checked_call(cls: type, comm: MPI.Comm, validate: bool, *args: Any) -> Any:
-    """``cls(comm, *args)``, with the cross-rank check of ``validate`` (see ``_validate``)."""
+    """``cls(comm, *args)``, with the cross-rank check of ``validate`` (see the module docstring)."""
     if not validate:
         check_comm(cls.kind, comm)
         return cls(comm, *args)

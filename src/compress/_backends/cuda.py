@@ -12,9 +12,9 @@ encode would give. Two array libraries are understood:
   Numba arrays go through the host; CuPy is the library for real work.
 
 :class:`Device` holds what differs between the two, and is the codecs' *device backend*: it has the
-host backend's allocation methods (:class:`compress._backend.HostBackend`) and, through attribute
+host backend's allocation methods (:class:`compress._backends.HostBackend`) and, through attribute
 lookup, every operation of :mod:`compress._kernels.cuda.ops` bound to itself, so a codec calls
-``ops.gather(src, idx, out)`` on either. What kind an array is, :mod:`compress.device` says. Nothing
+``ops.gather(src, idx, out)`` on either. What kind an array is, :mod:`compress.arrays` says. Nothing
 here imports CUDA until a device array is seen.
 """
 
@@ -24,7 +24,7 @@ from functools import cached_property, partial
 
 import numpy as np
 
-from .device import host_copy, is_device, kind, namespace
+from ..arrays import host_copy, is_device, kind, namespace
 
 __all__ = ["Device", "is_device", "namespace", "host_copy"]
 
@@ -52,7 +52,7 @@ class Device:
         (looked up once per device object)."""
         if name.startswith("_"):
             raise AttributeError(name)
-        from ._kernels.cuda import ops
+        from .._kernels.cuda import ops
 
         if name not in ops.__all__:
             raise AttributeError(f"the device backend has no operation {name!r}")
@@ -81,7 +81,7 @@ class Device:
         writes exact bits)."""
         flat = a.reshape(-1)
         if flat.size:
-            from ._kernels.cuda import blocks, elementwise
+            from .._kernels.cuda import blocks, elementwise
 
             self.launch(elementwise.fill, blocks(flat.size), flat, flat.dtype.type(value))
 
@@ -130,7 +130,7 @@ class Device:
         if self.cupy:
             self.xp.copyto(dst, src)
         elif src.size:
-            from ._kernels.cuda import blocks, elementwise
+            from .._kernels.cuda import blocks, elementwise
 
             self.launch(elementwise.gather_all, blocks(src.size), src.reshape(-1), dst.reshape(-1))
 
@@ -169,6 +169,6 @@ class Device:
         return 0
 
     def launch(self, kernel, nblocks: int, *args) -> None:
-        from ._kernels.cuda import launch
+        from .._kernels.cuda import launch
 
         launch(kernel, nblocks, self.stream, *args)

@@ -13,7 +13,7 @@ import threading
 
 import numpy as np
 
-from ._arrays import xp
+from .arrays import xp
 
 __all__ = ["scratch", "forget"]
 

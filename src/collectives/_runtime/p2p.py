@@ -2,25 +2,25 @@
 
 Sending bytes keeps the hand-written algorithms independent of which datatypes the MPI library has
 (MPI has no float16); the reductions happen locally in NumPy (or CuPy). Device (CuPy) arrays go to
-MPI through ``_device.py``: directly with CUDA-aware MPI, else staged through pinned host memory,
+MPI through ``_runtime/device.py``: directly with CUDA-aware MPI, else staged through pinned host memory,
 the stream synchronised first either way. NumPy arrays take the first branch of each function.
 
 Inside a public call every message carries the call's tag and every wait is the guard's
-(``_guard.py``): it also ends on a notice that another rank's call failed, and a receive of
+(``_runtime/guard.py``): it also ends on a notice that another rank's call failed, and a receive of
 another size than expected raises ValueError ("count or dtype differs across ranks").
 """
 
 from __future__ import annotations
 
 import numpy as np
-from compress.device import is_numpy as _host
+from compress.arrays import is_numpy as _host
 from mpi4py import MPI
 
-from . import _device
-from ._guard import active
+from . import device as _device
+from .guard import active
 from .traffic import TRAFFIC
 
-__all__ = ["send", "recv", "sendrecv", "nsegments", "split", "partition"]
+__all__ = ["send", "recv", "sendrecv"]
 
 TAG = 7117  # outside a public call (algorithms run directly); inside, the call's own tag
 
@@ -69,31 +69,3 @@ def sendrecv(comm: MPI.Comm, a: np.ndarray, dest: int, b: np.ndarray, source: in
                        [source, dest])
     if target is not b:
         _device.landed(b, target)
-
-
-def nsegments(longest: int, itemsize: int, segment_bytes: int) -> int:
-    """How many segments a pipelined algorithm cuts each block into (at least one).
-
-    Every block of one call is cut into the same number of segments, so that the two partners of
-    each exchange always agree on how many messages follow, even when blocks differ in length.
-    """
-    seg = max(1, segment_bytes // itemsize)
-    return max(1, -(-longest // seg))
-
-
-def split(lo: int, hi: int, parts: int) -> list[slice]:
-    """The element range [lo, hi) as ``parts`` consecutive near-equal slices (some may be empty)."""
-    if parts == 1:
-        return [slice(lo, hi)]
-    offsets = partition(hi - lo, parts)
-    return [slice(lo + a, lo + b) for a, b in zip(offsets[:-1], offsets[1:])]
-
-
-def partition(count: int, parts: int) -> list[int]:
-    """Offsets (length ``parts + 1``) splitting ``count`` elements into near-equal blocks.
-
-    Like ``np.array_split``: the first ``count % parts`` blocks hold one element more. Plain
-    Python integers: this runs on every call, where NumPy's per-call overhead would dominate.
-    """
-    base, extra = divmod(count, parts)
-    return [i * base + min(i, extra) for i in range(parts + 1)]

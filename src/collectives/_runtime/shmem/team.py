@@ -6,7 +6,7 @@ each rank's control block, a scratch area and a few input and output slots. A ca
 is reduced by rank ``b``).
 
 **Calls and rounds are numbered alike on every rank, also after a failure.** A team call made
-inside public call number ``seq`` of the guard (``_guard.py``, which numbers public calls the
+inside public call number ``seq`` of the guard (``_runtime/guard.py``, which numbers public calls the
 same on every rank whether they fail or not) is number ``seq * CALLS_PER_SEQ`` (plus one per
 earlier team call of the same public call), and its ``i``-th round is ``(call << ROUND_BITS) +
 i``. So a counter never needs resetting: whatever an earlier call left behind, finished or
@@ -120,11 +120,11 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from .._guard import CURRENT as _CALLS_NOW
-from .._guard import CollectiveError
+from ..guard import CURRENT as _CALLS_NOW
+from ..guard import CollectiveError
 from . import layout as L
 
-__all__ = ["Team", "node_comm", "not_on_one_node", "OPCODES"]
+__all__ = ["Team", "OPCODES"]
 
 OPCODES = L.OPCODES
 
@@ -167,34 +167,6 @@ def _kernels():
 
         _KERNELS = kernels
     return _KERNELS
-
-
-def node_comm(comm: MPI.Comm, node_size: int | None) -> MPI.Comm:
-    """The ranks of ``comm`` on this rank's node (collective): ``Split_type(COMM_TYPE_SHARED)``,
-    cut into emulated nodes of ``node_size`` ranks when given. Ranks keep ``comm``'s order."""
-    shared = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
-    if node_size is None:
-        return shared
-    node = shared.Split(shared.rank // node_size, shared.rank)
-    shared.Free()
-    return node
-
-
-def not_on_one_node(comm: MPI.Comm, node_size: int | None) -> str | None:
-    """None if every rank of ``comm`` is on one (emulated) node, else why not (collective;
-    every rank gets the same text, naming the ranks not on rank 0's node)."""
-    node = node_comm(comm, node_size)
-    leader = node.bcast(comm.rank, root=0)  # the node's lowest rank of comm names the node
-    node.Free()
-    leaders = comm.allgather(leader)
-    others = [r for r, lead in enumerate(leaders) if lead != leaders[0]]
-    if not others:
-        return None
-    what = "shared-memory node" if node_size is None else f"emulated node of {node_size} ranks"
-    return (f"algorithm 'shm' needs every rank of the communicator on one {what}; rank"
-            f"{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} of {comm.size} "
-            f"{'are' if len(others) > 1 else 'is'} not on rank 0's node (use 'hierarchical' "
-            f"across nodes)")
 
 
 def _cma_functions() -> tuple[int, int] | None:

@@ -1,7 +1,5 @@
 """The alpha-beta-gamma cost model of every allreduce algorithm, on one level or two.
 
-(``collectives.tuning.cost_model``; was ``collectives.model``.)
-
 Notation (Thakur, Rabenseifner & Gropp, *Optimization of Collective Communication Operations in
 MPICH*, 2005): ``n`` bytes per rank, ``p`` ranks, ``alpha`` seconds per message, ``beta`` seconds
 per byte sent, ``gamma`` seconds per byte reduced; ``pof2`` the largest power of two <= p,
@@ -57,11 +55,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from pathlib import Path
 from typing import Callable, Iterable
 
-from ..algorithms.pof2 import pof2_of, real_rank
+from .._runtime.ranks import pof2_of, real_rank
+from .names import FLAT_NAMES
+from .tuning_file import read_entries
 
-__all__ = ["Network", "COSTS", "predict", "predict_all", "best", "NATIVE_SHORT_BYTES"]
+__all__ = ["Network", "COSTS", "predict", "predict_all", "best", "from_tuning_file",
+           "NATIVE_SHORT_BYTES"]
 
 #: MPICH's classic short-message threshold (recursive doubling up to here, Rabenseifner above).
 NATIVE_SHORT_BYTES = 2048
@@ -95,8 +97,8 @@ class Network:
             raise ValueError(f"segment_bytes must be >= 1, got {self.segment_bytes!r}")
         if self.node_size is not None and self.node_size < 1:
             raise ValueError(f"node_size must be >= 1 or None, got {self.node_size!r}")
-        if self.inter_algorithm not in _FLAT_NAMES:
-            raise ValueError(f"inter_algorithm must be one of {', '.join(_FLAT_NAMES)}, got "
+        if self.inter_algorithm not in FLAT_NAMES:
+            raise ValueError(f"inter_algorithm must be one of {', '.join(FLAT_NAMES)}, got "
                              f"{self.inter_algorithm!r}")
 
     @property
@@ -115,9 +117,6 @@ class Network:
         return replace(self, alpha=_or(self.alpha_inter, self.alpha),
                        beta=_or(self.beta_inter, self.beta) * flows, node_size=None,
                        alpha_inter=None, beta_inter=None)
-
-
-_FLAT_NAMES = ("ring", "tree", "recursive_doubling", "rabenseifner", "native")
 
 
 def _or(value: float | None, default: float) -> float:
@@ -284,3 +283,22 @@ def best(n: float, p: int, net: Network, names: Iterable[str] = tuple(COSTS)) ->
     """The name of ``names`` with the smallest predicted time (first wins ties)."""
     times = predict_all(n, p, net, names)
     return min(times, key=times.__getitem__)
+
+
+def from_tuning_file(path: str | Path, p: int | None = None) -> Network:
+    """The fitted :class:`Network` the tuning file ``path`` stores for world size ``p`` (None:
+    the first world size whose model has two levels, else the first with a model).
+
+    Raises
+    ------
+    ValueError
+        If the file has no fitted model for ``p`` (or none at all), or is not a tuning file
+        (:class:`~collectives.selection.tuning_file.TuningFileError`).
+    """
+    models = {k: e.model for k, e in read_entries(path).items() if e.model}
+    if p is None:
+        two = [k for k, m in models.items() if m.get("alpha_inter") is not None]
+        p = (two or list(models) or [None])[0]
+    if p not in models:
+        raise ValueError(f"{path}: no fitted model" + (f" for world size {p}" if p else ""))
+    return Network(**models[p])

@@ -1,0 +1,23 @@
+"""What ``algorithm="auto"`` reads at run time to choose an algorithm.
+
+- :mod:`~collectives.selection.tuning_file`: the per-machine tuning file (where it is, its format,
+  reading and writing it); its names are re-exported here (``collectives.selection.entry_for``,
+  ...). ``collectives-tune`` (:mod:`collectives.tuning`) writes it.
+- :mod:`~collectives.selection.cost_model`: the alpha-beta-gamma cost model of every allreduce
+  algorithm, on one level or two; :func:`~collectives.selection.cost_model.from_tuning_file`
+  gives the parameters ``collectives-tune`` fitted.
+- :mod:`~collectives.selection.names`: the algorithms' names; this layer never imports the
+  algorithms themselves (``algorithms/auto.py``, above it, does the choosing).
+
+Only the tuning file is imported with the package (auto needs it at its first call); the cost
+model when a communicator spans nodes.
+"""
+
+from .names import FLAT_NAMES, TUNABLE
+from .tuning_file import (ENV, FORMAT, VERSION, Entry, Rules, TuningFileError, clear_cache,
+                          default_path, entry_for, make_rules, read, read_entries, rules_for,
+                          tuning_path, write)
+
+__all__ = ["ENV", "FORMAT", "VERSION", "TuningFileError", "Rules", "Entry", "default_path",
+           "tuning_path", "read", "read_entries", "rules_for", "entry_for", "clear_cache",
+           "make_rules", "write", "FLAT_NAMES", "TUNABLE"]
