@@ -22,7 +22,7 @@ import sys
 
 from collectives.bench.options import parse_bytes
 from collectives.bench.results import read_records
-from collectives.algorithms.auto import choose
+from collectives.algorithms.auto import algorithm_for
 from collectives.selection.cost_model import from_tuning_file
 
 __all__ = ["summary", "main"]
@@ -50,7 +50,7 @@ def summary(path: str, model: str | None, target: float, from_bytes: int) -> str
                  f"{hier / row[flat]:.2f}", f"{hier / native:.2f}",
                  f"{row['auto'] / row[fastest]:.2f}" if "auto" in row else ""]
         if net:
-            pick = choose(n, n // 4, p, None, net)
+            pick = algorithm_for(n, n // 4, p, None, net)
             cells.append(f"{pick} ({row[pick] / row[fastest]:.2f})")
         lines.append("| " + " | ".join(cells) + " |")
         if n >= from_bytes and max(hier / row[flat], hier / native) > target:

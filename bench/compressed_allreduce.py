@@ -24,7 +24,7 @@ from mpi4py import MPI
 
 import collectives
 from collectives.bench.compressed import make_codec
-from collectives.compressed.strategies import choose, incompatibility
+from collectives.compressed.strategies import strategy_for, incompatibility
 from compress.protocols import SparsePayload
 
 DEFAULT_CODECS = ["topk:ratio=0.01", "efsignsgd", "qsgd:levels=7"]
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.strategy == "all":
             chosen = strategies_for(codec)
         else:
-            chosen = [choose(getattr(codec, "codec", codec)) if args.strategy == "auto"
+            chosen = [strategy_for(getattr(codec, "codec", codec)) if args.strategy == "auto"
                       else args.strategy]
         for strategy in chosen:
             configs[f"{spec} [{strategy}]"] = (codec, strategy)

@@ -12,7 +12,7 @@ from mpi4py import MPI
 
 import collectives
 import compress
-from collectives.compressed.strategies import choose
+from collectives.compressed.strategies import strategy_for
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "compression.md"
 
@@ -69,7 +69,7 @@ def test_example_codec_follows_the_non_finite_rule(int8):
 
 def test_example_codec_in_a_compressed_allreduce(int8):
     codec = compress.get("int8")
-    assert not codec.summable and not codec.sparse and choose(codec) == "allgather"
+    assert not codec.summable and not codec.sparse and strategy_for(codec) == "allgather"
     x = np.linspace(-1, 1, 101, dtype=np.float32)
     y = collectives.compressed_allreduce(x, codec, comm=MPI.COMM_SELF, key="w")
     np.testing.assert_array_equal(y, codec.decode(codec.encode(x)))

@@ -9,7 +9,7 @@ from mpi4py import MPI
 
 from collectives import selection
 from collectives._runtime.context import Context
-from collectives.algorithms.auto import builtin_choice, choose, comm_rules
+from collectives.algorithms.auto import algorithm_for, builtin_choice, comm_rules
 
 RULES = [{"max_bytes": 4096, "algorithm": "native"}, {"max_bytes": None, "algorithm": "ring"}]
 
@@ -128,9 +128,9 @@ def test_write_replaces_a_hostile_file(tmp_path, old):
 
 def test_choose_with_and_without_rules():
     rules = [(4096, "native"), (math.inf, "ring")]
-    assert choose(4096, 1024, 4, rules) == "native"
-    assert choose(4097, 1024, 4, rules) == "ring"
-    assert choose(1 << 20, 1 << 18, 4) == builtin_choice(1 << 20, 1 << 18, 4) == "rabenseifner"
+    assert algorithm_for(4096, 1024, 4, rules) == "native"
+    assert algorithm_for(4097, 1024, 4, rules) == "ring"
+    assert algorithm_for(1 << 20, 1 << 18, 4) == builtin_choice(1 << 20, 1 << 18, 4) == "rabenseifner"
 
 
 def test_shm_only_on_one_node(tmp_path):
@@ -139,12 +139,12 @@ def test_shm_only_on_one_node(tmp_path):
                                                                "algorithm": "shm"}]}})
     assert selection.read(path) == {2: [(math.inf, "shm")]}
     for nbytes in (8, 1 << 20):
-        assert choose(nbytes, nbytes // 4, 4, one_node=True) == "shm"
-        assert choose(nbytes, nbytes // 4, 4) != "shm"
+        assert algorithm_for(nbytes, nbytes // 4, 4, one_node=True) == "shm"
+        assert algorithm_for(nbytes, nbytes // 4, 4) != "shm"
     rules = [(4096, "native"), (math.inf, "shm")]
-    assert choose(1 << 20, 1 << 18, 4, rules, one_node=True) == "shm"
-    assert choose(1 << 20, 1 << 18, 4, rules) == "rabenseifner"
-    assert choose(64, 16, 4, rules) == "native"
+    assert algorithm_for(1 << 20, 1 << 18, 4, rules, one_node=True) == "shm"
+    assert algorithm_for(1 << 20, 1 << 18, 4, rules) == "rabenseifner"
+    assert algorithm_for(64, 16, 4, rules) == "native"
 
 
 def test_comm_rules_falls_back_with_one_warning(tmp_path, use):
@@ -209,22 +209,22 @@ def test_choose_with_a_two_level_model():
 
     slow = Network(**{**CLUSTER_DEFAULTS, "beta_inter": 8e-9, "alpha_inter": 1e-4,
                       "node_size": 4})
-    assert choose(1 << 10, 256, 16, None, slow) == "native"  # small: the built-in rule
-    assert choose(64 << 20, 16 << 20, 16, None, slow) == "hierarchical"
+    assert algorithm_for(1 << 10, 256, 16, None, slow) == "native"  # small: the built-in rule
+    assert algorithm_for(64 << 20, 16 << 20, 16, None, slow) == "hierarchical"
     one_rank_nodes = Network(**{**CLUSTER_DEFAULTS, "node_size": 1})
-    assert choose(64 << 20, 16 << 20, 16, None, one_rank_nodes) != "hierarchical"
+    assert algorithm_for(64 << 20, 16 << 20, 16, None, one_rank_nodes) != "hierarchical"
 
 
 def test_plan_on_one_node_follows_rules_or_builtin(tmp_path, use):
-    from collectives.algorithms.auto import comm_plan
+    from collectives.algorithms.auto import selector
 
     use(_file(tmp_path, {"1": {"rules": RULES, "nodes": [1]}}))
     ctx = Context(MPI.COMM_SELF)
     try:
-        plan = comm_plan(ctx)
-        assert plan.nodes == [1] and plan.model is None
-        assert plan.rules == [(4096, "native"), (math.inf, "ring")]
-        assert plan.choose(1 << 20, 1 << 18) == "ring"
+        sel = selector(ctx)
+        assert sel.nodes == [1] and sel.model is None
+        assert sel.rules == [(4096, "native"), (math.inf, "ring")]
+        assert sel.pick(1 << 20, 1 << 18) == "ring"
     finally:
         ctx.free()
 

@@ -13,7 +13,7 @@ from collectives._runtime.ranks import nsegments, partition, split
 from collectives.algorithms import ALGORITHMS, FLAT
 from collectives._runtime.ranks import pof2_of, real_rank
 from collectives.algorithms.pof2 import doubling, fold, halving
-from collectives.algorithms.auto import choose
+from collectives.algorithms.auto import algorithm_for
 from collectives.blocks.binomial import tree
 from collectives.ops import get_op
 from collectives.options import ENV, Options, _raw_values
@@ -119,10 +119,10 @@ def test_tables_name_every_algorithm():
 @pytest.mark.parametrize("p", [2, 3, 4, 8, 64])
 def test_auto_chooses_a_flat_algorithm(p):
     for nbytes in [0, 8, 1 << 16, (1 << 16) + 8, 1 << 20, 1 << 26]:
-        assert choose(nbytes, nbytes // 4, p) in FLAT
-    assert choose(4, 1, p) == "native"
-    assert choose((1 << 16) + 8, (1 << 16) // 2, p) == "rabenseifner"  # int16: more bytes
-    assert choose(1 << 20, 1 << 18, p) == "rabenseifner"
+        assert algorithm_for(nbytes, nbytes // 4, p) in FLAT
+    assert algorithm_for(4, 1, p) == "native"
+    assert algorithm_for((1 << 16) + 8, (1 << 16) // 2, p) == "rabenseifner"  # int16: more bytes
+    assert algorithm_for(1 << 20, 1 << 18, p) == "rabenseifner"
 
 
 def test_ops_resolve_names_and_mpi_objects():

@@ -12,6 +12,7 @@ import pytest
 from mpi4py import MPI
 
 import collectives
+import compress
 from collectives import selection
 from collectives._runtime.context import context
 from collectives.algorithms import auto
@@ -110,6 +111,34 @@ def test_auto_follows_tuning_file(monkeypatch):
     assert ran == ([] if comm.size == 1 else ["ring", "tree"])
 
 
+@pytest.mark.parametrize("codec", ["fp16", "none"])
+def test_dense_and_compressed_summable_auto_follow_one_tuning_file(monkeypatch, codec):
+    """A tuning file that names one algorithm for every size: a dense allreduce and a compressed
+    summable one (its representation summed by a dense allreduce) both run it. The compressed
+    path once picked by the built-in rule alone, ignoring the file ("native" at these sizes)."""
+    comm = MPI.COMM_WORLD
+    rules = [{"max_bytes": None, "algorithm": "tree"}]
+    path = _write(comm, json.dumps({"format": selection.FORMAT, "version": selection.VERSION,
+                                    "world_sizes": {str(comm.size): {"rules": rules}}}))
+    monkeypatch.setenv(selection.ENV, str(path))
+    selection.clear_cache()
+    ran = []
+    real = auto._ALL["tree"]
+    monkeypatch.setitem(auto._ALL, "tree", lambda *a: (ran.append("tree"), real(*a)))
+    dup = comm.Dup()
+    try:
+        x = np.arange(1001, dtype=np.float32) + comm.rank
+        dense = collectives.allreduce(x, algorithm="auto", comm=dup)
+        assert ran == ([] if comm.size == 1 else ["tree"])
+        y = collectives.compressed_allreduce(x, compress.get(codec), op="sum", strategy="summable",
+                                             algorithm="auto", comm=dup)
+        assert ran == ([] if comm.size == 1 else ["tree", "tree"])
+        np.testing.assert_allclose(y, dense, rtol=1e-3)
+    finally:
+        dup.Free()
+        selection.clear_cache()
+
+
 def _tuning(world_sizes):
     return json.dumps({"format": selection.FORMAT, "version": selection.VERSION,
                        "world_sizes": world_sizes})
@@ -178,17 +207,17 @@ def test_auto_across_nodes(monkeypatch):
         selection.clear_cache()
         dup = comm.Dup()
         try:
-            plan = auto.comm_plan(context(dup), 2)
-            assert plan.nodes == nodes
-            assert (plan.rules is not None) == (follows or len(nodes) == 1)
-            assert (plan.model is not None) == (plan.rules is None and len(nodes) > 1)
+            sel = auto.selector(context(dup), 2)
+            assert sel.nodes == nodes
+            assert (sel.rules is not None) == (follows or len(nodes) == 1)
+            assert (sel.model is not None) == (sel.rules is None and len(nodes) > 1)
             ran.clear()
             y = collectives.allreduce(x, algorithm="auto", comm=dup, options=opts)
             assert np.allclose(y, expected)
-            want = "tree" if plan.rules else plan.choose(x.nbytes, x.size)
+            want = "tree" if sel.rules else sel.pick(x.nbytes, x.size)
             assert ran == ([] if p == 1 else [want])
-            if plan.model is not None:
-                assert plan.choose(64 << 20, 16 << 20) in auto.MODEL_CHOICES
+            if sel.model is not None:
+                assert sel.pick(64 << 20, 16 << 20) in auto.MODEL_CHOICES
         finally:
             dup.Free()
             selection.clear_cache()

@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 import collectives
 import compress
-from collectives.compressed.strategies import choose, incompatibility
+from collectives.compressed.strategies import strategy_for, incompatibility
 from reference import assert_identical_everywhere, gather_all
 
 SHARED = {"randomk": dict(ratio=0.2, seed=1), "powersgd": dict(rank=2, seed=3)}
@@ -101,7 +101,7 @@ def test_summable_strategy(name, comm):
     for n in (0, 1, comm.size + 1, 1001):
         for op in ("avg", "sum"):
             x = data(n, comm.rank, 1)
-            assert choose(make_codec(name, 0)) == "summable"
+            assert strategy_for(make_codec(name, 0)) == "summable"
             y = collectives.compressed_allreduce(x, make_codec(name, comm.rank), op=op, key="s",
                                                  step=5, comm=comm)
             ref = reference(name, x, comm, op, "s", step=5)
@@ -309,7 +309,7 @@ def test_dgc_memory_is_not_dropped_by_auto():
     """A DGCMemory around a summable codec goes through a strategy that encodes with it."""
     memory = compress.DGCMemory(compress.get("fp16"), momentum=0.5)
     state = collectives.CompressionState.of(memory)
-    assert choose(state.codec, state.memory) == "allgather"
+    assert strategy_for(state.codec, state.memory) == "allgather"
     collectives.compressed_allreduce(data(64, MPI.COMM_WORLD.rank, 9), memory, key="m")
     assert "m" in memory.state
 

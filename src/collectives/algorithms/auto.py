@@ -29,7 +29,7 @@ Three sources, in order:
 
 Every rank must pick the same algorithm. At the first "auto" call on a communicator (for each
 ``Options.node_size``) only rank 0 reads the tuning file and broadcasts its entry, and the ranks
-find the node layout together (one ``Split_type``); the resulting plan is cached in the
+find the node layout together (one ``Split_type``); the resulting selector is cached in the
 communicator's context, so later calls add no communication. If the file is malformed, rank 0
 warns once (``RuntimeWarning``) and every rank uses the built-in rule (or the default model).
 """
@@ -52,12 +52,12 @@ from ..options import Options
 from . import hierarchical, shm
 from .flat import FLAT
 
-__all__ = ["choose", "builtin_choice", "comm_rules", "comm_plan", "resolve", "Plan", "allreduce",
-           "SMALL_BYTES", "SHM_BYTES", "CLUSTER_DEFAULTS", "MODEL_CHOICES"]
+__all__ = ["algorithm_for", "builtin_choice", "comm_rules", "selector", "resolve", "Selector",
+           "allreduce", "SMALL_BYTES", "SHM_BYTES", "CLUSTER_DEFAULTS", "MODEL_CHOICES"]
 
 SMALL_BYTES = 64 << 10
 SHM_BYTES = 0
-_PLAN_KEY = "auto-plan"
+_SELECTOR_KEY = "auto-selector"
 
 #: Two-level model parameters auto uses across nodes when no tuning file gives fitted ones:
 #: shared memory inside a node (this 2-core machine's fit, docs/benchmarks.md: alpha 1.4 us,
@@ -79,7 +79,7 @@ def builtin_choice(nbytes: int, count: int, p: int, one_node: bool = False) -> s
     return "rabenseifner"
 
 
-def choose(nbytes: int, count: int, p: int, rules: selection.Rules | None = None,
+def algorithm_for(nbytes: int, count: int, p: int, rules: selection.Rules | None = None,
            model=None, one_node: bool = False) -> str:
     """The algorithm "auto" runs for ``count`` elements (``nbytes`` bytes) on ``p`` ranks.
 
@@ -101,21 +101,22 @@ def choose(nbytes: int, count: int, p: int, rules: selection.Rules | None = None
 
 
 @dataclass
-class Plan:
+class Selector:
     """How "auto" chooses on one communicator (the same on every rank)."""
 
     p: int
     nodes: list[int]                  # ranks per node (node_sizes)
     rules: selection.Rules | None = None
     model: object | None = None       # a two-level cost_model.Network, across nodes
-    _picks: dict[int, str] = field(default_factory=dict)
+    picks: dict[int, str] = field(default_factory=dict)  # the model's pick by message size
 
-    def choose(self, nbytes: int, count: int) -> str:
+    def pick(self, nbytes: int, count: int) -> str:
+        """The name of the algorithm for ``count`` elements of ``nbytes`` bytes."""
         if self.model is None or nbytes <= SMALL_BYTES:
-            return choose(nbytes, count, self.p, self.rules, one_node=len(self.nodes) == 1)
-        name = self._picks.get(nbytes)
+            return algorithm_for(nbytes, count, self.p, self.rules, one_node=len(self.nodes) == 1)
+        name = self.picks.get(nbytes)
         if name is None:
-            name = self._picks[nbytes] = choose(nbytes, count, self.p, None, self.model)
+            name = self.picks[nbytes] = algorithm_for(nbytes, count, self.p, None, self.model)
         return name
 
 
@@ -146,33 +147,33 @@ def _cluster_model(entry: selection.Entry | None, nodes: list[int]):
         return Network(**{**CLUSTER_DEFAULTS, "node_size": min(nodes)})
 
 
-def _plan(comm: MPI.Comm, node_size: int | None) -> Plan:
+def _make_selector(comm: MPI.Comm, node_size: int | None) -> Selector:
     entry = _read_entry(comm)
     nodes = node_sizes(comm, node_size)
-    plan = Plan(comm.size, nodes)
+    sel = Selector(comm.size, nodes)
     if entry is not None and (list(entry.nodes or [comm.size]) == nodes):
-        plan.rules = entry.rules
+        sel.rules = entry.rules
     elif len(nodes) > 1:
-        plan.model = _cluster_model(entry, nodes)
-    return plan
+        sel.model = _cluster_model(entry, nodes)
+    return sel
 
 
-def comm_plan(ctx: Context, node_size: int | None = None) -> Plan:
-    """This communicator's :class:`Plan`, made collectively at first use, then cached."""
-    return ctx.cached((_PLAN_KEY, node_size), lambda comm: _plan(comm, node_size))
+def selector(ctx: Context, node_size: int | None = None) -> Selector:
+    """This communicator's :class:`Selector`, made collectively at first use, then cached."""
+    return ctx.cached((_SELECTOR_KEY, node_size), lambda comm: _make_selector(comm, node_size))
 
 
 def comm_rules(ctx: Context) -> selection.Rules | None:
     """The tuned rules auto follows on this communicator (None: none apply)."""
-    return comm_plan(ctx).rules
+    return selector(ctx).rules
 
 
 def resolve(buf: np.ndarray, ctx: Context, opts: Options) -> Callable[..., None]:
     """The algorithm function "auto" runs for ``buf`` on ``ctx`` (collective at the first call
-    on a communicator; then cached). Plans and repeated calls decide once through this, so they
-    run what :func:`allreduce` runs."""
-    plan = comm_plan(ctx, opts.node_size)
-    return _ALL[plan.choose(buf.nbytes, buf.size)]
+    on a communicator; then cached). Every path that runs "auto" resolves through this:
+    blocking and non-blocking calls, persistent plans and repeated calls (once), and the
+    compressed summable strategy on its representation."""
+    return _ALL[selector(ctx, opts.node_size).pick(buf.nbytes, buf.size)]
 
 
 def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:

@@ -17,13 +17,13 @@ import numpy as np
 from .._runtime.context import Context
 from ..options import Options
 from ._exchange import allgatherv
-from ._plan import Plan
+from ._coding import TensorCoding
 
 __all__ = ["allreduce"]
 
 
-def allreduce(x: np.ndarray, out: np.ndarray, plan: Plan, ctx: Context, opts: Options,
+def allreduce(x: np.ndarray, out: np.ndarray, coding: TensorCoding, ctx: Context, opts: Options,
               algorithm: str) -> None:
-    payload = plan.encode(x)
+    payload = coding.encode(x)
     payloads = allgatherv(payload, ctx.comm)
-    plan.aggregate_into([plan.decode(pl, x.size) for pl in payloads], out)
+    coding.aggregate_into([coding.decode(pl, x.size) for pl in payloads], out)

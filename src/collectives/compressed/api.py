@@ -14,9 +14,9 @@ from .._runtime.context import context
 from .._runtime.validate import check_comm, checked_call, pick, setup
 from ..algorithms import ALGORITHMS
 from ..options import Options
-from ._plan import Plan
+from ._coding import TensorCoding
 from .state import CompressionState, base_codec, state_of
-from .strategies import STRATEGIES, choose, incompatibility
+from .strategies import STRATEGIES, strategy_for, incompatibility
 
 __all__ = ["compressed_allreduce", "CompressedAllreduceCall"]
 
@@ -107,7 +107,7 @@ class CompressedAllreduceCall:
         the_step = (codec.step if isinstance(codec, CompressionState) else 0) if step is None else step
         if not isinstance(the_step, (int, np.integer)) or the_step < 0:
             raise ValueError(f"step must be a non-negative integer, got {step!r}")
-        name = choose(base, memory) if strategy == "auto" else strategy
+        name = strategy_for(base, memory) if strategy == "auto" else strategy
         self.fn = pick(STRATEGIES, name, "strategy")
         pick(ALGORITHMS, algorithm, "algorithm")
         problem = incompatibility(name, base, memory)
@@ -132,13 +132,13 @@ class CompressedAllreduceCall:
             return
         if ctx is None:  # a trivial call, run where it was made
             ctx = context(self.comm)
-        plan = Plan(state_of(self.codec, ctx), self.key, self.step, self.average, self.world,
+        coding = TensorCoding(state_of(self.codec, ctx), self.key, self.step, self.average, self.world,
                     self.whole.shape)
         # an overflowed gradient's inf or NaN propagates to every rank's result (the codecs'
         # documented rule), quietly: a NumPy warning turned into an error on one rank would hang
         with np.errstate(over="ignore", invalid="ignore"):
             if self.world == 1:  # still compress: a single rank gets what the codec makes of it
-                plan.aggregate_into([plan.decode(plan.encode(self.whole), self.src.size)],
+                coding.aggregate_into([coding.decode(coding.encode(self.whole), self.src.size)],
                                     self.dst)
             else:
-                self.fn(self.src, self.dst, plan, ctx, self.opts, self.algorithm)
+                self.fn(self.src, self.dst, coding, ctx, self.opts, self.algorithm)

@@ -32,7 +32,7 @@ from .._runtime.p2p import recv, send, sendrecv
 from .._runtime.ranks import partition
 from ..algorithms.pof2 import doubling, fold
 from ._exchange import allgatherv, alltoallv
-from ._plan import Plan
+from ._coding import TensorCoding
 from ._sparsevec import SparseVec, combine, pack, unpack
 
 __all__ = ["allreduce", "allreduce_recursive_doubling", "allreduce_split", "SPLIT_BYTES"]
@@ -40,16 +40,16 @@ __all__ = ["allreduce", "allreduce_recursive_doubling", "allreduce_split", "SPLI
 SPLIT_BYTES = 256 << 10
 
 
-def _local(x: np.ndarray, plan: Plan) -> SparseVec:
+def _local(x: np.ndarray, coding: TensorCoding) -> SparseVec:
     """This rank's contribution as a sorted sparse list, from its payload.
 
     For a device ``x`` the codec runs on the device and only the (index, value) lists come to the
     host, where the lists are merged."""
-    payload = plan.encode(x)
-    if isinstance(plan.codec, SparsePayload):  # (index, value) lists from the payload, validated
-        idx, vals = plan.codec.sparse_parts(payload, count=x.size)
+    payload = coding.encode(x)
+    if isinstance(coding.codec, SparsePayload):  # (index, value) lists from the payload, validated
+        idx, vals = coding.codec.sparse_parts(payload, count=x.size)
     else:  # any other codec: decode, keep the nonzeros
-        dense = plan.decode(payload, x.size)
+        dense = coding.decode(payload, x.size)
         idx = xp(dense).flatnonzero(dense)
         vals = dense[idx]
     idx, vals = host_copy(idx), host_copy(vals)
@@ -85,11 +85,11 @@ def _recv(comm, source: int, like: SparseVec) -> SparseVec:
     return unpack(got, like.lo, like.length, like.dtype)
 
 
-def allreduce_recursive_doubling(x: np.ndarray, out: np.ndarray, plan: Plan, ctx: Context,
+def allreduce_recursive_doubling(x: np.ndarray, out: np.ndarray, coding: TensorCoding, ctx: Context,
                                  opts: Options, algorithm: str) -> None:
     comm = ctx.comm
     f = fold(comm.rank, comm.size)
-    v = _local(x, plan)
+    v = _local(x, coding)
     # the fold (algorithms/pof2.py): a rank that sits out hands its list over and gets the result
     if f.sits_out:
         _send(comm, v, f.partner)
@@ -104,15 +104,15 @@ def allreduce_recursive_doubling(x: np.ndarray, out: np.ndarray, plan: Plan, ctx
             _send(comm, v, f.partner)
     acc = np.empty(x.size, dtype=_acc(x))
     v.write_into(acc)
-    plan.finish(acc, plan.world, out)
+    coding.finish(acc, coding.world, out)
 
 
-def allreduce_split(x: np.ndarray, out: np.ndarray, plan: Plan, ctx: Context, opts: Options,
+def allreduce_split(x: np.ndarray, out: np.ndarray, coding: TensorCoding, ctx: Context, opts: Options,
                     algorithm: str) -> None:
     comm = ctx.comm
     p, r = comm.size, comm.rank
     bounds = partition(x.size, p)
-    v = _local(x, plan)
+    v = _local(x, coding)
     if v.dense is not None:  # already dense: cut it into plain slices
         parts = [SparseVec(bounds[k], bounds[k + 1] - bounds[k], v.dtype,
                            dense=v.dense[bounds[k]:bounds[k + 1]]) for k in range(p)]
@@ -128,11 +128,11 @@ def allreduce_split(x: np.ndarray, out: np.ndarray, plan: Plan, ctx: Context, op
     acc = np.empty(x.size, dtype=v.dtype)
     for k, g in enumerate(allgatherv(pack(total.balanced()), comm)):
         unpack(g, bounds[k], bounds[k + 1] - bounds[k], v.dtype).write_into(acc)
-    plan.finish(acc, plan.world, out)
+    coding.finish(acc, coding.world, out)
 
 
-def allreduce(x: np.ndarray, out: np.ndarray, plan: Plan, ctx: Context, opts: Options,
+def allreduce(x: np.ndarray, out: np.ndarray, coding: TensorCoding, ctx: Context, opts: Options,
               algorithm: str) -> None:
     variant = allreduce_recursive_doubling if x.nbytes <= SPLIT_BYTES or ctx.comm.size <= 2 \
         else allreduce_split
-    variant(x, out, plan, ctx, opts, algorithm)
+    variant(x, out, coding, ctx, opts, algorithm)

@@ -6,7 +6,7 @@
   dgc), with the explicit variants "sparse_recursive_doubling" and "sparse_split";
 - "two_phase": DeepSpeed's all-to-all + server compression + allgather (1-bit / sign codecs).
 
-Every strategy is ``fn(x, out, plan, ctx, opts, algorithm)`` over flat arrays; ``plan.state`` is the
+Every strategy is ``fn(x, out, coding, ctx, opts, algorithm)`` over flat arrays; ``coding.state`` is the
 call's :class:`~collectives.compressed.state.CompressionState` and ``algorithm`` the dense allreduce
 that "summable" runs on the representation. What a strategy can run follows from the protocols a
 codec subclasses (:mod:`compress.protocols`), never from probing its methods.
@@ -21,7 +21,7 @@ from compress.protocols import Memory, SparsePayload
 
 from . import allgather, sparse, summable, two_phase
 
-__all__ = ["STRATEGIES", "choose", "incompatibility"]
+__all__ = ["STRATEGIES", "strategy_for", "incompatibility"]
 
 STRATEGIES: dict[str, Callable[..., None]] = {
     "summable": summable.allreduce,
@@ -33,7 +33,7 @@ STRATEGIES: dict[str, Callable[..., None]] = {
 }
 
 
-def choose(codec: Codec, memory: Memory | None = None) -> str:
+def strategy_for(codec: Codec, memory: Memory | None = None) -> str:
     """The strategy "auto" uses for ``codec`` (the codec itself) with the client-side ``memory``.
 
     Sign codecs stay on "allgather" although "two_phase" is 6x faster on a slow link (EF-signSGD,

@@ -32,11 +32,10 @@ from mpi4py import MPI
 
 from .._runtime.arrays import xp
 from .._runtime.context import Context
-from ..algorithms.auto import choose
-from ..algorithms import ALGORITHMS
+from ..algorithms import ALGORITHMS, FLAT, auto
 from ..ops import Op
 from ..options import Options
-from ._plan import Plan
+from ._coding import TensorCoding
 
 __all__ = ["allreduce", "supports"]
 
@@ -52,47 +51,48 @@ def supports(codec: Codec, memory: Memory | None = None) -> bool:
 
 def _sum(rep: np.ndarray, ufunc: np.ufunc, ctx: Context, opts: Options, algorithm: str) -> None:
     """Sum ``rep`` over all ranks in place with a hand-written (or native, for np.add) algorithm:
-    any of :data:`collectives.ALGORITHMS`, "hierarchical" included."""
-    name = choose(rep.nbytes, rep.size, ctx.comm.size) if algorithm == "auto" else algorithm
+    any of :data:`collectives.ALGORITHMS`, "auto" resolved for the representation's size as a
+    dense allreduce of it resolves (the tuning file, the two-level model, "shm" on one node)."""
+    fn = auto.resolve(rep, ctx, opts) if algorithm == "auto" else ALGORITHMS[algorithm]
     if ufunc is not np.add:  # MPI cannot add bf16 words
-        if name == "native":
-            name = "recursive_doubling"
+        if fn is FLAT["native"]:
+            fn = FLAT["recursive_doubling"]
         if opts.inter_algorithm == "native":  # "hierarchical" across nodes
             opts = replace(opts, inter_algorithm="recursive_doubling")
-    ALGORITHMS[name](rep, rep, Op("sum", ufunc, MPI.SUM), ctx, opts)
+    fn(rep, rep, Op("sum", ufunc, MPI.SUM), ctx, opts)
 
 
-def allreduce(x: np.ndarray, out: np.ndarray, plan: Plan, ctx: Context, opts: Options,
+def allreduce(x: np.ndarray, out: np.ndarray, coding: TensorCoding, ctx: Context, opts: Options,
               algorithm: str) -> None:
-    base = plan.codec
-    ef = plan.state.error_feedback
+    base = coding.codec
+    ef = coding.state.error_feedback
     # x plus this rank's residual (kept in the tensor's shape): compress.ErrorFeedback's
     # compensate/remember pair, so the error feedback is the one compress writes
-    c = x if ef is None else ef.compensate(x.reshape(plan.shape), key=plan.key).reshape(-1)
-    if isinstance(base, LowRankSummable) and base.compresses(plan.shape, x.dtype):
+    c = x if ef is None else ef.compensate(x.reshape(coding.shape), key=coding.key).reshape(-1)
+    if isinstance(base, LowRankSummable) and base.compresses(coding.shape, x.dtype):
         # PowerSGD's two rounds, on the tensor's matrix shape
-        m = c.reshape(plan.shape)
+        m = c.reshape(coding.shape)
         lib = xp(m)
-        p = lib.ascontiguousarray(base.compute_p(m, key=plan.key))
+        p = lib.ascontiguousarray(base.compute_p(m, key=coding.key))
         _sum(p.reshape(-1), np.add, ctx, opts, algorithm)
         p_hat = base.orthogonalize(p)
         q = lib.ascontiguousarray(base.compute_q(m, p_hat))
         _sum(q.reshape(-1), np.add, ctx, opts, algorithm)
-        if plan.average:
-            q /= plan.world
-        y = base.reconstruct(p_hat, q, key=plan.key, shape=x.shape, dtype=x.dtype).reshape(-1)
+        if coding.average:
+            q /= coding.world
+        y = base.reconstruct(p_hat, q, key=coding.key, shape=x.shape, dtype=x.dtype).reshape(-1)
         if ef is not None:
-            ef.remember(c.reshape(plan.shape), y, key=plan.key)
+            ef.remember(c.reshape(coding.shape), y, key=coding.key)
         out[...] = y
         return
     if not isinstance(base, ElementSummable):  # a tensor the low-rank codec sends uncompressed
         base = _RAW
-    scaled = c / plan.world if plan.average else c
-    rep = base.summable_encode(scaled, key=plan.key, step=plan.step)
+    scaled = c / coding.world if coding.average else c
+    rep = base.summable_encode(scaled, key=coding.key, step=coding.step)
     if ef is not None:
-        own = base.summable_decode(rep, shape=x.shape, dtype=x.dtype, key=plan.key,
-                                   step=plan.step).reshape(-1)
-        ef.remember(c.reshape(plan.shape), own * plan.world if plan.average else own, key=plan.key)
+        own = base.summable_decode(rep, shape=x.shape, dtype=x.dtype, key=coding.key,
+                                   step=coding.step).reshape(-1)
+        ef.remember(c.reshape(coding.shape), own * coding.world if coding.average else own, key=coding.key)
     _sum(rep, base.summable_add, ctx, opts, algorithm)
-    out[...] = base.summable_decode(rep, shape=x.shape, dtype=x.dtype, key=plan.key,
-                                    step=plan.step).reshape(-1)
+    out[...] = base.summable_decode(rep, shape=x.shape, dtype=x.dtype, key=coding.key,
+                                    step=coding.step).reshape(-1)

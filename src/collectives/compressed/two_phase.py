@@ -23,32 +23,32 @@ from .._runtime.context import Context
 from .._runtime.ranks import partition
 from ..options import Options
 from ._exchange import allgatherv, alltoallv
-from ._plan import Plan
+from ._coding import TensorCoding
 
 __all__ = ["allreduce"]
 
 
-def _server_encode(plan: Plan, agg: np.ndarray, part: int) -> np.ndarray:
+def _server_encode(coding: TensorCoding, agg: np.ndarray, part: int) -> np.ndarray:
     """Compress the server's aggregate, through the state's server-side error feedback when there
     is one (codecs that need error feedback). Without a ``key`` there is no identity to keep
     residuals by, and the aggregate is compressed as it is, by the codec's ``recompressor()``
     (random-k with unbiased scaling: the aggregate is already scaled, so not scaled again)."""
-    server = plan.state.server
-    encoder = plan.codec.recompressor() if server is None or plan.key is None else server
-    return encoder.encode(agg, key=plan.subkey(part), step=plan.step)
+    server = coding.state.server
+    encoder = coding.codec.recompressor() if server is None or coding.key is None else server
+    return encoder.encode(agg, key=coding.subkey(part), step=coding.step)
 
 
-def allreduce(x: np.ndarray, out: np.ndarray, plan: Plan, ctx: Context, opts: Options,
+def allreduce(x: np.ndarray, out: np.ndarray, coding: TensorCoding, ctx: Context, opts: Options,
               algorithm: str) -> None:
     comm = ctx.comm
     p, r = comm.size, comm.rank
     bounds = partition(x.size, p)
     # phase 1: chunk i goes, compressed, to its server, rank i
-    mine = alltoallv([plan.encode(x[bounds[i]:bounds[i + 1]], part=i) for i in range(p)], comm)
-    decoded = [plan.decode(payload, bounds[r + 1] - bounds[r]) for payload in mine]
+    mine = alltoallv([coding.encode(x[bounds[i]:bounds[i + 1]], part=i) for i in range(p)], comm)
+    decoded = [coding.decode(payload, bounds[r + 1] - bounds[r]) for payload in mine]
     agg = xp(x).empty(bounds[r + 1] - bounds[r], dtype=x.dtype)
-    plan.aggregate_into(decoded, agg)
-    reply = _server_encode(plan, agg, r)
+    coding.aggregate_into(decoded, agg)
+    reply = _server_encode(coding, agg, r)
     # phase 2: every server's compressed chunk to everyone
     for i, payload in enumerate(allgatherv(reply, comm)):
-        out[bounds[i]:bounds[i + 1]] = plan.decode(payload, bounds[i + 1] - bounds[i])
+        out[bounds[i]:bounds[i + 1]] = coding.decode(payload, bounds[i + 1] - bounds[i])

@@ -1,6 +1,6 @@
 """One compressed allreduce call, as the strategies see it: state, key, step and aggregation.
 
-A ``Plan`` holds the call's :class:`~collectives.compressed.state.CompressionState` (the codec, the
+A ``TensorCoding`` holds the call's :class:`~collectives.compressed.state.CompressionState` (the codec, the
 memory that adds residuals back before encoding, the server-side memory) and fixes how decoded
 contributions combine: their sum, their mean, or, for codecs whose ``aggregation`` is "majority"
 (signSGD), the sign of their sum. Aggregation runs in rank order, so every rank that aggregates the
@@ -18,11 +18,11 @@ from compress import Codec
 from .._runtime.arrays import xp
 from .state import CompressionState
 
-__all__ = ["Plan"]
+__all__ = ["TensorCoding"]
 
 
 @dataclass
-class Plan:
+class TensorCoding:
     """What a strategy needs to encode, decode and aggregate one tensor."""
 
     state: CompressionState
