@@ -16,9 +16,10 @@ UFUNCS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maxim
 
 
 def _kernels():
-    from collectives._runtime.shmem import kernels
+    """The kernel modules (imported here: Numba comes with them)."""
+    from collectives._runtime.shmem.kernels import arithmetic, copies, memory
 
-    return kernels
+    return arithmetic, copies, memory
 
 
 def _operands(dtype, op, p, n, seed=0):
@@ -34,14 +35,14 @@ def _operands(dtype, op, p, n, seed=0):
 
 
 def _fold(op, xs, dsts):
-    k = _kernels()
-    token = k.FLOAT16 if xs[0].dtype == np.float16 else xs[0]
+    arithmetic, _, memory = _kernels()
+    token = memory.FLOAT16 if xs[0].dtype == np.float16 else xs[0]
     view = (lambda a: a.view(np.uint16)) if xs[0].dtype == np.float16 else (lambda a: a)
     srcs = np.array([view(x).ctypes.data for x in xs], np.int64)
     outs = np.array([view(d).ctypes.data for d in dsts], np.int64)
     scratch = np.empty(layout.FOLD_BLOCK * 8, np.uint8)
-    k.fold(layout.OPCODES[op], token, srcs, len(xs), outs, len(dsts), xs[0].size,
-           scratch.ctypes.data)
+    arithmetic.fold(layout.OPCODES[op], token, srcs, len(xs), outs, len(dsts), xs[0].size,
+                    scratch.ctypes.data)
 
 
 @pytest.mark.parametrize("op", list(UFUNCS))
@@ -83,7 +84,7 @@ def test_signed_zero_and_nan_choices():
 
 
 def _cma_table(pid):
-    """A one-rank table with what ``kernels._cma_read`` needs (process id ``pid``)."""
+    """A one-rank table with what ``kernels.copies.cma_read`` needs (process id ``pid``)."""
     from collectives._runtime.shmem.team import _cma_functions
 
     functions = _cma_functions()
@@ -98,20 +99,20 @@ def _cma_table(pid):
 
 
 def test_cross_memory_read_copies_and_reports_failure():
-    """``_cma_read`` copies from a process's memory (here this one's), and reports the errno
+    """``cma_read`` copies from a process's memory (here this one's), and reports the errno
     when the kernel refuses: a process that is gone (ESRCH), an address not mapped (EFAULT)."""
     import errno
     import os
 
-    k = _kernels()
+    cma_read = _kernels()[1].cma_read  # (arithmetic, copies, memory)
     src, dst = np.arange(1000, dtype=np.float64), np.zeros(1000)
     tab, _ = _cma_table(os.getpid())
-    if not k._cma_read(tab, 0, dst.ctypes.data, src.ctypes.data, src.nbytes):
+    if not cma_read(tab, 0, dst.ctypes.data, src.ctypes.data, src.nbytes):
         pytest.skip(f"process_vm_readv is not permitted here ({os.strerror(tab[layout.T_ERR])})")
     assert np.array_equal(dst, src)
-    assert not k._cma_read(tab, 0, dst.ctypes.data, 8, 64)  # page 0 is never mapped
+    assert not cma_read(tab, 0, dst.ctypes.data, 8, 64)  # page 0 is never mapped
     assert (tab[layout.T_BAD], tab[layout.T_ERR]) == (0, errno.EFAULT)
     gone = 1 << 22  # above any pid_max: no such process
     tab, _ = _cma_table(gone)
-    assert not k._cma_read(tab, 0, dst.ctypes.data, src.ctypes.data, src.nbytes)
+    assert not cma_read(tab, 0, dst.ctypes.data, src.ctypes.data, src.nbytes)
     assert tab[layout.T_ERR] == errno.ESRCH

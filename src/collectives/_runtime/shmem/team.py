@@ -160,12 +160,13 @@ _KERNELS: Any = None
 
 
 def _kernels():
-    """The Numba kernels, imported (and Numba with them) on first use."""
+    """The round driver's kernels (``kernels/rounds.py``), imported (and Numba with them) on
+    first use."""
     global _KERNELS
     if _KERNELS is None:
-        from . import kernels
+        from .kernels import rounds
 
-        _KERNELS = kernels
+        _KERNELS = rounds
     return _KERNELS
 
 
@@ -277,10 +278,10 @@ class Team:
             Another rank's call differs (count, dtype, op, mode), or it needs more rounds than
             a call may have.
         """
-        engine = _kernels().engine
+        run_rounds = _kernels().run_rounds
         tab = self.tab
         guard = _CALLS_NOW.guard  # _guard.active(), inline: the per-call path
-        # the engine numbers the call: after its last one, and from seq * CALLS_PER_SEQ inside
+        # run_rounds numbers the call: after its last one, and from seq * CALLS_PER_SEQ inside
         # public call number seq (agreed by every rank, also after a failure: module docstring)
         seq = -1 if guard is None else guard.seq
         kind = out.dtype.num | (opcode << 8 | mode << 16 | m << 24)  # layout.D_KIND
@@ -290,8 +291,8 @@ class Team:
         else:
             token = out
         regions = self.regions()
-        tab[L.T_PHASE] = 0  # a new call (the engine then keeps call and kind in the table)
-        status = engine(tab, regions, x, out, token, opcode, mode, m, seq, kind)
+        tab[L.T_PHASE] = 0  # a new call (run_rounds then keeps call and kind in the table)
+        status = run_rounds(tab, regions, x, out, token, opcode, mode, m, seq, kind)
         if status == _COMPLETE:
             return
         since, cursor = time.perf_counter(), None  # waiting without progress since
@@ -305,7 +306,7 @@ class Team:
                 time.sleep(NAP)
                 if guard is not None:  # a rank that failed this call will never arrive: its
                     guard.poll()       # notice raises here (and a timeout, if one is set)
-            status = engine(tab, regions, x, out, token, opcode, mode, m, seq, kind)
+            status = run_rounds(tab, regions, x, out, token, opcode, mode, m, seq, kind)
         if status == L.MISMATCH:
             self._await_notice(guard)
             raise self._mismatch(guard)
@@ -335,7 +336,7 @@ class Team:
 
     def _descriptor(self, q: int) -> tuple[np.ndarray, int]:
         """Rank q's descriptor of this rank's current call and that copy's call number (as
-        ``kernels._copy_of`` picks it: the copy of this call, else the newer one)."""
+        ``kernels.protocol._copy_of`` picks it: the copy of this call, else the newer one)."""
         words = np.frombuffer(self.win.Shared_query(q)[0], np.int64, L.D_CALLS + 2)
         calls = words[L.D_CALLS:L.D_CALLS + 2]
         mine = np.flatnonzero(calls == self.tab[L.T_CALL])

@@ -1,0 +1,240 @@
+"""The round driver: one team call of this rank, round after round (private).
+
+:func:`run_rounds` enters the call (numbers it, publishes its descriptor), then loops over the
+three steps of a round, each gated by the other ranks' counters (``protocol``): reduce my
+block's segment (:func:`_operands`, :func:`_destinations`, then ``arithmetic.fold``), stage my
+input segments (:func:`_stage`), copy the other blocks' segments out (:func:`_copy_out`). The
+gates and the counter stores are all here; the helpers only move data. docs/shm-protocol.md
+states the protocol and proves it correct.
+
+This is the one module ``team.py`` calls: :func:`run_rounds`, and :data:`FLOAT16` (from
+``memory``), the format token it passes as ``token`` for float16 data (as uint16 words).
+"""
+
+from __future__ import annotations
+
+from numba import carray, njit
+
+from .. import layout as L
+from . import NJIT
+from .arithmetic import BLOCK, fold
+from .copies import cma_read, copy, copy_streaming
+from .memory import FLOAT16, WORDS, fence, pointer, store_release
+from .protocol import (all_agree, all_reached, by_cma, descriptor, entered_after, needs_slot,
+                       open_call, released, segment_elements, shared, slot, span)
+
+__all__ = ["run_rounds", "FLOAT16"]
+
+
+@njit(**NJIT)
+def _operands(tab, regions, srcs, mode, xaddr, at, length, i, block,
+              seg_bytes):  # pragma: no cover - compiled
+    """Fill ``srcs`` with the addresses of every rank's segment of round ``i`` of ``block``
+    (``length`` bytes at byte ``at`` of the vector), in rank order: mine, another's in its shared
+    buffer, read by cross-memory attach into my bounce buffer, or in its input slot (only my
+    own in ALLGATHER mode). Returns how many, or -1 when a read by cross-memory attach failed."""
+    if mode == L.ALLGATHER:
+        srcs[0] = xaddr + at
+        return 1
+    me, p = tab[L.T_ME], tab[L.T_P]
+    bounce = tab[L.T_BOUNCE]  # where remote private inputs land, one by one
+    for q in range(p):
+        if q == me:
+            srcs[q] = xaddr + at
+        else:
+            base = shared(tab, regions, q, L.X_REGION)
+            if base:
+                srcs[q] = base + at
+            elif descriptor(tab, q)[L.X_REGION] == L.CMA:
+                if not cma_read(tab, q, bounce, descriptor(tab, q)[L.X_OFFSET] + at, length):
+                    return -1
+                srcs[q] = bounce
+                bounce += seg_bytes
+            else:
+                srcs[q] = slot(tab, q, i, 0) + block * seg_bytes
+    return p
+
+
+@njit(**NJIT)
+def _destinations(tab, regions, dsts, mode, xaddr, oaddr, at, hands_out, slot_wanted,
+                  i):  # pragma: no cover - compiled
+    """Fill ``dsts`` with where the reduced segment of round ``i`` goes (byte ``at`` of the
+    vector): my output (unless an allgather in place already holds it), then, if the others
+    need my block's result, every output that lies in shared memory and my output slot of the
+    round (``slot_wanted``). Returns how many."""
+    ndst = 0
+    if oaddr != xaddr or mode != L.ALLGATHER:
+        dsts[0] = oaddr + at
+        ndst = 1
+    if hands_out:
+        me, p = tab[L.T_ME], tab[L.T_P]
+        for q in range(p):
+            if q != me:
+                base = shared(tab, regions, q, L.OUT_REGION)
+                if base != 0:
+                    dsts[ndst] = base + at
+                    ndst += 1
+        if slot_wanted:
+            dsts[ndst] = slot(tab, me, i, 1)
+            ndst += 1
+    return ndst
+
+
+@njit(**NJIT)
+def _stage(tab, xaddr, n, m, i, seg, isz, replicated):  # pragma: no cover - compiled
+    """Copy my segment of round ``i`` of every block I do not reduce (of every block, in
+    REPLICATED mode) into my input slot of the round."""
+    me = tab[L.T_ME]
+    into = slot(tab, me, i, 0)
+    for b in range(m):
+        if b != me or replicated:
+            lo, hi = span(n, m, b, i, seg)
+            copy(into + b * seg * isz, xaddr + lo * isz, (hi - lo) * isz)
+
+
+@njit(**NJIT)
+def _copy_out(tab, regions, oaddr, n, m, i, seg, isz, cma,
+              streaming):  # pragma: no cover - compiled
+    """Copy every other block's segment of round ``i`` into my output: from its reducer's
+    output slot, or, by cross-memory attach (``cma``), straight from the reducer's private
+    output or from its shared buffer. A long result (``streaming``) goes straight to memory:
+    it would not stay in cache, and that saves a read per line. False when a read by
+    cross-memory attach failed."""
+    me = tab[L.T_ME]
+    for b in range(m):
+        if b != me:
+            lo, hi = span(n, m, b, i, seg)
+            at = lo * isz
+            if not cma:  # the reducer's output slot
+                src = slot(tab, b, i, 1)
+            elif descriptor(tab, b)[L.OUT_REGION] == L.CMA:  # its private result
+                if not cma_read(tab, b, oaddr + at, descriptor(tab, b)[L.OUT_OFFSET] + at,
+                                (hi - lo) * isz):
+                    return False
+                continue
+            else:  # its result in a shared buffer
+                src = shared(tab, regions, b, L.OUT_REGION) + at
+            if streaming:
+                copy_streaming(oaddr + at, src, (hi - lo) * isz)
+            else:
+                copy(oaddr + at, src, (hi - lo) * isz)
+    return True
+
+
+@njit(**NJIT)
+def run_rounds(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: no cover - compiled
+    """Run (or resume, ``tab[T_PHASE]`` > 0) a collective call of this rank of the given
+    ``kind`` (``layout.D_KIND``), made in public call number ``seq`` (-1: outside one): it is
+    numbered after the last one, and at least ``seq * CALLS_PER_SEQ``. Returns COMPLETE,
+    WAITING, MISMATCH (another rank's call differs: ``tab[T_BAD]``) or TOO_LONG (more rounds
+    than a call may have).
+
+    ``m`` blocks (1 in REPLICATED mode), reduced by ranks ``0 .. m-1`` (by every rank in
+    REPLICATED mode). Returns WAITING after ``tab[T_SPIN]`` polls without progress, with the
+    cursor saved in ``tab``, so that the caller can yield the processor and call again.
+
+    Counter invariants, for every rank q and round t (any mode): ``READY[q] >= t`` means q's
+    input of round t can be read and q's descriptor of this call is published; ``DONE[q] >= t``
+    means q reads no input of rounds <= t any more (and wrote its results of them); ``FREED[q]
+    >= t`` means q reads no output slot (by cross-memory attach: no other rank's output) of
+    rounds <= t any more. Returns CMA_FAILED when a read by cross-memory attach fails
+    (``tab[T_BAD]``, ``tab[T_ERR]``).
+    """
+    me, p, nslots = tab[L.T_ME], tab[L.T_P], tab[L.T_SLOTS]
+    n = out.size
+    isz = token.itemsize
+    nbytes = n * isz
+    replicated = mode == L.REPLICATED
+    hands_out = mode == L.FUSED or mode == L.ALLGATHER  # others need my block's result
+    streaming = nbytes >= tab[L.T_STREAM]
+    seg = segment_elements(tab[L.T_SLOT_BYTES], m, isz)
+    xaddr, oaddr = x.ctypes.data, out.ctypes.data
+    mine = tab[L.T_BASE + me]
+    cma = by_cma(tab, mode, nbytes)
+    idle = 0
+    if tab[L.T_PHASE] == 0:  # enter: from now on, nothing of an earlier call is read by me
+        longest = -(-n // m)  # elements of the longest block
+        rounds = max(1, -(-longest // seg))
+        if rounds >= 1 << L.ROUND_BITS:
+            return L.TOO_LONG
+        tab[L.T_TS] = rounds  # kept here until the call starts
+        call = max(tab[L.T_CALL] + 1, seq * L.CALLS_PER_SEQ)
+        tab[L.T_CALL], tab[L.T_KIND] = call, kind
+        tab[L.T_ORD] += 1
+        store_release(mine + L.ENTER * 8, call)
+        tab[L.T_PHASE] = 1
+    if tab[L.T_PHASE] == 1:  # wait until no rank reads the descriptor copy I am to rewrite
+        last = tab[L.T_DLAST + tab[L.T_ORD] % 2]  # (every rank left its call, two calls ago)
+        while not entered_after(tab, me, p, last):
+            idle += 1
+            if idle > tab[L.T_SPIN]:
+                return L.WAITING
+        rounds = tab[L.T_TS]
+        tab[L.T_SLOT0] += rounds  # this call's slots start at the old value (D_SLOT0)
+        open_call(tab, regions, xaddr, oaddr, nbytes, mode, m, rounds)
+    t0, tl = tab[L.T_T0], tab[L.T_TL]
+    s0 = descriptor(tab, me)[L.D_SLOT0]
+    ts, tf, tc = tab[L.T_TS], tab[L.T_TF], tab[L.T_TC]
+    block = 0 if replicated else me  # the block this rank reduces
+    scratch = mine + L.SCRATCH_OFFSET
+    lists = carray(pointer(scratch + BLOCK * 8, WORDS), 2 * p + 1)
+    srcs, dsts = lists[:p], lists[p:]
+    while True:
+        moved = False
+        # 1. reduce my block's segment of round tf, once every rank has staged it (at the
+        # first round, after checking that every rank makes the same call)
+        if tf <= tl and ts > tf and all_reached(tab, L.READY, tf, p, me):
+            if tf == t0 and not all_agree(tab, p, me, nbytes):
+                return L.MISMATCH
+            slot_wanted = hands_out and needs_slot(tab, me, p)
+            k = (s0 + tf - t0) % nslots  # my output slot of this round
+            if not slot_wanted or released(tab, me, p, tab[L.T_OUT + k], L.FREED):
+                lo, hi = span(n, m, block, tf - t0, seg)
+                nsrc = _operands(tab, regions, srcs, mode, xaddr, lo * isz, (hi - lo) * isz,
+                                 tf - t0, block, seg * isz)
+                if nsrc < 0:
+                    return L.CMA_FAILED
+                ndst = _destinations(tab, regions, dsts, mode, xaddr, oaddr, lo * isz,
+                                     hands_out, slot_wanted, tf - t0)
+                if slot_wanted:
+                    tab[L.T_OUT + k] = tf
+                fold(op, token, srcs, nsrc, dsts, ndst, hi - lo, scratch)
+                store_release(mine + L.DONE * 8, tf)
+                tf += 1
+                moved = True
+        # 2. stage my input segments of round ts, once its slot is no longer read
+        k = (s0 + ts - t0) % nslots  # my input slot of round ts
+        if ts <= tl and (ts <= tf or tf > tl) and \
+                released(tab, me, p, tab[L.T_IN + k], L.DONE):
+            _stage(tab, xaddr, n, m, ts - t0, seg, isz, replicated)
+            store_release(mine + L.READY * 8, ts)
+            tab[L.T_IN + k] = ts
+            ts += 1
+            moved = True
+        # 3. copy every other block's segment of round tc out, once all are reduced
+        if tc <= tl and (tc < tf or tf > tl) and all_reached(tab, L.DONE, tc, m, me):
+            if tc == t0 and not all_agree(tab, m, me, nbytes):
+                return L.MISMATCH
+            if not _copy_out(tab, regions, oaddr, n, m, tc - t0, seg, isz, cma, streaming):
+                return L.CMA_FAILED
+            store_release(mine + L.FREED * 8, tc)
+            tc += 1
+            moved = True
+        if ts > tl and tf > tl and tc > tl:
+            if streaming:
+                fence()
+            # others may still read my input in place, or write my output: wait for them,
+            # unless every rank reduces for itself from my staged copies (REPLICATED); by
+            # cross-memory attach they also read my result from my output until their FREED
+            if (replicated and shared(tab, regions, me, L.X_REGION) == 0) or \
+                    (all_reached(tab, L.DONE, tl, p, me) and
+                     (not cma or all_reached(tab, L.FREED, tl, p, me))):
+                tab[L.T_PHASE] = 0
+                return L.COMPLETE
+        if moved:
+            idle = 0
+        else:
+            idle += 1
+            if idle > tab[L.T_SPIN]:
+                tab[L.T_TS], tab[L.T_TF], tab[L.T_TC] = ts, tf, tc
+                return L.WAITING
