@@ -66,13 +66,13 @@ def main(argv: list[str] | None = None) -> dict:
             lambda: collectives.allreduce(x, out=y, algorithm=args.algorithm, validate=True)
     if args.unguarded:
         from collectives._runtime.context import context
-        from collectives.api import AllreduceCall, run_resolved
+        from collectives.api import AllreduceCall, run_allreduce
 
         ctx = context(comm)
         call = AllreduceCall(comm, x, y, "sum", args.algorithm, collectives.Options.from_env())
-        fn, native = call.resolved(ctx)
-        variants["unguarded"] = lambda: run_resolved(call.src, call.dst, call.op, fn, native,
-                                                     ctx, call.opts)
+        fn = call.decide(ctx)
+        variants["unguarded"] = lambda: run_allreduce(call.src, call.dst, call.op, fn, ctx,
+                                                      call.opts)
     if not args.no_iallreduce:
         variants["iallreduce+wait"] = \
             lambda: collectives.iallreduce(x, out=y, algorithm=args.algorithm).wait()

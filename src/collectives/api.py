@@ -32,9 +32,7 @@ from mpi4py import MPI
 
 from ._runtime.arrays import check_input, check_out, copy_into, flat, new_like, returned, writeable
 from ._runtime.context import context
-from ._runtime.mpitypes import native_op, native_type
 from ._runtime.ranks import partition
-from ._runtime.guard import active, set_timeout
 from ._runtime.validate import check_comm, checked_call as _checked, pick as _pick, setup as _setup
 from .algorithms import ALGORITHMS, FLAT, auto
 from .blocks import ALLGATHER, BCAST, REDUCE, REDUCE_SCATTER
@@ -42,7 +40,7 @@ from .ops import Op, get_op
 from .options import Options
 
 __all__ = ["allreduce", "reduce_scatter", "allgather", "bcast", "reduce", "AllreduceCall",
-           "ReduceScatterCall", "AllgatherCall", "BcastCall", "ReduceCall", "run_resolved"]
+           "ReduceScatterCall", "AllgatherCall", "BcastCall", "ReduceCall", "run_allreduce"]
 
 OpLike = str | MPI.Op | Op
 
@@ -97,94 +95,100 @@ class AllreduceCall:
         if self.trivial:  # trivial cases, here only
             copy_into(self.src, self.dst)
             return
-        self.fn(self.src, self.dst, self.op, ctx, self.opts)
-        if self.op.average:
-            _finish_avg(self.op, self.dst, ctx.comm.size)
+        run_allreduce(self.src, self.dst, self.op, self.decide(ctx), ctx, self.opts)
 
-    def resolved(self, ctx: Any) -> tuple[Any, tuple[MPI.Datatype, MPI.Op] | None]:
-        """What a run on ``ctx`` does, decided once: the algorithm function ("auto" resolved for
-        this size, as ``algorithms.auto`` would at every call) and, when that is "native" on
-        NumPy arrays, the MPI datatype and op of its one ``MPI_Allreduce``."""
-        fn = self.fn
-        if fn is ALGORITHMS["auto"]:
-            fn = auto.resolve(self.dst, ctx, self.opts)
-        native = None
-        if fn is FLAT["native"] and type(self.dst) is np.ndarray:
-            native = (native_type(self.dst.dtype), native_op(self.op, self.dst.dtype))
-        return fn, native
+    def decide(self, ctx: Any) -> Any:
+        """The algorithm function of this and every later run: "auto" resolved for this size on
+        ``ctx`` at the first run (collective the first time on a communicator), then kept, so a
+        persistent plan or a repeated call decides once. Returns the function."""
+        if self.fn is _AUTO:
+            self.fn = auto.resolve(self.dst, ctx, self.opts)
+        return self.fn
 
 
-def run_resolved(src: np.ndarray, dst: np.ndarray, op: Op, fn: Any,
-                 native: tuple[MPI.Datatype, MPI.Op] | None, ctx: Any, opts: Options) -> None:
-    """Run an allreduce decided by :meth:`AllreduceCall.resolved` (exactly what ``run`` does)."""
-    if opts.timeout is not None:
-        set_timeout(opts.timeout)
-    if native is not None and active() is None:  # algorithms/native.py's call, undispatched
-        dtype, mpi_op = native
-        ctx.comm.Allreduce(MPI.IN_PLACE if src is dst else [src, dtype], [dst, dtype], mpi_op)
-    else:
-        fn(src, dst, op, ctx, opts)
+_AUTO = ALGORITHMS["auto"]
+
+
+def run_allreduce(src: np.ndarray, dst: np.ndarray, op: Op, fn: Any, ctx: Any,
+                  opts: Options) -> None:
+    """Reduce ``src`` into ``dst`` with the algorithm function ``fn`` on ``ctx``: the one run of
+    an allreduce, for blocking calls, the engine's operations, plans and repeated calls alike."""
+    fn(src, dst, op, ctx, opts)
     if op.average:
         _finish_avg(op, dst, ctx.comm.size)
+
+
+class _Repeat:
+    """What :class:`_Repeats` remembers of one blocking allreduce."""
+
+    __slots__ = ("x", "out", "shape", "xstrides", "ostrides", "dtype", "opts", "comm", "ctx",
+                 "run", "op", "fn", "inplace", "vector")
+
+    def __init__(self, call: AllreduceCall, x: np.ndarray, out: np.ndarray, comm: MPI.Comm,
+                 ctx: Any, opts: Options) -> None:
+        self.x, self.out = weakref.ref(x), weakref.ref(out)  # never keeps the arrays alive
+        self.shape, self.xstrides, self.ostrides, self.dtype = x.shape, x.strides, out.strides, \
+            x.dtype
+        self.opts, self.comm, self.ctx, self.run = opts, comm, ctx, ctx.guard.run
+        self.op, self.fn, self.inplace = call.op, call.decide(ctx), call.dst is call.src
+        # 1-D of a built-in dtype: flat() would return the arrays themselves
+        self.vector = (x.ndim == 1 and x.dtype.isbuiltin == 1 and call.src is x
+                       and call.dst is out)
 
 
 class _Repeats:
     """Blocking ``allreduce`` calls that repeat the last arguments skip their checks.
 
     A training loop calls ``allreduce(grads, out=grads)`` with the same arrays every step. The
-    checks of the first call (types, dtype, shape, memory order, overlap) and its decisions
-    ("auto"'s algorithm, native's MPI datatype) are remembered, keyed by the identity of ``x``,
-    ``out``, ``comm`` and the names of op and algorithm; a later call with the same objects
-    reuses them after re-checking what could have changed in place: the shapes, strides and
-    dtypes, ``out``'s write flag, the options in force, and that the communicator is not freed.
-    Arrays are held by weak references only. NumPy arrays, string ops and ``validate`` off only;
-    the last :data:`SIZE` argument sets.
+    checks of the first call (types, dtype, shape, memory order, overlap) and its decision
+    ("auto"'s algorithm) are remembered, keyed by the identity of ``x``, ``out``, ``comm`` and
+    the names of op and algorithm; a later call with the same objects reuses them after
+    re-checking what could have changed in place: the shapes, strides and dtypes, ``out``'s write
+    flag, the options in force, and that the communicator is not freed. Arrays are held by weak
+    references only. NumPy arrays, string ops and ``validate`` off only; the last :data:`SIZE`
+    argument sets.
     """
 
     SIZE = 32
 
     def __init__(self) -> None:
-        self.entries: dict[tuple, tuple] = {}
+        self.entries: dict[tuple, _Repeat] = {}
 
     def run(self, x: Any, out: Any, op: str, algorithm: str, comm: Any,
             options: Options | None) -> bool:
         """Run the call if it repeats a remembered one; False if it does not."""
-        entry = self.entries.get((id(x), id(out), op, algorithm, id(comm)))
-        if entry is None:
+        e = self.entries.get((id(x), id(out), op, algorithm, id(comm)))
+        if e is None:
             return False
-        xref, outref, shape, xstrides, ostrides, dtype, opts, the_comm, ctx, run, the_op, fn, \
-            native, inplace, vector = entry
-        if (xref() is not x or outref() is not out
+        opts = e.opts
+        if (e.x() is not x or e.out() is not out
                 or (Options.from_env() if options is None else options) is not opts
-                or x.shape != shape or out.shape != shape or x.dtype is not dtype
-                or out.dtype is not dtype or x.strides != xstrides or out.strides != ostrides
-                or not out.flags.writeable or the_comm == MPI.COMM_NULL):
+                or x.shape != e.shape or out.shape != e.shape or x.dtype is not e.dtype
+                or out.dtype is not e.dtype or x.strides != e.xstrides
+                or out.strides != e.ostrides or not out.flags.writeable
+                or e.comm == MPI.COMM_NULL):
             return False
-        if vector:  # 1-D of a built-in dtype: flat() would return the arrays themselves
-            run("allreduce", run_resolved, x, out, the_op, fn, native, ctx, opts)
+        if e.vector:
+            src, dst = x, out
         else:
             src = flat(x)
-            run("allreduce", run_resolved, src, src if inplace else flat(out), the_op, fn, native,
-                ctx, opts)
+            dst = src if e.inplace else flat(out)
+        e.run("allreduce", run_allreduce, src, dst, e.op, e.fn, e.ctx, opts,
+              timeout=opts.timeout)
         return True
 
     def remember(self, call: AllreduceCall, x: Any, out: Any, op: str, algorithm: str,
                  comm_arg: Any, comm: MPI.Comm, options: Options | None) -> None:
         if call.trivial or type(out) is not np.ndarray or type(x) is not np.ndarray:
             return
-        ctx = context(comm)
-        fn, native = call.resolved(ctx)
         entries = self.entries
         if len(entries) >= self.SIZE:
             try:  # the oldest; another thread may be at it too
                 entries.pop(next(iter(entries)), None)
             except (RuntimeError, StopIteration):
                 pass
-        entries[(id(x), id(out), op, algorithm, id(comm_arg))] = (
-            weakref.ref(x), weakref.ref(out), x.shape, x.strides, out.strides, x.dtype,
-            call.opts if options is None else options, comm, ctx, ctx.guard.run, call.op, fn,
-            native, call.dst is call.src,
-            x.ndim == 1 and x.dtype.isbuiltin == 1 and call.src is x and call.dst is out)
+        entries[(id(x), id(out), op, algorithm, id(comm_arg))] = _Repeat(
+            call, x, out, comm, context(comm), call.opts if options is None else options)
 
 
 _REPEATS = _Repeats()

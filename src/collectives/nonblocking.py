@@ -37,7 +37,7 @@ from ._runtime import device as _device
 from ._runtime.context import context
 from ._runtime.validate import check_comm, checked_call as _checked, setup as _setup
 from .api import (AllgatherCall, AllreduceCall, BcastCall, OpLike, ReduceCall,
-                  ReduceScatterCall, run_resolved)
+                  ReduceScatterCall, run_allreduce)
 from .compressed.api import CompressedAllreduceCall
 from .engine import Request, engine_of
 from .options import Options
@@ -46,22 +46,17 @@ __all__ = ["iallreduce", "ireduce_scatter", "iallgather", "ibcast", "ireduce",
            "icompressed_allreduce", "allreduce_init", "Plan"]
 
 
-class _Wrapped:
-    """A call with something added around its ``run``; everything else is the inner call's."""
+class _OnDevice:
+    """A call on CuPy arrays, run with the caller's current device (CuPy's is per thread);
+    everything else is the inner call's."""
 
-    __slots__ = ("inner",)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
-class _OnDevice(_Wrapped):
-    """A call on CuPy arrays, run with the caller's current device (CuPy's is per thread)."""
-
-    __slots__ = ("device",)
+    __slots__ = ("inner", "device")
 
     def __init__(self, inner: Any, device: Any) -> None:
         self.inner, self.device = inner, device
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
     def run(self, ctx: Any) -> None:
         with self.device:
@@ -181,20 +176,25 @@ class Plan(Request):
       Starting a plan that is still running raises ``RuntimeError`` (MPI calls it erroneous).
     - ``plan()``: the blocking form, on the caller's thread, ordered with the *blocking* calls
       of the communicator (it is ``collectives.allreduce`` with its arguments checked and its
-      decisions made once: "auto"'s algorithm, native's MPI datatype and op, the bound MPI call).
+      algorithm decided once: "auto" resolved at the first run).
       Every rank must use the same form at the same point, as for any collective.
     """
 
-    __slots__ = ("_comm", "_blocking", "_result", "_active", "_device")
+    __slots__ = ("comm", "device", "allreduce", "_blocking", "_result", "_active")
 
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
+    def __init__(self, call: AllreduceCall, comm: MPI.Intracomm, opts: Options,
+                 device: Any = None) -> None:
+        super().__init__("allreduce_init", call if device is None else _OnDevice(call, device),
+                         None, False, opts)
+        self.comm = comm            # the caller's communicator (plan() runs on its context)
+        self.device = device        # the caller's CuPy device for CuPy arrays, else None
+        self.allreduce = call       # the checked call, decided at the first run
         self._done = True
         self._active = False  # started, and not yet seen complete by wait() or test()
         self._blocking: Any = None
-        self._result: Any = None  # the call's result, read past the wrapper once (0.4 us a call)
-        self._device = False
-        self._comm: MPI.Intracomm | None = None
+        self._result: Any = call.result  # read once: through the wrapper it costs 0.4 us a call
+        if comm.size > 1 and not call.trivial:
+            self.engine = engine_of(comm, opts.timeout)
 
     def start(self) -> "Plan":
         """Start the next run (``MPI_Start``); returns the plan."""
@@ -202,7 +202,7 @@ class Plan(Request):
             raise RuntimeError(f"{self.describe()} is still running: wait() before start()")
         self._active = True
         self._done, self._error = False, None
-        if self._device:
+        if self.device is not None:
             _device.synchronize()  # what the caller's stream wrote into x, before the engine reads
         if self.engine is None:  # one process or empty: complete now
             try:
@@ -234,42 +234,21 @@ class Plan(Request):
         run = self._blocking
         if run is None:
             run = self._blocking = self._prepare_blocking()
-            self._result = self.call.result
         run()
         return self._result
 
     def _prepare_blocking(self) -> Any:
-        """The blocking run with every decision made: a bound MPI call for native on NumPy."""
-        call = self.call.call
+        """The blocking run with its algorithm decided, under the communicator's guard like
+        every blocking call (``collectives._runtime.guard``)."""
+        call = self.allreduce
         if call.trivial:
-            return partial(call.run, None)
-        ctx = context(self._comm)
-        fn, native = call.resolved(ctx)
-        # under the communicator's guard, like every blocking call (collectives._runtime.guard)
-        return partial(ctx.guard.run, "allreduce", run_resolved, call.src, call.dst, call.op,
-                       fn, native, ctx, call.opts)
-
-
-class _PlanCall(_Wrapped):
-    """A plan's call on the engine: the checked allreduce, its decisions made at the first run
-    (on the engine's communicator) and reused by every later one."""
-
-    __slots__ = ("call", "decided")
-
-    def __init__(self, inner: Any, call: AllreduceCall) -> None:
-        self.inner, self.call, self.decided = inner, call, None
-
-    def run(self, ctx: Any) -> None:
-        call = self.call
-        if ctx is None or call.trivial:
-            self.inner.run(ctx)
-            return
-        if self.decided is None:
-            self.decided = call.resolved(ctx)
-        if self.inner is not call:  # on a device: under the caller's device
-            self.inner.run(ctx)
-            return
-        run_resolved(call.src, call.dst, call.op, *self.decided, ctx, call.opts)
+            return partial(self.call.run, None)
+        ctx = context(self.comm)
+        if self.device is not None:  # under the caller's CuPy device
+            return partial(ctx.guard.run, "allreduce", self.call.run, ctx,
+                           timeout=self.opts.timeout)
+        return partial(ctx.guard.run, "allreduce", run_allreduce, call.src, call.dst, call.op,
+                       call.decide(ctx), ctx, call.opts, timeout=self.opts.timeout)
 
 
 def allreduce_init(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum",
@@ -279,17 +258,12 @@ def allreduce_init(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike =
 
     Arguments are checked here, once; with ``validate=True`` this call cross-checks them across
     ranks (collectively, like a blocking call) and every rank raises the same error. The
-    algorithm ("auto" resolved once), the MPI datatype and op are fixed at the first run. Call
+    algorithm ("auto" resolved once) is fixed at the first run. Call
     ``plan()`` (blocking), or ``plan.start()`` ... ``plan.wait()`` (non-blocking), as often as
     needed, refilling ``x`` in between. See :class:`Plan`.
     """
     comm, opts, validate = _setup(comm, options, validate)
     call = _checked(AllreduceCall, comm, validate, x, out, op, algorithm, opts)
-    plan = Plan("allreduce_init", None, None, False, opts)
-    plan._comm = comm
-    plan._device = type(x) is not np.ndarray and _device.is_device(x)
-    plan.call = _PlanCall(_OnDevice(call, _device.cupy().cuda.Device()) if plan._device
-                          else call, call)
-    if comm.size > 1 and not call.trivial:
-        plan.engine = engine_of(comm, opts.timeout)
-    return plan
+    device = _device.cupy().cuda.Device() if (type(x) is not np.ndarray
+                                                and _device.is_device(x)) else None
+    return Plan(call, comm, opts, device)

@@ -39,7 +39,8 @@ class Context:
         #: collectives (validate's allgather, node splits) must never meet one a failure left
         self.native_comm: MPI.Comm = self.comm.Dup() if dup else comm
         self._owned = dup
-        self._cache: dict[Any, Any] = {}
+        #: objects derived from the communicator, by key (:meth:`cached` fills it)
+        self.cache: dict[Any, Any] = {}
         self._guard: Guard | None = None
 
     @property
@@ -51,16 +52,16 @@ class Context:
 
     def cached(self, key: Any, make: Callable[[MPI.Comm], Any]) -> Any:
         """``make(self.comm)`` on first use of ``key`` (collectively on all ranks), then cached."""
-        if key not in self._cache:
-            self._cache[key] = make(self.comm)
-        return self._cache[key]
+        if key not in self.cache:
+            self.cache[key] = make(self.comm)
+        return self.cache[key]
 
     def free(self) -> None:
         """Free what this context created (cached values free themselves via ``free()``)."""
-        for value in self._cache.values():
+        for value in self.cache.values():
             if hasattr(value, "free"):
                 value.free()
-        self._cache.clear()
+        self.cache.clear()
         if self._guard is not None:
             self._guard.close()
         if self._owned:

@@ -53,7 +53,8 @@ from mpi4py import MPI
 
 from .workspace import forget
 
-__all__ = ["CollectiveError", "CURRENT", "Guard", "active", "native_call", "set_timeout",
+__all__ = ["CollectiveError", "RaisedEverywhere", "everywhere", "CURRENT", "Guard", "active",
+           "native_call", "set_timeout",
            "NOTICE_TAG"]
 
 NOTICE_TAG = 0
@@ -65,6 +66,34 @@ _TYPES: tuple[type[BaseException], ...] = (TypeError, ValueError, TimeoutError)
 class CollectiveError(RuntimeError):
     """A collective failed on another rank with an error other than TypeError, ValueError or
     TimeoutError (whose type the other ranks keep); the message names the rank and its error."""
+
+    __module__ = "collectives"  # public as collectives.CollectiveError
+
+
+class RaisedEverywhere(Exception):
+    """An error that every rank still in the call raises, not this rank's own: from another
+    rank's notice, or reached by every rank together (the verdict of ``validate=True``, shm's
+    "not on one node"). The guard sends no notice for it. Raised as a subclass of the type it
+    reports (:func:`everywhere`), so ``except ValueError`` and the printed name stay the
+    reported type's."""
+
+
+def _everywhere_class(kind: type[Exception]) -> type[RaisedEverywhere]:
+    """``kind`` marked as raised everywhere; named and printed as ``kind`` itself."""
+    return type(kind.__name__, (RaisedEverywhere, kind),
+                {"__module__": kind.__module__, "__qualname__": kind.__qualname__,
+                 "__doc__": f"{kind.__name__}, raised by every rank of the call."})
+
+
+#: The class an error reported as each type is raised as (:class:`RaisedEverywhere`).
+_EVERYWHERE: dict[type[Exception], type[RaisedEverywhere]] = {
+    kind: _everywhere_class(kind) for kind in (*_TYPES, CollectiveError)}
+
+
+def everywhere(kind: type[Exception], message: str) -> RaisedEverywhere:
+    """The error ``kind(message)`` (TypeError, ValueError, TimeoutError or CollectiveError) as
+    one that every rank raises: the guard sends no notice for it."""
+    return _EVERYWHERE[kind](message)
 
 
 class _Retire(Exception):
@@ -135,21 +164,23 @@ class Guard:
         _GUARDS.add(self)
 
     # -- a call ----------------------------------------------------------------------------------
-    def run(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)`` as call number ``seq + 1`` on this communicator (see the module)."""
+    def run(self, name: str, fn: Callable[..., Any], *args: Any,
+            timeout: float | None = None) -> Any:
+        """``fn(*args)`` as call number ``seq + 1`` on this communicator (see the module), with a
+        deadline ``timeout`` seconds from now if given (``Options.timeout``)."""
         self.seq += 1
         self.tag = 1 + self.seq % _SPAN
         self.name = name
-        self.deadline = None
+        if timeout is None:
+            self.deadline = None
+        else:
+            self.timeout, self.deadline = timeout, time.monotonic() + timeout
         outer = _LOCAL.guard
         _LOCAL.guard = self
         try:
             return fn(*args)
         except BaseException as exc:
-            # a notice's error came from another rank; an error every rank raises by agreement
-            # (``_collectives_everywhere``) needs no notice and retires nothing
-            if not (getattr(exc, "_collectives_notice", False)
-                    or getattr(exc, "_collectives_everywhere", False)):
+            if not isinstance(exc, RaisedEverywhere):  # this rank's own: tell the others
                 self._notify(exc)
             raise
         finally:
@@ -184,8 +215,7 @@ class Guard:
         if seq < self.seq:
             return True
         kind = _TYPES[code] if code < len(_TYPES) else CollectiveError
-        error = kind(f"{self.name} #{seq} failed on rank {rank}: {text}")
-        error._collectives_notice = True  # type: ignore[attr-defined]
+        error = everywhere(kind, f"{self.name} #{seq} failed on rank {rank}: {text}")
         if seq > self.seq:
             self.later[seq] = error
             return False

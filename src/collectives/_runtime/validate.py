@@ -13,7 +13,7 @@ from typing import Any, Callable, TypeVar
 from mpi4py import MPI
 
 from .context import context
-from .guard import set_timeout
+from .guard import everywhere, set_timeout
 from ..options import Options
 
 __all__ = ["check_comm", "checked", "checked_call", "pick", "setup", "verdict"]
@@ -65,7 +65,6 @@ def checked(name: str, comm: MPI.Comm, validate: bool,
         value, signature, error = None, None, local_error(exc)
     problem = verdict(name, context(comm).comm.allgather((signature, error)))
     if problem is not None:
-        problem._collectives_notice = True  # every rank raises it: nothing to tell the others
         raise problem
     return value  # type: ignore[return-value]
 
@@ -79,14 +78,15 @@ def verdict(name: str, everyone: list[tuple[dict[str, Any] | None, tuple[str, st
             ) -> Exception | None:
     """The error every rank raises, given every rank's ``(signature, error)``; None if they agree.
 
-    Built from the exchanged data only, so every rank builds the same message.
+    Built from the exchanged data only, so every rank builds the same message; raised by every
+    rank together (:class:`~.guard.RaisedEverywhere`: no notice).
     """
     bad = [(rank, err) for rank, (_, err) in enumerate(everyone) if err is not None]
     if bad:
         ranks = ", ".join(str(rank) for rank, _ in bad)
         kind, message = bad[0][1]
-        return _ERRORS.get(kind, ValueError)(f"{name}: invalid arguments on rank {ranks}: "
-                                             f"{message}")
+        return everywhere(_ERRORS.get(kind, ValueError),
+                          f"{name}: invalid arguments on rank {ranks}: {message}")
     first = everyone[0][0]
     keys = list(first)
     keys += [key for sig, _ in everyone for key in sig if key not in keys]
@@ -97,7 +97,7 @@ def verdict(name: str, everyone: list[tuple[dict[str, Any] | None, tuple[str, st
         f"{key}: " + ", ".join(f"rank {rank}: {sig.get(key)}" for rank, (sig, _) in
                                enumerate(everyone))
         for key in differing)
-    return ValueError(f"{name}: arguments differ across ranks ({detail})")
+    return everywhere(ValueError, f"{name}: arguments differ across ranks ({detail})")
 
 
 def checked_call(cls: type, comm: MPI.Comm, validate: bool, *args: Any) -> Any:

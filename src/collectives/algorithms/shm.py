@@ -53,6 +53,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._runtime.context import Context
+from .._runtime.guard import everywhere
 from .._runtime.shmem import layout
 from .._runtime.shmem.buffers import registry
 from .._runtime.nodes import not_on_one_node
@@ -87,13 +88,11 @@ def team(ctx: Context, opts: Options) -> Team:
         Some ranks are not on rank 0's node (every rank raises it, with the same message).
     """
     key = ("shm", opts.node_size, opts.shm_segment_bytes)
-    found = ctx._cache.get(key)  # the per-call path: one lookup, no closure
+    found = ctx.cache.get(key)  # the per-call path: one lookup, no closure
     if found is None:
         found = ctx.cached(key, lambda comm: _make_team(ctx, opts))
     if type(found) is str:  # the verdict of every rank together: each raises it, no notice
-        error = ValueError(found)
-        error._collectives_everywhere = True  # type: ignore[attr-defined]
-        raise error
+        raise everywhere(ValueError, found)
     return found
 
 
