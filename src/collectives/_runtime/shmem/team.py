@@ -3,111 +3,15 @@
 The window (``MPI.Win.Allocate_shared``, one segment per rank; layout in ``layout.py``) holds
 each rank's control block, a scratch area and a few input and output slots. A call is split into
 *rounds*; round ``t`` covers segment ``t`` of each of the ``m`` blocks of the vector (block ``b``
-is reduced by rank ``b``).
-
-**Calls and rounds are numbered alike on every rank, also after a failure.** A team call made
-inside public call number ``seq`` of the guard (``_runtime/guard.py``, which numbers public calls the
-same on every rank whether they fail or not) is number ``seq * CALLS_PER_SEQ`` (plus one per
-earlier team call of the same public call), and its ``i``-th round is ``(call << ROUND_BITS) +
-i``. So a counter never needs resetting: whatever an earlier call left behind, finished or
-failed half-way on some ranks, is smaller than every round of this one, and a stale counter can
-never pass for this call's.
-
-**Slots and descriptors are reused only once nobody reads them.** A rank first writes the
-call's number into its ``ENTER`` word. It numbers its slot uses privately: round ``i`` of the
-call uses slot ``(D_SLOT0 + i) mod SLOTS`` (in and out), ``D_SLOT0`` published in its
-descriptor, and it remembers, for each slot, the last round it put there. It stages into an
-input slot only when every other rank's ``DONE`` has reached that last round, or that rank has
-entered a later call than the round's (then it reads nothing of it any more, finished or
-failed); likewise an output slot with ``FREED``. The descriptor (where the input and output
-lie, and the call's number, byte count, kind and ``D_SLOT0``) has two copies used by turns, each
-marked with its call's number; a rank rewrites one only when every other rank has entered a
-later call than the one that last used it (two calls back), and readers take the copy marked
-with their own call. In a run of successful calls none of these waits ever waits (a rank
-finishes a call only once every rank has entered it), and consecutive calls still overlap:
-these tests guard the same hand-offs as contiguous round numbers did before failures were
-considered. The descriptor is published before the first ``READY`` of the call.
-
-**Mismatches.** A rank compares every other rank's descriptor with its own before it reads
-their data: at its first reduce (every rank's, after acquiring their ``READY``) and at its first
-copy-out (the reducers', after their ``DONE``). A count, dtype, op or mode that differs, or
-another call number, makes the engine stop with MISMATCH, and the rank raises ValueError naming
-both ranks' calls (its notice reaches any rank still waiting). A rank that finds another already
-in a *later* call knows that rank left this one unfinished (it failed); it waits briefly for
-that rank's notice and raises its error instead.
-
-Per round, rank ``r`` does three things, each gated by the others' counters:
-
-- **stage** (input not in shared memory): copy its segment of every other block into its input
-  slot of the round, then ``READY[r] = t``. The slot must first be free (above: within a call,
-  ``DONE[q] >= t - SLOTS`` for every rank ``q``: none reads round ``t - SLOTS`` any more).
-- **reduce** (``r < m``): once ``READY[q] >= t`` for every ``q``, combine segment ``t`` of block
-  ``r`` from all ``p`` inputs in rank order, in one pass (``kernels.fold``), reading each input
-  where it lies (its slot, or the rank's own shared buffer), and write the result to its own
-  output, straight into every output that lies in shared memory, and into its output slot of
-  the round if some rank needs to copy it (once free: ``FREED[q]`` past the slot's last round);
-  then ``DONE[r] = t``.
-- **copy out** (output not in shared memory): once ``DONE[b] >= t`` for all ``b``, copy every
-  other block's segment of round ``t`` from the output slots, then ``FREED[r] = t``.
-
-A step a rank does not take in a call (nothing to stage: its input is shared; nothing to reduce;
-nothing to copy out) moves its counter to the call's last round at once, so that the invariants
-hold in every mode: ``READY[q] >= t``: q's input of round t is readable and q's descriptor is
-this call's; ``DONE[q] >= t``: q reads no input (and no descriptor) of rounds <= t any more;
-``FREED[q] >= t``: q reads no output slot (and no descriptor) of rounds <= t any more. A rank
-returns when it has done its steps for the call's last round and every ``DONE`` has reached it,
-so no rank still reads its input or writes its output. (In the replicated mode for short
-vectors, where every rank reduces the whole vector for itself and no one writes another's
-output, a rank whose input was staged returns without that wait: its slots and descriptor are
-guarded by the tests above when it reuses them.)
-
-**Cross-memory attach** (long allreduces, ``CMA_DEDICATED`` bytes and up, or ``CMA_SHARED``
-when ranks share cores, where every rank may
-``process_vm_readv`` the others: Linux, ptrace rights; checked once per team, collectively).
-Staging a private input costs a write into the slot and the reducer a read of it from another
-core, and copying out the same again: twice the memory traffic of reading the input and
-writing the result. Instead a rank publishes the addresses of its private input and output
-(region ``CMA``) and stages nothing; a reducer reads every other rank's segment of its block
-straight into a private bounce buffer with one system call each (the kernel copies from the
-other process's pages), folds, and writes only its own output; a rank then reads every other
-block's result straight out of its owner's output into its own (one more system call each).
-Every rank writes only its own memory, so a rank that left a call (failed) can make another's
-read fail (``CMA_FAILED``, raised after its notice) but never have its memory written. The
-counters keep their meaning (``READY`` at arrival, as for a shared input), and the last wait
-grows: since the others read a rank's output in place, it returns only once every ``FREED``
-has reached the call's last round too. The system call is a full barrier between the acquire
-load of the counter and the kernel's copy, so the memory-model argument below carries over.
-
-That is the whole synchronisation: no barrier,
-and no MPI call per round. The ``reduce-scatter`` and ``allgather`` modes of ``hierarchical``
-take the first and the last two steps only.
-
-**Why it is correct under MPI's memory model.** The window is created with
-``MPI_Win_allocate_shared``, whose memory model must be ``MPI_WIN_UNIFIED`` (checked: public and
-private copies are one memory), and each process holds a shared lock on it
-(``Lock_all(MODE_NOCHECK)``) from creation to ``Free``, a passive-target epoch within which
-load/store access is allowed. For load/store access to a shared window the standard (MPI-3.1,
-section 11.7, the advice to users and the shared-memory example added by MPI Forum ticket 413)
-orders the accesses with ``MPI_Win_sync``, a memory barrier, on each side of a process
-synchronisation, and leaves the synchronisation itself to the program. Here that synchronisation
-is a flag in the window written with a *release* store after the data and read with an *acquire*
-load before the data: the LLVM (C11) atomics defined for exactly this, which keep the compiler
-from caching the polled flag or moving data accesses across it and order them in the processor,
-as the two barriers of a ``Win_sync`` pair would (MPICH's and Open MPI's ``MPI_Win_sync`` on
-shared memory are a processor memory barrier: ``MPL_atomic_read_write_barrier``,
-``opal_atomic_mb``). The zeroed control blocks are published by ``Win_sync`` + ``Barrier`` +
-``Win_sync``, the standard's own pattern. The non-temporal stores that copy long results out
-are weakly ordered; they only write the rank's own private output, and a full fence follows them
-before the call returns.
-
-**Waiting.** ``kernels.engine`` polls the counters for a bounded number of rounds without
-progress (about 100 us when the team has no more ranks than the machine has cores; under 1 us
-when it has more), then returns to Python, which yields the
-processor (``os.sched_yield``) and, once it has waited 2 ms without progress, sleeps 50 us
-before calling it again; a rank that waits for one that is not scheduled (more ranks than
-cores) thus gives it the core instead of spinning its time slice away. While it sleeps it polls
-the guard: a notice of a rank that failed this call raises, as does passing the call's
-deadline (``Options.timeout``).
+is reduced by rank ``b``). Per round rank ``r`` *stages* its input segments into its input slot
+(unless its input lies in shared memory), *reduces* segment ``t`` of block ``r`` from all ``p``
+inputs in rank order, and *copies out* the other blocks' segments (unless its output is shared).
+Each rank's counters ``READY``, ``DONE`` and ``FREED`` (last round staged, reduced, copied out),
+written with release stores and read with acquire loads, gate the steps: no barrier and no MPI
+call per round. The Numba kernels (``kernels/``) run the rounds; a :class:`Team` sets the window
+up, waits between kernel calls and raises the errors. docs/shm-protocol.md states the protocol
+in full (call numbering, slot reuse, mismatches, cross-memory attach, waiting) and proves it
+correct under MPI's memory model.
 """
 
 from __future__ import annotations
@@ -129,20 +33,17 @@ __all__ = ["Team", "OPCODES"]
 OPCODES = L.OPCODES
 
 #: Default slot size (``Options.shm_segment_bytes`` None) when the team's ranks have a core each,
-#: and when they share cores (measured side by side at p = 4 on the loaded 2-core machine: 4 MiB
-#: slots took 0.31-0.64x native's time, 1 MiB 0.38-0.77x, 256 KiB up to 3.8x; not in docs/).
+#: and when they share cores: there every round costs a turn of the scheduler, so fewer, larger
+#: rounds (docs/benchmarks.md, shm thresholds).
 SEGMENT_DEDICATED, SEGMENT_SHARED = 1 << 20, 4 << 20
-#: Bytes from which an allreduce moves private buffers by cross-memory attach, when the team's
-#: ranks have a core each, and when they share cores (measured side by side against the slots,
-#: float32 sum, on the 2-core machine: p = 2, 0.88x the slots' time at 256 KiB, 0.77x at 512
-#: KiB, 0.61x at 64 MiB; p = 4, 1.2-1.5x up to 4 MiB, 1.03x at 8 MiB, 0.85x at 16 MiB, 0.79x at
-#: 64 MiB: there every rank waits for the others once more at the end of a call, a turn of the
-#: scheduler; docs/benchmarks.md).
+#: Bytes from which an allreduce moves private buffers by cross-memory attach (where it beats the
+#: slots), when the team's ranks have a core each, and when they share cores: there its extra wait
+#: at the end of a call costs a turn of the scheduler (docs/benchmarks.md, shm thresholds).
 CMA_DEDICATED, CMA_SHARED = 512 << 10, 16 << 20
-#: Polls without progress (about 2 ns each) before the engine returns to Python to yield: about
-#: 100 us when every rank of the team can have a core of its own, well under 1 us when they
-#: cannot (then the rank waited for may need this very core). Spinning for milliseconds was
-#: 3-4x slower on a machine shared with other jobs, whose processes then wait behind ours.
+#: Polls without progress (about 2 ns each) before ``run_rounds`` returns to Python to yield:
+#: about 100 us when every rank of the team can have a core of its own, well under 1 us when they
+#: cannot (then the rank waited for may need this very core); longer spins keep other jobs'
+#: processes waiting behind ours (docs/benchmarks.md, shm thresholds).
 SPIN_DEDICATED, SPIN_SHARED = 50_000, 200
 #: Waiting longer than this (seconds) in one call, yield by sleeping instead.
 YIELD_FOR = 2e-3
@@ -282,7 +183,7 @@ class Team:
         tab = self.tab
         guard = _CALLS_NOW.guard  # _guard.active(), inline: the per-call path
         # run_rounds numbers the call: after its last one, and from seq * CALLS_PER_SEQ inside
-        # public call number seq (agreed by every rank, also after a failure: module docstring)
+        # public call number seq (agreed by every rank, also after a failure: docs/shm-protocol.md)
         seq = -1 if guard is None else guard.seq
         kind = out.dtype.num | (opcode << 8 | mode << 16 | m << 24)  # layout.D_KIND
         if kind & 0xFF == _FLOAT16:  # Numba has no float16: uint16 words and a format token
