@@ -1,8 +1,9 @@
 """The progress engine behind the non-blocking collectives (see ``engine.py`` for the design).
 
-``comm`` (communicators whose waits poll), ``control`` (status queries for the stall check),
-``requests`` (requests and waiting), ``engine`` (one thread per communicator), ``lifecycle``
-(creation, thread level, shutdown). The public functions are in :mod:`collectives.nonblocking`.
+``comm`` (communicators whose waits poll), ``control`` (status queries and the stall report),
+``requests`` (requests and waiting), ``engine`` (one thread per communicator), ``named`` (named
+operations, negotiated in rounds), ``lifecycle`` (creation, thread level, shutdown). The public
+functions are in :mod:`collectives.nonblocking`.
 """
 
 from .engine import Engine

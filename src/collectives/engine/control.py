@@ -5,8 +5,10 @@ Here every engine keeps a receive posted on its private control communicator (a 
 of the caller's communicator, so these messages never meet an operation's). A rank that waits too
 long sends a query (a round number) to every other rank; each engine answers, from its thread,
 with four counters of its communicator: operations submitted, operations finished, the one
-running (-1 if none), and named operations pending (:mod:`.named`). From those the asker names the ranks that have not submitted the operation
-it waits for, and those still busy with earlier ones.
+running (-1 if none), and named operations pending (:mod:`.named`). From those the asker names
+the ranks that have not submitted the operation it waits for, and those still busy with earlier
+ones (:meth:`Control.report`: what a stall warning, a ``TimeoutError`` and the report at exit
+say).
 
 Engines answer while idle (every :data:`IDLE_POLL_S`) and between polls inside an operation's
 waits. A rank that does not answer within the deadline is named as such: it is inside a long
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 from mpi4py import MPI
@@ -102,3 +104,44 @@ class Control:
                 request.Wait()
             MPI.Request.Waitall(sends)  # small messages: already sent eagerly
         return answers
+
+    def report(self, request: Any, label: str, named: Callable[[Any, list[int]], str]) -> str:
+        """Why ``request`` is not done, from every rank's status (:meth:`ask`): which ranks have
+        not submitted it, or are still busy with earlier operations.
+
+        ``label`` names the communicator. A named request is the named stream's to explain:
+        ``named(request, idle)`` (``NamedStream.report``), ``idle`` being the ranks with no named
+        operation pending.
+        """
+        what = request.describe()
+        answers = self.ask()
+        rank = self.comm.rank
+        missing = [r for r in range(self.comm.size) if r not in answers]
+        if request.name is not None:
+            idle = sorted(r for r, status in answers.items() if status[3] == 0)
+            text = named(request, idle)
+            return text + (f"; rank(s) {_ranks(missing)} did not answer" if missing else "")
+        behind = sorted(r for r, (sub, _, _, _) in answers.items() if sub <= request.seq)
+        busy = sorted(r for r, (sub, done, run, _) in answers.items()
+                      if sub > request.seq and done <= request.seq and run != request.seq
+                      and r != rank)
+        parts = []
+        if behind:
+            parts.append(f"rank(s) {_ranks(behind)} have not submitted it (they submitted "
+                         + ", ".join(f"{answers[r][0]}" for r in behind)
+                         + f" operation(s) on this communicator; it is number {request.seq + 1})")
+        if busy:
+            parts.append(f"rank(s) {_ranks(busy)} are still busy with earlier operations "
+                         f"(running #{', #'.join(str(answers[r][2]) for r in busy)})")
+        if missing:
+            parts.append(f"rank(s) {_ranks(missing)} did not answer the status query")
+        running = self.status()[2]  # this rank's operation under way now
+        if running not in (-1, request.seq):
+            parts.append(f"this rank is still running operation #{running}")
+        if not parts:
+            parts.append("every rank has submitted it and is working on it")
+        return f"{what} on {label}: " + "; ".join(parts)
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(str(r) for r in ranks)

@@ -8,9 +8,9 @@ algorithms):
   communicator of :mod:`.control` and the named stream's of :mod:`.named`), made by
   ``MPI_Comm_idup`` and completed before the call returns, so that first call is collective:
   it waits for every rank's first non-blocking call on the communicator (up to
-  ``Options.timeout``). The blocking functions use another duplicate (``collectives._runtime.context``),
-  so blocking and non-blocking operations of one communicator never match each other's
-  messages, whatever the threads do.
+  ``Options.timeout``). The blocking functions use another duplicate
+  (``collectives._runtime.context``), so blocking and non-blocking operations of one
+  communicator never match each other's messages, whatever the threads do.
 - **Submission order.** A submitted :class:`~.requests.Request` gets the next sequence number and
   goes on a FIFO queue, under one lock; the thread runs them one at a time, in that order, each
   with the algorithm code of the blocking functions on the engine's communicator (an
@@ -34,7 +34,6 @@ import hashlib
 import queue
 import threading
 import time
-from typing import Any
 
 import numpy as np
 from mpi4py import MPI
@@ -247,33 +246,9 @@ class Engine:
         self.control.serve()
 
     def report(self, request: Request) -> str:
-        """Why ``request`` is not done: which ranks have not submitted it, or are still busy."""
-        what = request.describe()
-        answers = self.control.ask()
-        missing = [r for r in range(self.size) if r not in answers]
-        if request.name is not None:
-            idle = sorted(r for r, status in answers.items() if status[3] == 0)
-            text = self.named.report(request, idle)
-            return text + (f"; rank(s) {_ranks(missing)} did not answer" if missing else "")
-        behind = sorted(r for r, (sub, _, _, _) in answers.items() if sub <= request.seq)
-        busy = sorted(r for r, (sub, done, run, _) in answers.items()
-                      if sub > request.seq and done <= request.seq and run != request.seq
-                      and r != self.rank)
-        parts = []
-        if behind:
-            parts.append(f"rank(s) {_ranks(behind)} have not submitted it (they submitted "
-                         + ", ".join(f"{answers[r][0]}" for r in behind)
-                         + f" operation(s) on this communicator; it is number {request.seq + 1})")
-        if busy:
-            parts.append(f"rank(s) {_ranks(busy)} are still busy with earlier operations "
-                         f"(running #{', #'.join(str(answers[r][2]) for r in busy)})")
-        if missing:
-            parts.append(f"rank(s) {_ranks(missing)} did not answer the status query")
-        if self.running not in (-1, request.seq):
-            parts.append(f"this rank is still running operation #{self.running}")
-        if not parts:
-            parts.append("every rank has submitted it and is working on it")
-        return f"{what} on {self.label}: " + "; ".join(parts)
+        """Why ``request`` is not done: which ranks have not submitted it, or are still busy
+        (the stall report: :meth:`.control.Control.report`)."""
+        return self.control.report(request, self.label, self.named.report)
 
     # -- shutdown --------------------------------------------------------------------------------
     def drain(self, grace: float) -> bool:
@@ -291,10 +266,7 @@ class Engine:
         True if it stopped."""
         self.closed = self.stopped = True
         self.control.finalizing = True
-        self.waiter.stop = True
-        self._queue.put(_STOP)
-        self.named.stop()
-        for thread in (self._thread, self.named._thread):
+        for thread in self._end_threads():
             if thread is not None:
                 thread.join(timeout=0.5)
                 if thread.is_alive():
@@ -308,10 +280,7 @@ class Engine:
         if self.stopped:
             return
         self.stopped = True
-        self.waiter.stop = True
-        self._queue.put(_STOP)
-        self.named.stop()
-        for thread in (self._thread, self.named._thread):
+        for thread in self._end_threads():
             if thread is not None and thread.is_alive():
                 thread.join(timeout=5.0)
                 if thread.is_alive():  # inside a blocking MPI call: leave its communicators
@@ -323,15 +292,23 @@ class Engine:
         for comm in (self.comm, self.control.comm, self.named.comm):
             comm.Free()
 
+    def _end_threads(self) -> tuple[threading.Thread | None, threading.Thread | None]:
+        """Tell both threads to end: the stop mark goes on the queue, the named stream ends once
+        nothing is pending, and a wait inside an operation raises ``Stopped`` at its next poll.
+        Returns the two threads (None where one never started)."""
+        self.waiter.stop = True
+        self._queue.put(_STOP)
+        self.named.stop()
+        return self._thread, self.named.thread
+
 
 def _complete(label: str, requests: list[MPI.Request], timeout: float | None) -> None:
     """Wait, on the calling thread, for the duplicates of a new engine.
 
     Done by the caller rather than by the engine's thread: while an ``MPI_Comm_idup`` of a
-    communicator is
-    in flight, creating another communicator from it on another thread can hang (seen with
-    Open MPI 5), and MPI keeps the communicator referenced (freeing it would not run its
-    attributes' delete callbacks). Polls with sleeps, as the engine does.
+    communicator is in flight, creating another communicator from it on another thread can hang
+    (seen with Open MPI 5), and MPI keeps the communicator referenced (freeing it would not run
+    its attributes' delete callbacks). Polls with sleeps, as the engine does.
     """
     if timeout is None:
         Waiter().wait(requests)
@@ -345,7 +322,3 @@ def _complete(label: str, requests: list[MPI.Request], timeout: float | None) ->
                 "(it duplicates the communicator); some rank has not made it, and non-blocking "
                 "calls on this communicator cannot work any more")
         time.sleep(1e-3)
-
-
-def _ranks(ranks: list[int]) -> str:
-    return ", ".join(str(r) for r in ranks)

@@ -62,6 +62,11 @@ class NamedStream:
     def pending(self) -> int:
         return len(self._pending) + self.running
 
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The stream's thread, started by the first named operation (None before)."""
+        return self._thread
+
     def outstanding(self) -> list[Request]:
         with self._cond:
             return list(self._pending.values())
