@@ -66,11 +66,11 @@ def main(argv: list[str] | None = None) -> None:
             buf.fill(1)
             comm.Barrier()
             t0 = time.perf_counter()
-            ring.reduce_scatter(buf, off, op, lay.holders, opts.segment_bytes)
+            ring.reduce_scatter(buf, off, op, lay.holders, opts.segment_bytes, None)  # unguarded
             t1 = time.perf_counter()
             FLAT[args.inter](block, block, op, lay.cross, opts)
             t2 = time.perf_counter()
-            ring.allgather(buf, off, lay.holders)
+            ring.allgather(buf, off, lay.holders, None)
             t3 = time.perf_counter()
             wrong += int(np.count_nonzero(buf != comm.size))
             if it:

@@ -333,6 +333,8 @@ def _call(cls: type, comm: MPI.Comm | None, options: Options | None, validate: b
 def _check_and_run(cls: type, comm: MPI.Comm, options: Options | None, validate: bool | None,
                    ctx: Any, args: tuple) -> Any:
     comm, opts, validate = _setup(comm, options, validate)
+    if ctx is not None:
+        ctx.guard.set_timeout(opts.timeout)
     call = _checked(cls, comm, validate, *args, opts)
     call.run(None if call.trivial else ctx)
     return call

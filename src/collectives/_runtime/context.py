@@ -39,6 +39,9 @@ class Context:
         #: collectives (validate's allgather, node splits) must never meet one a failure left
         self.native_comm: MPI.Comm = self.comm.Dup() if dup else comm
         self._owned = dup
+        #: the guard of the public call now running on this context (:meth:`Guard.run` sets
+        #: it), None outside one: the algorithms hand it to every message they send
+        self.active: Guard | None = None
         #: objects derived from the communicator, by key (:meth:`cached` fills it)
         self.cache: dict[Any, Any] = {}
         self._guard: Guard | None = None
@@ -47,7 +50,7 @@ class Context:
     def guard(self) -> Guard:
         """The communicator's :class:`~.guard.Guard` (made at the first call, collectively)."""
         if self._guard is None:
-            self._guard = Guard(self.comm)
+            self._guard = Guard(self.comm, self)
         return self._guard
 
     def cached(self, key: Any, make: Callable[[MPI.Comm], Any]) -> Any:

@@ -54,8 +54,7 @@ from mpi4py import MPI
 from .workspace import forget
 
 __all__ = ["CollectiveError", "RaisedEverywhere", "everywhere", "CURRENT", "Guard", "active",
-           "native_call", "set_timeout",
-           "NOTICE_TAG"]
+           "native_call", "NOTICE_TAG"]
 
 NOTICE_TAG = 0
 _NOTICE_BYTES = 1024
@@ -135,8 +134,9 @@ _HIGH = [0]
 class Guard:
     """Sequence numbers, notices and guarded waits of one private communicator."""
 
-    def __init__(self, comm: MPI.Comm) -> None:
+    def __init__(self, comm: MPI.Comm, owner: Any = None) -> None:
         self.comm = comm
+        self.owner = owner  # the Context whose ``active`` names the running call
         self.rank = comm.rank
         self.size = comm.size
         # Call numbers start above any this process's guards used before, agreed by all ranks:
@@ -171,11 +171,11 @@ class Guard:
         self.seq += 1
         self.tag = 1 + self.seq % _SPAN
         self.name = name
-        if timeout is None:
-            self.deadline = None
-        else:
-            self.timeout, self.deadline = timeout, time.monotonic() + timeout
-        outer = _LOCAL.guard
+        self.deadline = None
+        self.set_timeout(timeout)
+        owner = self.owner
+        outer, owner.active = owner.active, self
+        outer_local = _LOCAL.guard
         _LOCAL.guard = self
         try:
             return fn(*args)
@@ -184,7 +184,15 @@ class Guard:
                 self._notify(exc)
             raise
         finally:
-            _LOCAL.guard = outer
+            owner.active = outer
+            _LOCAL.guard = outer_local
+
+    def set_timeout(self, timeout: float | None) -> None:
+        """Give the running call a deadline ``timeout`` seconds from now (``Options.timeout``;
+        None: none): its waits then raise TimeoutError, on this rank and, through its notice, on
+        every rank still in the call."""
+        if timeout is not None:
+            self.timeout, self.deadline = timeout, time.monotonic() + timeout
 
     def _notify(self, exc: BaseException) -> None:
         """Tell every other rank that this rank's current call failed; retire native."""
@@ -349,16 +357,6 @@ class Guard:
         _GUARDS.discard(self)
 
 
-def set_timeout(timeout: float | None) -> None:
-    """Give the public call running on this thread (if any) a deadline of ``timeout`` seconds
-    from now (``Options.timeout``): its waits then raise TimeoutError, on this rank and, through
-    its notice, on every rank still in the call."""
-    guard = active()
-    if guard is not None and timeout is not None:
-        guard.timeout = timeout
-        guard.deadline = time.monotonic() + timeout
-
-
 def native_call(ctx: Any, name: str, args: tuple, fallback: Callable[[], None],
                 landing: Any = None) -> bool:
     """The MPI library's collective ``<name>(*args)`` on the context ``ctx``: blocking on
@@ -372,7 +370,7 @@ def native_call(ctx: Any, name: str, args: tuple, fallback: Callable[[], None],
     the native operation ran, and the caller copies the landing buffer out; False: ``fallback()``
     ran (and wrote the caller's array itself); an abandoned landing buffer is never handed out
     again."""
-    guard = active()
+    guard = ctx.active
     if guard is None:
         getattr(ctx.comm, name)(*args)
         return True

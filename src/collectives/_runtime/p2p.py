@@ -17,7 +17,7 @@ from compress.arrays import is_numpy as _host
 from mpi4py import MPI
 
 from . import device as _device
-from .guard import active
+from .guard import Guard
 from .traffic import TRAFFIC
 
 __all__ = ["send", "recv", "sendrecv"]
@@ -25,19 +25,17 @@ __all__ = ["send", "recv", "sendrecv"]
 TAG = 7117  # outside a public call (algorithms run directly); inside, the call's own tag
 
 
-def send(comm: MPI.Comm, a: np.ndarray, dest: int) -> None:
+def send(comm: MPI.Comm, a: np.ndarray, dest: int, guard: Guard | None) -> None:
     TRAFFIC.add(a.nbytes)
     buf = a if _host(a) else _device.to_mpi(a, "send")  # device: CUDA-aware or staged
-    guard = active()
     if guard is None:
         comm.Send([buf, MPI.BYTE], dest, TAG)
         return
     guard.complete([comm.Isend([buf, MPI.BYTE], dest, guard.tag)], [None], [dest])
 
 
-def recv(comm: MPI.Comm, a: np.ndarray, source: int) -> None:
+def recv(comm: MPI.Comm, a: np.ndarray, source: int, guard: Guard | None) -> None:
     target = a if _host(a) else _device.from_mpi(a, "recv")
-    guard = active()
     if guard is None:
         comm.Recv([target, MPI.BYTE], source, TAG)
     else:  # exactly a.nbytes: a longer or shorter message is an error (counts differ)
@@ -47,10 +45,10 @@ def recv(comm: MPI.Comm, a: np.ndarray, source: int) -> None:
         _device.landed(a, target)
 
 
-def sendrecv(comm: MPI.Comm, a: np.ndarray, dest: int, b: np.ndarray, source: int) -> None:
+def sendrecv(comm: MPI.Comm, a: np.ndarray, dest: int, b: np.ndarray, source: int,
+             guard: Guard | None) -> None:
     """Send ``a`` to ``dest`` while receiving ``b`` from ``source``."""
     TRAFFIC.add(a.nbytes)
-    guard = active()
     if _host(a) and _host(b):
         if guard is None:
             comm.Sendrecv([a, MPI.BYTE], dest, TAG, [b, MPI.BYTE], source, TAG)

@@ -13,7 +13,7 @@ from typing import Any, Callable, TypeVar
 from mpi4py import MPI
 
 from .context import context
-from .guard import everywhere, set_timeout
+from .guard import everywhere
 from ..options import Options
 
 __all__ = ["check_comm", "checked", "checked_call", "pick", "setup", "verdict"]
@@ -32,13 +32,11 @@ def pick(table: dict[str, Any], name: object, what: str) -> Any:
 def setup(comm: MPI.Comm | None, options: Options | None,
           validate: bool | None) -> tuple[MPI.Comm, Options, bool]:
     """The communicator (default ``COMM_WORLD``), options (default: from the environment) and
-    whether to cross-check, of a public call; a blocking call's deadline starts here."""
+    whether to cross-check, of a public call."""
     comm = MPI.COMM_WORLD if comm is None else comm
     opts = Options.from_env() if options is None else options
     if not isinstance(opts, Options):
         raise TypeError(f"options must be a collectives.Options, got {type(opts).__name__}")
-    if opts.timeout is not None:
-        set_timeout(opts.timeout)
     return comm, opts, opts.validate if validate is None else bool(validate)
 
 

@@ -91,8 +91,8 @@ def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Opti
     lay = ctx.cached(("hierarchical", opts.node_size, opts.shm_segment_bytes),
                      lambda comm: layout(comm, opts.node_size, ctx, opts.shm_segment_bytes))
     if type(buf) is not np.ndarray or not elementwise(op):  # device arrays; bfloat16 words
-        _by_messages(src, buf, op, lay, opts)  # and codecs' sums, which the window cannot add
-        return
+        _by_messages(src, buf, op, lay, opts, ctx)  # and codecs' sums, which the window
+        return                                       # cannot add
     local, m = lay.node.rank, lay.m
     opcode = shm_layout.OPCODES[op.name]
     if lay.team is None:
@@ -101,30 +101,40 @@ def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Opti
         lay.team.run(src, buf, opcode, shm_layout.REDUCE_SCATTER, m)
     if local < m and lay.cross.comm.size > 1:  # 2. block j across nodes
         offsets = partition(buf.size, m)
-        block = buf[offsets[local]:offsets[local + 1]]
-        FLAT[opts.inter_algorithm](block, block, op, lay.cross, opts)
+        _across(buf[offsets[local]:offsets[local + 1]], op, lay.cross, opts, ctx)
     if lay.team is not None:  # 3. every block from its holder
         lay.team.run(buf, buf, opcode, shm_layout.ALLGATHER, m)
 
 
-def _by_messages(src: np.ndarray, buf: np.ndarray, op: Op, lay: Layout, opts: Options) -> None:
+def _across(block: np.ndarray, op: Op, cross: Context, opts: Options, ctx: Context) -> None:
+    """Allreduce ``block`` among the ranks holding this position on every node, as part of the
+    call running on ``ctx`` (its guard: the same tag, notices and deadline)."""
+    cross.active = ctx.active
+    try:
+        FLAT[opts.inter_algorithm](block, block, op, cross, opts)
+    finally:
+        cross.active = None
+
+
+def _by_messages(src: np.ndarray, buf: np.ndarray, op: Op, lay: Layout, opts: Options,
+                 ctx: Context) -> None:
     """The same steps with messages (device arrays): fold the extras in, ring inside."""
+    guard = ctx.active
     copy_into(src, buf)
     local, m = lay.node.rank, lay.m
     if local >= m:
         # an extra: hand our vector to our position holder, get the result back
-        send(lay.node, buf, local % m)
-        recv(lay.node, buf, local % m)
+        send(lay.node, buf, local % m, guard)
+        recv(lay.node, buf, local % m, guard)
         return
     extras = range(local + m, lay.node.size, m)
     tmp = scratch("hierarchical", buf.size, buf)
     for e in extras:  # 1. fold in this holder's extras, in rank order
-        recv(lay.node, tmp, e)
+        recv(lay.node, tmp, e, guard)
         op.combine(buf, tmp, buf)
     offsets = partition(buf.size, m)
-    ring.reduce_scatter(buf, offsets, op, lay.holders, opts.segment_bytes)  # 2.
-    block = buf[offsets[local]:offsets[local + 1]]
-    FLAT[opts.inter_algorithm](block, block, op, lay.cross, opts)  # 3.
-    ring.allgather(buf, offsets, lay.holders)  # 4.
+    ring.reduce_scatter(buf, offsets, op, lay.holders, opts.segment_bytes, guard)  # 2.
+    _across(buf[offsets[local]:offsets[local + 1]], op, lay.cross, opts, ctx)  # 3.
+    ring.allgather(buf, offsets, lay.holders, guard)  # 4.
     for e in extras:
-        send(lay.node, buf, e)
+        send(lay.node, buf, e, guard)

@@ -17,7 +17,7 @@ from mpi4py import MPI
 from .._runtime import device as _device
 from .._runtime.arrays import copy_into
 from .._runtime.context import Context
-from .._runtime.guard import active, native_call
+from .._runtime.guard import native_call
 from .._runtime.mpitypes import native_op, native_type
 from ..ops import Op
 from ..options import Options
@@ -31,7 +31,7 @@ __all__ = ["allreduce"]
 def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
     dtype = native_type(buf.dtype)
     mpi_op = native_op(op, buf.dtype)
-    if active() is None:
+    if ctx.active is None:
         native_call(ctx, "Allreduce", (MPI.IN_PLACE if src is buf else [src, dtype],
                                        [buf, dtype], mpi_op), None)
         return

@@ -26,6 +26,8 @@ from mpi4py import MPI
 
 from .._runtime.arrays import copy_into
 from .._runtime.ranks import pof2_of, real_rank
+from .._runtime.context import Context
+from .._runtime.guard import Guard
 from .._runtime.p2p import recv, send
 from .._runtime.workspace import scratch
 from ..ops import Op
@@ -85,37 +87,39 @@ def halving(newrank: int, pof2: int, rem: int) -> list[tuple[int, int, int]]:
     return steps
 
 
-def fold_in(buf: np.ndarray, op: Op, comm: MPI.Comm) -> int:
+def fold_in(buf: np.ndarray, op: Op, comm: MPI.Comm, guard: Guard | None) -> int:
     """Fold the extra ranks in; return this rank's new rank, or -1 if it sits out."""
     f = fold(comm.rank, comm.size)
     if f.sits_out:
-        send(comm, buf, f.partner)
+        send(comm, buf, f.partner, guard)
     elif f.absorbs:
         tmp = scratch("fold", buf.size, buf)
-        recv(comm, tmp, f.partner)
+        recv(comm, tmp, f.partner, guard)
         op.combine(tmp, buf, buf)
     return f.newrank
 
 
-def fold_out(buf: np.ndarray, comm: MPI.Comm) -> None:
+def fold_out(buf: np.ndarray, comm: MPI.Comm, guard: Guard | None) -> None:
     """Return the finished result to the ranks that sat out."""
     f = fold(comm.rank, comm.size)
     if f.sits_out:
-        recv(comm, buf, f.partner)
+        recv(comm, buf, f.partner, guard)
     elif f.absorbs:
-        send(comm, buf, f.partner)
+        send(comm, buf, f.partner, guard)
 
 
-def folded(src: np.ndarray, buf: np.ndarray, op: Op, comm: MPI.Comm,
-           body: Callable[[np.ndarray, Op, MPI.Comm, int, int, int], None]) -> None:
+def folded(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context,
+           body: Callable[[np.ndarray, Op, MPI.Comm, int, int, int, Guard | None], None]) -> None:
     """Allreduce ``src`` into ``buf`` with a power-of-two algorithm on any number of ranks.
 
-    Copies ``src`` into ``buf``, folds the extra ranks in, runs ``body(buf, op, comm, newrank,
-    pof2, rem)`` on the ranks of the power-of-two group, and folds the result back out.
+    Copies ``src`` into ``buf``, folds the extra ranks of ``ctx.comm`` in, runs ``body(buf, op,
+    comm, newrank, pof2, rem, guard)`` on the ranks of the power-of-two group, and folds the
+    result back out; ``guard``: the call's (``ctx.active``).
     """
+    comm, guard = ctx.comm, ctx.active
     copy_into(src, buf)
     pof2 = pof2_of(comm.size)
-    newrank = fold_in(buf, op, comm)
+    newrank = fold_in(buf, op, comm, guard)
     if newrank >= 0:
-        body(buf, op, comm, newrank, pof2, comm.size - pof2)
-    fold_out(buf, comm)
+        body(buf, op, comm, newrank, pof2, comm.size - pof2, guard)
+    fold_out(buf, comm, guard)

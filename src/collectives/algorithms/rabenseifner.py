@@ -19,6 +19,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .._runtime.context import Context
+from .._runtime.guard import Guard
 from .._runtime.p2p import sendrecv
 from .._runtime.ranks import partition
 from .._runtime.workspace import scratch
@@ -30,11 +31,11 @@ __all__ = ["allreduce"]
 
 
 def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
-    folded(src, buf, op, ctx.comm, _halving_doubling)
+    folded(src, buf, op, ctx, _halving_doubling)
 
 
 def _halving_doubling(buf: np.ndarray, op: Op, comm: MPI.Comm, newrank: int, pof2: int,
-                      rem: int) -> None:
+                      rem: int, guard: Guard | None) -> None:
     off = partition(buf.size, pof2)
     tmp = scratch("rabenseifner", int(off[pof2 // 2]), buf)  # the largest half
     steps = []  # (peer, kept range, given range) of each halving step, for the allgather
@@ -45,7 +46,7 @@ def _halving_doubling(buf: np.ndarray, op: Op, comm: MPI.Comm, newrank: int, pof
         kept = buf[off[keep[0]]:off[keep[1]]]
         t = tmp[: kept.size]
         # send the half we give up, receive the partner's copy of the half we keep
-        sendrecv(comm, buf[off[give[0]]:off[give[1]]], peer, t, peer)
+        sendrecv(comm, buf[off[give[0]]:off[give[1]]], peer, t, peer, guard)
         if partner < newrank:
             op.combine(t, kept, kept)
         else:
@@ -54,4 +55,5 @@ def _halving_doubling(buf: np.ndarray, op: Op, comm: MPI.Comm, newrank: int, pof
         lo, hi = keep
     for peer, keep, give in reversed(steps):
         # send the range we hold, receive the partner's into place
-        sendrecv(comm, buf[off[keep[0]]:off[keep[1]]], peer, buf[off[give[0]]:off[give[1]]], peer)
+        sendrecv(comm, buf[off[keep[0]]:off[keep[1]]], peer, buf[off[give[0]]:off[give[1]]], peer,
+                 guard)

@@ -15,6 +15,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .._runtime.context import Context
+from .._runtime.guard import Guard
 from .._runtime.p2p import sendrecv
 from .._runtime.workspace import scratch
 from ..ops import Op
@@ -25,14 +26,15 @@ __all__ = ["allreduce"]
 
 
 def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
-    folded(src, buf, op, ctx.comm, _doubling)
+    folded(src, buf, op, ctx, _doubling)
 
 
-def _doubling(buf: np.ndarray, op: Op, comm: MPI.Comm, newrank: int, pof2: int, rem: int) -> None:
+def _doubling(buf: np.ndarray, op: Op, comm: MPI.Comm, newrank: int, pof2: int, rem: int,
+              guard: Guard | None) -> None:
     tmp = scratch("recursive_doubling", buf.size, buf)
     for partner, peer in doubling(newrank, pof2, rem):
         # whole vector both ways, then combine in rank order
-        sendrecv(comm, buf, peer, tmp, peer)
+        sendrecv(comm, buf, peer, tmp, peer, guard)
         if partner < newrank:
             op.combine(tmp, buf, buf)
         else:

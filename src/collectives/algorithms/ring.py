@@ -29,5 +29,5 @@ __all__ = ["allreduce"]
 def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
     copy_into(src, buf)
     offsets = partition(buf.size, ctx.comm.size)
-    ring.reduce_scatter(buf, offsets, op, ctx.comm, opts.segment_bytes)
-    ring.allgather(buf, offsets, ctx.comm)
+    ring.reduce_scatter(buf, offsets, op, ctx.comm, opts.segment_bytes, ctx.active)
+    ring.allgather(buf, offsets, ctx.comm, ctx.active)

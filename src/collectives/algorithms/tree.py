@@ -26,5 +26,5 @@ __all__ = ["allreduce"]
 
 def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
     copy_into(src, buf)
-    binomial.reduce(buf, op, 0, ctx.comm, opts.segment_bytes)
-    binomial.bcast(buf, 0, ctx.comm, opts.segment_bytes)
+    binomial.reduce(buf, op, 0, ctx.comm, opts.segment_bytes, ctx.active)
+    binomial.bcast(buf, 0, ctx.comm, opts.segment_bytes, ctx.active)

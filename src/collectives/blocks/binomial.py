@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
+from .._runtime.guard import Guard
 from .._runtime.p2p import recv, send
 from .._runtime.ranks import nsegments, split
 from .._runtime.workspace import scratch
@@ -51,7 +52,8 @@ def _topology(comm: MPI.Comm, root: int) -> tuple[int | None, list[int]]:
     return (None if parent is None else (parent + root) % p), real
 
 
-def reduce(acc: np.ndarray, op: Op, root: int, comm: MPI.Comm, segment_bytes: int) -> None:
+def reduce(acc: np.ndarray, op: Op, root: int, comm: MPI.Comm, segment_bytes: int,
+           guard: Guard | None) -> None:
     """Reduce ``acc`` over ``comm`` into ``acc`` on ``root``; other ranks' ``acc`` is clobbered."""
     parent, children = _topology(comm, root)
     nseg = nsegments(acc.size, acc.itemsize, segment_bytes)
@@ -60,19 +62,20 @@ def reduce(acc: np.ndarray, op: Op, root: int, comm: MPI.Comm, segment_bytes: in
         part = acc[seg]
         for child in children:  # smallest subtree first: rank order
             t = tmp[: part.size]
-            recv(comm, t, child)
+            recv(comm, t, child, guard)
             op.combine(part, t, part)
         if parent is not None:
-            send(comm, part, parent)
+            send(comm, part, parent, guard)
 
 
-def bcast(buf: np.ndarray, root: int, comm: MPI.Comm, segment_bytes: int) -> None:
+def bcast(buf: np.ndarray, root: int, comm: MPI.Comm, segment_bytes: int,
+          guard: Guard | None) -> None:
     """Broadcast ``buf`` from ``root`` to every rank of ``comm``, in place."""
     parent, children = _topology(comm, root)
     nseg = nsegments(buf.size, buf.itemsize, segment_bytes)
     for seg in split(0, buf.size, nseg):
         part = buf[seg]
         if parent is not None:
-            recv(comm, part, parent)
+            recv(comm, part, parent, guard)
         for child in reversed(children):  # largest subtree first
-            send(comm, part, child)
+            send(comm, part, child, guard)

@@ -24,7 +24,7 @@ def ring_reduce_scatter(src: np.ndarray, out: np.ndarray, offsets: Sequence[int]
                          ctx: Context, opts: Options) -> None:
     work = scratch("blocks.reduce_scatter", src.size, src)
     copy_into(src, work)  # the ring overwrites its input with partial results
-    ring.reduce_scatter(work, offsets, op, ctx.comm, opts.segment_bytes)
+    ring.reduce_scatter(work, offsets, op, ctx.comm, opts.segment_bytes, ctx.active)
     r = ctx.comm.rank
     copy_into(work[offsets[r]:offsets[r + 1]], out)
 
@@ -33,15 +33,15 @@ def ring_allgather(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], ctx
                     opts: Options) -> None:
     r = ctx.comm.rank
     copy_into(src, out[offsets[r]:offsets[r + 1]])
-    ring.allgather(out, offsets, ctx.comm)
+    ring.allgather(out, offsets, ctx.comm, ctx.active)
 
 
 def binomial_bcast(buf: np.ndarray, root: int, ctx: Context, opts: Options) -> None:
-    binomial.bcast(buf, root, ctx.comm, opts.segment_bytes)
+    binomial.bcast(buf, root, ctx.comm, opts.segment_bytes, ctx.active)
 
 
 def binomial_reduce(src: np.ndarray, out: np.ndarray | None, op: Op, root: int, ctx: Context,
                      opts: Options) -> None:
     acc = out if out is not None else scratch("blocks.reduce", src.size, src)
     copy_into(src, acc)
-    binomial.reduce(acc, op, root, ctx.comm, opts.segment_bytes)
+    binomial.reduce(acc, op, root, ctx.comm, opts.segment_bytes, ctx.active)

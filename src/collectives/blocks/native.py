@@ -16,7 +16,7 @@ from mpi4py import MPI
 from .._runtime import device as _device
 from .._runtime.context import Context
 from .._runtime.arrays import copy_into
-from .._runtime.guard import active, native_call
+from .._runtime.guard import native_call
 from .._runtime.mpitypes import native_op, native_type
 from ..ops import Op
 from ..options import Options
@@ -26,9 +26,9 @@ from .handwritten import binomial_bcast, binomial_reduce, ring_allgather, ring_r
 __all__ = ["reduce_scatter", "allgather", "bcast", "reduce"]
 
 
-def _landing(out: np.ndarray | None) -> np.ndarray | None:
+def _landing(out: np.ndarray | None, ctx: Context) -> np.ndarray | None:
     """Where MPI receives instead of ``out``: ``out`` itself outside a public call."""
-    if out is None or active() is None:
+    if out is None or ctx.active is None:
         return out
     return scratch("native.landing", out.size, out)
 
@@ -43,7 +43,7 @@ def reduce_scatter(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], op:
                    opts: Options) -> None:
     dtype = native_type(src.dtype)
     counts = [b - a for a, b in zip(offsets[:-1], offsets[1:])]
-    land = _landing(out)
+    land = _landing(out, ctx)
     _land(native_call(ctx, "Reduce_scatter",
                       ([src, dtype], [land, dtype], counts, native_op(op, src.dtype)),
                       lambda: ring_reduce_scatter(src, out, offsets, op, ctx, opts),
@@ -56,7 +56,7 @@ def allgather(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], ctx: Con
     size = out.itemsize
     counts = [(b - a) * size for a, b in zip(offsets[:-1], offsets[1:])]
     displs = [a * size for a in offsets[:-1]]
-    land = _landing(out)
+    land = _landing(out, ctx)
     _land(native_call(ctx, "Allgatherv", ([src, MPI.BYTE], [land, (counts, displs), MPI.BYTE]),
                       lambda: ring_allgather(src, out, offsets, ctx, opts),
                       ("native.landing", land)), land, out)
@@ -64,7 +64,7 @@ def allgather(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], ctx: Con
 
 @_device.staged(0)
 def bcast(buf: np.ndarray, root: int, ctx: Context, opts: Options) -> None:
-    land = buf if ctx.comm.rank == root else _landing(buf)
+    land = buf if ctx.comm.rank == root else _landing(buf, ctx)
     _land(native_call(ctx, "Bcast", ([land, MPI.BYTE], root),
                       lambda: binomial_bcast(buf, root, ctx, opts),
                       ("native.landing", land)), land, buf)
@@ -74,7 +74,7 @@ def bcast(buf: np.ndarray, root: int, ctx: Context, opts: Options) -> None:
 def reduce(src: np.ndarray, out: np.ndarray | None, op: Op, root: int, ctx: Context,
            opts: Options) -> None:
     dtype = native_type(src.dtype)
-    land = _landing(out)
+    land = _landing(out, ctx)
     recv = [land, dtype] if land is not None else None
     _land(native_call(ctx, "Reduce", ([src, dtype], recv, native_op(op, src.dtype), root),
                       lambda: binomial_reduce(src, out, op, root, ctx, opts),

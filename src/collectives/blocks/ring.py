@@ -25,6 +25,7 @@ from typing import Sequence
 import numpy as np
 from mpi4py import MPI
 
+from .._runtime.guard import Guard
 from .._runtime.p2p import sendrecv
 from .._runtime.ranks import nsegments, split
 from .._runtime.workspace import scratch
@@ -34,7 +35,7 @@ __all__ = ["reduce_scatter", "allgather"]
 
 
 def reduce_scatter(buf: np.ndarray, offsets: Sequence[int], op: Op, comm: MPI.Comm,
-                   segment_bytes: int) -> None:
+                   segment_bytes: int, guard: Guard | None) -> None:
     """Reduce ``buf`` across ``comm`` in place so that block ``rank`` ends fully reduced.
 
     Other blocks of ``buf`` are left holding partial results.
@@ -51,11 +52,12 @@ def reduce_scatter(buf: np.ndarray, offsets: Sequence[int], op: Op, comm: MPI.Co
         for sseg, rseg in zip(send_segs, recv_segs):
             # one segment right, the matching segment of the next block in from the left
             t = tmp[: rseg.stop - rseg.start]
-            sendrecv(comm, buf[sseg], right, t, left)
+            sendrecv(comm, buf[sseg], right, t, left, guard)
             op.combine(t, buf[rseg], buf[rseg])
 
 
-def allgather(buf: np.ndarray, offsets: Sequence[int], comm: MPI.Comm) -> None:
+def allgather(buf: np.ndarray, offsets: Sequence[int], comm: MPI.Comm,
+              guard: Guard | None) -> None:
     """Given block ``rank`` of ``buf`` on each rank, fill in every other block in place."""
     p, r = comm.size, comm.rank
     right, left = (r + 1) % p, (r - 1) % p
@@ -63,4 +65,4 @@ def allgather(buf: np.ndarray, offsets: Sequence[int], comm: MPI.Comm) -> None:
         send_block, recv_block = (r - step) % p, (r - 1 - step) % p
         # pass on the block received in the previous step (or our own, first)
         sendrecv(comm, buf[offsets[send_block]:offsets[send_block + 1]], right,
-                 buf[offsets[recv_block]:offsets[recv_block + 1]], left)
+                 buf[offsets[recv_block]:offsets[recv_block + 1]], left, guard)

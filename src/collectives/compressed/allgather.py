@@ -25,5 +25,5 @@ __all__ = ["allreduce"]
 def allreduce(x: np.ndarray, out: np.ndarray, coding: TensorCoding, ctx: Context, opts: Options,
               algorithm: str) -> None:
     payload = coding.encode(x)
-    payloads = allgatherv(payload, ctx.comm)
+    payloads = allgatherv(payload, ctx)
     coding.aggregate_into([coding.decode(pl, x.size) for pl in payloads], out)

@@ -75,6 +75,7 @@ def compressed_allreduce(x: np.ndarray, codec: Codec | Memory | CompressionState
 def _check_and_run(comm: MPI.Comm, ctx: Any, options: Options | None, validate: bool | None,
                    args: tuple) -> np.ndarray:
     comm, opts, validate = setup(comm, options, validate)
+    ctx.guard.set_timeout(opts.timeout)
     call = checked_call(CompressedAllreduceCall, comm, validate, *args, opts)
     call.run(None if call.src.size == 0 else ctx)
     return call.result

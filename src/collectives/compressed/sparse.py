@@ -61,47 +61,46 @@ def _acc(x: np.ndarray) -> np.dtype:
     return np.result_type(x.dtype, np.float32)
 
 
-def _swap(comm, v: SparseVec, partner: int) -> SparseVec:
+def _swap(ctx: Context, v: SparseVec, partner: int) -> SparseVec:
     """Exchange partial sums with ``partner`` (sizes first, then the bytes)."""
     out = pack(v)
     size = np.empty(1, np.int64)
-    sendrecv(comm, np.array([out.size], np.int64), partner, size, partner)
+    sendrecv(ctx.comm, np.array([out.size], np.int64), partner, size, partner, ctx.active)
     got = np.empty(int(size[0]), np.uint8)
-    sendrecv(comm, out, partner, got, partner)
+    sendrecv(ctx.comm, out, partner, got, partner, ctx.active)
     return unpack(got, v.lo, v.length, v.dtype)
 
 
-def _send(comm, v: SparseVec, dest: int) -> None:
+def _send(ctx: Context, v: SparseVec, dest: int) -> None:
     out = pack(v)
-    send(comm, np.array([out.size], np.int64), dest)
-    send(comm, out, dest)
+    send(ctx.comm, np.array([out.size], np.int64), dest, ctx.active)
+    send(ctx.comm, out, dest, ctx.active)
 
 
-def _recv(comm, source: int, like: SparseVec) -> SparseVec:
+def _recv(ctx: Context, source: int, like: SparseVec) -> SparseVec:
     size = np.empty(1, np.int64)
-    recv(comm, size, source)
+    recv(ctx.comm, size, source, ctx.active)
     got = np.empty(int(size[0]), np.uint8)
-    recv(comm, got, source)
+    recv(ctx.comm, got, source, ctx.active)
     return unpack(got, like.lo, like.length, like.dtype)
 
 
 def allreduce_recursive_doubling(x: np.ndarray, out: np.ndarray, coding: TensorCoding, ctx: Context,
                                  opts: Options, algorithm: str) -> None:
-    comm = ctx.comm
-    f = fold(comm.rank, comm.size)
+    f = fold(ctx.comm.rank, ctx.comm.size)
     v = _local(x, coding)
     # the fold (algorithms/pof2.py): a rank that sits out hands its list over and gets the result
     if f.sits_out:
-        _send(comm, v, f.partner)
-        v = _recv(comm, f.partner, v)
+        _send(ctx, v, f.partner)
+        v = _recv(ctx, f.partner, v)
     else:
         if f.absorbs:
-            v = combine(_recv(comm, f.partner, v), v)
+            v = combine(_recv(ctx, f.partner, v), v)
         for partner, peer in doubling(f.newrank, f.pof2, f.rem):
-            other = _swap(comm, v, peer)
+            other = _swap(ctx, v, peer)
             v = combine(other, v) if partner < f.newrank else combine(v, other)
         if f.absorbs:
-            _send(comm, v, f.partner)
+            _send(ctx, v, f.partner)
     acc = np.empty(x.size, dtype=_acc(x))
     v.write_into(acc)
     coding.finish(acc, coding.world, out)
@@ -119,14 +118,14 @@ def allreduce_split(x: np.ndarray, out: np.ndarray, coding: TensorCoding, ctx: C
     else:
         parts = [part.balanced() for part in v.split(bounds)]
     # all-to-all: range j to rank j, which sums the p pieces in rank order
-    got = alltoallv([pack(part) for part in parts], comm)
+    got = alltoallv([pack(part) for part in parts], ctx)
     mine = [unpack(g, bounds[r], bounds[r + 1] - bounds[r], v.dtype) for g in got]
     total = mine[0]
     for piece in mine[1:]:
         total = combine(total, piece)
     # allgather: every finished range to every rank
     acc = np.empty(x.size, dtype=v.dtype)
-    for k, g in enumerate(allgatherv(pack(total.balanced()), comm)):
+    for k, g in enumerate(allgatherv(pack(total.balanced()), ctx)):
         unpack(g, bounds[k], bounds[k + 1] - bounds[k], v.dtype).write_into(acc)
     coding.finish(acc, coding.world, out)
 
