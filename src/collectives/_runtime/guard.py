@@ -35,15 +35,16 @@ private context, :mod:`.context`):
   above every one this process used before (``_HIGH``), and a notice numbered below the
   guard's first call is dropped.
 
-Outside a public call (algorithms called directly, as the benchmarks do) the helpers of
-:mod:`.p2p` fall back to plain blocking calls.
+The running call is explicit: :meth:`Guard.run` names itself in its context's ``active``, and
+the algorithms hand that guard to every message (:mod:`.p2p`), block and shared-memory round
+they run. Outside a public call (algorithms called directly, as some benchmarks do) it is None,
+and the helpers of :mod:`.p2p` make plain blocking calls.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
-import threading
 import time
 import weakref
 from typing import Any, Callable
@@ -53,8 +54,8 @@ from mpi4py import MPI
 
 from .workspace import forget
 
-__all__ = ["CollectiveError", "RaisedEverywhere", "everywhere", "CURRENT", "Guard", "active",
-           "native_call", "NOTICE_TAG"]
+__all__ = ["CollectiveError", "RaisedEverywhere", "everywhere", "Guard", "native_call",
+           "NOTICE_TAG"]
 
 NOTICE_TAG = 0
 _NOTICE_BYTES = 1024
@@ -99,22 +100,7 @@ class _Retire(Exception):
     """Internal: a native operation will never complete (a rank failed in an earlier call)."""
 
 
-class _Local(threading.local):
-    """The public call running on each thread (a class default: a missing attribute of a
-    ``threading.local`` costs an exception, 0.27 us, on every lookup)."""
-
-    guard: "Guard | None" = None
-
-
-_LOCAL = _Local()
-#: The same, for hot paths that read ``CURRENT.guard`` rather than call :func:`active`.
-CURRENT = _LOCAL
 _GUARDS: "weakref.WeakSet[Guard]" = weakref.WeakSet()
-
-
-def active() -> "Guard | None":
-    """The guard of the public call running on this thread, or None."""
-    return _LOCAL.guard
 
 
 def _span() -> int:
@@ -134,7 +120,7 @@ _HIGH = [0]
 class Guard:
     """Sequence numbers, notices and guarded waits of one private communicator."""
 
-    def __init__(self, comm: MPI.Comm, owner: Any = None) -> None:
+    def __init__(self, comm: MPI.Comm, owner: Any) -> None:
         self.comm = comm
         self.owner = owner  # the Context whose ``active`` names the running call
         self.rank = comm.rank
@@ -175,8 +161,6 @@ class Guard:
         self.set_timeout(timeout)
         owner = self.owner
         outer, owner.active = owner.active, self
-        outer_local = _LOCAL.guard
-        _LOCAL.guard = self
         try:
             return fn(*args)
         except BaseException as exc:
@@ -185,7 +169,6 @@ class Guard:
             raise
         finally:
             owner.active = outer
-            _LOCAL.guard = outer_local
 
     def set_timeout(self, timeout: float | None) -> None:
         """Give the running call a deadline ``timeout`` seconds from now (``Options.timeout``;

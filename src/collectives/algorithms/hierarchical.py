@@ -98,12 +98,12 @@ def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Opti
     if lay.team is None:
         copy_into(src, buf)
     else:  # 1. holder j: block j reduced over the node
-        lay.team.run(src, buf, opcode, shm_layout.REDUCE_SCATTER, m)
+        lay.team.run(src, buf, opcode, shm_layout.REDUCE_SCATTER, m, ctx.active)
     if local < m and lay.cross.comm.size > 1:  # 2. block j across nodes
         offsets = partition(buf.size, m)
         _across(buf[offsets[local]:offsets[local + 1]], op, lay.cross, opts, ctx)
     if lay.team is not None:  # 3. every block from its holder
-        lay.team.run(buf, buf, opcode, shm_layout.ALLGATHER, m)
+        lay.team.run(buf, buf, opcode, shm_layout.ALLGATHER, m, ctx.active)
 
 
 def _across(block: np.ndarray, op: Op, cross: Context, opts: Options, ctx: Context) -> None:

@@ -113,6 +113,6 @@ def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Opti
         allreduce(host, host, op, ctx, opts)
         buf.set(host)
     elif buf.nbytes <= REPLICATE_BYTES:
-        shm.run(src, buf, opcode, layout.REPLICATED, 1)
+        shm.run(src, buf, opcode, layout.REPLICATED, 1, ctx.active)
     else:
-        shm.run(src, buf, opcode, layout.FUSED, shm.size)
+        shm.run(src, buf, opcode, layout.FUSED, shm.size, ctx.active)

@@ -24,8 +24,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from ..guard import CURRENT as _CALLS_NOW
-from ..guard import CollectiveError
+from ..guard import CollectiveError, Guard
 from . import layout as L
 
 __all__ = ["Team", "OPCODES"]
@@ -170,8 +169,10 @@ class Team:
             self._version = self.buffers.version
         return self._regions
 
-    def run(self, x: np.ndarray, out: np.ndarray, opcode: int, mode: int, m: int) -> None:
-        """One collective call of this rank over flat contiguous host arrays (see ``layout``).
+    def run(self, x: np.ndarray, out: np.ndarray, opcode: int, mode: int, m: int,
+            guard: Guard | None) -> None:
+        """One collective call of this rank over flat contiguous host arrays (see ``layout``),
+        as part of the public call of ``guard`` (None: outside one).
 
         Raises
         ------
@@ -181,7 +182,6 @@ class Team:
         """
         run_rounds = _kernels().run_rounds
         tab = self.tab
-        guard = _CALLS_NOW.guard  # _guard.active(), inline: the per-call path
         # run_rounds numbers the call: after its last one, and from seq * CALLS_PER_SEQ inside
         # public call number seq (agreed by every rank, also after a failure: docs/shm-protocol.md)
         seq = -1 if guard is None else guard.seq
