@@ -4,9 +4,11 @@ Every algorithm and block through the non-blocking path against the gather-and-r
 and bitwise identical to the blocking result; many outstanding requests waited in random order;
 waitany/test loops; persistent plans started 1000 times; requests that finish while the caller
 sleeps; errors (an injected exception, a skipped operation, mismatched order under validate);
-a short soak with no leaked threads, requests or engines.
+a short soak with no leaked threads, requests or engines; completion callbacks (at once when
+done, else once on the engine's thread; failed operations; a raising callback; plans).
 """
 
+import logging
 import threading
 import time
 import traceback
@@ -467,6 +469,181 @@ def test_named_mismatch_and_late_rank():
     if r == 0:
         req = collectives.iallreduce(np.ones(2), name="late", options=opts)
     assert np.array_equal(req.wait(timeout=WAIT_S), np.full(2, comm.size))
+
+
+# ---------------------------------------------------------------------- completion callbacks
+
+def _recorder():
+    """A completion callback that records (request, thread name) and sets an event."""
+    calls, called = [], threading.Event()
+
+    def fn(request):
+        calls.append((request, threading.current_thread().name))
+        called.set()
+
+    return fn, calls, called
+
+
+def _pending_on_rank_0(comm, submit):
+    """``submit()`` on rank 0 first, on the others only after a barrier, so rank 0's request is
+    still pending when rank 0 gets it back (the engines exist already, or the first call would
+    wait for every rank's first one). Returns (request, whether it was pending, then a hook to
+    call once rank 0 has registered its callbacks, which lets the others submit)."""
+    collectives.iallreduce(np.ones(2), comm=comm).wait(timeout=WAIT_S)  # engines exist
+    request = submit() if comm.rank == 0 else None
+    pending = request is not None and not request.test()
+
+    def release():
+        comm.Barrier()
+        return request if comm.rank == 0 else submit()
+
+    return request, pending, release
+
+
+def test_callback_after_completion_runs_at_once(comm):
+    x = np.full(5, float(comm.rank + 1))
+    req = collectives.iallreduce(x, comm=comm)
+    y = req.wait(timeout=WAIT_S)
+    fn, calls, _ = _recorder()
+    req.add_done_callback(fn)
+    assert calls == [(req, threading.current_thread().name)]  # at once, on this thread
+    assert req.wait() is y and np.array_equal(y, np.full(5, comm.size * (comm.size + 1) / 2))
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["ordered", "named"])
+def test_callback_before_completion_runs_once_on_the_engine_thread(named, comm):
+    """Added while the request is pending, callbacks run once each, in order, with the request,
+    on the engine's thread (the named stream's for name=), after which wait() returns at once."""
+    x = np.full(7, float(comm.rank + 1))
+    name = "cb" if named else None
+    submit = lambda: collectives.iallreduce(x, comm=comm, name=name)  # noqa: E731
+    request, pending, release = _pending_on_rank_0(comm, submit)
+    fn, calls, called = _recorder()
+    second = []
+    if comm.rank == 0:
+        request.add_done_callback(fn)
+        request.add_done_callback(lambda r: second.append(len(calls)))
+    request = release()
+    if comm.rank != 0:
+        request.add_done_callback(fn)  # pending or done, whichever came first
+        request.add_done_callback(lambda r: second.append(len(calls)))
+    assert called.wait(WAIT_S), "the callback never ran"
+    y = request.wait(timeout=WAIT_S)
+    assert np.array_equal(y, np.full(7, comm.size * (comm.size + 1) / 2))
+    collectives.iallreduce(x.copy(), comm=comm, name=name).wait(timeout=WAIT_S)  # and more
+    assert len(calls) == 1 and calls[0][0] is request and second == [1], (calls, second)
+    if comm.size == 1:  # completed during the call: at once, on this thread
+        assert calls[0][1] == threading.current_thread().name
+    elif comm.rank == 0:
+        assert pending, "rank 0's request completed before the other ranks submitted it"
+        thread = "collectives-named" if named else "collectives-engine"
+        assert calls[0][1].startswith(thread), calls[0][1]
+
+
+def test_callback_of_a_failed_operation():
+    """A bad argument on one rank with validate=True: every rank's callback runs once, sees the
+    request done, and wait() raises the same error as without a callback, in and after it."""
+    comm = MPI.COMM_WORLD
+    if comm.size == 1:  # validate on one process raises at the call
+        return
+    bad = "bogus" if comm.rank == comm.size - 1 else "ring"
+    submit = lambda: collectives.iallreduce(np.ones(4), algorithm=bad, comm=comm,  # noqa: E731
+                                            validate=True)
+    request, _, release = _pending_on_rank_0(comm, submit)
+    seen, called = [], threading.Event()
+
+    def fn(r):
+        seen.append(r.test())
+        try:
+            r.wait()
+        except ValueError as exc:
+            seen.append(str(exc))
+        called.set()
+
+    if comm.rank == 0:
+        request.add_done_callback(fn)
+    request = release()
+    if comm.rank != 0:
+        request.add_done_callback(fn)
+    assert called.wait(WAIT_S), "the callback of the failed operation never ran"
+    expected = f"invalid arguments on rank {comm.size - 1}: unknown algorithm 'bogus'"
+    with pytest.raises(ValueError, match=expected):
+        request.wait(timeout=WAIT_S)
+    assert seen[0] is True and expected in seen[1] and len(seen) == 2, seen
+    # a validation error leaves the ranks in step: the engine goes on
+    y = collectives.iallreduce(np.ones(4), comm=comm).wait(timeout=WAIT_S)
+    assert np.array_equal(y, np.full(4, comm.size))
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+def test_exception_in_a_callback_is_logged_and_the_engine_goes_on(comm):
+    """A callback that raises on the engine's thread: logged with its traceback, the callbacks
+    after it still run, and later operations (and their callbacks) complete."""
+    handler = _Records()
+    log = logging.getLogger("collectives.engine.requests")
+    log.addHandler(handler)
+    try:
+        x = np.full(3, float(comm.rank))
+        submit = lambda: collectives.iallreduce(x, comm=comm)  # noqa: E731
+        request, _, release = _pending_on_rank_0(comm, submit)
+
+        def boom(r):
+            raise KeyError("callback bug")
+
+        fn, calls, called = _recorder()
+        if comm.rank == 0:
+            request.add_done_callback(boom)
+            request.add_done_callback(fn)
+        request = release()
+        if comm.rank != 0:
+            request.add_done_callback(boom)
+            request.add_done_callback(fn)
+        assert called.wait(WAIT_S), "the callback after the failing one never ran"
+        expected = np.full(3, comm.size * (comm.size - 1) / 2)
+        assert np.array_equal(request.wait(timeout=WAIT_S), expected)
+        for _ in range(3):  # later operations, with callbacks of their own
+            later = collectives.iallreduce(x, comm=comm)
+            later.add_done_callback(boom)
+            later.add_done_callback(fn)
+            assert np.array_equal(later.wait(timeout=WAIT_S), expected)
+        deadline = time.monotonic() + WAIT_S
+        while len(calls) < 4 and time.monotonic() < deadline:
+            time.sleep(1e-3)  # wait() is woken before the callbacks run
+        assert len(calls) == 4, calls
+    finally:
+        log.removeHandler(handler)
+    assert len(handler.records) == 4, handler.records
+    first = handler.records[0]
+    assert first.getMessage().startswith("exception calling callback for <collectives.Request")
+    assert first.exc_info[0] is KeyError and "callback bug" in str(first.exc_info[1])
+
+
+def test_plan_callbacks_fire_once_per_run(comm):
+    """A persistent plan: a callback added after start() fires once, when that run completes;
+    one added while no run is under way runs at once."""
+    x = np.empty(4)
+    plan = collectives.allreduce_init(x, out=np.empty(4), comm=comm)
+    fn, calls, _ = _recorder()
+    for i in range(3):
+        x[:] = i + comm.rank
+        plan.start()
+        plan.add_done_callback(fn)
+        y = plan.wait(timeout=WAIT_S)
+        deadline = time.monotonic() + WAIT_S
+        while len(calls) < i + 1 and time.monotonic() < deadline:
+            time.sleep(1e-3)
+        assert len(calls) == i + 1, (i, calls)
+        assert np.array_equal(y, np.full(4, comm.size * i + comm.size * (comm.size - 1) / 2))
+    plan.add_done_callback(fn)  # no run under way: at once
+    assert len(calls) == 4 and calls[-1] == (plan, threading.current_thread().name)
 
 
 @pytest.mark.parametrize("algorithm", ["ring", "native", "auto"])

@@ -13,10 +13,16 @@ any number of threads may wait for any mix of requests. A wait longer than
 operation; one longer than ``Options.timeout`` (or the ``timeout`` argument) raises
 ``TimeoutError`` naming the operation. The operation itself stays in flight after a timeout: a
 late rank still completes it, and ``wait()`` may be called again.
+
+Completion callbacks (:meth:`Request.add_done_callback`, as ``concurrent.futures.Future``'s) run
+on the thread that completes the request, right after its waiters are woken: the communicator's
+engine thread (named operations: its named-operation thread), or the caller's thread when the
+request is already complete at registration.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import warnings
@@ -27,6 +33,8 @@ __all__ = ["Request", "StallWarning", "EngineError", "waitall", "waitany", "test
 
 #: Notified (under its lock) whenever any request completes.
 DONE = threading.Condition(threading.Lock())
+
+LOG = logging.getLogger(__name__)
 
 
 class StallWarning(RuntimeWarning):
@@ -51,7 +59,7 @@ class Request:
     """
 
     __slots__ = ("kind", "call", "engine", "seq", "validate", "local_error", "opts", "name",
-                 "started", "finished", "_done", "_error", "__weakref__")
+                 "started", "finished", "_done", "_error", "_callbacks", "__weakref__")
 
     def __init__(self, kind: str, call: Any, engine: Any, validate: bool, opts: Any,
                  local_error: Exception | None = None, name: str | None = None) -> None:
@@ -62,6 +70,7 @@ class Request:
         self.finished: float | None = None
         self._done = False
         self._error: BaseException | None = None
+        self._callbacks: list[Callable[[Request], Any]] | None = None  # until completion
 
     # -- the MPI_Test / MPI_Wait interface -------------------------------------------------------
     def test(self) -> bool:
@@ -89,6 +98,40 @@ class Request:
             raise self._error
         return None if self.call is None else self.call.result
 
+    def add_done_callback(self, fn: Callable[["Request"], Any]) -> None:
+        """Call ``fn(request)`` once the operation has completed, successfully or not.
+
+        As ``concurrent.futures.Future.add_done_callback``: if the request has already completed,
+        ``fn`` runs at once, on the calling thread; otherwise it runs once, on the thread that
+        completes the request, after :meth:`wait` has been woken: the communicator's progress
+        engine thread (``collectives-engine ...``; for ``name=`` operations its
+        ``collectives-named ...`` thread). Callbacks run in the order they were added. Inside
+        one, :meth:`test` is True and :meth:`wait` returns the result or raises the operation's
+        exception at once.
+
+        ``fn`` runs on the engine: every later operation of the communicator waits for it. Keep
+        it quick (set a flag, complete a future, put on a queue); it must not block, call
+        blocking collectives, nor ``wait()`` for requests that are not done yet (that thread is
+        the one that would complete them). An exception raised by ``fn`` is logged (logger
+        ``collectives.engine.requests``, with its traceback, as ``concurrent.futures`` does)
+        and ignored: later callbacks and operations go on.
+
+        A persistent :class:`~collectives.nonblocking.Plan` completes once per
+        ``plan.start()``, and a callback, as a future's, fires once: it belongs to the run under
+        way and fires when that run completes; add it again after each ``start()``. Added when
+        no run is under way (before the first ``start()``, or once the run has completed) it
+        runs at once, as for any completed request. ``plan()``, the blocking form, never calls
+        callbacks.
+        """
+        with DONE:
+            if not self._done:
+                if self._callbacks is None:
+                    self._callbacks = [fn]
+                else:
+                    self._callbacks.append(fn)
+                return
+        _call_back(fn, self)
+
     @property
     def result(self) -> Any:
         """The output array (None off the root of a reduce); valid once the request is done."""
@@ -96,11 +139,16 @@ class Request:
 
     # -- the engine's side --------------------------------------------------------------------
     def complete(self, error: BaseException | None = None) -> None:
-        """Mark the operation finished (with ``error`` if it failed) and wake every waiter."""
+        """Mark the operation finished (with ``error`` if it failed), wake every waiter, then run
+        the completion callbacks on this thread."""
         with DONE:
             self._error = error
             self._done = True
+            callbacks, self._callbacks = self._callbacks, None
             DONE.notify_all()
+        if callbacks is not None:
+            for fn in callbacks:
+                _call_back(fn, self)
 
     def describe(self) -> str:
         """``iallreduce #3 (count 1000, dtype float32, op sum, algorithm ring)``."""
@@ -115,6 +163,14 @@ class Request:
     def __repr__(self) -> str:
         state = "done" if self._done else "pending"
         return f"<collectives.Request {self.describe()} {state}>"
+
+
+def _call_back(fn: Callable[[Request], Any], request: Request) -> None:
+    """Run one completion callback; log what it raises (the engine must go on)."""
+    try:
+        fn(request)
+    except Exception:  # noqa: BLE001 - a callback's bug must not stop the engine
+        LOG.exception("exception calling callback for %r", request)
 
 
 def _limits(requests: Sequence[Request], timeout: float | None) -> tuple[float, float]:
