@@ -5,9 +5,13 @@ gather-and-reduce reference, bitwise identical on every rank, returned as tensor
 tensors; non-contiguous tensors rejected on every rank. DistributedOptimizer against a
 one-process run over the global batch (dense algorithms, the identity codec with error
 feedback, gradient accumulation), lossy codecs with error feedback identical on every rank,
-unused parameters, broadcasts after different random inits, codec state checkpoints; the DDP
-comm hook against DDP's own allreduce over gloo.
+requests named after the parameters (two optimizers built in different orders on different
+ranks; duplicate names rejected), unused parameters, broadcasts after different random inits,
+codec state checkpoints; the DDP comm hook against DDP's own allreduce over gloo, and its future
+completed on the engine's thread.
 """
+
+import threading
 
 import numpy as np
 import pytest
@@ -252,6 +256,91 @@ def test_optimizer_codecs_with_error_feedback(codec):
     assert all(torch.equal(again[k], v) for k, v in residuals.items()), codec
 
 
+def _residual_keys(opt):
+    """The bucket names an optimizer's error feedback is keyed by (codec state in state_dict)."""
+    head = "memory/error/"
+    return {k[len(head):] for k in opt.state_dict()["collectives"]["codec"] if k.startswith(head)}
+
+
+def _train(m, opt, xl, yl, steps=1):
+    for _ in range(steps):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(m(xl), yl).backward()
+        opt.step()
+
+
+def test_optimizer_names_come_from_the_parameters():
+    """Buckets (requests and codec-state keys) are named after their parameters: the first's
+    name and how many more (named_parameters), or the place in param_groups; the same on every
+    rank; a checkpoint's state is found again by a new optimizer (no new keys appear)."""
+    comm = MPI.COMM_WORLD  # the optimizer tests: one communicator is enough
+    _, _, xl, yl = _data(comm)
+    kw = dict(codec="none", error_feedback=True, bucket_bytes=200, comm=comm)
+    # reversed registration order: 2.bias 12 B + 2.weight 96 B + 0.bias 32 B, then 0.weight
+    m = _model()
+    opt = ct.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m.named_parameters(),
+                                  **kw)
+    _train(m, opt, xl, yl)
+    named = {"collectives.torch.grad.2.bias+2", "collectives.torch.grad.0.weight"}
+    assert _residual_keys(opt) == named
+    assert all(k == _residual_keys(opt) for k in comm.allgather(_residual_keys(opt)))
+    saved = opt.state_dict()
+    m2 = _model()
+    opt2 = ct.DistributedOptimizer(torch.optim.SGD(m2.parameters(), lr=0.1),
+                                   m2.named_parameters(), **kw)
+    opt2.load_state_dict(saved)
+    _train(m2, opt2, xl, yl)
+    assert _residual_keys(opt2) == named  # the loaded residuals were used, not new ones
+    # no names: the place in param_groups (group, index), here over two groups
+    m3 = _model()
+    params = list(m3.parameters())
+    opt3 = ct.DistributedOptimizer(torch.optim.SGD([{"params": params[:2]},
+                                                    {"params": params[2:]}], lr=0.1), **kw)
+    _train(m3, opt3, xl, yl)
+    assert _residual_keys(opt3) == {"collectives.torch.grad.group1.param1+2",
+                                    "collectives.torch.grad.group0.param0"}
+
+
+def test_optimizer_rejects_duplicate_and_missing_names():
+    m = _model()
+    sgd = torch.optim.SGD(m.parameters(), lr=0.1)
+    same = [("w", p) for p in m.parameters()]
+    with pytest.raises(ValueError, match="duplicate names: w "):
+        ct.DistributedOptimizer(sgd, same)
+    with pytest.raises(ValueError, match=r"lacks 2 of the optimizer's parameters"):
+        ct.DistributedOptimizer(sgd, list(m.named_parameters())[:2])
+    with pytest.raises(ValueError, match=r"\(name, parameter\) pairs"):
+        ct.DistributedOptimizer(sgd, list(m.parameters()))
+
+
+def test_optimizers_built_in_different_orders_pair_their_requests():
+    """Two optimizers over two models of the same shapes, built (and backpropagated, and
+    stepped) in one order on even ranks and in the other on odd ranks: their buckets pair by
+    parameter name, so each model matches its one-process run. Names from a count of the
+    optimizers built so far paired model a's buckets with model b's here."""
+    comm = MPI.COMM_WORLD  # the optimizer tests: one communicator is enough
+    data = {"a": _data(comm, seed=1), "b": _data(comm, seed=2)}
+    models = {k: _model() for k in data}
+    order = ["a", "b"] if comm.rank % 2 == 0 else ["b", "a"]
+    opts = {}
+    for k in order:
+        opts[k] = ct.DistributedOptimizer(
+            torch.optim.SGD(models[k].parameters(), lr=0.1, momentum=0.9),
+            [(f"{k}.{n}", p) for n, p in models[k].named_parameters()], comm=comm,
+            bucket_bytes=100)
+    for _ in range(3):
+        for k in order:
+            opts[k].zero_grad()
+        for k in order:
+            _, _, xl, yl = data[k]
+            torch.nn.functional.cross_entropy(models[k](xl), yl).backward()
+        for k in order:
+            opts[k].step()
+    for k, (x, y, _, _) in data.items():
+        assert torch.allclose(_flat(models[k]), _one_process(3, x, y), rtol=1e-5, atol=1e-6), k
+        assert _identical(_flat(models[k]), comm), k
+
+
 def test_unused_parameters_do_not_hang():
     """A layer used on even ranks only: odd ranks start its bucket at step() with zeros."""
     comm = MPI.COMM_WORLD  # the optimizer tests: one communicator is enough
@@ -320,6 +409,82 @@ def test_ddp_comm_hook_against_ddp():
             assert any(k.startswith("memory") for k in state.state_dict()["codec"]), codec
     finally:
         dist.destroy_process_group()
+
+
+class _FakeBucket:
+    """What :func:`collectives.torch.comm_hook` reads of a ``dist.GradBucket``: one tensor."""
+
+    def __init__(self, buf):
+        self.buf = buf
+
+    def buffer(self):
+        return self.buf
+
+    def gradients(self):
+        return [self.buf]
+
+    def index(self):
+        return 0
+
+    def is_last(self):
+        return True
+
+
+def _boom_algorithm(src, buf, op, ctx, opts):
+    """An allreduce that fails on rank 0 before sending anything (others do nothing)."""
+    if ctx.comm.rank == 0:
+        raise ZeroDivisionError("injected failure")
+
+
+def test_comm_hook_future_is_completed_on_the_engine_thread():
+    """The hook's future is completed by its request's completion callback, no waiter thread:
+    on the engine's thread when the request completes after the hook returned (rank 0 hooks
+    before the others), with the averaged bucket; with the operation's exception where the
+    operation fails."""
+    world = MPI.COMM_WORLD
+    comm = world.Dup()
+    collectives.iallreduce(np.ones(2), comm=comm).wait(timeout=120)  # engines exist
+    state = ct.CommHookState(comm, algorithm="ring")
+    buf = torch.full((6,), float(comm.rank))
+    ran_on = []
+
+    def record(f):
+        ran_on.append(threading.current_thread().name)
+        return f.value()
+
+    if comm.rank == 0:
+        fut = ct.comm_hook(state, _FakeBucket(buf))
+        pending = not fut.done()
+        chained = fut.then(record)
+    comm.Barrier()
+    if comm.rank != 0:
+        fut = ct.comm_hook(state, _FakeBucket(buf))
+        chained = fut.then(record)
+    got = chained.wait()
+    assert got.data_ptr() == buf.data_ptr()  # in place
+    assert torch.equal(buf, torch.full((6,), (comm.size - 1) / 2))
+    assert state.iteration == 1 and len(ran_on) == 1
+    if comm.size == 1:  # completed during the hook: then() ran on this thread
+        assert ran_on == [threading.current_thread().name]
+    elif comm.rank == 0:
+        assert pending and ran_on[0].startswith("collectives-engine"), (pending, ran_on)
+    assert not [t.name for t in threading.enumerate() if "comm_hook" in t.name]
+    world.Barrier()
+    comm.Free()
+    # a failed operation: the future carries its exception on the failing rank
+    comm = world.Dup()
+    collectives.ALGORITHMS["_boom"] = _boom_algorithm
+    try:
+        fut = ct.comm_hook(ct.CommHookState(comm, algorithm="_boom"), _FakeBucket(torch.ones(8)))
+        if comm.size > 1 and comm.rank == 0:
+            with pytest.raises(ZeroDivisionError, match="injected failure"):
+                fut.wait()
+        else:
+            fut.wait()
+    finally:
+        del collectives.ALGORITHMS["_boom"]
+    world.Barrier()
+    comm.Free()
 
 
 def test_trainer_overlap_and_blocking_agree():

@@ -3,11 +3,14 @@
 ``model.register_comm_hook(CommHookState(codec="powersgd:rank=2"), comm_hook)``: DDP hands each
 gradient bucket (a flat tensor) to :func:`comm_hook`, which starts its in-place allreduce on the
 progress engine (dense with the chosen algorithm, or compressed with the codec, its error
-feedback and strategy) and returns a ``torch.futures.Future``. One waiter thread per state
-completes the futures in submission order as the requests finish. DDP reduces buckets in the
-same order on every rank, so requests are not named. With a low-rank codec (PowerSGD) every
-tensor of the bucket is compressed alone, in its shape (``GradBucket.gradients()`` are views of
-the bucket), with warm start and error feedback per tensor, as PyTorch's PowerSGD hook.
+feedback and strategy) and returns a ``torch.futures.Future``. A completion callback on each
+request (``Request.add_done_callback``) counts them down, and the last one completes the future,
+on the communicator's engine thread (on one process the requests complete during the call, and
+the future with them, on the caller's thread); callbacks chained to the future with ``then()``
+run there too, so they must be short. DDP reduces buckets in the same order on every rank, so
+requests are not named. With a low-rank codec (PowerSGD) every tensor of the bucket is
+compressed alone, in its shape (``GradBucket.gradients()`` are views of the bucket), with warm
+start and error feedback per tensor, as PyTorch's PowerSGD hook.
 
 State keys (residuals, PowerSGD's Q) are ``ddp.b<bucket index>.<crc32 of the tensor shapes>
 [.t<tensor>]``: DDP rebuilds its buckets after the first iteration, and a rebuilt bucket starts
@@ -18,11 +21,10 @@ free TCP port on 127.0.0.1 (every rank on one host) or on its host's address, an
 address with MPI; no ``MASTER_ADDR``/``MASTER_PORT``, no other launcher than ``mpiexec``.
 """
 
-import queue
 import socket
 import threading
 import zlib
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 import torch.distributed as dist
@@ -54,7 +56,6 @@ class CommHookState:
         self.op, self.algorithm, self.strategy = op, algorithm, strategy
         self.codec_state = make_state(codec, error_feedback)
         self.iteration = 0
-        self._queue: Any = None
 
     def state_dict(self) -> dict:
         """The codec state (residuals, PowerSGD matrices) as tensors, for ``torch.save``."""
@@ -64,25 +65,30 @@ class CommHookState:
         self.iteration = int(state["iteration"])
         load_state_tensors(self.codec_state, state["codec"])
 
-    def _submit(self, requests: list, fut: torch.futures.Future, value: torch.Tensor) -> None:
-        if self._queue is None:
-            self._queue = queue.SimpleQueue()
-            threading.Thread(target=_complete, args=(self._queue,), daemon=True,
-                             name="collectives.torch.comm_hook").start()
-        self._queue.put((requests, fut, value))
 
+def _future_of(requests: Sequence[Any], value: torch.Tensor) -> torch.futures.Future:
+    """A future completed with ``value`` (or the first failed request's exception, in list
+    order) by the thread that completes the last of ``requests``: the engine's."""
+    fut: torch.futures.Future = torch.futures.Future()
+    left = [len(requests)]
+    lock = threading.Lock()
 
-def _complete(q: queue.SimpleQueue) -> None:
-    """The waiter thread: complete each hook's future once its requests are done."""
-    while True:
-        requests, fut, value = q.get()
+    def done(_request: Any) -> None:
+        with lock:
+            left[0] -= 1
+            if left[0]:
+                return
         try:
             for request in requests:
-                request.wait()
+                request.wait()  # done: returns, or raises the operation's exception, at once
         except BaseException as exc:  # noqa: BLE001 - handed to DDP through the future
             fut.set_exception(exc)
         else:
             fut.set_result(value)
+
+    for request in requests:
+        request.add_done_callback(done)
+    return fut
 
 
 # real annotations (no ``from __future__ import annotations``): DDP checks them at registration
@@ -101,9 +107,7 @@ def comm_hook(state: CommHookState, bucket: dist.GradBucket) -> torch.futures.Fu
         requests = [start(buf, state.codec_state, key=base, **kw)]
     if bucket.is_last():
         state.iteration += 1
-    fut: torch.futures.Future = torch.futures.Future()
-    state._submit(requests, fut, buf)
-    return fut
+    return _future_of(requests, buf)
 
 
 def _address(comm: MPI.Comm) -> str:
