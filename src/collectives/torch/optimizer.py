@@ -15,7 +15,14 @@ gradients are copied back into ``p.grad``; then the wrapped optimizer steps.
 
 Requests are *named* (``name=`` of :mod:`collectives.nonblocking`), so ranks whose backward
 produces buckets in different orders (data-dependent graphs, parameters unused on some ranks)
-still pair the same buckets.
+still pair the same buckets. As Horovod's, a bucket is named after its parameters: the name of
+its first parameter (``named_parameters``, e.g. ``model.named_parameters()``; without them, its
+place in ``param_groups``: ``group0.param3``), and how many more it holds, after
+:data:`PREFIX`: ``collectives.torch.grad.fc.weight+3``. The name is also the bucket's key for
+codec state (error-feedback residuals). Names depend on nothing but the parameters, so they
+agree across ranks whatever order optimizers are built or stepped in, and a checkpoint's codec
+state finds its buckets again in a new optimizer. Two optimizers on one communicator must name
+their parameters differently (prefix the names of each).
 
 Cost per step: one allreduce per bucket (for ring: 2 (p-1) alpha + 2 (p-1)/p n beta per bucket
 of n bytes, or the codec's wire size), two copies of every gradient (into the bucket and back),
@@ -27,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import warnings
+from collections import Counter
 from typing import Any, Iterable
 
 import torch
@@ -34,18 +42,22 @@ from mpi4py import MPI
 
 from ._common import load_state_tensors, low_rank, make_state, start, state_tensors
 
-__all__ = ["DistributedOptimizer"]
+__all__ = ["DistributedOptimizer", "PREFIX"]
 
 MiB = 1 << 20
-_INSTANCES = itertools.count()  # names the requests; optimizers are made in the same order everywhere
+#: What every bucket's request name and codec-state key starts with.
+PREFIX = "collectives.torch.grad."
 _STATE_KEY = "collectives"
 
 
 class _Bucket:
-    __slots__ = ("index", "params", "slices", "buffer", "ready", "request")
+    __slots__ = ("name", "params", "slices", "buffer", "ready", "request")
 
-    def __init__(self, index: int, params: list[torch.nn.Parameter], matrix: bool) -> None:
-        self.index, self.params = index, params
+    def __init__(self, params: list[torch.nn.Parameter], names: dict[int, str],
+                 matrix: bool) -> None:
+        first = PREFIX + names[id(params[0])]
+        self.name = first if len(params) == 1 else f"{first}+{len(params) - 1}"
+        self.params = params
         offsets = list(itertools.accumulate((p.numel() for p in params), initial=0))
         self.slices = [slice(lo, hi) for lo, hi in zip(offsets, offsets[1:])]
         p0 = params[0]
@@ -71,22 +83,51 @@ class _Bucket:
                 p.grad.copy_(flat[s].view_as(p))
 
 
-def _buckets(params: list[torch.nn.Parameter], bucket_bytes: int, matrices: bool) -> list[_Bucket]:
+def _buckets(params: list[torch.nn.Parameter], names: dict[int, str], bucket_bytes: int,
+             matrices: bool) -> list[_Bucket]:
     out: list[_Bucket] = []
     open_: dict[tuple, list] = {}
     for p in reversed(params):
         where = (p.dtype, p.device)
         if matrices:
-            out.append(_Bucket(len(out), [p], True))
+            out.append(_Bucket([p], names, True))
             continue
         group = open_.setdefault(where, [])
         if group and sum(q.numel() * q.element_size() for q in group) + \
                 p.numel() * p.element_size() > bucket_bytes:
-            out.append(_Bucket(len(out), group, False))
+            out.append(_Bucket(group, names, False))
             group = open_[where] = []
         group.append(p)
-    out += [_Bucket(len(out) + i, g, False) for i, g in enumerate(g for g in open_.values() if g)]
+    out += [_Bucket(g, names, False) for g in open_.values() if g]
     return out
+
+
+def _names(param_groups: list[dict], named_parameters: Iterable | None,
+           own: list[torch.nn.Parameter]) -> dict[int, str]:
+    """``id(p)`` -> the name of ``p``: from ``named_parameters``, checked (pairs, unique names,
+    every parameter of ``own`` named), or else ``group<i>.param<j>``, its place in
+    ``param_groups``."""
+    if named_parameters is None:
+        return {id(p): f"group{i}.param{j}"
+                for i, group in enumerate(param_groups) for j, p in enumerate(group["params"])}
+    named = list(named_parameters)
+    if not all(isinstance(e, tuple) and len(e) == 2 and isinstance(e[0], str)
+               and isinstance(e[1], torch.Tensor) for e in named):
+        raise ValueError("named_parameters must be (name, parameter) pairs, as "
+                         "model.named_parameters() gives")
+    duplicates = sorted(n for n, k in Counter(n for n, _ in named).items() if k > 1)
+    if duplicates:
+        raise ValueError(f"named_parameters has duplicate names: {', '.join(duplicates)} (each "
+                         "names its parameter's requests and codec state, so they must be unique)")
+    names: dict[int, str] = {}
+    for name, p in named:
+        names.setdefault(id(p), name)  # a parameter listed twice: its first name
+    missing = [p for p in own if id(p) not in names]
+    if missing:
+        raise ValueError(f"named_parameters lacks {len(missing)} of the optimizer's parameters "
+                         f"(shapes {', '.join(str(tuple(p.shape)) for p in missing[:4])}"
+                         f"{' ...' if len(missing) > 4 else ''})")
+    return names
 
 
 class _DistributedOptimizer:
@@ -104,22 +145,12 @@ class _DistributedOptimizer:
         if not isinstance(bucket_bytes, int) or bucket_bytes < 1:
             raise ValueError(f"bucket_bytes must be a positive integer, got {bucket_bytes!r}")
         own = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
-        if named_parameters is not None:
-            named = list(named_parameters)
-            names = [n for n, _ in named]
-            if len(set(names)) != len(names):
-                raise ValueError("named_parameters has duplicate names")
-            known = {id(p) for _, p in named}
-            missing = [p for p in own if id(p) not in known]
-            if missing:
-                raise ValueError(f"named_parameters lacks {len(missing)} of the optimizer's "
-                                 f"parameters")
+        names = _names(self.param_groups, named_parameters, own)
         self._op, self._algorithm, self._strategy = op, algorithm, strategy
         self._comm = MPI.COMM_WORLD if comm is None else comm
         self._codec_state = make_state(codec, error_feedback)
         self._passes = backward_passes_per_step
-        self._prefix = f"collectives.torch.opt{next(_INSTANCES)}"
-        self._buckets = _buckets(own, bucket_bytes, low_rank(self._codec_state))
+        self._buckets = _buckets(own, names, bucket_bytes, low_rank(self._codec_state))
         self._bucket_of = {id(p): b for b in self._buckets for p in b.params}
         self._counts = {id(p): 0 for p in own}
         self._step_count = 0
@@ -143,10 +174,10 @@ class _DistributedOptimizer:
 
     def _launch(self, bucket: _Bucket) -> None:
         bucket.pack()
-        name = f"{self._prefix}.b{bucket.index}"
         bucket.request = start(bucket.buffer, self._codec_state, op=self._op,
                                algorithm=self._algorithm, strategy=self._strategy,
-                               comm=self._comm, key=name, step=self._step_count, name=name)
+                               comm=self._comm, key=bucket.name, step=self._step_count,
+                               name=bucket.name)
 
     # ------------------------------------------------------------------ Horovod's interface
     def synchronize(self) -> None:
@@ -233,7 +264,11 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Ite
         A ``torch.optim`` optimizer; the result is an instance of a subclass of its class (so
         learning-rate schedulers accept it), with the same parameter groups and state.
     named_parameters
-        ``model.named_parameters()``, to check that every parameter is covered (optional).
+        ``model.named_parameters()``, or any (name, parameter) pairs covering the optimizer's
+        parameters, with unique names (a ``ValueError`` says otherwise). They name each bucket's
+        request and codec state (see the module docstring); without them, a parameter's name is
+        its place in ``param_groups`` (``group0.param3``). Give two optimizers on one
+        communicator different names (``[("gen." + n, p) for n, p in gen.named_parameters()]``).
     op
         "avg" (default) or "sum" over the ranks.
     algorithm
