@@ -192,7 +192,9 @@ class Plan(Request):
         self._done = True
         self._active = False  # started, and not yet seen complete by wait() or test()
         self._blocking: Any = None
-        self._result: Any = call.result  # read once: through the wrapper it costs 0.4 us a call
+        # read once, from the bare call: plan() returns it with no lookup through self.call
+        # (_OnDevice's __getattr__ for CuPy arrays; docs/benchmarks.md, "Numbers behind the code")
+        self._result: Any = call.result
         if comm.size > 1 and not call.trivial:
             self.engine = engine_of(comm, opts.timeout)
 

@@ -135,10 +135,10 @@ def _c_getenv():
     Through public APIs only. On POSIX every change to ``os.environ``/``os.environb`` is made in
     the C environment too (``putenv``/``unsetenv``, which ``monkeypatch.setenv`` goes through),
     so C ``getenv`` reads what those mappings hold (and what the MPI library reads its own
-    variables from). It is the cheap read: about 0.1 us a variable against 0.45 us for an unset
-    one through ``os.environb.get``, which raises and catches ``KeyError`` twice; the seven
-    variables are read at every call (bench/options_env.py). Holding the GIL (``PyDLL``) keeps
-    the read from racing a Python thread's ``putenv``, which holds it too.
+    variables from). It is the cheap read: ``os.environb.get`` raises and catches ``KeyError``
+    twice for an unset variable, and the seven variables are read at every call
+    (docs/benchmarks.md, "Numbers behind the code"). Holding the GIL (``PyDLL``) keeps the read
+    from racing a Python thread's ``putenv``, which holds it too.
     """
     if os.name != "posix":  # pragma: no cover - Windows
         return None

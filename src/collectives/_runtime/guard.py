@@ -261,7 +261,8 @@ class Guard:
         testany = MPI.Request.Testany
         if self.deadline is None:
             # MPI_Waitany itself spins without giving up the processor: with more ranks than
-            # cores (4 on 2) each wait took a scheduler tick, 2 ms, against 23 us here
+            # cores each wait costs a scheduler tick, while testing and yielding between tests
+            # lets the rank being waited for run (docs/benchmarks.md, "Numbers behind the code")
             while True:
                 i, done = testany(todo, status)
                 if done:

@@ -14,18 +14,15 @@ Three sources, in order:
    (``collectives-tune`` fits them on the cluster), else :data:`CLUSTER_DEFAULTS` (shared memory
    inside a node, a 10 Gbit/s network between), with the communicator's smallest node as
    ``node_size``. Each size's pick is computed once per communicator.
-3. **The built-in rule** otherwise (one node; measured on a 2-core machine with the MPICH wheel;
-   see docs/algorithms.md): "native" for ``count < pof2`` or at most ``SMALL_BYTES`` (64 KiB) -
-   there latency is all there is, and every hand-written step pays a few microseconds of Python
-   that MPI's C path does not; "rabenseifner" above (2 lg p messages and the bandwidth-optimal
-   volume; 0.43-1.04x native's time from 1 MiB to 4 MiB at p = 2, 4, 8). When every rank shares
-   one node, "shm" at every size from ``SHM_BYTES`` (0) up instead: with no messages at all it
-   took 0.87-1.10x native's time at 8 B and 0.03-0.71x from 256 KiB to 64 MiB, at p = 2 and 4,
-   MPICH and Open MPI, on a loaded machine (docs/benchmarks.md). A tuned rule naming "shm" on
-   a communicator that spans nodes falls back to this rule. On one machine the
-   fitted model did not do clearly better than this rule: it cannot see the per-call Python
-   overhead that decides small messages there, and picks recursive doubling where native is
-   faster (docs/benchmarks.md), so this rule stays the fallback.
+3. **The built-in rule** otherwise (one node; docs/algorithms.md): "native" for
+   ``count < pof2`` or at most ``SMALL_BYTES`` (64 KiB) - there latency is all there is, and
+   every hand-written step pays a few microseconds of Python that MPI's C path does not;
+   "rabenseifner" above (2 lg p messages and the bandwidth-optimal volume). When every rank
+   shares one node, "shm" at every size from ``SHM_BYTES`` (0) up instead: it sends no messages
+   at all. A tuned rule naming "shm" on a communicator that spans nodes falls back to this rule.
+   On one node the rule, not the fitted model, is the fallback: the model cannot see the per-call
+   Python overhead that decides small messages there, and picks recursive doubling where native
+   is faster. The measurements behind each choice: docs/benchmarks.md, "Numbers behind the code".
 
 Every rank must pick the same algorithm. At the first "auto" call on a communicator (for each
 ``Options.node_size``) only rank 0 reads the tuning file and broadcasts its entry, and the ranks
@@ -60,8 +57,9 @@ SHM_BYTES = 0
 _SELECTOR_KEY = "auto-selector"
 
 #: Two-level model parameters auto uses across nodes when no tuning file gives fitted ones:
-#: shared memory inside a node (this 2-core machine's fit, docs/benchmarks.md: alpha 1.4 us,
-#: 20 GB/s; MPI's C path 8 us per call), a 10 Gbit/s TCP network between (25 us, 0.8 ns/B).
+#: shared memory inside a node (alpha, beta, gamma and alpha_native as fitted on one node,
+#: docs/benchmarks.md, "Numbers behind the code"), a 10 Gbit/s TCP network between (25 us,
+#: 0.8 ns/B).
 CLUSTER_DEFAULTS = {"alpha": 1.4e-6, "beta": 5e-11, "gamma": 3e-11, "alpha_native": 8e-6,
                     "alpha_inter": 2.5e-5, "beta_inter": 8e-10}
 #: What the model chooses among across nodes.

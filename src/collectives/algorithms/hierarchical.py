@@ -15,9 +15,10 @@ equal sizes; we don't).
 3. Inside the node, through shared memory again (allgather mode): every rank of the node copies
    block ``j`` from holder ``j``.
 
-CuPy arrays take the same steps with messages instead (as before shared memory was used): the
-extras send their vectors to a holder, which combines them, a ring reduce-scatter and ring
-allgather run among the holders, and the holders send the result back to their extras.
+CuPy arrays, and ops the shared-memory kernels do not compute (``ops.elementwise``), take the
+same steps with messages instead: the extras send their vectors to a holder, which combines them,
+a ring reduce-scatter and ring allgather run among the holders, and the holders send the result
+back to their extras.
 
 Cost with N nodes of m ranks, memory copy ``beta_s`` and inter-node (alpha_e, beta_e), ring
 across: ``2 n (m-1)/m beta_s`` (plus ``n (m-1)/m gamma``) inside the node, with no message latency,

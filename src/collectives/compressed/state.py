@@ -22,7 +22,7 @@ checkpoint that saves ``state.state_dict()`` on every rank resumes bit for bit (
 
 ``compressed_allreduce`` takes a state, or a bare codec or memory: then it makes a state around it
 and keeps that object's server-side residuals on the communicator (:func:`state_of`), so they
-persist across calls as before.
+persist across calls.
 """
 
 from __future__ import annotations

@@ -36,10 +36,9 @@ STRATEGIES: dict[str, Callable[..., None]] = {
 def strategy_for(codec: Codec, memory: Memory | None = None) -> str:
     """The strategy "auto" uses for ``codec`` (the codec itself) with the client-side ``memory``.
 
-    Sign codecs stay on "allgather" although "two_phase" is 6x faster on a slow link (EF-signSGD,
-    64 MiB at p = 4 on the emulated 1 Gbit/s network: 189 against 1229 ms, docs/benchmarks.md):
-    its second compression, at the server, cost accuracy in training (EF-signSGD on the digits
-    MLP: 93.9% against 96.7% through allgather). Ask for it by name where the network decides.
+    Sign codecs stay on "allgather" although "two_phase" sends fewer bytes and is faster on a slow
+    link: its second compression, at the server, costs accuracy in training. Ask for it by name
+    where the network decides (docs/benchmarks.md, "Numbers behind the code").
     """
     if summable.supports(codec, memory):
         return "summable"

@@ -7,7 +7,7 @@ test set by a fixed permutation, the same on every rank.
 ``digits``: the 1797 8x8 images of the UCI "Optical Recognition of Handwritten Digits" test set
 (Alpaydin & Kaynak 1998, CC BY 4.0; ``datasets/LICENSE-digits.txt``), stored as
 ``datasets/digits.npz`` (uint8 counts 0..16 and labels). Loaded as ``counts / 16`` in float32,
-byte for byte what scikit-learn's ``load_digits()`` gave before (checked against :data:`DIGITS_SHA256`).
+byte for byte scikit-learn's ``load_digits()`` data over 16 (checked against :data:`DIGITS_SHA256`).
 
 Sharding follows PyTorch's ``DistributedSampler``: at the start of epoch ``e`` every rank draws the
 same permutation of the training set from ``default_rng((seed, e))``, drops the tail that does not

@@ -79,7 +79,8 @@ class Stats:
                          self.busy, self.hidden])
 
     def load(self, values: np.ndarray) -> None:
-        """Restore from :meth:`as_array` (checkpoints of before ``--overlap`` have 4 values)."""
+        """Restore from :meth:`as_array`; a 4-value array, without the ``--overlap`` statistics,
+        leaves ``busy`` and ``hidden`` at 0."""
         v = [float(a) for a in values] + [0.0] * (6 - len(values))
         self.calls, self.bytes_sent, self.dense_bytes = int(v[0]), int(v[2]), int(v[3])
         self.seconds, self.busy, self.hidden = v[1], v[4], v[5]

@@ -1,16 +1,14 @@
 """Fitting the cost model's alpha, beta and gamma from measurements on this machine.
 
-(``collectives.tuning.fit``; was ``collectives.fit``.)
-
 - alpha, beta: one-way ping-pong times ``t(n) = alpha + n beta`` between two ranks (what
   ``osu_latency`` measures), :func:`fit_alpha_beta`: beta is the slope through the sizes of at
   least 1 MiB (where bandwidth decides: a token bucket's burst, which lets the first few hundred
   kB of a shaped link through at once, or a cache no longer flatters it), alpha what is left of
-  the small messages' times. (A least-squares fit on the relative error of every size, as
-  before, put a shaped 1 Gbit/s link at 190 MB/s instead of 119 MB/s: the burst made 64 KiB and
-  1 MiB look fast.) On a
-  cluster: between two ranks of one node (alpha, beta) and between rank 0 and a rank of another
-  node (alpha_inter, beta_inter: one flow over the network, the others idle).
+  the small messages' times. (A least-squares fit on the relative error of every size would let
+  the burst make 64 KiB and 1 MiB look fast and overestimate a shaped link's rate;
+  docs/benchmarks.md, "Numbers behind the code".) On a cluster: between two ranks of one node
+  (alpha, beta) and between rank 0 and a rank of another node (alpha_inter, beta_inter: one flow
+  over the network, the others idle).
 - gamma: the time of ``np.add(a, b, out=a)`` on ``n`` bytes, ``t(n) = c + n gamma``.
 - alpha_native: the smallest measured ``MPI_Allreduce`` time over ``lg p`` (MPI's C path pays
   no Python per message), when the tuning sweep has it.
