@@ -487,6 +487,32 @@ def test_comm_hook_future_is_completed_on_the_engine_thread():
     comm.Free()
 
 
+def test_comm_hook_future_times_out_when_a_rank_never_arrives(monkeypatch):
+    """Nobody waits on the hook's requests, so the watchdog gives them a wait's timeout: with
+    COLLECTIVES_TIMEOUT set, rank 0's future fails with TimeoutError while the other ranks have
+    not started the bucket; the operation stays in flight and completes when they do."""
+    world = MPI.COMM_WORLD
+    comm = world.Dup()
+    collectives.iallreduce(np.ones(2), comm=comm).wait(timeout=120)  # engines exist
+    monkeypatch.setenv("COLLECTIVES_TIMEOUT", "0.5")
+    state = ct.CommHookState(comm, algorithm="ring")
+    buf = torch.full((6,), float(comm.rank))
+    if comm.rank == 0:
+        fut = ct.comm_hook(state, _FakeBucket(buf))
+        if comm.size > 1:
+            with pytest.raises(TimeoutError, match="timed out after 0.5 s"):
+                fut.wait()
+    comm.Barrier()
+    if comm.rank != 0:
+        fut = ct.comm_hook(state, _FakeBucket(buf))
+    if comm.size == 1 or comm.rank != 0:
+        fut.wait()
+    collectives.iallreduce(np.ones(2), comm=comm).wait(timeout=120)  # the engine went on
+    assert torch.equal(buf, torch.full((6,), (comm.size - 1) / 2))  # rank 0's too, in the end
+    world.Barrier()
+    comm.Free()
+
+
 def test_trainer_overlap_and_blocking_agree():
     """``python -m collectives.torch.train`` on the digits, in both exchanges of
     DistributedOptimizer and with ``--convs 3``: the model has the layers asked for, parameters

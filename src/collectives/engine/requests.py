@@ -17,18 +17,21 @@ late rank still completes it, and ``wait()`` may be called again.
 Completion callbacks (:meth:`Request.add_done_callback`, as ``concurrent.futures.Future``'s) run
 on the thread that completes the request, right after its waiters are woken: the communicator's
 engine thread (named operations: its named-operation thread), or the caller's thread when the
-request is already complete at registration.
+request is already complete at registration. Requests that nobody waits on, their completion
+running callbacks instead (the DDP hook's), get a wait's stall warning and timeout from
+:func:`watch`.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 import warnings
 from typing import Any, Callable, Sequence
 
-__all__ = ["Request", "StallWarning", "EngineError", "waitall", "waitany", "testall",
+__all__ = ["Request", "StallWarning", "EngineError", "waitall", "waitany", "testall", "watch",
            "wait_for", "DONE"]
 
 #: Notified (under its lock) whenever any request completes.
@@ -243,3 +246,39 @@ def waitany(requests: Sequence[Request], timeout: float | None = None) -> tuple[
 def testall(requests: Sequence[Request]) -> bool:
     """Whether every request has completed (``MPI_Testall``); never blocks."""
     return all(r._done for r in requests)
+
+
+_WATCHED: "queue.SimpleQueue[tuple[list[Request], Callable[[TimeoutError], Any]]] | None" = None
+_WATCH_LOCK = threading.Lock()
+
+
+def watch(requests: Sequence[Request], on_timeout: Callable[[TimeoutError], Any]) -> None:
+    """Give ``requests`` that nobody waits on (their completion runs callbacks instead) what a
+    wait gives: a :class:`StallWarning` after ``Options.stall_warning`` and, after
+    ``Options.timeout``, ``on_timeout(error)`` with the ``TimeoutError`` :func:`waitall` would
+    raise. One daemon thread of the process (``collectives-watchdog``) waits for the watched
+    groups in turn, as a thread calling ``waitall`` on each would; nothing is watched when
+    neither limit is set. ``on_timeout`` runs on that thread; the requests stay in flight."""
+    inf = float("inf")
+    if _limits(requests, None) == (inf, inf):
+        return
+    global _WATCHED
+    with _WATCH_LOCK:
+        if _WATCHED is None:
+            _WATCHED = queue.SimpleQueue()
+            threading.Thread(target=_watchdog, args=(_WATCHED,), daemon=True,
+                             name="collectives-watchdog").start()
+    _WATCHED.put((list(requests), on_timeout))
+
+
+def _watchdog(watched: "queue.SimpleQueue[tuple[list[Request], Callable[[TimeoutError], Any]]]"
+              ) -> None:
+    while True:
+        requests, on_timeout = watched.get()
+        try:
+            wait_for(requests, None, all)
+        except TimeoutError as exc:
+            try:
+                on_timeout(exc)
+            except Exception:  # noqa: BLE001 - the watchdog must go on watching
+                LOG.exception("exception calling the timeout handler of %r", requests)

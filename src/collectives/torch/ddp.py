@@ -7,7 +7,9 @@ feedback and strategy) and returns a ``torch.futures.Future``. A completion call
 request (``Request.add_done_callback``) counts them down, and the last one completes the future,
 on the communicator's engine thread (on one process the requests complete during the call, and
 the future with them, on the caller's thread); callbacks chained to the future with ``then()``
-run there too, so they must be short. DDP reduces buckets in the same order on every rank, so
+run there too, so they must be short. The requests get a wait's stall warning and
+``Options.timeout`` from the library's watchdog thread, which fails the future with the
+``TimeoutError`` when the timeout passes. DDP reduces buckets in the same order on every rank, so
 requests are not named. With a low-rank codec (PowerSGD) every tensor of the bucket is
 compressed alone, in its shape (``GradBucket.gradients()`` are views of the bucket), with warm
 start and error feedback per tensor, as PyTorch's PowerSGD hook.
@@ -30,6 +32,7 @@ import torch
 import torch.distributed as dist
 from mpi4py import MPI
 
+from ..engine.requests import watch
 from ._common import load_state_tensors, low_rank, make_state, start, state_tensors
 
 __all__ = ["CommHookState", "comm_hook", "init_process_group"]
@@ -68,10 +71,20 @@ class CommHookState:
 
 def _future_of(requests: Sequence[Any], value: torch.Tensor) -> torch.futures.Future:
     """A future completed with ``value`` (or the first failed request's exception, in list
-    order) by the thread that completes the last of ``requests``: the engine's."""
+    order) by the thread that completes the last of ``requests``: the engine's. The requests
+    are watched as a wait would watch them (:func:`collectives.engine.requests.watch`): a stall
+    warning, and past ``Options.timeout`` the future fails with the ``TimeoutError``."""
     fut: torch.futures.Future = torch.futures.Future()
     left = [len(requests)]
+    settled = [False]
     lock = threading.Lock()
+
+    def settle(set_: Any, outcome: Any) -> None:  # once: the last completion or the timeout
+        with lock:
+            if settled[0]:
+                return
+            settled[0] = True
+        set_(outcome)
 
     def done(_request: Any) -> None:
         with lock:
@@ -82,12 +95,13 @@ def _future_of(requests: Sequence[Any], value: torch.Tensor) -> torch.futures.Fu
             for request in requests:
                 request.wait()  # done: returns, or raises the operation's exception, at once
         except BaseException as exc:  # noqa: BLE001 - handed to DDP through the future
-            fut.set_exception(exc)
+            settle(fut.set_exception, exc)
         else:
-            fut.set_result(value)
+            settle(fut.set_result, value)
 
     for request in requests:
         request.add_done_callback(done)
+    watch(requests, lambda exc: settle(fut.set_exception, exc))
     return fut
 
 
