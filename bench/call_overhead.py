@@ -15,8 +15,8 @@ a shared machine hits them alike. Reported: the median over rounds of the time p
   what reading them costs per call;
 - ``validate=True`` (``--validate``): ``allreduce`` with its cross-rank argument check;
 - ``unguarded`` (``--unguarded``): the same call's algorithm run outside the failure guard
-  (``collectives._runtime.guard``: call numbering, notice-aware waits, exact receive sizes), i.e. what
-  ``allreduce`` did per call before it; ``allreduce`` / ``unguarded`` is the guard's cost;
+  (``collectives._runtime.guard``: call numbering, notice-aware waits, exact receive sizes), i.e.
+  what ``allreduce`` did per call before it; ``allreduce`` / ``unguarded`` is the guard's cost;
 - ``iallreduce+wait``: ``collectives.iallreduce(x, out=y).wait()`` (a hand-off to the engine's
   thread and back: the latency of a non-blocking call, not its cost to overlapped work).
 

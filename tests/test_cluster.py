@@ -159,7 +159,8 @@ def _run_checks(tmp_path, name, per_host, *pytest_args):
     logs = "\n".join((logdir / f"rank{r}.log").read_text()[-3000:] for r in range(size)
                      if (logdir / f"rank{r}.log").exists())
     # MPI_Finalize too: over OFI/TCP it failed ("OFI call fabricclose failed: Device or resource
-    # busy") while COMM_WORLD's context kept its shared windows open (_runtime/context.py frees them)
+    # busy") while COMM_WORLD's context kept its shared windows open (_runtime/context.py frees
+    # them)
     assert job.returncode == 0, f"{job.stderr}\n{logs}"
     outcomes = _results(logdir, size)
     for rank, ends in enumerate(outcomes):

@@ -130,7 +130,8 @@ def test_choose_with_and_without_rules():
     rules = [(4096, "native"), (math.inf, "ring")]
     assert algorithm_for(4096, 1024, 4, rules) == "native"
     assert algorithm_for(4097, 1024, 4, rules) == "ring"
-    assert algorithm_for(1 << 20, 1 << 18, 4) == builtin_choice(1 << 20, 1 << 18, 4) == "rabenseifner"
+    assert algorithm_for(1 << 20, 1 << 18, 4) == builtin_choice(1 << 20, 1 << 18, 4) \
+        == "rabenseifner"
 
 
 def test_shm_only_on_one_node(tmp_path):

@@ -2,11 +2,12 @@
 
 Conventions shared by every function here (those of ``MPI_Allreduce`` and mpi4py):
 
-- ``x`` is a contiguous array of a dtype in :data:`SUPPORTED_DTYPES` or bfloat16: NumPy, CuPy,
-  a PyTorch tensor (CPU or CUDA) or another ``__dlpack__`` exporter, or a buffer, used zero-copy
-  (``_runtime/arrays.py``). Results keep its dtype; ``out=None`` returns a new array of the input's type
-  (a tensor for a tensor), ``out=`` may be any of those kinds and is what is returned; ``out=x``
-  (or another object viewing exactly ``x``'s memory) works in place where the shapes allow.
+- ``x`` is a contiguous array of a dtype in :data:`SUPPORTED_DTYPES` or bfloat16: NumPy, CuPy, a
+  PyTorch tensor (CPU or CUDA) or another ``__dlpack__`` exporter, or a buffer, used zero-copy
+  (``_runtime/arrays.py``). Results keep its dtype; ``out=None`` returns a new array of the input's
+  type (a tensor for a tensor), ``out=`` may be any of those kinds and is what is returned;
+  ``out=x`` (or another object viewing exactly ``x``'s memory) works in place where the shapes
+  allow.
 - ``comm=None`` means ``MPI.COMM_WORLD``; any intracommunicator works. Messages travel on a
   private duplicate of ``comm``, so they never mix with the caller's.
 - ``op`` is "sum", "prod", "min", "max" or "avg" (floats only), or ``MPI.SUM``-style objects.

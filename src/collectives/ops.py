@@ -6,10 +6,11 @@ commutative, but IEEE results can still depend on operand order (the sign of ``m
 payload of a NaN), so a fixed order is what keeps results bitwise identical on every rank.
 
 bfloat16 (``ml_dtypes.bfloat16``) has no MPI type and slow NumPy loops: collectives move it as
-16-bit words (``_runtime.arrays.flat`` views it so), and :func:`get_op` gives the *word* form of each op,
-which widens both operands to float32 (exact), applies the op and rounds the result to bf16 (nearest
-even): every pairwise step rounds, as NCCL's bf16 reductions do, and the fixed operand order keeps
-results bitwise identical on every rank. ``native`` runs it as a user-defined MPI operation.
+16-bit words (``_runtime.arrays.flat`` views it so), and :func:`get_op` gives the *word* form of
+each op, which widens both operands to float32 (exact), applies the op and rounds the result to bf16
+(nearest even): every pairwise step rounds, as NCCL's bf16 reductions do, and the fixed operand
+order keeps results bitwise identical on every rank. ``native`` runs it as a user-defined MPI
+operation.
 """
 
 from __future__ import annotations

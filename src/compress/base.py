@@ -36,10 +36,10 @@ host arrays by ``state_dict()`` and take it back by ``load_state_dict()``.
 Input handling: dtypes outside ``dtypes`` raise ``TypeError`` naming the valid ones; non-contiguous
 input is copied to a contiguous array first (never rejected).
 
-Device arrays: ``encode``, ``decode`` and ``sparse_parts`` given a CUDA device array run on the device
-and return device arrays; payload bytes are the host's. The hooks ``_encode`` / ``_decode`` /
-``_sparse_parts`` are written once, against a kernel backend ``ops`` (:mod:`compress._backends`): the
-host's Numba kernels or the device's CUDA kernels, with the same names.
+Device arrays: ``encode``, ``decode`` and ``sparse_parts`` given a CUDA device array run on the
+device and return device arrays; payload bytes are the host's. The hooks ``_encode`` / ``_decode`` /
+``_sparse_parts`` are written once, against a kernel backend ``ops`` (:mod:`compress._backends`):
+the host's Numba kernels or the device's CUDA kernels, with the same names.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """bfloat16 arithmetic on raw 16-bit words, on the host or a device.
 
 bfloat16 has no MPI type and NumPy's loops for it (``ml_dtypes``) are slow, so the library moves and
-reduces it as ``uint16`` words: :func:`widen` gives their float32 values (exact), and :func:`on_words`
-applies a float32 ufunc and rounds the result back to bfloat16, nearest even, as NCCL rounds every
-bf16 operation. The ``bf16`` codec sums its payloads with :func:`add_words`; ``collectives.ops``
-builds the word form of every reduction from :func:`on_words` and :func:`divide_words`.
+reduces it as ``uint16`` words: :func:`widen` gives their float32 values (exact), and
+:func:`on_words` applies a float32 ufunc and rounds the result back to bfloat16, nearest even, as
+NCCL rounds every bf16 operation. The ``bf16`` codec sums its payloads with :func:`add_words`;
+``collectives.ops`` builds the word form of every reduction from :func:`on_words` and
+:func:`divide_words`.
 """
 
 from __future__ import annotations

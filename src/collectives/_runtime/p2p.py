@@ -2,8 +2,9 @@
 
 Sending bytes keeps the hand-written algorithms independent of which datatypes the MPI library has
 (MPI has no float16); the reductions happen locally in NumPy (or CuPy). Device (CuPy) arrays go to
-MPI through ``_runtime/device.py``: directly with CUDA-aware MPI, else staged through pinned host memory,
-the stream synchronised first either way. NumPy arrays take the first branch of each function.
+MPI through ``_runtime/device.py``: directly with CUDA-aware MPI, else staged through pinned host
+memory, the stream synchronised first either way. NumPy arrays take the first branch of each
+function.
 
 Inside a public call every message carries the call's tag and every wait is the guard's
 (``_runtime/guard.py``): it also ends on a notice that another rank's call failed, and a receive of

@@ -99,7 +99,7 @@ def verdict(name: str, everyone: list[tuple[dict[str, Any] | None, tuple[str, st
 
 
 def checked_call(cls: type, comm: MPI.Comm, validate: bool, *args: Any) -> Any:
-    """``cls(comm, *args)``, with the cross-rank check of ``validate`` (see the module docstring)."""
+    """``cls(comm, *args)``, with the cross-rank check of ``validate`` (the module docstring)."""
     if not validate:
         check_comm(cls.kind, comm)
         return cls(comm, *args)

@@ -1,11 +1,11 @@
 """Native: the MPI library's own ``MPI_Allreduce``, the reference every benchmark compares against.
 
 Which algorithm runs is the library's choice (MPICH 5: recursive doubling for short messages,
-Rabenseifner otherwise; Open MPI's tuned component decides by size and communicator size). Inside a public call it runs
-as ``MPI_Iallreduce`` under the call's guard, with recursive doubling as the fallback once a
-failure has retired native on the communicator (``_runtime/guard.py``); it then receives into a landing
-buffer of its own and copies the result out (one copy of the result more than
-``MPI_Allreduce``), so that an operation abandoned after a failure elsewhere can never write
+Rabenseifner otherwise; Open MPI's tuned component decides by size and communicator size). Inside a
+public call it runs as ``MPI_Iallreduce`` under the call's guard, with recursive doubling as the
+fallback once a failure has retired native on the communicator (``_runtime/guard.py``); it then
+receives into a landing buffer of its own and copies the result out (one copy of the result more
+than ``MPI_Allreduce``), so that an operation abandoned after a failure elsewhere can never write
 into the caller's array.
 """
 
@@ -35,8 +35,8 @@ def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Opti
         native_call(ctx, "Allreduce", (MPI.IN_PLACE if src is buf else [src, dtype],
                                        [buf, dtype], mpi_op), None)
         return
-    # under a guard MPI receives into a landing buffer, never into buf (an operation abandoned
-    # after a failure elsewhere may still write; ``_runtime/guard.py``), and only reads src, which the
+    # under a guard MPI receives into a landing buffer, never into buf (an operation abandoned after
+    # a failure elsewhere may still write; ``_runtime/guard.py``), and only reads src, which the
     # fallback then still has, in place too
     land = scratch("native.landing", buf.size, buf)
     if native_call(ctx, "Allreduce", ([src, dtype], [land, dtype], mpi_op),

@@ -24,12 +24,12 @@ memory with ``process_vm_readv`` (cross-memory attach, as MPICH's and Open MPI's
 transports do), and each rank then reads the other blocks straight from their reducers'
 outputs; every rank writes only its own memory (``_runtime/shmem/team.py``).
 
-Ranks hand rounds to each other through counters in the window (``_runtime/shmem/team.py``: the protocol
-and why it is correct under MPI's memory model), never through MPI messages or barriers, and the
-three steps of consecutive rounds overlap. Vectors of up to ``REPLICATE_BYTES`` skip the blocks:
-every rank stages all of its vector and reduces all of it from every input itself (the same
-operands in the same order through the same kernel, so the same bits), one hand-off per round
-instead of two, which is what latency-bound sizes need.
+Ranks hand rounds to each other through counters in the window (``_runtime/shmem/team.py``; the
+protocol and why it is correct under MPI's memory model: docs/shm-protocol.md), never through MPI
+messages or barriers, and the three steps of consecutive rounds overlap. Vectors of up to
+``REPLICATE_BYTES`` skip the blocks: every rank stages all of its vector and reduces all of it from
+every input itself (the same operands in the same order through the same kernel, so the same bits),
+one hand-off per round instead of two, which is what latency-bound sizes need.
 
 Cost: no message latency, only a few cache-line hand-offs per round (``nseg`` rounds). Memory
 traffic per rank, with ``beta`` the time to copy a byte and ``gamma`` to combine one: staging

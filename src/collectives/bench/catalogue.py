@@ -20,7 +20,8 @@ BENCHMARKS = {
 
 def _script(name: str):
     """Console script ``name``: exit status 0 (``main`` returns the records), 2 on a usage
-    error; an error on any rank ends the job (one line, then MPI_Abort: ``_runtime.cli.program``)."""
+    error; an error on any rank ends the job (one line, then MPI_Abort:
+    ``_runtime.cli.program``)."""
     return program(name, lambda: BENCHMARKS[name]())
 
 

@@ -1,7 +1,7 @@
 """The hand-written blocks behind the names "ring" and "binomial" of the block tables.
 
-Thin adapters from the table signatures (``blocks/__init__.py``) to the schedules in ``ring.py``
-and ``binomial.py``; ``native.py`` falls back on them once native is retired (``_runtime/guard.py``).
+Thin adapters from the table signatures (``blocks/__init__.py``) to the schedules in ``ring.py`` and
+``binomial.py``; ``native.py`` falls back on them once native is retired (``_runtime/guard.py``).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """One compressed allreduce call, as the strategies see it: state, key, step and aggregation.
 
-A ``TensorCoding`` holds the call's :class:`~collectives.compressed.state.CompressionState` (the codec, the
-memory that adds residuals back before encoding, the server-side memory) and fixes how decoded
-contributions combine: their sum, their mean, or, for codecs whose ``aggregation`` is "majority"
-(signSGD), the sign of their sum. Aggregation runs in rank order, so every rank that aggregates the
-same contributions gets the same bits.
+A ``TensorCoding`` holds the call's :class:`~collectives.compressed.state.CompressionState` (the
+codec, the memory that adds residuals back before encoding, the server-side memory) and fixes how
+decoded contributions combine: their sum, their mean, or, for codecs whose ``aggregation`` is
+"majority" (signSGD), the sign of their sum. Aggregation runs in rank order, so every rank that
+aggregates the same contributions gets the same bits.
 """
 
 from __future__ import annotations

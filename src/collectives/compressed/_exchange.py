@@ -1,10 +1,10 @@
 """Variable-size byte exchanges for compressed payloads: allgatherv and alltoallv.
 
-Sizes travel first, then the payloads, all through the library's own counted point-to-point
-messages (so every wait is the call's guarded one, ``_runtime/guard.py``): a ring allgather of the sizes
-and then of the payloads (``blocks/ring.py``), and a pairwise alltoallv (in step ``s`` = 1 .. p-1
-rank ``r`` sends to ``r + s`` and receives from ``r - s``, 8 bytes of size then the payload; the
-order MPICH uses for long messages).
+Sizes travel first, then the payloads, all through the library's own counted point-to-point messages
+(so every wait is the call's guarded one, ``_runtime/guard.py``): a ring allgather of the sizes and
+then of the payloads (``blocks/ring.py``), and a pairwise alltoallv (in step ``s`` = 1 .. p-1 rank
+``r`` sends to ``r + s`` and receives from ``r - s``, 8 bytes of size then the payload; the order
+MPICH uses for long messages).
 """
 
 from __future__ import annotations

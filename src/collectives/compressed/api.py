@@ -66,8 +66,8 @@ def compressed_allreduce(x: np.ndarray, codec: Codec | Memory | CompressionState
     comm = MPI.COMM_WORLD if comm is None else comm
     check_comm(CompressedAllreduceCall.kind, comm)
     ctx = context(comm)
-    # under the communicator's guard (collectives._runtime.guard): a decode failure, a state mismatch,
-    # any error on one rank becomes the same error on every rank still in the call
+    # under the communicator's guard (collectives._runtime.guard): a decode failure, a state
+    # mismatch, any error on one rank becomes the same error on every rank still in the call
     return ctx.guard.run(CompressedAllreduceCall.kind, _check_and_run, comm, ctx, options,
                          validate, (x, codec, out, op, strategy, key, step, algorithm))
 
@@ -133,8 +133,8 @@ class CompressedAllreduceCall:
             return
         if ctx is None:  # a trivial call, run where it was made
             ctx = context(self.comm)
-        coding = TensorCoding(state_of(self.codec, ctx), self.key, self.step, self.average, self.world,
-                    self.whole.shape)
+        coding = TensorCoding(state_of(self.codec, ctx), self.key, self.step, self.average,
+                              self.world, self.whole.shape)
         # an overflowed gradient's inf or NaN propagates to every rank's result (the codecs'
         # documented rule), quietly: a NumPy warning turned into an error on one rank would hang
         with np.errstate(over="ignore", invalid="ignore"):

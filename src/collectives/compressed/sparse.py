@@ -106,8 +106,8 @@ def allreduce_recursive_doubling(x: np.ndarray, out: np.ndarray, coding: TensorC
     coding.finish(acc, coding.world, out)
 
 
-def allreduce_split(x: np.ndarray, out: np.ndarray, coding: TensorCoding, ctx: Context, opts: Options,
-                    algorithm: str) -> None:
+def allreduce_split(x: np.ndarray, out: np.ndarray, coding: TensorCoding, ctx: Context,
+                    opts: Options, algorithm: str) -> None:
     comm = ctx.comm
     p, r = comm.size, comm.rank
     bounds = partition(x.size, p)

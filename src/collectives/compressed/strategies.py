@@ -6,10 +6,10 @@
   dgc), with the explicit variants "sparse_recursive_doubling" and "sparse_split";
 - "two_phase": DeepSpeed's all-to-all + server compression + allgather (1-bit / sign codecs).
 
-Every strategy is ``fn(x, out, coding, ctx, opts, algorithm)`` over flat arrays; ``coding.state`` is the
-call's :class:`~collectives.compressed.state.CompressionState` and ``algorithm`` the dense allreduce
-that "summable" runs on the representation. What a strategy can run follows from the protocols a
-codec subclasses (:mod:`compress.protocols`), never from probing its methods.
+Every strategy is ``fn(x, out, coding, ctx, opts, algorithm)`` over flat arrays; ``coding.state`` is
+the call's :class:`~collectives.compressed.state.CompressionState` and ``algorithm`` the dense
+allreduce that "summable" runs on the representation. What a strategy can run follows from the
+protocols a codec subclasses (:mod:`compress.protocols`), never from probing its methods.
 """
 
 from __future__ import annotations

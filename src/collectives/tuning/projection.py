@@ -1,17 +1,16 @@
 """``collectives-project`` / ``python -m collectives.tuning.projection``: which algorithm wins at scale.
 
-Evaluates the cost model (:mod:`collectives.selection.cost_model`) of every hand-written allreduce for
-16 to 4096 ranks on a network you describe, and prints, for each world size and message size, the
-winner and every algorithm's predicted time relative to it. ``--gamma`` is the local reduction
+Evaluates the cost model (:mod:`collectives.selection.cost_model`) of every hand-written allreduce
+for 16 to 4096 ranks on a network you describe, and prints, for each world size and message size,
+the winner and every algorithm's predicted time relative to it. ``--gamma`` is the local reduction
 cost. Without ``--node-size`` every rank is its own node: all messages cross the network
-(``--alpha``, ``--beta``). With ``--node-size M`` the model has two levels: nodes of M ranks,
-placed node by node, talk inside over ``--alpha-intra``/``--beta-intra`` (shared memory) and
-across over the network, where the ranks of a node share its link; every algorithm is costed so,
-and "hierarchical" (rings inside nodes, ``--inter-algorithm`` across) is added. ``--model
-TUNING.json`` takes all parameters from a tuning file instead, as ``collectives-tune`` fitted them
-(on a cluster: two levels and its node size; ``--node-size`` still overrides the node size).
-"native" is left out: its model is MPICH's own choice between recursive doubling and
-Rabenseifner.
+(``--alpha``, ``--beta``). With ``--node-size M`` the model has two levels: nodes of M ranks, placed
+node by node, talk inside over ``--alpha-intra``/``--beta-intra`` (shared memory) and across over
+the network, where the ranks of a node share its link; every algorithm is costed so, and
+"hierarchical" (rings inside nodes, ``--inter-algorithm`` across) is added. ``--model TUNING.json``
+takes all parameters from a tuning file instead, as ``collectives-tune`` fitted them (on a cluster:
+two levels and its node size; ``--node-size`` still overrides the node size). "native" is left out:
+its model is MPICH's own choice between recursive doubling and Rabenseifner.
 
 Defaults describe 10 Gbit/s Ethernet (alpha 5 us, beta 0.8 ns/B) and a 10 GB/s reduction.
 """

@@ -1,9 +1,9 @@
 """``collectives-tune`` / ``python -m collectives.tuning.tune``: measure this machine, write a tuning file.
 
 Without ``mpiexec`` it launches itself under ``mpiexec -n P`` for every ``P`` of ``--ranks``
-(default 2, 4, 8) and merges the results into the tuning file (default: where ``auto`` looks,
-see :mod:`collectives.selection.tuning_file`); started under ``mpiexec`` it tunes that one world size. Each
-world size:
+(default 2, 4, 8) and merges the results into the tuning file (default: where ``auto`` looks, see
+:mod:`collectives.selection.tuning_file`); started under ``mpiexec`` it tunes that one world size.
+Each world size:
 
 1. fits the cost model: ping-pong between ranks 0 and 1 (alpha, beta), ``np.add`` (gamma), and
    the smallest native allreduce (alpha_native); see :mod:`collectives.tuning.fit`. When the
@@ -20,8 +20,8 @@ world size:
    shared machine;
 3. picks the winner at each size, keeping auto's built-in choice unless another algorithm is
    faster by more than ``--margin`` (default 5%, so noise cannot flip the rule), and stores the
-   winners as thresholds (:func:`collectives.selection.tuning_file.make_rules`), with the measured times and
-   the fitted model.
+   winners as thresholds (:func:`collectives.selection.tuning_file.make_rules`), with the measured
+   times and the fitted model.
 
 It takes a few minutes for 2, 4 and 8 ranks on 2 cores; ``--sizes`` and ``--quick`` shorten it.
 """
@@ -213,7 +213,8 @@ def _strip_ranks(argv: list[str]) -> list[str]:
     return out
 
 
-#: Console script ``collectives-tune``: an error on any rank ends the job (``_runtime.cli.program``).
+#: Console script ``collectives-tune``: an error on any rank ends the job
+#: (``_runtime.cli.program``).
 script = program("collectives-tune", main)
 
 if __name__ == "__main__":

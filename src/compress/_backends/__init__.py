@@ -5,9 +5,9 @@ A codec writes its encode and decode once, against a *backend* ``ops``: allocati
 ``ops.quantize_levels``, ...), with the same names and calling conventions on both:
 
 * :data:`HOST`, for NumPy arrays: allocation with NumPy; the operations of
-  :mod:`compress._kernels.host` (Numba ``@njit`` kernels). That module, and with it Numba, is imported
-  the first time an operation is looked up, so ``import compress`` (and ``import collectives``) does
-  not import Numba.
+  :mod:`compress._kernels.host` (Numba ``@njit`` kernels). That module, and with it Numba, is
+  imported the first time an operation is looked up, so ``import compress`` (and ``import
+  collectives``) does not import Numba.
 * a :class:`compress._backends.cuda.Device`, for CUDA device arrays: allocation with CuPy or
   Numba; the operations of :mod:`compress._kernels.cuda.ops`, bound to the device.
 

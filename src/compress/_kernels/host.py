@@ -1,10 +1,10 @@
 """The host backend's operations: what a codec calls, on NumPy arrays (private).
 
 :mod:`compress._kernels.cuda.ops` has a function of the same name and calling convention for each of
-these (plus the owning :class:`compress._backends.cuda.Device` as its last argument), so a codec's encode and
-decode are written once against either (:mod:`compress._backends`). Importing this module imports Numba
-and defines the ``@njit`` kernels; :data:`compress._backends.HOST` does that on the first use of an
-operation, never at ``import compress``.
+these (plus the owning :class:`compress._backends.cuda.Device` as its last argument), so a codec's
+encode and decode are written once against either (:mod:`compress._backends`). Importing this module
+imports Numba and defines the ``@njit`` kernels; :data:`compress._backends.HOST` does that on the
+first use of an operation, never at ``import compress``.
 """
 
 from __future__ import annotations

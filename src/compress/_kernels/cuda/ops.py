@@ -1,10 +1,10 @@
 """Device procedures built from the kernels: what the codecs call (private).
 
-Each function takes device arrays and, last, the :class:`compress._backends.cuda.Device` that owns them,
-launches one or more kernels, and moves only small things to the host (reduction partials, 256-bin
-histograms, tile counts) where the next launch depends on them. The functions the codecs call have the
-names and calling conventions of the host backend's (:mod:`compress._kernels.host`), so each codec's
-encode and decode is written once (:mod:`compress._backends`).
+Each function takes device arrays and, last, the :class:`compress._backends.cuda.Device` that owns
+them, launches one or more kernels, and moves only small things to the host (reduction partials,
+256-bin histograms, tile counts) where the next launch depends on them. The functions the codecs
+call have the names and calling conventions of the host backend's (:mod:`compress._kernels.host`),
+so each codec's encode and decode is written once (:mod:`compress._backends`).
 """
 
 from __future__ import annotations
