@@ -1,11 +1,14 @@
 """The round driver: one team call of this rank, round after round (private).
 
-:func:`run_rounds` enters the call (numbers it, publishes its descriptor), then loops over the
-three steps of a round, each gated by the other ranks' counters (``protocol``): reduce my
-block's segment (:func:`_operands`, :func:`_destinations`, then ``arithmetic.fold``), stage my
-input segments (:func:`_stage`), copy the other blocks' segments out (:func:`_copy_out`). The
-gates and the counter stores are all here; the helpers only move data. docs/shm-protocol.md
-states the protocol and proves it correct.
+:func:`run_rounds` enters the call (numbers it, publishes its descriptor: ``protocol.open_call``),
+then loops over the three steps of a round, each gated by the other ranks' counters
+(``protocol``): reduce my block's segment (``arithmetic.fold``), stage my input segments, copy
+the other blocks' segments out (``copies``). docs/shm-protocol.md states the protocol and proves
+it correct.
+
+The steps stay in one function: as kernels of their own (operands, destinations, staging,
+copying out) they are not inlined and add reference counting of the arrays they take to every
+call (with ``inline="always"`` they are inlined, but the reference counting stays).
 
 This is the one module ``team.py`` calls: :func:`run_rounds`, and :data:`FLOAT16` (from
 ``memory``), the format token it passes as ``token`` for float16 data (as uint16 words).
@@ -24,101 +27,6 @@ from .protocol import (all_agree, all_reached, by_cma, descriptor, entered_after
                        open_call, released, segment_elements, shared, slot, span)
 
 __all__ = ["run_rounds", "FLOAT16"]
-
-
-@njit(**NJIT)
-def _operands(tab, regions, srcs, mode, xaddr, at, length, i, block,
-              seg_bytes):  # pragma: no cover - compiled
-    """Fill ``srcs`` with the addresses of every rank's segment of round ``i`` of ``block``
-    (``length`` bytes at byte ``at`` of the vector), in rank order: mine, another's in its shared
-    buffer, read by cross-memory attach into my bounce buffer, or in its input slot (only my
-    own in ALLGATHER mode). Returns how many, or -1 when a read by cross-memory attach failed."""
-    if mode == L.ALLGATHER:
-        srcs[0] = xaddr + at
-        return 1
-    me, p = tab[L.T_ME], tab[L.T_P]
-    bounce = tab[L.T_BOUNCE]  # where remote private inputs land, one by one
-    for q in range(p):
-        if q == me:
-            srcs[q] = xaddr + at
-        else:
-            base = shared(tab, regions, q, L.X_REGION)
-            if base:
-                srcs[q] = base + at
-            elif descriptor(tab, q)[L.X_REGION] == L.CMA:
-                if not cma_read(tab, q, bounce, descriptor(tab, q)[L.X_OFFSET] + at, length):
-                    return -1
-                srcs[q] = bounce
-                bounce += seg_bytes
-            else:
-                srcs[q] = slot(tab, q, i, 0) + block * seg_bytes
-    return p
-
-
-@njit(**NJIT)
-def _destinations(tab, regions, dsts, mode, xaddr, oaddr, at, hands_out, slot_wanted,
-                  i):  # pragma: no cover - compiled
-    """Fill ``dsts`` with where the reduced segment of round ``i`` goes (byte ``at`` of the
-    vector): my output (unless an allgather in place already holds it), then, if the others
-    need my block's result, every output that lies in shared memory and my output slot of the
-    round (``slot_wanted``). Returns how many."""
-    ndst = 0
-    if oaddr != xaddr or mode != L.ALLGATHER:
-        dsts[0] = oaddr + at
-        ndst = 1
-    if hands_out:
-        me, p = tab[L.T_ME], tab[L.T_P]
-        for q in range(p):
-            if q != me:
-                base = shared(tab, regions, q, L.OUT_REGION)
-                if base != 0:
-                    dsts[ndst] = base + at
-                    ndst += 1
-        if slot_wanted:
-            dsts[ndst] = slot(tab, me, i, 1)
-            ndst += 1
-    return ndst
-
-
-@njit(**NJIT)
-def _stage(tab, xaddr, n, m, i, seg, isz, replicated):  # pragma: no cover - compiled
-    """Copy my segment of round ``i`` of every block I do not reduce (of every block, in
-    REPLICATED mode) into my input slot of the round."""
-    me = tab[L.T_ME]
-    into = slot(tab, me, i, 0)
-    for b in range(m):
-        if b != me or replicated:
-            lo, hi = span(n, m, b, i, seg)
-            copy(into + b * seg * isz, xaddr + lo * isz, (hi - lo) * isz)
-
-
-@njit(**NJIT)
-def _copy_out(tab, regions, oaddr, n, m, i, seg, isz, cma,
-              streaming):  # pragma: no cover - compiled
-    """Copy every other block's segment of round ``i`` into my output: from its reducer's
-    output slot, or, by cross-memory attach (``cma``), straight from the reducer's private
-    output or from its shared buffer. A long result (``streaming``) goes straight to memory:
-    it would not stay in cache, and that saves a read per line. False when a read by
-    cross-memory attach failed."""
-    me = tab[L.T_ME]
-    for b in range(m):
-        if b != me:
-            lo, hi = span(n, m, b, i, seg)
-            at = lo * isz
-            if not cma:  # the reducer's output slot
-                src = slot(tab, b, i, 1)
-            elif descriptor(tab, b)[L.OUT_REGION] == L.CMA:  # its private result
-                if not cma_read(tab, b, oaddr + at, descriptor(tab, b)[L.OUT_OFFSET] + at,
-                                (hi - lo) * isz):
-                    return False
-                continue
-            else:  # its result in a shared buffer
-                src = shared(tab, regions, b, L.OUT_REGION) + at
-            if streaming:
-                copy_streaming(oaddr + at, src, (hi - lo) * isz)
-            else:
-                copy(oaddr + at, src, (hi - lo) * isz)
-    return True
 
 
 @njit(**NJIT)
@@ -190,14 +98,44 @@ def run_rounds(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: 
             k = (s0 + tf - t0) % nslots  # my output slot of this round
             if not slot_wanted or released(tab, me, p, tab[L.T_OUT + k], L.FREED):
                 lo, hi = span(n, m, block, tf - t0, seg)
-                nsrc = _operands(tab, regions, srcs, mode, xaddr, lo * isz, (hi - lo) * isz,
-                                 tf - t0, block, seg * isz)
-                if nsrc < 0:
-                    return L.CMA_FAILED
-                ndst = _destinations(tab, regions, dsts, mode, xaddr, oaddr, lo * isz,
-                                     hands_out, slot_wanted, tf - t0)
-                if slot_wanted:
-                    tab[L.T_OUT + k] = tf
+                at = lo * isz
+                nsrc = 1
+                srcs[0] = xaddr + at
+                if mode != L.ALLGATHER:
+                    nsrc = 0
+                    bounce = tab[L.T_BOUNCE]  # where remote private inputs land, one by one
+                    for q in range(p):
+                        if q == me:
+                            srcs[nsrc] = xaddr + at
+                        else:
+                            base = shared(tab, regions, q, L.X_REGION)
+                            if base:
+                                srcs[nsrc] = base + at
+                            elif descriptor(tab, q)[L.X_REGION] == L.CMA:
+                                if not cma_read(tab, q, bounce,
+                                                descriptor(tab, q)[L.X_OFFSET] + at,
+                                                (hi - lo) * isz):
+                                    return L.CMA_FAILED
+                                srcs[nsrc] = bounce
+                                bounce += seg * isz
+                            else:
+                                srcs[nsrc] = slot(tab, q, tf - t0, 0) + block * seg * isz
+                        nsrc += 1
+                ndst = 0
+                if oaddr != xaddr or mode != L.ALLGATHER:
+                    dsts[0] = oaddr + at
+                    ndst = 1
+                if hands_out:
+                    for q in range(p):
+                        if q != me:
+                            base = shared(tab, regions, q, L.OUT_REGION)
+                            if base != 0:
+                                dsts[ndst] = base + at
+                                ndst += 1
+                    if slot_wanted:
+                        dsts[ndst] = slot(tab, me, tf - t0, 1)
+                        ndst += 1
+                        tab[L.T_OUT + k] = tf
                 fold(op, token, srcs, nsrc, dsts, ndst, hi - lo, scratch)
                 store_release(mine + L.DONE * 8, tf)
                 tf += 1
@@ -206,17 +144,38 @@ def run_rounds(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: 
         k = (s0 + ts - t0) % nslots  # my input slot of round ts
         if ts <= tl and (ts <= tf or tf > tl) and \
                 released(tab, me, p, tab[L.T_IN + k], L.DONE):
-            _stage(tab, xaddr, n, m, ts - t0, seg, isz, replicated)
+            into = slot(tab, me, ts - t0, 0)
+            for b in range(m):
+                if b != me or replicated:
+                    lo, hi = span(n, m, b, ts - t0, seg)
+                    copy(into + b * seg * isz, xaddr + lo * isz, (hi - lo) * isz)
             store_release(mine + L.READY * 8, ts)
             tab[L.T_IN + k] = ts
             ts += 1
             moved = True
-        # 3. copy every other block's segment of round tc out, once all are reduced
+        # 3. copy every other block's segment of round tc out, once all are reduced (a long
+        # result straight to memory: it would not stay in cache, and it saves a read per line)
         if tc <= tl and (tc < tf or tf > tl) and all_reached(tab, L.DONE, tc, m, me):
             if tc == t0 and not all_agree(tab, m, me, nbytes):
                 return L.MISMATCH
-            if not _copy_out(tab, regions, oaddr, n, m, tc - t0, seg, isz, cma, streaming):
-                return L.CMA_FAILED
+            for b in range(m):
+                if b != me:
+                    lo, hi = span(n, m, b, tc - t0, seg)
+                    at = lo * isz
+                    if not cma:  # the reducer's output slot
+                        src = slot(tab, b, tc - t0, 1)
+                    elif descriptor(tab, b)[L.OUT_REGION] == L.CMA:  # its private result
+                        if not cma_read(tab, b, oaddr + at,
+                                        descriptor(tab, b)[L.OUT_OFFSET] + at,
+                                        (hi - lo) * isz):
+                            return L.CMA_FAILED
+                        continue
+                    else:  # its result in a shared buffer
+                        src = shared(tab, regions, b, L.OUT_REGION) + at
+                    if streaming:
+                        copy_streaming(oaddr + at, src, (hi - lo) * isz)
+                    else:
+                        copy(oaddr + at, src, (hi - lo) * isz)
             store_release(mine + L.FREED * 8, tc)
             tc += 1
             moved = True
