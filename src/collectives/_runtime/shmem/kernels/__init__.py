@@ -14,12 +14,12 @@ addresses (segments of MPI shared windows as mapped in this process), which the 
 - :mod:`.rounds`: :func:`~.rounds.run_rounds`, which drives one team call's rounds (stage,
   reduce, copy out), the one kernel ``team.py`` calls.
 
-This package imports nothing, so that ``team.py`` imports Numba only when a team first runs. All
-kernels compile with the one option set :data:`NJIT`. ``cache=True`` keeps the compiled code in
-``__pycache__`` next to each module; Numba checks only a kernel's own file for changes, so after
-editing a module whose kernels others call (``memory``, ``arithmetic``, ``copies``,
-``protocol``), delete this package's ``__pycache__`` (or touch the callers' files) before timing
-or testing.
+This package imports nothing, so that ``team.py`` imports Numba only when a team first runs. The
+kernels compile with the one option set :data:`NJIT` (``arithmetic._combine`` is inlined into
+``fold`` instead). ``cache=True`` keeps the compiled code in ``__pycache__`` next to each
+module; Numba checks only a kernel's own file for changes, so after editing a module whose
+kernels others call (``memory``, ``arithmetic``, ``copies``, ``protocol``), delete this
+package's ``__pycache__`` (or touch the callers' files) before timing or testing.
 """
 
 __all__ = ["NJIT"]
