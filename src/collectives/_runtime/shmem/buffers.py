@@ -6,7 +6,7 @@ shared window, so the ``shm`` collectives on ``comm`` read a rank's input and wr
 in place instead of copying them through the staging slots.
 
 The windows are registered in the communicator's private context (the registry below); a team
-looks a caller's array up by address (``kernels._find``), so any view of such an array works.
+looks a caller's array up by address (``kernels.protocol._find``), so any view of such an array works.
 Windows are freed collectively: when the communicator is freed, or at a later ``empty`` /
 ``zeros`` call on it once every rank has dropped every reference to an array (the ranks agree
 on which with one small allreduce), so allocating one per training step does not grow memory.

@@ -1,6 +1,7 @@
 """The shared-memory protocol's numbers, shared by the Python side and the Numba kernels.
 
-Nothing here imports Numba. ``team.py`` explains the protocol; this module only names the words.
+Nothing here imports Numba. docs/shm-protocol.md explains the protocol; this module only names
+the words.
 
 A team's window gives every rank one segment (``Allocate_shared``), laid out as
 
@@ -77,7 +78,7 @@ ROUND_BITS = 20
 #: ranks agree on call numbers after a failure whatever each of them did in the failed call.
 CALLS_PER_SEQ = 64
 
-# what one engine call returns
+# what one run_rounds call returns
 COMPLETE, WAITING, MISMATCH, TOO_LONG, CMA_FAILED = 1, 0, -1, -2, -3
 
 #: From this many bytes (default of the table's ``T_STREAM``), results are copied out with
@@ -90,7 +91,7 @@ STAGED = -1
 #: memory with ``process_vm_readv`` (cross-memory attach); the offset word holds its address".
 CMA = -2
 
-# modes of one engine call
+# modes of one run_rounds call
 FUSED = 0           # allreduce: reduce my block from every input, every rank copies every block
 REDUCE_SCATTER = 1  # the first m ranks reduce their block into their own output only
 ALLGATHER = 2       # the first m ranks hand out their block of their own input
