@@ -180,15 +180,15 @@ class Plan(Request):
       Every rank must use the same form at the same point, as for any collective.
     """
 
-    __slots__ = ("comm", "device", "allreduce", "_blocking", "_result", "_active")
+    __slots__ = ("_comm", "_device", "_allreduce", "_blocking", "_result", "_active")
 
     def __init__(self, call: AllreduceCall, comm: MPI.Intracomm, opts: Options,
                  device: Any = None) -> None:
         super().__init__("allreduce_init", call if device is None else _OnDevice(call, device),
                          None, False, opts)
-        self.comm = comm            # the caller's communicator (plan() runs on its context)
-        self.device = device        # the caller's CuPy device for CuPy arrays, else None
-        self.allreduce = call       # the checked call, decided at the first run
+        self._comm = comm        # the caller's communicator (plan() runs on its context)
+        self._device = device    # the caller's CuPy device for CuPy arrays, else None
+        self._allreduce = call   # the checked call, decided at the first run
         self._done = True
         self._active = False  # started, and not yet seen complete by wait() or test()
         self._blocking: Any = None
@@ -204,7 +204,7 @@ class Plan(Request):
             raise RuntimeError(f"{self.describe()} is still running: wait() before start()")
         self._active = True
         self._done, self._error = False, None
-        if self.device is not None:
+        if self._device is not None:
             _device.synchronize()  # what the caller's stream wrote into x, before the engine reads
         if self.engine is None:  # one process or empty: complete now
             try:
@@ -242,11 +242,11 @@ class Plan(Request):
     def _prepare_blocking(self) -> Any:
         """The blocking run with its algorithm decided, under the communicator's guard like
         every blocking call (``collectives._runtime.guard``)."""
-        call = self.allreduce
+        call = self._allreduce
         if call.trivial:
             return partial(self.call.run, None)
-        ctx = context(self.comm)
-        if self.device is not None:  # under the caller's CuPy device
+        ctx = context(self._comm)
+        if self._device is not None:  # under the caller's CuPy device
             return partial(ctx.guard.run, "allreduce", self.call.run, ctx,
                            timeout=self.opts.timeout)
         return partial(ctx.guard.run, "allreduce", run_allreduce, call.src, call.dst, call.op,
