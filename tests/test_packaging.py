@@ -54,22 +54,24 @@ def test_metadata_and_licence():
 def test_digits_ship_in_the_package_without_scikit_learn():
     """The data set loads with scikit-learn unimportable, bit for bit what load_digits() gave."""
     code = ("import sys; sys.modules['sklearn'] = None\n"
-            "from collectives.sgd import data\n"
-            "x, y = data.DATASETS['digits']()\n"
+            "from collectives import datasets\n"
+            "x, y = datasets.digits()\n"
             "print(x.shape, x.dtype, y.dtype)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split() == ["(1797,", "64)", "float32", "int64"]
-    from collectives.sgd import data
+    from collectives import datasets
 
-    x, y = data.DATASETS["digits"]()
+    x, y = datasets.digits()
+    x[:] = -1  # a fresh copy: the next call is untouched
+    x, y = datasets.digits()
     # sha256 of scikit-learn 1.9.1's (load_digits().data / 16.0).astype(float32) and .target
     assert hashlib.sha256(x.tobytes()).hexdigest() == \
         "9f578524b6cec1fc800cc52dfc87ebe56264983d490aa72a4bd928ba2570ec77"
     assert hashlib.sha256(y.tobytes()).hexdigest() == \
         "a3c91c262eddcf7ba8f0e37507c30284493c9b20412ffe4af30d536401f7ba21"
     assert np.bincount(y).tolist() == [178, 182, 177, 183, 181, 182, 181, 179, 174, 180]
-    licence = (ROOT / "src/collectives/sgd/datasets/LICENSE-digits.txt").read_text()
+    licence = (ROOT / "src/collectives/datasets/LICENSE-digits.txt").read_text()
     assert "CC BY 4.0" in licence and "Alpaydin" in licence
 
 

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from collectives import datasets
 from collectives.sgd import checkpoint, codecs, data
 from collectives.sgd.cli import UsageError, parse
 from collectives.sgd.exchange import parse_sync, ring_bytes
@@ -73,21 +74,21 @@ def test_shards_are_disjoint_equal_and_deterministic(world):
 
 
 def test_digits_split():
-    ds = data.load("digits")
+    ds = datasets.load("digits")
     assert ds.x_train.dtype == np.float32 and ds.features == 64 and ds.classes == 10
     assert len(ds.y_train) + len(ds.y_test) == 1797 and ds.x_train.max() <= 1
-    assert len(data.load("digits", subset=100).y_train) == 100
+    assert len(datasets.load("digits", subset=100).y_train) == 100
 
 
 def test_synthetic_data_is_generated_the_same_everywhere():
-    ds = data.load("synthetic")
+    ds = datasets.load("synthetic")
     assert ds.x_train.dtype == np.float32 and ds.features == 64 and ds.classes == 10
     assert len(ds.y_train) == 16000 and len(ds.y_test) == 4000
     assert ds.x_train.min() >= 0 and ds.x_train.max() <= 1
     assert np.bincount(ds.y_train).min() > 1400  # balanced classes
-    x, y = data.DATASETS["synthetic"].__wrapped__()  # generated again, not the cached copy
-    assert np.array_equal(x, data.DATASETS["synthetic"]()[0])
-    assert np.array_equal(y, data.DATASETS["synthetic"]()[1])
+    x, y = datasets.DATASETS["synthetic"].__wrapped__()  # generated again, not the cached copy
+    assert np.array_equal(x, datasets.DATASETS["synthetic"]()[0])
+    assert np.array_equal(y, datasets.DATASETS["synthetic"]()[1])
 
 
 @pytest.mark.parametrize("spec, expected", [

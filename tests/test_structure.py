@@ -20,7 +20,7 @@ PACKAGES = ("compress", "collectives")
 #: of floors below it (a module belongs to the floor of its longest matching prefix).
 LAYERS = (
     ("compress",),
-    ("collectives.options", "collectives.ops", "collectives.launch"),
+    ("collectives.options", "collectives.ops", "collectives.launch", "collectives.datasets"),
     ("collectives._runtime",),
     ("collectives.selection",),
     ("collectives.blocks",),

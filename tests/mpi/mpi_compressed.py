@@ -433,3 +433,30 @@ def test_summable_runs_on_every_dense_algorithm(inter):
             what = f"{name} {algorithm} inter={inter} p={comm.size}"
             assert_identical_everywhere(y, comm, what)
             assert np.allclose(y, ref, rtol=2e-2, atol=2e-2), what
+
+
+@pytest.mark.parametrize("spec", ["fp16", "topk:ratio=0.5", "qsgd:levels=7,bucket=16,seed=3"])
+def test_codec_specs_through_every_compressed_entry_point(spec):
+    """A codec spec (what DistributedOptimizer, the DDP hook and --codec take) is the codec it
+    names, bare: blocking and non-blocking calls give what that codec object gives."""
+    comm = MPI.COMM_WORLD
+    x = data(1001, comm.rank, 41)
+    expected = collectives.compressed_allreduce(x, compress.from_spec(spec), key="s")
+    got = collectives.compressed_allreduce(x, spec, key="s")
+    np.testing.assert_array_equal(got, expected)
+    got = collectives.icompressed_allreduce(x, spec, key="s").wait(timeout=120)
+    np.testing.assert_array_equal(got, expected)
+    assert_identical_everywhere(got, comm, spec)
+
+
+@pytest.mark.parametrize("spec, match", [("nosuch", "unknown codec"),
+                                         ("topk:ratio=2", "ratio"),
+                                         ("topk:speed=3", "speed")])
+def test_bad_codec_specs_raise_at_the_call_on_every_rank(spec, match):
+    x = np.ones(8, np.float32)
+    with pytest.raises(ValueError, match=match):
+        collectives.compressed_allreduce(x, spec)
+    with pytest.raises(ValueError, match=match):
+        collectives.icompressed_allreduce(x, spec)
+    y = collectives.compressed_allreduce(x, "fp16", op="sum")  # the ranks are still in step
+    np.testing.assert_array_equal(y, np.full(8, MPI.COMM_WORLD.size, np.float32))

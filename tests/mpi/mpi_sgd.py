@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
+from collectives import datasets
 from collectives.sgd import checkpoint, data, main, train
 from collectives.sgd.cli import parse
 from collectives.sgd.driver import STATE_PREFIX, Trainer
@@ -89,7 +90,7 @@ def test_checkpoint_holds_exactly_the_state_dict(codec):
     d = _shared_dir(comm)
     argv = [*TINY, *codec, "--checkpoint-dir", d, "--checkpoint-every", "3", "--stop-after", "3"]
     pre = parse(argv, comm.size, 10**12)  # as train() does
-    ds = data.load(pre.args.dataset, pre.args.subset)
+    ds = datasets.load(pre.args.dataset, pre.args.subset)
     t = Trainer(parse(argv, comm.size, len(ds.y_train)), ds, comm)
     t.t_start = 0.0
     assert t.train() is False

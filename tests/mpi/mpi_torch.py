@@ -532,3 +532,83 @@ def test_trainer_overlap_and_blocking_agree():
         (runs["blocking"]["test_acc"], runs["blocking"]["train_acc"])
     with pytest.raises(SystemExit, match="--convs must be at least 1"):
         main([*argv, "--convs", "0"])
+
+
+def test_horovod_process_functions():
+    """init/rank/size/local_rank/local_size as Horovod's: rank and size without init, the local
+    ones after it (ValueError before); init(comm) makes comm every function's default."""
+    from collectives.torch import basics
+
+    world = MPI.COMM_WORLD
+    saved = (basics._COMM[0], basics._LOCAL[0])
+    basics._COMM[0] = basics._LOCAL[0] = None
+    try:
+        assert (ct.rank(), ct.size(), ct.is_initialized()) == (world.rank, world.size, False)
+        with pytest.raises(ValueError, match=r"local_rank\(\) needs collectives.torch.init\(\)"):
+            ct.local_rank()
+        ct.init()
+        node = world.Split_type(MPI.COMM_TYPE_SHARED, key=world.rank)
+        assert (ct.local_rank(), ct.local_size()) == (node.rank, node.size)
+        node.Free()
+        half = world.Split(world.rank % 2, world.rank)  # two groups (one at p = 1)
+        ct.init(half)
+        assert (ct.rank(), ct.size()) == (half.rank, half.size) and ct.is_initialized()
+        assert ct.local_size() == half.size  # one node here
+        y = ct.allreduce(torch.full((3,), float(world.rank)), op="sum")  # on half, by default
+        members = [r for r in range(world.size) if r % 2 == world.rank % 2]
+        assert torch.equal(y, torch.full((3,), float(sum(members))))
+        ct.init()
+        half.Free()
+    finally:
+        basics._COMM[0], basics._LOCAL[0] = saved
+
+
+def test_out_of_place_allreduce_leaves_its_input_and_is_differentiable():
+    comm = MPI.COMM_WORLD
+    p = comm.size
+    t = torch.arange(5, dtype=torch.float32) + comm.rank
+    before = t.clone()
+    y = ct.allreduce(t, name="t")  # Horovod's default: the average
+    assert torch.equal(t, before) and y.data_ptr() != t.data_ptr()
+    assert torch.allclose(y, torch.arange(5, dtype=torch.float32) + (p - 1) / 2)
+    s = ct.allreduce(t, op="max")
+    assert torch.equal(s, torch.arange(5, dtype=torch.float32) + p - 1) and not s.requires_grad
+    for op, expected in (("sum", float(p)), ("avg", 1.0)):
+        x = torch.ones(4, requires_grad=True)
+        out = ct.allreduce(x * (comm.rank + 1), op=op)
+        assert out.requires_grad
+        out.sum().backward()  # d(out_i)/d(x_i of each rank): the same reduction of ones
+        assert torch.equal(x.grad, torch.full((4,), (comm.rank + 1) * expected)), (op, x.grad)
+
+
+def test_horovod_compression_names_and_a_hint_to_codec():
+    comm = MPI.COMM_WORLD
+    t = torch.linspace(-1, 1, 7) * (comm.rank + 1)
+    fp16 = ct.allreduce(t, compression=ct.Compression.fp16)
+    assert torch.equal(fp16, ct.allreduce(t, codec="fp16"))
+    assert torch.equal(ct.allreduce(t, compression=ct.Compression.none), ct.allreduce(t))
+    with pytest.raises(TypeError, match="codec='topk:ratio=0.01'"):
+        ct.allreduce(t, compression=object())
+    with pytest.raises(ValueError, match="not both"):
+        ct.allreduce(t, codec="fp16", compression=ct.Compression.fp16)
+    model = torch.nn.Linear(3, 2)
+    opt = ct.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                  model.named_parameters(), compression=ct.Compression.fp16)
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    with pytest.raises(TypeError, match="pass codec="):
+        ct.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                compression="horovod.Compression.fp16".split)
+
+
+def test_horovod_spellings_of_broadcast_and_ops():
+    comm = MPI.COMM_WORLD
+    model = torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        model.weight.fill_(comm.rank)
+    root = comm.size - 1
+    ct.broadcast_parameters(model.state_dict(), root_rank=root)
+    assert torch.equal(model.weight, torch.full((2, 2), float(root)))
+    t = torch.full((3,), float(comm.rank + 1))
+    assert torch.equal(ct.allreduce(t, op=ct.Sum), ct.allreduce(t, op="sum"))
+    assert torch.equal(ct.allreduce(t, op=ct.Average), ct.allreduce(t))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from compress import Codec
+from compress import Codec, from_spec
 from compress.protocols import Memory
 from mpi4py import MPI
 
@@ -23,7 +23,7 @@ __all__ = ["compressed_allreduce", "CompressedAllreduceCall"]
 _OPS = ("avg", "sum")
 
 
-def compressed_allreduce(x: np.ndarray, codec: Codec | Memory | CompressionState, *,
+def compressed_allreduce(x: np.ndarray, codec: str | Codec | Memory | CompressionState, *,
                          out: np.ndarray | None = None, op: str = "avg", strategy: str = "auto",
                          comm: MPI.Comm | None = None, key: Any = None, step: int | None = None,
                          algorithm: str = "auto",
@@ -40,7 +40,11 @@ def compressed_allreduce(x: np.ndarray, codec: Codec | Memory | CompressionState
         server-side memory and the step, in one object that ``state_dict()`` saves), or a
         ``compress`` codec (``compress.get("topk", ratio=0.01)``) or a memory wrapping one
         (``compress.ErrorFeedback(codec)``, ``compress.DGCMemory(...)``): then a state for that
-        object is kept on the communicator. The same on every rank.
+        object is kept on the communicator; or a codec spec, as ``DistributedOptimizer``, the DDP
+        hook and ``--codec`` take them (``"topk:ratio=0.01"``; ``compress.from_spec`` reads it):
+        the codec it names, bare and new at every call, so no per-tensor state (error feedback)
+        carries over from one call to the next: pass a ``CompressionState`` for that. The same
+        on every rank.
     out
         Result array (``x``'s shape and dtype); ``out=x`` works in place.
     op
@@ -93,10 +97,13 @@ class CompressedAllreduceCall:
                  op: str, strategy: str, key: Any, step: int | None, algorithm: str,
                  opts: Options) -> None:
         a = check_input(x)
+        if isinstance(codec, str):  # a spec: a bad one raises ValueError here, before any message
+            codec = from_spec(codec)
         base = base_codec(codec)
         if not isinstance(base, Codec):
-            raise TypeError(f"codec must be a compress codec, a memory around one or a "
-                            f"collectives.CompressionState, got {type(codec).__name__}")
+            raise TypeError(f"codec must be a codec spec (\"topk:ratio=0.01\"), a compress codec, "
+                            f"a memory around one or a collectives.CompressionState, got "
+                            f"{type(codec).__name__}")
         memory = codec.memory if isinstance(codec, CompressionState) else \
             (codec if isinstance(codec, Memory) else None)
         if a.dtype not in base.dtypes:

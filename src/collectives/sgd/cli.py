@@ -17,7 +17,7 @@ import compress
 
 from .._runtime.cli import PLOT_INSTALL, Parser, UsageError
 
-from . import data
+from .. import datasets
 from .codecs import parse_spec
 from .exchange import parse_sync
 from .model import MODELS
@@ -56,7 +56,7 @@ def parser() -> argparse.ArgumentParser:
     p = Parser(prog=PROG, description="Data-parallel SGD of a NumPy MLP, gradients averaged "
                 "with the collectives' allreduce (optionally compressed).")
     m = p.add_argument_group("model and data")
-    m.add_argument("--dataset", choices=list(data.DATASETS), default="digits")
+    m.add_argument("--dataset", choices=list(datasets.DATASETS), default="digits")
     m.add_argument("--model", choices=list(MODELS), default="mlp",
                    help="hidden widths: " + "; ".join(f"{k}={v}" for k, v in MODELS.items()))
     m.add_argument("--hidden", type=_hidden, help="hidden widths, e.g. 4096,4096 (overrides --model)")

@@ -27,6 +27,7 @@ from mpi4py import MPI
 
 from ..compressed import CompressionState
 from ..compressed.strategies import incompatibility
+from .. import datasets
 from . import checkpoint, data, report
 from .._runtime.cli import program
 from .cli import PROG, Config, UsageError, parse
@@ -59,7 +60,7 @@ def _params_hash(params: np.ndarray) -> int:
 class Trainer:
     """Everything one rank holds during training."""
 
-    def __init__(self, cfg: Config, ds: data.Dataset, comm: MPI.Comm) -> None:
+    def __init__(self, cfg: Config, ds: datasets.Dataset, comm: MPI.Comm) -> None:
         a = self.args = cfg.args
         self.cfg, self.ds, self.comm = cfg, ds, comm
         self.world, self.rank = comm.size, comm.rank
@@ -280,7 +281,7 @@ def train(argv: list[str] | None = None, comm: MPI.Comm | None = None) -> dict |
     """
     comm = MPI.COMM_WORLD if comm is None else comm
     pre = parse(argv, comm.size, 10**12)  # the data set's name must be valid before loading it
-    ds = data.load(pre.args.dataset, pre.args.subset)
+    ds = datasets.load(pre.args.dataset, pre.args.subset)
     cfg = parse(argv, comm.size, len(ds.y_train))
     _limit_threads(comm.size)
     t = Trainer(cfg, ds, comm)

@@ -17,7 +17,30 @@ from compress.protocols import LowRankSummable, Memory
 from .. import nonblocking
 from ..compressed.state import CompressionState
 
-__all__ = ["make_state", "start", "low_rank", "state_tensors", "load_state_tensors"]
+__all__ = ["Compression", "codec_of", "make_state", "start", "low_rank", "state_tensors",
+           "load_state_tensors"]
+
+
+class Compression:
+    """Horovod's ``hvd.Compression``, as codec specs: ``compression=Compression.fp16`` is
+    ``codec="fp16"``, ``Compression.none`` no codec. Every codec of ``compress`` is a spec away:
+    ``codec="topk:ratio=0.01"``."""
+
+    none = None
+    fp16 = "fp16"
+
+
+def codec_of(codec: Any, compression: Any) -> Any:
+    """The codec of a call given Horovod's ``compression=`` and/or our ``codec=``."""
+    if compression is None:
+        return codec
+    if codec is not None:
+        raise ValueError("pass codec= or Horovod's compression=, not both")
+    if isinstance(compression, (str, Codec, Memory, CompressionState)):
+        return compression
+    raise TypeError("compression= takes collectives.torch.Compression.none or .fp16 (Horovod's "
+                    "names); for any other codec pass codec=, e.g. codec='fp16' or "
+                    f"codec='topk:ratio=0.01' (got {compression!r})")
 
 
 def make_state(codec: Any, error_feedback: bool | None) -> CompressionState | None:

@@ -34,6 +34,7 @@ from mpi4py import MPI
 
 from ..engine.requests import watch
 from ._common import load_state_tensors, low_rank, make_state, start, state_tensors
+from .basics import default_comm
 
 __all__ = ["CommHookState", "comm_hook", "init_process_group"]
 
@@ -55,7 +56,7 @@ class CommHookState:
                  strategy: str = "auto") -> None:
         if op not in ("avg", "sum"):
             raise ValueError(f"op must be 'avg' or 'sum', got {op!r}")
-        self.comm = MPI.COMM_WORLD if comm is None else comm
+        self.comm = default_comm() if comm is None else comm
         self.op, self.algorithm, self.strategy = op, algorithm, strategy
         self.codec_state = make_state(codec, error_feedback)
         self.iteration = 0
@@ -133,8 +134,9 @@ def _address(comm: MPI.Comm) -> str:
 
 def init_process_group(comm: Any = None, *, backend: str = "gloo", timeout: Any = None) -> None:
     """``torch.distributed.init_process_group`` for the ranks of ``comm`` (default
-    ``MPI.COMM_WORLD``): same ranks, same size, rendezvous through MPI."""
-    comm = MPI.COMM_WORLD if comm is None else comm
+    :func:`collectives.torch.init`'s, else ``MPI.COMM_WORLD``): same ranks, same size,
+    rendezvous through MPI."""
+    comm = default_comm() if comm is None else comm
     if dist.is_initialized():
         raise RuntimeError("torch.distributed is already initialised")
     address = _address(comm)

@@ -13,13 +13,13 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 import torch
-from mpi4py import MPI
 
 from .. import api
 from ..compressed.api import compressed_allreduce
-from ._common import make_state
+from ._common import codec_of, make_state
+from .basics import default_comm
 
-__all__ = ["broadcast_parameters", "broadcast_optimizer_state", "allreduce_"]
+__all__ = ["broadcast_parameters", "broadcast_optimizer_state", "allreduce", "allreduce_"]
 
 
 def _tensors(params: Any) -> list[tuple[str, torch.Tensor]]:
@@ -35,13 +35,16 @@ def _tensors(params: Any) -> list[tuple[str, torch.Tensor]]:
     return items
 
 
-def broadcast_parameters(params: Any, root: int = 0, comm: Any = None) -> None:
-    """Copy the root's tensors into every rank's, in place.
+def broadcast_parameters(params: Any, root: int = 0, comm: Any = None, *,
+                         root_rank: int | None = None) -> None:
+    """Copy the root's tensors into every rank's, in place (``root_rank``: Horovod's name for
+    ``root``).
 
     ``params``: ``model.state_dict()``, ``model.named_parameters()``, or a list of tensors, in
     the same order on every rank.
     """
-    comm = MPI.COMM_WORLD if comm is None else comm
+    comm = default_comm() if comm is None else comm
+    root = root if root_rank is None else root_rank
     for _, t in _tensors(params):
         with torch.no_grad():
             if t.is_contiguous():
@@ -53,9 +56,11 @@ def broadcast_parameters(params: Any, root: int = 0, comm: Any = None) -> None:
 
 
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root: int = 0,
-                              comm: Any = None) -> None:
-    """Give every rank's ``optimizer`` the root's state (hyperparameters, momentum buffers...)."""
-    comm = MPI.COMM_WORLD if comm is None else comm
+                              comm: Any = None, *, root_rank: int | None = None) -> None:
+    """Give every rank's ``optimizer`` the root's state (hyperparameters, momentum buffers...);
+    ``root_rank``: Horovod's name for ``root``."""
+    comm = default_comm() if comm is None else comm
+    root = root if root_rank is None else root_rank
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
     mine = optimizer.state_dict()
@@ -68,16 +73,59 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root: int = 0,
 
 def allreduce_(tensor: torch.Tensor, *, op: str = "avg", algorithm: str = "auto",
                codec: Any = None, error_feedback: bool | None = None, strategy: str = "auto",
-               key: Any = None, comm: Any = None) -> torch.Tensor:
+               key: Any = None, name: str | None = None, compression: Any = None,
+               comm: Any = None) -> torch.Tensor:
     """Reduce ``tensor`` over all ranks in place (outside autograd); returns it.
 
     With ``codec`` (a spec, a codec or a ``CompressionState``; pass the same state object at
-    every call for error feedback) it is a compressed allreduce ("avg" or "sum").
+    every call for error feedback) or Horovod's ``compression=Compression.fp16`` it is a
+    compressed allreduce ("avg" or "sum"). ``name`` is Horovod's: it names the tensor, and is
+    the compressed call's ``key`` when no key is given.
     """
+    codec = codec_of(codec, compression)
+    comm = default_comm() if comm is None else comm
     buf = tensor.detach()
     if codec is None:
         api.allreduce(buf, out=buf, op=op, algorithm=algorithm, comm=comm)
     else:
         compressed_allreduce(buf, make_state(codec, error_feedback), out=buf, op=op,
-                             strategy=strategy, key=key, algorithm=algorithm, comm=comm)
+                             strategy=strategy, key=name if key is None else key,
+                             algorithm=algorithm, comm=comm)
     return tensor
+
+
+class _Allreduce(torch.autograd.Function):
+    """A dense sum or average over the ranks, differentiable: the gradient of every rank's input
+    is the same reduction of the output's gradients (Horovod's ``HorovodAllreduce``)."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, op: str, algorithm: str, comm: Any) -> torch.Tensor:
+        ctx.args = (op, algorithm, comm)
+        out = tensor.detach().clone(memory_format=torch.contiguous_format)
+        return allreduce_(out, op=op, algorithm=algorithm, comm=comm)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple:
+        op, algorithm, comm = ctx.args
+        out = grad.detach().clone(memory_format=torch.contiguous_format)
+        return allreduce_(out, op=op, algorithm=algorithm, comm=comm), None, None, None
+
+
+def allreduce(tensor: torch.Tensor, *, op: str = "avg", algorithm: str = "auto",
+              codec: Any = None, error_feedback: bool | None = None, strategy: str = "auto",
+              key: Any = None, name: str | None = None, compression: Any = None,
+              comm: Any = None) -> torch.Tensor:
+    """Horovod's ``hvd.allreduce``: a new tensor holding ``tensor`` reduced over all ranks (by
+    default averaged); ``tensor`` is left as it is. Same arguments as :func:`allreduce_`.
+
+    A dense "sum" or "avg" is differentiable (the gradient flows back as the same reduction of
+    the output's gradients, as Horovod's); other ops and compressed reductions are not (their
+    result does not require grad).
+    """
+    codec = codec_of(codec, compression)
+    comm = default_comm() if comm is None else comm
+    if codec is None and op in ("sum", "avg") and tensor.requires_grad:
+        return _Allreduce.apply(tensor, op, algorithm, comm)
+    out = tensor.detach().clone(memory_format=torch.contiguous_format)
+    return allreduce_(out, op=op, algorithm=algorithm, codec=codec, error_feedback=error_feedback,
+                      strategy=strategy, key=key, name=name, comm=comm)

@@ -38,9 +38,9 @@ from collections import Counter
 from typing import Any, Iterable
 
 import torch
-from mpi4py import MPI
 
-from ._common import load_state_tensors, low_rank, make_state, start, state_tensors
+from ._common import codec_of, load_state_tensors, low_rank, make_state, start, state_tensors
+from .basics import default_comm
 
 __all__ = ["DistributedOptimizer", "PREFIX"]
 
@@ -147,7 +147,7 @@ class _DistributedOptimizer:
         own = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
         names = _names(self.param_groups, named_parameters, own)
         self._op, self._algorithm, self._strategy = op, algorithm, strategy
-        self._comm = MPI.COMM_WORLD if comm is None else comm
+        self._comm = default_comm() if comm is None else comm
         self._codec_state = make_state(codec, error_feedback)
         self._passes = backward_passes_per_step
         self._buckets = _buckets(own, names, bucket_bytes, low_rank(self._codec_state))
@@ -255,7 +255,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Ite
                          *, op: str = "avg", algorithm: str = "auto", codec: Any = None,
                          error_feedback: bool | None = None, strategy: str = "auto",
                          bucket_bytes: int = 25 * MiB, backward_passes_per_step: int = 1,
-                         comm: Any = None) -> torch.optim.Optimizer:
+                         compression: Any = None, comm: Any = None) -> torch.optim.Optimizer:
     """Wrap ``optimizer`` so that ``step()`` uses gradients averaged over all ranks (Horovod's).
 
     Parameters
@@ -283,14 +283,18 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Ite
         Fusion bucket size (default 25 MiB, DDP's and Horovod's).
     backward_passes_per_step
         Backward passes accumulated locally before the gradients are averaged.
+    compression
+        Horovod's spelling: ``collectives.torch.Compression.fp16`` is ``codec="fp16"``,
+        ``Compression.none`` no codec (give ``codec=`` or ``compression=``, not both).
     comm
-        The communicator (default ``MPI.COMM_WORLD``).
+        The communicator (default: :func:`collectives.torch.init`'s, else ``MPI.COMM_WORLD``).
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                {k: v for k, v in _DistributedOptimizer.__dict__.items()
                 if k not in ("__dict__", "__weakref__")})
+    codec = codec_of(codec, compression)
     wrapped = cls(optimizer.param_groups, named_parameters, op, algorithm, codec, error_feedback,
                   strategy, bucket_bytes, backward_passes_per_step, comm)
     wrapped.load_state_dict(optimizer.state_dict())

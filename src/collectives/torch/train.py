@@ -30,7 +30,8 @@ import torch
 from mpi4py import MPI
 
 import collectives
-from collectives.sgd.data import DATASETS, load, shard, steps_per_epoch
+from collectives.datasets import DATASETS, load
+from collectives.sgd.data import shard, steps_per_epoch
 
 from .ddp import CommHookState, comm_hook, init_process_group
 from .functions import broadcast_parameters
