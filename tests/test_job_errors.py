@@ -82,3 +82,65 @@ def test_errors_every_rank_sees_stay_exit_2_without_abort():
     status, output, _ = _job(2, [str(BIN / "osu_allreduce"), "-m", "8:64Q"])
     assert status == 2 and output.count("osu_allreduce: error: argument -m") == 1, output
     assert "Abort" not in output and "Traceback" not in output
+
+
+def _script(tmp_path, text):
+    path = tmp_path / "script.py"
+    path.write_text(text)
+    return [sys.executable, str(path)]
+
+
+def test_a_rank_that_raises_before_the_first_collective_ends_the_job(tmp_path):
+    """Started with plain python (no ``-m mpi4py``): rank 1 raises before any collective while
+    the others enter their first allreduce. ``import collectives`` makes the exception end the
+    job at once (before, rank 1 waited in MPI_Finalize and the others in their first call, for
+    ever), with one traceback: rank 1's."""
+    argv = _script(tmp_path, "import numpy as np, collectives\nfrom mpi4py import MPI\n"
+                             "if MPI.COMM_WORLD.rank == 1:\n"
+                             "    raise RuntimeError('boom on rank 1')\n"
+                             "collectives.allreduce(np.ones(4))\n")
+    status, output, seconds = _job(4, argv)
+    assert status != 0 and seconds < HANG_S, output[-3000:]
+    assert output.count("Traceback") == 1 and "RuntimeError: boom on rank 1" in output, output
+    assert "collectives: rank 1: unhandled RuntimeError: ending the job" in output, output
+
+
+def test_an_error_every_rank_raises_is_printed_in_full_once(tmp_path):
+    """Rank 2's bad dtype fails the allreduce on every rank (its notice): rank 2 prints its
+    traceback, the others one line naming rank 2, and the job ends."""
+    argv = _script(tmp_path, "import numpy as np, collectives\nfrom mpi4py import MPI\n"
+                             "rank = MPI.COMM_WORLD.rank\n"
+                             "collectives.allreduce(np.ones(4))  # contexts set up everywhere\n"
+                             "x = np.array(['a'] * 4) if rank == 2 else np.ones(4)\n"
+                             "collectives.allreduce(x)\n")
+    status, output, seconds = _job(4, argv)
+    assert status != 0 and seconds < HANG_S, output[-3000:]
+    assert output.count("Traceback") == 1, output
+    assert "collectives: rank 2: unhandled TypeError" in output, output
+
+
+def test_the_first_call_waits_at_most_the_timeout(tmp_path):
+    """A rank that never makes its first call: the others' first call (which sets up the
+    communicator's private duplicate) raises TimeoutError after Options.timeout."""
+    argv = _script(tmp_path, "import time, numpy as np, collectives\nfrom mpi4py import MPI\n"
+                             "if MPI.COMM_WORLD.rank == 1:\n"
+                             "    time.sleep(HANG)\n"
+                             "try:\n"
+                             "    collectives.allreduce(np.ones(4),\n"
+                             "                          options=collectives.Options(timeout=1))\n"
+                             "except TimeoutError as exc:\n"
+                             "    print('rank 0:', exc, flush=True)\n"
+                             "    MPI.COMM_WORLD.Abort(3)\n".replace("HANG", str(HANG_S)))
+    status, output, seconds = _job(2, argv)
+    assert status != 0 and seconds < HANG_S / 2, output[-3000:]
+    assert "rank 0: the first collective call on this communicator timed out after 1 s" \
+        in output, output
+
+
+def test_the_hooks_can_be_left_alone():
+    code = ("import sys, threading; h, t = sys.excepthook, threading.excepthook\n"
+            "import collectives\nprint(sys.excepthook is h, threading.excepthook is t)")
+    for value, expected in (("0", "True True"), ("1", "False False")):
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=120, env=dict(os.environ, COLLECTIVES_ABORT_ON_ERROR=value))
+        assert run.stdout.split() == expected.split(), run.stderr

@@ -31,3 +31,7 @@ __all__ = [
     "OPS", "Options", "SUPPORTED_DTYPES", "mpi_library",
 ]
 __version__ = "0.1.0"
+
+from ._runtime import crash as _crash  # noqa: E402 - an unhandled error on any rank ends the job
+
+_crash.install()

@@ -327,7 +327,7 @@ def _call(cls: type, comm: MPI.Comm | None, options: Options | None, validate: b
     check_comm(cls.kind, comm)
     if comm.size == 1:
         return _check_and_run(cls, comm, options, validate, None, args)
-    ctx = context(comm)
+    ctx = context(comm, options)
     return ctx.guard.run(cls.kind, _check_and_run, cls, comm, options, validate, ctx, args)
 
 

@@ -19,10 +19,12 @@ those set later, such as the engines'). Every rank made its contexts in the same
 from __future__ import annotations
 
 import atexit
+import time
 from typing import Any, Callable
 
 from mpi4py import MPI
 
+from ..options import Options
 from .guard import Guard
 
 __all__ = ["Context", "context", "reset"]
@@ -31,8 +33,8 @@ __all__ = ["Context", "context", "reset"]
 class Context:
     """Private duplicate of a communicator plus a cache of derived objects."""
 
-    def __init__(self, comm: MPI.Comm, dup: bool = True) -> None:
-        self.comm: MPI.Comm = comm.Dup() if dup else comm
+    def __init__(self, comm: MPI.Comm, dup: bool = True, timeout: float | None = None) -> None:
+        self.comm: MPI.Comm = _duplicate(comm, timeout) if dup else comm
         if dup:  # a size mismatch must raise (MPI_ERR_TRUNCATE), not end the job
             self.comm.Set_errhandler(MPI.ERRORS_RETURN)
         #: where MPI's own collectives run under a guard: not on ``comm``, whose other
@@ -87,11 +89,35 @@ def _delete(comm: MPI.Comm, keyval: int, ctx: Context) -> None:
 _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete)
 
 
-def context(comm: MPI.Comm) -> Context:
-    """The :class:`Context` of ``comm``; the first call on a communicator is collective."""
+def _duplicate(comm: MPI.Comm, timeout: float | None) -> MPI.Comm:
+    """``comm.Dup()``, collective; with a ``timeout``, TimeoutError once it has waited that long
+    for the other ranks (``MPI_Comm_idup``, tested)."""
+    if timeout is None:
+        return comm.Dup()
+    new, request = comm.Idup()
+    deadline = time.monotonic() + timeout
+    while not request.Test():
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"the first collective call on this communicator timed out after {timeout:g} s "
+                "(Options.timeout): a rank has not made it (every rank's first call on a "
+                "communicator sets up its private duplicate, together)")
+        time.sleep(_NAP_S)
+    return new
+
+
+#: Seconds between the tests of a first call's duplication under a timeout.
+_NAP_S = 1e-4
+
+
+def context(comm: MPI.Comm, options: Any = None) -> Context:
+    """The :class:`Context` of ``comm``; the first call on a communicator is collective, and
+    waits at most ``Options.timeout`` for the other ranks (``options``, default: from the
+    environment)."""
     ctx = comm.Get_attr(_KEYVAL)
     if ctx is None:
-        ctx = Context(comm)
+        opts = Options.from_env() if options is None else options
+        ctx = Context(comm, timeout=getattr(opts, "timeout", None))
         comm.Set_attr(_KEYVAL, ctx)
         _HELD[ctx] = comm
     return ctx

@@ -77,6 +77,9 @@ class RaisedEverywhere(Exception):
     reports (:func:`everywhere`), so ``except ValueError`` and the printed name stay the
     reported type's."""
 
+    #: the rank whose error it reports (a notice), None when every rank reached it together
+    origin: int | None = None
+
 
 def _everywhere_class(kind: type[Exception]) -> type[RaisedEverywhere]:
     """``kind`` marked as raised everywhere; named and printed as ``kind`` itself."""
@@ -90,10 +93,14 @@ _EVERYWHERE: dict[type[Exception], type[RaisedEverywhere]] = {
     kind: _everywhere_class(kind) for kind in (*_TYPES, CollectiveError)}
 
 
-def everywhere(kind: type[Exception], message: str) -> RaisedEverywhere:
+def everywhere(kind: type[Exception], message: str, origin: int | None = None
+               ) -> RaisedEverywhere:
     """The error ``kind(message)`` (TypeError, ValueError, TimeoutError or CollectiveError) as
-    one that every rank raises: the guard sends no notice for it."""
-    return _EVERYWHERE[kind](message)
+    one that every rank raises: the guard sends no notice for it. ``origin``: the rank whose
+    error it is, if one rank's."""
+    error = _EVERYWHERE[kind](message)
+    error.origin = origin
+    return error
 
 
 class _Retire(Exception):
@@ -206,7 +213,7 @@ class Guard:
         if seq < self.seq:
             return True
         kind = _TYPES[code] if code < len(_TYPES) else CollectiveError
-        error = everywhere(kind, f"{self.name} #{seq} failed on rank {rank}: {text}")
+        error = everywhere(kind, f"{self.name} #{seq} failed on rank {rank}: {text}", rank)
         if seq > self.seq:
             self.later[seq] = error
             return False

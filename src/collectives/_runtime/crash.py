@@ -1,0 +1,84 @@
+"""An unhandled exception on any rank ends the whole job, with one traceback.
+
+``import collectives`` installs :func:`install`'s hooks (``sys.excepthook`` and
+``threading.excepthook``), whatever launched the script (``mpiexec -n 4 python train.py``, as
+Horovod and DDP users start it, not only ``python -m mpi4py``). An exception that reaches the top
+of any thread of a rank of a job of several ranks:
+
+- is printed, then ends every rank with ``MPI_Abort`` (exit status 1), as ``python -m mpi4py``
+  does: the other ranks would otherwise wait forever in their next collective;
+- is printed in full once: by the rank whose error it is. An error that every rank raises
+  because of another rank (a notice: ``"allreduce #5 failed on rank 2: ..."``) is one line on
+  the others, which leave the originating rank a moment (:data:`GRACE_S`) to print its traceback
+  and end the job itself; an error every rank reached together (the verdict of
+  ``validate=True``) is printed in full by rank 0 and in one line by the others.
+
+``COLLECTIVES_ABORT_ON_ERROR=0`` leaves Python's own hooks alone (for code that manages failures
+itself); a job of one rank, and a process whose MPI is finalized, keep them too.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+from .guard import RaisedEverywhere
+
+__all__ = ["install", "ENV", "GRACE_S"]
+
+#: Set to 0 to keep Python's own hooks (no MPI_Abort on an unhandled exception).
+ENV = "COLLECTIVES_ABORT_ON_ERROR"
+#: Seconds a rank whose error came from another rank waits for that rank to end the job.
+GRACE_S = 2.0
+_INSTALLED = [False]
+
+
+def install() -> None:
+    """Install the hooks (once; not when :data:`ENV` is ``0``)."""
+    if _INSTALLED[0] or os.environ.get(ENV, "1").strip().lower() in ("0", "off", "no", "false"):
+        return
+    _INSTALLED[0] = True
+    previous, previous_thread = sys.excepthook, threading.excepthook
+
+    def excepthook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+        _end_job(exc, lambda: previous(kind, exc, tb))
+
+    def thread_excepthook(args: Any) -> None:
+        if args.exc_type is SystemExit:
+            previous_thread(args)
+            return
+        _end_job(args.exc_value, lambda: previous_thread(args),
+                 getattr(args.thread, "name", None))
+
+    sys.excepthook = excepthook
+    threading.excepthook = thread_excepthook
+
+
+def _world() -> tuple[Any, int, int]:
+    from mpi4py import MPI
+
+    if not MPI.Is_initialized() or MPI.Is_finalized():
+        return None, 0, 1
+    return MPI.COMM_WORLD, MPI.COMM_WORLD.rank, MPI.COMM_WORLD.size
+
+
+def _end_job(exc: BaseException | None, print_in_full: Any, thread: str | None = None) -> None:
+    world, rank, size = _world()
+    if size == 1 or exc is None:
+        print_in_full()
+        return
+    where = f"rank {rank}" + (f", thread {thread}" if thread else "")
+    origin = getattr(exc, "origin", None) if isinstance(exc, RaisedEverywhere) else rank
+    if origin == rank or (origin is None and rank == 0):
+        print_in_full()
+        print(f"collectives: {where}: unhandled {type(exc).__name__}: ending the job "
+              f"(MPI_Abort; {ENV}=0 to keep it running)", file=sys.stderr, flush=True)
+    else:
+        text = " ".join(str(exc).split())
+        print(f"collectives: {where}: {type(exc).__name__}: {text}", file=sys.stderr, flush=True)
+        if origin is not None:  # the rank whose error this is prints it and ends the job
+            time.sleep(GRACE_S)
+    world.Abort(1)
