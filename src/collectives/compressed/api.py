@@ -69,7 +69,7 @@ def compressed_allreduce(x: np.ndarray, codec: str | Codec | Memory | Compressio
     """
     comm = MPI.COMM_WORLD if comm is None else comm
     check_comm(CompressedAllreduceCall.kind, comm)
-    ctx = context(comm)
+    ctx = context(comm, options)
     # under the communicator's guard (collectives._runtime.guard): a decode failure, a state
     # mismatch, any error on one rank becomes the same error on every rank still in the call
     return ctx.guard.run(CompressedAllreduceCall.kind, _check_and_run, comm, ctx, options,
