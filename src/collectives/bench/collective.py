@@ -30,7 +30,6 @@ from .timing import Stat, time_interleaved
 __all__ = ["Spec", "Buffers", "run", "entry_point", "pattern", "column_label"]
 
 #: Column titles that would not fit in the 20-character OSU field.
-SHORT_NAMES = {"recursive_doubling": "rec_doubling"}
 
 
 @dataclass
@@ -86,8 +85,14 @@ def pattern(count: int, dtype: np.dtype, rank: int) -> np.ndarray:
 
 
 def column_label(name: str) -> str:
-    """Column title of an algorithm in ``--algorithm all`` mode (fits the 20-wide field)."""
-    return f"{SHORT_NAMES.get(name, name)[:15]}(us)"
+    """Column title of an algorithm's latency in ``--algorithm all`` mode (its whole name)."""
+    return f"{name}(us)"
+
+
+def _titles(args, names: list[str], sent_names: list[str]) -> list[str]:
+    """The columns of ``--algorithm all``: latencies, bus bandwidths, kilobytes sent per call."""
+    return ([column_label(n) for n in names] + ([f"{n}(GB/s)" for n in names] if args.busbw else [])
+            + [f"{n}(kB)" for n in sent_names])
 
 
 def _names(spec: Spec, chosen: str) -> list[str]:
@@ -127,7 +132,8 @@ def _row(args, size: int, stats: dict[str, Stat], busbw: dict[str, float],
     else:
         values = [stats[n].avg for n in stats] + ([busbw[n] for n in stats] if args.busbw else [])
         values += [sent[n] / 1e3 for n in stats if n in sent]
-        line = report.row(size, values, valid=ok)
+        titles = _titles(args, list(stats), [n for n in stats if n in sent])
+        line = report.row(size, values, valid=ok, titles=titles)
     return line
 
 
@@ -142,11 +148,7 @@ def _header(spec: Spec, args, columns: list[str], p: int, out: TextIO,
         print(report.column_header(titles, iterations=args.full, validation=args.validation),
               file=out, flush=True)
         return
-    titles = [column_label(c) for c in columns]
-    if args.busbw:
-        titles += [f"{SHORT_NAMES.get(c, c)[:11]}(GB/s)" for c in columns]
-    if bytes_columns:  # kilobytes each rank sent per call
-        titles += [f"{SHORT_NAMES.get(c, c)[:13]}(kB)" for c in columns if c != "memcpy"]
+    titles = _titles(args, columns, [c for c in columns if c != "memcpy"] if bytes_columns else [])
     print(report.column_header(titles, validation=args.validation), file=out, flush=True)
 
 
@@ -157,7 +159,7 @@ def run(spec: Spec, argv: Sequence[str] | None = None, comm: MPI.Comm | None = N
     out = sys.stdout if out is None else out
     parser = make_parser(spec.prog, f"{spec.title} (OSU-compatible output).",
                          default_max=spec.default_max, algorithm=spec.default_algorithm,
-                         compressed=spec.compressed, rank=comm.rank)
+                         algorithms=spec.algorithms, compressed=spec.compressed, rank=comm.rank)
     args = parser.parse_args(argv)
     codecs = getattr(args, "codec", None) or []
     problem = device_error(args.accelerator)

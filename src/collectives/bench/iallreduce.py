@@ -205,7 +205,7 @@ def run(argv: Sequence[str] | None = None, comm: MPI.Comm | None = None,
     comm = MPI.COMM_WORLD if comm is None else comm
     out = sys.stdout if out is None else out
     parser = make_parser("osu_iallreduce", f"{TITLE} (OSU-compatible output).",
-                         default_max=1 << 20)
+                         default_max=1 << 20, algorithms=[*ALGORITHMS, MPI_NAME])
     parser.add_argument("-t", "--num-test-calls", dest="probes", type=int, default=0,
                         metavar="CALLS", help="test() calls during the dummy compute (OSU -t)")
     parser.add_argument("--compute", choices=list(COMPUTE), default="cpu",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -105,11 +106,28 @@ def parse_sizes(text: str) -> list[int]:
                                          f"got {text!r}") from None
 
 
+def count(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer of at least ``minimum`` (iterations >= 1, warm-up >= 0)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
 def make_parser(prog: str, description: str, *, default_max: int,
                 default_min: int = 1, collective: bool = True,
-                algorithm: str = "auto", compressed: bool = False, pairs: bool = False,
+                algorithm: str = "auto", algorithms: Sequence[str] = (),
+                compressed: bool = False, pairs: bool = False,
                 rank: int | None = None) -> argparse.ArgumentParser:
-    """The argument parser of one benchmark (collective ones get ``--algorithm`` and friends).
+    """The argument parser of one benchmark (collective ones get ``--algorithm`` and friends;
+    ``algorithms``: the names ``--help`` lists).
 
     ``rank``: this process's rank (default its ``COMM_WORLD`` rank); only rank 0 prints help.
     Errors raise :class:`collectives._runtime.cli.UsageError`.
@@ -121,13 +139,13 @@ def make_parser(prog: str, description: str, *, default_max: int,
                         f"allowed, e.g. 8:64M (default {default_min}:{default_max})")
     p.add_argument("--sizes", type=parse_sizes, metavar="LIST",
                    help="explicit comma-separated sizes in bytes instead of -m (e.g. 8,64K,1M)")
-    p.add_argument("-i", "--iterations", type=int, metavar="N",
+    p.add_argument("-i", "--iterations", type=count(1), metavar="N",
                    help="timed iterations (default 1000, 100 above 8 KiB)")
-    p.add_argument("-x", "--warmup", type=int, metavar="N",
+    p.add_argument("-x", "--warmup", type=count(0), metavar="N",
                    help="warm-up iterations (default 100, 10 above 8 KiB)")
-    p.add_argument("--iterations-large", type=int, metavar="N",
+    p.add_argument("--iterations-large", type=count(1), metavar="N",
                    help="timed iterations above 8 KiB (default: -i if given, else 100)")
-    p.add_argument("--warmup-large", type=int, metavar="N",
+    p.add_argument("--warmup-large", type=count(0), metavar="N",
                    help="warm-up iterations above 8 KiB (default: -x if given, else 10)")
     p.add_argument("-T", "--type", dest="datatype", default="mpi_char", choices=list(DATATYPES),
                    help="element type (default mpi_char)")
@@ -145,8 +163,10 @@ def make_parser(prog: str, description: str, *, default_max: int,
         p.add_argument("-f", "--full", action="store_true",
                        help="also print min and max latency across ranks and the iterations")
         p.add_argument("--algorithm", default=algorithm, metavar="NAME|all",
-                       help="algorithm to time, or 'all' (one column each, native included, "
-                            f"interleaved in one loop); default {algorithm}")
+                       help="algorithm to time"
+                            + (f" ({', '.join(algorithms)})" if algorithms else "")
+                            + ", or 'all' (one column each, native included, interleaved in "
+                            f"one loop); default {algorithm}")
         p.add_argument("--busbw", action="store_true",
                        help="add bus bandwidth columns (nccl-tests definition, GB/s)")
         p.add_argument("--memcpy", action="store_true",
@@ -157,12 +177,17 @@ def make_parser(prog: str, description: str, *, default_max: int,
                        help="measure every ordered pair of ranks in turn and print a matrix per "
                             "size (row: from, column: to); default size 1 MiB")
     if compressed:
+        import compress
+        from ..compressed import STRATEGIES
+
         p.add_argument("--codec", action="append", metavar="NAME[:k=v,...]",
-                       help="also time collectives.compressed_allreduce with this codec "
-                            "(repeatable; error feedback where the codec needs it), with a "
-                            "bytes-sent-per-rank column; needs a float -T")
+                       help="also time collectives.compressed_allreduce with this codec ("
+                            + ", ".join(compress.CODECS) + "; repeatable; error feedback where "
+                            "the codec needs it), with a bytes-sent-per-rank column; needs a "
+                            "float -T")
         p.add_argument("--strategy", default="auto",
-                       help="compressed-allreduce strategy for --codec (default auto)")
+                       help="compressed-allreduce strategy for --codec (auto, "
+                            + ", ".join(STRATEGIES) + "; default auto)")
     return p
 
 

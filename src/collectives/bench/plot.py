@@ -13,7 +13,6 @@ with one line saying so.
 from __future__ import annotations
 
 import importlib.util
-import json
 from pathlib import Path
 from typing import Sequence
 
@@ -32,12 +31,15 @@ def _by_algorithm(records: Sequence[Record]) -> dict[str, list[Record]]:
 
 
 def ratio_table(records: Sequence[Record], reference: str = "native") -> str:
-    """Markdown: one row per size, each algorithm's median us and (ratio to ``reference``)."""
+    """Markdown: one row per size, each algorithm's median us and (ratio to ``reference``),
+    under a line that says so (the osu_* programs print averages, OSU's convention)."""
     groups = _by_algorithm(records)
     names = list(groups)
     sizes = sorted({r.size for r in records})
     cell = {(r.algorithm, r.size): r.median_us for r in records}
-    lines = ["| bytes | " + " | ".join(names) + " |", "|---:|" + "---:|" * len(names)]
+    lines = [f"Median us per call over the iterations (ratio to {reference}); the osu_* output "
+             "shows averages.", "",
+             "| bytes | " + " | ".join(names) + " |", "|---:|" + "---:|" * len(names)]
     for size in sizes:
         ref = cell.get((reference, size))
         cells = []

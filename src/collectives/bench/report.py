@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 __all__ = ["OSU_VERSION", "SIZE_WIDTH", "FIELD_WIDTH", "ITER_WIDTH", "PRECISION", "BUSBW_FACTOR",
-           "title_line", "datatype_line", "preamble", "column_header", "row", "value_cell", "validation_cell", "algbw_gbs",
-           "busbw_gbs"]
+           "title_line", "datatype_line", "preamble", "column_header", "row", "widths",
+           "value_cell", "validation_cell", "algbw_gbs", "busbw_gbs"]
 
 OSU_VERSION = "7.2"
 SIZE_WIDTH = 10
@@ -52,12 +52,19 @@ def preamble(title: str, mpi_type: str, extra: Sequence[str] = ()) -> list[str]:
     return ["", title_line(title), datatype_line(mpi_type), *(f"# {line}" for line in extra)]
 
 
+def widths(titles: Sequence[str]) -> list[int]:
+    """Each column's width: :data:`FIELD_WIDTH`, or wider for a title that would not fit (an
+    algorithm's name is never cut: ``recursive_doubling(GB/s)``)."""
+    return [max(FIELD_WIDTH, len(title) + 1) for title in titles]
+
+
 def column_header(columns: Sequence[str], *, iterations: bool = False,
                   validation: bool = False) -> str:
-    """``# Size`` then each column title; ``Iterations`` after the first three when asked."""
+    """``# Size`` then each column title, whole (:func:`widths`); ``Iterations`` after the first
+    three when asked."""
     cells = [f"{'# Size':<{SIZE_WIDTH}}"]
-    for k, title in enumerate(columns):
-        cells.append(f"{title:>{FIELD_WIDTH}}")
+    for k, (title, width) in enumerate(zip(columns, widths(columns))):
+        cells.append(f"{title:>{width}}")
         if iterations and k == 2:
             cells.append(f"{'Iterations':>{ITER_WIDTH}}")
     if validation:
@@ -74,11 +81,13 @@ def validation_cell(ok: bool) -> str:
 
 
 def row(size: int, values: Sequence[float], *, iterations: int | None = None,
-        valid: bool | None = None) -> str:
-    """One data row: the size, the values, the iterations after the third, the validation."""
+        valid: bool | None = None, titles: Sequence[str] | None = None) -> str:
+    """One data row: the size, the values, the iterations after the third, the validation;
+    ``titles``: the columns' titles, when some are wider than :data:`FIELD_WIDTH`."""
     cells = [f"{size:<{SIZE_WIDTH}d}"]
-    for k, value in enumerate(values):
-        cells.append(value_cell(value))
+    sized = widths(titles) if titles is not None else [FIELD_WIDTH] * len(values)
+    for k, (value, width) in enumerate(zip(values, sized)):
+        cells.append(f"{value:>{width}.{PRECISION}f}")
         if iterations is not None and k == 2:
             cells.append(f"{iterations:>{ITER_WIDTH}d}")
     if valid is not None:

@@ -30,6 +30,13 @@ def _mb(n: float) -> str:
     return f"{n / 1e6:,.2f} MB"
 
 
+def _sync(spec: str) -> str:
+    """``--sync`` in words: "sync" or "local:H"."""
+    if spec.startswith("local:"):
+        return f"local SGD (parameters averaged every {spec.split(':', 1)[1]} steps)"
+    return "synchronous SGD (gradients averaged every step)"
+
+
 def final_report(summary: dict) -> str:
     """The report printed by rank 0 at the end of a run."""
     s = summary
@@ -37,7 +44,7 @@ def final_report(summary: dict) -> str:
     total = s["wall_s"]
     lines = [
         f"{s['world']} ranks, {s['params']:,} parameters, {s['steps']} steps, codec {s['codec']}, "
-        f"algorithm {s['algorithm']}, sync {s['sync']}",
+        f"algorithm {s['algorithm']}, {_sync(s['sync'])}",
         f"final: loss {s['loss']:.4f}  train {100 * s['train_acc']:.2f}%  "
         f"test {100 * s['test_acc']:.2f}%",
         f"time (rank 0), {total:.1f} s in all:",
@@ -57,7 +64,10 @@ def final_report(summary: dict) -> str:
     how = "analytic 2n(p-1)/p (native MPI_Allreduce is not counted)" if s["analytic"] \
         else "counted by collectives.TRAFFIC"
     dense = s["dense_bytes"]
-    ratio = f"{dense / s['bytes_mean']:.1f}x less" if s["bytes_mean"] else "nothing sent"
+    mean = s["bytes_mean"]
+    ratio = ("nothing sent" if not mean else "the same" if abs(dense / mean - 1) < 0.05
+             else f"{dense / mean:.1f}x as much" if dense > mean
+             else f"{mean / dense:.1f}x less than this run")
     lines += [
         f"bytes sent per rank in {s['exchanges']} exchanges ({how}): mean {_mb(s['bytes_mean'])}, "
         f"max {_mb(s['bytes_max'])}",

@@ -197,8 +197,13 @@ def report(s: dict) -> str:
         t = s["seconds"][k]
         lines.append(f"  {label:<19} {t:8.2f} s  {100 * t / total:5.1f}%")
     lines.append(f"  step: median {s['step_ms_median']:.2f} ms")
-    lines.append(f"bytes sent per rank (collectives.TRAFFIC; DDP's gloo and native MPI are not "
-                 f"counted): mean {s['bytes_mean'] / 1e6:,.2f} MB, max {s['bytes_max'] / 1e6:,.2f} MB")
+    if s["bytes_max"]:
+        lines.append(f"bytes sent per rank (collectives.TRAFFIC; DDP's gloo and native MPI are "
+                     f"not counted): mean {s['bytes_mean'] / 1e6:,.2f} MB, max "
+                     f"{s['bytes_max'] / 1e6:,.2f} MB")
+    else:  # every exchange went through MPI's own collectives (auto's native) or gloo
+        lines.append("bytes sent per rank: not counted (the exchanges ran in MPI's own "
+                     "collectives or DDP's gloo, which collectives.TRAFFIC does not see)")
     return "\n".join(lines)
 
 

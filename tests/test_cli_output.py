@@ -1,0 +1,71 @@
+"""What the programs print: whole names in headers, checked counts, lists in --help, plain words
+in the summaries (issue 26, item 7)."""
+
+import io
+
+import compress
+import pytest
+from mpi4py import MPI
+
+import collectives
+from collectives._runtime.cli import UsageError
+from collectives.bench import allreduce
+from collectives.bench.options import make_parser
+from collectives.sgd.report import final_report
+from collectives.torch.train import report as torch_report
+
+
+@pytest.mark.parametrize("flag, value", [("-x", "-1"), ("-i", "0"), ("-i", "-5"),
+                                         ("--warmup-large", "-2"), ("-i", "many")])
+def test_negative_or_zero_counts_are_refused(flag, value):
+    parser = make_parser("osu_allreduce", "x", default_max=8, rank=0)
+    with pytest.raises(UsageError, match=rf"{flag.lstrip('-')}.*(must be >=|not an integer)"):
+        parser.parse_args([flag, value])
+
+
+def test_help_lists_the_algorithms_strategies_and_codecs():
+    text = make_parser("osu_allreduce", "x", default_max=8, compressed=True,
+                       algorithms=list(collectives.ALGORITHMS), rank=0).format_help()
+    flat = " ".join(text.split())
+    for name in [*collectives.ALGORITHMS, *compress.CODECS, *collectives.STRATEGIES]:
+        assert name in flat, name
+
+
+def test_every_header_names_each_algorithm_whole_and_stays_aligned():
+    out = io.StringIO()
+    allreduce.main(["--algorithm", "all", "--busbw", "-m", "8:16", "-i", "1", "-x", "0",
+                    "--no-progress"], comm=MPI.COMM_SELF, out=out)
+    lines = [line for line in out.getvalue().splitlines() if line and not line.startswith("# ")]
+    header = next(line for line in out.getvalue().splitlines() if line.startswith("# Size"))
+    for name in collectives.ALGORITHMS:
+        assert f" {name}(us)" in header and f" {name}(GB/s)" in header, header
+    assert lines and all(len(line) == len(header) for line in lines), (header, lines)
+    ends = [i for i, c in enumerate(header) if c == ")"]  # every title ends where its value does
+    for line in lines:
+        assert all(line[e].isdigit() or line[e] in "na" for e in ends), (header, line)
+
+
+def _summary(**changes):
+    s = {"world": 2, "params": 10, "steps": 5, "codec": "none", "algorithm": "ring",
+         "sync": "sync", "loss": 1.0, "train_acc": 0.5, "test_acc": 0.5,
+         "seconds": {"compute": 1.0}, "wall_s": 2.0, "analytic": False, "exchanges": 5,
+         "bytes_mean": 100.0, "bytes_max": 100, "dense_bytes": 100, "overlap": False}
+    s.update(changes)
+    return final_report(s)
+
+
+def test_the_sgd_summary_reads_as_words():
+    assert "algorithm ring, synchronous SGD" in _summary() and "sync sync" not in _summary()
+    assert "local SGD (parameters averaged every 8 steps)" in _summary(sync="local:8")
+    assert _summary().endswith("per rank: the same")
+    assert _summary(bytes_mean=1.0).endswith("per rank: 100.0x as much")
+    assert _summary(bytes_mean=0.0).endswith("nothing sent")
+
+
+def test_the_trainer_says_when_nothing_was_counted():
+    s = {"world": 2, "params": 10, "steps": 5, "exchange": "optimizer", "codec": "none",
+         "algorithm": "auto", "train_acc": 0.5, "test_acc": 0.5, "identical": True,
+         "seconds": {"compute": 1.0, "comm": 0.5, "update": 0.1, "eval": 0.1}, "wall_s": 2.0,
+         "step_ms_median": 1.0, "bytes_mean": 0.0, "bytes_max": 0}
+    assert "not counted" in torch_report(s) and "0.00 MB" not in torch_report(s)
+    assert "mean 1.00 MB" in torch_report({**s, "bytes_mean": 1e6, "bytes_max": 10 ** 6})
