@@ -12,7 +12,6 @@ from collectives._runtime.cli import UsageError
 from collectives.bench import allreduce
 from collectives.bench.options import make_parser
 from collectives.sgd.report import final_report
-from collectives.torch.train import report as torch_report
 
 
 @pytest.mark.parametrize("flag, value", [("-x", "-1"), ("-i", "0"), ("-i", "-5"),
@@ -63,6 +62,9 @@ def test_the_sgd_summary_reads_as_words():
 
 
 def test_the_trainer_says_when_nothing_was_counted():
+    pytest.importorskip("torch")
+    from collectives.torch.train import report as torch_report
+
     s = {"world": 2, "params": 10, "steps": 5, "exchange": "optimizer", "codec": "none",
          "algorithm": "auto", "train_acc": 0.5, "test_acc": 0.5, "identical": True,
          "seconds": {"compute": 1.0, "comm": 0.5, "update": 0.1, "eval": 0.1}, "wall_s": 2.0,
