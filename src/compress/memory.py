@@ -20,10 +20,20 @@ the step; the memory then keeps its state as it was before that step, as the opt
 residual, momentum or velocity that would not be finite is never stored: one overflow would
 otherwise poison every later step.
 
-Both keep state in small
-dataclasses, check their arguments, and are :class:`compress.protocols.Memory` (which gives them
-``decode``, the codec's, and ``reset``): ``state_dict()`` gives every key's state as named host
-arrays (keys as ``str(key)``), ``load_state_dict()`` puts it back, so a checkpoint can carry it.
+The fused path: for host arrays and a codec that speaks :class:`compress.protocols.FusedFeedback`
+(top-k, DGC, threshold, random-k), the codec's selecting pass computes ``c`` (or ``u`` and ``v``)
+into buffers the memory keeps per key, and the memory then writes the sent elements' new state
+(zero, or ``c - decoded``) at the sent indices only: one pass over the tensor instead of a
+compensation, an encode, a decode and a finiteness check, and no allocation after the first step.
+The state is double-buffered (the buffer written this step becomes the state; the state before
+becomes the next step's buffer), so a skipped step still has the state it had. Both paths give
+the same bits (``tests/compress/test_fused.py``); ``fused=False`` takes the generic one. Device
+arrays take the generic one.
+
+Both keep state in small dataclasses, check their arguments, and are
+:class:`compress.protocols.Memory` (which gives them ``decode``, the codec's, and ``reset``):
+``state_dict()`` gives every key's state as named host arrays (keys as ``str(key)``),
+``load_state_dict()`` puts it back, so a checkpoint can carry it.
 """
 
 from __future__ import annotations
@@ -32,11 +42,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._backends import count_nonfinite
+from ._backends import HOST, count_nonfinite
 from ._util import quiet
 from .base import Codec
 from .arrays import as_array, host_copy, is_device, like, namespace
-from .protocols import Memory, SparsePayload
+from .protocols import FusedFeedback, Memory, SparsePayload
 
 __all__ = ["ErrorFeedback", "DGCMemory", "Residual", "MomentumState"]
 
@@ -56,10 +66,14 @@ def _check_like(name: str, state: np.ndarray, x: np.ndarray, key) -> None:
 
 @dataclass
 class Residual:
-    """Error-feedback state of one tensor: the residual and how many encodes built it."""
+    """Error-feedback state of one tensor: the residual and how many encodes built it.
+
+    ``spare`` is the buffer the next fused encode writes the new residual into (the residual
+    before this one, reused): not state, never saved."""
 
     error: np.ndarray
     steps: int = 0
+    spare: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         if not (isinstance(self.error, np.ndarray) or is_device(self.error)):
@@ -80,10 +94,16 @@ class ErrorFeedback(Memory):
     ----------
     codec : Codec
         The compressor whose error is fed back.
+    fused : bool
+        For a codec that speaks :class:`compress.protocols.FusedFeedback` and host input, compute
+        ``x + e`` in the codec's selecting pass into a buffer kept per key, which becomes the
+        residual (the default); False: compute, encode, decode as for any codec. Both give the
+        same bits (``tests/compress/test_fused.py``); the switch is for comparing them.
     """
 
     codec: Codec
     state: dict = field(default_factory=dict, repr=False)
+    fused: bool = True
 
     def __post_init__(self):
         _check_codec(self.codec)
@@ -91,7 +111,11 @@ class ErrorFeedback(Memory):
     def encode(self, x, *, key=None, step: int = 0, out=None) -> np.ndarray:
         """Encode ``x`` plus the residual of ``key`` (into ``out``, see ``Codec.encode``), and
         update the residual."""
-        corrected = self.compensate(as_array(x), key=key)
+        a = as_array(x)
+        if self.fused and isinstance(self.codec, FusedFeedback) and type(a) is np.ndarray:
+            payload = self._encode_fused(a, key, step, None if out is None else as_array(out))
+            return like(x, payload) if out is None else out
+        corrected = self.compensate(a, key=key)
         payload = self.codec.encode(corrected, key=key, step=step,
                                     out=None if out is None else as_array(out))
         if isinstance(self.codec, SparsePayload):
@@ -106,6 +130,42 @@ class ErrorFeedback(Memory):
             self.remember(corrected, self.codec.decode(payload, count=corrected.size), key=key)
         return like(x, payload) if out is None else out
 
+    def _encode_fused(self, x: np.ndarray, key, step: int, out) -> np.ndarray:
+        """The fused path (host input, a codec that speaks ``FusedFeedback``): the codec's
+        selecting pass computes ``x + e`` into the key's spare buffer; where nothing overflowed,
+        the sent elements there become ``c - decoded`` and the buffer becomes the residual (the
+        old residual the next spare). The same bits as the generic path, one pass over memory
+        fewer, no allocation after the first step."""
+        if step < 0:
+            raise ValueError(f"step must be >= 0, got {step}")
+        x = self.codec._prepare(x, HOST)
+        addend = self.addend(x, key=key)
+        st = self.state[key]
+        spare = st.spare
+        if spare is None or spare.shape != x.shape or spare.dtype != x.dtype:
+            spare = st.spare = np.empty_like(x)
+        src = HOST.compensated(x, addend, spare)
+        payload, idx, sent = self.codec._encode_source(src, key, int(step), out)
+        if src.nonfinite:  # c holds inf or NaN: the residual stays
+            return payload
+        if self.codec.sends_values:  # c - c at the sent indices: +0.0
+            HOST.zero_at(spare, idx)
+        elif HOST.subtract_at(src.values, idx, sent):  # a decoded value overflowed (n/k)
+            return payload
+        st.spare, st.error = st.error, spare
+        st.steps += 1
+        return payload
+
+    def addend(self, x, *, key=None):
+        """The residual of ``key`` that :meth:`compensate` adds to ``x`` (zeros the first time,
+        made now), checked against ``x``; None: ``x`` is compressed as it is."""
+        xp = namespace(x)
+        st = self.state.get(key)
+        if st is None:
+            st = self.state[key] = Residual(xp.zeros_like(x))
+        _check_like("the residual", st.error, x, key)
+        return st.error
+
     def compensate(self, x, *, key=None) -> np.ndarray:
         """``x`` plus the residual of ``key`` (zeros the first time): what to compress now.
 
@@ -114,12 +174,11 @@ class ErrorFeedback(Memory):
         """
         xp = namespace(x)
         x = xp.asarray(x)
-        st = self.state.get(key)
-        if st is None:
-            st = self.state[key] = Residual(xp.zeros_like(x))
-        _check_like("the residual", st.error, x, key)
+        addend = self.addend(x, key=key)
+        if addend is None:
+            return xp.array(x, copy=True)  # a new array: encode() updates it in place
         with quiet():
-            return x + st.error
+            return x + addend
 
     def remember(self, corrected, estimate, *, key=None) -> None:
         """Store ``corrected - estimate`` as the new residual of ``key`` (after :meth:`compensate`),
@@ -138,7 +197,8 @@ class ErrorFeedback(Memory):
         st.steps += 1
 
     def residual(self, key=None) -> np.ndarray | None:
-        """The current residual of ``key`` (None before its first encode)."""
+        """The current residual of ``key`` (None before its first encode): the live array, whose
+        memory a fused encode reuses two steps later (copy it to keep it)."""
         st = self.state.get(key)
         return None if st is None else st.error
 
@@ -159,10 +219,15 @@ class ErrorFeedback(Memory):
 
 @dataclass
 class MomentumState:
-    """DGC state of one tensor: momentum ``u`` and accumulated velocity ``v``."""
+    """DGC state of one tensor: momentum ``u`` and accumulated velocity ``v``.
+
+    ``u_spare`` and ``v_spare`` are the buffers the next fused encode writes the new ones into
+    (the ones before, reused): not state, never saved."""
 
     u: np.ndarray
     v: np.ndarray
+    u_spare: np.ndarray | None = field(default=None, repr=False, compare=False)
+    v_spare: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         if self.u.shape != self.v.shape:
@@ -179,11 +244,15 @@ class DGCMemory(Memory):
         Usually ``compress.get("dgc")`` or ``compress.get("topk")``.
     momentum : float
         Momentum coefficient, in [0, 1).
+    fused : bool
+        As for :class:`ErrorFeedback`: the codec's selecting pass computes momentum and velocity
+        (default), or they are computed, encoded and decoded as for any codec.
     """
 
     codec: Codec
     momentum: float = 0.9
     state: dict = field(default_factory=dict, repr=False)
+    fused: bool = True
 
     def __post_init__(self):
         _check_codec(self.codec)
@@ -196,12 +265,11 @@ class DGCMemory(Memory):
         A velocity that is not finite (an overflowed ``grad``) is encoded, so the payload carries
         the overflow, but momentum and velocity stay as they were before this step."""
         original, grad = grad, as_array(grad)
+        if self.fused and isinstance(self.codec, FusedFeedback) and type(grad) is np.ndarray:
+            return like(original, self._encode_fused(grad, key, step))
         xp = namespace(grad)
         grad = xp.asarray(grad)
-        st = self.state.get(key)
-        if st is None:
-            st = self.state[key] = MomentumState(xp.zeros_like(grad), xp.zeros_like(grad))
-        _check_like("the momentum", st.u, grad, key)
+        st = self._state(grad, key)
         with quiet():
             u = st.u * self.momentum
             u += grad
@@ -215,6 +283,34 @@ class DGCMemory(Memory):
         st.u, st.v = u, v
         return like(original, payload)
 
+    def _encode_fused(self, grad: np.ndarray, key, step: int) -> np.ndarray:
+        """The fused path: the codec's selecting pass computes the new momentum and velocity into
+        the key's spare buffers; where the velocity is finite, they are cleared where the payload
+        sends a nonzero value and become the state (the old state the next spares)."""
+        if step < 0:
+            raise ValueError(f"step must be >= 0, got {step}")
+        grad = self.codec._prepare(grad, HOST)
+        st = self._state(grad, key)
+        if st.u_spare is None or st.u_spare.shape != grad.shape or st.u_spare.dtype != grad.dtype:
+            st.u_spare, st.v_spare = np.empty_like(grad), np.empty_like(grad)
+        u, v = st.u_spare, st.v_spare
+        src = HOST.momentum(grad, st.u, st.v, u, v, self.momentum)
+        payload, idx, sent = self.codec._encode_source(src, key, int(step), None)
+        if not src.nonfinite:
+            hit = idx[sent != 0]  # what decode(payload) != 0 marks
+            HOST.zero_at(v, hit)
+            HOST.zero_at(u, hit)
+            st.u_spare, st.v_spare, st.u, st.v = st.u, st.v, u, v
+        return payload
+
+    def _state(self, grad, key) -> MomentumState:
+        """The state of ``key`` (zeros the first time, made now), checked against ``grad``."""
+        xp = namespace(grad)
+        st = self.state.get(key)
+        if st is None:
+            st = self.state[key] = MomentumState(xp.zeros_like(grad), xp.zeros_like(grad))
+        _check_like("the momentum", st.u, grad, key)
+        return st
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """``u/<key>`` (momentum) and ``v/<key>`` (velocity) of every key, on the host."""

@@ -16,6 +16,15 @@ A codec says what a collective may do with it by subclassing these abstract clas
 :class:`SparsePayload`
     Payloads are (index, value) lists (``Codec.sparse_parts`` returns them validated), so a sparse
     allreduce can merge them without decoding (topk, threshold, dgc).
+:class:`FusedFeedback`
+    It encodes the tensor a memory computes (error feedback's ``x + e``, DGC's momentum-corrected
+    velocity) in the pass that computes it: given a *source* (the inputs and the buffer that
+    becomes the memory's new state) instead of the finished tensor, it gathers its selection's
+    statistics while the tensor is written, and says which elements it sent and what the decoder
+    makes of them, so the memory updates its state there without decoding the payload (topk,
+    dgc, threshold, randomk). :class:`compress.ErrorFeedback` and :class:`compress.DGCMemory`
+    take that path for host arrays, and the generic one (compute, encode, decode) otherwise;
+    both give the same bits.
 :class:`Memory`
     A compensation memory around a codec (error feedback, DGC's momentum correction): it encodes
     with per-tensor state, which ``state_dict`` / ``load_state_dict`` save and restore.
@@ -30,7 +39,8 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-__all__ = ["ElementSummable", "LowRankSummable", "SparsePayload", "Memory", "SUMMABLE"]
+__all__ = ["ElementSummable", "LowRankSummable", "SparsePayload", "FusedFeedback", "Memory",
+           "SUMMABLE"]
 
 
 class ElementSummable(ABC):
@@ -87,6 +97,22 @@ class SparsePayload(ABC):
     def _sparse_parts(self, hdr, body, ops):
         """(strictly increasing int64 indices, values) of a validated payload (see
         ``Codec.sparse_parts``)."""
+
+
+class FusedFeedback(ABC):
+    """A codec that encodes a memory's tensor in the pass that computes it (host arrays)."""
+
+    #: True when its decoder writes the tensor's own values at the sent indices (top-k, DGC):
+    #: error feedback's new residual is then zero there, written without a subtraction.
+    sends_values: bool = False
+
+    @abstractmethod
+    def _encode_source(self, src, key, step: int, out):
+        """``(payload, idx, sent)`` of the tensor the host source ``src``
+        (``compress._kernels.sources``) computes into ``src.tensor`` (it runs the source once):
+        the payload ``encode(src.tensor, key=key, step=step, out=out)`` would give, the ascending
+        int64 indices it sends, and what its decoder writes there (in the tensor's dtype; zero
+        elsewhere)."""
 
 
 class Memory(ABC):

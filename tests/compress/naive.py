@@ -183,3 +183,46 @@ def ref_randomk(x, p):
     out = np.zeros(flat.size, dtype=work)
     out[idx] = flat[idx].astype(work) * work.type(p["scale"])
     return out.astype(x.dtype).reshape(x.shape)
+
+
+def _finite(a):
+    return bool(np.isfinite(a).all())
+
+
+def ref_error_feedback(encode, decode, xs):
+    """Error feedback in plain NumPy around ``encode(c, step)`` / ``decode(payload)``, one step
+    per array of ``xs``: ``c = x + e``, ``payload = encode(c)``, ``e = c - decode(payload)``,
+    kept only if finite (an overflowed step leaves the residual). ``[(payload, e)]`` per step."""
+    e, out = None, []
+    for step, x in enumerate(xs):
+        e = np.zeros_like(x) if e is None else e
+        with np.errstate(over="ignore", invalid="ignore"):
+            c = x + e
+            payload = encode(c, step)
+            new = c - decode(payload).astype(c.dtype)
+        e = new if _finite(new) else e
+        out.append((payload, e.copy()))
+    return out
+
+
+def ref_dgc_memory(encode, decode, xs, momentum):
+    """DGC's momentum correction in plain NumPy: ``u = m u + g``, ``v = v + u``, ``payload =
+    encode(v)``, ``u`` and ``v`` cleared where ``decode(payload) != 0``; a non-finite ``v`` leaves
+    both as they were. ``[(payload, u, v)]`` per step."""
+    u = v = None
+    out = []
+    for step, g in enumerate(xs):
+        if u is None:
+            u, v = np.zeros_like(g), np.zeros_like(g)
+        with np.errstate(over="ignore", invalid="ignore"):
+            u2 = u * momentum
+            u2 += g
+            v2 = v + u2
+            payload = encode(v2, step)
+        if _finite(v2):
+            sent = decode(payload) != 0
+            v2[sent] = 0
+            u2[sent] = 0
+            u, v = u2, v2
+        out.append((payload, u.copy(), v.copy()))
+    return out

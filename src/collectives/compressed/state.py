@@ -65,12 +65,11 @@ class ServerFeedback(ErrorFeedback):
     residual would turn a -0.0 of the aggregate into +0.0, which a codec that keeps values, fp16
     say, sends differently)."""
 
-    def compensate(self, x, *, key=None):
+    def addend(self, x, *, key=None):
         if key in self.state:
-            return super().compensate(x, key=key)
-        xp = namespace(x)
-        self.state[key] = Residual(xp.zeros_like(x))
-        return xp.array(x, copy=True)  # a new array: encode() updates it in place
+            return super().addend(x, key=key)
+        self.state[key] = Residual(namespace(x).zeros_like(x))
+        return None  # the aggregate as it is
 
 
 @dataclass(eq=False)

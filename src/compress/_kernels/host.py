@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._util import inf_word, nan_word, uint_view
-from . import bits, floats, quant, sparse
+from .._util import inf_word, nan_word, quiet, uint_view
+from . import bits, floats, fused, quant, sources, sparse
 from .bits import pack_sign_bits, unpack_two_values
 from .quant import dequantize_levels, natural_decode, natural_encode
 from .sparse import count_at_least, first_bad_index, gather, scatter, scatter_scaled
@@ -22,7 +22,8 @@ __all__ = ["float_work", "sign_stats", "pack_sign_bits", "pack_negative_bits", "
            "topk_indices", "count_at_least", "collect_at_least", "sample_keys", "select_among",
            "quantize_levels", "dequantize_levels", "count_bad_scales", "natural_encode",
            "natural_decode", "to_f16", "f16_to_f32", "to_bf16", "bf16_to_f32", "threshold_words",
-           "threshold_parts", "threshold_decode", "random_subset"]
+           "threshold_parts", "threshold_decode", "random_subset", "compensated", "momentum",
+           "source_sample", "source_topk", "subtract_at", "zero_at"]
 
 #: float32 value of every binary16 word (decode by table lookup)
 _F16_TO_F32 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
@@ -155,3 +156,41 @@ def random_subset(n: int, k: int, stream: int) -> np.ndarray:
 
 
 _FLOAT_OF = {2: np.float16, 4: np.float32, 8: np.float64}
+
+
+def compensated(x: np.ndarray, e: np.ndarray | None, out: np.ndarray) -> sources.Source:
+    """Error feedback's ``x + e`` (``x`` when ``e`` is None), to be computed into ``out`` by the
+    codec's selecting pass (:mod:`compress._kernels.sources`)."""
+    return sources.Compensated(x, e, out)
+
+
+def momentum(g, u, v, u_out, out, m: float) -> sources.Source:
+    """DGC's ``u_out = u * m + g``, ``out = v + u_out``, to be computed by the codec's selecting
+    pass."""
+    return sources.Momentum(g, u, v, u_out, out, m)
+
+
+def source_sample(src: sources.Source, m: int, stream) -> np.ndarray:
+    """The keys :func:`sample_keys` would draw from the source's finished tensor, sorted
+    descending."""
+    return sources.sample_keys(src, m, stream)
+
+
+def source_topk(src: sources.Source, k: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Indices (ascending, int64) of the source's ``k`` largest magnitude keys, and the bits of
+    its values there (or None); runs it."""
+    return sources.topk(src, k)
+
+
+def subtract_at(values: np.ndarray, idx: np.ndarray, sent: np.ndarray) -> int:
+    """``values[idx] -= sent`` (NumPy's result); return how many results are not finite."""
+    if values.dtype == np.float16:
+        with quiet():
+            values[idx] -= sent
+            return int(np.count_nonzero(~np.isfinite(values[idx])))
+    return int(fused.subtract_at(values, idx, sent))
+
+
+def zero_at(a: np.ndarray, idx: np.ndarray) -> None:
+    """``a.flat[idx] = 0`` (``+0.0``) for a contiguous float array ``a``."""
+    fused.zero_at(uint_view(a)[0], idx)

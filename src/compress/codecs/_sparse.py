@@ -44,11 +44,20 @@ class SparseCodec(SparsePayload, Codec):
 
     def _emit(self, x, ops, out, idx):
         """Payload holding ``x[idx]`` for ascending int64 indices ``idx`` (of the backend ``ops``)."""
+        return self._emit_sent(x, ops, out, idx)[0]
+
+    def _emit_sent(self, x, ops, out, idx, bits=None):
+        """``(payload, idx, values)``: :meth:`_emit`'s payload, the indices and the values it
+        sends (a view of its body; the decoder writes them at ``idx``). ``bits``: the values'
+        bits, when the caller has them (else they are read from ``x``)."""
         buf, body = self._new_payload(x, out, {"nnz": idx.size}, ops)
         u, _ = uint_view(x)
-        ops.gather(u, idx, body["values"].view(u.dtype))
+        if bits is None:
+            ops.gather(u, idx, body["values"].view(u.dtype))
+        else:
+            ops.copy_into(body["values"].view(u.dtype), bits)
         ops.cast_into(idx, body["indices"])
-        return buf
+        return buf, idx, body["values"]
 
     def _check_indices(self, hdr, body, ops):
         idx = body["indices"]

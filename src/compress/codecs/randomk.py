@@ -11,7 +11,9 @@ error feedback. Stich, Cordonnier & Jaggi, "Sparsified SGD with Memory", NeurIPS
 
 Non-finite input: k values cannot say that an element they leave out overflowed, so when the input
 holds ``±inf`` or NaN anywhere, every sent value is NaN (the k shared indices decode to NaN, and so
-does their sum over ranks). Finding out costs one read of the input, which random-k otherwise skips.
+does their sum over ranks). Finding out costs one read of the input, which random-k otherwise skips;
+with error feedback the pass that computes ``x + e`` finds it out
+(:class:`compress.protocols.FusedFeedback`), and the residual is updated at the k indices only.
 
 Wire size: ``header + k * itemsize`` bytes, ``header = 16 + 8 * ndim + 24`` (parameters ``nnz``,
 the index stream and the decode scale).
@@ -30,16 +32,16 @@ import numpy as np
 from .._backends import HOST, backend_of, count_nonfinite
 from .._layout import Section
 from .._seeding import shared_stream
-from .._util import check_ratio, k_for, nan_word, require, uint_view
+from .._util import check_ratio, k_for, nan_word, quiet, require, uint_view
 from ..base import Codec
 from ..arrays import namespace
-from ..protocols import ElementSummable
+from ..protocols import ElementSummable, FusedFeedback
 
 __all__ = ["RandomK"]
 
 
 @dataclass(eq=False)
-class RandomK(ElementSummable, Codec):
+class RandomK(FusedFeedback, ElementSummable, Codec):
     """Random-k with shared indices.
 
     Parameters
@@ -120,6 +122,21 @@ class RandomK(ElementSummable, Codec):
     def _encode(self, x, ops, key, step, out):
         """The k indices are drawn on the host (Floyd's algorithm is sequential, O(k)) and, for a
         device ``x``, copied to the device."""
+        return self._emit(x, ops, key, step, out, None)[0]
+
+    def _encode_source(self, src, key, step, out):
+        """Random-k selects nothing from the data: the pass computes the tensor and says whether
+        it holds inf or NaN (the read that :meth:`_encode` spends on it)."""
+        src.run()
+        buf, idx, values, scale = self._emit(src.tensor, HOST, key, step, out, src.nonfinite)
+        work = np.dtype(np.float32) if src.dtype == np.float16 else src.dtype
+        with quiet():  # what decode writes: v * scale in the work dtype, rounded to the tensor's
+            sent = (values.astype(work) * work.type(scale)).astype(src.dtype)
+        return buf, idx, sent
+
+    def _emit(self, x, ops, key, step, out, nonfinite: bool | None):
+        """``(payload, indices, values, scale)`` of ``x``; ``nonfinite``: whether ``x`` holds inf
+        or NaN (None: find out)."""
         n = x.size
         k = k_for(n, self.ratio)
         stream = shared_stream(self.seed, key, step)
@@ -127,10 +144,11 @@ class RandomK(ElementSummable, Codec):
         buf, body = self._new_payload(x, out, {"nnz": k, "stream": stream, "scale": scale}, ops)
         u, _ = uint_view(x)
         values = body["values"].view(u.dtype)
-        ops.gather(u, ops.from_host(HOST.random_subset(n, k, stream)), values)
-        if count_nonfinite(x):
+        idx = HOST.random_subset(n, k, stream)
+        ops.gather(u, ops.from_host(idx), values)
+        if count_nonfinite(x) if nonfinite is None else nonfinite:
             ops.fill(values, nan_word(x.dtype))
-        return buf
+        return buf, idx, body["values"], scale
 
     def _decode(self, hdr, body, ops):
         k = hdr.params["nnz"]

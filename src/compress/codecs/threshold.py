@@ -4,7 +4,8 @@ How it works: every element whose magnitude reaches the fixed threshold ``tau`` 
 word ``index << 1 | sign``, and decodes to ``±tau``; everything else decodes to zero. The difference
 stays in the residual, so it must be used with error feedback (:class:`compress.ErrorFeedback`).
 Strom, "Scalable Distributed DNN Training Using Commodity GPU Cloud Computing", Interspeech 2015.
-The number of words is data dependent (``nnz``) and is in the header.
+The number of words is data dependent (``nnz``) and is in the header. With error feedback the pass
+that computes ``x + e`` collects the sent indices (:class:`compress.protocols.FusedFeedback`).
 
 Non-finite input: ``±inf`` and NaN pass every threshold (their magnitude keys sort above all finite
 ones), so they are always sent; a word says only a sign, so such a payload has ``tau = NaN`` in its
@@ -22,16 +23,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._backends import HOST
 from .._layout import Section
 from .._util import inf_word, require, uint_view
 from ..base import Codec
-from ..protocols import SparsePayload
+from ..protocols import FusedFeedback, SparsePayload
 
 __all__ = ["Threshold"]
 
 
 @dataclass(eq=False)
-class Threshold(SparsePayload, Codec):
+class Threshold(FusedFeedback, SparsePayload, Codec):
     """Strom's threshold quantization.
 
     Parameters
@@ -66,17 +68,43 @@ class Threshold(SparsePayload, Codec):
     def _encode(self, x, ops, key, step, out):
         require(x.size < 1 << 31, f"threshold takes at most 2**31 - 1 elements, not {x.size}")
         u, absmask = uint_view(x)
-        thr = np.array(self.tau, dtype=x.dtype).view(u.dtype)[()]
-        idx = ops.collect_at_least(u, absmask, thr)
-        tau = float(self.tau)
+        idx = ops.collect_at_least(u, absmask, self._key(x.dtype))
+        nonfinite = False
         if idx.size:  # every non-finite element is among the selected ones
             keys = ops.empty(idx.size, u.dtype)
             ops.gather(u, idx, keys)
-            if ops.count_at_least(keys, absmask, inf_word(x.dtype)):
-                tau = float("nan")
+            nonfinite = bool(ops.count_at_least(keys, absmask, inf_word(x.dtype)))
+        return self._emit(x, ops, out, idx, nonfinite)[0]
+
+    def _encode_source(self, src, key, step, out):
+        """The collecting pass is the one that computes the tensor; its capacity comes from the
+        share of a strided sample that passes (a second pass collects when that was short)."""
+        n = src.size
+        require(n < 1 << 31, f"threshold takes at most 2**31 - 1 elements, not {n}")
+        thr = self._key(src.dtype)
+        probe = src.keys_at(np.arange(0, n, max(1, n // 4096), dtype=np.int64))
+        share = float(np.count_nonzero(probe >= thr)) / max(1, probe.size)
+        scan = src.run(thr, int(2 * share * n) + 1024)
+        idx = scan.cand if scan.complete else \
+            HOST.collect_at_least(src.bits, src.absmask, thr, scan.count)
+        buf, words, tau = self._emit(src.tensor, HOST, out, idx, src.nonfinite)
+        with np.errstate(over="ignore"):  # a tau beyond float16 range decodes to ±inf
+            pair = np.array([tau, -tau], dtype=src.dtype)
+        return buf, idx, pair[words & 1]
+
+    def _key(self, dtype):
+        """The magnitude key of ``tau`` in ``dtype``: elements whose key reaches it are sent."""
+        t = np.array(self.tau, dtype=dtype)
+        return t.view(uint_view(t)[0].dtype)[()]
+
+    def _emit(self, x, ops, out, idx, nonfinite: bool):
+        """``(payload, words, tau)`` of the ascending indices ``idx`` of ``x``; the header's tau is
+        NaN when ``x`` holds inf or NaN (all of which are in ``idx``)."""
+        tau = float("nan") if nonfinite else float(self.tau)
         buf, body = self._new_payload(x, out, {"nnz": idx.size, "tau": tau}, ops)
+        u, _ = uint_view(x)
         ops.threshold_words(idx, u, 8 * x.dtype.itemsize - 1, body["words"])
-        return buf
+        return buf, body["words"], tau
 
     def _checked_words(self, hdr, body, ops):
         """The words with every index validated, and the bit patterns of ``+tau`` and ``-tau``."""

@@ -15,20 +15,26 @@ Wire size: ``header + k * (4 + itemsize)`` bytes with ``header = 16 + 8 * ndim +
 
 Properties: not summable (each rank picks different indices: allgather or a sparse allreduce), biased,
 needs error feedback, aggregation "mean".
+
+With a memory (:class:`compress.protocols.FusedFeedback`): the pass that computes ``x + e`` also
+collects the candidates, with their values, above a threshold from a strided sample of the sum;
+the exact selection runs on those alone (:func:`compress._kernels.sources.topk`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .._backends import HOST
 from .._util import check_ratio, k_for, uint_view
+from ..protocols import FusedFeedback
 from ._sparse import SparseCodec
 
 __all__ = ["TopK"]
 
 
 @dataclass(eq=False)
-class TopK(SparseCodec):
+class TopK(FusedFeedback, SparseCodec):
     """Exact top-k by magnitude.
 
     Parameters
@@ -42,6 +48,7 @@ class TopK(SparseCodec):
     name = "topk"
     codec_id = 4
     needs_error_feedback = True
+    sends_values = True
 
     def __post_init__(self):
         check_ratio("ratio", self.ratio)
@@ -52,3 +59,7 @@ class TopK(SparseCodec):
     def _encode(self, x, ops, key, step, out):
         u, absmask = uint_view(x)
         return self._emit(x, ops, out, ops.topk_indices(u, absmask, k_for(x.size, self.ratio)))
+
+    def _encode_source(self, src, key, step, out):
+        idx, bits = HOST.source_topk(src, k_for(src.size, self.ratio))
+        return self._emit_sent(src.tensor, HOST, out, idx, bits)

@@ -1,0 +1,210 @@
+"""Fused compensation and selection kernels: one pass that writes what a memory compresses and
+gathers what the codec's selection needs (private).
+
+A memory around a sparsifying codec compresses a tensor it computes first: error feedback
+``c = x + e``; DGC's momentum correction ``u' = u m + g``, ``c = v + u'``. Computing ``c`` in one
+pass and selecting in another reads it twice, and allocating it afresh every step pays a page
+fault per 4 KiB. These kernels compute ``c`` into a buffer the memory keeps (its new residual),
+in blocks of 32 elements, and gather the selection's statistics on the way:
+
+* how many elements of ``c`` are inf or NaN (``not |c| < inf``);
+* how many reach the threshold ``thr`` (``not |c| < thr``), and their indices (ascending) and
+  bits, the first ``cand.size - 1`` of them.
+
+The block loop tests magnitudes as floats, which the compiler turns into SIMD code (a magnitude
+*key*, the bits of ``|c|`` as an unsigned integer as in :mod:`.sparse`, made the loop scalar); a
+block with an element that reaches ``thr`` is read again, from L1, to collect it. For a
+threshold given as a key ``t``, ``not |c| < float(t)`` is ``key >= t`` exactly: float order is
+key order for non-NaN magnitudes, and a NaN (whose key is above every finite key) passes. The
+collected bits let the selection run without reading ``c`` again at random places.
+
+``c`` gets the bits NumPy's ``x + e`` (and ``u * m + g``, ``v + u'``) give: IEEE operations in
+the same order, no contraction into fused multiply-adds (``fastmath`` is off). (Which NaN comes
+out of two NaN operands is the compiler's choice; a memory's state holds no NaN.) Float16 has no
+arithmetic here (Numba does none): its memories let NumPy compute ``c``, and :func:`scan` scans
+it by keys.
+"""
+
+import numpy as np
+from numba import njit, types
+from numba.extending import overload
+
+from . import NJIT
+from .rng import uniform_below
+
+__all__ = ["compensate_scan", "momentum_scan", "scan", "select_collected", "subtract_at",
+           "zero_at", "random_positions"]
+
+_BLOCK = 32
+
+
+def _bits(v):  # pragma: no cover - replaced by the overload below inside kernels
+    """The bits of the float ``v`` as an unsigned integer."""
+    raise NotImplementedError
+
+
+@overload(_bits)
+def _bits_overload(v):
+    if v == types.float32:
+        return lambda v: np.float32(v).view(np.uint32)
+    if v == types.float64:
+        return lambda v: np.float64(v).view(np.uint64)
+    return None
+
+
+@njit(**NJIT)
+def compensate_scan(x, e, c, thr, cand, bits):
+    """``c = x + e`` (float32 or float64, all of one size); return ``(nonfinite, count)``: how
+    many elements of ``c`` are inf or NaN, and how many reach ``thr`` (``not |c| < thr``: NaN
+    does), whose indices and bits go to ``cand`` and ``bits`` while they have room (the first
+    ``cand.size - 1``; the last slot takes the stores past that: no branch on a full buffer)."""
+    n = x.size
+    inf = c.dtype.type(np.inf)
+    cap = cand.size - 1  # the last slot takes the stores past the room
+    nonfinite = 0
+    cnt = 0
+    for blk in range(n // _BLOCK):
+        lo = blk * _BLOCK
+        hit = 0
+        for i in range(lo, lo + _BLOCK):
+            v = x[i] + e[i]
+            c[i] = v
+            a = abs(v)
+            nonfinite += not a < inf
+            hit += not a < thr
+        if hit:  # collect them (inline: a call would count references to cand and bits)
+            for i in range(lo, lo + _BLOCK):
+                if not abs(c[i]) < thr:
+                    j = min(cnt, cap)
+                    cand[j] = i
+                    bits[j] = _bits(c[i])
+                    cnt += 1
+    for i in range(n - n % _BLOCK, n):
+        v = x[i] + e[i]
+        c[i] = v
+        a = abs(v)
+        nonfinite += not a < inf
+        if not a < thr:
+            j = min(cnt, cap)
+            cand[j] = i
+            bits[j] = _bits(v)
+            cnt += 1
+    return nonfinite, cnt
+
+
+@njit(**NJIT)
+def momentum_scan(g, u, v, u_out, c, momentum, thr, cand, bits):
+    """DGC's momentum correction ``u_out = u * momentum + g``, ``c = v + u_out`` (float32 or
+    float64; ``momentum`` of that type); return ``(nonfinite, count)`` of ``c`` as
+    :func:`compensate_scan` does."""
+    n = g.size
+    inf = c.dtype.type(np.inf)
+    cap = cand.size - 1
+    nonfinite = 0
+    cnt = 0
+    for blk in range(n // _BLOCK):
+        lo = blk * _BLOCK
+        hit = 0
+        for i in range(lo, lo + _BLOCK):
+            w = u[i] * momentum + g[i]
+            u_out[i] = w
+            w = v[i] + w
+            c[i] = w
+            a = abs(w)
+            nonfinite += not a < inf
+            hit += not a < thr
+        if hit:
+            for i in range(lo, lo + _BLOCK):
+                if not abs(c[i]) < thr:
+                    j = min(cnt, cap)
+                    cand[j] = i
+                    bits[j] = _bits(c[i])
+                    cnt += 1
+    for i in range(n - n % _BLOCK, n):
+        w = u[i] * momentum + g[i]
+        u_out[i] = w
+        w = v[i] + w
+        c[i] = w
+        a = abs(w)
+        nonfinite += not a < inf
+        if not a < thr:
+            j = min(cnt, cap)
+            cand[j] = i
+            bits[j] = _bits(w)
+            cnt += 1
+    return nonfinite, cnt
+
+
+@njit(**NJIT)
+def scan(words, absmask, inf, thr, cand, bits):
+    """:func:`compensate_scan`'s statistics of a tensor already computed, on its unsigned view
+    ``words`` (float16 words, or any float's) and magnitude keys: ``inf`` the key of ``+inf``,
+    ``thr`` the threshold's key."""
+    n = words.size
+    nonfinite = 0
+    cnt = 0
+    cap = cand.size - 1
+    for blk in range(n // _BLOCK + 1):
+        lo = blk * _BLOCK
+        hi = min(n, lo + _BLOCK)
+        hit = 0
+        for i in range(lo, hi):
+            key = words[i] & absmask
+            nonfinite += key >= inf
+            hit += key >= thr
+        if hit:
+            for i in range(lo, hi):
+                if (words[i] & absmask) >= thr:
+                    j = min(cnt, cap)
+                    cand[j] = i
+                    bits[j] = words[i]
+                    cnt += 1
+    return nonfinite, cnt
+
+
+@njit(**NJIT)
+def random_positions(n, m, stream, out):
+    """The ``m`` positions :func:`.sparse.sample_keys` reads (uniform in ``[0, n)``, with
+    replacement, from ``stream``), so a memory can compute its tensor there before the pass."""
+    for j in range(m):
+        out[j] = uniform_below(stream, j, n)
+
+
+@njit(**NJIT)
+def select_collected(cand, bits, absmask, v, k, out_idx, out_bits):
+    """The exact top-``k`` among collected candidates (ascending indices ``cand`` and the bits
+    of their values, ``bits``) whose ``k``-th largest magnitude key is ``v``, ties to the lowest
+    index, as :func:`.sparse.select_from_candidates` selects them: indices into ``out_idx``, bits
+    into ``out_bits`` (``k + 1`` long: the last slot takes a store that is not kept). The
+    candidates' bits came with them: nothing is read from the tensor."""
+    above = 0
+    for j in range(cand.size):
+        above += (bits[j] & absmask) > v
+    ties = k - above
+    o = 0
+    for j in range(cand.size):  # without branches: a store to slot o is kept when o advances
+        key = bits[j] & absmask
+        take = (key > v) | ((key == v) & (ties > 0))
+        ties -= (key == v) & take
+        out_idx[o] = cand[j]
+        out_bits[o] = bits[j]
+        o += take
+
+
+@njit(**NJIT)
+def subtract_at(c, idx, sent):
+    """``c[idx[j]] -= sent[j]`` (float32 or float64); return how many results are not finite."""
+    bad = 0
+    for j in range(idx.size):
+        r = c[idx[j]] - sent[j]
+        c[idx[j]] = r
+        bad += not np.isfinite(r)
+    return bad
+
+
+@njit(**NJIT)
+def zero_at(words, idx):
+    """``words[idx[j]] = 0`` (an unsigned view: ``+0.0`` in any float format)."""
+    for j in range(idx.size):
+        words[idx[j]] = 0
+

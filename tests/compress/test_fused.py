@@ -1,0 +1,276 @@
+"""The fused path of the memories (compress.protocols.FusedFeedback) against the unfused
+reference, bit for bit.
+
+``ErrorFeedback`` and ``DGCMemory`` around top-k, DGC, threshold and random-k compute what they
+compress in the codec's selecting pass (``compress/_kernels/fused.py``). The references
+(``naive.ref_error_feedback``, ``naive.ref_dgc_memory``) compute it with NumPy, encode it with the
+codec's own ``encode`` and update the state from a dense ``decode``: the unfused path. Payload
+bytes, residuals, momenta and velocities must be the same bits, for every dtype, sizes from 0 to
+past the sampled selection, inputs that defeat the selection's estimates, and non-finite input
+(docs/compression.md, "Non-finite input": the payload carries it, the state stays as it was).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import compress
+import naive
+from compress.memory import ErrorFeedback
+from compress.protocols import FusedFeedback
+from helpers import DTYPES, parts, sample
+
+SIZES = [0, 1, 7, 64, 65, 4097, 300_001]
+CODECS = {
+    "topk": {"ratio": 0.01},
+    "topk-dense": ("topk", {"ratio": 0.4}),
+    "dgc": {"density": 0.01, "seed": 3},
+    "dgc-small-sample": ("dgc", {"density": 0.05, "sample_ratio": 0.001, "seed": 5}),
+    "threshold": {"tau": 1.0},
+    "randomk": {"ratio": 0.05, "seed": 1},
+    "randomk-scaled": ("randomk", {"ratio": 0.05, "seed": 1, "unbiased_scaling": True}),
+}
+NAIVE = {"topk": naive.ref_topk, "threshold": naive.ref_threshold, "randomk": naive.ref_randomk}
+
+
+def make(label):
+    spec = CODECS[label]
+    name, params = spec if isinstance(spec, tuple) else (label, spec)
+    return compress.get(name, **params)
+
+
+def same_bits(a, b):
+    assert a.dtype == b.dtype and a.shape == b.shape
+    np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+def steps(n, dtype, seed, bad=None):
+    """Four inputs; the third holds ``bad`` (inf or NaN) when given and there is room."""
+    xs = [sample(n, dtype, seed=seed + s) for s in range(4)]
+    if bad is not None and n:
+        xs[2][n // 2] = bad
+    return xs
+
+
+def check_ef(label, xs, key="k", **encode):
+    """The fused ErrorFeedback against the reference and against its own unfused path
+    (``fused=False``), step by step; the payload also against the plain-NumPy decoder reference
+    where there is one."""
+    ef = ErrorFeedback(make(label))
+    unfused = ErrorFeedback(make(label), fused=False)
+    twin = make(label)
+    ref = naive.ref_error_feedback(lambda c, s: twin.encode(c, key=key, step=s),
+                                   lambda p: twin.decode(p), xs)
+    before = np.zeros_like(xs[0])
+    for step, (x, (payload, residual)) in enumerate(zip(xs, ref)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = ef.encode(x, key=key, step=step, **encode)
+        same_bits(got, payload)
+        same_bits(ef.residual(key), residual)
+        with np.errstate(over="ignore", invalid="ignore"):
+            same_bits(unfused.encode(x, key=key, step=step), payload)
+        same_bits(unfused.residual(key), residual)
+        assert unfused.state[key].steps == ef.state[key].steps
+        with np.errstate(over="ignore", invalid="ignore"):  # scaled random-k's residual grows
+            c = x + before
+            if twin.name in NAIVE and np.isfinite(c).all():
+                same_bits(ef.decode(got), NAIVE[twin.name](c, parts(twin, got)[0].params))
+        before = residual
+    if xs[0].size:
+        assert ef.state[key].spare is not None  # the fused path ran
+    return ef
+
+
+def test_the_sparsifiers_speak_fused_feedback():
+    fused = sorted(n for n, cls in compress.CODECS.items() if issubclass(cls, FusedFeedback))
+    assert fused == ["dgc", "randomk", "threshold", "topk"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("label", sorted(CODECS))
+def test_error_feedback_fused_equals_unfused(label, n, dtype):
+    check_ef(label, steps(n, dtype, seed=n))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan], ids=["inf", "-inf", "nan"])
+@pytest.mark.parametrize("label", sorted(CODECS))
+def test_error_feedback_fused_keeps_the_nonfinite_rule(label, bad, dtype):
+    """The overflowed step's payload carries inf or NaN, the residual stays as it was, and the
+    next step goes on from it (the same bits as the reference throughout)."""
+    xs = steps(4097, dtype, seed=7, bad=bad)
+    ef = check_ef(label, xs[:2])
+    before = ef.residual("k").copy()
+    y = ef.decode(ef.encode(xs[2], key="k", step=2))
+    assert not np.isfinite(y).all()
+    same_bits(ef.residual("k"), before)
+    check_ef(label, xs)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("label", ["topk", "topk-dense", "dgc", "threshold"])
+def test_many_nonfinite_elements_reach_the_sample(label, dtype):
+    """Enough inf and NaN (NaN payloads of every kind) that the sample's threshold is itself
+    non-finite: the selection stays exact, the payload the same bits."""
+    xs = steps(300_001, dtype, seed=9)
+    xs[1][::7] = np.inf
+    xs[1][3::11] = -np.nan
+    xs[2][::3] = np.nan
+    bits = xs[2].view({2: np.uint16, 4: np.uint32, 8: np.uint64}[xs[2].itemsize])
+    bits[1::5] |= 1  # NaN payloads
+    check_ef(label, xs)
+
+
+@pytest.mark.parametrize("label", ["topk", "threshold", "randomk", "dgc"])
+def test_float16_sum_overflow_skips_the_step(label):
+    """``x + e`` can overflow float16 although both are finite: the payload carries the inf, the
+    residual stays."""
+    x = np.full(500, 60000.0, np.float16)
+    x[::7] = -1.0
+    check_ef(label, [x, x, x])
+
+
+def test_random_k_decoded_value_overflow_skips_the_step():
+    """Unbiased random-k decodes ``v * n / k``: finite input can decode to inf, and the residual
+    ``c - inf`` is not stored (as the dense path does)."""
+    x = np.full(64, 40000.0, np.float16)
+    ef = ErrorFeedback(compress.get("randomk", ratio=0.5, seed=2, unbiased_scaling=True))
+    twin = compress.get("randomk", ratio=0.5, seed=2, unbiased_scaling=True)
+    ref = naive.ref_error_feedback(lambda c, s: twin.encode(c, key="k", step=s), twin.decode, [x, x])
+    for step, (payload, residual) in enumerate(ref):
+        same_bits(ef.encode(x, key="k", step=step), payload)
+        same_bits(ef.residual("k"), residual)
+    assert ef.state["k"].steps == 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_top_k_when_the_sample_misleads(dtype):
+    """The strided sample sees only the large values at its own positions, so fewer than k pass
+    its threshold; or all values tie, so more than the candidate buffer pass: both fall back to the
+    selection over every element, with the same result."""
+    n = 300_001
+    stride = n // 65536
+    few = np.full(n, 0.001, dtype)
+    few[:65536 * stride:stride] = 10
+    check_ef("topk-dense", [few, few[::-1].copy()])
+    ties = np.ones(n, dtype)
+    check_ef("topk", [ties, ties])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_threshold_when_the_probe_misleads(dtype):
+    """The strided probe sizes the candidate buffer; values that pass only between its positions
+    overflow it, and a second pass collects them."""
+    n = 300_001
+    x = np.full(n, 0.5, dtype)
+    x[1::2] = 3.0
+    x[::n // 4096] = 0.25
+    check_ef("threshold", [x, x])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_dgc_refines_its_threshold_like_the_unfused_path(seed):
+    """Few nonzeros (fewer than the target count pass the first threshold), ties at zero, and a
+    small sample: the refinement ladder, collecting at a later threshold, exact selection."""
+    rng = np.random.default_rng(seed)
+    x = np.zeros(50_000, np.float32)
+    x[rng.choice(x.size, 300 + 400 * seed, replace=False)] = rng.standard_normal(300 + 400 * seed)
+    check_ef("dgc-small-sample", [x, x * 2, -x])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_shapes_out_and_non_contiguous_input(dtype):
+    x = sample(60 * 70, dtype, seed=3, shape=(60, 70))
+    xs = [x, x[::-1].copy(), 2 * x]
+    check_ef("topk", xs)
+    ef = ErrorFeedback(make("topk"))
+    ref = ErrorFeedback(make("topk"))
+    for step, y in enumerate(xs):
+        out = np.empty(ef.codec.payload_nbytes(y.shape, y.dtype), np.uint8)
+        got = ef.encode(np.asfortranarray(y), key="w", step=step, out=out)
+        assert got is out
+        same_bits(got, ref.encode(y, key="w", step=step))
+        same_bits(ef.residual("w"), ref.residual("w"))
+        assert ef.residual("w").shape == (60, 70)
+
+
+def test_a_memory_that_adds_nothing_first_sends_the_input_as_it_is():
+    """A memory whose ``addend`` is None for a new key (two-phase's server) compresses the input
+    itself: -0.0 stays -0.0 in the payload (adding a zero residual would make it +0.0)."""
+
+    class AsItIsFirst(ErrorFeedback):
+        def addend(self, x, *, key=None):
+            if key in self.state:
+                return super().addend(x, key=key)
+            self.state[key] = compress.memory.Residual(np.zeros_like(x))
+            return None
+
+    x = np.full(100, -0.0, np.float32)
+    x[0] = 1.0
+    codec = compress.get("topk", ratio=0.05)
+    payload = AsItIsFirst(codec).encode(x, key="s")
+    same_bits(payload, codec.encode(x))
+    assert np.signbit(codec.decode(payload)[1:5]).all()
+
+
+def test_state_dict_is_unchanged_and_resumes():
+    """Only residuals and step counts are saved (the spare buffer is not state); a memory loaded
+    from it continues with the same bits."""
+    xs = steps(5000, np.float32, seed=2)
+    ef = ErrorFeedback(make("topk"))
+    for step, x in enumerate(xs[:2]):
+        ef.encode(x, key="a", step=step)
+    saved = ef.state_dict()
+    assert sorted(saved) == ["error/a", "steps/a"] and int(saved["steps/a"]) == 2
+    again = ErrorFeedback(make("topk"))
+    again.load_state_dict(saved)
+    for step, x in enumerate(xs[2:], start=2):
+        same_bits(again.encode(x, key="a", step=step), ef.encode(x, key="a", step=step))
+        same_bits(again.residual("a"), ef.residual("a"))
+    assert saved["error/a"] is not ef.residual("a")
+
+
+def test_mismatched_tensor_and_dtype_errors():
+    ef = ErrorFeedback(make("topk"))
+    ef.encode(np.ones(10, np.float32), key="k")
+    with pytest.raises(ValueError, match="use a distinct key"):
+        ef.encode(np.ones(11, np.float32), key="k")
+    with pytest.raises(TypeError, match="valid dtypes"):
+        ef.encode(np.ones(10, np.int32), key="i")
+    with pytest.raises(ValueError, match="step"):
+        ef.encode(np.ones(10, np.float32), key="k", step=-1)
+
+
+def check_dgc(label, xs, momentum=0.9):
+    memory = compress.DGCMemory(make(label), momentum=momentum)
+    unfused = compress.DGCMemory(make(label), momentum=momentum, fused=False)
+    twin = make(label)
+    ref = naive.ref_dgc_memory(lambda v, s: twin.encode(v, key="k", step=s), twin.decode, xs,
+                               momentum)
+    for step, (g, (payload, u, v)) in enumerate(zip(xs, ref)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            same_bits(memory.encode(g, key="k", step=step), payload)
+        same_bits(memory.state["k"].u, u)
+        same_bits(memory.state["k"].v, v)
+        with np.errstate(over="ignore", invalid="ignore"):
+            same_bits(unfused.encode(g, key="k", step=step), payload)
+        same_bits(unfused.state["k"].u, u)
+        same_bits(unfused.state["k"].v, v)
+    return memory
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("label", ["topk", "dgc", "threshold", "randomk"])
+def test_dgc_memory_fused_equals_unfused(label, n, dtype):
+    xs = steps(n, dtype, seed=n, bad=np.nan)
+    if n > 4:
+        xs[0][::5] = -0.0  # a sent -0.0 decodes to a zero: not "sent" for the masking
+    check_dgc(label, xs)
+    check_dgc(label, xs, momentum=0)
