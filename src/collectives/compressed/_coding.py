@@ -5,6 +5,11 @@ codec, the memory that adds residuals back before encoding, the server-side memo
 decoded contributions combine: their sum, their mean, or, for codecs whose ``aggregation`` is
 "majority" (signSGD), the sign of their sum. Aggregation runs in rank order, so every rank that
 aggregates the same contributions gets the same bits.
+
+:meth:`TensorCoding.aggregate_into` sums payloads without a dense vector per
+contribution: sparse payloads (``compress.protocols.SparsePayload``) are added into the dense
+result chunk by chunk, each chunk written once (``_kernels.sum_in_rank_order``, the bits of the
+dense sum), others are decoded one at a time into a running sum.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 from compress import Codec
+from compress.protocols import SparsePayload
 
 from .._runtime.arrays import xp
 from .state import CompressionState
@@ -57,16 +63,56 @@ class TensorCoding:
 
     def finish(self, acc: np.ndarray, count: int, out: np.ndarray) -> None:
         """Turn a rank-order sum of ``count`` contributions into the result, written to ``out``
-        (a host ``acc`` goes to a device ``out`` in one copy)."""
+        (a host ``acc`` goes to a device ``out`` in one copy; ``acc`` may be ``out`` itself)."""
         if self.majority:
             np.sign(acc, out=acc)
         elif self.average:
             acc /= count
-        out[...] = xp(out).asarray(acc)
+        if acc is not out:
+            out[...] = xp(out).asarray(acc)
 
-    def aggregate_into(self, decoded: Sequence[np.ndarray], out: np.ndarray) -> None:
-        """Combine contributions (rank order) into ``out``; mean over ``world`` when averaging."""
-        acc = decoded[0].astype(np.result_type(decoded[0].dtype, np.float32), copy=True)
-        for d in decoded[1:]:
-            acc += d
+    def accumulator(self, out: np.ndarray, dtype: np.dtype) -> np.ndarray:
+        """Where a sum in ``dtype`` goes: ``out`` itself when it is a contiguous host vector of
+        that dtype (no second dense vector, no copy at the end), else a new array."""
+        if type(out) is np.ndarray and out.dtype == dtype and out.ndim == 1 \
+                and out.flags.c_contiguous and out.flags.writeable:
+            return out
+        return np.empty(out.size, dtype=dtype)
+
+    def aggregate_into(self, payloads: Sequence[np.ndarray], count: int, out: np.ndarray) -> None:
+        """Combine the decoded ``payloads`` (contributions in rank order, ``count`` elements each)
+        into ``out``; mean over ``world`` when averaging. The sum is NumPy's ``acc = d_0`` (in at
+        least float32), ``acc += d_r`` for each later rank, in one dense vector: host sparse
+        payloads of one dtype are added into it at their indices (the same bits); any other
+        payload is decoded and added, one at a time."""
+        if isinstance(self.codec, SparsePayload) and all(type(pl) is np.ndarray for pl in payloads):
+            parts = [self.codec.sparse_parts(pl, count=count) for pl in payloads]  # validated
+            if len({vals.dtype for _, vals in parts}) == 1:
+                self._sparse_sum_into(parts, count, out)
+                return
+        acc = None
+        for pl in payloads:
+            d = self.decode(pl, count)
+            if acc is None:
+                acc = d.astype(np.result_type(d.dtype, np.float32), copy=True)
+            else:
+                acc += d
         self.finish(acc, self.world, out)
+
+    def _sparse_sum_into(self, parts: list[tuple[np.ndarray, np.ndarray]], count: int,
+                         out: np.ndarray) -> None:
+        """The rank-order sum of validated (index, value) lists, as :meth:`aggregate_into` adds
+        decoded payloads, and its mean: the dense result written once, in order."""
+        from ._kernels import sum_in_rank_order  # Numba, on first use
+
+        dtype = np.result_type(parts[0][1].dtype, np.float32)
+        acc = self.accumulator(out, dtype)
+        offsets = np.cumsum([0] + [idx.size for idx, _ in parts], dtype=np.int64)
+        idx = np.concatenate([i for i, _ in parts]).astype(np.int64, copy=False)
+        vals = np.concatenate([v.astype(dtype, copy=False) for _, v in parts])
+        average = self.average and not self.majority
+        sum_in_rank_order(acc, idx, vals, offsets, dtype.type(self.world), average)
+        if self.majority:
+            np.sign(acc, out=acc)
+        if acc is not out:
+            out[...] = xp(out).asarray(acc)

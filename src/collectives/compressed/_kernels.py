@@ -1,4 +1,5 @@
-"""Numba kernels of the sparse allreduce: merging sorted (index, value) lists.
+"""Numba kernels of the compressed strategies: merging sorted (index, value) lists, and adding
+p of them into one dense sum in rank order.
 
 Kept apart from the Python API (which validates its inputs first); they take only arrays and
 scalars, with njit options from one constant.
@@ -7,9 +8,11 @@ scalars, with njit options from one constant.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import overload
 
-__all__ = ["NJIT", "merge_sum", "add_sparse_into_dense", "split_points"]
+__all__ = ["NJIT", "CHUNK", "merge_sum", "add_sparse_into_dense", "split_points",
+           "sum_in_rank_order"]
 
 NJIT = dict(cache=True, nogil=True)
 
@@ -69,3 +72,129 @@ def split_points(idx, bounds, out):  # pragma: no cover - compiled
         while k < idx.size and idx[k] < bounds[b]:
             k += 1
         out[b] = k
+
+
+#: Elements of the dense result summed at a time: the chunk stays in L1 while every rank's
+#: entries in it are added and it is divided.
+CHUNK = 2048
+
+
+def _special(v):  # pragma: no cover - replaced by the overload below inside kernels
+    """Whether ``v + 0.0`` is not ``v`` bit for bit: ``-0.0`` (the sum is ``+0.0``) and a
+    signalling NaN (the sum is quiet)."""
+    raise NotImplementedError
+
+
+def _quiet(v):  # pragma: no cover - replaced by the overload below inside kernels
+    """The NaN ``v`` quiet, as the hardware's arithmetic returns it (payload kept, quiet bit
+    set), written with integers: the compiler may pass a NaN operand through unchanged."""
+    raise NotImplementedError
+
+
+_FORMATS = {types.float32: (np.float32, np.uint32, 0x80000000, 0x7F800000, 0x00400000),
+            types.float64: (np.float64, np.uint64, 0x8000000000000000, 0x7FF0000000000000,
+                            0x0008000000000000)}
+
+
+@overload(_special)
+def _special_overload(v):
+    if v not in _FORMATS:
+        return None
+    ftype, utype, sign, expo, quiet = (_FORMATS[v][0], _FORMATS[v][1], *(
+        _FORMATS[v][1](c) for c in _FORMATS[v][2:]))
+
+    def special(v):
+        b = ftype(v).view(utype)
+        return b == sign or ((b & expo) == expo and (b & (expo | quiet)) == expo
+                             and (b & ~(sign | expo)) != 0)
+    return special
+
+
+@overload(_quiet)
+def _quiet_overload(v):
+    if v not in _FORMATS:
+        return None
+    ftype, utype, quiet = _FORMATS[v][0], _FORMATS[v][1], _FORMATS[v][1](_FORMATS[v][4])
+    return lambda v: utype(ftype(v).view(utype) | quiet).view(ftype)
+
+
+@njit(**NJIT)
+def _add(a, b):  # pragma: no cover - compiled
+    """``a + b`` as NumPy's element-wise add gives it on this hardware: a NaN operand comes out
+    quiet, the first one when both are NaN (the compiler may swap the operands of ``+``)."""
+    s = a + b
+    if s == s:
+        return s
+    if a != a:
+        return _quiet(a)
+    return _quiet(b) if b != b else s  # inf - inf: the hardware's default NaN
+
+
+@njit(**NJIT)
+def _plus_zero(a, zero):  # pragma: no cover - compiled
+    """``a + 0.0`` as NumPy gives it: ``-0.0`` becomes ``+0.0``, a NaN comes out quiet."""
+    if a != a:
+        return _quiet(a)
+    return zero if a == 0 else a
+
+
+@njit(**NJIT)
+def sum_in_rank_order(out, idx, vals, offsets, divisor, average):  # pragma: no cover - compiled
+    """The dense sum of ``p`` sparse contributions into ``out``, bit for bit what NumPy gives
+    for ``acc = d_0.copy(); acc += d_1; ...; acc += d_{p-1}`` (then ``acc /= divisor`` when
+    ``average``), with ``d_r`` zero but at its indices.
+
+    Contribution ``r`` is ``idx[offsets[r]:offsets[r + 1]]`` (strictly increasing) and the values
+    there (in ``out``'s dtype). ``out`` is summed in chunks of :data:`CHUNK` elements, each
+    zeroed, given rank 0's values, every later rank's added in rank order, and divided while it
+    is in L1: ``out`` is written once, in order, a memset's traffic (plus the lists). Where a
+    rank sends nothing NumPy adds ``+0.0``, which changes only ``-0.0`` (to ``+0.0``) and a
+    signalling NaN (to a quiet one): such elements of a chunk (all from rank 0's values; no sum
+    but ``-0.0 + -0.0`` makes one) are listed and get that addition from each rank that skips
+    them.
+    """
+    p = offsets.size - 1
+    n = out.size
+    zero = out.dtype.type(0)
+    heads = offsets[:p].copy()
+    special = np.empty(CHUNK, dtype=np.int64)
+    for lo in range(0, n, CHUNK):
+        hi = min(n, lo + CHUNK)
+        part = out[lo:hi]  # loops over a view of their own length are SIMD, over out[lo:hi] not
+        for i in range(part.size):
+            part[i] = zero
+        ns = 0
+        t = heads[0]
+        while t < offsets[1] and idx[t] < hi:
+            out[idx[t]] = vals[t]
+            if _special(vals[t]):
+                special[ns] = idx[t]
+                ns += 1
+            t += 1
+        heads[0] = t
+        for r in range(1, p):
+            first = heads[r]
+            t = first
+            end = offsets[r + 1]
+            while t < end and idx[t] < hi:
+                i = idx[t]
+                out[i] = _add(out[i], vals[t])
+                t += 1
+            heads[r] = t
+            if ns:  # the listed elements this rank skips get NumPy's + 0.0
+                j = first
+                keep = 0
+                for s in range(ns):
+                    i = special[s]
+                    while j < t and idx[j] < i:
+                        j += 1
+                    if j == t or idx[j] != i:
+                        out[i] = _plus_zero(out[i], zero)
+                    if _special(out[i]):
+                        special[keep] = i
+                        keep += 1
+                ns = keep
+        if average:
+            for i in range(part.size):
+                part[i] = part[i] / divisor
+

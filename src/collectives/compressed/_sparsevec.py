@@ -99,7 +99,11 @@ def unpack(buf: np.ndarray, lo: int, length: int, dtype: np.dtype) -> SparseVec:
 
 
 def combine(lower: SparseVec, higher: SparseVec) -> SparseVec:
-    """Elementwise sum of two slices of the same range, the lower ranks' operand first."""
+    """Elementwise sum of two slices of the same range, the lower ranks' operand first.
+
+    Consumes its operands: a dense one's buffer (its own, from :func:`unpack` or
+    :meth:`SparseVec.densify`) becomes the result's, so a partial sum that is dense is added into
+    in place instead of copied at every step."""
     from ._kernels import add_sparse_into_dense, merge_sum  # Numba, on first use
 
     if lower.dense is None and higher.dense is None:
@@ -108,8 +112,8 @@ def combine(lower: SparseVec, higher: SparseVec) -> SparseVec:
         k = merge_sum(lower.idx, lower.vals, higher.idx, higher.vals, idx, vals)
         return SparseVec(lower.lo, lower.length, lower.dtype, idx[:k], vals[:k]).balanced()
     if lower.dense is not None and higher.dense is not None:
-        return SparseVec(lower.lo, lower.length, lower.dtype, dense=lower.dense + higher.dense)
+        np.add(lower.dense, higher.dense, out=lower.dense)
+        return SparseVec(lower.lo, lower.length, lower.dtype, dense=lower.dense)
     dense, sparse = (lower, higher) if lower.dense is not None else (higher, lower)
-    acc = dense.dense.copy()
-    add_sparse_into_dense(acc, sparse.idx - sparse.lo, sparse.vals, sparse is lower)
-    return SparseVec(lower.lo, lower.length, lower.dtype, dense=acc)
+    add_sparse_into_dense(dense.dense, sparse.idx - sparse.lo, sparse.vals, sparse is lower)
+    return SparseVec(lower.lo, lower.length, lower.dtype, dense=dense.dense)

@@ -3,11 +3,13 @@
 Each rank encodes its whole vector into one payload; payload sizes are allgathered first (they
 differ for threshold-style codecs), then the payloads by a ring allgather (``_exchange.py``). Every
 rank decodes all ``p`` payloads and aggregates them in rank order, so all ranks compute the same
-bits.
+bits. Sparse payloads are added into one dense sum at their indices, without decoding each to a
+dense vector (``TensorCoding.aggregate_into``).
 
 Cost with payload size c bytes: (p-1) alpha + c (p-1) beta on the wire (each rank receives every
-other payload), and p decodes per rank. Cheap when c is small (1-bit, top-0.1%); it does not
-scale with p the way a reduction does, which is what the sparse and two-phase strategies fix.
+other payload), and p decodes per rank (sparse payloads: O(k) each, plus one dense sum). Cheap
+when c is small (1-bit, top-0.1%); it does not scale with p the way a reduction does, which is
+what the sparse and two-phase strategies fix.
 """
 
 from __future__ import annotations
@@ -26,4 +28,4 @@ def allreduce(x: np.ndarray, out: np.ndarray, coding: TensorCoding, ctx: Context
               algorithm: str) -> None:
     payload = coding.encode(x)
     payloads = allgatherv(payload, ctx)
-    coding.aggregate_into([coding.decode(pl, x.size) for pl in payloads], out)
+    coding.aggregate_into(payloads, x.size, out)

@@ -146,7 +146,6 @@ class CompressedAllreduceCall:
         # documented rule), quietly: a NumPy warning turned into an error on one rank would hang
         with np.errstate(over="ignore", invalid="ignore"):
             if self.world == 1:  # still compress: a single rank gets what the codec makes of it
-                coding.aggregate_into([coding.decode(coding.encode(self.whole), self.src.size)],
-                                    self.dst)
+                coding.aggregate_into([coding.encode(self.whole)], self.src.size, self.dst)
             else:
                 self.fn(self.src, self.dst, coding, ctx, self.opts, self.algorithm)

@@ -101,7 +101,7 @@ def allreduce_recursive_doubling(x: np.ndarray, out: np.ndarray, coding: TensorC
             v = combine(other, v) if partner < f.newrank else combine(v, other)
         if f.absorbs:
             _send(ctx, v, f.partner)
-    acc = np.empty(x.size, dtype=_acc(x))
+    acc = coding.accumulator(out, _acc(x))
     v.write_into(acc)
     coding.finish(acc, coding.world, out)
 
@@ -124,7 +124,7 @@ def allreduce_split(x: np.ndarray, out: np.ndarray, coding: TensorCoding, ctx: C
     for piece in mine[1:]:
         total = combine(total, piece)
     # allgather: every finished range to every rank
-    acc = np.empty(x.size, dtype=v.dtype)
+    acc = coding.accumulator(out, v.dtype)
     for k, g in enumerate(allgatherv(pack(total.balanced()), ctx)):
         unpack(g, bounds[k], bounds[k + 1] - bounds[k], v.dtype).write_into(acc)
     coding.finish(acc, coding.world, out)

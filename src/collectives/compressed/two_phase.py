@@ -45,9 +45,8 @@ def allreduce(x: np.ndarray, out: np.ndarray, coding: TensorCoding, ctx: Context
     bounds = partition(x.size, p)
     # phase 1: chunk i goes, compressed, to its server, rank i
     mine = alltoallv([coding.encode(x[bounds[i]:bounds[i + 1]], part=i) for i in range(p)], ctx)
-    decoded = [coding.decode(payload, bounds[r + 1] - bounds[r]) for payload in mine]
     agg = xp(x).empty(bounds[r + 1] - bounds[r], dtype=x.dtype)
-    coding.aggregate_into(decoded, agg)
+    coding.aggregate_into(mine, bounds[r + 1] - bounds[r], agg)
     reply = _server_encode(coding, agg, r)
     # phase 2: every server's compressed chunk to everyone
     for i, payload in enumerate(allgatherv(reply, ctx)):
