@@ -32,8 +32,8 @@ from numba.extending import overload
 from . import NJIT
 from .rng import uniform_below
 
-__all__ = ["compensate_scan", "momentum_scan", "scan", "select_collected", "subtract_at",
-           "zero_at", "random_positions"]
+__all__ = ["compensate_scan", "momentum_scan", "scan", "compensate_at", "momentum_at",
+           "select_collected", "subtract_at", "zero_at", "random_positions"]
 
 _BLOCK = 32
 
@@ -160,6 +160,23 @@ def scan(words, absmask, inf, thr, cand, bits):
                     bits[j] = words[i]
                     cnt += 1
     return nonfinite, cnt
+
+
+@njit(**NJIT)
+def compensate_at(x, e, pos, absmask, keys):
+    """``keys[j]``: the magnitude key of ``x + e`` at ``pos[j]`` (a sample, before the pass; one
+    loop, so the scattered loads overlap)."""
+    for j in range(pos.size):
+        p = pos[j]
+        keys[j] = _bits(x[p] + e[p]) & absmask
+
+
+@njit(**NJIT)
+def momentum_at(g, u, v, momentum, pos, absmask, keys):
+    """``keys[j]``: the magnitude key of ``v + (u * momentum + g)`` at ``pos[j]``."""
+    for j in range(pos.size):
+        p = pos[j]
+        keys[j] = _bits(v[p] + (u[p] * momentum + g[p])) & absmask
 
 
 @njit(**NJIT)

@@ -64,9 +64,13 @@ class Source:
 
     def keys_at(self, pos: np.ndarray) -> np.ndarray:
         """Magnitude keys of the tensor at the int64 positions ``pos``."""
-        with quiet():
-            at = self._at(pos)
-        return uint_view(at)[0] & self.absmask
+        if self.dtype == np.float16:
+            with quiet():
+                at = self._at(pos)
+            return uint_view(at)[0] & self.absmask
+        keys = np.empty(pos.size, dtype=self.bits.dtype)
+        self._keys_at(pos, keys)
+        return keys
 
     def run(self, thr=None, cap: int = 0) -> Scan:
         """Compute the tensor into ``values``, collecting the elements whose magnitude keys reach
@@ -93,6 +97,11 @@ class Source:
         return np.array(key).view(self.dtype)[()]
 
     def _at(self, pos):  # pragma: no cover - abstract
+        """The tensor at ``pos`` by NumPy (float16)."""
+        raise NotImplementedError
+
+    def _keys_at(self, pos, keys):  # pragma: no cover - abstract
+        """Its magnitude keys at ``pos`` by a kernel (float32, float64)."""
         raise NotImplementedError
 
     def _pass(self, key, cand, bits):  # pragma: no cover - abstract
@@ -110,6 +119,12 @@ class Compensated(Source):
 
     def _at(self, pos):
         return self.x[pos] if self.e is None else self.x[pos] + self.e[pos]
+
+    def _keys_at(self, pos, keys):
+        if self.e is None:
+            keys[...] = uint_view(self.x[pos])[0] & self.absmask
+        else:
+            fused.compensate_at(self.x, self.e, pos, self.absmask, keys)
 
     def _pass(self, key, cand, bits):
         if self.e is None:
@@ -138,6 +153,10 @@ class Momentum(Source):
         a = self.u[pos] * self.momentum
         a += self.g[pos]
         return self.v[pos] + a
+
+    def _keys_at(self, pos, keys):
+        fused.momentum_at(self.g, self.u, self.v, self.dtype.type(self.momentum), pos,
+                          self.absmask, keys)
 
     def _pass(self, key, cand, bits):
         if self.dtype == np.float16:
