@@ -188,8 +188,8 @@ def test_error_feedback_residual_through_sparse():
 
 
 BAD = [
-    (lambda: collectives.compressed_allreduce(np.ones(4, np.float32), "topk"), TypeError,
-     "compress codec"),
+    (lambda: collectives.compressed_allreduce(np.ones(4, np.float32), 42), TypeError,
+     "compress codec"),  # a codec spec is a string: "topk" is accepted
     (lambda: collectives.compressed_allreduce(np.ones(4, np.int32), compress.get("fp16")),
      TypeError, "does not take dtype int32"),
     (lambda: collectives.compressed_allreduce(np.ones(4, np.float32), compress.get("fp16"),
