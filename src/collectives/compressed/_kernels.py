@@ -156,6 +156,9 @@ def sum_in_rank_order(out, idx, vals, offsets, divisor, average):  # pragma: no 
     p = offsets.size - 1
     n = out.size
     zero = out.dtype.type(0)
+    inverse = out.dtype.type(1) / divisor
+    # x / 2^m and x * 2^-m are the same rounding of the same quotient: multiply (cheaper) then
+    exact = inverse * divisor == 1 and (np.int64(divisor) & (np.int64(divisor) - 1)) == 0
     heads = offsets[:p].copy()
     special = np.empty(CHUNK, dtype=np.int64)
     for lo in range(0, n, CHUNK):
@@ -194,7 +197,10 @@ def sum_in_rank_order(out, idx, vals, offsets, divisor, average):  # pragma: no 
                         special[keep] = i
                         keep += 1
                 ns = keep
-        if average:
+        if average and exact:
+            for i in range(part.size):
+                part[i] = part[i] * inverse
+        elif average:
             for i in range(part.size):
                 part[i] = part[i] / divisor
 

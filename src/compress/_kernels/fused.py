@@ -79,6 +79,9 @@ def compensate_scan(x, e, c, thr, cand, bits):
                     cand[j] = i
                     bits[j] = _bits(c[i])
                     cnt += 1
+                    hit -= 1
+                    if not hit:  # the block's last one
+                        break
     for i in range(n - n % _BLOCK, n):
         v = x[i] + e[i]
         c[i] = v
@@ -120,6 +123,9 @@ def momentum_scan(g, u, v, u_out, c, momentum, thr, cand, bits):
                     cand[j] = i
                     bits[j] = _bits(c[i])
                     cnt += 1
+                    hit -= 1
+                    if not hit:
+                        break
     for i in range(n - n % _BLOCK, n):
         w = u[i] * momentum + g[i]
         u_out[i] = w
