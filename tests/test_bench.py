@@ -207,6 +207,26 @@ def test_codec_throughput_runs(device, tmp_path):
     assert all(r["encode_gbps"] > 0 and r["decode_gbps"] > 0 for r in rows.values())
 
 
+def test_codec_pipeline_runs(tmp_path):
+    """bench/codec_pipeline.py end to end on tiny inputs, with its JSON: every phase of every
+    codec timed against the copy."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "pipeline.json"
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "codec_pipeline.py"), "--sizes",
+                          "1K,5000", "--repeats", "1", "--ranks", "3", "--json", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    sizes = json.loads(out.read_text())["sizes"]
+    assert [row["n"] for row in sizes] == [1000, 5000]
+    dgc = sizes[1]["codecs"]["dgc:density=0.001,seed=0"]
+    assert {"encode", "decode", "ef", "ef unfused", "dgc memory", "aggregate", "agg dense"} <= set(dgc)
+    assert all(p["ms"] > 0 and p["x_copy"] > 0 for row in sizes for c in row["codecs"].values()
+               for p in c.values())
+
+
 def _sweep(tmp_path, *args, fail_at=None, monkeypatch=None):
     """osu_allreduce on COMM_SELF into tmp_path/r.json and r.csv; optionally stopped at a size."""
     import io
