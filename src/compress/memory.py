@@ -197,10 +197,10 @@ class ErrorFeedback(Memory):
         st.steps += 1
 
     def residual(self, key=None) -> np.ndarray | None:
-        """The current residual of ``key`` (None before its first encode): the live array, whose
-        memory a fused encode reuses two steps later (copy it to keep it)."""
+        """A copy of the current residual of ``key`` (None before its first encode); the live
+        array's memory is reused by a later fused encode."""
         st = self.state.get(key)
-        return None if st is None else st.error
+        return None if st is None else st.error.copy()
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """``error/<key>`` (the residual, on the host) and ``steps/<key>`` of every key."""
