@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._backends import HOST, count_nonfinite
+from ._backends import HOST, backend_of, count_nonfinite
 from ._util import quiet
 from .base import Codec
 from .arrays import as_array, host_copy, is_device, like, namespace
@@ -200,7 +200,7 @@ class ErrorFeedback(Memory):
         """A copy of the current residual of ``key`` (None before its first encode); the live
         array's memory is reused by a later fused encode."""
         st = self.state.get(key)
-        return None if st is None else st.error.copy()
+        return None if st is None else backend_of(st.error).copy(st.error)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """``error/<key>`` (the residual, on the host) and ``steps/<key>`` of every key."""
