@@ -337,6 +337,8 @@ def _check_and_run(cls: type, comm: MPI.Comm, options: Options | None, validate:
     if ctx is not None:
         ctx.guard.set_timeout(opts.timeout)
     call = _checked(cls, comm, validate, *args, opts)
+    if ctx is not None:
+        ctx.guard.call = call
     call.run(None if call.trivial else ctx)
     return call
 

@@ -275,6 +275,10 @@ def test_count_or_dtype_mismatch_raises_on_every_rank(case):
         error = _raises_everywhere(
             lambda: collectives.allreduce(x, algorithm=algorithm, options=options))
         assert "count or dtype differs across ranks" in str(error), (algorithm, str(error))
+        # it names a user's array (its bytes), not only an algorithm's block
+        named = {int(m.group(1) or m.group(2)) for m in re.finditer(
+            r"has \d+ elements of \w+ \((\d+) bytes\)|has (\d+) bytes of \w+", str(error))}
+        assert named and named <= set(comm.allgather(x.nbytes)), (algorithm, str(error))
     for name in ("reduce_scatter", "allgather", "bcast", "reduce"):
         if name == "allgather" and case != "dtype":
             continue  # allgather's blocks may differ (counts=); its dtype may not

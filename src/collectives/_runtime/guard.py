@@ -145,6 +145,7 @@ class Guard:
         self.first = self.seq + 1  # a notice numbered below: from an earlier incarnation
         self.tag = 0
         self.name = ""
+        self.call: Any = None  # the running call's checked arguments, for error messages
         self.deadline: float | None = None  # time.monotonic() past which the call times out
         self.timeout = 0.0
         self.retired = False
@@ -158,12 +159,14 @@ class Guard:
 
     # -- a call ----------------------------------------------------------------------------------
     def run(self, name: str, fn: Callable[..., Any], *args: Any,
-            timeout: float | None = None) -> Any:
+            timeout: float | None = None, call: Any = None) -> Any:
         """``fn(*args)`` as call number ``seq + 1`` on this communicator (see the module), with a
-        deadline ``timeout`` seconds from now if given (``Options.timeout``)."""
+        deadline ``timeout`` seconds from now if given (``Options.timeout``). ``call``: the
+        checked call, if known yet (its ``src`` names the caller's array in a size mismatch)."""
         self.seq += 1
         self.tag = 1 + self.seq % _SPAN
         self.name = name
+        self.call = call
         self.deadline = None
         self.set_timeout(timeout)
         owner = self.owner
@@ -241,9 +244,8 @@ class Guard:
                 self._abandon(todo[1:], expect, keep)
                 if exc.Get_error_class() != MPI.ERR_TRUNCATE:
                     raise
-                raise ValueError(f"{self.name}: count or dtype differs across ranks: rank "
-                                 f"{self.rank} expected {max(e or 0 for e in expect)} bytes "
-                                 "and received a longer message") from None
+                peer = next((p for p, e in zip(peers, expect) if e is not None), None)
+                raise self._mismatch(max(e or 0 for e in expect), peer, None) from None
             if i == 0:
                 try:
                     older = self._read_notice()
@@ -258,9 +260,19 @@ class Guard:
             want = expect[i - 1]
             if want is not None and status.Get_count(MPI.BYTE) != want:
                 self._abandon(todo[1:], expect, keep)
-                raise ValueError(f"{self.name}: count or dtype differs across ranks: rank "
-                                 f"{self.rank} expected {want} bytes from rank {peers[i - 1]}, "
-                                 f"received {status.Get_count(MPI.BYTE)}")
+                raise self._mismatch(want, peers[i - 1], status.Get_count(MPI.BYTE))
+
+    def _mismatch(self, want: int, peer: int | None, got: int | None) -> ValueError:
+        """The error of a receive of another size than expected: it names this rank's array
+        (the user's count and dtype, not only the algorithm's block) and the rank that sent."""
+        src = getattr(self.call, "src", None)
+        mine = "" if src is None else \
+            f" has {src.size} elements of {src.dtype} ({src.nbytes} bytes) and"
+        sender = "another rank" if peer is None else f"rank {peer}"
+        received = "a longer message" if got is None else f"{got}"
+        return ValueError(f"{self.name}: count or dtype differs across ranks: rank {self.rank}"
+                          f"{mine} expected a block of {want} bytes from {sender}, received "
+                          f"{received}: {sender}'s array has another count or dtype")
 
     def _waitany(self, todo: list[Any], status: MPI.Status) -> int:
         if self._waiter is not None:

@@ -81,6 +81,7 @@ def _check_and_run(comm: MPI.Comm, ctx: Any, options: Options | None, validate: 
     comm, opts, validate = setup(comm, options, validate)
     ctx.guard.set_timeout(opts.timeout)
     call = checked_call(CompressedAllreduceCall, comm, validate, *args, opts)
+    ctx.guard.call = call
     call.run(None if call.src.size == 0 else ctx)
     return call.result
 

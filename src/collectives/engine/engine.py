@@ -195,7 +195,7 @@ class Engine:
             if agreed is not None:
                 error = agreed
             else:
-                self.ctx.guard.run(request.kind, request.call.run, self.ctx)
+                self.ctx.guard.run(request.kind, request.call.run, self.ctx, call=request.call)
         except Stopped:
             raise
         except Exception as exc:  # noqa: BLE001 - reported by the request's wait()

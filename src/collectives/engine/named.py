@@ -171,7 +171,7 @@ class NamedStream:
                                f"({type(exc).__name__}: {exc}); use a new communicator")
         request.started = time.perf_counter()
         try:
-            self.ctx.guard.run(request.kind, request.call.run, self.ctx)
+            self.ctx.guard.run(request.kind, request.call.run, self.ctx, call=request.call)
         except Stopped:
             raise
         except Exception as exc:  # noqa: BLE001 - reported by the request's wait()
