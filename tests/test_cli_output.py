@@ -71,3 +71,54 @@ def test_the_trainer_says_when_nothing_was_counted():
          "step_ms_median": 1.0, "bytes_mean": 0.0, "bytes_max": 0}
     assert "not counted" in torch_report(s) and "0.00 MB" not in torch_report(s)
     assert "mean 1.00 MB" in torch_report({**s, "bytes_mean": 1e6, "bytes_max": 10 ** 6})
+
+
+def _after_last_return(text):
+    """What is left on the terminal's current line: the text after the last carriage return."""
+    return text.split("\r")[-1].split("\n")[-1]
+
+
+def _stderr_when_it_leaves(capsys, fn, *args, **kwargs):
+    """stderr as the exception leaves ``fn``, where sys.excepthook would print it (the traceback
+    still holds the frames: a bar nobody closed is still on the line)."""
+    try:
+        fn(*args, **kwargs)
+    except RuntimeError as exc:
+        assert str(exc) == "injected"
+        return capsys.readouterr().err
+    raise AssertionError("the injected error did not arrive")
+
+
+def test_an_error_during_training_starts_on_a_line_of_its_own(monkeypatch, capsys):
+    from collectives.sgd import driver
+
+    steps = []
+
+    def failing_step(self, order):
+        steps.append(1)
+        if len(steps) == 3:
+            raise RuntimeError("injected")
+        self.step += 1
+
+    monkeypatch.setattr(driver.Trainer, "one_step", failing_step)
+    err = _stderr_when_it_leaves(capsys, driver.main, ["--epochs", "1", "--subset", "512"],
+                                 comm=MPI.COMM_SELF)
+    assert "step" in err and _after_last_return(err).strip() == "", repr(err[-300:])
+
+
+def test_an_error_during_a_sweep_starts_on_a_line_of_its_own(monkeypatch, capsys):
+    from collectives.bench import collective
+
+    calls = []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("injected")
+        return original(*args, **kwargs)
+
+    original = collective.time_interleaved
+    monkeypatch.setattr(collective, "time_interleaved", failing)
+    err = _stderr_when_it_leaves(capsys, allreduce.main, ["-m", "8:64", "-i", "1", "-x", "0"],
+                                 comm=MPI.COMM_SELF, out=io.StringIO())
+    assert "size" in err and _after_last_return(err).strip() == "", repr(err[-300:])

@@ -181,43 +181,45 @@ def run(spec: Spec, argv: Sequence[str] | None = None, comm: MPI.Comm | None = N
     if comm.rank == 0:
         _header(spec, args, columns, p, out, bytes_columns=bool(codecs))
     sizes = [s for s in message_sizes(args) if s // dtype.itemsize]
-    sweep = Sweep(spec.prog, args, sizes, comm.rank, out,
-                  {"benchmark": spec.prog, "ranks": p, "datatype": args.datatype,
-                   "argv": list(sys.argv if argv is None else argv)})
-    records: list[Record] = []
-    for size in sizes:
-        count = size // dtype.itemsize
-        iters, warmup = iterations_for(size, args)
-        buf = _buffers(spec, count, dtype, comm, args.accelerator)
-        calls = {n: (lambda n=n: spec.call(n, buf, comm, options)) for n in names}
-        calls.update({label: (lambda f=f: f(buf.x, buf.out)) for label, f in squeezed.items()})
-        if args.memcpy:
-            src = buf.x.reshape(-1).view(np.uint8)
-            dst = src.copy()
-            calls["memcpy"] = lambda: xp(src).copyto(dst, src)
-        stats = time_interleaved(calls, iters, warmup, comm)
-        valid = ({n: _valid(spec, n, count, dtype, comm, options, args.accelerator) for n in names}
-                 if args.validation else None)
-        nbytes = count * dtype.itemsize
-        sent = {}
-        if codecs:
-            sent = {n: compressed.bytes_per_call(calls[n], comm) for n in names + list(squeezed)}
-            sent.update({n: 2 * nbytes * (p - 1) / p for n in names if not sent[n]})
-            for n in squeezed if valid is not None else ():
-                calls[n]()
-                valid[n] = compressed.identical_everywhere(to_host(buf.out), comm)
-        bus = {n: report.busbw_gbs(spec.collective if n != "memcpy" else "memcpy",
-                                   spec.bus_bytes(nbytes, p), stats[n].avg * 1e-6, p)
-               for n in stats}
-        sweep.print(_row(args, nbytes, stats, bus, valid, sent))
-        for n, s in stats.items():
-            algbw = report.algbw_gbs(spec.bus_bytes(nbytes, p), s.avg * 1e-6)
-            records.append(Record(spec.prog, n, nbytes, p, args.datatype, s.avg, s.min, s.max,
-                                  s.median, s.iterations, algbw, bus[n],
-                                  None if valid is None else valid.get(n),
-                                  sent.get(n)))
-        sweep.size_done(nbytes, records)
-    sweep.finish(records)
+    meta = {"benchmark": spec.prog, "ranks": p, "datatype": args.datatype,
+            "argv": list(sys.argv if argv is None else argv)}
+    with Sweep(spec.prog, args, sizes, comm.rank, out, meta) as sweep:
+        records: list[Record] = []
+        for size in sizes:
+            count = size // dtype.itemsize
+            iters, warmup = iterations_for(size, args)
+            buf = _buffers(spec, count, dtype, comm, args.accelerator)
+            calls = {n: (lambda n=n: spec.call(n, buf, comm, options)) for n in names}
+            calls.update({label: (lambda f=f: f(buf.x, buf.out)) for label, f in squeezed.items()})
+            if args.memcpy:
+                src = buf.x.reshape(-1).view(np.uint8)
+                dst = src.copy()
+                calls["memcpy"] = lambda: xp(src).copyto(dst, src)
+            stats = time_interleaved(calls, iters, warmup, comm)
+            valid = ({n: _valid(spec, n, count, dtype, comm, options, args.accelerator)
+                      for n in names}
+                     if args.validation else None)
+            nbytes = count * dtype.itemsize
+            sent = {}
+            if codecs:
+                sent = {n: compressed.bytes_per_call(calls[n], comm)
+                        for n in names + list(squeezed)}
+                sent.update({n: 2 * nbytes * (p - 1) / p for n in names if not sent[n]})
+                for n in squeezed if valid is not None else ():
+                    calls[n]()
+                    valid[n] = compressed.identical_everywhere(to_host(buf.out), comm)
+            bus = {n: report.busbw_gbs(spec.collective if n != "memcpy" else "memcpy",
+                                       spec.bus_bytes(nbytes, p), stats[n].avg * 1e-6, p)
+                   for n in stats}
+            sweep.print(_row(args, nbytes, stats, bus, valid, sent))
+            for n, s in stats.items():
+                algbw = report.algbw_gbs(spec.bus_bytes(nbytes, p), s.avg * 1e-6)
+                records.append(Record(spec.prog, n, nbytes, p, args.datatype, s.avg, s.min, s.max,
+                                      s.median, s.iterations, algbw, bus[n],
+                                      None if valid is None else valid.get(n),
+                                      sent.get(n)))
+            sweep.size_done(nbytes, records)
+        sweep.finish(records)
     return records
 
 

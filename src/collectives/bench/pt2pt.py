@@ -72,33 +72,34 @@ def _run(prog, title, column, measure, defaults, argv, comm, out, latency) -> li
             "argv": list(sys.argv if argv is None else argv)}
     if args.matrix:
         hosts = comm.allgather(MPI.Get_processor_name())
-        sweep = Sweep(prog, args, sizes, comm.rank, out, {**meta, "matrix": True, "hosts": hosts})
-        return _matrix(prog, title, column, measure, defaults, args, comm, sweep, sizes, hosts,
-                       latency)
+        with Sweep(prog, args, sizes, comm.rank, out,
+                   {**meta, "matrix": True, "hosts": hosts}) as sweep:
+            return _matrix(prog, title, column, measure, defaults, args, comm, sweep, sizes,
+                           hosts, latency)
     if comm.rank == 0:
         print(report.title_line(title), file=out)
         print(report.column_header([column], validation=args.validation), file=out)
         print(report.datatype_line(DATATYPES[args.datatype].mpi_name), file=out, flush=True)
-    sweep = Sweep(prog, args, sizes, comm.rank, out, meta)
-    records = []
-    for size in sizes:
-        count = size // dtype.itemsize
-        iters, warmup = iterations_for(size, args, defaults)
-        send = np.full(count, 1, dtype)
-        recv = np.zeros(count, dtype)
-        value = measure(comm, send, recv, iters, warmup) if comm.rank < 2 else 0.0
-        value = comm.bcast(value, root=0)
-        ok = bool(np.array_equal(send, recv)) if comm.rank == 1 else True
-        ok = bool(comm.allreduce(int(ok), op=MPI.MIN))
-        nbytes = count * dtype.itemsize
-        us = value if latency else (nbytes / value if value > 0 else float("nan"))
-        sweep.print(report.row(nbytes, [value], valid=ok if args.validation else None))
-        records.append(Record(prog, "mpi4py", nbytes, comm.size, args.datatype, us, us, us, us,
-                              iters, report.algbw_gbs(nbytes, us * 1e-6), float("nan"),
-                              ok if args.validation else None))
-        sweep.size_done(nbytes, records)
-    comm.Barrier()
-    sweep.finish(records)
+    with Sweep(prog, args, sizes, comm.rank, out, meta) as sweep:
+        records = []
+        for size in sizes:
+            count = size // dtype.itemsize
+            iters, warmup = iterations_for(size, args, defaults)
+            send = np.full(count, 1, dtype)
+            recv = np.zeros(count, dtype)
+            value = measure(comm, send, recv, iters, warmup) if comm.rank < 2 else 0.0
+            value = comm.bcast(value, root=0)
+            ok = bool(np.array_equal(send, recv)) if comm.rank == 1 else True
+            ok = bool(comm.allreduce(int(ok), op=MPI.MIN))
+            nbytes = count * dtype.itemsize
+            us = value if latency else (nbytes / value if value > 0 else float("nan"))
+            sweep.print(report.row(nbytes, [value], valid=ok if args.validation else None))
+            records.append(Record(prog, "mpi4py", nbytes, comm.size, args.datatype, us, us, us, us,
+                                  iters, report.algbw_gbs(nbytes, us * 1e-6), float("nan"),
+                                  ok if args.validation else None))
+            sweep.size_done(nbytes, records)
+        comm.Barrier()
+        sweep.finish(records)
     return records
 
 

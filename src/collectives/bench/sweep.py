@@ -34,6 +34,14 @@ class Sweep:
             self.bar = tqdm(total=len(sizes), desc=prog, unit="size", file=sys.stderr,
                             leave=False, dynamic_ncols=True, mininterval=0, miniters=1)
 
+    def __enter__(self) -> "Sweep":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Close the bar whatever happened: an error's message then starts on a line of its own."""
+        if self.bar is not None:
+            self.bar.close()
+
     def print(self, line: str) -> None:
         """Print ``line`` on ``out`` (rank 0), clearing and redrawing the bar around it."""
         if not self.active:

@@ -219,26 +219,25 @@ class Trainer:
         from tqdm import tqdm
 
         a = self.args
-        bar = tqdm(total=self.total, initial=self.step, desc=PROG, unit="step", leave=False,
-                   disable=a.quiet or self.rank != 0, file=sys.stderr)
-        order = None
-        while self.step < self.total:
-            if order is None or self.step % self.spe == 0:
-                order = data.shard(len(self.ds.y_train), self.world, self.rank, a.seed,
-                                   self.step // self.spe)
-            self.one_step(order)
-            bar.update()
-            if self.step % self.spe == 0:
-                self.history.append(self.evaluate())
-                if not a.quiet and self.rank == 0:
-                    bar.write(report.epoch_line(self.history[-1]), file=sys.stderr)
-            if a.checkpoint_every and self.step % a.checkpoint_every == 0:
-                with self.clock.measure("checkpoint"):
-                    checkpoint.save(a.checkpoint_dir, *self.capture(), self.comm)
-            if a.stop_after and self.step >= a.stop_after and self.step < self.total:
-                bar.close()
-                return False
-        bar.close()
+        # a with block: an exception clears the bar first, so its message gets its own line
+        with tqdm(total=self.total, initial=self.step, desc=PROG, unit="step", leave=False,
+                  disable=a.quiet or self.rank != 0, file=sys.stderr) as bar:
+            order = None
+            while self.step < self.total:
+                if order is None or self.step % self.spe == 0:
+                    order = data.shard(len(self.ds.y_train), self.world, self.rank, a.seed,
+                                       self.step // self.spe)
+                self.one_step(order)
+                bar.update()
+                if self.step % self.spe == 0:
+                    self.history.append(self.evaluate())
+                    if not a.quiet and self.rank == 0:
+                        bar.write(report.epoch_line(self.history[-1]), file=sys.stderr)
+                if a.checkpoint_every and self.step % a.checkpoint_every == 0:
+                    with self.clock.measure("checkpoint"):
+                        checkpoint.save(a.checkpoint_dir, *self.capture(), self.comm)
+                if a.stop_after and self.step >= a.stop_after and self.step < self.total:
+                    return False
         return True
 
     def summary(self) -> dict:
