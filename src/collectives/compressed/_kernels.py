@@ -8,6 +8,7 @@ scalars, with njit options from one constant.
 from __future__ import annotations
 
 import numpy as np
+from compress._kernels import notice
 from numba import njit, types
 from numba.extending import overload
 
@@ -15,6 +16,8 @@ __all__ = ["NJIT", "CHUNK", "merge_sum", "add_sparse_into_dense", "split_points"
            "sum_in_rank_order"]
 
 NJIT = dict(cache=True, nogil=True)
+
+notice.install()  # a line on rank 0 while a first compile stalls a call
 
 
 @njit(**NJIT)

@@ -16,6 +16,7 @@ This is the one module ``team.py`` calls: :func:`run_rounds`, and :data:`FLOAT16
 
 from __future__ import annotations
 
+from compress._kernels import notice
 from numba import carray, njit
 
 from .. import layout as L
@@ -27,6 +28,8 @@ from .protocol import (all_agree, all_reached, by_cma, descriptor, entered_after
                        open_call, released, segment_elements, shared, slot, span)
 
 __all__ = ["run_rounds", "FLOAT16"]
+
+notice.install()  # a line on rank 0 while a first compile stalls a call (about 10 s here)
 
 
 @njit(**NJIT)

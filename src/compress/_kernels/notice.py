@@ -1,0 +1,147 @@
+"""One line on standard error while Numba compiles for long (private).
+
+The first call of a kernel with a new signature compiles it (seconds per kernel; the shm round
+driver takes about ten) unless Numba's cache holds it. :func:`install` registers a listener for
+Numba's ``numba:compile`` events (they fire only for a real compile, never for a kernel found in
+the cache, so a warm call costs nothing). The compiles that follow each other within
+:data:`GAP` seconds make one *stall*; when a stall has lasted :data:`THRESHOLD_ENV` seconds
+(default :data:`THRESHOLD`), rank 0 (of ``COMM_WORLD``, when MPI runs; every process that runs
+alone) prints, once per stall::
+
+    collectives: compiling Numba kernel run_rounds(float32, ...) for its first use; it is cached
+    afterwards (in ...); `python -m collectives warmup` compiles the common ones ahead
+
+(on one line). A timer thread prints it while the compile runs; a compile that ends past the
+threshold before the timer thread got to run prints it at its end. ``COLLECTIVES_JIT_NOTICE=off``
+turns the line off; ``COLLECTIVES_JIT_NOTICE=0`` prints it for every stall (tests).
+
+:func:`install` is called by every module that defines kernels and imports Numba (this package's
+``host``, and collectives' shm and compressed kernels), so that the first compile of a process
+is covered whichever path comes first.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+from numba.core import event
+
+__all__ = ["install", "THRESHOLD", "THRESHOLD_ENV", "GAP", "message"]
+
+#: Seconds a stall lasts before the line is printed.
+THRESHOLD = 2.0
+#: Environment variable that overrides :data:`THRESHOLD` (seconds; ``off``: never print).
+THRESHOLD_ENV = "COLLECTIVES_JIT_NOTICE"
+#: Compiles that start within this many seconds of the last one's end continue its stall.
+GAP = 0.5
+
+_RANK_ENV = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK")
+_lock = threading.Lock()
+_installed = False
+
+
+def _threshold() -> float | None:
+    text = os.environ.get(THRESHOLD_ENV, "").strip().lower()
+    if text in ("off", "none", "no", "false"):
+        return None
+    try:
+        return max(0.0, float(text)) if text else THRESHOLD
+    except ValueError:
+        return THRESHOLD
+
+
+def _rank() -> int:
+    """This process's rank in ``COMM_WORLD``: from mpi4py when MPI runs, else from the
+    launcher's environment, else 0."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        return mpi.COMM_WORLD.Get_rank()
+    for name in _RANK_ENV:
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return 0
+
+
+def _cache_place() -> str:
+    from numba.core import config
+
+    return config.CACHE_DIR or "__pycache__ next to the kernels' sources"
+
+
+def message(what: str) -> str:
+    """The line printed for a stall compiling ``what``."""
+    return (f"collectives: compiling Numba kernel {what} for its first use; it is cached "
+            f"afterwards (in {_cache_place()}); `python -m collectives warmup` compiles the "
+            f"common ones ahead")
+
+
+def _describe(data: dict) -> str:
+    fn = data["dispatcher"].py_func
+    kinds = []
+    for t in data["args"]:
+        dtype = getattr(t, "dtype", None)
+        name = str(dtype if dtype is not None else t)
+        if name not in kinds:
+            kinds.append(name)
+    return f"{fn.__name__}({', '.join(kinds)})"
+
+
+class _Stalls(event.Listener):
+    """The ``numba:compile`` listener (compiles run one at a time, under Numba's compiler lock;
+    nested events are the callees of the outermost kernel)."""
+
+    def __init__(self, threshold: float) -> None:
+        self.threshold = threshold
+        self.depth = 0
+        self.start = self.last_end = -1e300
+        self.what = ""
+        self.said = True  # no stall yet
+        self.timer: threading.Timer | None = None
+
+    def on_start(self, ev) -> None:
+        self.depth += 1
+        if self.depth > 1:
+            return
+        now = time.perf_counter()
+        self.what = _describe(ev.data)
+        if now - self.last_end > GAP:  # a new stall
+            self.start, self.said = now, _rank() != 0
+            if not self.said and self.threshold > 0:
+                self.timer = threading.Timer(self.threshold, self._check)
+                self.timer.daemon = True
+                self.timer.start()
+
+    def on_end(self, ev) -> None:
+        self.depth -= 1
+        if self.depth > 0:
+            return
+        self.last_end = now = time.perf_counter()
+        if now - self.start >= self.threshold:
+            self._say()
+
+    def _check(self) -> None:  # the timer thread
+        if self.depth > 0 or time.perf_counter() - self.last_end <= GAP:
+            self._say()
+
+    def _say(self) -> None:
+        with _lock:
+            if self.said:
+                return
+            self.said = True
+        print(message(self.what), file=sys.stderr, flush=True)
+
+
+def install() -> None:
+    """Register the listener (once per process; nothing when the notice is off)."""
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        _installed = True
+    threshold = _threshold()
+    if threshold is None:
+        return
+    event.register("numba:compile", _Stalls(threshold))
