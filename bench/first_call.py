@@ -1,0 +1,198 @@
+"""The first call against a warm one, and where the first call's time goes (Numba compiles).
+
+``mpiexec -n 2 python bench/first_call.py [--cold] [--cases allreduce,compressed] [--json F]``
+
+A first call of a process compiles the Numba kernels it needs, unless Numba's cache holds them:
+``NUMBA_CACHE_DIR`` if set, else ``__pycache__`` next to the kernels' sources. ``--cold`` gives
+this run a new empty cache directory (rank 0 makes it before Numba is imported, every rank uses
+it; removed at the end), so every kernel compiles; without it the run finds what earlier runs or
+``python -m collectives warmup`` left in the cache.
+
+Cases, in the order given, each on ``--count`` float32 elements (the same every time):
+
+- ``allreduce``: ``collectives.allreduce(x)`` (``algorithm="auto"``: ``shm`` on one node);
+- ``compressed``: ``collectives.compressed_allreduce(x, compress.ErrorFeedback(topk))``: top-k
+  (ratio 0.01) with error feedback, its state kept on the communicator.
+
+Each case: a barrier, the first call timed alone (rank 0's wall and CPU seconds), then
+``--calls`` warm calls, each after a barrier, of which the median is reported. ``import numba``
+is timed first, on its own (the compile listener below needs it): a user's first call pays it
+too, so ``first + import`` is what a program waits at its first call when it imports nothing
+else that loads Numba. Every top-level compile is listed per kernel and signature (dtypes) with
+its seconds, of which ``self`` excludes the kernels it called that compiled with it; ``loaded``
+counts the kernels found in the cache. The machine's load (``os.getloadavg``) is printed at the
+start and the end: quote it with the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+CASES = ("allreduce", "compressed")
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cold", action="store_true", help="a new empty Numba cache for this run")
+    ap.add_argument("--cases", default=",".join(CASES),
+                    help=f"comma-separated, in order, from {', '.join(CASES)}")
+    ap.add_argument("--count", type=int, default=1 << 20, help="float32 elements (default 1 Mi)")
+    ap.add_argument("--calls", type=int, default=11, help="warm calls per case")
+    ap.add_argument("--json", help="write the results here (rank 0)")
+    args = ap.parse_args(argv)
+    args.cases = [c for c in args.cases.split(",") if c]
+    bad = [c for c in args.cases if c not in CASES]
+    if bad or not args.cases:
+        ap.error(f"--cases takes {', '.join(CASES)}; got {args.cases}")
+    return args
+
+
+class _Compiles:
+    """Records Numba's ``numba:compile`` events: top-level kernels with their total and self
+    seconds."""
+
+    def __init__(self) -> None:
+        from numba.core import event
+
+        class Listener(event.Listener):
+            def on_start(inner, ev):  # noqa: N805 - the listener's self is the outer record
+                row = {"kernel": _name(ev.data), "depth": len(self.stack), "s": 0.0, "self_s": 0.0}
+                self.rows.append(row)  # in the order the compiles start: callers first
+                self.stack.append((row, time.perf_counter()))
+
+            def on_end(inner, ev):  # noqa: N805
+                row, t0 = self.stack.pop()
+                row["s"] = time.perf_counter() - t0
+                row["self_s"] += row["s"]
+                if self.stack:
+                    self.stack[-1][0]["self_s"] -= row["s"]
+
+        self.stack: list = []
+        self.rows: list[dict] = []
+        event.register("numba:compile", Listener())
+
+    def take(self) -> list[dict]:
+        rows, self.rows = self.rows, []
+        return rows
+
+
+def _name(data: dict) -> str:
+    fn = data["dispatcher"].py_func
+    kinds = []
+    for t in data["args"]:
+        name = str(getattr(t, "dtype", t))
+        if name not in kinds:
+            kinds.append(name)
+    return f"{fn.__module__}.{fn.__qualname__}({', '.join(kinds)})"
+
+
+def _cache_hits() -> int:
+    """Kernels of this library loaded from the cache so far in this process."""
+    from numba.core.registry import CPUDispatcher
+
+    hits = 0
+    for name, mod in list(sys.modules.items()):
+        if mod is None or not name.startswith(("collectives", "compress")):
+            continue
+        for obj in list(vars(mod).values()):
+            if isinstance(obj, CPUDispatcher):
+                hits += sum(obj.stats.cache_hits.values())
+    return hits
+
+
+def _case(name: str, comm, count: int, calls: int, compiles: _Compiles) -> dict:
+    import numpy as np
+
+    import collectives
+    import compress
+
+    x = np.random.default_rng(comm.rank).standard_normal(count).astype(np.float32)
+    if name == "allreduce":
+        def call():
+            collectives.allreduce(x)
+    else:
+        memory = compress.ErrorFeedback(compress.from_spec("topk:ratio=0.01"))
+
+        def call():
+            collectives.compressed_allreduce(x, memory)
+    hits = _cache_hits()
+    comm.Barrier()
+    t, c = time.perf_counter(), time.process_time()
+    call()
+    first, cpu = time.perf_counter() - t, time.process_time() - c
+    rows = compiles.take()
+    loaded = _cache_hits() - hits
+    warm = []
+    for _ in range(calls):
+        comm.Barrier()
+        t = time.perf_counter()
+        call()
+        warm.append(time.perf_counter() - t)
+    return {"first_s": first, "first_cpu_s": cpu, "warm_s": statistics.median(warm),
+            "compiled": sum(r["depth"] == 0 for r in rows), "loaded": loaded,
+            "compile_s": sum(r["s"] for r in rows if r["depth"] == 0), "compiles": rows}
+
+
+def _print(result: dict) -> None:
+    print(f"# first call against a warm one: {result['ranks']} ranks, {result['count']} float32, "
+          f"cache {result['cache']}; load {result['load_start']} at start, "
+          f"{result['load_end']} at end")
+    print(f"# import numba: {result['import_numba_s']:.2f} s")
+    print(f"{'# case':<14}{'first(s)':>10}{'+import(s)':>12}{'cpu(s)':>9}{'warm(ms)':>10}"
+          f"{'compile(s)':>12}{'compiled':>10}{'loaded':>8}")
+    for name, r in result["cases"].items():
+        print(f"{name:<14}{r['first_s']:>10.2f}{r['first_s'] + result['import_numba_s']:>12.2f}"
+              f"{r['first_cpu_s']:>9.2f}{r['warm_s'] * 1e3:>10.2f}{r['compile_s']:>12.2f}"
+              f"{r['compiled']:>10}{r['loaded']:>8}")
+    for name, r in result["cases"].items():
+        if not r["compiles"]:
+            continue
+        print(f"# {name}: compiles (s: with the kernels compiled for it; self: without)")
+        for row in r["compiles"]:  # callers before their callees
+            indent = "  " * row["depth"]
+            print(f"  {row['s']:>6.2f} {row['self_s']:>6.2f}  {indent}{row['kernel']}")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = _parse(argv)
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    if "numba" in sys.modules:
+        raise RuntimeError("Numba was imported before the cache directory was chosen")
+    made = None
+    if args.cold:
+        made = comm.bcast(tempfile.mkdtemp(prefix="numba-cold-") if comm.rank == 0 else None)
+        os.environ["NUMBA_CACHE_DIR"] = made
+    load_start = [round(v, 2) for v in os.getloadavg()]
+    t = time.perf_counter()
+    import numba  # noqa: F401 - timed: every first call pays it
+
+    import_s = comm.allreduce(time.perf_counter() - t, op=MPI.MAX)
+    compiles = _Compiles()
+    cases = {name: _case(name, comm, args.count, args.calls, compiles) for name in args.cases}
+    result = {"ranks": comm.size, "count": args.count,
+              "cache": "new (--cold)" if args.cold else
+              os.environ.get("NUMBA_CACHE_DIR", "__pycache__"),
+              "load_start": load_start, "load_end": [round(v, 2) for v in os.getloadavg()],
+              "import_numba_s": import_s, "cases": cases}
+    comm.Barrier()
+    if comm.rank == 0:
+        _print(result)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=1)
+        if made:
+            shutil.rmtree(made, ignore_errors=True)
+    return result
+
+
+if __name__ == "__main__":
+    main()
