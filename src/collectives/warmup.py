@@ -1,0 +1,117 @@
+"""Compile the Numba kernels of the common call paths ahead, into Numba's cache.
+
+A process's first call of a path compiles its kernels unless Numba's cache holds them (seconds:
+docs/benchmarks.md, "First call and the JIT cache"). ``python -m collectives warmup`` runs each
+path of :data:`PATHS` once per dtype, in one process without MPI peers, on a few elements, so that
+every kernel the path's first call needs is compiled and written to the cache (``NUMBA_CACHE_DIR``
+if set, else ``__pycache__`` next to the kernels' sources): later processes load it instead.
+
+- ``allreduce``: the shm round driver (``run_rounds``, what ``algorithm="auto"`` runs on one
+  node), through a one-rank team on ``COMM_SELF``: the same argument types as any team's call;
+- ``compressed``: ``compressed_allreduce`` with top-k and error feedback (the fused path, two
+  steps) on ``COMM_SELF``, then the sparse strategy's merge of two ranks' (index, value) lists,
+  sparse with sparse and sparse into dense, as the ranks of a job do.
+
+The kernels take any op in one compile (the op is an argument); each dtype is a compile of its own.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Callable
+
+import numpy as np
+
+__all__ = ["PATHS", "DTYPES", "warmup", "kernel_stats"]
+
+#: Dtypes warmed by default.
+DTYPES = ("float32", "float64")
+
+
+def _allreduce(dtype: np.dtype) -> None:
+    from mpi4py import MPI
+
+    from ._runtime.shmem import layout
+    from ._runtime.shmem.team import Team
+
+    team = Team(MPI.COMM_SELF, None)
+    try:
+        x = np.arange(8, dtype=dtype)
+        out = np.empty_like(x)
+        team.run(x, out, layout.OPCODES["sum"], layout.REPLICATED, 1, None)
+    finally:
+        team.free()
+
+
+def _compressed(dtype: np.dtype) -> None:
+    import compress
+    from mpi4py import MPI
+
+    from .compressed.api import compressed_allreduce
+    from .compressed._sparsevec import SparseVec, combine
+    from .compressed.sparse import _acc
+
+    x = np.linspace(-1, 1, 1000).astype(dtype)
+    memory = compress.ErrorFeedback(compress.from_spec("topk:ratio=0.01"))
+    if dtype not in memory.codec.dtypes:
+        return
+    for _ in range(2):  # the first step and a step with a residual
+        compressed_allreduce(x, memory, comm=MPI.COMM_SELF)
+    acc = _acc(x)
+    idx = np.arange(0, 10, 2, dtype=np.int64)
+
+    def vec(ix: np.ndarray) -> SparseVec:
+        return SparseVec(0, 100, acc, ix.copy(), np.ones(ix.size, acc))
+
+    combine(vec(idx), vec(idx + 1))                # sparse + sparse: merge_sum
+    combine(vec(idx).densify(), vec(idx + 1))      # dense + sparse: add_sparse_into_dense
+
+
+#: What ``warmup`` can compile, by name.
+PATHS: dict[str, Callable[[np.dtype], None]] = {"allreduce": _allreduce, "compressed": _compressed}
+
+
+def kernel_stats() -> tuple[int, int]:
+    """(kernels compiled, kernels loaded from the cache) so far in this process, over the
+    ``@njit`` kernels of ``collectives`` and ``compress``."""
+    if "numba" not in sys.modules:
+        return 0, 0
+    from numba.core.registry import CPUDispatcher
+
+    compiled = loaded = 0
+    for name, mod in list(sys.modules.items()):
+        if mod is None or not name.startswith(("collectives.", "compress.")):
+            continue
+        for obj in list(vars(mod).values()):
+            if isinstance(obj, CPUDispatcher):
+                compiled += sum(obj.stats.cache_misses.values())
+                loaded += sum(obj.stats.cache_hits.values())
+    return compiled, loaded
+
+
+def warmup(dtypes: list[str] | tuple[str, ...] = DTYPES,
+           paths: list[str] | tuple[str, ...] = tuple(PATHS),
+           say: Callable[[str], None] = print) -> list[dict]:
+    """Run ``paths`` for ``dtypes``; ``say`` one line per (path, dtype); return the rows."""
+    for name in paths:
+        if name not in PATHS:
+            raise ValueError(f"unknown path {name!r}; valid: {', '.join(PATHS)}")
+    kinds = [np.dtype(d) for d in dtypes]
+    from numba.core import config
+
+    say(f"warming Numba's cache in {config.CACHE_DIR or '__pycache__ next to the sources'}")
+    rows = []
+    for name in paths:
+        for dtype in kinds:
+            before = kernel_stats()
+            t = time.perf_counter()
+            PATHS[name](dtype)
+            seconds = time.perf_counter() - t
+            after = kernel_stats()
+            row = {"path": name, "dtype": str(dtype), "s": seconds,
+                   "compiled": after[0] - before[0], "loaded": after[1] - before[1]}
+            rows.append(row)
+            say(f"{name:<11}{str(dtype):<9}{seconds:7.2f} s  {row['compiled']} kernels "
+                f"compiled, {row['loaded']} loaded from the cache")
+    return rows
