@@ -13,6 +13,7 @@ from .base import DECODE_MAX_ELEMENTS, Codec
 from .memory import DGCMemory, ErrorFeedback
 from .protocols import ElementSummable, LowRankSummable, Memory, SparsePayload
 from .registry import CODECS, from_spec, get, parse_spec
+from .schedule import SparsityWarmup
 
 # every codec class by its name (compress.TopK, ...), from the one table
 globals().update({cls.__name__: cls for cls in CODECS.values()})
@@ -26,6 +27,7 @@ __all__ = [
     "DECODE_MAX_ELEMENTS",
     "ErrorFeedback",
     "DGCMemory",
+    "SparsityWarmup",
     "ElementSummable",
     "LowRankSummable",
     "SparsePayload",

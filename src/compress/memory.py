@@ -12,7 +12,11 @@ momentum and the accumulated velocity are cleared where elements were sent::
     u = m u + g;   v = v + u;   payload = encode(v);   sent = decode(payload) != 0
     v[sent] = 0;   u[sent] = 0
 
-With DGCMemory the optimizer must use plain SGD (momentum already applied).
+With DGCMemory the optimizer must use plain SGD (momentum already applied). The rest of DGC as
+published is two more options of DGCMemory: ``warmup`` (a :class:`compress.SparsityWarmup`: the
+density rises to the codec's own over the first epochs) and ``clip`` (local gradient clipping:
+each rank scales its gradient to an L2 norm of at most ``clip`` before folding it in; the paper
+takes the global threshold times ``N ** -0.5`` for N ranks).
 
 Non-finite input (an overflowed gradient in mixed-precision training): the payload carries the
 ``inf`` or NaN on (every codec propagates it, see ``docs/compression.md``), so a loss scaler skips
@@ -47,6 +51,7 @@ from ._util import quiet
 from .base import Codec
 from .arrays import as_array, host_copy, is_device, like, namespace
 from .protocols import FusedFeedback, Memory, SparsePayload
+from .schedule import SparsityWarmup
 
 __all__ = ["ErrorFeedback", "DGCMemory", "Residual", "MomentumState"]
 
@@ -234,6 +239,21 @@ class MomentumState:
             raise ValueError(f"u and v must have the same shape, got {self.u.shape} and {self.v.shape}")
 
 
+#: the field that holds the density of each codec a warm-up can drive
+_DENSITY = {"dgc": "density", "topk": "ratio"}
+
+
+def _clipped(grad, clip: float):
+    """``grad`` scaled to L2 norm ``clip`` if its norm is larger (a new array), else ``grad``;
+    a non-finite norm leaves it as it is (the overflow travels, by the module's rule)."""
+    xp = namespace(grad)
+    with quiet():
+        norm = float(xp.sqrt(xp.sum(xp.square(grad.astype(xp.float64)))))
+    if not norm > clip or norm == float("inf"):
+        return grad
+    return (grad * (clip / norm)).astype(grad.dtype, copy=False)
+
+
 @dataclass
 class DGCMemory(Memory):
     """DGC momentum correction with momentum factor masking.
@@ -247,24 +267,54 @@ class DGCMemory(Memory):
     fused : bool
         As for :class:`ErrorFeedback`: the codec's selecting pass computes momentum and velocity
         (default), or they are computed, encoded and decoded as for any codec.
+    warmup : compress.SparsityWarmup, optional
+        DGC's sparsity warm-up: at each step the codec (DGC or top-k) sends the schedule's
+        density, and its own once the warm-up is over.
+    clip : float, optional
+        Local gradient clipping: the L2 norm a gradient is scaled down to before it is folded
+        into the momentum (DGC: the global clipping threshold times ``N ** -0.5``).
     """
 
     codec: Codec
     momentum: float = 0.9
     state: dict = field(default_factory=dict, repr=False)
     fused: bool = True
+    warmup: SparsityWarmup | None = None
+    clip: float | None = None
+    _final: float = field(init=False, repr=False, compare=False, default=0.0)
 
     def __post_init__(self):
         _check_codec(self.codec)
         if not 0.0 <= self.momentum < 1.0:
             raise ValueError(f"momentum must be in [0, 1), got {self.momentum!r}")
+        if self.warmup is not None:
+            if not isinstance(self.warmup, SparsityWarmup):
+                raise TypeError(f"warmup must be a compress.SparsityWarmup, got "
+                                f"{type(self.warmup).__name__}")
+            if self.codec.name not in _DENSITY:
+                raise ValueError(f"warmup needs a codec with a density "
+                                 f"({', '.join(_DENSITY)}), got {self.codec.name!r}")
+            self._final = getattr(self.codec, _DENSITY[self.codec.name])
+        if self.clip is not None and not (isinstance(self.clip, (int, float))
+                                          and 0.0 < self.clip < float("inf")):
+            raise ValueError(f"clip must be a positive finite L2 norm, got {self.clip!r}")
+
+    def density(self, step: int) -> float | None:
+        """The codec's density at ``step`` under ``warmup`` (None without one)."""
+        return None if self.warmup is None else self.warmup.density(step, self._final)
 
     def encode(self, grad, *, key=None, step: int = 0) -> np.ndarray:
         """Fold ``grad`` into momentum and velocity, encode the velocity, clear what was sent.
 
-        A velocity that is not finite (an overflowed ``grad``) is encoded, so the payload carries
+        With ``warmup``, the codec sends this step's density; with ``clip``, ``grad`` is first
+        scaled to that L2 norm if its norm is larger (a copy: the caller's array stays). A
+        velocity that is not finite (an overflowed ``grad``) is encoded, so the payload carries
         the overflow, but momentum and velocity stay as they were before this step."""
         original, grad = grad, as_array(grad)
+        if self.warmup is not None:
+            setattr(self.codec, _DENSITY[self.codec.name], self.density(step))
+        if self.clip is not None:
+            grad = _clipped(grad, self.clip)
         if self.fused and isinstance(self.codec, FusedFeedback) and type(grad) is np.ndarray:
             return like(original, self._encode_fused(grad, key, step))
         xp = namespace(grad)

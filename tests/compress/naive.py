@@ -226,3 +226,32 @@ def ref_dgc_memory(encode, decode, xs, momentum):
             u, v = u2, v2
         out.append((payload, u.copy(), v.copy()))
     return out
+
+
+def ref_dgc_published(xs, momentum, densities, clip):
+    """DGC as published (Lin et al. 2018) with exact top-k selection, in plain NumPy: each
+    step's gradient scaled to L2 norm ``clip`` when larger (norm in float64; local gradient
+    clipping), ``u = m u + g``, ``v = v + u``, the ``k = ceil(d n)`` largest magnitudes of ``v``
+    sent (``d`` the step's density from the warm-up), ``u`` and ``v`` cleared where a nonzero
+    value was sent. ``[(indices, values, u, v)]`` per step."""
+    u = v = None
+    out = []
+    for g, d in zip(xs, densities):
+        with np.errstate(over="ignore", invalid="ignore"):
+            norm = float(np.sqrt(np.sum(g.astype(np.float64) ** 2)))
+            if clip is not None and np.isfinite(norm) and norm > clip:
+                g = (g * (clip / norm)).astype(g.dtype)
+            if u is None:
+                u, v = np.zeros_like(g), np.zeros_like(g)
+            u2 = u * momentum
+            u2 += g
+            v2 = v + u2
+        idx = ref_topk_indices(v2, k_for(v2.size, d))
+        values = v2.reshape(-1)[idx].copy()
+        if _finite(v2):
+            sent = idx[values != 0]
+            v2.reshape(-1)[sent] = 0
+            u2.reshape(-1)[sent] = 0
+            u, v = u2, v2
+        out.append((idx, values, u.copy(), v.copy()))
+    return out
