@@ -6,8 +6,9 @@
   ``guard``: failure semantics (call numbers, notices, guarded waits, timeouts);
   ``validate``: argument set-up and the cross-rank check of ``validate=True``.
 - ``p2p``: the point-to-point messages of the hand-written algorithms (guarded, counted in
-  ``traffic``); ``ranks``: block and rank arithmetic; ``workspace``: reusable scratch buffers;
-  ``mpitypes``: MPI datatypes and ops for the native calls.
+  ``traffic``, logged by ``trace`` while a recording is on); ``ranks``: block and rank
+  arithmetic; ``workspace``: reusable scratch buffers; ``mpitypes``: MPI datatypes and ops for
+  the native calls.
 - ``nodes``: which ranks share a node; ``shmem``: the shared-memory team of one node, which the
   ``shm`` and ``hierarchical`` algorithms run on.
 - ``mpilib``: which MPI library mpi4py loaded; ``cli``: entry points of the programs (one line

@@ -9,6 +9,9 @@ function.
 Inside a public call every message carries the call's tag and every wait is the guard's
 (``_runtime/guard.py``): it also ends on a notice that another rank's call failed, and a receive of
 another size than expected raises ValueError ("count or dtype differs across ranks").
+
+While a recording of ``_runtime/trace.py`` is active, each function also logs its operation there
+(off, the cost is one test of ``trace.ACTIVE``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from compress.arrays import is_numpy as _host
 from mpi4py import MPI
 
 from . import device as _device
+from . import trace as _trace
 from .guard import Guard
 from .traffic import TRAFFIC
 
@@ -28,6 +32,8 @@ TAG = 7117  # outside a public call (algorithms run directly); inside, the call'
 
 def send(comm: MPI.Comm, a: np.ndarray, dest: int, guard: Guard | None) -> None:
     TRAFFIC.add(a.nbytes)
+    if _trace.ACTIVE is not None:
+        _trace.ACTIVE.message(comm, dest, a.nbytes, -1, 0)
     buf = a if _host(a) else _device.to_mpi(a, "send")  # device: CUDA-aware or staged
     if guard is None:
         comm.Send([buf, MPI.BYTE], dest, TAG)
@@ -36,6 +42,8 @@ def send(comm: MPI.Comm, a: np.ndarray, dest: int, guard: Guard | None) -> None:
 
 
 def recv(comm: MPI.Comm, a: np.ndarray, source: int, guard: Guard | None) -> None:
+    if _trace.ACTIVE is not None:
+        _trace.ACTIVE.message(comm, -1, 0, source, a.nbytes)
     target = a if _host(a) else _device.from_mpi(a, "recv")
     if guard is None:
         comm.Recv([target, MPI.BYTE], source, TAG)
@@ -50,6 +58,8 @@ def sendrecv(comm: MPI.Comm, a: np.ndarray, dest: int, b: np.ndarray, source: in
              guard: Guard | None) -> None:
     """Send ``a`` to ``dest`` while receiving ``b`` from ``source``."""
     TRAFFIC.add(a.nbytes)
+    if _trace.ACTIVE is not None:
+        _trace.ACTIVE.message(comm, dest, a.nbytes, source, b.nbytes)
     if _host(a) and _host(b):
         if guard is None:
             comm.Sendrecv([a, MPI.BYTE], dest, TAG, [b, MPI.BYTE], source, TAG)
