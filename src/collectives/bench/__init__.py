@@ -4,8 +4,9 @@ One module per benchmark (``allreduce``, ``reduce_scatter``, ``allgather``, ``bc
 ``latency``, ``bw``), each with a ``main(argv=None, comm=None, out=None)``; the shared pieces are
 ``options`` (OSU's command line), ``timing`` (OSU's timing loop), ``report`` (OSU's layout and
 bus bandwidth), ``collective`` (the loop all collective benchmarks share), ``results``
-(JSON/CSV), ``plot`` (figures and tables from result files) and ``catalogue`` (the table of
-entry points). Run them under ``mpiexec`` as
+(JSON/CSV), ``plot`` (figures and tables from result files), ``schedule`` (the allreduce
+algorithms' message patterns, recorded from real calls and drawn) and ``catalogue`` (the table
+of entry points). Run them under ``mpiexec`` as
 console scripts (``osu_allreduce``), modules (``python -m collectives.bench.allreduce``) or
 ``bench/osu_*.py``. This package module imports nothing, so ``python -m`` runs each cleanly.
 """
