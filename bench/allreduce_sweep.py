@@ -1,56 +1,110 @@
-"""Quick side-by-side sweep of every allreduce algorithm against MPI_Allreduce.
+"""Quick side-by-side sweep of the allreduce algorithms against a bare MPI_Allreduce.
 
-Run ``mpiexec -n P python bench/allreduce_sweep.py [--sizes 8,1024,...] [--node-size 2]``. All
-algorithms are interleaved in one loop (so drift hits every column alike); rank 0 prints the median
-time per call in microseconds, averaged over ranks, and each algorithm's ratio to native. The
-OSU-compatible benchmarks (benchmark issue) supersede this; it is what docs/algorithms.md quotes.
+Run ``mpiexec -n P python bench/allreduce_sweep.py [--sizes 8,1024,...] [--node-size 2]
+[--algorithms mpi,native,ring,...] [--json FILE]``. Every column is interleaved in one loop (so
+drift hits them alike), each call after a barrier; rank 0 prints the median time per call in
+microseconds, averaged over ranks, and each column's ratio to ``mpi``.
+
+- ``mpi``: mpi4py's ``comm.Allreduce(x, y, op=MPI.SUM)`` on a duplicate of COMM_WORLD, outside
+  this library: the MPI library's own call, the yardstick;
+- every other name is ``collectives.allreduce(x, out=y, algorithm=NAME)`` (``native`` is the same
+  MPI call through the library's dispatcher).
+
+``--json FILE`` adds this run's records (``collectives.bench.results.Record``, benchmark
+``allreduce_sweep``) to FILE, replacing any of the same world size, so runs at several ``P`` make
+one file; ``collectives-plot FILE`` draws it (a row of panels per world size). The OSU-compatible
+benchmarks (``osu_allreduce``) supersede this for anything but a quick look; docs/algorithms.md and
+the README's figure quote it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 from mpi4py import MPI
 
 import collectives
+from collectives._runtime.mpilib import mpi_library
+from collectives.bench.report import algbw_gbs, busbw_gbs
+from collectives.bench.results import Record, read_records, write_json
 
-ALGORITHMS = ["native", "ring", "tree", "recursive_doubling", "rabenseifner", "hierarchical"]
+DEFAULT = ["mpi", "native", "ring", "tree", "recursive_doubling", "rabenseifner", "hierarchical"]
+
+
+def _save(path: str, records: list[Record], argv: list[str]) -> None:
+    """Add ``records`` (one world size) to the JSON file ``path``, replacing that size's."""
+    p = records[0].ranks
+    runs, old = [], []
+    if Path(path).exists():
+        data = json.loads(Path(path).read_text())
+        runs = [r for r in data.get("runs", []) if r.get("ranks") != p]
+        old = [r for r in read_records(path) if r.ranks != p]
+    runs.append({"ranks": p, "argv": argv, "mpi_library": str(mpi_library())})
+    runs.sort(key=lambda r: r["ranks"])
+    write_json(path, sorted(old + records, key=lambda r: (r.ranks, r.size)),
+               benchmark="allreduce_sweep", runs=runs)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="8,1024,8192,65536,262144,1048576,4194304",
                         help="message sizes in bytes, comma-separated (float32 elements)")
     parser.add_argument("--node-size", type=int, default=2, help="emulated node size (hierarchical)")
+    parser.add_argument("--algorithms", default=",".join(DEFAULT),
+                        help=f"columns, comma-separated: mpi and the names of "
+                             f"collectives.ALGORITHMS (default {','.join(DEFAULT)})")
+    parser.add_argument("--json", help="add the medians to this JSON file (see above)")
     args = parser.parse_args()
+    names = [a for a in args.algorithms.split(",") if a]
+    unknown = [a for a in names if a != "mpi" and a not in collectives.ALGORITHMS]
+    if unknown or "mpi" not in names:
+        parser.error(f"--algorithms needs mpi and names of {', '.join(collectives.ALGORITHMS)}"
+                     + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
     comm = MPI.COMM_WORLD
+    bare = comm.Dup()
     opts = collectives.Options(node_size=args.node_size)
+    p = comm.size
     if comm.rank == 0:
-        print(f"# p={comm.size}, median us per call (ratio to native)")
-        print(f"{'bytes':>9} " + " ".join(f"{a:>22}" for a in ALGORITHMS))
+        print(f"# p={p}, median us per call (ratio to mpi: bare comm.Allreduce)")
+        print(f"{'bytes':>9} " + " ".join(f"{a:>22}" for a in names))
+    records: list[Record] = []
     for nbytes in (int(s) for s in args.sizes.split(",")):
         x = np.ones(max(nbytes // 4, 1), np.float32)
         y = np.empty_like(x)
+        calls = {a: (lambda: bare.Allreduce(x, y, op=MPI.SUM)) if a == "mpi" else
+                 (lambda a=a: collectives.allreduce(x, out=y, algorithm=a, options=opts))
+                 for a in names}
         iters = 200 if nbytes <= 65536 else 20
-        times: dict[str, list[float]] = {a: [] for a in ALGORITHMS}
+        times: dict[str, list[float]] = {a: [] for a in names}
         for it in range(iters + 5):
-            for a in ALGORITHMS:
+            for a, call in calls.items():
                 comm.Barrier()
                 t = time.perf_counter()
-                collectives.allreduce(x, out=y, algorithm=a, options=opts)
+                call()
                 if it >= 5:  # warm-up
                     times[a].append(time.perf_counter() - t)
-        med = {a: comm.allreduce(float(np.median(times[a]))) / comm.size * 1e6 for a in ALGORITHMS}
+        med = {a: comm.allreduce(float(np.median(times[a]))) / p * 1e6 for a in names}
+        avg = {a: comm.allreduce(float(np.mean(times[a]))) / p * 1e6 for a in names}
+        lo = {a: comm.allreduce(float(np.mean(times[a])), op=MPI.MIN) * 1e6 for a in names}
+        hi = {a: comm.allreduce(float(np.mean(times[a])), op=MPI.MAX) * 1e6 for a in names}
         if comm.rank == 0:
-            cells = " ".join(f"{med[a]:>13.1f} ({med[a] / med['native']:5.2f})" for a in ALGORITHMS)
+            cells = " ".join(f"{med[a]:>13.1f} ({med[a] / med['mpi']:5.2f})" for a in names)
             print(f"{x.nbytes:>9} {cells}", flush=True)
+            records += [Record("allreduce_sweep", a, x.nbytes, p, "mpi_float", avg[a], lo[a],
+                               hi[a], med[a], iters, algbw_gbs(x.nbytes, med[a] * 1e-6),
+                               busbw_gbs("allreduce", x.nbytes, med[a] * 1e-6, p))
+                        for a in names]
+    if comm.rank == 0 and args.json and records:
+        _save(args.json, records, sys.argv)
+    bare.Free()
 
 
 if __name__ == "__main__":
-    import sys
-
     from collectives._runtime.cli import program
 
     sys.exit(program("allreduce_sweep", main)())

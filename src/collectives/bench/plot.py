@@ -1,7 +1,7 @@
 """``collectives-plot``: figures and tables from benchmark result files (JSON or CSV).
 
 ``collectives-plot RESULTS.json -o fig.png`` draws latency and bus bandwidth against message
-size, one line per algorithm (log-log). ``--model TUNING.json`` (or ``--alpha/--beta/--gamma``)
+size, one line per algorithm (log-log), one row of panels per world size in the file. ``--model TUNING.json`` (or ``--alpha/--beta/--gamma``)
 adds the cost model's prediction of each algorithm as a dashed line of the same colour: the
 predicted-vs-measured plot. ``--table`` prints instead a Markdown table of every algorithm's
 median latency and its ratio to native's from the same run; ``--errors`` (with ``--model``) a
@@ -88,30 +88,40 @@ def error_table(records: Sequence[Record], net: Network, large: int = 1 << 20) -
 
 def plot(records: Sequence[Record], output: str | Path, net: Network | None = None,
          title: str | None = None) -> Path:
-    """Latency and bus bandwidth vs size per algorithm (plus predictions) into a PNG."""
+    """Latency and bus bandwidth vs size per algorithm (plus predictions) into a PNG: one row of
+    the two panels per world size in ``records``; ``mpi`` (a bare MPI call, measured beside ours by
+    ``bench/allreduce_sweep.py``) is the thick black line."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (lat, bw) = plt.subplots(1, 2, figsize=(13, 5))
-    for k, (name, rows) in enumerate(_by_algorithm(records).items()):
-        color = f"C{k % 10}"
-        sizes = [r.size for r in rows]
-        lat.loglog(sizes, [r.median_us for r in rows], "o-", color=color, label=name)
-        bw.semilogx(sizes, [r.busbw_gbs for r in rows], "o-", color=color, label=name)
-        if net is not None and name in COSTS:
-            p = rows[0].ranks
-            lat.loglog(sizes, [predict(name, s, p, net) * 1e6 for s in sizes], "--",
-                       color=color, alpha=0.7)
-    lat.set(xlabel="message size (bytes)", ylabel="median latency (us)")
-    bw.set(xlabel="message size (bytes)", ylabel="bus bandwidth (GB/s)")
-    for ax in (lat, bw):
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    ranks = records[0].ranks if records else "?"
-    fig.suptitle(title or f"{records[0].benchmark if records else ''}, p = {ranks}"
-                 + (" (dashed: model)" if net is not None else ""))
+    worlds = sorted({r.ranks for r in records}) or [0]
+    fig, axes = plt.subplots(len(worlds), 2, figsize=(13, 4.6 * len(worlds) + 0.4), squeeze=False)
+    colors: dict[str, str] = {}
+    for (lat, bw), p in zip(axes, worlds):
+        for name, rows in _by_algorithm([r for r in records if r.ranks == p]).items():
+            if name == "mpi":
+                style = dict(color="black", lw=2.4, zorder=3, label="mpi (bare comm.Allreduce)")
+            else:
+                color = colors.setdefault(name, f"C{len(colors) % 10}")
+                style = dict(color=color, lw=1.3, label=name)
+            sizes = [r.size for r in rows]
+            lat.loglog(sizes, [r.median_us for r in rows], "o-", ms=3.5, **style)
+            bw.semilogx(sizes, [r.busbw_gbs for r in rows], "o-", ms=3.5, **style)
+            if net is not None and name in COSTS:
+                lat.loglog(sizes, [predict(name, s, p, net) * 1e6 for s in sizes], "--",
+                           color=style["color"], alpha=0.7)
+        lat.set(xlabel="message size (bytes)", ylabel="median latency (us)")
+        bw.set(xlabel="message size (bytes)", ylabel="bus bandwidth (GB/s)")
+        if len(worlds) > 1:
+            lat.set_title(f"p = {p}", loc="left", fontsize=10)
+        for ax in (lat, bw):
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=8)
+    bench = records[0].benchmark if records else ""
+    ranks = ", ".join(str(p) for p in worlds) if records else "?"
+    fig.suptitle(title or f"{bench}, p = {ranks}" + (" (dashed: model)" if net is not None else ""))
     fig.tight_layout()
     fig.savefig(output, dpi=110)
     plt.close(fig)
