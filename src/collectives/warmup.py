@@ -8,9 +8,8 @@ if set, else ``__pycache__`` next to the kernels' sources): later processes load
 
 - ``allreduce``: the shm round driver (``run_rounds``, what ``algorithm="auto"`` runs on one
   node), through a one-rank team on ``COMM_SELF``: the same argument types as any team's call;
-- ``compressed``: ``compressed_allreduce`` with top-k and error feedback (the fused path, two
-  steps) on ``COMM_SELF``, then the sparse strategy's merge of two ranks' (index, value) lists,
-  sparse with sparse and sparse into dense, as the ranks of a job do.
+- ``compressed``: ``compressed_allreduce`` with top-k and error feedback and the sparse
+  strategy's merges (:func:`collectives.compressed.warm.topk_with_feedback`).
 
 The kernels take any op in one compile (the op is an argument); each dtype is a compile of its own.
 """
@@ -45,27 +44,9 @@ def _allreduce(dtype: np.dtype) -> None:
 
 
 def _compressed(dtype: np.dtype) -> None:
-    import compress
-    from mpi4py import MPI
+    from .compressed.warm import topk_with_feedback
 
-    from .compressed.api import compressed_allreduce
-    from .compressed._sparsevec import SparseVec, combine
-    from .compressed.sparse import _acc
-
-    x = np.linspace(-1, 1, 1000).astype(dtype)
-    memory = compress.ErrorFeedback(compress.from_spec("topk:ratio=0.01"))
-    if dtype not in memory.codec.dtypes:
-        return
-    for _ in range(2):  # the first step and a step with a residual
-        compressed_allreduce(x, memory, comm=MPI.COMM_SELF)
-    acc = _acc(x)
-    idx = np.arange(0, 10, 2, dtype=np.int64)
-
-    def vec(ix: np.ndarray) -> SparseVec:
-        return SparseVec(0, 100, acc, ix.copy(), np.ones(ix.size, acc))
-
-    combine(vec(idx), vec(idx + 1))                # sparse + sparse: merge_sum
-    combine(vec(idx).densify(), vec(idx + 1))      # dense + sparse: add_sparse_into_dense
+    topk_with_feedback(dtype)
 
 
 #: What ``warmup`` can compile, by name.

@@ -8,7 +8,7 @@ scalars, with njit options from one constant.
 from __future__ import annotations
 
 import numpy as np
-from compress._kernels import notice
+from compress import compile_notice
 from numba import njit, types
 from numba.extending import overload
 
@@ -17,7 +17,7 @@ __all__ = ["NJIT", "CHUNK", "merge_sum", "add_sparse_into_dense", "split_points"
 
 NJIT = dict(cache=True, nogil=True)
 
-notice.install()  # a line on rank 0 while a first compile stalls a call
+compile_notice.install()  # a line on rank 0 while a first compile stalls a call
 
 
 @njit(**NJIT)

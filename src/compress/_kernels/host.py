@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from .._util import inf_word, nan_word, quiet, uint_view
-from . import bits, floats, fused, notice, quant, sources, sparse
+from .. import compile_notice
+from . import bits, floats, fused, quant, sources, sparse
 from .bits import pack_sign_bits, unpack_two_values
 from .quant import dequantize_levels, natural_decode, natural_encode
 from .sparse import count_at_least, first_bad_index, gather, scatter, scatter_scaled
@@ -25,7 +26,7 @@ __all__ = ["float_work", "sign_stats", "pack_sign_bits", "pack_negative_bits", "
            "threshold_parts", "threshold_decode", "random_subset", "compensated", "momentum",
            "source_sample", "source_topk", "subtract_at", "zero_at"]
 
-notice.install()  # a line on rank 0 while a first compile stalls a call
+compile_notice.install()  # a line on rank 0 while a first compile stalls a call
 
 #: float32 value of every binary16 word (decode by table lookup)
 _F16_TO_F32 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)

@@ -16,7 +16,7 @@ This is the one module ``team.py`` calls: :func:`run_rounds`, and :data:`FLOAT16
 
 from __future__ import annotations
 
-from compress._kernels import notice
+from compress import compile_notice
 from numba import carray, njit
 
 from .. import layout as L
@@ -29,7 +29,7 @@ from .protocol import (all_agree, all_reached, by_cma, descriptor, entered_after
 
 __all__ = ["run_rounds", "FLOAT16"]
 
-notice.install()  # a line on rank 0 while a first compile stalls a call (about 10 s here)
+compile_notice.install()  # a line on rank 0 while a first compile stalls a call (about 10 s here)
 
 
 @njit(**NJIT)

@@ -1,4 +1,4 @@
-"""One line on standard error while Numba compiles for long (private).
+"""One line on standard error while Numba compiles for long.
 
 The first call of a kernel with a new signature compiles it (seconds per kernel; the shm round
 driver takes about ten) unless Numba's cache holds it. :func:`install` registers a listener for
@@ -11,13 +11,15 @@ alone) prints, once per stall::
     collectives: compiling Numba kernel run_rounds(float32, ...) for its first use; it is cached
     afterwards (in ...); `python -m collectives warmup` compiles the common ones ahead
 
-(on one line). A timer thread prints it while the compile runs; a compile that ends past the
+(on one line; "in the background" when a thread of its own compiles while calls go on without
+the kernel: the shm allreduce does that). A timer thread prints it while the compile runs; a compile that ends past the
 threshold before the timer thread got to run prints it at its end. ``COLLECTIVES_JIT_NOTICE=off``
 turns the line off; ``COLLECTIVES_JIT_NOTICE=0`` prints it for every stall (tests).
 
 :func:`install` is called by every module that defines kernels and imports Numba (this package's
-``host``, and collectives' shm and compressed kernels), so that the first compile of a process
-is covered whichever path comes first.
+``_kernels.host``, and collectives' shm and compressed kernels), so that the first compile of a
+process is covered whichever path comes first. Importing this module imports Numba: only kernel
+modules do, never ``import compress``.
 """
 
 from __future__ import annotations
@@ -71,9 +73,11 @@ def _cache_place() -> str:
     return config.CACHE_DIR or "__pycache__ next to the kernels' sources"
 
 
-def message(what: str) -> str:
-    """The line printed for a stall compiling ``what``."""
-    return (f"collectives: compiling Numba kernel {what} for its first use; it is cached "
+def message(what: str, background: bool = False) -> str:
+    """The line printed for a stall compiling ``what`` (``background``: in a thread of its own,
+    while calls go on without it)."""
+    where = " in the background (calls run without it meanwhile)" if background else ""
+    return (f"collectives: compiling Numba kernel {what}{where} for its first use; it is cached "
             f"afterwards (in {_cache_place()}); `python -m collectives warmup` compiles the "
             f"common ones ahead")
 
@@ -98,6 +102,7 @@ class _Stalls(event.Listener):
         self.depth = 0
         self.start = self.last_end = -1e300
         self.what = ""
+        self.background = False
         self.said = True  # no stall yet
         self.timer: threading.Timer | None = None
 
@@ -107,6 +112,7 @@ class _Stalls(event.Listener):
             return
         now = time.perf_counter()
         self.what = _describe(ev.data)
+        self.background = threading.current_thread() is not threading.main_thread()
         if now - self.last_end > GAP:  # a new stall
             self.start, self.said = now, _rank() != 0
             if not self.said and self.threshold > 0:
@@ -131,7 +137,7 @@ class _Stalls(event.Listener):
             if self.said:
                 return
             self.said = True
-        print(message(self.what), file=sys.stderr, flush=True)
+        print(message(self.what, self.background), file=sys.stderr, flush=True)
 
 
 def install() -> None:
