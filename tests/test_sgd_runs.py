@@ -59,11 +59,22 @@ def test_codecs_with_error_feedback_match_dense(dense4, tmp_path, codec):
     assert s["bytes_mean"] < s["dense_bytes"]
 
 
+def test_dgc_as_published_matches_dense(dense4, tmp_path):
+    """Momentum correction, factor masking and the sparsity warm-up (Lin et al. 2018): within
+    1.5 points of dense at 1 % density."""
+    s = _train(4, [*ACCURACY, "--codec", "dgc:density=0.01", "--momentum-correction",
+                   "--sparsity-warmup", "4", "--check-replicas"], tmp_path, "dgc")
+    assert s["test_acc"] >= dense4["test_acc"] - 0.015, (s["test_acc"], dense4["test_acc"])
+    assert "momentum correction" in s["codec"] and s["bytes_mean"] < s["dense_bytes"] / 4
+
+
 @pytest.mark.parametrize("comm", [
     ["--codec", "qsgd", "--error-feedback"],                # private RNG + per-rank residuals
     ["--codec", "powersgd:rank=2"],                         # warm-start Q
     ["--codec", "efsignsgd", "--strategy", "two_phase"],    # server-side residuals
     ["--sync", "local:4"],                                  # local SGD: per-rank momentum
+    ["--codec", "dgc:density=0.05", "--momentum-correction",  # DGC: momentum, velocity and
+     "--sparsity-warmup", "2", "--clip", "1"],              # a warm-up the stop falls in
 ])
 def test_resume_after_stop_is_bitwise(tmp_path, comm):
     args = [*TINY, *comm]

@@ -164,6 +164,13 @@ def test_sync_and_bytes():
     (["--overlap", "--codec", "topk"], "--overlap starts dense"),
     (["--overlap", "--sync", "local:2"], "--overlap starts dense"),
     (["--overlap", "--bucket-mb", "0"], "--bucket-mb must be positive"),
+    (["--momentum-correction"], "need a --codec"),
+    (["--codec", "dgc", "--momentum-correction", "--error-feedback"], "replaces --error-feedback"),
+    (["--codec", "dgc", "--sparsity-warmup", "4"], "options of --momentum-correction"),
+    (["--codec", "dgc", "--clip", "1"], "options of --momentum-correction"),
+    (["--codec", "qsgd", "--momentum-correction", "--sparsity-warmup", "4"], "dgc or topk"),
+    (["--codec", "dgc", "--momentum-correction", "--clip", "0"], "--clip must be a positive"),
+    (["--codec", "dgc", "--momentum-correction", "--clip", "inf"], "--clip must be a positive"),
 ])
 def test_cli_rejects(argv, message):
     with pytest.raises(UsageError, match=message):

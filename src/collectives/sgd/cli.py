@@ -77,6 +77,17 @@ def parser() -> argparse.ArgumentParser:
                    "'none' = dense allreduce. Codecs: " + ", ".join(compress.CODECS))
     c.add_argument("--error-feedback", action=argparse.BooleanOptionalAction, default=None,
                    help="wrap the codec in error feedback (default: if the codec needs it)")
+    c.add_argument("--momentum-correction", action="store_true",
+                   help="DGC's momentum correction and factor masking (compress.DGCMemory) in "
+                        "place of error feedback: --momentum is applied before compression and "
+                        "the optimizer runs plain SGD")
+    c.add_argument("--sparsity-warmup", type=_non_negative, default=0, metavar="EPOCHS",
+                   help="with --momentum-correction and a dgc or topk codec: DGC's warm-up, "
+                        "densities 25%%, 6.25%%, 1.56%%, 0.39%% for one epoch each over the "
+                        "first EPOCHS epochs (4 in the paper), then the codec's own")
+    c.add_argument("--clip", type=float, metavar="NORM",
+                   help="with --momentum-correction: DGC's local gradient clipping, every "
+                        "rank's gradient to an L2 norm of at most NORM / sqrt(ranks)")
     c.add_argument("--strategy", choices=_STRATEGIES, default="auto")
     c.add_argument("--sync", default="sync", help="'sync' (every step) or 'local:H' (local SGD)")
     c.add_argument("--overlap", action="store_true",
@@ -115,6 +126,9 @@ class Config:
                   "wd": a.weight_decay, "warmup": a.warmup_epochs, "seed": a.seed,
                   "algorithm": a.algorithm, "codec": a.codec, "ef": a.error_feedback,
                   "strategy": a.strategy, "sync": a.sync}
+        if a.momentum_correction:  # DGC as published: other state, other trajectory
+            fields.update(momentum_correction=True, sparsity_warmup=a.sparsity_warmup,
+                          clip=a.clip)
         if a.overlap:  # buckets reduce in other pieces than one fused buffer: other bits
             fields["overlap_bucket_mb"] = a.bucket_mb
         return fields
@@ -156,8 +170,18 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
                          "with neither --codec nor --sync local:H")
     if not a.bucket_mb > 0:
         raise UsageError(f"--bucket-mb must be positive, got {a.bucket_mb}")
-    if codec_name is None and (a.error_feedback or a.strategy != "auto"):
-        raise UsageError("--error-feedback and --strategy need a --codec")
+    if codec_name is None and (a.error_feedback or a.strategy != "auto"
+                               or a.momentum_correction):
+        raise UsageError("--error-feedback, --momentum-correction and --strategy need a --codec")
+    if a.momentum_correction and a.error_feedback:
+        raise UsageError("--momentum-correction replaces --error-feedback (it keeps what was "
+                         "not sent in the velocity): give one of them")
+    if (a.sparsity_warmup or a.clip is not None) and not a.momentum_correction:
+        raise UsageError("--sparsity-warmup and --clip are options of --momentum-correction")
+    if a.sparsity_warmup and name not in ("dgc", "topk"):
+        raise UsageError(f"--sparsity-warmup needs a dgc or topk codec, got {name!r}")
+    if a.clip is not None and not 0 < a.clip < float("inf"):
+        raise UsageError(f"--clip must be a positive L2 norm, got {a.clip}")
     for path, exts in ((a.log, (".csv", ".json")), (a.plot, (".png",))):
         if path and not path.lower().endswith(exts):
             raise UsageError(f"{path}: expected a file ending in {' or '.join(exts)}")

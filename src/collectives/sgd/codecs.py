@@ -10,7 +10,8 @@
   replaces ``--seed`` as the base seed.
 - :func:`build` returns the :class:`collectives.CompressionState` the exchange passes to
   ``compressed_allreduce`` and the checkpoint saves, with :class:`compress.ErrorFeedback` around
-  the codec when asked (by default when the codec declares ``needs_error_feedback``).
+  the codec when asked (by default when the codec declares ``needs_error_feedback``), or
+  :class:`compress.DGCMemory` with ``--momentum-correction`` (DGC as published).
 """
 
 from __future__ import annotations
@@ -26,8 +27,11 @@ __all__ = ["parse_spec", "build"]
 parse_spec = compress.parse_spec
 
 
-def build(spec: str, *, error_feedback: bool | None, seed: int, rank: int) -> CompressionState:
-    """Instantiate ``spec`` for ``rank``; raises ValueError/TypeError on a bad name or parameter."""
+def build(spec: str, *, error_feedback: bool | None, seed: int, rank: int,
+          momentum_correction: dict | None = None) -> CompressionState:
+    """Instantiate ``spec`` for ``rank``; raises ValueError/TypeError on a bad name or parameter.
+    ``momentum_correction``: the keyword arguments of a :class:`compress.DGCMemory` around the
+    codec (DGC's momentum correction, warm-up and clipping) in place of error feedback."""
     name, params = parse_spec(spec)
     if name not in compress.CODECS:
         raise ValueError(f"unknown codec {name!r}; valid names: {', '.join(compress.CODECS)}")
@@ -37,4 +41,7 @@ def build(spec: str, *, error_feedback: bool | None, seed: int, rank: int) -> Co
         params["seed"] = np.random.default_rng(np.random.SeedSequence((base_seed, rank)))
     elif randomness == "shared":
         params["seed"] = base_seed
-    return CompressionState.of(compress.get(name, **params), error_feedback=error_feedback)
+    codec = compress.get(name, **params)
+    if momentum_correction is not None:
+        return CompressionState.of(compress.DGCMemory(codec, **momentum_correction))
+    return CompressionState.of(codec, error_feedback=error_feedback)

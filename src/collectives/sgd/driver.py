@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import sys
 import time
 
 import numpy as np
+from compress import SparsityWarmup
 from mpi4py import MPI
 
 from ..compressed import CompressionState
@@ -72,8 +74,7 @@ class Trainer:
         self.state: CompressionState | None = None
         if cfg.codec_name:
             try:
-                self.state = build(a.codec, error_feedback=a.error_feedback, seed=a.seed,
-                                   rank=self.rank)
+                self.state = self.build(self.rank)
             except (ValueError, TypeError) as e:
                 raise UsageError(f"--codec {a.codec}: {e}") from None
             problem = incompatibility(a.strategy, self.state.codec, self.state.memory) \
@@ -81,7 +82,9 @@ class Trainer:
             if problem:
                 raise UsageError(problem)
         self.model = MLP(self.sizes, seed=a.seed)
-        self.opt = SGD(self.model.params.flat, a.momentum, a.weight_decay)
+        # with momentum correction the memory applies the momentum, before compression (DGC)
+        self.opt = SGD(self.model.params.flat, 0.0 if a.momentum_correction else a.momentum,
+                       a.weight_decay)
         self.clock = Clock()
         self.exchange = Exchange(self.model.grads, self.model.params, self.state, a.algorithm,
                                  a.strategy, cfg.local_every, comm, self.clock,
@@ -91,6 +94,18 @@ class Trainer:
         self.history: list[dict] = []
         self.elapsed = 0.0            # wall seconds of earlier runs of this job (resume)
         self.epoch_loss = np.zeros(3)  # loss sum, correct, samples of the current epoch
+
+    def build(self, rank: int) -> CompressionState:
+        """The compression state of ``rank`` for ``--codec`` (and DGC's options)."""
+        a = self.args
+        dgc = None
+        if a.momentum_correction:  # the paper's clipping threshold is global: N ** -0.5 per rank
+            dgc = {"momentum": a.momentum,
+                   "clip": None if a.clip is None else a.clip / math.sqrt(self.world),
+                   "warmup": SparsityWarmup(self.spe, a.sparsity_warmup)
+                   if a.sparsity_warmup else None}
+        return build(a.codec, error_feedback=a.error_feedback, seed=a.seed, rank=rank,
+                     momentum_correction=dgc)
 
     # ------------------------------------------------------------------ checkpoint state
     def capture(self) -> tuple[dict, dict, dict]:
@@ -137,7 +152,7 @@ class Trainer:
         if self.state is None:
             return {}
         a = self.args
-        state = build(a.codec, error_feedback=a.error_feedback, seed=a.seed, rank=self.rank)
+        state = self.build(self.rank)
         grads = FusionBuffer(self.model.grads.shapes)
         grads.flat[...] = np.random.default_rng(self.rank).standard_normal(grads.size)
         Exchange(grads, grads, state, a.algorithm, a.strategy, 0, self.comm, Clock())(0)
@@ -148,7 +163,7 @@ class Trainer:
         that rank (generator states parse), and its step counters are within ``[0, step]``."""
         if self.state is None:
             return
-        a, step = self.args, meta["step"]
+        step = meta["step"]
         for r, entries in enumerate(ranks):
             state = {k[len(STATE_PREFIX):]: v for k, v in entries.items()
                      if k.startswith(STATE_PREFIX)}
@@ -156,8 +171,7 @@ class Trainer:
                 if v.dtype.kind in "iu" and not 0 <= int(v) <= step:
                     raise ValueError(f"checkpoint: rank {r}'s {k} is {int(v)}, not in [0, {step}]")
             try:
-                build(a.codec, error_feedback=a.error_feedback, seed=a.seed,
-                      rank=r).load_state_dict(state)
+                self.build(r).load_state_dict(state)
             except (ValueError, TypeError, KeyError) as e:
                 raise ValueError(f"checkpoint: rank {r}'s compression state does not load: "
                                  f"{' '.join(str(e).split())[:200]}") from None
@@ -248,10 +262,11 @@ class Trainer:
         secs["comm"] = st.seconds - secs.get("codec", 0.0)
         a = self.args
         ef = self.state is not None and self.state.error_feedback is not None
-        return {"label": f"{a.codec}{'+ef' if ef else ''}"
+        mc = " + momentum correction" if a.momentum_correction else ""
+        return {"label": f"{a.codec}{'+ef' if ef else ''}{'+mc' if mc else ''}"
                          f" {a.algorithm}" + (f" {a.sync}" if self.cfg.local_every else ""),
                 "world": self.world, "params": self.model.params.size, "steps": self.step,
-                "codec": a.codec + (" + error feedback" if ef else ""),
+                "codec": a.codec + (" + error feedback" if ef else "") + mc,
                 "algorithm": a.algorithm, "sync": a.sync, "hidden": list(self.cfg.hidden),
                 "loss": last.get("loss", float("nan")), "train_acc": last.get("train_acc", 0.0),
                 "test_acc": last.get("test_acc", 0.0), "seconds": secs,
