@@ -256,6 +256,27 @@ def test_optimizer_codecs_with_error_feedback(codec):
     assert all(torch.equal(again[k], v) for k, v in residuals.items()), codec
 
 
+def test_optimizer_takes_dgc_as_published():
+    """DGCMemory with the sparsity warm-up and local clipping through DistributedOptimizer (the
+    wrapped SGD without momentum: the memory applies it): the density follows the schedule step
+    by step, every rank ends with the same parameters, momentum and velocity are in state_dict."""
+    comm = MPI.COMM_WORLD
+    _, _, xl, yl = _data(comm)
+    m = _model()
+    warmup = compress.SparsityWarmup(steps_per_stage=1, stages=2)
+    memory = compress.DGCMemory(compress.get("topk", ratio=0.01), momentum=0.9, warmup=warmup,
+                                clip=1.0 / comm.size ** 0.5)
+    opt = ct.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), codec=memory,
+                                  comm=comm)
+    for step, density in enumerate([0.25, 0.0625, 0.01, 0.01]):
+        _train(m, opt, xl, yl)
+        assert memory.codec.ratio == density, (step, memory.codec.ratio)
+    assert _identical(_flat(m), comm)
+    saved = opt.state_dict()["collectives"]["codec"]
+    assert any(k.startswith("memory/u/") for k in saved) and \
+        any(k.startswith("memory/v/") for k in saved), sorted(saved)
+
+
 def _residual_keys(opt):
     """The bucket names an optimizer's error feedback is keyed by (codec state in state_dict)."""
     head = "memory/error/"
