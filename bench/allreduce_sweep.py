@@ -12,15 +12,17 @@ microseconds, averaged over ranks, and each column's ratio to ``mpi``.
 
 ``--json FILE`` adds this run's records (``collectives.bench.results.Record``, benchmark
 ``allreduce_sweep``) to FILE, replacing any of the same world size, so runs at several ``P`` make
-one file; ``collectives-plot FILE`` draws it (a row of panels per world size). The OSU-compatible
-benchmarks (``osu_allreduce``) supersede this for anything but a quick look; docs/algorithms.md and
-the README's figure quote it.
+one file (with each run's command, MPI library and the machine's load average before and after);
+``collectives-plot FILE`` draws it (a row of panels per world size). The OSU-compatible
+benchmarks (``osu_allreduce``) supersede this for anything but a quick look; docs/algorithms.md
+and the README's figure quote it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -36,15 +38,17 @@ from collectives.bench.results import Record, read_records, write_json
 DEFAULT = ["mpi", "native", "ring", "tree", "recursive_doubling", "rabenseifner", "hierarchical"]
 
 
-def _save(path: str, records: list[Record], argv: list[str]) -> None:
-    """Add ``records`` (one world size) to the JSON file ``path``, replacing that size's."""
+def _save(path: str, records: list[Record], argv: list[str], load: tuple[float, ...]) -> None:
+    """Add ``records`` (one world size) to the JSON file ``path``, replacing that size's, with
+    the machine's load average before (``load``) and after the run (a shared machine's noise)."""
     p = records[0].ranks
     runs, old = [], []
     if Path(path).exists():
         data = json.loads(Path(path).read_text())
         runs = [r for r in data.get("runs", []) if r.get("ranks") != p]
         old = [r for r in read_records(path) if r.ranks != p]
-    runs.append({"ranks": p, "argv": argv, "mpi_library": str(mpi_library())})
+    runs.append({"ranks": p, "argv": argv, "mpi_library": str(mpi_library()),
+                 "loadavg_before": list(load), "loadavg_after": list(os.getloadavg())})
     runs.sort(key=lambda r: r["ranks"])
     write_json(path, sorted(old + records, key=lambda r: (r.ranks, r.size)),
                benchmark="allreduce_sweep", runs=runs)
@@ -65,6 +69,7 @@ def main() -> None:
     if unknown or "mpi" not in names:
         parser.error(f"--algorithms needs mpi and names of {', '.join(collectives.ALGORITHMS)}"
                      + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
+    load = os.getloadavg()
     comm = MPI.COMM_WORLD
     bare = comm.Dup()
     opts = collectives.Options(node_size=args.node_size)
@@ -100,7 +105,7 @@ def main() -> None:
                                busbw_gbs("allreduce", x.nbytes, med[a] * 1e-6, p))
                         for a in names]
     if comm.rank == 0 and args.json and records:
-        _save(args.json, records, sys.argv)
+        _save(args.json, records, sys.argv, load)
     bare.Free()
 
 

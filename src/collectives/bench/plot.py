@@ -118,7 +118,7 @@ def plot(records: Sequence[Record], output: str | Path, net: Network | None = No
             lat.set_title(f"p = {p}", loc="left", fontsize=10)
         for ax in (lat, bw):
             ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=8)
+        lat.legend(fontsize=8)
     bench = records[0].benchmark if records else ""
     ranks = ", ".join(str(p) for p in worlds) if records else "?"
     fig.suptitle(title or f"{bench}, p = {ranks}" + (" (dashed: model)" if net is not None else ""))
