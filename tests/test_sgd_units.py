@@ -165,6 +165,7 @@ def test_sync_and_bytes():
     (["--overlap", "--sync", "local:2"], "--overlap starts dense"),
     (["--overlap", "--bucket-mb", "0"], "--bucket-mb must be positive"),
     (["--momentum-correction"], "need a --codec"),
+    (["--dense-steps", "5"], "need a --codec"),
     (["--codec", "dgc", "--momentum-correction", "--error-feedback"], "replaces --error-feedback"),
     (["--codec", "dgc", "--sparsity-warmup", "4"], "options of --momentum-correction"),
     (["--codec", "dgc", "--clip", "1"], "options of --momentum-correction"),

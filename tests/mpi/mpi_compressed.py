@@ -460,3 +460,38 @@ def test_bad_codec_specs_raise_at_the_call_on_every_rank(spec, match):
         collectives.icompressed_allreduce(x, spec)
     y = collectives.compressed_allreduce(x, "fp16", op="sum")  # the ranks are still in step
     np.testing.assert_array_equal(y, np.full(8, MPI.COMM_WORLD.size, np.float32))
+
+
+@pytest.mark.parametrize("spec", ["powersgd:rank=2", "topk:ratio=0.1"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_start_step_is_dense_until_then(spec, dtype):
+    """CompressionState(start_step=2), as PyTorch's start_powerSGD_iter: steps 0 and 1 give what
+    the dense allreduce gives (the same algorithm, bit for bit) and leave the memory empty; step
+    2 compresses, from a memory that saw nothing of the dense steps."""
+    comm = MPI.COMM_WORLD
+    state = collectives.CompressionState.of(compress.from_spec(spec), error_feedback=True)
+    state.start_step = 2
+    fresh = collectives.CompressionState.of(compress.from_spec(spec), error_feedback=True)
+    rng = np.random.default_rng(comm.rank)
+    for step in range(4):
+        x = rng.standard_normal((24, 17)).astype(dtype)
+        got = collectives.compressed_allreduce(x, state, op="avg", step=step, key="w",
+                                               algorithm="ring")
+        assert_identical_everywhere(got, comm, (spec, step))
+        if step < 2:
+            want = collectives.allreduce(x, op="avg", algorithm="ring")
+            assert np.array_equal(got, want), step
+            assert not state.memory.state_dict(), step
+        else:  # compression starts as a fresh state's first steps would
+            want = collectives.compressed_allreduce(x, fresh, op="avg", step=step - 2, key="w",
+                                                    algorithm="ring")
+            if spec.startswith("topk"):
+                assert np.array_equal(got, want), step
+            assert state.memory.state_dict(), step
+
+
+def test_start_step_must_be_a_count():
+    codec = compress.get("topk")
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="start_step"):
+            collectives.CompressionState(codec, start_step=bad)

@@ -13,6 +13,7 @@ from .._runtime.arrays import check_input, check_out, flat, new_like, returned
 from .._runtime.context import context
 from .._runtime.validate import check_comm, checked_call, pick, setup
 from ..algorithms import ALGORITHMS
+from ..ops import get_op
 from ..options import Options
 from ._coding import TensorCoding
 from .state import CompressionState, base_codec, state_of
@@ -136,13 +137,28 @@ class CompressedAllreduceCall:
     def signature(self) -> dict[str, Any]:
         return self.sig
 
+    def _dense(self, ctx: Any) -> None:
+        """A plain allreduce of the tensor (sum or average) with ``algorithm``."""
+        if self.world == 1:
+            if self.dst is not self.src:
+                self.dst[...] = self.src
+            return
+        op = get_op("avg" if self.average else "sum", self.whole.dtype)
+        ALGORITHMS[self.algorithm](self.src, self.dst, op, ctx, self.opts)
+        if op.average:
+            op.divide(self.dst, self.world)
+
     def run(self, ctx: Any) -> None:
         if self.src.size == 0:
             return
         if ctx is None:  # a trivial call, run where it was made
             ctx = context(self.comm)
-        coding = TensorCoding(state_of(self.codec, ctx), self.key, self.step, self.average,
-                              self.world, self.whole.shape)
+        state = state_of(self.codec, ctx)
+        if self.step < state.start_step:  # dense for the first steps (CompressionState)
+            self._dense(ctx)
+            return
+        coding = TensorCoding(state, self.key, self.step, self.average, self.world,
+                              self.whole.shape)
         # an overflowed gradient's inf or NaN propagates to every rank's result (the codecs'
         # documented rule), quietly: a NumPy warning turned into an error on one rank would hang
         with np.errstate(over="ignore", invalid="ignore"):

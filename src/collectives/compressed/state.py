@@ -16,6 +16,11 @@ A compressed allreduce keeps state per tensor key, in four roles:
     The training step a call uses when it is not given one (``compressed_allreduce(..., step=)``);
     shared-randomness codecs draw from ``(seed, key, step)``. The caller advances it.
 
+``start_step`` (a setting, not state) makes the calls of the first steps dense, as the
+``start_powerSGD_iter`` of PyTorch's PowerSGD hook: a call whose step is below it is a plain
+allreduce of the tensor (sum or average) and leaves the memory and the codec's state alone, so
+compression starts from the gradients of a model past its first, fastest-changing steps.
+
 ``state_dict()`` gives all of it as named host arrays and ``load_state_dict()`` takes it back, so a
 checkpoint that saves ``state.state_dict()`` on every rank resumes bit for bit (PyTorch's
 ``PowerSGDState`` plays this role for its communication hook).
@@ -87,6 +92,8 @@ class CompressionState:
         ``codec.needs_error_feedback``.
     step : int
         The step a call without ``step=`` uses.
+    start_step : int
+        Calls at a step below it are dense allreduces (PyTorch's ``start_powerSGD_iter``).
 
     Notes
     -----
@@ -98,6 +105,7 @@ class CompressionState:
     memory: Memory | None = None
     server: ErrorFeedback | None = None
     step: int = 0
+    start_step: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.codec, Codec):
@@ -111,8 +119,9 @@ class CompressionState:
         if self.server is not None and (not isinstance(self.server, ErrorFeedback)
                                         or self.server.codec is not self.codec):
             raise ValueError("server must be a compress.ErrorFeedback around this state's codec")
-        if not isinstance(self.step, (int, np.integer)) or self.step < 0:
-            raise ValueError(f"step must be a non-negative integer, got {self.step!r}")
+        for name, value in (("step", self.step), ("start_step", self.start_step)):
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
 
     @classmethod
     def of(cls, codec_or_memory: object, *,

@@ -30,7 +30,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from math import prod
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 import numpy as np
 
@@ -119,10 +119,13 @@ def _read_member(f: IO[bytes], name: str, member: Member) -> np.ndarray:
     return np.frombuffer(data, dtype).reshape(shape).copy()
 
 
-def read_checked(path: str, expected: dict[str, Member],
+def read_checked(path: str, expected: dict[str, Member] | Callable[[dict], dict[str, Member]],
                  expect_meta: dict[str, Any]) -> tuple[dict, dict[str, np.ndarray]]:
     """``(meta, arrays)`` of the checkpoint at ``path``, checked (module docstring); raises
-    ValueError naming the file and the problem."""
+    ValueError naming the file and the problem. ``expected`` may depend on the checked meta
+    (a function of it: what a run writes may change with the step)."""
+    layout = expected
+    expected = {"meta": Member.text(META_MAX_CHARS)}
     try:
         with zipfile.ZipFile(path) as zf:
             infos = {info.filename: info for info in zf.infolist()}
@@ -138,6 +141,7 @@ def read_checked(path: str, expected: dict[str, Member],
             if "meta.npy" not in infos:
                 raise _Problem("lacks meta")
             meta = check_meta(str(member("meta")), expect_meta)
+            expected = layout(meta) if callable(layout) else layout
             names = {n[:-len(".npy")] if n.endswith(".npy") else n for n in infos}
             missing, extra = sorted(set(expected) - names), sorted(names - set(expected))
             if missing:

@@ -88,6 +88,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--clip", type=float, metavar="NORM",
                    help="with --momentum-correction: DGC's local gradient clipping, every "
                         "rank's gradient to an L2 norm of at most NORM / sqrt(ranks)")
+    c.add_argument("--dense-steps", type=_non_negative, default=0, metavar="N",
+                   help="with --codec: the first N steps exchange dense gradients (PyTorch's "
+                        "start_powerSGD_iter); the memory starts at step N")
     c.add_argument("--strategy", choices=_STRATEGIES, default="auto")
     c.add_argument("--sync", default="sync", help="'sync' (every step) or 'local:H' (local SGD)")
     c.add_argument("--overlap", action="store_true",
@@ -126,6 +129,8 @@ class Config:
                   "wd": a.weight_decay, "warmup": a.warmup_epochs, "seed": a.seed,
                   "algorithm": a.algorithm, "codec": a.codec, "ef": a.error_feedback,
                   "strategy": a.strategy, "sync": a.sync}
+        if a.dense_steps:
+            fields["dense_steps"] = a.dense_steps
         if a.momentum_correction:  # DGC as published: other state, other trajectory
             fields.update(momentum_correction=True, sparsity_warmup=a.sparsity_warmup,
                           clip=a.clip)
@@ -171,8 +176,9 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
     if not a.bucket_mb > 0:
         raise UsageError(f"--bucket-mb must be positive, got {a.bucket_mb}")
     if codec_name is None and (a.error_feedback or a.strategy != "auto"
-                               or a.momentum_correction):
-        raise UsageError("--error-feedback, --momentum-correction and --strategy need a --codec")
+                               or a.momentum_correction or a.dense_steps):
+        raise UsageError("--error-feedback, --momentum-correction, --dense-steps and --strategy "
+                         "need a --codec")
     if a.momentum_correction and a.error_feedback:
         raise UsageError("--momentum-correction replaces --error-feedback (it keeps what was "
                          "not sent in the velocity): give one of them")

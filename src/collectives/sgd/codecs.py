@@ -28,10 +28,11 @@ parse_spec = compress.parse_spec
 
 
 def build(spec: str, *, error_feedback: bool | None, seed: int, rank: int,
-          momentum_correction: dict | None = None) -> CompressionState:
+          momentum_correction: dict | None = None, start_step: int = 0) -> CompressionState:
     """Instantiate ``spec`` for ``rank``; raises ValueError/TypeError on a bad name or parameter.
     ``momentum_correction``: the keyword arguments of a :class:`compress.DGCMemory` around the
-    codec (DGC's momentum correction, warm-up and clipping) in place of error feedback."""
+    codec (DGC's momentum correction, warm-up and clipping) in place of error feedback.
+    ``start_step``: the steps before it are dense (:class:`collectives.CompressionState`)."""
     name, params = parse_spec(spec)
     if name not in compress.CODECS:
         raise ValueError(f"unknown codec {name!r}; valid names: {', '.join(compress.CODECS)}")
@@ -43,5 +44,8 @@ def build(spec: str, *, error_feedback: bool | None, seed: int, rank: int,
         params["seed"] = base_seed
     codec = compress.get(name, **params)
     if momentum_correction is not None:
-        return CompressionState.of(compress.DGCMemory(codec, **momentum_correction))
-    return CompressionState.of(codec, error_feedback=error_feedback)
+        state = CompressionState.of(compress.DGCMemory(codec, **momentum_correction))
+    else:
+        state = CompressionState.of(codec, error_feedback=error_feedback)
+    state.start_step = start_step
+    return state

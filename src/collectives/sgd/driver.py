@@ -105,7 +105,7 @@ class Trainer:
                    "warmup": SparsityWarmup(self.spe, a.sparsity_warmup)
                    if a.sparsity_warmup else None}
         return build(a.codec, error_feedback=a.error_feedback, seed=a.seed, rank=rank,
-                     momentum_correction=dgc)
+                     momentum_correction=dgc, start_step=a.dense_steps)
 
     # ------------------------------------------------------------------ checkpoint state
     def capture(self) -> tuple[dict, dict, dict]:
@@ -138,24 +138,34 @@ class Trainer:
             mine["momentum"] = checkpoint.Member("<f4", (n,))
         else:
             members["shared/momentum"] = checkpoint.Member("<f4", (n,))
-        layouts = self.comm.gather(self._state_layout(), root=0) or [{}] * self.world
-        for r, layout in enumerate(layouts):
+        for r in range(self.world):
             members.update({f"rank{r}/{k}": v for k, v in mine.items()})
-            members.update({f"rank{r}/{STATE_PREFIX}{k}": v for k, v in layout.items()})
+
+        def with_state(step: int) -> dict[str, checkpoint.Member]:
+            layouts = self.comm.gather(self._state_layout(step), root=0) or [{}] * self.world
+            return {**members, **{f"rank{r}/{STATE_PREFIX}{k}": v
+                                  for r, layout in enumerate(layouts) for k, v in layout.items()}}
+
         meta = {"version": checkpoint.VERSION, "world": self.world,
                 "fingerprint": self.fingerprint, "config": self.config_text,
                 "total_steps": self.total, "steps_per_epoch": self.spe,
                 "step_multiple": self.cfg.local_every or 1, "history_keys": HISTORY_KEYS}
-        return members, meta
+        dense = self.args.dense_steps
+        if not dense or self.state is None:
+            return with_state(0), meta
+        # --dense-steps: a checkpoint of the dense steps holds no memory (or codec state) yet
+        early, late = with_state(0), with_state(dense)
+        return (lambda saved: late if saved["step"] > dense else early), meta
 
-    def _state_layout(self) -> dict[str, checkpoint.Member]:
+    def _state_layout(self, step: int) -> dict[str, checkpoint.Member]:
+        """The layout of this rank's compression state after an exchange at ``step``."""
         if self.state is None:
             return {}
         a = self.args
         state = self.build(self.rank)
         grads = FusionBuffer(self.model.grads.shapes)
         grads.flat[...] = np.random.default_rng(self.rank).standard_normal(grads.size)
-        Exchange(grads, grads, state, a.algorithm, a.strategy, 0, self.comm, Clock())(0)
+        Exchange(grads, grads, state, a.algorithm, a.strategy, 0, self.comm, Clock())(step)
         return {k: checkpoint.Member.like(v) for k, v in state.state_dict().items()}
 
     def check_state(self, meta: dict, shared: dict, ranks: list[dict]) -> None:

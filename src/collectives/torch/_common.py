@@ -43,21 +43,27 @@ def codec_of(codec: Any, compression: Any) -> Any:
                     f"codec='topk:ratio=0.01' (got {compression!r})")
 
 
-def make_state(codec: Any, error_feedback: bool | None) -> CompressionState | None:
+def make_state(codec: Any, error_feedback: bool | None,
+               start_step: int | None = None) -> CompressionState | None:
     """The compression state of ``codec`` (None, a spec such as ``"topk:ratio=0.01"``, a codec,
     a memory around one, or a ``CompressionState``). ``error_feedback``: wrap the codec in
     ``compress.ErrorFeedback`` (True), keep it bare (False), or do so where the codec needs it
-    (None)."""
+    (None). ``start_step``: the state's (dense before it), if given."""
     if codec is None:
-        if error_feedback:
-            raise ValueError("error_feedback needs a codec")
+        if error_feedback or start_step:
+            raise ValueError("error_feedback and start_step need a codec")
         return None
     if isinstance(codec, str):
         codec = from_spec(codec)
     if not isinstance(codec, (Codec, Memory, CompressionState)):
         raise TypeError(f"codec must be None, a codec spec, a compress codec, a memory or a "
                         f"CompressionState, got {type(codec).__name__}")
-    return CompressionState.of(codec, error_feedback=error_feedback)
+    state = CompressionState.of(codec, error_feedback=error_feedback)
+    if start_step is not None:
+        if not isinstance(start_step, int) or isinstance(start_step, bool) or start_step < 0:
+            raise ValueError(f"start_step must be a non-negative integer, got {start_step!r}")
+        state.start_step = start_step
+    return state
 
 
 def low_rank(state: CompressionState | None) -> bool:

@@ -49,16 +49,19 @@ class CommHookState:
         ``MPI.COMM_WORLD``, matching :func:`init_process_group`).
     op, algorithm, codec, error_feedback, strategy
         As for :func:`collectives.torch.DistributedOptimizer`.
+    start_step
+        Iterations before it allreduce the buckets dense (PyTorch's ``start_powerSGD_iter``;
+        default: the codec state's own, 0 for a new one).
     """
 
     def __init__(self, comm: Any = None, *, op: str = "avg", algorithm: str = "auto",
                  codec: Any = None, error_feedback: bool | None = None,
-                 strategy: str = "auto") -> None:
+                 strategy: str = "auto", start_step: int | None = None) -> None:
         if op not in ("avg", "sum"):
             raise ValueError(f"op must be 'avg' or 'sum', got {op!r}")
         self.comm = default_comm() if comm is None else comm
         self.op, self.algorithm, self.strategy = op, algorithm, strategy
-        self.codec_state = make_state(codec, error_feedback)
+        self.codec_state = make_state(codec, error_feedback, start_step)
         self.iteration = 0
 
     def state_dict(self) -> dict:
