@@ -73,6 +73,7 @@ def test_dgc_as_published_matches_dense(dense4, tmp_path):
     ["--codec", "powersgd:rank=2"],                         # warm-start Q
     ["--codec", "efsignsgd", "--strategy", "two_phase"],    # server-side residuals
     ["--sync", "local:4"],                                  # local SGD: per-rank momentum
+    ["--codec", "powersgd:rank=2", "--overlap", "--bucket-mb", "0.004"],  # state per bucket
     ["--codec", "powersgd:rank=2", "--dense-steps", "40"],  # resumed in the dense steps
     ["--codec", "powersgd:rank=2", "--dense-steps", "20"],  # ... and after them
     ["--codec", "dgc:density=0.05", "--momentum-correction",  # DGC: momentum, velocity and

@@ -130,6 +130,18 @@ def test_overlap_buckets_cover_the_gradient_in_backward_order():
             start = (v.__array_interface__["data"][0] - m.grads.flat.__array_interface__["data"][0])
             covered[start // 4:start // 4 + v.size] += 1
     assert (covered == 1).all()  # every gradient element in exactly one bucket
+    matrices = Buckets(m.grads, bucket_bytes=2 * 7 * 4, matrices=True)  # layerwise codecs
+    covered[:] = 0
+    for parts in matrices.parts:
+        for part in parts:
+            for key, a in part:
+                assert np.shares_memory(a, m.grads.flat) and a.base is not None
+                start = (a.__array_interface__["data"][0]
+                         - m.grads.flat.__array_interface__["data"][0])
+                covered[start // 4:start // 4 + a.size] += 1
+                assert a.ndim == (1 if key.endswith(".bias") else 2), (key, a.shape)
+    assert (covered == 1).all()
+    assert [key for key, _ in matrices.parts[0][2]] == ["grads.0.2", "grads.0.2.bias"]
     ready = []
     x = np.random.default_rng(0).random((4, 5), dtype=np.float32)
     m.loss_and_grad(x, np.array([0, 1, 2, 0]), on_ready=lambda i, k: ready.append((i, k)),
@@ -161,8 +173,7 @@ def test_sync_and_bytes():
                               "ratio$"),
     (["--codec", "qsgd:levels=x"], "qsgd parameter 'levels' takes an integer, got 'x'"),
     (["--codec", "qsgd:seed=x"], "qsgd parameter 'seed' takes an integer"),
-    (["--overlap", "--codec", "topk"], "--overlap starts dense"),
-    (["--overlap", "--sync", "local:2"], "--overlap starts dense"),
+    (["--overlap", "--sync", "local:2"], "--sync local:H exchanges none"),
     (["--overlap", "--bucket-mb", "0"], "--bucket-mb must be positive"),
     (["--momentum-correction"], "need a --codec"),
     (["--dense-steps", "5"], "need a --codec"),

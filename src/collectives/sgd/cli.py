@@ -94,8 +94,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--strategy", choices=_STRATEGIES, default="auto")
     c.add_argument("--sync", default="sync", help="'sync' (every step) or 'local:H' (local SGD)")
     c.add_argument("--overlap", action="store_true",
-                   help="start each gradient bucket's allreduce during backward, through the "
-                        "progress engine (dense only)")
+                   help="start each gradient bucket's allreduce (compressed with --codec) "
+                        "during backward, through the progress engine")
     c.add_argument("--bucket-mb", type=float, default=25.0,
                    help="with --overlap: largest bucket in MiB (default 25, as PyTorch DDP)")
     s = p.add_argument_group("output and checkpoints")
@@ -170,9 +170,9 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
     if local_every and a.checkpoint_every % local_every:
         raise UsageError(f"with --sync local:{local_every}, --checkpoint-every must be a multiple "
                          f"of {local_every} (checkpoints are taken right after averaging)")
-    if a.overlap and (codec_name or local_every):
-        raise UsageError("--overlap starts dense gradient allreduces during backward: it works "
-                         "with neither --codec nor --sync local:H")
+    if a.overlap and local_every:
+        raise UsageError("--overlap starts gradient allreduces during backward: --sync local:H "
+                         "exchanges none")
     if not a.bucket_mb > 0:
         raise UsageError(f"--bucket-mb must be positive, got {a.bucket_mb}")
     if codec_name is None and (a.error_feedback or a.strategy != "auto"

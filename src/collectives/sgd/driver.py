@@ -165,7 +165,13 @@ class Trainer:
         state = self.build(self.rank)
         grads = FusionBuffer(self.model.grads.shapes)
         grads.flat[...] = np.random.default_rng(self.rank).standard_normal(grads.size)
-        Exchange(grads, grads, state, a.algorithm, a.strategy, 0, self.comm, Clock())(step)
+        exchange = Exchange(grads, grads, state, a.algorithm, a.strategy, 0, self.comm, Clock(),
+                            self.exchange.bucket_bytes)
+        hooks = exchange.backward_hooks(step)  # --overlap: every bucket, as backward starts them
+        for layer in range(len(grads.shapes) // 2 if hooks else 0):
+            for block in range(len(hooks["row_blocks"](layer))):
+                hooks["on_ready"](layer, block)
+        exchange(step)
         return {k: checkpoint.Member.like(v) for k, v in state.state_dict().items()}
 
     def check_state(self, meta: dict, shared: dict, ranks: list[dict]) -> None:
@@ -226,7 +232,7 @@ class Trainer:
         batch = order[i * a.batch_size:(i + 1) * a.batch_size]
         with self.clock.measure("compute"):
             loss, correct = self.model.loss_and_grad(self.ds.x_train[batch], self.ds.y_train[batch],
-                                                     **self.exchange.backward_hooks())
+                                                     **self.exchange.backward_hooks(step))
         self.epoch_loss += (loss * len(batch), correct, len(batch))
         self.exchange(step)
         with self.clock.measure("compute"):
@@ -269,7 +275,8 @@ class Trainer:
         sent = self.comm.allgather(st.bytes_sent)
         last = self.history[-1] if self.history else {}
         secs = dict(self.clock.seconds)
-        secs["comm"] = st.seconds - secs.get("codec", 0.0)
+        # --overlap: the codec runs on the engine thread, beside backward and the wait
+        secs["comm"] = st.seconds - (0.0 if self.args.overlap else secs.get("codec", 0.0))
         a = self.args
         ef = self.state is not None and self.state.error_feedback is not None
         mc = " + momentum correction" if a.momentum_correction else ""

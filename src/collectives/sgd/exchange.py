@@ -10,12 +10,16 @@ Synchronous mode (``--sync sync``, the default) averages the fused gradient ever
   so for them every layer's gradient is reduced alone, as a view of the buffer, with key
   ``"grads.<i>"``.
 
-With ``--overlap`` (dense only) the gradient is averaged in buckets started *during* backward,
-through the progress engine (``collectives.iallreduce``): each layer's gradient, its weight cut
-into blocks of rows of at most ``--bucket-mb`` (PyTorch DDP's ``bucket_cap_mb``, 25 by default),
-is started as soon as backward has written it, and the step waits for all of them before the
-update. The report then says how much of the communication was hidden behind backward: for each
-bucket, the part of its time on the engine that passed before the step began to wait.
+With ``--overlap`` the gradient is averaged in buckets started *during* backward, through the
+progress engine (``collectives.iallreduce``, or ``collectives.icompressed_allreduce`` with a
+codec, key ``"grads.<layer>.<block>"``): each layer's gradient, its weight cut into blocks of rows
+of at most ``--bucket-mb`` (PyTorch DDP's ``bucket_cap_mb``, 25 by default), is started as soon
+as backward has written it, and the step waits for all of them before the update. A bucket's
+encode and decode then run on the engine thread, not on the critical path of backward. For the
+codecs of :data:`LAYERWISE` a bucket is its block of weight rows as a matrix, and the last block's
+bias travels as a bucket of its own (key ``"... .bias"``). The report then says how much of the
+communication was hidden behind backward: for each bucket, the part of its time on the engine
+that passed before the step began to wait.
 
 Local SGD (``--sync local:H``; Lin et al. 2020, *Don't Use Large Mini-Batches, Use Local SGD*)
 skips the gradient exchange; every ``H`` steps the parameters are averaged with
@@ -88,11 +92,14 @@ class Stats:
 
 class Buckets:
     """The gradient's overlap buckets: for each layer, blocks of weight rows (the last one
-    followed by the bias), each a contiguous view of the fusion buffer, in backward order."""
+    followed by the bias), each a contiguous view of the fusion buffer, in backward order.
+    ``parts[i][k]``: the (key, array) pairs block ``k`` of layer ``i`` is reduced as: the view
+    itself, or (``matrices``) its weight rows as a matrix and, for the last block, the bias."""
 
-    def __init__(self, grads: FusionBuffer, bucket_bytes: int) -> None:
+    def __init__(self, grads: FusionBuffer, bucket_bytes: int, matrices: bool = False) -> None:
         self.rows: list[list[slice]] = []
         self.views: list[list[np.ndarray]] = []
+        self.parts: list[list[list[tuple[str, np.ndarray]]]] = []
         offsets = grads.offsets
         for i in range(len(grads.shapes) // 2):
             fan_in, fan_out = grads.shapes[2 * i]
@@ -100,9 +107,18 @@ class Buckets:
             rows = [slice(a, min(a + per, fan_in)) for a in range(0, fan_in, per)]
             base = offsets[2 * i]
             views = [grads.flat[base + r.start * fan_out:base + r.stop * fan_out] for r in rows]
+            weights = views[-1]
             views[-1] = grads.flat[base + rows[-1].start * fan_out:offsets[2 * i + 2]]  # + bias
+            keys = [f"grads.{i}.{k}" for k in range(len(rows))]
+            if matrices:
+                parts = [[(key, v.reshape(-1, fan_out))] for key, v in zip(keys, views)]
+                parts[-1] = [(keys[-1], weights.reshape(-1, fan_out)),
+                             (keys[-1] + ".bias", grads.flat[offsets[2 * i + 1]:offsets[2 * i + 2]])]
+            else:
+                parts = [[(key, v)] for key, v in zip(keys, views)]
             self.rows.append(rows)
             self.views.append(views)
+            self.parts.append(parts)
 
     def row_blocks(self, layer: int) -> list[slice]:
         return self.rows[layer]
@@ -137,26 +153,36 @@ class Exchange:
                 if part is not None:
                     time_methods(part, clock, "codec")
         self.layerwise = state is not None and state.codec.name in LAYERWISE
-        self.buckets = None if bucket_bytes is None else Buckets(grads, bucket_bytes)
+        self.bucket_bytes = bucket_bytes
+        self.buckets = None if bucket_bytes is None else \
+            Buckets(grads, bucket_bytes, matrices=self.layerwise)
         self._requests: list = []
         self._sent0 = 0
+        self._step = 0
 
     def exchanges_at(self, step: int) -> bool:
         """Whether step ``step`` (0-based) ends with an exchange."""
         return not self.local_every or (step + 1) % self.local_every == 0
 
-    def backward_hooks(self) -> dict:
-        """Keyword arguments for ``MLP.loss_and_grad``: with ``--overlap``, the hooks that start
-        each bucket's allreduce as backward finishes it; otherwise none."""
+    def backward_hooks(self, step: int) -> dict:
+        """Keyword arguments for ``MLP.loss_and_grad`` of ``step``: with ``--overlap``, the hooks
+        that start each bucket's allreduce as backward finishes it; otherwise none."""
         if self.buckets is None:
             return {}
         self._sent0 = collectives.TRAFFIC.bytes_sent
+        self._step = step
         return {"on_ready": self._start_bucket, "row_blocks": self.buckets.row_blocks}
 
     def _start_bucket(self, layer: int, block: int) -> None:
-        view = self.buckets.views[layer][block]
-        self._requests.append(collectives.iallreduce(view, out=view, op="avg",
-                                                     algorithm=self.algorithm, comm=self.comm))
+        if self.state is None:
+            view = self.buckets.views[layer][block]
+            self._requests.append(collectives.iallreduce(view, out=view, op="avg",
+                                                         algorithm=self.algorithm, comm=self.comm))
+            return
+        for key, x in self.buckets.parts[layer][block]:
+            self._requests.append(collectives.icompressed_allreduce(
+                x, self.state, out=x, op="avg", strategy=self.strategy, comm=self.comm, key=key,
+                step=self._step, algorithm=self.algorithm))
 
     def __call__(self, step: int) -> None:
         """Exchange after the local gradient of ``step`` is in ``grads`` (before the update)."""

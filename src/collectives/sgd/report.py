@@ -57,7 +57,8 @@ def final_report(summary: dict) -> str:
         share = f"{100 * hidden / busy:.0f}%" if busy else "-"
         lines.append(f"  overlap: the buckets spent {busy:.2f} s on the engine, {hidden:.2f} s "
                      f"({share}) of it hidden behind backward; {t.get('comm', 0.0):.2f} s "
-                     "waited for")
+                     "waited for" + ("; encode/decode ran there too, not on this thread"
+                                     if t.get("codec") else ""))
     if t.get("step"):
         lines.append(f"  step (forward, backward, exchange, update): mean "
                      f"{t['step'] / max(1, s['steps']) * 1e3:.1f} ms")
