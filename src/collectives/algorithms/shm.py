@@ -42,6 +42,14 @@ input and output there is nothing to stage or copy out: ``n (p-1)/p gamma`` plus
 result into every rank's output (``n`` bytes per rank). Each block is reduced once, by its
 owner, and then only copied, so results are bitwise identical on every rank.
 
+A process's first call in a dtype needs the kernel's machine code: from Numba's cache, or compiled
+(about ten seconds). While it compiles, in a background thread, the calls run by messages instead:
+an allgather, then every rank combines the p inputs in rank order with NumPy, the same operations
+in the same order as the kernel, so the same bits (``_by_messages``). Every such call first agrees
+on every rank whether all have the kernel (a 5-word allreduce); from the call where all have it,
+the team's ``warm`` set holds the dtype, and a call costs one identity test more (its dtype is
+the team's ``last_warm``) or a set lookup (another dtype).
+
 Only for communicators whose ranks share one node (``Split_type(COMM_TYPE_SHARED)``, or one
 emulated node of ``Options.node_size``): otherwise every rank raises the same ``ValueError``,
 naming the ranks off rank 0's node. The window is created at the first call on a communicator and
@@ -58,7 +66,8 @@ from .._runtime.shmem import layout
 from .._runtime.shmem.buffers import registry
 from .._runtime.nodes import not_on_one_node
 from .._runtime.shmem.team import Team
-from ..ops import Op, elementwise
+from ..blocks import native as native_blocks
+from ..ops import Op, elementwise, get_op
 from ..options import Options
 from .flat import FLAT
 
@@ -67,6 +76,8 @@ __all__ = ["allreduce", "on_one_node", "team", "REPLICATE_BYTES"]
 #: Up to this many bytes every rank reduces the whole vector itself from every input (one
 #: hand-off per round instead of two; the same operands in the same order, so the same bits).
 REPLICATE_BYTES = 64 << 10
+#: Bytes per rank that one allgather of ``_by_messages`` moves (its memory: p times this).
+BY_MESSAGES_BYTES = 1 << 20
 
 
 def _why_not(ctx: Context, opts: Options) -> str | None:
@@ -112,7 +123,53 @@ def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Opti
         host = src.get()
         allreduce(host, host, op, ctx, opts)
         buf.set(host)
+    elif buf.dtype is not shm.last_warm and _not_yet(shm, src, buf, ctx, opts):
+        _by_messages(src, buf, op, ctx, opts)
     elif buf.nbytes <= REPLICATE_BYTES:
         shm.run(src, buf, opcode, layout.REPLICATED, 1, ctx.active)
     else:
         shm.run(src, buf, opcode, layout.FUSED, shm.size, ctx.active)
+
+
+def _not_yet(shm: Team, src: np.ndarray, buf: np.ndarray, ctx: Context, opts: Options) -> bool:
+    """Whether this call runs by messages (the kernel compiles on some rank); else the dtype is
+    the team's ``last_warm`` from now on (the per-call check: one identity test)."""
+    code = buf.dtype.num
+    if code not in shm.warm:
+        if _compiling(shm, src, buf, ctx, opts):
+            return True
+        if code not in shm.warm:  # the ranks' calls differ: the kernel's call says so
+            return False
+    shm.last_warm = buf.dtype
+    return False
+
+
+def _compiling(shm: Team, src: np.ndarray, buf: np.ndarray, ctx: Context, opts: Options) -> bool:
+    """Whether some rank still compiles the kernel for ``buf``'s dtype (the same answer on every
+    rank). Also False when the ranks' counts or dtypes differ: the kernel's call then says so."""
+    mine = int(shm.ready(src, buf))
+    n, code = buf.size, buf.dtype.num
+    words = np.array([mine, n, -n, code, -code], np.int64)
+    FLAT["native"](words, words, get_op("min", words.dtype), ctx, opts)
+    if words[1] != -words[2] or words[3] != -words[4]:
+        return False
+    if words[0]:
+        shm.warm.add(code)
+    return not words[0]
+
+
+def _by_messages(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
+    """The kernel's result without it: per chunk of ``BY_MESSAGES_BYTES``, an allgather of the
+    p inputs, then ``((x_0 op x_1) op x_2) ...`` in rank order (float16 computed in float32 and
+    rounded after each operation by NumPy, as the kernel does)."""
+    p = ctx.comm.size
+    step = max(1, BY_MESSAGES_BYTES // buf.itemsize)
+    for lo in range(0, buf.size, step):
+        c = min(step, buf.size - lo)
+        rows = np.empty((p, c), buf.dtype)
+        native_blocks.allgather(src[lo:lo + c], rows.reshape(-1), [q * c for q in range(p + 1)],
+                                ctx, opts)
+        part = buf[lo:lo + c]
+        np.copyto(part, rows[0])
+        for q in range(1, p):
+            op.combine(part, rows[q], part)

@@ -49,6 +49,9 @@ YIELD_FOR = 2e-3
 NAP = 50e-6
 #: Seconds to wait for the notice of a rank that left a call unfinished.
 NOTICE_GRACE = 1.0
+#: Seconds :meth:`Team.ready` waits for the round driver of a new dtype where it cannot tell
+#: whether Numba's cache holds it (a load takes a fraction of a second, a compile about ten).
+READY_WAIT = 1.0
 
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 _DTYPES = {np.dtype(c).num: np.dtype(c).name for c in np.typecodes["All"] if c not in "OMmV"}
@@ -161,6 +164,9 @@ class Team:
                        buffers.translate(comm))  # team rank -> rank in the buffers' node
         self._regions = np.zeros((0, 1 + p), np.int64)
         self._version = -1
+        #: dtype numbers whose round driver every rank of the team has compiled (``ready``)
+        self.warm: set[int] = set()
+        self.last_warm: np.dtype | None = None  # the last call's dtype, when in ``warm``
 
     def regions(self) -> np.ndarray:
         """The shared buffers this team can address: per row my size, then every rank's base."""
@@ -168,6 +174,21 @@ class Team:
             self._regions = self.buffers.regions(self._ranks)
             self._version = self.buffers.version
         return self._regions
+
+    def ready(self, x: np.ndarray, out: np.ndarray) -> bool:
+        """Whether this rank's round driver runs a call on ``x`` and ``out`` without compiling:
+        loaded from Numba's cache, or compiled by a background thread that the first question
+        starts (``kernels/background.py``). Local: the caller agrees with the other ranks before
+        it calls :meth:`run`, or calls it anyway (which then waits for the compile)."""
+        from .kernels.background import ready
+
+        token = out
+        if out.dtype == np.float16:
+            token = _kernels().FLOAT16
+            x, out = x.view(np.uint16), out.view(np.uint16)
+        seq = kind = 0
+        return ready(_kernels().run_rounds, (self.tab, self.regions(), x, out, token, 0, 0, 1,
+                                             seq, kind), READY_WAIT)
 
     def run(self, x: np.ndarray, out: np.ndarray, opcode: int, mode: int, m: int,
             guard: Guard | None) -> None:
