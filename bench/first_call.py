@@ -14,8 +14,11 @@ Cases, in the order given, each on ``--count`` float32 elements (the same every 
 - ``compressed``: ``collectives.compressed_allreduce(x, compress.ErrorFeedback(topk))``: top-k
   (ratio 0.01) with error feedback, its state kept on the communicator.
 
-Each case: a barrier, the first call timed alone (rank 0's wall and CPU seconds), then
-``--calls`` warm calls, each after a barrier, of which the median is reported. ``import numba``
+Each case: a barrier, the first call timed alone (rank 0's wall and CPU seconds); while a kernel
+compiles in a background thread (the shm allreduce runs by messages meanwhile), more calls, each
+after a barrier (``meanwhile``: their number and median; ``ready``: seconds from the first call's
+start until every rank has the kernel); then ``--calls`` warm calls, each after a barrier, of
+which the median is reported. ``import numba``
 is timed first, on its own (the compile listener below needs it): a user's first call pays it
 too, so ``first + import`` is what a program waits at its first call when it imports nothing
 else that loads Numba. Every top-level compile is listed per kernel and signature (dtypes) with
@@ -33,6 +36,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 CASES = ("allreduce", "compressed")
@@ -107,8 +111,15 @@ def _cache_hits() -> int:
     return hits
 
 
+def _compiling() -> int:
+    """Whether a kernel still compiles in a background thread of this process."""
+    return int(any(t.name.startswith("collectives: compiling") and t.is_alive()
+                   for t in threading.enumerate()))
+
+
 def _case(name: str, comm, count: int, calls: int, compiles: _Compiles) -> dict:
     import numpy as np
+    from mpi4py import MPI
 
     import collectives
     import compress
@@ -127,6 +138,15 @@ def _case(name: str, comm, count: int, calls: int, compiles: _Compiles) -> dict:
     t, c = time.perf_counter(), time.process_time()
     call()
     first, cpu = time.perf_counter() - t, time.process_time() - c
+    # the shm allreduce compiles in a background thread and runs by messages meanwhile: calls
+    # until every rank's compile is done (the same count on every rank), then the warm ones
+    during = []
+    while comm.allreduce(_compiling(), op=MPI.MAX) and time.perf_counter() - t < 900:
+        comm.Barrier()
+        t1 = time.perf_counter()
+        call()
+        during.append(time.perf_counter() - t1)
+    ready = time.perf_counter() - t
     rows = compiles.take()
     loaded = _cache_hits() - hits
     warm = []
@@ -136,6 +156,8 @@ def _case(name: str, comm, count: int, calls: int, compiles: _Compiles) -> dict:
         call()
         warm.append(time.perf_counter() - t)
     return {"first_s": first, "first_cpu_s": cpu, "warm_s": statistics.median(warm),
+            "during_calls": len(during), "ready_s": ready if during else first,
+            "during_s": statistics.median(during) if during else None,
             "compiled": sum(r["depth"] == 0 for r in rows), "loaded": loaded,
             "compile_s": sum(r["s"] for r in rows if r["depth"] == 0), "compiles": rows}
 
@@ -146,11 +168,13 @@ def _print(result: dict) -> None:
           f"{result['load_end']} at end")
     print(f"# import numba: {result['import_numba_s']:.2f} s")
     print(f"{'# case':<14}{'first(s)':>10}{'+import(s)':>12}{'cpu(s)':>9}{'warm(ms)':>10}"
-          f"{'compile(s)':>12}{'compiled':>10}{'loaded':>8}")
+          f"{'compile(s)':>12}{'compiled':>10}{'loaded':>8}{'ready(s)':>10}{'meanwhile':>11}")
     for name, r in result["cases"].items():
+        meanwhile = (f"{r['during_calls']} x {r['during_s'] * 1e3:.1f} ms" if r["during_calls"]
+                     else "-")
         print(f"{name:<14}{r['first_s']:>10.2f}{r['first_s'] + result['import_numba_s']:>12.2f}"
               f"{r['first_cpu_s']:>9.2f}{r['warm_s'] * 1e3:>10.2f}{r['compile_s']:>12.2f}"
-              f"{r['compiled']:>10}{r['loaded']:>8}")
+              f"{r['compiled']:>10}{r['loaded']:>8}{r['ready_s']:>10.2f}{meanwhile:>11}")
     for name, r in result["cases"].items():
         if not r["compiles"]:
             continue
