@@ -37,8 +37,9 @@ __all__ = ["install", "THRESHOLD", "THRESHOLD_ENV", "GAP", "message"]
 THRESHOLD = 2.0
 #: Environment variable that overrides :data:`THRESHOLD` (seconds; ``off``: never print).
 THRESHOLD_ENV = "COLLECTIVES_JIT_NOTICE"
-#: Compiles that start within this many seconds of the last one's end continue its stall.
-GAP = 0.5
+#: Compiles that start within this many seconds of the last one's end continue its stall (one
+#: call's kernels compile one after the other, with the work of the call between them).
+GAP = 5.0
 
 _RANK_ENV = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK")
 _lock = threading.Lock()
@@ -115,10 +116,17 @@ class _Stalls(event.Listener):
         self.background = threading.current_thread() is not threading.main_thread()
         if now - self.last_end > GAP:  # a new stall
             self.start, self.said = now, _rank() != 0
-            if not self.said and self.threshold > 0:
-                self.timer = threading.Timer(self.threshold, self._check)
-                self.timer.daemon = True
-                self.timer.start()
+        if self.said:
+            return
+        if self.timer is not None:
+            self.timer.cancel()
+        left = self.threshold - (now - self.start)
+        if left <= 0:
+            self._say()
+            return
+        self.timer = threading.Timer(left, self._check)
+        self.timer.daemon = True
+        self.timer.start()
 
     def on_end(self, ev) -> None:
         self.depth -= 1
@@ -128,8 +136,8 @@ class _Stalls(event.Listener):
         if now - self.start >= self.threshold:
             self._say()
 
-    def _check(self) -> None:  # the timer thread
-        if self.depth > 0 or time.perf_counter() - self.last_end <= GAP:
+    def _check(self) -> None:  # the timer thread: still compiling?
+        if self.depth > 0:
             self._say()
 
     def _say(self) -> None:
