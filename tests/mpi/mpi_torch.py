@@ -277,6 +277,30 @@ def test_optimizer_takes_dgc_as_published():
         any(k.startswith("memory/v/") for k in saved), sorted(saved)
 
 
+def test_optimizer_encodes_on_the_engine_thread():
+    """A bucket's encode runs on the communicator's engine thread, not on the thread that runs
+    backward (issue 24: encoding off the critical path)."""
+    comm = MPI.COMM_WORLD
+    _, _, xl, yl = _data(comm)
+    m = _model()
+    memory = compress.ErrorFeedback(compress.get("topk", ratio=0.1))
+    threads = []
+    encode = memory.encode
+
+    def recording(*args, **kwargs):
+        threads.append(threading.current_thread())
+        return encode(*args, **kwargs)
+
+    memory.encode = recording
+    opt = ct.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), codec=memory,
+                                  bucket_bytes=64, comm=comm)
+    _train(m, opt, xl, yl, steps=2)
+    if comm.size == 1:  # one process: a non-blocking call runs at once on the caller's thread
+        assert threads and set(threads) == {threading.main_thread()}, threads
+    else:
+        assert threads and threading.main_thread() not in threads, threads
+
+
 def _residual_keys(opt):
     """The bucket names an optimizer's error feedback is keyed by (codec state in state_dict)."""
     head = "memory/error/"
