@@ -36,7 +36,8 @@ def _run(module, *args):
 def test_all_algorithms_validate(module, sizes):
     records, text = _run(module, "--algorithm", "all", "-c", "--busbw",
                          "--sizes", ",".join(map(str, sizes)))
-    names = ["native"] + [a for a in module.SPEC.algorithms if a != "native"]
+    # first the bare mpi4py call (the baseline, outside the library), then the library's own
+    names = ["mpi", "native"] + [a for a in module.SPEC.algorithms if a != "native"]
     assert [(r.size, r.algorithm) for r in records] == [(s, a) for s in sizes for a in names]
     assert all(r.valid for r in records)
     if MPI.COMM_WORLD.rank == 0:
@@ -290,3 +291,14 @@ def test_osu_iallreduce_blocks_and_overlap():
         assert len(row) == 10 + 7 * 20 + 20 and row.endswith("Pass")
     assert iallreduce.overlap_percent(10.0, 8.0, 0.0, 4.0) == 50.0  # OSU's example arithmetic
     assert iallreduce.overlap_percent(10.0, 2.0, 0.0, 4.0) == 0.0   # clipped at zero
+
+
+def test_the_baseline_is_the_bare_mpi_call_where_mpi_has_the_type():
+    """float16 has no MPI type: no "mpi" column then (the library's own still run); the ratio
+    table takes "mpi" as its reference where a run has it."""
+    from collectives.bench.plot import ratio_table
+
+    records, _ = _run(allreduce, "--algorithm", "all", "--sizes", "8", "-T", "float16")
+    assert "mpi" not in {r.algorithm for r in records} and "native" in {r.algorithm for r in records}
+    records, _ = _run(allreduce, "--algorithm", "all", "--sizes", "8")
+    assert ratio_table(records).startswith("Median us per call over the iterations (ratio to mpi)")

@@ -29,9 +29,13 @@ def _call(algorithm: str, b: Buffers, comm: MPI.Comm, options: Options) -> None:
     api.allgather(b.x, out=b.out, algorithm=algorithm, comm=comm, options=options)
 
 
+def _mpi(b: Buffers, comm: MPI.Comm) -> None:
+    comm.Allgather(b.x, b.out)
+
+
 SPEC = Spec(prog="osu_allgather", title="Allgather Latency Test", collective="allgather",
             algorithms=list(ALLGATHER), buffers=_buffers, expected=_expected, call=_call,
-            bus_bytes=lambda size, p: size * p, default_algorithm="ring")
+            bus_bytes=lambda size, p: size * p, default_algorithm="ring", mpi=_mpi)
 
 #: Entry point (``argv`` defaults to the command line).
 main = entry_point(SPEC)

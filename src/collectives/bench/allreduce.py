@@ -33,6 +33,10 @@ def _call(algorithm: str, b: Buffers, comm: MPI.Comm, options: Options) -> None:
     api.allreduce(b.x, out=b.out, algorithm=algorithm, comm=comm, options=options)
 
 
+def _mpi(b: Buffers, comm: MPI.Comm) -> None:
+    comm.Allreduce(b.x, b.out, op=MPI.SUM)
+
+
 def _available(name: str, comm: MPI.Comm, options: Options) -> bool:
     """"shm" only where every rank shares a node (elsewhere it raises)."""
     return name != "shm" or shm.on_one_node(context(comm), options)
@@ -40,7 +44,7 @@ def _available(name: str, comm: MPI.Comm, options: Options) -> bool:
 
 SPEC = Spec(prog="osu_allreduce", title="Allreduce Latency Test", collective="allreduce",
             algorithms=list(ALGORITHMS), buffers=_buffers,
-            expected=_expected, call=_call, compressed=True, available=_available)
+            expected=_expected, call=_call, compressed=True, available=_available, mpi=_mpi)
 
 #: Entry point (``argv`` defaults to the command line).
 main = entry_point(SPEC)

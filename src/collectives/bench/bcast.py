@@ -30,9 +30,13 @@ def _call(algorithm: str, b: Buffers, comm: MPI.Comm, options: Options) -> None:
     api.bcast(b.out, root=0, algorithm=algorithm, comm=comm, options=options)
 
 
+def _mpi(b: Buffers, comm: MPI.Comm) -> None:
+    comm.Bcast(b.out, root=0)
+
+
 SPEC = Spec(prog="osu_bcast", title="Broadcast Latency Test", collective="bcast",
             algorithms=list(BCAST), buffers=_buffers, expected=_expected, call=_call,
-            default_algorithm="binomial")
+            default_algorithm="binomial", mpi=_mpi)
 
 #: Entry point (``argv`` defaults to the command line).
 main = entry_point(SPEC)

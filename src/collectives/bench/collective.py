@@ -4,8 +4,11 @@ A benchmark is a :class:`Spec`: its OSU name and title, its algorithm table, how
 buffers, how to call it, what the correct result is (for ``-c``) and its nccl-tests bus-bandwidth
 name. :func:`run` parses the OSU-style options, then for every message size (``S`` bytes, the
 OSU meaning of each collective's size) times the chosen algorithm, or with ``--algorithm all``
-every algorithm of the table with ``native`` first, interleaved in one loop; prints OSU rows on
-rank 0; validates once per size and algorithm after timing; and writes ``--json``/``--csv``.
+every algorithm of the table, interleaved in one loop, after ``mpi``: the MPI library's own
+collective as a user calls it from mpi4py (``comm.Allreduce(x, out, op=MPI.SUM)``, outside this
+library: the baseline every ratio is taken against), then ``native`` (``algorithm="native"``:
+the same MPI call through this library's checks and failure guard); prints OSU rows on rank 0;
+validates once per size and algorithm after timing; and writes ``--json``/``--csv``.
 """
 
 from __future__ import annotations
@@ -77,6 +80,21 @@ class Spec:
     compressed: bool = False  # offers --codec / --strategy (allreduce only)
     #: ``available(name, comm, options)``: whether ``--algorithm all`` can run ``name`` here
     available: Callable[[str, MPI.Comm, Options], bool] = lambda name, comm, options: True
+    #: ``mpi(buffers, comm)``: the bare mpi4py call (the ``mpi`` column of ``--algorithm all``)
+    mpi: Callable[[Buffers, MPI.Comm], object] | None = None
+
+
+#: The column of the bare mpi4py call: the MPI library as a user calls it, outside this library.
+MPI_COLUMN = "mpi"
+#: dtypes mpi4py's buffers map to a predefined MPI type (not float16, which MPI lacks)
+_MPI_KINDS = frozenset({np.dtype(t) for t in (np.int8, np.int32, np.float32, np.float64)})
+
+
+def _invoke(spec: Spec, name: str, buf: Buffers, comm: MPI.Comm, options: Options) -> object:
+    """One call of column ``name``: the bare MPI call or one of the library's algorithms."""
+    if name == MPI_COLUMN:
+        return spec.mpi(buf, comm)
+    return spec.call(name, buf, comm, options)
 
 
 def pattern(count: int, dtype: np.dtype, rank: int) -> np.ndarray:
@@ -95,9 +113,10 @@ def _titles(args, names: list[str], sent_names: list[str]) -> list[str]:
             + [f"{n}(kB)" for n in sent_names])
 
 
-def _names(spec: Spec, chosen: str) -> list[str]:
+def _names(spec: Spec, chosen: str, dtype: np.dtype) -> list[str]:
     if chosen == "all":
-        return ["native"] + [a for a in spec.algorithms if a != "native"]
+        bare = [MPI_COLUMN] if spec.mpi is not None and dtype in _MPI_KINDS else []
+        return bare + ["native"] + [a for a in spec.algorithms if a != "native"]
     if chosen not in spec.algorithms:
         raise UsageError(f"unknown algorithm {chosen!r}; valid choices: "
                          f"{', '.join(spec.algorithms)}, all")
@@ -116,7 +135,7 @@ def _buffers(spec: Spec, count: int, dtype: np.dtype, comm: MPI.Comm, accelerato
 def _valid(spec: Spec, name: str, count: int, dtype: np.dtype, comm: MPI.Comm,
            options: Options, accelerator: str) -> bool:
     buf = _buffers(spec, count, dtype, comm, accelerator)
-    spec.call(name, buf, comm, options)
+    _invoke(spec, name, buf, comm, options)
     ok = bool(np.array_equal(to_host(buf.out), spec.expected(count, dtype, comm)))
     return bool(comm.allreduce(int(ok), op=MPI.MIN))
 
@@ -165,17 +184,17 @@ def run(spec: Spec, argv: Sequence[str] | None = None, comm: MPI.Comm | None = N
     problem = device_error(args.accelerator)
     if problem:
         raise UsageError(problem)
-    names = _names(spec, args.algorithm)
+    dtype = DATATYPES[args.datatype].dtype
+    names = _names(spec, args.algorithm, dtype if args.accelerator == "cpu" else None)
     if args.memcpy and args.algorithm != "all":
         raise UsageError("--memcpy needs --algorithm all")
-    dtype = DATATYPES[args.datatype].dtype
     if codecs and dtype.kind != "f":
         raise UsageError(f"--codec needs a float type (-T mpi_float, mpi_double or float16), "
                          f"not {args.datatype}")
     squeezed = compressed.codec_calls(codecs, args.strategy, comm) if codecs else {}
     options = Options.from_env()
     if args.algorithm == "all":
-        names = [n for n in names if spec.available(n, comm, options)]
+        names = [n for n in names if n == MPI_COLUMN or spec.available(n, comm, options)]
     columns = names + list(squeezed) + (["memcpy"] if args.memcpy else [])
     p = comm.size
     if comm.rank == 0:
@@ -189,7 +208,7 @@ def run(spec: Spec, argv: Sequence[str] | None = None, comm: MPI.Comm | None = N
             count = size // dtype.itemsize
             iters, warmup = iterations_for(size, args)
             buf = _buffers(spec, count, dtype, comm, args.accelerator)
-            calls = {n: (lambda n=n: spec.call(n, buf, comm, options)) for n in names}
+            calls = {n: (lambda n=n: _invoke(spec, n, buf, comm, options)) for n in names}
             calls.update({label: (lambda f=f: f(buf.x, buf.out)) for label, f in squeezed.items()})
             if args.memcpy:
                 src = buf.x.reshape(-1).view(np.uint8)

@@ -30,10 +30,13 @@ def _by_algorithm(records: Sequence[Record]) -> dict[str, list[Record]]:
     return {k: sorted(v, key=lambda r: r.size) for k, v in out.items()}
 
 
-def ratio_table(records: Sequence[Record], reference: str = "native") -> str:
-    """Markdown: one row per size, each algorithm's median us and (ratio to ``reference``),
-    under a line that says so (the osu_* programs print averages, OSU's convention)."""
+def ratio_table(records: Sequence[Record], reference: str | None = None) -> str:
+    """Markdown: one row per size, each algorithm's median us and (ratio to ``reference``: by
+    default ``mpi``, the bare mpi4py call, where the run has it, else ``native``), under a line
+    that says so (the osu_* programs print averages, OSU's convention)."""
     groups = _by_algorithm(records)
+    if reference is None:
+        reference = "mpi" if "mpi" in groups else "native"
     names = list(groups)
     sizes = sorted({r.size for r in records})
     cell = {(r.algorithm, r.size): r.median_us for r in records}

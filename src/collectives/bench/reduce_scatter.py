@@ -34,9 +34,14 @@ def _call(algorithm: str, b: Buffers, comm: MPI.Comm, options: Options) -> None:
     api.reduce_scatter(b.x, out=b.out, algorithm=algorithm, comm=comm, options=options)
 
 
+def _mpi(b: Buffers, comm: MPI.Comm) -> None:
+    counts = [int(c) for c in np.diff(partition(b.x.size, comm.size))]
+    comm.Reduce_scatter(b.x, b.out, recvcounts=counts, op=MPI.SUM)
+
+
 SPEC = Spec(prog="osu_reduce_scatter", title="Reduce_scatter Latency Test",
             collective="reduce_scatter", algorithms=list(REDUCE_SCATTER), buffers=_buffers,
-            expected=_expected, call=_call, default_algorithm="ring")
+            expected=_expected, call=_call, default_algorithm="ring", mpi=_mpi)
 
 #: Entry point (``argv`` defaults to the command line).
 main = entry_point(SPEC)
