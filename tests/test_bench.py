@@ -227,6 +227,23 @@ def test_codec_pipeline_runs(tmp_path):
                for p in c.values())
 
 
+def test_powersgd_speed_runs(tmp_path):
+    """bench/powersgd_speed.py on small layers: every shape and rank timed, ratios positive."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "psgd.json"
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "powersgd_speed.py"), "--shapes",
+                          "64x48,30x200", "--ranks", "1,3", "--repeats", "1", "--json", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["rows"], r["cols"], r["rank"]) for r in rows] == \
+        [(64, 48, 1), (64, 48, 3), (30, 200, 1), (30, 200, 3)]
+    assert all(r["matmuls_s"] > 0 and r["encode_x"] > 0 and r["step_x"] > 0 for r in rows)
+
+
 def _sweep(tmp_path, *args, fail_at=None, monkeypatch=None):
     """osu_allreduce on COMM_SELF into tmp_path/r.json and r.csv; optionally stopped at a size."""
     import io
