@@ -12,8 +12,8 @@ alone) prints, once per stall::
     afterwards (in ...); `python -m collectives warmup` compiles the common ones ahead
 
 (on one line; "in the background" when a thread of its own compiles while calls go on without
-the kernel: the shm allreduce does that). A timer thread prints it while the compile runs; a compile that ends past the
-threshold before the timer thread got to run prints it at its end. ``COLLECTIVES_JIT_NOTICE=off``
+the kernel: "auto"'s shm allreduce does that). A timer thread prints it while the compile runs;
+a compile that ends past the threshold before the timer thread got to run prints it at its end. ``COLLECTIVES_JIT_NOTICE=off``
 turns the line off; ``COLLECTIVES_JIT_NOTICE=0`` prints it for every stall (tests).
 
 :func:`install` is called by every module that defines kernels and imports Numba (this package's

@@ -43,7 +43,9 @@ result into every rank's output (``n`` bytes per rank). Each block is reduced on
 owner, and then only copied, so results are bitwise identical on every rank.
 
 A process's first call in a dtype needs the kernel's machine code: from Numba's cache, or compiled
-(about ten seconds). While it compiles, in a background thread, the calls run by messages instead:
+(about ten seconds). A call of ``algorithm="shm"`` waits for it; "auto" runs
+:func:`allreduce_or_messages`, which does not: while the kernel compiles, in a background thread,
+the calls run by messages instead:
 an allgather, then every rank combines the p inputs in rank order with NumPy, the same operations
 in the same order as the kernel, so the same bits (``_by_messages``). Every such call first agrees
 on every rank whether all have the kernel (a 5-word allreduce); from the call where all have it,
@@ -71,7 +73,7 @@ from ..ops import Op, elementwise, get_op
 from ..options import Options
 from .flat import FLAT
 
-__all__ = ["allreduce", "on_one_node", "team", "REPLICATE_BYTES"]
+__all__ = ["allreduce", "allreduce_or_messages", "on_one_node", "team", "REPLICATE_BYTES"]
 
 #: Up to this many bytes every rank reduces the whole vector itself from every input (one
 #: hand-off per round instead of two; the same operands in the same order, so the same bits).
@@ -113,7 +115,10 @@ def _make_team(ctx: Context, opts: Options) -> Team | str:
     return why if why is not None else Team(ctx.comm, opts.shm_segment_bytes, registry(ctx))
 
 
-def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
+def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options,
+              wait: bool = True) -> None:
+    """``algorithm="shm"``; ``wait=False`` (what "auto" runs: :func:`allreduce_or_messages`): by
+    messages while the kernel compiles (see the module docstring)."""
     shm = team(ctx, opts)
     if not elementwise(op):  # bfloat16 words, a codec's sum: the window's kernels cannot
         FLAT["ring"](src, buf, op, ctx, opts)
@@ -121,14 +126,20 @@ def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Opti
     opcode = layout.OPCODES[op.name]
     if type(buf) is not np.ndarray:  # CuPy: the window is host memory, so reduce a host copy
         host = src.get()
-        allreduce(host, host, op, ctx, opts)
+        allreduce(host, host, op, ctx, opts, wait)
         buf.set(host)
-    elif buf.dtype is not shm.last_warm and _not_yet(shm, src, buf, ctx, opts):
+    elif not wait and buf.dtype is not shm.last_warm and _not_yet(shm, src, buf, ctx, opts):
         _by_messages(src, buf, op, ctx, opts)
     elif buf.nbytes <= REPLICATE_BYTES:
         shm.run(src, buf, opcode, layout.REPLICATED, 1, ctx.active)
     else:
         shm.run(src, buf, opcode, layout.FUSED, shm.size, ctx.active)
+
+
+def allreduce_or_messages(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context,
+                          opts: Options) -> None:
+    """What "auto" runs for "shm": by messages while the kernel compiles, not waiting for it."""
+    allreduce(src, buf, op, ctx, opts, False)
 
 
 def _not_yet(shm: Team, src: np.ndarray, buf: np.ndarray, ctx: Context, opts: Options) -> bool:
