@@ -1,0 +1,170 @@
+"""The first call of a process: the warm-up command, the compile notice, the shm allreduce while its
+kernel compiles, and bench/first_call.py (docs/benchmarks.md, "First call and the JIT cache").
+
+Each test runs its processes with a Numba cache of its own (``NUMBA_CACHE_DIR``), so what they
+compile or find is theirs; nothing asserts on wall time: compiled or loaded is read from Numba's
+dispatcher statistics (``cache_misses``, ``cache_hits``).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from collectives.launch import mpiexec_command
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTICE = "collectives: compiling Numba kernel"
+
+
+def _env(cache: Path, **extra: str) -> dict:
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), COLLECTIVES_TUNING_FILE="off", **extra)
+    env.pop("COLLECTIVES_JIT_NOTICE", None)
+    env.update(extra)
+    return env
+
+
+def _python(code: str, env: dict, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+_MERGE = """
+    import numpy as np
+    from collectives.compressed._kernels import merge_sum
+    a = np.arange(3, dtype=np.int64)
+    v = np.ones(3, np.float32)
+    out_i, out_v = np.empty(6, np.int64), np.empty(6, np.float32)
+    assert merge_sum(a, v, a + 1, v, out_i, out_v) == 4
+    print(sum(merge_sum.stats.cache_misses.values()), sum(merge_sum.stats.cache_hits.values()))
+"""
+
+
+def test_notice_for_a_slow_compile_only(tmp_path):
+    """Threshold 0 s: a compile prints the line once; the next process loads the kernel from the
+    cache and prints nothing; a threshold no compile reaches prints nothing."""
+    slow = _python(_MERGE, _env(tmp_path / "a", COLLECTIVES_JIT_NOTICE="0"))
+    assert slow.returncode == 0, slow.stderr
+    assert slow.stdout.split() == ["1", "0"]
+    assert slow.stderr.count(NOTICE) == 1, slow.stderr
+    assert "merge_sum(int64, float32)" in slow.stderr and "python -m collectives warmup" in slow.stderr
+    cached = _python(_MERGE, _env(tmp_path / "a", COLLECTIVES_JIT_NOTICE="0"))
+    assert cached.stdout.split() == ["0", "1"], cached.stderr
+    assert NOTICE not in cached.stderr
+    fast = _python(_MERGE, _env(tmp_path / "b", COLLECTIVES_JIT_NOTICE="3600"))
+    assert fast.stdout.split() == ["1", "0"] and NOTICE not in fast.stderr, fast.stderr
+    off = _python(_MERGE, _env(tmp_path / "c", COLLECTIVES_JIT_NOTICE="off"))
+    assert off.stdout.split() == ["1", "0"] and NOTICE not in off.stderr, off.stderr
+
+
+def test_warmup_usage_errors():
+    for args, text in ((["--dtypes", "nope"], "not a NumPy dtype"), (["--paths", "x"], "unknown path")):
+        run = subprocess.run([sys.executable, "-m", "collectives", "warmup", *args],
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 2 and text in run.stderr, run.stderr
+
+
+def test_report_stays_the_default():
+    run = subprocess.run([sys.executable, "-m", "collectives"], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0 and run.stdout.startswith("collectives: "), run.stderr
+
+
+def test_warmup_fills_the_cache_for_the_first_calls(tmp_path):
+    """After ``python -m collectives warmup``, a 2-rank job's first default allreduce and first
+    compressed_allreduce (top-k with error feedback) compile nothing (bench/first_call.py on a
+    tiny input reports what its first calls compiled and loaded)."""
+    env = _env(tmp_path / "cache")
+    warm = subprocess.run([sys.executable, "-m", "collectives", "warmup", "--dtypes", "float32"],
+                          env=env, capture_output=True, text=True, timeout=1200)
+    assert warm.returncode == 0, warm.stderr
+    assert "kernels compiled" in warm.stdout and NOTICE not in warm.stderr
+    again = subprocess.run([sys.executable, "-m", "collectives", "warmup", "--dtypes", "float32"],
+                           env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and ": 0 kernels compiled" in again.stdout, again.stdout
+    out = tmp_path / "first.json"
+    run = subprocess.run([*mpiexec_command(), "-n", "2", sys.executable,
+                          str(ROOT / "bench" / "first_call.py"), "--count", "5000", "--calls", "2",
+                          "--json", str(out)], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    cases = json.loads(out.read_text())["cases"]
+    assert set(cases) == {"allreduce", "compressed"}
+    for name, case in cases.items():
+        assert case["compiled"] == 0, (name, [r["kernel"] for r in case["compiles"]])
+        assert case["loaded"] >= 1 and case["during_calls"] == 0, (name, case)
+    assert NOTICE not in run.stderr
+
+
+def test_cold_bench_runs(tmp_path):
+    """bench/first_call.py --cold on a tiny input at 2 ranks: the first allreduce runs while its
+    kernel compiles in the background, then on it; the compressed case compiles its kernels."""
+    out = tmp_path / "cold.json"
+    run = subprocess.run([*mpiexec_command(), "-n", "2", sys.executable,
+                          str(ROOT / "bench" / "first_call.py"), "--cold", "--count", "3000",
+                          "--calls", "2", "--json", str(out)], env=_env(tmp_path / "unused"),
+                         capture_output=True, text=True, timeout=1200)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["ranks"] == 2 and result["cache"].startswith("new")
+    allreduce, compressed = result["cases"]["allreduce"], result["cases"]["compressed"]
+    assert allreduce["compiled"] >= 1  # (a callee may load: the other rank saved it first)
+    assert any("run_rounds" in r["kernel"] for r in allreduce["compiles"])
+    assert compressed["compiled"] >= 1
+    assert "# case" in run.stdout and "run_rounds" in run.stdout
+
+
+_BY_MESSAGES = """
+    import numpy as np
+    from mpi4py import MPI
+    import collectives
+    from collectives._runtime.shmem import team as shm_team
+
+    comm = MPI.COMM_WORLD
+    me, p = comm.rank, comm.size
+    asked = {}
+
+    def ready(self, x, out):  # compiling for the first questions of a dtype, on rank 1 longest
+        asked[out.dtype] = k = asked.get(out.dtype, 0) + 1
+        return k > (3 if me != 1 else 5)
+
+    shm_team.Team.ready = ready
+    UFUNC = {"sum": np.add, "min": np.minimum, "prod": np.multiply}
+    rng = np.random.default_rng(7)
+    for dtype in ("float32", "float16", "int32", "float64"):
+        for op in UFUNC:
+            for n in (1, 1000, 300001):
+                xs = [(rng.standard_normal(n) * 3).astype(dtype) for _ in range(p)]
+                if dtype == "float32" and n == 1000:
+                    xs[0][:3] = [np.nan, -0.0, np.inf]
+                want = xs[0].copy()
+                for x in xs[1:]:
+                    want = UFUNC[op](want, x)
+                for inplace in (False, True):
+                    x = xs[me].copy()
+                    y = collectives.allreduce(x, op=op, out=x if inplace else None)
+                    assert y.tobytes() == want.tobytes(), (me, dtype, op, n, inplace)
+    assert all(k == 6 for k in asked.values()), asked
+    y = collectives.allreduce(np.arange(5, dtype=np.int64), algorithm="shm")
+    assert y.tolist() == [p * i for i in range(5)] and np.dtype(np.int64) not in asked, asked
+    print("ok")
+"""
+
+
+@pytest.mark.parametrize("ranks", [3])
+def test_shm_allreduce_while_compiling_gives_the_kernels_bits(tmp_path, ranks):
+    """While some rank's round driver is not ready (Team.ready stubbed: False for the first calls
+    of each dtype, longest on rank 1), "auto"'s shm allreduce runs by messages, and every call,
+    before and after the switch, gives the rank-order result bit for bit (NaN, -0.0, inf,
+    float16, wrapping integers, in place, several chunks); algorithm="shm" never asks."""
+    script = tmp_path / "by_messages.py"
+    script.write_text(textwrap.dedent(_BY_MESSAGES))
+    run = subprocess.run([*mpiexec_command(), "-n", str(ranks), sys.executable, str(script)],
+                         env=dict(os.environ, COLLECTIVES_TUNING_FILE="off"),
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.count("ok") == ranks, run.stdout
