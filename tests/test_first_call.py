@@ -158,13 +158,15 @@ _BY_MESSAGES = """
 @pytest.mark.parametrize("ranks", [3])
 def test_shm_allreduce_while_compiling_gives_the_kernels_bits(tmp_path, ranks):
     """While some rank's round driver is not ready (Team.ready stubbed: False for the first calls
-    of each dtype, longest on rank 1), "auto"'s shm allreduce runs by messages, and every call,
+    of each dtype, longest on rank 1), "auto"'s shm allreduce with COLLECTIVES_JIT_BACKGROUND=1
+    runs by messages, and every call,
     before and after the switch, gives the rank-order result bit for bit (NaN, -0.0, inf,
     float16, wrapping integers, in place, several chunks); algorithm="shm" never asks."""
     script = tmp_path / "by_messages.py"
     script.write_text(textwrap.dedent(_BY_MESSAGES))
     run = subprocess.run([*mpiexec_command(), "-n", str(ranks), sys.executable, str(script)],
-                         env=dict(os.environ, COLLECTIVES_TUNING_FILE="off"),
+                         env=dict(os.environ, COLLECTIVES_TUNING_FILE="off",
+                                  COLLECTIVES_JIT_BACKGROUND="1"),
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.count("ok") == ranks, run.stdout

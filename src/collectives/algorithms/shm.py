@@ -43,14 +43,19 @@ result into every rank's output (``n`` bytes per rank). Each block is reduced on
 owner, and then only copied, so results are bitwise identical on every rank.
 
 A process's first call in a dtype needs the kernel's machine code: from Numba's cache, or compiled
-(about ten seconds). A call of ``algorithm="shm"`` waits for it; "auto" runs
-:func:`allreduce_or_messages`, which does not: while the kernel compiles, in a background thread,
-the calls run by messages instead:
+(about ten seconds; ``python -m collectives warmup`` fills the cache ahead). A call waits for it,
+and rank 0 says so in one line when it takes long. With ``COLLECTIVES_JIT_BACKGROUND=1`` (read at
+import), "auto" runs :func:`allreduce_or_messages` without waiting: while the kernel compiles, in
+a background thread, the calls run by messages instead:
 an allgather, then every rank combines the p inputs in rank order with NumPy, the same operations
 in the same order as the kernel, so the same bits (``_by_messages``). Every such call first agrees
 on every rank whether all have the kernel (a 5-word allreduce); from the call where all have it,
 the team's ``warm`` set holds the dtype, and a call costs one identity test more (its dtype is
-the team's ``last_warm``) or a set lookup (another dtype).
+the team's ``last_warm``) or a set lookup (another dtype). It is off by default because one
+failure is not yet safe there: a rank that fails inside the call whose agreement switches to the
+kernel (after contributing to it) keeps asking while the others no longer do, and a program that
+catches that error and calls again hangs (``tests/mpi/mpi_faults.py`` at 3 ranks found it). With
+the default abort-on-error hook (``_runtime/crash.py``) or ``Options.timeout`` the job still ends.
 
 Only for communicators whose ranks share one node (``Split_type(COMM_TYPE_SHARED)``, or one
 emulated node of ``Options.node_size``): otherwise every rank raises the same ``ValueError``,
@@ -59,6 +64,8 @@ kept in its private context (freed with it), so later calls, and persistent plan
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
@@ -136,10 +143,15 @@ def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Opti
         shm.run(src, buf, opcode, layout.FUSED, shm.size, ctx.active)
 
 
+#: ``COLLECTIVES_JIT_BACKGROUND=1``: "auto" does not wait for the kernel (module docstring)
+BACKGROUND = os.environ.get("COLLECTIVES_JIT_BACKGROUND", "0").strip() == "1"
+
+
 def allreduce_or_messages(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context,
                           opts: Options) -> None:
-    """What "auto" runs for "shm": by messages while the kernel compiles, not waiting for it."""
-    allreduce(src, buf, op, ctx, opts, False)
+    """What "auto" runs for "shm": with :data:`BACKGROUND`, by messages while the kernel
+    compiles, not waiting for it; else :func:`allreduce` itself."""
+    allreduce(src, buf, op, ctx, opts, not BACKGROUND)
 
 
 def _not_yet(shm: Team, src: np.ndarray, buf: np.ndarray, ctx: Context, opts: Options) -> bool:
