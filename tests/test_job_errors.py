@@ -119,6 +119,21 @@ def test_an_error_every_rank_raises_is_printed_in_full_once(tmp_path):
     assert "collectives: rank 2: unhandled TypeError" in output, output
 
 
+@pytest.mark.parametrize("algorithm", ["recursive_doubling", "ring", "tree"])
+def test_a_size_mismatch_two_ranks_find_is_printed_in_full_once(tmp_path, algorithm):
+    """Both ends of a message of the wrong size fail on their own in the same call: the lower
+    rank prints its traceback (naming its array's size), the other at most one line."""
+    argv = _script(tmp_path, "import sys, numpy as np, collectives\nfrom mpi4py import MPI\n"
+                             "rank = MPI.COMM_WORLD.rank\n"
+                             "collectives.allreduce(np.ones(4))  # contexts set up everywhere\n"
+                             "x = np.ones(1000 + rank, np.float32)\n"
+                             "collectives.allreduce(x, algorithm=sys.argv[1])\n")
+    status, output, seconds = _job(2, [*argv, algorithm])
+    assert status != 0 and seconds < HANG_S, output[-3000:]
+    assert output.count("Traceback") == 1, output
+    assert "rank 0 has 1000 elements of float32 (4000 bytes)" in output, output
+
+
 def test_the_first_call_waits_at_most_the_timeout(tmp_path):
     """A rank that never makes its first call: the others' first call (which sets up the
     communicator's private duplicate) raises TimeoutError after Options.timeout."""

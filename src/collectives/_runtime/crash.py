@@ -11,7 +11,10 @@ of any thread of a rank of a job of several ranks:
   because of another rank (a notice: ``"allreduce #5 failed on rank 2: ..."``) is one line on
   the others, which leave the originating rank a moment (:data:`GRACE_S`) to print its traceback
   and end the job itself; an error every rank reached together (the verdict of
-  ``validate=True``) is printed in full by rank 0 and in one line by the others.
+  ``validate=True``) is printed in full by rank 0 and in one line by the others. When several
+  ranks fail in one call on their own (both ends of a message of the wrong size), the lowest of
+  them prints in full and the others, once its notice arrives (within :data:`PEER_WAIT_S`), one
+  line.
 
 ``COLLECTIVES_ABORT_ON_ERROR=0`` leaves Python's own hooks alone (for code that manages failures
 itself); a job of one rank, and a process whose MPI is finalized, keep them too.
@@ -27,12 +30,14 @@ from typing import Any
 
 from .guard import RaisedEverywhere
 
-__all__ = ["install", "ENV", "GRACE_S"]
+__all__ = ["install", "ENV", "GRACE_S", "PEER_WAIT_S"]
 
 #: Set to 0 to keep Python's own hooks (no MPI_Abort on an unhandled exception).
 ENV = "COLLECTIVES_ABORT_ON_ERROR"
 #: Seconds a rank whose error came from another rank waits for that rank to end the job.
 GRACE_S = 2.0
+#: Seconds a rank that failed on its own listens for a lower rank's failure in the same call.
+PEER_WAIT_S = 0.5
 _INSTALLED = [False]
 
 
@@ -72,13 +77,20 @@ def _end_job(exc: BaseException | None, print_in_full: Any, thread: str | None =
         return
     where = f"rank {rank}" + (f", thread {thread}" if thread else "")
     origin = getattr(exc, "origin", None) if isinstance(exc, RaisedEverywhere) else rank
+    call = getattr(exc, "collectives_call", None)
+    if origin == rank and call is not None:  # did a lower rank fail in the same call too?
+        origin = call[0].first_reporter(call[1], PEER_WAIT_S)
+        origin = rank if origin is None else origin
     if origin == rank or (origin is None and rank == 0):
         print_in_full()
         print(f"collectives: {where}: unhandled {type(exc).__name__}: ending the job "
               f"(MPI_Abort; {ENV}=0 to keep it running)", file=sys.stderr, flush=True)
     else:
         text = " ".join(str(exc).split())
-        print(f"collectives: {where}: {type(exc).__name__}: {text}", file=sys.stderr, flush=True)
+        also = f" (rank {origin} failed in this call too and prints it in full)" \
+            if not isinstance(exc, RaisedEverywhere) else ""
+        print(f"collectives: {where}: {type(exc).__name__}: {text}{also}", file=sys.stderr,
+              flush=True)
         if origin is not None:  # the rank whose error this is prints it and ends the job
             time.sleep(GRACE_S)
     world.Abort(1)

@@ -176,6 +176,10 @@ class Guard:
         except BaseException as exc:
             if not isinstance(exc, RaisedEverywhere):  # this rank's own: tell the others
                 self._notify(exc)
+                try:  # for the crash hook: which call it was (see first_reporter)
+                    exc.collectives_call = (self, self.seq)
+                except AttributeError:
+                    pass
             raise
         finally:
             owner.active = outer
@@ -200,6 +204,25 @@ class Guard:
         for r in range(self.size):
             if r != self.rank:
                 self._outbox.append(self.comm.Isend([buf, MPI.BYTE], r, NOTICE_TAG))
+
+    def first_reporter(self, seq: int, wait_s: float) -> int | None:
+        """For the crash hook of a rank whose own error ended call ``seq``: a lower rank that
+        failed in the same call on its own (two ranks that find one size mismatch both do), as
+        its notice says within ``wait_s`` seconds, else None. Reads notices without keeping
+        them: the job is ending."""
+        deadline = time.monotonic() + wait_s
+        while self.rank:
+            if self.notice.Test():
+                found, rank = (int(v) for v in self._box[:16].view(np.int64))
+                if found == seq and rank < self.rank:
+                    return rank
+                self._box = np.empty(_NOTICE_BYTES, dtype=np.uint8)
+                self.notice = self.comm.Irecv([self._box, MPI.BYTE], MPI.ANY_SOURCE, NOTICE_TAG)
+                continue
+            if time.monotonic() > deadline:
+                break
+            time.sleep(1e-3)
+        return None
 
     def _read_notice(self) -> bool:
         """Handle the notice that arrived: raise it (current call), keep it (a later call) or
