@@ -207,19 +207,24 @@ def test_codec_throughput_runs(device, tmp_path):
     assert all(r["encode_gbps"] > 0 and r["decode_gbps"] > 0 for r in rows.values())
 
 
-def test_codec_pipeline_runs(tmp_path):
-    """bench/codec_pipeline.py end to end on tiny inputs, with its JSON: every phase of every
-    codec timed against the copy."""
+def _bench_json(tmp_path, script, *args):
+    """Run ``bench/<script>`` with ``args`` and ``--json``; the JSON it wrote."""
     import json
     import subprocess
     import sys
 
-    out = tmp_path / "pipeline.json"
-    run = subprocess.run([sys.executable, str(ROOT / "bench" / "codec_pipeline.py"), "--sizes",
-                          "1K,5000", "--repeats", "1", "--ranks", "3", "--json", str(out)],
+    out = tmp_path / "out.json"
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args, "--json", str(out)],
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
-    sizes = json.loads(out.read_text())["sizes"]
+    return json.loads(out.read_text())
+
+
+def test_codec_pipeline_runs(tmp_path):
+    """bench/codec_pipeline.py end to end on tiny inputs, with its JSON: every phase of every
+    codec timed against the copy."""
+    sizes = _bench_json(tmp_path, "codec_pipeline.py", "--sizes", "1K,5000", "--repeats", "1",
+                        "--ranks", "3")["sizes"]
     assert [row["n"] for row in sizes] == [1000, 5000]
     dgc = sizes[1]["codecs"]["dgc:density=0.001,seed=0"]
     assert {"encode", "decode", "ef", "ef unfused", "dgc memory", "aggregate", "agg dense"} <= set(dgc)
@@ -229,16 +234,8 @@ def test_codec_pipeline_runs(tmp_path):
 
 def test_powersgd_speed_runs(tmp_path):
     """bench/powersgd_speed.py on small layers: every shape and rank timed, ratios positive."""
-    import json
-    import subprocess
-    import sys
-
-    out = tmp_path / "psgd.json"
-    run = subprocess.run([sys.executable, str(ROOT / "bench" / "powersgd_speed.py"), "--shapes",
-                          "64x48,30x200", "--ranks", "1,3", "--repeats", "1", "--json", str(out)],
-                         capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-2000:]
-    rows = json.loads(out.read_text())["rows"]
+    rows = _bench_json(tmp_path, "powersgd_speed.py", "--shapes", "64x48,30x200", "--ranks",
+                       "1,3", "--repeats", "1")["rows"]
     assert [(r["rows"], r["cols"], r["rank"]) for r in rows] == \
         [(64, 48, 1), (64, 48, 3), (30, 200, 1), (30, 200, 3)]
     assert all(r["matmuls_s"] > 0 and r["encode_x"] > 0 and r["step_x"] > 0 for r in rows)
