@@ -183,6 +183,7 @@ class Guard:
             raise
         finally:
             owner.active = outer
+            self.call = None  # the call's arrays are the caller's again: hold none of them
 
     def set_timeout(self, timeout: float | None) -> None:
         """Give the running call a deadline ``timeout`` seconds from now (``Options.timeout``;
