@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 import traceback
 from contextlib import contextmanager
 from typing import Callable, Iterator, NoReturn
@@ -29,6 +30,8 @@ __all__ = ["UsageError", "Parser", "usage_errors", "fatal_errors", "program", "a
 
 #: Set to 1 to print the traceback of an error that ends the job (:func:`abort`), not just its line.
 TRACEBACK_ENV = "COLLECTIVES_TRACEBACK"
+#: Seconds between the error line and MPI_Abort (the launcher's forwarder reads the line).
+ABORT_DELAY_S = 0.2
 
 #: How to get matplotlib, for the programs that draw (``--plot``, ``collectives-plot``).
 PLOT_INSTALL = "pip install 'mpi-collectives[plot]' (from a clone: pip install -e '.[plot]')"
@@ -99,6 +102,9 @@ def abort(prog: str, exc: BaseException, status: int = 1) -> NoReturn:
     print(f"{prog}: error: rank {rank}: {type(exc).__name__}" + (f": {text}" if text else ""),
           file=sys.stderr, flush=True)
     if size > 1:
+        # the launcher forwards our stderr through a pipe; an abort at once can end its
+        # forwarder before it has read the line (seen under load in CI): give it a moment
+        time.sleep(ABORT_DELAY_S)
         MPI.COMM_WORLD.Abort(status)
     raise SystemExit(status)
 
