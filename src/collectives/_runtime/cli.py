@@ -103,7 +103,7 @@ def abort(prog: str, exc: BaseException, status: int = 1) -> NoReturn:
           file=sys.stderr, flush=True)
     if size > 1:
         # the launcher forwards our stderr through a pipe; an abort at once can end its
-        # forwarder before it has read the line (seen under load in CI): give it a moment
+        # forwarder before it has read the line: give it a moment
         time.sleep(ABORT_DELAY_S)
         MPI.COMM_WORLD.Abort(status)
     raise SystemExit(status)
