@@ -17,6 +17,9 @@ a shared machine hits them alike. Reported: the median over rounds of the time p
 - ``unguarded`` (``--unguarded``): the same call's algorithm run outside the failure guard
   (``collectives._runtime.guard``: call numbering, notice-aware waits, exact receive sizes), i.e.
   what ``allreduce`` did per call before it; ``allreduce`` / ``unguarded`` is the guard's cost;
+- ``allreduce(abort)``, ``plan(abort)`` (``--abort``): the same calls with
+  ``Options(on_error="abort")``: plain blocking MPI, an error ends the job
+  (``collectives._runtime.fatal``);
 - ``iallreduce+wait``: ``collectives.iallreduce(x, out=y).wait()`` (a hand-off to the engine's
   thread and back: the latency of a non-blocking call, not its cost to overlapped work).
 
@@ -46,6 +49,8 @@ def main(argv: list[str] | None = None) -> dict:
                     help="add allreduce with validate=True (its cross-rank check)")
     ap.add_argument("--unguarded", action="store_true",
                     help="add the allreduce's algorithm run outside the failure guard")
+    ap.add_argument("--abort", action="store_true",
+                    help='add allreduce and plan() with Options(on_error="abort")')
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     comm = MPI.COMM_WORLD
@@ -73,6 +78,12 @@ def main(argv: list[str] | None = None) -> dict:
         fn = call.decide(ctx)
         variants["unguarded"] = lambda: run_allreduce(call.src, call.dst, call.op, fn, ctx,
                                                       call.opts)
+    if args.abort:
+        fatal = collectives.Options(on_error="abort")
+        abort_plan = collectives.allreduce_init(x, out=y, algorithm=args.algorithm, options=fatal)
+        variants["allreduce(abort)"] = \
+            lambda: collectives.allreduce(x, out=y, algorithm=args.algorithm, options=fatal)
+        variants["plan(abort)"] = abort_plan
     if not args.no_iallreduce:
         variants["iallreduce+wait"] = \
             lambda: collectives.iallreduce(x, out=y, algorithm=args.algorithm).wait()

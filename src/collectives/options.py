@@ -21,6 +21,7 @@ ENV = {
     "shm_segment_bytes": "COLLECTIVES_SHM_SEGMENT_BYTES",
     "timeout": "COLLECTIVES_TIMEOUT",
     "stall_warning": "COLLECTIVES_STALL_WARNING",
+    "on_error": "COLLECTIVES_ON_ERROR",
 }
 
 
@@ -44,6 +45,15 @@ def _env_seconds(name: str, raw: str | None, default: float | None) -> float | N
     except ValueError:
         raise ValueError(f"environment variable {name}={raw!r} is not a number of seconds "
                          "(or 'off')") from None
+
+
+def _env_choice(name: str, raw: str | None, default: str, choices: tuple[str, ...]) -> str:
+    if raw is None or raw.strip() == "":
+        return default
+    if raw.strip().lower() not in choices:
+        raise ValueError(f"environment variable {name}={raw!r} is not one of "
+                         f"{', '.join(choices)}")
+    return raw.strip().lower()
 
 
 def _check_seconds(name: str, value: object) -> None:
@@ -85,6 +95,14 @@ class Options:
         Seconds after which a waiting ``wait()`` warns (:class:`collectives.StallWarning`) which
         ranks have not submitted the operation it waits for (Horovod's stall check); None
         disables the warning. Default 60.
+    on_error
+        What an error inside a blocking call does. ``"raise"`` (default): it is raised on every
+        rank that needs it and the job goes on (``collectives._runtime.guard``; every wait also
+        watches for other ranks' failures, a few microseconds a call). ``"abort"``: the call runs
+        plain blocking MPI, as Horovod and DDP do, and an error on any rank, or a call longer than
+        ``timeout``, prints that rank's error and ends the whole job (``MPI_Abort``;
+        ``collectives._runtime.fatal``). Non-blocking operations keep ``"raise"``'s semantics.
+        docs/reliability.md says when to use which.
     """
 
     segment_bytes: int = 1 << 20
@@ -94,6 +112,7 @@ class Options:
     shm_segment_bytes: int | None = None
     timeout: float | None = None
     stall_warning: float | None = 60.0
+    on_error: str = "raise"
 
     def __post_init__(self) -> None:
         if not isinstance(self.segment_bytes, int) or self.segment_bytes < 1:
@@ -110,6 +129,8 @@ class Options:
                              f"{self.inter_algorithm!r}")
         _check_seconds("timeout", self.timeout)
         _check_seconds("stall_warning", self.stall_warning)
+        if self.on_error not in ("raise", "abort"):
+            raise ValueError(f"on_error must be 'raise' or 'abort', got {self.on_error!r}")
 
     @classmethod
     def from_env(cls) -> "Options":
@@ -185,4 +206,6 @@ def _from_values(raw: tuple[str | None, ...]) -> Options:
         timeout=_env_seconds(ENV["timeout"], values["timeout"], None),
         stall_warning=_env_seconds(ENV["stall_warning"], values["stall_warning"],
                                    Options.stall_warning),
+        on_error=_env_choice(ENV["on_error"], values["on_error"], Options.on_error,
+                             ("raise", "abort")),
     )
