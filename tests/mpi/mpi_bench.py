@@ -302,3 +302,27 @@ def test_the_baseline_is_the_bare_mpi_call_where_mpi_has_the_type():
     assert "mpi" not in {r.algorithm for r in records} and "native" in {r.algorithm for r in records}
     records, _ = _run(allreduce, "--algorithm", "all", "--sizes", "8")
     assert ratio_table(records).startswith("Median us per call over the iterations (ratio to mpi)")
+
+
+@pytest.mark.parametrize("module", [allreduce, reduce_scatter, allgather, bcast])
+def test_the_mpi_column_calls_no_library_code(module, monkeypatch):
+    """``--algorithm mpi`` (and the ``mpi`` column of ``all``) times mpi4py's own call: with every
+    public collective of the library and both of its call runners made to raise, it still runs,
+    and its results validate."""
+    from collectives import api
+    from collectives._runtime import fatal, guard
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the mpi column called the library")
+
+    for name in ("allreduce", "reduce_scatter", "allgather", "bcast", "reduce"):
+        monkeypatch.setattr(api, name, refuse)
+        monkeypatch.setattr(collectives, name, refuse)
+    monkeypatch.setattr(guard.Guard, "run", refuse)
+    monkeypatch.setattr(fatal.Runner, "run", refuse)
+    records, text = _run(module, "--algorithm", "mpi", "-c")
+    assert records and {r.algorithm for r in records} == {"mpi"}
+    if MPI.COMM_WORLD.rank == 0:
+        assert "Pass" in text and "Fail" not in text, text
+    with pytest.raises(AssertionError, match="called the library"):
+        _run(module, "--algorithm", module.SPEC.default_algorithm)

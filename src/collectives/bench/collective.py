@@ -117,9 +117,14 @@ def _names(spec: Spec, chosen: str, dtype: np.dtype) -> list[str]:
     if chosen == "all":
         bare = [MPI_COLUMN] if spec.mpi is not None and dtype in _MPI_KINDS else []
         return bare + ["native"] + [a for a in spec.algorithms if a != "native"]
+    if chosen == MPI_COLUMN and spec.mpi is not None:
+        if dtype not in _MPI_KINDS:
+            raise UsageError(f"--algorithm mpi needs a type MPI has (not {dtype})")
+        return [MPI_COLUMN]
     if chosen not in spec.algorithms:
+        mpi = f", {MPI_COLUMN}" if spec.mpi is not None else ""
         raise UsageError(f"unknown algorithm {chosen!r}; valid choices: "
-                         f"{', '.join(spec.algorithms)}, all")
+                         f"{', '.join(spec.algorithms)}{mpi}, all")
     return [chosen]
 
 

@@ -165,9 +165,9 @@ def make_parser(prog: str, description: str, *, default_max: int,
         p.add_argument("--algorithm", default=algorithm, metavar="NAME|all",
                        help="algorithm to time"
                             + (f" ({', '.join(algorithms)})" if algorithms else "")
-                            + ", or 'all' (one column each, interleaved in one loop, after "
-                            "'mpi': the MPI library's own call from mpi4py, outside this "
-                            f"library, the baseline); default {algorithm}")
+                            + ", 'mpi' (the MPI library's own call from mpi4py, outside this "
+                            "library: the baseline), or 'all' (one column each, interleaved in "
+                            f"one loop, after 'mpi'); default {algorithm}")
         p.add_argument("--busbw", action="store_true",
                        help="add bus bandwidth columns (nccl-tests definition, GB/s)")
         p.add_argument("--memcpy", action="store_true",
