@@ -19,6 +19,7 @@ from .nonblocking import (Plan, allreduce_init, iallgather, iallreduce, ibcast,
 from .ops import OPS
 from .options import Options
 from ._runtime.traffic import TRAFFIC
+from .window import Window
 
 __all__ = [
     "allreduce", "reduce_scatter", "allgather", "bcast", "reduce", "compressed_allreduce",
@@ -26,7 +27,7 @@ __all__ = [
     "allreduce_init", "Plan", "Request", "waitall", "waitany", "testall", "StallWarning",
     "EngineError", "CollectiveError", "reset",
     "empty", "zeros",
-    "CompressionState", "STRATEGIES", "TRAFFIC",
+    "CompressionState", "STRATEGIES", "TRAFFIC", "Window",
     "ALGORITHMS", "REDUCE_SCATTER", "ALLGATHER", "BCAST", "REDUCE",
     "OPS", "Options", "SUPPORTED_DTYPES", "mpi_library",
 ]
