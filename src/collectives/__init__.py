@@ -19,6 +19,7 @@ from .nonblocking import (Plan, allreduce_init, iallgather, iallreduce, ibcast,
 from .ops import OPS
 from .options import Options
 from ._runtime.traffic import TRAFFIC
+from .ssp import ParameterServer
 from .window import Window
 
 __all__ = [
@@ -27,7 +28,7 @@ __all__ = [
     "allreduce_init", "Plan", "Request", "waitall", "waitany", "testall", "StallWarning",
     "EngineError", "CollectiveError", "reset",
     "empty", "zeros",
-    "CompressionState", "STRATEGIES", "TRAFFIC", "Window",
+    "CompressionState", "STRATEGIES", "TRAFFIC", "Window", "ParameterServer",
     "ALGORITHMS", "REDUCE_SCATTER", "ALLGATHER", "BCAST", "REDUCE",
     "OPS", "Options", "SUPPORTED_DTYPES", "mpi_library",
 ]

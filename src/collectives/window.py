@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from ._runtime import rma_progress
 from ._runtime.context import context
 from ._runtime.validate import check_comm, checked
 
@@ -87,6 +88,7 @@ class Window:
         p = self.comm.size
         self._slot = x.size + 1
         item = x.dtype.itemsize
+        rma_progress.hold(self.comm)  # operations aimed at this rank progress while it computes
         self._win = MPI.Win.Allocate((1 + p) * self._slot * item, item, comm=self.comm)
         self._mem = np.frombuffer(self._win.tomemory(), dtype=x.dtype).reshape(1 + p, self._slot)
         me = self.comm.rank
@@ -171,6 +173,7 @@ class Window:
         win, self._win = self._win, None
         self._mem = None
         win.Free()
+        rma_progress.release(self.comm)
 
     def __enter__(self) -> "Window":
         return self
