@@ -1,5 +1,7 @@
 """collectives.Window (one-sided, passive target) against plain arithmetic, at 1-8 ranks."""
 
+import time
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -85,3 +87,30 @@ def test_bad_input():
         win.update()
     with pytest.raises(ValueError, match="after free"):
         win.get(0)
+
+
+def test_access_from_another_thread_while_the_main_thread_computes():
+    """A thread of each rank accumulates into every rank's window while the main thread
+    computes (NumPy, then a sleep without MPI calls); the sums are exact."""
+    import threading
+
+    comm = MPI.COMM_WORLD
+    p = comm.size
+    with collectives.Window(np.zeros(257, np.int64), comm=comm) as win:
+        ones = np.ones(257, np.int64)
+
+        def send():
+            for _ in range(2):
+                for dest in range(p):
+                    win.accumulate(ones, dest)
+
+        worker = threading.Thread(target=send)
+        worker.start()
+        busy = np.random.default_rng(comm.rank).standard_normal((64, 64))
+        for _ in range(10):
+            busy = np.tanh(busy @ busy.T / 64)
+        time.sleep(0.02)
+        worker.join()
+        comm.Barrier()
+        assert np.array_equal(win.update(), np.full(257, 2 * p))
+        assert win.weight == 1 + 2 * p
