@@ -29,8 +29,8 @@ clock), and per communicator its identity (``id``, the same on every rank: its `
 thread made, and ``members``, its ranks in ``COMM_WORLD``),
 its current call number ``seq``, whether a call is running (``active``) and whom its last wait
 waited for (``waiting_for``), and its ``records``, oldest first (``seq``, ``kind``, ``name``,
-``count``, ``dtype``, ``bytes``, ``op``, ``algorithm``, ``state``, ``error``, ``start``,
-``end``); per progress engine, its operations submitted and not finished (``outstanding``).
+``count``, ``dtype``, ``bytes``, ``op``, ``algorithm``, ``state``, ``error``, ``end``, and
+``start`` for a running call under a deadline); per progress engine, its operations submitted and not finished (``outstanding``).
 """
 
 from __future__ import annotations
@@ -144,11 +144,13 @@ def _communicator(guard: Guard, role: str, offset: float) -> dict[str, Any]:
     if running and records and records[-1]["seq"] == guard.seq and records[-1]["count"] is None \
             and guard.call is not None:  # the running call's description, from its arguments
         records[-1].update(_what(flight.describe(guard.call)))
-    peers = guard.peers if running else None
+    if running and records and records[-1]["seq"] == guard.seq and guard.deadline is not None:
+        records[-1]["start"] = guard.deadline - guard.timeout + offset
     members = guard.members
     waiting = None
-    if peers is not None:
-        waiting = sorted({members[p] if 0 <= p < len(members) else p for p in peers})
+    waits = guard.waits
+    if running and waits is not None and waits[0] == guard.seq:
+        waiting = sorted({members[p] if 0 <= p < len(members) else p for p in waits[1]})
         waiting = "all" if waiting == [-1] else waiting  # a native collective: every rank
     return {"id": f"{role} {guard.ordinal} of ranks {_span(members)}", "members": members,
             "role": role, "first": guard.first, "rank": guard.rank,
@@ -178,8 +180,8 @@ def _what(what: tuple | None) -> dict[str, Any]:
 def _record(rec: flight.Record, offset: float) -> dict[str, Any]:
     ended = rec.state != flight.STARTED
     out = {"seq": rec.seq, "kind": rec.kind, "state": rec.state,
-           "error": rec.error if rec.state == flight.FAILED else None,
-           "start": rec.t0 + offset, "end": rec.t1 + offset if ended else None}
+           "error": rec.error if rec.state == flight.FAILED else None, "start": None,
+           "end": rec.t1 + offset if ended else None}
     out.update(_what(rec.what))
     return out
 

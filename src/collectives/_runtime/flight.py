@@ -2,17 +2,18 @@
 
 Each guard (:mod:`.guard`) owns a :class:`Ring` of :data:`DEFAULT_SIZE` preallocated
 :class:`Record` objects (``COLLECTIVES_FLIGHT_RECORDER=N`` sets N; 0 turns the recorder off).
-Call number ``seq`` takes the record at ``count % size``, overwriting the oldest; recording a
-call is a handful of attribute stores and one clock read, on records made once:
+Call number ``seq`` takes the record ``seq % N``, overwriting the oldest; recording a call is a
+few attribute stores and one clock read, on records made once:
 
 - at entry (:meth:`Guard.run`): the call number, its kind ("allreduce", "iallreduce" ...), a
   *description* (:func:`describe`: name, count, dtype, op, algorithm; a tuple the caller made
-  once, or None while only the running call's checked arguments know it), state "started" and
-  the start time;
+  once, or None while only the running call's checked arguments know it) and state "started";
 - at exit: state "finished" or "failed" (with the error's type and message), the end time, and
   the description from the checked call if the caller gave none.
 
-Times are ``time.monotonic()``; a dump turns them into wall-clock times with one offset.
+A start time would cost a second clock read per call (about 55 ns): the records keep only the
+end (``time.monotonic()``; a dump turns it into wall-clock time with one offset), and a dump
+gives the running call's start where a deadline says it (``Options.timeout``).
 Nothing here formats or allocates per call but the description tuple of a first call. Dumps,
 their triggers and the file format are :mod:`collectives.flight_recorder`'s; :func:`auto_dump`
 is the hook the guard, the crash hook and the engine's waits call.
@@ -37,10 +38,10 @@ _ALGORITHMS = "collectives.algorithms."
 
 
 class Record:
-    """One call: its number, kind, description, state and times (see the module docstring).
-    ``error`` and ``t1`` are meaningful once ``state`` says the call ended."""
+    """One call: its number, kind, description, state, and, once it ended, its end time and (if
+    it failed) its error (see the module docstring)."""
 
-    __slots__ = ("seq", "kind", "what", "state", "error", "t0", "t1")
+    __slots__ = ("seq", "kind", "what", "state", "error", "t1")
 
     def __init__(self) -> None:
         self.seq = -1
@@ -48,25 +49,23 @@ class Record:
         self.what: tuple | None = None
         self.state = ""
         self.error: str | None = None
-        self.t0 = self.t1 = 0.0
+        self.t1 = 0.0
 
 
 class Ring:
-    """``size`` preallocated records; ``count`` calls recorded so far."""
+    """``size`` preallocated records; call number ``seq`` uses ``records[seq % size]``."""
 
-    __slots__ = ("records", "size", "count")
+    __slots__ = ("records", "size")
 
     def __init__(self, size: int) -> None:
         if size < 1:
             raise ValueError(f"a flight recorder keeps at least one call, got {size}")
         self.records = [Record() for _ in range(size)]
         self.size = size
-        self.count = 0
 
     def last(self) -> list[Record]:
         """The records kept, oldest first."""
-        n, size = self.count, self.size
-        return [self.records[i % size] for i in range(max(0, n - size), n)]
+        return sorted((r for r in self.records if r.seq >= 0), key=lambda r: r.seq)
 
 
 def ring_size() -> int:

@@ -177,7 +177,8 @@ class Guard:
         self.notice = comm.Irecv([self._box, MPI.BYTE], MPI.ANY_SOURCE, NOTICE_TAG)
         # -- flight recorder (collectives._runtime.flight): the last calls, for a dump
         self.ring = flight.new_ring()
-        self.peers: list[int] | None = None  # whom the running call's last wait waited for
+        self.records = None if self.ring is None else self.ring.records
+        self.waits: tuple[int, list[int]] | None = None  # (call number, peers) of the last wait
         self.members = _world_ranks(comm)
         # the dumps' name of the communicator: its members and its place among the guards over
         # the same ranks that this thread made (every rank makes them in the same order)
@@ -200,24 +201,20 @@ class Guard:
         self.call = call
         self.deadline = None
         self.set_timeout(timeout)
-        # -- flight recorder: a preallocated record, a few stores (collectives._runtime.flight)
-        ring = self.ring
-        if ring is not None:
-            n = ring.count
-            rec = ring.records[n % ring.size]
-            ring.count = n + 1
-            rec.seq, rec.kind, rec.what, rec.state, rec.t0 = self.seq, name, what, _STARTED, \
-                _clock()
-            self.peers = None
+        # -- flight recorder: the preallocated record of this call number, four stores
+        records = self.records
+        if records is not None:
+            rec = records[self.seq % self.ring.size]
+            rec.seq, rec.kind, rec.what, rec.state = self.seq, name, what, _STARTED
         # --
         owner = self.owner
         outer, owner.active = owner.active, self
         try:
             result = fn(*args)
         except BaseException as exc:
-            if ring is not None:  # -- flight recorder
+            if records is not None:  # -- flight recorder
                 rec.state, rec.t1, rec.error = _FAILED, _clock(), flight.error_text(exc)
-                if rec.what is None and self.call is not None:
+                if what is None and self.call is not None:
                     rec.what = flight.describe(self.call)
             if not isinstance(exc, RaisedEverywhere):  # this rank's own: tell the others
                 self._notify(exc)
@@ -228,11 +225,11 @@ class Guard:
             raise
         finally:
             owner.active = outer
-            if ring is not None and rec.what is None and self.call is not None:
-                rec.what = flight.describe(self.call)  # -- flight recorder
-            self.call = None  # the call's arrays are the caller's again: hold none of them
-        if ring is not None:  # -- flight recorder
+            call, self.call = self.call, None  # the call's arrays are the caller's again
+        if records is not None:  # -- flight recorder
             rec.state, rec.t1 = _FINISHED, _clock()
+            if what is None and call is not None:
+                rec.what = flight.describe(call)
         return result
 
     def set_timeout(self, timeout: float | None) -> None:
@@ -306,7 +303,7 @@ class Guard:
         if self.later and self.seq in self.later:
             self._abandon(reqs, expect, keep)
             raise self.later.pop(self.seq)
-        self.peers = peers  # flight recorder: whom this call waits for
+        self.waits = (self.seq, peers)  # flight recorder: whom this call waits for
         n = len(reqs)
         todo = [self.notice] + reqs  # first: a notice that has arrived is handled first
         left = n
