@@ -15,7 +15,8 @@ timeout dumps.
 - ``compute``: rank 2 computes (sleeps) for 3 s before its call: the others time out, rank 2
   dumps on SIGUSR1 while it sleeps, then meets their notice.
 - ``named``: ranks 0 and 1 wait for a named ``iallreduce`` that rank 2 submits 1.5 s late; their
-  stall warning (``Options.stall_warning``) dumps.
+  stall warning (``Options.stall_warning``) dumps, and says what rank 2 did last (rank 0 prints
+  it).
 - ``crash`` (last): rank 1 raises, unhandled: the crash hook dumps, then ends the job.
 """
 
@@ -123,9 +124,11 @@ def named(comm):
     if RANK == 2:
         time.sleep(1.5)
         flight_recorder.dump()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", collectives.StallWarning)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", collectives.StallWarning)
         collectives.iallreduce(x, out=x, comm=comm, name="grad.fc1", options=opts).wait()
+    if RANK == 0:
+        print(f"stall warning: {caught[0].message}", flush=True)
 
 
 def crash(comm):

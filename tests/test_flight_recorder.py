@@ -224,11 +224,15 @@ def test_hang_a_rank_stuck_in_compute(hangs):
     assert comm["active"] and comm["records"][-1]["state"] == "started"  # dumped as it timed out
 
 
-def test_stall_warning_dumps_and_names_the_missing_rank(hangs):
+def test_stall_warning_dumps_and_says_what_the_missing_rank_did_last(hangs):
     dumps, lines = _doctor(hangs[0] / "named")
     assert lines == ["ranks 0, 1 wait for the non-blocking operation 'grad.fc1' on a "
                      "communicator (3 ranks), which rank 2 has not submitted"], lines
     assert [dumps[r]["reason"] for r in range(3)] == ["stall", "stall", "request"]
+    warning = re.search(r"stall warning: (.*)", hangs[1])[1]
+    assert re.search(r"rank\(s\) 2 have not submitted it; what they did last \(flight recorder\): "
+                     r"rank 2: its last call, iallreduce #\d+, finished \d+\.\d s ago", warning), \
+        warning
 
 
 def test_an_unhandled_error_dumps(hangs):
