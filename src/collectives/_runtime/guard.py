@@ -119,6 +119,13 @@ def _span() -> int:
 
 
 _SPAN = _span()
+#: Under a deadline, waits test their requests this many times before they nap _NAP seconds
+#: between tests (and look at the clock).
+_SPINS, _NAP = 1000, 50e-6
+_yield = getattr(os, "sched_yield", lambda: time.sleep(0))
+#: above every call number a closed guard of this process used (see Guard.__init__)
+_HIGH = [0]
+
 _clock = flight.clock
 _STARTED, _FINISHED, _FAILED = flight.STARTED, flight.FINISHED, flight.FAILED
 
@@ -136,12 +143,6 @@ def _world_ranks(comm: MPI.Comm) -> list[int]:
             world.Free()
     except MPI.Exception:  # pragma: no cover - a communicator MPI cannot translate
         return []
-#: Under a deadline, waits test their requests this many times before they nap _NAP seconds
-#: between tests (and look at the clock).
-_SPINS, _NAP = 1000, 50e-6
-_yield = getattr(os, "sched_yield", lambda: time.sleep(0))
-#: above every call number a closed guard of this process used (see Guard.__init__)
-_HIGH = [0]
 
 
 class Guard:
