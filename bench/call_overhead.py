@@ -20,6 +20,9 @@ a shared machine hits them alike. Reported: the median over rounds of the time p
 - ``no recorder`` (``--recorder``): ``allreduce`` with the flight recorder of its communicator
   switched off for the variant's turn (``collectives._runtime.flight``); ``allreduce`` / ``no
   recorder`` is the recorder's cost, measured in one process, turn by turn;
+- ``allreduce(abort)``, ``plan(abort)`` (``--abort``): the same calls with
+  ``Options(on_error="abort")``: plain blocking MPI, an error ends the job
+  (``collectives._runtime.fatal``);
 - ``iallreduce+wait``: ``collectives.iallreduce(x, out=y).wait()`` (a hand-off to the engine's
   thread and back: the latency of a non-blocking call, not its cost to overlapped work).
 
@@ -51,6 +54,8 @@ def main(argv: list[str] | None = None) -> dict:
                     help="add the allreduce's algorithm run outside the failure guard")
     ap.add_argument("--recorder", action="store_true",
                     help="add allreduce with the flight recorder off (its cost)")
+    ap.add_argument("--abort", action="store_true",
+                    help='add allreduce and plan() with Options(on_error="abort")')
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     comm = MPI.COMM_WORLD
@@ -90,6 +95,12 @@ def main(argv: list[str] | None = None) -> dict:
 
         variants["no recorder"] = variants["allreduce"]
         switch["no recorder"] = (lambda: recorder(False), lambda: recorder(True))
+    if args.abort:
+        fatal = collectives.Options(on_error="abort")
+        abort_plan = collectives.allreduce_init(x, out=y, algorithm=args.algorithm, options=fatal)
+        variants["allreduce(abort)"] = \
+            lambda: collectives.allreduce(x, out=y, algorithm=args.algorithm, options=fatal)
+        variants["plan(abort)"] = abort_plan
     if not args.no_iallreduce:
         variants["iallreduce+wait"] = \
             lambda: collectives.iallreduce(x, out=y, algorithm=args.algorithm).wait()

@@ -23,14 +23,14 @@ BIN = Path(sys.executable).parent
 HANG_S = 60
 
 
-def _job(n, argv, cwd=None):
+def _job(n, argv, cwd=None, env=None):
     """Run ``argv`` on ``n`` ranks (no mpiexec for n = 0); (exit status, stderr, seconds).
     A hang is killed, with every process of the job, and fails the test."""
     cmd = [*mpiexec(), "-n", str(n), *argv] if n else argv
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=cwd, start_new_session=True,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                            env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})))
     try:
         out, err = proc.communicate(timeout=HANG_S)
     except subprocess.TimeoutExpired:
@@ -159,3 +159,49 @@ def test_the_hooks_can_be_left_alone():
         run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              timeout=120, env=dict(os.environ, COLLECTIVES_ABORT_ON_ERROR=value))
         assert run.stdout.split() == expected.split(), run.stderr
+
+
+# -- Options.on_error="abort" (collectives._runtime.fatal): any error in a call ends the job ------
+def test_abort_mode_ends_the_job_even_when_the_error_is_caught(tmp_path):
+    """In abort mode the other ranks wait in blocking MPI and cannot be told: rank 1's bad
+    dtype ends the job although rank 1 catches it, with its traceback and one line."""
+    argv = _script(tmp_path, "import numpy as np, collectives\nfrom mpi4py import MPI\n"
+                             "rank = MPI.COMM_WORLD.rank\n"
+                             "collectives.allreduce(np.ones(4))\n"
+                             "x = np.array(['a'] * 4) if rank == 1 else np.ones(4)\n"
+                             "try:\n"
+                             "    collectives.allreduce(x)\n"
+                             "except TypeError:\n"
+                             "    pass\n"
+                             "collectives.allreduce(np.ones(4))\n"
+                             "print('survived', flush=True)\n")
+    status, output, seconds = _job(3, argv, env={"COLLECTIVES_ON_ERROR": "abort"})
+    assert status != 0 and seconds < HANG_S and "survived" not in output, output[-3000:]
+    assert output.count("Traceback") == 1, output
+    assert "collectives: rank 1: allreduce #" in output and \
+        "failed on this rank: TypeError: x has unsupported dtype" in output, output
+
+
+def test_abort_mode_names_a_size_mismatch(tmp_path):
+    argv = _script(tmp_path, "import numpy as np, collectives\nfrom mpi4py import MPI\n"
+                             "o = collectives.Options(on_error='abort')\n"
+                             "x = np.ones(1000 + MPI.COMM_WORLD.rank, np.float32)\n"
+                             "collectives.allreduce(x, algorithm='ring', options=o)\n")
+    status, output, seconds = _job(2, argv)
+    assert status != 0 and seconds < HANG_S, output[-3000:]
+    assert "count or dtype differs across ranks (this rank: 100" in output, output
+
+
+def test_abort_mode_watchdog_ends_a_call_past_its_timeout(tmp_path):
+    """Rank 2 never makes the call: the watchdog of ranks 0 and 1 ends the job after about 1 s
+    (blocking MPI cannot time out by itself)."""
+    argv = _script(tmp_path, "import time, numpy as np, collectives\nfrom mpi4py import MPI\n"
+                             "o = collectives.Options(on_error='abort', timeout=1)\n"
+                             "collectives.allreduce(np.ones(4), options=o)\n"
+                             "if MPI.COMM_WORLD.rank == 2:\n"
+                             "    time.sleep(HANG)\n"
+                             "collectives.allreduce(np.ones(4), options=o)\n"
+                             .replace("HANG", str(HANG_S)))
+    status, output, seconds = _job(3, argv)
+    assert status != 0 and seconds < HANG_S / 2, output[-3000:]
+    assert "timed out after 1 s (Options.timeout)" in output, output

@@ -163,8 +163,9 @@ def test_options_from_environment(monkeypatch):
 
 
 def test_options_see_every_change_of_the_environment(monkeypatch):
-    """Options.from_env reads the variables at every call (the C environment on POSIX): each way
-    of changing os.environ shows at the next call, and what it reads is what os.environb holds."""
+    """Options.from_env reads the variables again after every change to the environment (an
+    audit hook counts them; the C environment on POSIX): each way of changing it from Python shows
+    at the next call, and what it reads is what os.environb holds."""
     name = ENV["segment_bytes"]
     monkeypatch.setenv(name, "64")  # register the variable for restoring
     changes = [
@@ -175,11 +176,15 @@ def test_options_see_every_change_of_the_environment(monkeypatch):
         (lambda: os.environ.setdefault(name, "68"), 68),
         (lambda: os.environ.__delitem__(name), Options.segment_bytes),
         (lambda: os.environ.__setitem__(name, ""), Options.segment_bytes),
+        (lambda: os.putenv(name, "69"), 69),  # the C environment only
+        (lambda: os.unsetenv(name), Options.segment_bytes),
     ]
     for change, expected in changes:
         change()
         assert Options.from_env().segment_bytes == expected
-        assert _raw_values() == tuple(map(os.environb.get, map(os.fsencode, ENV.values())))
+        assert Options.from_env().segment_bytes == expected  # and again, from the cache
+        if not {"putenv", "unsetenv"} & set(change.__code__.co_names):  # C only
+            assert _raw_values() == tuple(map(os.environb.get, map(os.fsencode, ENV.values())))
 
 
 @pytest.mark.parametrize("algorithm", list(ALGORITHMS))

@@ -35,6 +35,7 @@ from ._runtime.arrays import check_input, check_out, copy_into, flat, new_like, 
 from ._runtime.context import context
 from ._runtime.flight import describe
 from ._runtime.ranks import partition
+from ._runtime.fatal import runner
 from ._runtime.validate import check_comm, checked_call as _checked, pick as _pick, setup as _setup
 from .algorithms import ALGORITHMS, FLAT, auto
 from .blocks import ALLGATHER, BCAST, REDUCE, REDUCE_SCATTER
@@ -131,7 +132,7 @@ class _Repeat:
         self.x, self.out = weakref.ref(x), weakref.ref(out)  # never keeps the arrays alive
         self.shape, self.xstrides, self.ostrides, self.dtype = x.shape, x.strides, out.strides, \
             x.dtype
-        self.opts, self.comm, self.ctx, self.run = opts, comm, ctx, ctx.guard.run
+        self.opts, self.comm, self.ctx, self.run = opts, comm, ctx, runner(ctx, opts).run
         self.op, self.fn, self.inplace = call.op, call.decide(ctx), call.dst is call.src
         # 1-D of a built-in dtype: flat() would return the arrays themselves
         self.vector = (x.ndim == 1 and x.dtype.isbuiltin == 1 and call.src is x
@@ -330,17 +331,19 @@ def _call(cls: type, comm: MPI.Comm | None, options: Options | None, validate: b
     if comm.size == 1:
         return _check_and_run(cls, comm, options, validate, None, args)
     ctx = context(comm, options)
-    return ctx.guard.run(cls.kind, _check_and_run, cls, comm, options, validate, ctx, args)
+    by = runner(ctx, options)
+    return by.run(cls.kind, _check_and_run, cls, comm, options, validate, ctx, args, by)
 
 
 def _check_and_run(cls: type, comm: MPI.Comm, options: Options | None, validate: bool | None,
-                   ctx: Any, args: tuple) -> Any:
+                   ctx: Any, args: tuple, by: Any = None) -> Any:
+    """``by``: what runs the call (:func:`runner`), None with one rank."""
     comm, opts, validate = _setup(comm, options, validate)
-    if ctx is not None:
-        ctx.guard.set_timeout(opts.timeout)
+    if by is not None:
+        by.set_timeout(opts.timeout)
     call = _checked(cls, comm, validate, *args, opts)
-    if ctx is not None:
-        ctx.guard.call = call
+    if by is not None:
+        by.call = call
     call.run(None if call.trivial else ctx)
     return call
 

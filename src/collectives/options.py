@@ -7,6 +7,7 @@ here, not in function signatures, following Gloo's ``AllreduceOptions``.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -21,6 +22,7 @@ ENV = {
     "shm_segment_bytes": "COLLECTIVES_SHM_SEGMENT_BYTES",
     "timeout": "COLLECTIVES_TIMEOUT",
     "stall_warning": "COLLECTIVES_STALL_WARNING",
+    "on_error": "COLLECTIVES_ON_ERROR",
 }
 
 
@@ -44,6 +46,15 @@ def _env_seconds(name: str, raw: str | None, default: float | None) -> float | N
     except ValueError:
         raise ValueError(f"environment variable {name}={raw!r} is not a number of seconds "
                          "(or 'off')") from None
+
+
+def _env_choice(name: str, raw: str | None, default: str, choices: tuple[str, ...]) -> str:
+    if raw is None or raw.strip() == "":
+        return default
+    if raw.strip().lower() not in choices:
+        raise ValueError(f"environment variable {name}={raw!r} is not one of "
+                         f"{', '.join(choices)}")
+    return raw.strip().lower()
 
 
 def _check_seconds(name: str, value: object) -> None:
@@ -85,6 +96,14 @@ class Options:
         Seconds after which a waiting ``wait()`` warns (:class:`collectives.StallWarning`) which
         ranks have not submitted the operation it waits for (Horovod's stall check); None
         disables the warning. Default 60.
+    on_error
+        What an error inside a blocking call does. ``"raise"`` (default): it is raised on every
+        rank that needs it and the job goes on (``collectives._runtime.guard``; every wait also
+        watches for other ranks' failures, a few microseconds a call). ``"abort"``: the call runs
+        plain blocking MPI, as Horovod and DDP do, and an error on any rank, or a call longer than
+        ``timeout``, prints that rank's error and ends the whole job (``MPI_Abort``;
+        ``collectives._runtime.fatal``). Non-blocking operations keep ``"raise"``'s semantics.
+        docs/reliability.md says when to use which.
     """
 
     segment_bytes: int = 1 << 20
@@ -94,6 +113,7 @@ class Options:
     shm_segment_bytes: int | None = None
     timeout: float | None = None
     stall_warning: float | None = 60.0
+    on_error: str = "raise"
 
     def __post_init__(self) -> None:
         if not isinstance(self.segment_bytes, int) or self.segment_bytes < 1:
@@ -110,21 +130,26 @@ class Options:
                              f"{self.inter_algorithm!r}")
         _check_seconds("timeout", self.timeout)
         _check_seconds("stall_warning", self.stall_warning)
+        if self.on_error not in ("raise", "abort"):
+            raise ValueError(f"on_error must be 'raise' or 'abort', got {self.on_error!r}")
 
     @classmethod
     def from_env(cls) -> "Options":
         """Defaults, overridden by the ``COLLECTIVES_*`` environment variables in :data:`ENV`.
 
-        Every call without ``options=`` lands here, so the result is cached by the variables'
-        raw values, read at every call: changing a variable (``os.environ``, ``monkeypatch``)
-        takes effect at the next call. What one read costs: bench/options_env.py.
+        Every call without ``options=`` lands here. Changing a variable (``os.environ``,
+        ``os.putenv``, ``monkeypatch``) takes effect at the next call: the variables are read
+        again only after a change to the environment, which an audit hook counts (every such
+        change raises the ``os.putenv`` or ``os.unsetenv`` audit event); a change made from C
+        (``setenv`` in an extension module) is not seen. What a read costs: bench/options_env.py.
         """
-        raw = _raw_values()
         last = _LAST
-        if raw == last[0]:  # the common case: nothing changed since the last call
+        if _CHANGES[0] == last[2]:  # the common case: no change to the environment since
             return last[1]
-        options = _from_values(raw)
-        _LAST[:] = [raw, options]
+        seen = _CHANGES[0]  # before the read: a change during it makes the next call read again
+        raw = _raw_values()
+        options = last[1] if raw == last[0] else _from_values(raw)
+        _LAST[:] = [raw, options, seen]
         return options
 
 
@@ -160,7 +185,19 @@ else:  # pragma: no cover - Windows
     _GET = os.environ.get
 
 
-_LAST: list = [None, None]  # the last raw values and their Options
+_LAST: list = [None, None, -1]  # the last raw values, their Options, and _CHANGES[0] then
+#: changes to the process's environment so far (counted by :func:`_count_changes`)
+_CHANGES = [0]
+
+
+def _count_changes(event: str, _args: tuple) -> None:
+    """An audit hook (``sys.addaudithook``): count the events every change to the environment
+    through Python raises (``os.environ[...] = ``, ``del``, ``os.putenv``, ``os.unsetenv``)."""
+    if event == "os.putenv" or event == "os.unsetenv":
+        _CHANGES[0] += 1
+
+
+sys.addaudithook(_count_changes)
 
 
 def _raw_values() -> tuple:
@@ -185,4 +222,6 @@ def _from_values(raw: tuple[str | None, ...]) -> Options:
         timeout=_env_seconds(ENV["timeout"], values["timeout"], None),
         stall_warning=_env_seconds(ENV["stall_warning"], values["stall_warning"],
                                    Options.stall_warning),
+        on_error=_env_choice(ENV["on_error"], values["on_error"], Options.on_error,
+                             ("raise", "abort")),
     )

@@ -7,6 +7,8 @@ multi-segment path: a few segments per block, ``reference.segmented``) and emula
 needs one node, runs on the real one).
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -151,3 +153,36 @@ def test_repeated_calls_reuse_checks_safely(monkeypatch):
     comm.Free()
     with pytest.raises(TypeError, match="intracommunicator"):
         collectives.allreduce(x, out=y, comm=comm)
+
+
+@pytest.mark.parametrize("algorithm", list(collectives.ALGORITHMS))
+def test_abort_mode_matches_the_reference(algorithm):
+    """Options.on_error="abort" runs the algorithms as plain blocking MPI (_runtime/fatal.py):
+    the same results, every count, blocking, repeated (the remembered-call path) and as a plan;
+    and the blocks and the compressed allreduce in that mode too."""
+    comm = MPI.COMM_WORLD
+    # emulated nodes of 2 ranks (hierarchical has several), default segments: the sweep above
+    # covers the segmentation, which abort mode does not change
+    options = dataclasses.replace(small(algorithm), on_error="abort", segment_bytes=1 << 20,
+                                  shm_segment_bytes=None)
+    for count, dtype, op, inplace in sweep_cases(comm.size, (np.dtype(np.float32),), ("sum",)):
+        what = f"abort {algorithm} p={comm.size} n={count} {dtype} {op} inplace={inplace}"
+        before = make_input(count, dtype, op, comm.rank)
+        x = before.copy()
+        opts = options
+        for _ in range(2):  # the second call repeats the first: remembered checks
+            x[...] = before
+            y = collectives.allreduce(x, out=x if inplace else np.empty_like(x), op=op,
+                                      algorithm=algorithm, comm=comm, options=opts)
+            assert_close(y, before, op, comm, what)
+            assert_identical_everywhere(y, comm, what)
+        plan = collectives.allreduce_init(before, op=op, algorithm=algorithm, comm=comm,
+                                          options=opts)
+        assert_close(plan(), before, op, comm, what + " plan")
+    x = make_input(comm.size * 3 + 1, np.dtype(np.float32), "sum", comm.rank)
+    gathered = collectives.allgather(x, comm=comm, options=options)
+    assert np.array_equal(gathered.reshape(comm.size, -1)[comm.rank], x)
+    assert np.array_equal(collectives.bcast(x, root=comm.size - 1, comm=comm, options=options),
+                          comm.bcast(x, root=comm.size - 1))
+    dense = collectives.compressed_allreduce(x, "none", op="sum", comm=comm, options=options)
+    assert_close(dense, x, "sum", comm, "compressed none, abort mode")

@@ -11,6 +11,7 @@ from mpi4py import MPI
 
 from .._runtime.arrays import check_input, check_out, flat, new_like, returned
 from .._runtime.context import context
+from .._runtime.fatal import runner
 from .._runtime.validate import check_comm, checked_call, pick, setup
 from ..algorithms import ALGORITHMS
 from ..ops import get_op
@@ -73,16 +74,18 @@ def compressed_allreduce(x: np.ndarray, codec: str | Codec | Memory | Compressio
     ctx = context(comm, options)
     # under the communicator's guard (collectives._runtime.guard): a decode failure, a state
     # mismatch, any error on one rank becomes the same error on every rank still in the call
-    return ctx.guard.run(CompressedAllreduceCall.kind, _check_and_run, comm, ctx, options,
-                         validate, (x, codec, out, op, strategy, key, step, algorithm))
+    # (Options.on_error "abort": plain blocking MPI, and an error ends the job; _runtime/fatal.py)
+    by = runner(ctx, options)
+    return by.run(CompressedAllreduceCall.kind, _check_and_run, comm, ctx, options, validate,
+                  (x, codec, out, op, strategy, key, step, algorithm), by)
 
 
 def _check_and_run(comm: MPI.Comm, ctx: Any, options: Options | None, validate: bool | None,
-                   args: tuple) -> np.ndarray:
+                   args: tuple, by: Any) -> np.ndarray:
     comm, opts, validate = setup(comm, options, validate)
-    ctx.guard.set_timeout(opts.timeout)
+    by.set_timeout(opts.timeout)
     call = checked_call(CompressedAllreduceCall, comm, validate, *args, opts)
-    ctx.guard.call = call
+    by.call = call
     call.run(None if call.src.size == 0 else ctx)
     return call.result
 
