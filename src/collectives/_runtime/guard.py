@@ -179,6 +179,7 @@ class Guard:
         # -- flight recorder (collectives._runtime.flight): the last calls, for a dump
         self.ring = flight.new_ring()
         self.records = None if self.ring is None else self.ring.records
+        self.nrecords = 0 if self.ring is None else self.ring.size
         self.waits: tuple[int, list[int]] | None = None  # (call number, peers) of the last wait
         self.members = _world_ranks(comm)
         # the dumps' name of the communicator: its members and its place among the guards over
@@ -205,8 +206,9 @@ class Guard:
         # -- flight recorder: the preallocated record of this call number, four stores
         records = self.records
         if records is not None:
-            rec = records[self.seq % self.ring.size]
-            rec.seq, rec.kind, rec.what, rec.state = self.seq, name, what, _STARTED
+            rec = records[self.seq % self.nrecords]
+            rec.seq, rec.kind = self.seq, name
+            rec.what, rec.state = what, _STARTED
         # --
         owner = self.owner
         outer, owner.active = owner.active, self
