@@ -35,6 +35,7 @@ waited for (``waiting_for``), and its ``records``, oldest first (``seq``, ``kind
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -62,6 +63,7 @@ QUIET_S = 60.0
 FORMAT = "collectives-flight-recorder/1"
 
 _last_auto = [float("-inf")]
+_serial = itertools.count()
 _lock = threading.Lock()
 
 
@@ -83,7 +85,7 @@ def dump(directory: str | os.PathLike | None = None, reason: str = "request",
         text = json.dumps(snapshot(reason, error), indent=None, separators=(",", ":"))
         where.mkdir(parents=True, exist_ok=True)
         path = where / f"rank-{rank}.json"
-        tmp = where / f".rank-{rank}.json.{os.getpid()}"
+        tmp = where / f".rank-{rank}.json.{os.getpid()}.{next(_serial)}"  # one per writer
         tmp.write_text(text + "\n")
         os.replace(tmp, path)  # whole or not at all, for a doctor reading at the same time
     except Exception as exc:  # noqa: BLE001 - a dump must never fail the job

@@ -93,11 +93,14 @@ def new_ring() -> Ring | None:
 
 def describe(call: Any, name: str | None = None) -> tuple | None:
     """``(name, count, dtype, op, algorithm)`` of a checked call (``AllreduceCall`` ...); the
-    parts a call has not are None. Never raises: None if the call cannot say."""
+    parts a call has not are None. ``count`` is the input's, the same on every rank: for
+    allgather the gathered total. Never raises: None if the call cannot say."""
     try:
         src = getattr(call, "src", None)
         if src is None:
             src = getattr(call, "buf", None)  # bcast
+        elif getattr(call, "kind", None) == "allgather":
+            src = call.dst  # the total, the same on every rank (blocks may differ: counts=)
         op = getattr(call, "op", None)
         algorithm = getattr(call, "algorithm", None)
         fn = getattr(call, "fn", None)
