@@ -17,6 +17,8 @@ timeout dumps.
 - ``named``: ranks 0 and 1 wait for a named ``iallreduce`` that rank 2 submits 1.5 s late; their
   stall warning (``Options.stall_warning``) dumps, and says what rank 2 did last (rank 0 prints
   it).
+- ``off``: the recorder off (``COLLECTIVES_FLIGHT_RECORDER=0``): rank 2 skips a call, the others
+  time out, and nobody dumps.
 - ``crash`` (last): rank 1 raises, unhandled: the crash hook dumps, then ends the job.
 """
 
@@ -131,6 +133,19 @@ def named(comm):
         print(f"stall warning: {caught[0].message}", flush=True)
 
 
+def off(comm):
+    """The recorder off (COLLECTIVES_FLIGHT_RECORDER=0, read when the communicator's guard is
+    made): a timeout dumps nothing."""
+    x = np.ones(16, np.float32)
+    warm(comm, x)
+    try:
+        if RANK != 2:
+            steps(comm, 1, x)
+    except TimeoutError:
+        if RANK == 0:
+            print("off: timed out", flush=True)
+
+
 def crash(comm):
     x = np.ones(16, np.float32)
     warm(comm, x)
@@ -140,12 +155,13 @@ def crash(comm):
 
 
 SCENARIOS = {"skip": skip, "different": different, "count": count, "compute": compute,
-             "named": named, "crash": crash}
+             "named": named, "off": off, "crash": crash}
 
 for name, scenario in SCENARIOS.items():
     if len(sys.argv) > 2 and name not in sys.argv[2].split(","):
         continue
     os.environ["COLLECTIVES_DUMP_DIR"] = str(OUT / name)
+    os.environ["COLLECTIVES_FLIGHT_RECORDER"] = "0" if name == "off" else "2000"
     comm = WORLD.Dup()
     if name == "crash" and RANK == 0:
         print("done", flush=True)

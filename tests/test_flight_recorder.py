@@ -235,6 +235,11 @@ def test_stall_warning_dumps_and_says_what_the_missing_rank_did_last(hangs):
         warning
 
 
+def test_with_the_recorder_off_a_timeout_dumps_nothing(hangs):
+    assert "off: timed out" in hangs[1]
+    assert not (hangs[0] / "off").exists()
+
+
 def test_an_unhandled_error_dumps(hangs):
     path = hangs[0] / "crash" / "rank-1.json"
     data = json.loads(path.read_text())

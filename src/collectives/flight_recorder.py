@@ -20,17 +20,18 @@ in one place). A rank dumps:
 
 The automatic dumps (timeouts, stalls, the crash hook) write only when this process has not
 dumped in the last :data:`QUIET_S` seconds, so the file keeps the state of the first hang, not
-of the errors that follow it; :func:`dump` and the signal always write. A dump never raises: a file that cannot be
-written is one line on stderr.
+of the errors that follow it; :func:`dump` and the signal always write. A dump never raises: a
+file that cannot be written is one line on stderr.
 
 The file is JSON: ``rank``, ``size``, ``host``, ``pid``, ``reason``, ``error``, ``time`` (wall
 clock), and per communicator its identity (``id``, the same on every rank: its ``role``,
 "blocking", "engine" or "named", its place among the communicators over the same ranks that the
-thread made, and ``members``, its ranks in ``COMM_WORLD``),
-its current call number ``seq``, whether a call is running (``active``) and whom its last wait
-waited for (``waiting_for``), and its ``records``, oldest first (``seq``, ``kind``, ``name``,
-``count``, ``dtype``, ``bytes``, ``op``, ``algorithm``, ``state``, ``error``, ``end``, and
-``start`` for a running call under a deadline); per progress engine, its operations submitted and not finished (``outstanding``).
+thread made, and ``members``, its ranks in ``COMM_WORLD``), its current call number ``seq``,
+whether a call is running (``active``) and whom its last wait waited for (``waiting_for``), and
+its ``records``, oldest first (``seq``, ``kind``, ``name``, ``count``, ``dtype``, ``bytes``,
+``op``, ``algorithm``, ``state``, ``error``, ``end``, and ``start`` for a running call under a
+deadline); per progress engine, its operations submitted and not finished (``outstanding``).
+The format is described for users in docs/debugging.md.
 """
 
 from __future__ import annotations
@@ -97,9 +98,10 @@ def dump(directory: str | os.PathLike | None = None, reason: str = "request",
 
 def auto(reason: str, error: BaseException | None = None) -> None:
     """An automatic dump (a timeout, a stall warning, the crash hook): at most one per
-    :data:`QUIET_S` seconds, and a line on stderr saying where it went."""
-    if not live_guards() or not _lock.acquire(blocking=False):
-        return  # nothing recorded yet, or another thread is dumping
+    :data:`QUIET_S` seconds, none while the recorder is off, and a line on stderr saying where
+    it went."""
+    if not live_guards() or flight.ring_size() == 0 or not _lock.acquire(blocking=False):
+        return  # nothing recorded yet, the recorder is off, or another thread is dumping
     try:
         now = time.monotonic()
         if now - _last_auto[0] < QUIET_S:
