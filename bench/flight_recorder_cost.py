@@ -4,7 +4,8 @@
 
 One process, no peers: two guards on ``COMM_SELF`` run the same empty call (described once, as a
 repeated ``allreduce`` is), one with its flight recorder (``collectives._runtime.flight``) and
-one without; they take turns, ``--calls`` calls per turn, timed as a whole. Reported: per variant
+one without; they take turns (each first every other round), ``--calls`` calls per turn, timed
+as a whole. Reported: per variant
 the minimum and the median over rounds of the time per call, in nanoseconds, and the difference
 of the minimums (the recorder's cost, least disturbed by other processes on a shared machine).
 The rest of a call (the guard's bookkeeping, the algorithm, MPI) is the same with and without
@@ -35,8 +36,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         pass
 
     times: dict[str, list[float]] = {"recorder on": [], "recorder off": []}
-    for _ in range(args.rounds):
-        for name, ctx in (("recorder on", on), ("recorder off", off)):
+    turns = [("recorder on", on), ("recorder off", off)]
+    for k in range(args.rounds):
+        for name, ctx in turns[::-1] if k % 2 else turns:  # each goes first every other round
             run = ctx.guard.run
             start = time.perf_counter()
             for _ in range(args.calls):
