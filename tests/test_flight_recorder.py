@@ -123,6 +123,34 @@ def test_doctor_names_a_rank_in_compute_and_a_missing_dump():
         "allreduce #57 finished 12.0 s before the others' dumps"]
 
 
+def test_doctor_says_whom_the_waiting_ranks_wait_for():
+    dumps = _dumps({0: [_rec(5, state="started")], 1: [_rec(5, state="started")],
+                    2: [_rec(4)]}, time=101.5)
+    dumps[0]["communicators"][0]["waiting_for"] = [1, 2]  # ring neighbours
+    dumps[1]["communicators"][0]["waiting_for"] = [0]
+    assert doctor.diagnose(dumps) == [
+        "ranks 0, 1 wait in allreduce #5 (4 KiB) for rank 2; rank 2 is in compute: its last "
+        "call allreduce #4 finished 1.5 s before the others' dumps"]
+
+
+def test_doctor_names_unsubmitted_non_blocking_operations():
+    def engine(submitted, outstanding):
+        return [{"label": "MPI_COMM_WORLD (3 ranks)", "submitted": submitted,
+                 "outstanding": outstanding}]
+    op = {"kind": "iallreduce", "name": None, "seq": 4, "state": "submitted",
+          "description": "iallreduce #4 (count 8, dtype float32, op sum, algorithm ring)"}
+    named = dict(op, name="grad.fc1", seq=0)
+    dumps = _dumps({0: [], 1: [], 2: []})
+    dumps[0]["engines"] = engine(5, [op, named])
+    dumps[1]["engines"] = engine(5, [op])
+    dumps[2]["engines"] = engine(4, [named])
+    assert doctor.diagnose(dumps) == [
+        "ranks 0, 2 wait for the non-blocking operation 'grad.fc1' on MPI_COMM_WORLD (3 ranks), "
+        "which rank 1 has not submitted",
+        "rank 2 has not submitted iallreduce #4 (count 8, dtype float32, op sum, algorithm ring) "
+        "on MPI_COMM_WORLD (3 ranks) (the others have)"]
+
+
 def test_doctor_names_a_different_collective_and_a_count_mismatch():
     dumps = _dumps({0: [_rec(11), _rec(12, state="started")],
                     1: [_rec(11), _rec(12, kind="bcast", state="started")],

@@ -9,11 +9,11 @@ calls on a communicator alike, so call ``#s`` must be the same collective on eve
 - the first call number at which the ranks' calls differ: another collective (``rank 1 called
   bcast #12 where the others called allreduce #12``), another count (``count mismatch at
   allreduce #40: 1024 on ranks 0, 1; 1000 on rank 2``), dtype or op;
-- a hang: the ranks that wait in (or timed out in) the latest call, and where each other rank
-  is: still in an earlier call (``ranks 0, 1, 3 wait in allreduce #58 (grad.fc1, 4 MiB); rank 2
-  is still in allreduce #57``), or outside the library since its last call ended (``rank 3 is in
-  compute: its last call #57 finished 12.0 s before the others' dumps``), or gone on to later
-  calls;
+- a hang: the ranks that wait in (or timed out in) the latest call (and for which ranks, where
+  their last wait says), and where each other rank is: still in an earlier call (``ranks 0, 1, 3
+  wait in allreduce #58 (grad.fc1, 4 MiB); rank 2 is still in allreduce #57``), or outside the
+  library since its last call ended (``rank 3 is in compute: its last call #57 finished 12.0 s
+  before the others' dumps``), or gone on to later calls;
 - a failed call, with the first error: ``allreduce #7 failed on ranks 0, 1, 2: ...``;
 - non-blocking operations that some ranks have not submitted (a name, or a place in the order).
 
@@ -151,12 +151,18 @@ def _communicator(cid: str, views: dict[int, dict[str, Any]], dumps: dict[int, d
                 parts.append(f"rank {rank} is in compute: its last call {_call(rec)} finished "
                              f"{ago:.1f} s before the others' dumps")
         waits = "waits" if len(group) == 1 else "wait"
+        peers = set()  # whom the group's last waits waited for, outside the group
+        for rank in group:
+            if isinstance(views[rank].get("waiting_for"), list):
+                peers.update(views[rank]["waiting_for"])
+        peers -= set(group)
+        whom = f" for {_ranks(peers)}" if peers else ""
         if parts:
-            lines.append(f"{_ranks(group)} {waits} in {_call(head, True)}{where}; "
+            lines.append(f"{_ranks(group)} {waits} in {_call(head, True)}{whom}{where}; "
                          + "; ".join(parts))
         elif mismatch_at != top and len(group) > 1:
-            lines.append(f"{_ranks(group)} all {waits} in {_call(head, True)}{where}: every rank "
-                         "made the call and it did not complete (a difference the recorder "
+            lines.append(f"{_ranks(group)} all {waits} in {_call(head, True)}{whom}{where}: "
+                         "every rank made the call and it did not complete (a difference the recorder "
                          "does not see, such as the root or the counts of each rank, or a rank "
                          "outside the library)")
     # 3. failures that are not timeouts

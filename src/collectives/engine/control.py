@@ -101,7 +101,8 @@ class Control:
                     if not waiting[r].Test():
                         continue
                     if boxes[r][0] == self._round:
-                        answers[r] = tuple(int(v) for v in boxes[r][1:5])  # type: ignore[assignment]
+                        status = tuple(int(v) for v in boxes[r][1:5])
+                        answers[r] = status  # type: ignore[assignment]
                         self.last_calls[r] = tuple(int(v) for v in boxes[r][5:])
                         del waiting[r]
                     else:  # a late answer to an earlier round
