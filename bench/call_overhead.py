@@ -17,6 +17,9 @@ a shared machine hits them alike. Reported: the median over rounds of the time p
 - ``unguarded`` (``--unguarded``): the same call's algorithm run outside the failure guard
   (``collectives._runtime.guard``: call numbering, notice-aware waits, exact receive sizes), i.e.
   what ``allreduce`` did per call before it; ``allreduce`` / ``unguarded`` is the guard's cost;
+- ``no recorder`` (``--recorder``): ``allreduce`` with the flight recorder of its communicator
+  switched off for the variant's turn (``collectives._runtime.flight``); ``allreduce`` / ``no
+  recorder`` is the recorder's cost, measured in one process, turn by turn;
 - ``allreduce(abort)``, ``plan(abort)`` (``--abort``): the same calls with
   ``Options(on_error="abort")``: plain blocking MPI, an error ends the job
   (``collectives._runtime.fatal``);
@@ -49,6 +52,8 @@ def main(argv: list[str] | None = None) -> dict:
                     help="add allreduce with validate=True (its cross-rank check)")
     ap.add_argument("--unguarded", action="store_true",
                     help="add the allreduce's algorithm run outside the failure guard")
+    ap.add_argument("--recorder", action="store_true",
+                    help="add allreduce with the flight recorder off (its cost)")
     ap.add_argument("--abort", action="store_true",
                     help='add allreduce and plan() with Options(on_error="abort")')
     ap.add_argument("--json")
@@ -78,6 +83,18 @@ def main(argv: list[str] | None = None) -> dict:
         fn = call.decide(ctx)
         variants["unguarded"] = lambda: run_allreduce(call.src, call.dst, call.op, fn, ctx,
                                                       call.opts)
+    switch = {}  # name -> what to do before and after the variant's turn
+    if args.recorder:
+        from collectives._runtime.context import context
+
+        guard = context(comm).guard
+        kept = guard.records
+
+        def recorder(on: bool) -> None:
+            guard.records = kept if on else None
+
+        variants["no recorder"] = variants["allreduce"]
+        switch["no recorder"] = (lambda: recorder(False), lambda: recorder(True))
     if args.abort:
         fatal = collectives.Options(on_error="abort")
         abort_plan = collectives.allreduce_init(x, out=y, algorithm=args.algorithm, options=fatal)
@@ -94,11 +111,16 @@ def main(argv: list[str] | None = None) -> dict:
     for _ in range(args.rounds):
         for name, f in variants.items():
             calls = args.calls if name != "iallreduce+wait" else max(1, args.calls // 20)
+            enter, leave = switch.get(name, (None, None))
+            if enter is not None:
+                enter()
             comm.Barrier()
             start = time.perf_counter()
             for _ in range(calls):
                 f()
             times[name].append((time.perf_counter() - start) / calls * 1e6)
+            if leave is not None:
+                leave()
     medians = {name: float(np.median(t)) for name, t in times.items()}
     if comm.rank == 0:
         print(f"# per-call time at {x.nbytes} B, {comm.size} ranks, algorithm {args.algorithm}, "

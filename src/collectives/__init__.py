@@ -30,10 +30,14 @@ __all__ = [
     "empty", "zeros",
     "CompressionState", "STRATEGIES", "TRAFFIC", "Window", "ParameterServer",
     "ALGORITHMS", "REDUCE_SCATTER", "ALLGATHER", "BCAST", "REDUCE",
-    "OPS", "Options", "SUPPORTED_DTYPES", "mpi_library",
+    "OPS", "Options", "SUPPORTED_DTYPES", "mpi_library", "flight_recorder",
 ]
 __version__ = "0.1.0"
 
 from ._runtime import crash as _crash  # noqa: E402 - an unhandled error on any rank ends the job
 
 _crash.install()
+
+from . import flight_recorder  # noqa: E402 - a dump on SIGUSR1 (where no handler is set)
+
+flight_recorder.install_signal()

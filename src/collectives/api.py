@@ -33,6 +33,7 @@ from mpi4py import MPI
 
 from ._runtime.arrays import check_input, check_out, copy_into, flat, new_like, returned, writeable
 from ._runtime.context import context
+from ._runtime.flight import describe
 from ._runtime.ranks import partition
 from ._runtime.fatal import runner
 from ._runtime.validate import check_comm, checked_call as _checked, pick as _pick, setup as _setup
@@ -124,7 +125,7 @@ class _Repeat:
     """What :class:`_Repeats` remembers of one blocking allreduce."""
 
     __slots__ = ("x", "out", "shape", "xstrides", "ostrides", "dtype", "opts", "comm", "ctx",
-                 "run", "op", "fn", "inplace", "vector")
+                 "run", "op", "fn", "inplace", "vector", "what")
 
     def __init__(self, call: AllreduceCall, x: np.ndarray, out: np.ndarray, comm: MPI.Comm,
                  ctx: Any, opts: Options) -> None:
@@ -136,6 +137,7 @@ class _Repeat:
         # 1-D of a built-in dtype: flat() would return the arrays themselves
         self.vector = (x.ndim == 1 and x.dtype.isbuiltin == 1 and call.src is x
                        and call.dst is out)
+        self.what = describe(call)  # for the flight recorder, made once (_runtime/flight.py)
 
 
 class _Repeats:
@@ -176,7 +178,7 @@ class _Repeats:
             src = flat(x)
             dst = src if e.inplace else flat(out)
         e.run("allreduce", run_allreduce, src, dst, e.op, e.fn, e.ctx, opts,
-              timeout=opts.timeout)
+              timeout=opts.timeout, what=e.what)
         return True
 
     def remember(self, call: AllreduceCall, x: Any, out: Any, op: str, algorithm: str,

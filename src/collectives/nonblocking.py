@@ -36,6 +36,7 @@ from mpi4py import MPI
 from ._runtime import device as _device
 from ._runtime.context import context
 from ._runtime.fatal import runner
+from ._runtime.flight import describe
 from ._runtime.validate import check_comm, checked_call as _checked, setup as _setup
 from .api import (AllgatherCall, AllreduceCall, BcastCall, OpLike, ReduceCall,
                   ReduceScatterCall, run_allreduce)
@@ -249,9 +250,11 @@ class Plan(Request):
         ctx = context(self._comm)
         run = runner(ctx, self.opts).run  # the guard, or abort mode's (Options.on_error)
         if self._device is not None:  # under the caller's CuPy device
-            return partial(run, "allreduce", self.call.run, ctx, timeout=self.opts.timeout)
+            return partial(run, "allreduce", self.call.run, ctx, timeout=self.opts.timeout,
+                           what=describe(call))
         return partial(run, "allreduce", run_allreduce, call.src, call.dst, call.op,
-                       call.decide(ctx), ctx, call.opts, timeout=self.opts.timeout)
+                       call.decide(ctx), ctx, call.opts, timeout=self.opts.timeout,
+                       what=describe(call))
 
 
 def allreduce_init(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum",

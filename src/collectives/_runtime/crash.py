@@ -5,7 +5,8 @@
 Horovod and DDP users start it, not only ``python -m mpi4py``). An exception that reaches the top
 of any thread of a rank of a job of several ranks:
 
-- is printed, then ends every rank with ``MPI_Abort`` (exit status 1), as ``python -m mpi4py``
+- is dumped by the flight recorder (:mod:`collectives.flight_recorder`), printed, then ends every
+  rank with ``MPI_Abort`` (exit status 1), as ``python -m mpi4py``
   does: the other ranks would otherwise wait forever in their next collective;
 - is printed in full once: by the rank whose error it is. An error that every rank raises
   because of another rank (a notice: ``"allreduce #5 failed on rank 2: ..."``) is one line on
@@ -28,6 +29,7 @@ import threading
 import time
 from typing import Any
 
+from . import flight
 from .guard import RaisedEverywhere
 
 __all__ = ["install", "ENV", "GRACE_S", "PEER_WAIT_S"]
@@ -75,6 +77,7 @@ def _end_job(exc: BaseException | None, print_in_full: Any, thread: str | None =
     if size == 1 or exc is None:
         print_in_full()
         return
+    flight.auto_dump("crash", exc)  # -- flight recorder: this rank's last calls, to a file
     where = f"rank {rank}" + (f", thread {thread}" if thread else "")
     origin = getattr(exc, "origin", None) if isinstance(exc, RaisedEverywhere) else rank
     call = getattr(exc, "collectives_call", None)

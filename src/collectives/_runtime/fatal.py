@@ -31,6 +31,7 @@ import weakref
 from typing import Any, Callable
 
 from ..options import Options
+from . import flight
 from .cli import ABORT_DELAY_S
 
 __all__ = ["Runner", "runner", "MODES"]
@@ -60,19 +61,35 @@ class Runner:
             _watch(self)
 
     def run(self, name: str, fn: Callable[..., Any], *args: Any,
-            timeout: float | None = None, call: Any = None) -> Any:
-        """``fn(*args)`` with blocking MPI calls; any exception ends the job (module docstring)."""
+            timeout: float | None = None, call: Any = None, what: tuple | None = None) -> Any:
+        """``fn(*args)`` with blocking MPI calls; any exception ends the job (module docstring).
+        The call goes into the guard's flight recorder as ``Guard.run`` records it (``what``:
+        its description, if the caller made one)."""
         guard = self.ctx.guard
         guard.seq += 1
         self.name, self.seq = name, guard.seq
         self.set_timeout(timeout)
+        records = guard.records  # -- flight recorder (collectives._runtime.flight)
+        if records is not None:
+            rec = records[self.seq % len(records)]
+            rec.seq, rec.kind, rec.what, rec.state = self.seq, name, what, flight.STARTED
         try:
-            return fn(*args)
+            result = fn(*args)
         except BaseException as exc:  # noqa: BLE001 - every error ends the job in this mode
+            if records is not None:
+                rec.state, rec.t1, rec.error = flight.FAILED, flight.clock(), \
+                    flight.error_text(exc)
+                if what is None and self.call is not None:
+                    rec.what = flight.describe(self.call)
             _end(f"{name} #{self.seq} failed on this rank{_truncated(exc, self.call)}", exc)
         finally:
             self.since = None
-            self.call = None  # the call's arrays are the caller's again: hold none of them
+            call, self.call = self.call, None  # the call's arrays are the caller's again
+        if records is not None:  # -- flight recorder
+            rec.state, rec.t1 = flight.FINISHED, flight.clock()
+            if what is None and call is not None:
+                rec.what = flight.describe(call)
+        return result
 
 
 def runner(ctx: Any, options: Any) -> Any:
@@ -105,6 +122,7 @@ def _end(what: str, exc: BaseException | None) -> None:
     from mpi4py import MPI
 
     rank = MPI.COMM_WORLD.rank if MPI.Is_initialized() and not MPI.Is_finalized() else 0
+    flight.auto_dump("crash" if exc is not None else "timeout", exc)  # -- flight recorder
     if exc is not None:
         traceback.print_exception(exc)
     text = f": {type(exc).__name__}: {' '.join(str(exc).split())}" if exc is not None else ""

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import threading
 import time
 import weakref
 from typing import Any, Callable
@@ -52,10 +53,11 @@ from typing import Any, Callable
 import numpy as np
 from mpi4py import MPI
 
+from . import flight
 from .workspace import forget
 
 __all__ = ["CollectiveError", "RaisedEverywhere", "everywhere", "Guard", "native_call",
-           "NOTICE_TAG"]
+           "NOTICE_TAG", "live_guards"]
 
 NOTICE_TAG = 0
 _NOTICE_BYTES = 1024
@@ -108,6 +110,7 @@ class _Retire(Exception):
 
 
 _GUARDS: "weakref.WeakSet[Guard]" = weakref.WeakSet()
+_ORDINALS: dict[tuple, int] = {}  # (members, thread name) -> guards made (Guard.ordinal)
 
 
 def _span() -> int:
@@ -122,6 +125,24 @@ _SPINS, _NAP = 1000, 50e-6
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 #: above every call number a closed guard of this process used (see Guard.__init__)
 _HIGH = [0]
+
+_clock = flight.clock
+_STARTED, _FINISHED, _FAILED = flight.STARTED, flight.FINISHED, flight.FAILED
+
+
+def _world_ranks(comm: MPI.Comm) -> list[int]:
+    """The ``COMM_WORLD`` ranks of ``comm``'s members, in its rank order (what the flight
+    recorder's dumps name a communicator by; empty if MPI cannot say)."""
+    try:
+        group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
+        try:
+            return [int(r) for r in MPI.Group.Translate_ranks(group, list(range(comm.size)),
+                                                              world)]
+        finally:
+            group.Free()
+            world.Free()
+    except MPI.Exception:  # pragma: no cover - a communicator MPI cannot translate
+        return []
 
 
 class Guard:
@@ -155,25 +176,49 @@ class Guard:
         self._waiter = getattr(comm, "waiter", None)  # an engine communicator polls
         self._box = np.empty(_NOTICE_BYTES, dtype=np.uint8)
         self.notice = comm.Irecv([self._box, MPI.BYTE], MPI.ANY_SOURCE, NOTICE_TAG)
+        # -- flight recorder (collectives._runtime.flight): the last calls, for a dump
+        self.ring = flight.new_ring()
+        self.records = None if self.ring is None else self.ring.records
+        self.nrecords = 0 if self.ring is None else self.ring.size
+        self.waits: tuple[int, list[int]] | None = None  # (call number, peers) of the last wait
+        self.members = _world_ranks(comm)
+        # the dumps' name of the communicator: its members and its place among the guards over
+        # the same ranks that this thread made (every rank makes them in the same order)
+        key = (tuple(self.members), threading.current_thread().name)
+        self.ordinal = _ORDINALS.get(key, 0)
+        _ORDINALS[key] = self.ordinal + 1
         _GUARDS.add(self)
 
     # -- a call ----------------------------------------------------------------------------------
     def run(self, name: str, fn: Callable[..., Any], *args: Any,
-            timeout: float | None = None, call: Any = None) -> Any:
+            timeout: float | None = None, call: Any = None, what: tuple | None = None) -> Any:
         """``fn(*args)`` as call number ``seq + 1`` on this communicator (see the module), with a
         deadline ``timeout`` seconds from now if given (``Options.timeout``). ``call``: the
-        checked call, if known yet (its ``src`` names the caller's array in a size mismatch)."""
+        checked call, if known yet (its ``src`` names the caller's array in a size mismatch).
+        ``what``: the call's description for the flight recorder (:func:`.flight.describe`),
+        if the caller made it once; else the checked call's, taken when the call ends."""
         self.seq += 1
         self.tag = 1 + self.seq % _SPAN
         self.name = name
         self.call = call
         self.deadline = None
         self.set_timeout(timeout)
+        # -- flight recorder: the preallocated record of this call number, four stores
+        records = self.records
+        if records is not None:
+            rec = records[self.seq % self.nrecords]
+            rec.seq, rec.kind = self.seq, name
+            rec.what, rec.state = what, _STARTED
+        # --
         owner = self.owner
         outer, owner.active = owner.active, self
         try:
-            return fn(*args)
+            result = fn(*args)
         except BaseException as exc:
+            if records is not None:  # -- flight recorder
+                rec.state, rec.t1, rec.error = _FAILED, _clock(), flight.error_text(exc)
+                if what is None and self.call is not None:
+                    rec.what = flight.describe(self.call)
             if not isinstance(exc, RaisedEverywhere):  # this rank's own: tell the others
                 self._notify(exc)
                 try:  # for the crash hook: which call it was (see first_reporter)
@@ -183,7 +228,12 @@ class Guard:
             raise
         finally:
             owner.active = outer
-            self.call = None  # the call's arrays are the caller's again: hold none of them
+            call, self.call = self.call, None  # the call's arrays are the caller's again
+        if records is not None:  # -- flight recorder
+            rec.state, rec.t1 = _FINISHED, _clock()
+            if what is None and call is not None:
+                rec.what = flight.describe(call)
+        return result
 
     def set_timeout(self, timeout: float | None) -> None:
         """Give the running call a deadline ``timeout`` seconds from now (``Options.timeout``;
@@ -244,6 +294,8 @@ class Guard:
         if seq > self.seq:
             self.later[seq] = error
             return False
+        if kind is TimeoutError:
+            flight.auto_dump("timeout", error)  # -- flight recorder
         raise error
 
     # -- waits -------------------------------------------------------------------------------
@@ -254,6 +306,7 @@ class Guard:
         if self.later and self.seq in self.later:
             self._abandon(reqs, expect, keep)
             raise self.later.pop(self.seq)
+        self.waits = (self.seq, peers)  # flight recorder: whom this call waits for
         n = len(reqs)
         todo = [self.notice] + reqs  # first: a notice that has arrived is handled first
         left = n
@@ -325,10 +378,13 @@ class Guard:
                 time.sleep(0)
 
     def timed_out(self) -> TimeoutError:
-        """The error of a call that passed its deadline (``Options.timeout``)."""
-        return TimeoutError(f"{self.name} #{self.seq} timed out after {self.timeout:g} s on "
-                            f"rank {self.rank} (Options.timeout): a rank has not made the call, "
-                            "or is stuck in an earlier one")
+        """The error of a call that passed its deadline (``Options.timeout``); the flight
+        recorder dumps (:mod:`collectives.flight_recorder`)."""
+        error = TimeoutError(f"{self.name} #{self.seq} timed out after {self.timeout:g} s on "
+                             f"rank {self.rank} (Options.timeout): a rank has not made the call, "
+                             "or is stuck in an earlier one")
+        flight.auto_dump("timeout", error)  # -- flight recorder
+        return error
 
     def poll(self) -> None:
         """For waits that are not on MPI requests (the shared window's counters): handle a
@@ -382,6 +438,11 @@ class Guard:
             notice.Cancel()
             notice.Wait()
         _GUARDS.discard(self)
+
+
+def live_guards() -> list[Guard]:
+    """Every guard not closed (the flight recorder's dumps read their records)."""
+    return list(_GUARDS)
 
 
 def native_call(ctx: Any, name: str, args: tuple, fallback: Callable[[], None],

@@ -5,8 +5,10 @@ Here every engine keeps a receive posted on its private control communicator (a 
 of the caller's communicator, so these messages never meet an operation's). A rank that waits too
 long sends a query (a round number) to every other rank; each engine answers, from its thread,
 with four counters of its communicator: operations submitted, operations finished, the one
-running (-1 if none), and named operations pending (:mod:`.named`). From those the asker names
-the ranks that have not submitted the operation it waits for, and those still busy with earlier
+running (-1 if none), and named operations pending (:mod:`.named`), and four words of its flight
+recorder saying what the rank did last (:mod:`collectives._runtime.recent`: the call it is in,
+or the last one and how long ago it ended). From those the asker names the ranks that have not
+submitted the operation it waits for, what they did last, and those still busy with earlier
 ones (:meth:`Control.report`: what a stall warning, a ``TimeoutError`` and the report at exit
 say).
 
@@ -24,12 +26,15 @@ from typing import Any, Callable
 import numpy as np
 from mpi4py import MPI
 
+from .._runtime import recent
+
 __all__ = ["Control", "Status", "IDLE_POLL_S"]
 
 #: How often an idle engine looks for queries.
 IDLE_POLL_S = 0.05
 
 _QUERY, _REPLY = 1, 2
+_WORDS = 9  # an answer: the round, the status (4 words), the last call (4 words)
 
 #: (operations submitted, operations finished, sequence number of the one running or -1,
 #: named operations pending)
@@ -42,6 +47,8 @@ class Control:
     def __init__(self, comm: MPI.Intracomm, status: Callable[[], Status]) -> None:
         self.comm = comm
         self.status = status
+        #: every other rank's last call (:func:`recent.encode`'s words) at the last :meth:`ask`
+        self.last_calls: dict[int, tuple[int, ...]] = {}
         self._inbox = np.zeros(1, dtype=np.int64)
         self._posted: MPI.Request | None = None
         self._serving = threading.Lock()   # one thread tests the posted receive at a time
@@ -70,8 +77,9 @@ class Control:
         try:
             status = MPI.Status()
             while self._posted is not None and self._posted.Test(status):
-                answer = np.array([self._inbox[0], *self.status()], dtype=np.int64)
-                self.comm.Send(answer, status.Get_source(), _REPLY)  # 32 bytes: sent eagerly
+                answer = np.array([self._inbox[0], *self.status(), *recent.encode()],
+                                  dtype=np.int64)
+                self.comm.Send(answer, status.Get_source(), _REPLY)  # 72 bytes: sent eagerly
                 self._posted = self.comm.Irecv(self._inbox, MPI.ANY_SOURCE, _QUERY)
         finally:
             self._serving.release()
@@ -84,7 +92,7 @@ class Control:
             self._round += 1
             question = np.array([self._round], dtype=np.int64)
             sends = [self.comm.Isend(question, r, _QUERY) for r in others]
-            boxes = {r: np.zeros(5, dtype=np.int64) for r in others}
+            boxes = {r: np.zeros(_WORDS, dtype=np.int64) for r in others}
             waiting = {r: self.comm.Irecv(boxes[r], r, _REPLY) for r in others}
             answers: dict[int, Status] = {rank: self.status()}
             end = time.monotonic() + deadline_s
@@ -93,7 +101,9 @@ class Control:
                     if not waiting[r].Test():
                         continue
                     if boxes[r][0] == self._round:
-                        answers[r] = tuple(int(v) for v in boxes[r][1:])  # type: ignore[assignment]
+                        status = tuple(int(v) for v in boxes[r][1:5])
+                        answers[r] = status  # type: ignore[assignment]
+                        self.last_calls[r] = tuple(int(v) for v in boxes[r][5:])
                         del waiting[r]
                     else:  # a late answer to an earlier round
                         waiting[r] = self.comm.Irecv(boxes[r], r, _REPLY)
@@ -119,7 +129,7 @@ class Control:
         missing = [r for r in range(self.comm.size) if r not in answers]
         if request.name is not None:
             idle = sorted(r for r, status in answers.items() if status[3] == 0)
-            text = named(request, idle)
+            text = named(request, idle) + self._last(idle)
             return text + (f"; rank(s) {_ranks(missing)} did not answer" if missing else "")
         behind = sorted(r for r, (sub, _, _, _) in answers.items() if sub <= request.seq)
         busy = sorted(r for r, (sub, done, run, _) in answers.items()
@@ -129,7 +139,8 @@ class Control:
         if behind:
             parts.append(f"rank(s) {_ranks(behind)} have not submitted it (they submitted "
                          + ", ".join(f"{answers[r][0]}" for r in behind)
-                         + f" operation(s) on this communicator; it is number {request.seq + 1})")
+                         + f" operation(s) on this communicator; it is number {request.seq + 1})"
+                         + self._last(behind))
         if busy:
             parts.append(f"rank(s) {_ranks(busy)} are still busy with earlier operations "
                          f"(running #{', #'.join(str(answers[r][2]) for r in busy)})")
@@ -141,6 +152,16 @@ class Control:
         if not parts:
             parts.append("every rank has submitted it and is working on it")
         return f"{what} on {label}: " + "; ".join(parts)
+
+
+    def _last(self, ranks: list[int]) -> str:
+        """``; what they did last (flight recorder): rank 2: in allreduce #57`` for the ranks
+        of ``ranks`` that answered the last :meth:`ask` (this rank excluded)."""
+        known = [r for r in ranks if r in self.last_calls and r != self.comm.rank]
+        if not known:
+            return ""
+        return "; what they did last (flight recorder): " + ", ".join(
+            f"rank {r}: {recent.describe(self.last_calls[r])}" for r in known)
 
 
 def _ranks(ranks: list[int]) -> str:

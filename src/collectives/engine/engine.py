@@ -39,6 +39,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .._runtime.context import Context
+from .._runtime.flight import describe
 from .._runtime.validate import local_error, verdict
 from .comm import Stopped, Waiter, adopt
 from .control import IDLE_POLL_S, Control
@@ -195,7 +196,8 @@ class Engine:
             if agreed is not None:
                 error = agreed
             else:
-                self.ctx.guard.run(request.kind, request.call.run, self.ctx, call=request.call)
+                self.ctx.guard.run(request.kind, request.call.run, self.ctx, call=request.call,
+                                   what=describe(request.call, request.name))
         except Stopped:
             raise
         except Exception as exc:  # noqa: BLE001 - reported by the request's wait()

@@ -30,6 +30,7 @@ from typing import Any
 from mpi4py import MPI
 
 from .._runtime.context import Context
+from .._runtime.flight import describe
 from .._runtime.validate import local_error, verdict
 from .comm import Stopped, Waiter, adopt
 from .requests import EngineError, Request
@@ -171,7 +172,8 @@ class NamedStream:
                                f"({type(exc).__name__}: {exc}); use a new communicator")
         request.started = time.perf_counter()
         try:
-            self.ctx.guard.run(request.kind, request.call.run, self.ctx, call=request.call)
+            self.ctx.guard.run(request.kind, request.call.run, self.ctx, call=request.call,
+                               what=describe(request.call, request.name))
         except Stopped:
             raise
         except Exception as exc:  # noqa: BLE001 - reported by the request's wait()

@@ -31,6 +31,8 @@ import time
 import warnings
 from typing import Any, Callable, Sequence
 
+from .._runtime import flight
+
 __all__ = ["Request", "StallWarning", "EngineError", "waitall", "waitany", "testall", "watch",
            "wait_for", "DONE"]
 
@@ -199,7 +201,8 @@ def wait_for(requests: Sequence[Request], timeout: float | None,
                 until = limit if warned else min(limit, stall)
                 if waited >= until:
                     break
-                DONE.wait(until - waited)
+                # no limit left (warned, no timeout): an infinite wait overflows time_t
+                DONE.wait(None if until == float("inf") else until - waited)
             else:
                 return
         waited = time.monotonic() - start
@@ -210,8 +213,12 @@ def wait_for(requests: Sequence[Request], timeout: float | None,
         if len(stuck) > 4:
             report += f"; and {len(stuck) - 4} more"
         if waited >= limit:
-            raise TimeoutError(f"timed out after {limit:g} s waiting for {report}")
-        warnings.warn(StallWarning(f"waited {waited:.1f} s for {report}"), stacklevel=3)
+            error = TimeoutError(f"timed out after {limit:g} s waiting for {report}")
+            flight.auto_dump("timeout", error)  # -- flight recorder
+            raise error
+        warning = StallWarning(f"waited {waited:.1f} s for {report}")
+        flight.auto_dump("stall", warning)  # -- flight recorder
+        warnings.warn(warning, stacklevel=3)
         warned = True
 
 
