@@ -185,7 +185,8 @@ class NeighborAllreduceCall:
         src, dst, n = self.src, self.dst, self.src.size
         recv = scratch("neighbor", len(self.sources) * n, src).reshape(len(self.sources), n)
         recv = self.fn(src, recv, self.sources, self.dests, ctx, self.key)
-        acc = dst if dst.dtype != np.float16 else scratch("neighbor.acc", n, np.empty(0, np.float32))
+        acc = dst if dst.dtype != np.float16 else \
+            scratch("neighbor.acc", n, np.empty(0, np.float32))
         np.multiply(src, self.self_weight, out=acc)  # dst may be src: read before written
         for k, w in enumerate(self.weights):  # ascending source rank: a fixed order
             block = recv[k] if acc.dtype == recv.dtype else recv[k].astype(acc.dtype)

@@ -40,27 +40,30 @@ The catalogue (:data:`GRAPHS`; every builder takes the rank count ``p``, any ``p
 ======================  =======================================================================
 
 and :func:`hierarchical` (the ranks of a node as one vertex, nodes joined by one of the
-undirected graphs above), :func:`from_adjacency` and :func:`from_weights` (a user's own).
+undirected graphs above; :func:`hierarchical_for` reads a communicator's nodes),
+:func:`from_adjacency` and :func:`from_weights` (a user's own).
 
 Weights (``weights=``): ``"uniform"`` gives a rank and each of its in-neighbors ``1 / (d_in + 1)``
 (doubly stochastic on regular graphs: all of the catalogue); ``"metropolis"``
 (Metropolis-Hastings, undirected graphs only) gives edge ``(i, j)`` ``1 / (1 + max(d_i, d_j))``
 and ``i`` the rest, doubly stochastic on any undirected graph.
 
-Builders are pure functions of their arguments (no MPI), so every rank that builds the same
-topology has bitwise the same matrices; a :class:`Topology` is immutable.
+The builders (all but :func:`hierarchical_for`) are pure functions of their arguments, without
+MPI, so every rank that builds the same topology has bitwise the same matrices; a
+:class:`Topology` is immutable.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 __all__ = ["Topology", "GRAPHS", "WEIGHTS", "REQUIREMENTS", "build", "ring", "torus",
-           "exponential", "one_peer_exponential", "full", "hierarchical", "from_adjacency",
+           "exponential", "one_peer_exponential", "full", "hierarchical", "hierarchical_for",
+           "from_adjacency",
            "from_weights", "parse"]
 
 #: the properties of W an algorithm may require (:meth:`Topology.check`)
@@ -311,7 +314,8 @@ def _torus_shape(p: int) -> tuple[int, int]:
 
 
 def ring(p: int, weights: str = "uniform") -> Topology:
-    """The undirected ring: ``i`` with ``i - 1`` and ``i + 1`` (mod p). Gap ~ ``2 pi^2 / (3 p^2)``."""
+    """The undirected ring: ``i`` with ``i - 1`` and ``i + 1`` (mod p). Uniform weights: gap
+    ``2 (1 - cos(2 pi / p)) / 3``, about ``4 pi^2 / (3 p^2)``."""
     p = _check_p(p, "ring")
     return _weighted(f"ring({p})", _circulant(p, [1, -1]), weights)
 
@@ -410,6 +414,14 @@ def hierarchical(node_ids: Sequence[int], inter: str = "ring") -> Topology:
     w = v[node][:, node] / s[node][None, :]
     return Topology(f"hierarchical({m} nodes of {'/'.join(str(int(k)) for k in s)}, {inter})",
                     [w])
+
+
+def hierarchical_for(comm: Any, inter: str = "ring", node_size: int | None = None) -> Topology:
+    """:func:`hierarchical` over the nodes of ``comm`` (collective; MPI collectives only): the
+    shared-memory nodes, or emulated nodes of ``node_size`` ranks (``Options.node_size``)."""
+    from ._runtime.nodes import node_ids
+
+    return hierarchical(node_ids(comm, node_size), inter)
 
 
 def from_adjacency(adjacency: np.ndarray, weights: str = "metropolis",
