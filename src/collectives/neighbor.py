@@ -18,8 +18,9 @@ bitwise the same on every repetition. Backends (:data:`BACKENDS`):
   ``Options.timeout``), counted in ``collectives.TRAFFIC``;
 - ``"mpi"``: MPI-3's neighborhood collective ``MPI_Ineighbor_allgather`` on a distributed-graph
   communicator (``MPI_Dist_graph_create_adjacent``, made collectively at the first call with a
-  topology and step of the period, then cached), under the guard like the library's other native
-  operations (once a failure is known it runs the ``"p2p"`` exchange instead). Each rank sends
+  topology and step of the period, after a guarded exchange of tokens with every rank, then
+  cached), under the guard like the library's other native operations (once a failure is known it
+  runs the ``"p2p"`` exchange instead). Each rank sends
   one buffer to all its out-neighbors, which is an allgather over the graph, not an alltoallv.
   Its bytes are not counted in TRAFFIC (MPI's own collectives never are).
 
@@ -78,9 +79,24 @@ class _DistGraph:
             self.comm.Free()
 
 
+def _graph(ctx: Any, key: tuple, sources: tuple[int, ...], dests: tuple[int, ...]) -> MPI.Comm:
+    """The distributed-graph communicator of ``key`` (topology, step), made at its first use.
+    Making it is an MPI collective, which no notice can interrupt: under a guard, every rank
+    first trades a one-byte token with every other through guarded messages, so a rank that
+    failed before (its own bad weights) makes the others raise here instead of waiting in it."""
+    name = ("dist_graph", *key)
+    if name not in ctx.cache and ctx.active is not None:
+        comm = ctx.comm
+        others = [r for r in range(comm.size) if r != comm.rank]
+        token, got = np.zeros(1, np.uint8), np.empty(len(others), np.uint8)
+        p2p.exchange(comm, [(token, r) for r in others],
+                     [(got[k:k + 1], r) for k, r in enumerate(others)], ctx.active)
+    return ctx.cached(name, lambda c: _DistGraph(c, sources, dests)).comm
+
+
 def _mpi(src: np.ndarray, recv: np.ndarray, sources: tuple[int, ...], dests: tuple[int, ...],
          ctx: Any, key: tuple) -> np.ndarray:
-    graph = ctx.cached(("dist_graph", *key), lambda c: _DistGraph(c, sources, dests)).comm
+    graph = _graph(ctx, key, sources, dests)
     args = ([src, MPI.BYTE], [recv, MPI.BYTE])
     guard = ctx.active
     if guard is None:

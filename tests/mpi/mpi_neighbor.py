@@ -183,27 +183,31 @@ def test_bad_arguments_raise_on_every_rank():
     _still_works()
 
 
-def test_bad_weights_on_one_rank_reach_its_neighbors():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bad_weights_on_one_rank_reach_its_neighbors(backend):
     """The last rank alone passes weights that do not sum to 1 (or name other ranks): it raises
     before sending, and every rank that receives from it raises too, naming it (on the full
-    graph: every rank). The next call is right."""
+    graph: every rank). The next call is right. With the "mpi" backend the graph is new, so the
+    others reach the collective that makes its communicator, and raise there instead of
+    waiting for the failed rank."""
     comm = MPI.COMM_WORLD
     p = comm.size
     if p == 1:
         pytest.skip("no neighbors")
     bad = p - 1
-    for topology in (T.full(p), T.ring(p)):
+    fresh = T.from_weights(0.5 * np.eye(p) + 0.5 / p, name=f"fresh-{backend}")
+    for topology in (fresh, T.ring(p)):
         mine = topology.in_neighbors(bad)
         for kwargs, text in (({"self_weight": 0.5, "weights": {j: 0.7 for j in mine}},
                               "not stochastic"),
                              ({"weights": {bad: 1.0}}, "in-neighbors")):
             if comm.rank == bad:
-                error = _raises(lambda: collectives.neighbor_allreduce(np.ones(6), topology,
-                                                                       **kwargs))
+                error = _raises(lambda: collectives.neighbor_allreduce(
+                    np.ones(6), topology, backend=backend, **kwargs))
                 assert text in str(error), str(error)
                 continue
             try:
-                collectives.neighbor_allreduce(np.ones(6), topology)
+                collectives.neighbor_allreduce(np.ones(6), topology, backend=backend)
                 error = None
             except (ValueError, collectives.CollectiveError) as exc:
                 error = exc
