@@ -145,10 +145,13 @@ def _recv_weights(topology: Topology, rank: int, t: int, sources: tuple[int, ...
     row = topology.weights(t)[rank]
     if self_weight is None and weights is None:
         return float(row[rank]), [float(row[j]) for j in sources]
+    if self_weight is not None and not _real(self_weight):
+        raise TypeError(f"self_weight must be a real number, got {self_weight!r}")
     if weights is not None:
-        if not isinstance(weights, Mapping):
-            raise TypeError(f"weights must be a dict {{in-neighbor rank: weight}}, got "
-                            f"{type(weights).__name__}")
+        if not isinstance(weights, Mapping) or not all(
+                isinstance(k, (int, np.integer)) and _real(v) for k, v in weights.items()):
+            raise TypeError(f"weights must be a dict {{in-neighbor rank: weight}} of integers "
+                            f"to real numbers, got {weights!r}"[:300])
         given = sorted(int(k) for k in weights)
         if given != list(sources):
             raise ValueError(f"weights on rank {rank} name ranks {given}, but its in-neighbors "
@@ -164,6 +167,10 @@ def _recv_weights(topology: Topology, rank: int, t: int, sources: tuple[int, ...
                          f"in-neighbors {dict(zip(sources, ws))} must be non-negative and sum "
                          f"to 1 (they sum to {sum(every):.9g})")
     return sw, ws
+
+
+def _real(v: object) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
 
 
 class NeighborAllreduceCall:

@@ -173,6 +173,10 @@ def test_bad_arguments_raise_on_every_rank():
          "unknown backend 'nccl'; valid choices: p2p, mpi"),
         (lambda: collectives.neighbor_allreduce(x, T.ring(p), out=np.ones(5)), "shape"),
         (lambda: collectives.ineighbor_allreduce(x, T.ring(p + 2)), "is for"),
+        (lambda: collectives.neighbor_allreduce(x, T.ring(p), self_weight="half"),
+         "self_weight must be a real number"),
+        (lambda: collectives.neighbor_allreduce(x, T.ring(p), weights=[0.5]),
+         "weights must be a dict {in-neighbor rank: weight}"),
     ]
     if p >= 3:  # a time-varying graph without its step
         cases.append((lambda: collectives.neighbor_allreduce(x, T.one_peer_exponential(p)),
