@@ -199,7 +199,7 @@ class NeighborAllreduceCall:
 
     def signature(self) -> dict[str, Any]:
         return {"count": self.src.size, "dtype": self.src.dtype, "backend": self.backend,
-                "topology": f"{self.topology.name} {self.key[0]}", "step": self.key[1]}
+                "topology": f"{self.topology.name} {self.key[0]}", "step % period": self.key[1]}
 
     def run(self, ctx: Any) -> None:
         if self.trivial:  # one process (W = [[1]]) or nothing to send
@@ -240,7 +240,7 @@ class NeighborAllgatherCall:
 
     def signature(self) -> dict[str, Any]:
         return {"count": self.src.size, "dtype": self.src.dtype, "backend": self.backend,
-                "topology": f"{self.topology.name} {self.key[0]}", "step": self.key[1]}
+                "topology": f"{self.topology.name} {self.key[0]}", "step % period": self.key[1]}
 
     def run(self, ctx: Any) -> None:
         if self.trivial:

@@ -258,7 +258,7 @@ def test_count_mismatch_and_differing_steps_raise():
         step = 1 if comm.rank == 0 else 0
         error = _raises(lambda: collectives.neighbor_allreduce(np.ones(3), dynamic, step=step,
                                                                validate=True))
-        assert "arguments differ across ranks (step: rank 0: 1, rank 1: 0" in str(error), \
+        assert "arguments differ across ranks (step % period: rank 0: 1, rank 1: 0" in str(error), \
             str(error)
         _still_works()
 
