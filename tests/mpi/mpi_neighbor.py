@@ -269,6 +269,8 @@ def test_a_late_rank_makes_its_neighbors_time_out():
     comm = MPI.COMM_WORLD
     if comm.size == 1:
         pytest.skip("nothing to wait for")
+    if comm.size > 4:  # each size costs the late rank's sleep; the guard is the same at any size
+        pytest.skip("a late rank is tested at 2 to 4 ranks")
     topology = T.full(comm.size)
     _still_works()  # set-up without a deadline
     late = comm.rank == comm.size - 1
