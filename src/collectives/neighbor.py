@@ -10,8 +10,8 @@ doubly stochastic topology, the average drives every rank's value to the mean ov
 How a round runs. Every rank posts one receive per in-neighbor (into scratch) and sends its
 ``x`` to every out-neighbor, all at once, then waits for all of them; then it combines: the
 result starts as ``self_weight * x`` and adds ``weight_j * block_j`` for each in-neighbor in
-ascending rank order (float16 accumulates in float32), so it is a fixed function of the inputs,
-bitwise the same on every repetition. Backends (:data:`BACKENDS`):
+ascending rank order (float16 and bfloat16 accumulate in float32 and round once), so it is a
+fixed function of the inputs, bitwise the same on every repetition. Backends (:data:`BACKENDS`):
 
 - ``"p2p"`` (default): the library's own messages (``_runtime/p2p.exchange``), tagged with the
   call and waited for under the communicator's guard (a failing rank is an error everywhere;
@@ -42,7 +42,8 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 import numpy as np
-from compress.arrays import is_numpy
+from compress.arrays import is_bfloat16, is_numpy
+from compress.bfloat16 import narrow, widen
 from mpi4py import MPI
 
 from ._runtime import p2p
@@ -185,9 +186,9 @@ class NeighborAllreduceCall:
                  opts: Options) -> None:
         a, self.sources, self.dests, t, self.fn = _round(comm, x, topology, step, backend,
                                                          self.kind)
-        if a.dtype not in _FLOATS:
+        if a.dtype not in _FLOATS and not is_bfloat16(a.dtype):
             raise TypeError(f"{self.kind}: x has dtype {a.dtype}; a weighted average needs "
-                            f"float16, float32 or float64")
+                            f"float16, bfloat16, float32 or float64")
         self.self_weight, self.weights = _recv_weights(topology, comm.rank, t, self.sources,
                                                        self_weight, weights)
         res = new_like(a) if out is None else check_out(out, a)
@@ -208,14 +209,20 @@ class NeighborAllreduceCall:
         src, dst, n = self.src, self.dst, self.src.size
         recv = scratch("neighbor", len(self.sources) * n, src).reshape(len(self.sources), n)
         recv = self.fn(src, recv, self.sources, self.dests, ctx, self.key)
-        acc = dst if dst.dtype != np.float16 else \
-            scratch("neighbor.acc", n, np.empty(0, np.float32))
-        np.multiply(src, self.self_weight, out=acc)  # dst may be src: read before written
+        words = dst.dtype == np.uint16  # bfloat16, as raw words (flat())
+        if dst.dtype in (np.float32, np.float64):
+            acc, values = dst, (lambda a: a)
+        else:  # float16 and bfloat16 values in float32, exactly
+            acc = scratch("neighbor.acc", n, np.empty(0, np.float32))
+            values = widen if words else (lambda a: a.astype(np.float32))
+        np.multiply(values(src), self.self_weight, out=acc)  # dst may be src: read before written
         for k, w in enumerate(self.weights):  # ascending source rank: a fixed order
-            block = recv[k] if acc.dtype == recv.dtype else recv[k].astype(acc.dtype)
+            block = values(recv[k])  # recv is scratch: scaled in place
             np.multiply(block, w, out=block)
             np.add(acc, block, out=acc)
-        if acc is not dst:
+        if words:
+            narrow(acc, dst)  # rounded once, nearest even
+        elif acc is not dst:
             dst[...] = acc
 
 
@@ -265,8 +272,8 @@ def neighbor_allreduce(x: Any, topology: Topology, *, self_weight: float | None 
     Parameters
     ----------
     x
-        Contiguous float array (float16, float32, float64); the same shape and dtype on every
-        rank.
+        Contiguous float array (float16, bfloat16, float32, float64); the same shape and dtype
+        on every rank.
     topology
         A :class:`collectives.topology.Topology` for ``comm.size`` ranks, the same on every rank.
     self_weight, weights

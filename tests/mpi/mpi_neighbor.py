@@ -19,6 +19,12 @@ from collectives import topology as T
 from reference import gather_all
 
 BACKENDS = list(collectives.neighbor.BACKENDS)
+try:
+    import ml_dtypes
+    BF16 = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # bfloat16 is then not tested here
+    BF16 = None
+FLOATS = [np.float64, np.float32, np.float16] + ([BF16] if BF16 is not None else [])
 
 
 def _same_bits(a, b):
@@ -43,12 +49,19 @@ def _topologies(comm):
 
 
 def _reference(x, topology, step, comm):
-    """Gather every rank's array and mix with W in float64: row ``rank`` of ``W @ X``."""
+    """Gather every rank's array and mix with W in float64: row ``rank`` of ``W @ X``; the
+    rounding bound (float16 and bfloat16 accumulate in float32 and round once: one half ulp
+    of their own precision, plus float32's for each term)."""
     rows = gather_all(x, comm).astype(np.float64)
     w = topology.weights(step)
     ref = w[comm.rank] @ rows
-    bound = 4 * (w[comm.rank] > 0).sum() * np.finfo(x.dtype).eps * (np.abs(w[comm.rank]) @
-                                                                    np.abs(rows))
+    scale = np.abs(w[comm.rank]) @ np.abs(rows)
+    terms = (w[comm.rank] > 0).sum()
+    if x.dtype in (np.float32, np.float64):
+        bound = 4 * terms * float(np.finfo(x.dtype).eps) * scale
+    else:
+        own = 2.0 ** -8 if x.dtype == BF16 else float(np.finfo(np.float16).eps)
+        bound = own * np.abs(ref) + 4 * terms * float(np.finfo(np.float32).eps) * scale
     return ref.reshape(x.shape), bound.reshape(x.shape), rows
 
 
@@ -60,7 +73,7 @@ def test_matches_reference_bitwise_repeatable_and_in_place(comm):
     rng = np.random.default_rng(comm.rank)
     for topology in _topologies(comm):
         for step in range(topology.period):
-            for dtype in (np.float64, np.float32, np.float16):
+            for dtype in FLOATS:
                 what = f"{topology.name} step {step} {np.dtype(dtype).name}"
                 x = rng.standard_normal((3, 7)).astype(dtype)
                 y = collectives.neighbor_allreduce(x, topology, step=step, comm=comm)
@@ -168,7 +181,7 @@ def test_bad_arguments_raise_on_every_rank():
         (lambda: collectives.neighbor_allgather(x, T.ring(p + 1)), "neighbor_allgather: topology"),
         (lambda: collectives.neighbor_allreduce(x, "ring"), "must be a collectives.topology"),
         (lambda: collectives.neighbor_allreduce(np.ones(4, np.int32), T.ring(p)),
-         "a weighted average needs float16, float32 or float64"),
+         "a weighted average needs float16, bfloat16, float32 or float64"),
         (lambda: collectives.neighbor_allreduce(x, T.ring(p), backend="nccl"),
          "unknown backend 'nccl'; valid choices: p2p, mpi"),
         (lambda: collectives.neighbor_allreduce(x, T.ring(p), out=np.ones(5)), "shape"),
