@@ -337,6 +337,22 @@ def test_hierarchical_phases_runs_and_checks_its_sums(tmp_path):
                ("intra reduce-scatter", "across nodes", "intra allgather"))
 
 
+def test_neighbor_allreduce_bench_checks_and_times_every_variant(tmp_path):
+    """bench/neighbor_allreduce.py at 3 ranks (the one-peer graph changes every round): every
+    variant checked against W @ X and timed; the table's ratios are to comm.Allreduce."""
+    out = tmp_path / "neighbor.json"
+    cmd = [*mpiexec_command(), "-n", "3", sys.executable, str(ROOT / "bench/neighbor_allreduce.py"),
+           "--sizes", "4,4K", "--iterations", "2", "--warmup", "1", "--json", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["ranks"] == 3 and [r["bytes"] for r in data["rows"]] == [4, 4096]
+    names = ["ring p2p", "ring mpi", "one_peer_exponential p2p", "one_peer_exponential mpi",
+             "comm.Allreduce"]
+    assert all(set(r) == {"bytes", *names} and min(r[n] for n in names) > 0 for r in data["rows"])
+    assert proc.stdout.count("( 1.00x)") == 2  # comm.Allreduce against itself, each size
+
+
 def test_shm_vs_native_runs_and_prints_one_table(tmp_path):
     """bench/shm_vs_native.py end to end at 2 ranks on two sizes, one of them long enough for
     cross-memory attach: every column measured, the results checked, one table."""

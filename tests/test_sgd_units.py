@@ -6,7 +6,7 @@ import pytest
 from collectives import datasets
 from collectives.sgd import checkpoint, codecs, data
 from collectives.sgd.cli import UsageError, parse
-from collectives.sgd.exchange import parse_sync, ring_bytes
+from collectives.sgd.exchange import parse_gossip, parse_sync, ring_bytes
 from collectives.sgd.fusion import FusionBuffer
 from collectives.sgd.model import MLP
 from collectives.sgd.optim import SGD, Schedule
@@ -154,6 +154,10 @@ def test_overlap_buckets_cover_the_gradient_in_backward_order():
 
 def test_sync_and_bytes():
     assert parse_sync("sync") == 0 and parse_sync("local:8") == 8
+    assert parse_sync("gossip:ring") == 0 and parse_gossip("sync", 4) is None
+    assert parse_gossip("gossip:one_peer_exponential", 5).period == 3
+    assert parse_gossip("gossip:torus:metropolis", 6).name == "torus(2x3)"
+    assert parse(["--sync", "gossip:ring:metropolis"], 5, 1437).gossip == "ring(5)"
     for bad in ("local", "local:0", "async"):
         with pytest.raises(ValueError):
             parse_sync(bad)
@@ -174,6 +178,12 @@ def test_sync_and_bytes():
     (["--codec", "qsgd:levels=x"], "qsgd parameter 'levels' takes an integer, got 'x'"),
     (["--codec", "qsgd:seed=x"], "qsgd parameter 'seed' takes an integer"),
     (["--overlap", "--sync", "local:2"], "--sync local:H exchanges none"),
+    (["--sync", "gossip:star"], "--sync gossip:star: unknown graph 'star'; valid choices: ring"),
+    (["--sync", "gossip:exponential:metropolis"], "needs an undirected graph"),
+    (["--sync", "gossip:ring:max"], "unknown weights 'max'"),
+    (["--sync", "gossip:ring", "--codec", "topk"], "--sync gossip exchanges parameters"),
+    (["--sync", "gossip:ring", "--overlap"], "--sync gossip exchanges parameters"),
+    (["--sync", "gossip:ring", "--check-replicas"], "its replicas differ"),
     (["--overlap", "--bucket-mb", "0"], "--bucket-mb must be positive"),
     (["--momentum-correction"], "need a --codec"),
     (["--dense-steps", "5"], "need a --codec"),

@@ -14,8 +14,10 @@ from .compressed import STRATEGIES, CompressionState, compressed_allreduce
 from ._runtime.context import reset
 from ._runtime.guard import CollectiveError
 from .engine import EngineError, Request, StallWarning, testall, waitall, waitany
+from .neighbor import neighbor_allgather, neighbor_allreduce
 from .nonblocking import (Plan, allreduce_init, iallgather, iallreduce, ibcast,
-                          icompressed_allreduce, ireduce, ireduce_scatter)
+                          icompressed_allreduce, ineighbor_allreduce, ireduce, ireduce_scatter)
+from . import topology
 from .ops import OPS
 from .options import Options
 from ._runtime.traffic import TRAFFIC
@@ -25,6 +27,7 @@ from .window import Window
 __all__ = [
     "allreduce", "reduce_scatter", "allgather", "bcast", "reduce", "compressed_allreduce",
     "iallreduce", "ireduce_scatter", "iallgather", "ibcast", "ireduce", "icompressed_allreduce",
+    "neighbor_allreduce", "neighbor_allgather", "ineighbor_allreduce", "topology",
     "allreduce_init", "Plan", "Request", "waitall", "waitany", "testall", "StallWarning",
     "EngineError", "CollectiveError", "reset",
     "empty", "zeros",

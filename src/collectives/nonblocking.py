@@ -42,10 +42,11 @@ from .api import (AllgatherCall, AllreduceCall, BcastCall, OpLike, ReduceCall,
                   ReduceScatterCall, run_allreduce)
 from .compressed.api import CompressedAllreduceCall
 from .engine import Request, engine_of
+from .neighbor import NeighborAllreduceCall
 from .options import Options
 
 __all__ = ["iallreduce", "ireduce_scatter", "iallgather", "ibcast", "ireduce",
-           "icompressed_allreduce", "allreduce_init", "Plan"]
+           "icompressed_allreduce", "ineighbor_allreduce", "allreduce_init", "Plan"]
 
 
 class _OnDevice:
@@ -113,6 +114,18 @@ def iallreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "su
     comm, opts, validate = _setup(comm, options, validate)
     return _submit("iallreduce", AllreduceCall, x, comm, validate, opts, name, out, op,
                    algorithm, opts)
+
+
+def ineighbor_allreduce(x: np.ndarray, topology: Any, *, self_weight: float | None = None,
+                        weights: Any = None, out: np.ndarray | None = None,
+                        comm: MPI.Comm | None = None, step: int | None = None,
+                        backend: str = "p2p", validate: bool | None = None,
+                        options: Options | None = None, name: str | None = None) -> Request:
+    """Start :func:`collectives.neighbor_allreduce` (one gossip round); ``wait()`` returns
+    ``out``. Same parameters as the blocking function."""
+    comm, opts, validate = _setup(comm, options, validate)
+    return _submit("ineighbor_allreduce", NeighborAllreduceCall, x, comm, validate, opts, name,
+                   topology, self_weight, weights, out, step, backend, opts)
 
 
 def ireduce_scatter(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum",

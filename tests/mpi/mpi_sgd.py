@@ -25,6 +25,22 @@ def test_tiny_run_keeps_replicas_identical(comm):
     assert s["world"] == comm.size and s["steps"] == (128 // comm.size) // 4
 
 
+def test_tiny_gossip_run_reports_its_consensus_distance():
+    """D-PSGD on the one-peer exponential graph (time-varying from 3 ranks): one message per
+    rank per step, counted; the consensus distance of every epoch, the same on every rank, 0 on
+    one rank and where one period averages exactly (2 ranks)."""
+    comm = WORLD
+    s = train([*TINY, "--sync", "gossip:one_peer_exponential"], comm)
+    per_step = s["params"] * 4 * (comm.size > 1)
+    assert s["exchanges"] == s["steps"] and s["bytes_mean"] == s["steps"] * per_step
+    spread = comm.allgather(s["consensus"])
+    assert spread == [spread[0]] * comm.size and np.isfinite(spread[0])
+    if comm.size <= 2:
+        assert spread[0] < 1e-6
+    else:
+        assert spread[0] > 0
+
+
 def test_tiny_compressed_run_keeps_replicas_identical():
     s = train([*TINY, "--check-replicas", "--codec", "topk:ratio=0.1"], WORLD)
     assert s["exchanges"] == s["steps"]
@@ -36,6 +52,7 @@ def test_tiny_compressed_run_keeps_replicas_identical():
     ["--codec", "topk:ratio=2"],
     ["--codec", "topk", "--strategy", "summable"],
     ["--batch-size", "200"],
+    ["--sync", "gossip:star"],
 ])
 def test_bad_arguments_return_2_everywhere(argv):
     comm = WORLD

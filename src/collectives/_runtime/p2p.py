@@ -25,7 +25,7 @@ from . import trace as _trace
 from .guard import Guard
 from .traffic import TRAFFIC
 
-__all__ = ["send", "recv", "sendrecv"]
+__all__ = ["send", "recv", "sendrecv", "exchange"]
 
 TAG = 7117  # outside a public call (algorithms run directly); inside, the call's own tag
 
@@ -78,3 +78,25 @@ def sendrecv(comm: MPI.Comm, a: np.ndarray, dest: int, b: np.ndarray, source: in
                        [source, dest])
     if target is not b:
         _device.landed(b, target)
+
+
+def exchange(comm: MPI.Comm, sends: list[tuple[np.ndarray, int]],
+             recvs: list[tuple[np.ndarray, int]], guard: Guard | None) -> None:
+    """Send each ``(array, dest)`` of ``sends`` while receiving each ``(array, source)`` of
+    ``recvs``, all at once (the neighbor collectives: one message to or from each neighbor).
+    NumPy arrays only; an array may be sent to several ranks."""
+    for a, dest in sends:
+        TRAFFIC.add(a.nbytes)
+        if _trace.ACTIVE is not None:
+            _trace.ACTIVE.message(comm, dest, a.nbytes, -1, 0)
+    if _trace.ACTIVE is not None:
+        for b, source in recvs:
+            _trace.ACTIVE.message(comm, -1, 0, source, b.nbytes)
+    tag = TAG if guard is None else guard.tag
+    reqs = [comm.Irecv([b, MPI.BYTE], source, tag) for b, source in recvs] + \
+        [comm.Isend([a, MPI.BYTE], dest, tag) for a, dest in sends]
+    if guard is None:
+        MPI.Request.Waitall(reqs)
+        return
+    guard.complete(reqs, [b.nbytes for b, _ in recvs] + [None] * len(sends),
+                   [source for _, source in recvs] + [dest for _, dest in sends])

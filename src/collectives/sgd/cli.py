@@ -19,7 +19,7 @@ from .._runtime.cli import PLOT_INSTALL, Parser, UsageError
 
 from .. import datasets
 from .codecs import parse_spec
-from .exchange import parse_sync
+from .exchange import parse_gossip, parse_sync
 from .model import MODELS
 
 __all__ = ["UsageError", "Config", "parser", "parse"]
@@ -92,7 +92,11 @@ def parser() -> argparse.ArgumentParser:
                    help="with --codec: the first N steps exchange dense gradients (PyTorch's "
                         "start_powerSGD_iter); the memory starts at step N")
     c.add_argument("--strategy", choices=_STRATEGIES, default="auto")
-    c.add_argument("--sync", default="sync", help="'sync' (every step) or 'local:H' (local SGD)")
+    c.add_argument("--sync", default="sync",
+                   help="'sync' (gradients averaged every step), 'local:H' (local SGD) or "
+                        "'gossip:GRAPH[:WEIGHTS]' (D-PSGD: parameters mixed with the neighbors' "
+                        "every step; graphs: " + ", ".join(collectives.topology.GRAPHS) +
+                        "; weights: " + ", ".join(collectives.topology.WEIGHTS) + ")")
     c.add_argument("--overlap", action="store_true",
                    help="start each gradient bucket's allreduce (compressed with --codec) "
                         "during backward, through the progress engine")
@@ -120,6 +124,8 @@ class Config:
     hidden: tuple[int, ...]
     local_every: int
     codec_name: str | None
+    #: the graph's name of ``--sync gossip:GRAPH``, else None
+    gossip: str | None = None
 
     def fingerprint_fields(self) -> dict:
         """What fixes the trajectory (a checkpoint must match it to be resumed)."""
@@ -144,8 +150,10 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
     a = parser().parse_args(argv)
     try:
         local_every = parse_sync(a.sync)
+        gossip = parse_gossip(a.sync, world)
     except ValueError as e:
-        raise UsageError(str(e)) from None
+        raise UsageError(f"--sync {a.sync}: {e}" if a.sync.startswith("gossip:") else str(e)) \
+            from None
     try:
         name, params = parse_spec(a.codec)
         compress.registry.check_params(name, params)  # also: unknown codec name
@@ -156,6 +164,9 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
     codec_name = None if name == "none" and a.codec == "none" else name
     if codec_name and local_every:
         raise UsageError("--codec compresses gradients, which --sync local:H does not exchange")
+    if gossip is not None and (codec_name or a.overlap or a.check_replicas):
+        raise UsageError("--sync gossip exchanges parameters, not gradients, and its replicas "
+                         "differ: --codec, --overlap and --check-replicas do not apply")
     n = min(n_train, a.subset or n_train)
     if world > n:
         raise UsageError(f"world size {world} exceeds the {n} training samples")
@@ -193,4 +204,5 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
             raise UsageError(f"{path}: expected a file ending in {' or '.join(exts)}")
     if a.plot and importlib.util.find_spec("matplotlib") is None:
         raise UsageError(f"--plot needs matplotlib: {PLOT_INSTALL}")
-    return Config(a, a.hidden or MODELS[a.model], local_every, codec_name)
+    return Config(a, a.hidden or MODELS[a.model], local_every, codec_name,
+                  None if gossip is None else gossip.name)

@@ -2,9 +2,12 @@
 
 Each step: forward and backward on this rank's batch (gradient into the fusion buffer), the
 exchange (:mod:`collectives.sgd.exchange`), the momentum-SGD update with the scheduled learning
-rate (:mod:`collectives.sgd.optim`); local SGD averages parameters every H steps instead. At each
-epoch's end the test set is evaluated (split across ranks, counts summed) and a line printed;
-every ``--checkpoint-every`` steps a checkpoint is written (:mod:`collectives.sgd.checkpoint`).
+rate (:mod:`collectives.sgd.optim`); local SGD averages parameters every H steps instead, gossip
+(D-PSGD) mixes them with the graph neighbors' after every update. At each epoch's end the test set
+is evaluated (split across ranks, counts summed; under gossip each rank evaluates its own
+replica, and the record also holds the consensus distance, :meth:`Trainer.consensus`) and a line
+printed; every ``--checkpoint-every`` steps a checkpoint is written
+(:mod:`collectives.sgd.checkpoint`).
 
 Which state a checkpoint carries, and why resuming gives the same bits as never stopping: the
 parameters and momentum, the step, which fixes the data order and the learning rate, and, with a
@@ -12,6 +15,8 @@ codec, every rank's ``state.state_dict()`` of its :class:`collectives.Compressio
 nothing else of the compression: the error-feedback residuals, the codec's own state (PowerSGD's
 warm-start Q, the private generator of QSGD, TernGrad, ...), the "two_phase" strategy's
 server-side residuals. Statistics (times, bytes, history) continue from the checkpoint too.
+Under gossip the parameters differ between ranks, so every rank's own are saved, with its
+momentum (as local SGD's).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ import numpy as np
 from compress import SparsityWarmup
 from mpi4py import MPI
 
+import collectives
+
 from ..compressed import CompressionState
 from ..compressed.strategies import incompatibility
 from .. import datasets
@@ -34,7 +41,7 @@ from . import checkpoint, data, report
 from .._runtime.cli import program
 from .cli import PROG, Config, UsageError, parse
 from .codecs import build
-from .exchange import Exchange
+from .exchange import Exchange, parse_gossip
 from .fusion import FusionBuffer
 from .model import MLP
 from .optim import SGD, Schedule
@@ -88,7 +95,12 @@ class Trainer:
         self.clock = Clock()
         self.exchange = Exchange(self.model.grads, self.model.params, self.state, a.algorithm,
                                  a.strategy, cfg.local_every, comm, self.clock,
-                                 int(a.bucket_mb * 2**20) if a.overlap else None)
+                                 int(a.bucket_mb * 2**20) if a.overlap else None,
+                                 parse_gossip(a.sync, self.world))
+        #: where each kind of state is kept in a checkpoint: the same on every rank or its own
+        self.own_params = cfg.gossip is not None
+        self.own_momentum = bool(cfg.local_every) or self.own_params
+        self.history_keys = HISTORY_KEYS + (("consensus",) if self.own_params else ())
         self.fingerprint, self.config_text = _fingerprint(cfg, self.sizes)
         self.step = 0
         self.history: list[dict] = []
@@ -110,10 +122,11 @@ class Trainer:
     # ------------------------------------------------------------------ checkpoint state
     def capture(self) -> tuple[dict, dict, dict]:
         """(meta, shared, mine) of the state after ``self.step`` steps."""
-        shared = {"params": self.model.params.flat}
+        shared: dict[str, np.ndarray] = {}
         mine: dict[str, np.ndarray] = {"epoch_loss": self.epoch_loss,
                                        "stats": self.exchange.stats.as_array()}
-        (mine if self.cfg.local_every else shared)["momentum"] = self.opt.velocity
+        (mine if self.own_params else shared)["params"] = self.model.params.flat
+        (mine if self.own_momentum else shared)["momentum"] = self.opt.velocity
         if self.state is not None:  # all of the compression's state, and nothing else of it
             mine.update({STATE_PREFIX + k: v for k, v in self.state.state_dict().items()})
         meta = {"version": checkpoint.VERSION, "step": self.step, "world": self.world,
@@ -130,14 +143,14 @@ class Trainer:
         rank) from one exchange of a random gradient with a fresh state: the same calls create
         the same entries as in training, whatever the codec, memory and strategy."""
         n = self.model.params.size
-        members = {"meta": checkpoint.Member.text(checkpoint.META_MAX_CHARS),
-                   "shared/params": checkpoint.Member("<f4", (n,))}
+        members = {"meta": checkpoint.Member.text(checkpoint.META_MAX_CHARS)}
         mine = {"epoch_loss": checkpoint.Member("<f8", (3,)),
                 "stats": checkpoint.Member("<f8", self.exchange.stats.as_array().shape)}
-        if self.cfg.local_every:  # local SGD: every rank's own momentum
-            mine["momentum"] = checkpoint.Member("<f4", (n,))
-        else:
-            members["shared/momentum"] = checkpoint.Member("<f4", (n,))
+        for name, own in (("params", self.own_params), ("momentum", self.own_momentum)):
+            if own:  # local SGD's momentum, gossip's parameters and momentum: every rank's own
+                mine[name] = checkpoint.Member("<f4", (n,))
+            else:
+                members[f"shared/{name}"] = checkpoint.Member("<f4", (n,))
         for r in range(self.world):
             members.update({f"rank{r}/{k}": v for k, v in mine.items()})
 
@@ -149,7 +162,7 @@ class Trainer:
         meta = {"version": checkpoint.VERSION, "world": self.world,
                 "fingerprint": self.fingerprint, "config": self.config_text,
                 "total_steps": self.total, "steps_per_epoch": self.spe,
-                "step_multiple": self.cfg.local_every or 1, "history_keys": HISTORY_KEYS}
+                "step_multiple": self.cfg.local_every or 1, "history_keys": self.history_keys}
         dense = self.args.dense_steps
         if not dense or self.state is None:
             return with_state(0), meta
@@ -197,8 +210,8 @@ class Trainer:
         self.history = list(meta["history"])
         self.elapsed = float(meta["elapsed"])
         self.clock.seconds.update(meta["clock"])
-        self.model.params.flat[...] = shared["params"]
-        self.opt.velocity[...] = (mine if self.cfg.local_every else shared)["momentum"]
+        self.model.params.flat[...] = (mine if self.own_params else shared)["params"]
+        self.opt.velocity[...] = (mine if self.own_momentum else shared)["momentum"]
         self.epoch_loss[...] = mine["epoch_loss"]
         self.exchange.stats.load(mine["stats"])
         if self.state is not None:
@@ -209,18 +222,35 @@ class Trainer:
     def run_seconds(self) -> float:
         return time.perf_counter() - self.t_start
 
+    def consensus(self) -> float:
+        """Collective: the consensus distance, how far the replicas are from their average,
+        ``sqrt(mean_i ||x_i - xbar||^2)`` over the ranks' parameter vectors (Kong et al. 2021's
+        Xi); one allreduce of the parameters (outside the steps' time: the "eval" clock)."""
+        x = self.model.params.flat
+        mean = collectives.allreduce(x.astype(np.float64), op="avg", algorithm="ring",
+                                     comm=self.comm)
+        local = np.array([float(np.sum((x - mean) ** 2))])
+        return math.sqrt(float(self.comm.allreduce(local, op=MPI.SUM)[0]) / self.world)
+
     def evaluate(self) -> dict:
-        """Epoch record: mean batch loss and accuracy of the epoch, test loss and accuracy."""
+        """Epoch record: mean batch loss and accuracy of the epoch, test loss and accuracy
+        (under gossip: of each rank's own replica on its share of the test set), and under
+        gossip the consensus distance."""
         with self.clock.measure("eval"):
             x, y = self.ds.x_test[self.rank::self.world], self.ds.y_test[self.rank::self.world]
             loss, correct = self.model.evaluate(x, y)
             tot = self.comm.allreduce(np.array([loss, correct, *self.epoch_loss]), op=MPI.SUM)
+            spread = self.consensus() if self.own_params else None
         self.epoch_loss[...] = 0
-        return {"epoch": self.step // self.spe, "step": self.step,
-                "loss": tot[2] / max(1, tot[4]), "train_acc": tot[3] / max(1, tot[4]),
-                "test_loss": tot[0] / len(self.ds.y_test), "test_acc": tot[1] / len(self.ds.y_test),
-                "wall_s": self.elapsed + self.run_seconds(),
-                "bytes_sent": self.exchange.stats.bytes_sent}
+        record = {"epoch": self.step // self.spe, "step": self.step,
+                  "loss": tot[2] / max(1, tot[4]), "train_acc": tot[3] / max(1, tot[4]),
+                  "test_loss": tot[0] / len(self.ds.y_test),
+                  "test_acc": tot[1] / len(self.ds.y_test),
+                  "wall_s": self.elapsed + self.run_seconds(),
+                  "bytes_sent": self.exchange.stats.bytes_sent}
+        if spread is not None:
+            record["consensus"] = spread
+        return record
 
     def one_step(self, order: np.ndarray) -> None:
         with self.clock.measure("step"):
@@ -281,7 +311,7 @@ class Trainer:
         ef = self.state is not None and self.state.error_feedback is not None
         mc = " + momentum correction" if a.momentum_correction else ""
         return {"label": f"{a.codec}{'+ef' if ef else ''}{'+mc' if mc else ''}"
-                         f" {a.algorithm}" + (f" {a.sync}" if self.cfg.local_every else ""),
+                         f" {a.algorithm}" + (f" {a.sync}" if a.sync != "sync" else ""),
                 "world": self.world, "params": self.model.params.size, "steps": self.step,
                 "codec": a.codec + (" + error feedback" if ef else "") + mc,
                 "algorithm": a.algorithm, "sync": a.sync, "hidden": list(self.cfg.hidden),
@@ -290,7 +320,8 @@ class Trainer:
                 "wall_s": self.elapsed + self.run_seconds(), "analytic": self.exchange.analytic,
                 "exchanges": st.calls, "bytes_mean": float(np.mean(sent)),
                 "overlap": a.overlap, "comm_busy": st.busy, "comm_hidden": st.hidden,
-                "bytes_max": int(max(sent)), "dense_bytes": st.dense_bytes}
+                "bytes_max": int(max(sent)), "dense_bytes": st.dense_bytes,
+                "consensus": last.get("consensus")}
 
 
 def _limit_threads(world: int) -> None:

@@ -25,6 +25,11 @@ Local SGD (``--sync local:H``; Lin et al. 2020, *Don't Use Large Mini-Batches, U
 skips the gradient exchange; every ``H`` steps the parameters are averaged with
 ``collectives.allreduce``. Momentum buffers stay local.
 
+Gossip (``--sync gossip:GRAPH``; D-PSGD, Lian et al. 2017) skips the gradient exchange too; after
+every step's local update each rank mixes its parameters with its neighbors' in the graph
+(``collectives.neighbor_allreduce`` over a doubly stochastic :mod:`collectives.topology`, with
+the step for the time-varying ones). The replicas then differ; momentum stays local.
+
 :class:`Exchange` also keeps the statistics of the report: seconds spent in the exchange, of which
 encode/decode, and the bytes this rank sent, counted by ``collectives.TRAFFIC`` (the library's own
 messages) or, for ``algorithm="native"`` without a codec, computed as ``2 n (p-1)/p`` bytes per
@@ -42,23 +47,37 @@ from mpi4py import MPI
 import collectives
 
 from ..compressed import CompressionState
+from ..topology import Topology, parse as parse_topology
 from .fusion import FusionBuffer
 from .timing import Clock, time_methods
 
-__all__ = ["LAYERWISE", "Exchange", "Buckets", "parse_sync", "ring_bytes"]
+__all__ = ["LAYERWISE", "Exchange", "Buckets", "parse_sync", "parse_gossip", "ring_bytes"]
 
 #: codecs reduced layer by layer (they need each layer's matrix shape)
 LAYERWISE = frozenset({"powersgd", "efsignsgd"})
 
 
 def parse_sync(text: str) -> int:
-    """``"sync"`` -> 0 (every step, gradients); ``"local:H"`` -> H >= 1 (parameters every H steps)."""
-    if text == "sync":
+    """``"sync"`` and ``"gossip:..."`` -> 0 (every step); ``"local:H"`` -> H >= 1 (parameters
+    every H steps)."""
+    if text == "sync" or text.startswith("gossip:"):
         return 0
     kind, _, h = text.partition(":")
     if kind != "local" or not h.isdigit() or int(h) < 1:
-        raise ValueError(f"--sync must be 'sync' or 'local:H' with an integer H >= 1, got {text!r}")
+        raise ValueError(f"--sync must be 'sync', 'local:H' with an integer H >= 1 or "
+                         f"'gossip:GRAPH', got {text!r}")
     return int(h)
+
+
+def parse_gossip(text: str, world: int) -> Topology | None:
+    """``"gossip:GRAPH[:WEIGHTS]"`` -> the doubly stochastic topology over ``world`` ranks (D-PSGD
+    needs one); anything else -> None. Raises ValueError naming the valid graphs and weights."""
+    if not text.startswith("gossip:"):
+        return None
+    spec = text[len("gossip:"):]
+    topology = parse_topology(spec, world)
+    topology.check("doubly", f"--sync gossip:{spec} (D-PSGD)")
+    return topology
 
 
 def ring_bytes(n_bytes: int, world: int) -> int:
@@ -138,16 +157,20 @@ class Exchange:
         ``collectives.STRATEGIES``).
     local_every
         0 for synchronous SGD, else H of local SGD.
+    gossip
+        The graph of ``--sync gossip:GRAPH`` (parameters mixed every step), else None.
     """
 
     def __init__(self, grads: FusionBuffer, params: FusionBuffer, state: CompressionState | None,
                  algorithm: str, strategy: str, local_every: int, comm: MPI.Comm,
-                 clock: Clock, bucket_bytes: int | None = None) -> None:
+                 clock: Clock, bucket_bytes: int | None = None,
+                 gossip: Topology | None = None) -> None:
         self.grads, self.params, self.state = grads, params, state
         self.algorithm, self.strategy, self.local_every = algorithm, strategy, local_every
+        self.gossip = gossip
         self.comm, self.clock = comm, clock
         self.stats = Stats()
-        self.analytic = algorithm == "native" and state is None
+        self.analytic = algorithm == "native" and state is None and gossip is None
         if state is not None:
             for part in (state.codec, state.memory, state.server):
                 if part is not None:
@@ -186,7 +209,7 @@ class Exchange:
 
     def __call__(self, step: int) -> None:
         """Exchange after the local gradient of ``step`` is in ``grads`` (before the update)."""
-        if self.local_every:
+        if self.local_every or self.gossip is not None:
             return
         if self.buckets is not None:
             self._wait_buckets()
@@ -208,8 +231,11 @@ class Exchange:
         st.bytes_sent += dense if self.analytic else collectives.TRAFFIC.bytes_sent - self._sent0
 
     def average_params(self, step: int) -> None:
-        """Local SGD: average the parameters after the update of ``step``, when due."""
-        if self.local_every and self.exchanges_at(step):
+        """Local SGD: average the parameters after the update of ``step``, when due; gossip:
+        mix them with the neighbors' after every update."""
+        if self.gossip is not None:
+            self._timed(self.params, step, self._mix)
+        elif self.local_every and self.exchanges_at(step):
             self._timed(self.params, step, self._dense)
 
     # ------------------------------------------------------------------ internals
@@ -227,6 +253,10 @@ class Exchange:
     def _dense(self, buf: FusionBuffer, step: int) -> None:
         collectives.allreduce(buf.flat, out=buf.flat, op="avg", algorithm=self.algorithm,
                               comm=self.comm)
+
+    def _mix(self, buf: FusionBuffer, step: int) -> None:
+        collectives.neighbor_allreduce(buf.flat, self.gossip, out=buf.flat, step=step,
+                                       comm=self.comm)
 
     def _reduce_grads(self, buf: FusionBuffer, step: int) -> None:
         if self.state is None:

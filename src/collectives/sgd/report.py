@@ -22,8 +22,9 @@ __all__ = ["epoch_line", "final_report", "WRITERS", "write_log", "plot", "main"]
 
 
 def epoch_line(r: dict) -> str:
+    spread = f"  consensus {r['consensus']:.3g}" if "consensus" in r else ""
     return (f"epoch {r['epoch']:3d}  loss {r['loss']:.4f}  train {100 * r['train_acc']:6.2f}%  "
-            f"test {100 * r['test_acc']:6.2f}%  {r['wall_s']:7.1f} s")
+            f"test {100 * r['test_acc']:6.2f}%{spread}  {r['wall_s']:7.1f} s")
 
 
 def _mb(n: float) -> str:
@@ -31,9 +32,12 @@ def _mb(n: float) -> str:
 
 
 def _sync(spec: str) -> str:
-    """``--sync`` in words: "sync" or "local:H"."""
+    """``--sync`` in words: "sync", "local:H" or "gossip:GRAPH"."""
     if spec.startswith("local:"):
         return f"local SGD (parameters averaged every {spec.split(':', 1)[1]} steps)"
+    if spec.startswith("gossip:"):
+        return (f"gossip SGD (D-PSGD: parameters mixed with the neighbors' every step, graph "
+                f"{spec.split(':', 1)[1]})")
     return "synchronous SGD (gradients averaged every step)"
 
 
@@ -46,7 +50,9 @@ def final_report(summary: dict) -> str:
         f"{s['world']} ranks, {s['params']:,} parameters, {s['steps']} steps, codec {s['codec']}, "
         f"algorithm {s['algorithm']}, {_sync(s['sync'])}",
         f"final: loss {s['loss']:.4f}  train {100 * s['train_acc']:.2f}%  "
-        f"test {100 * s['test_acc']:.2f}%",
+        f"test {100 * s['test_acc']:.2f}%" + (
+            f"  consensus distance {s['consensus']:.3g} (RMS distance of the replicas from "
+            f"their average)" if s.get("consensus") is not None else ""),
         f"time (rank 0), {total:.1f} s in all:",
     ]
     for k in ("compute", "codec", "comm", "eval", "checkpoint"):
