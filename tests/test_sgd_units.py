@@ -6,7 +6,7 @@ import pytest
 from collectives import datasets
 from collectives.sgd import checkpoint, codecs, data
 from collectives.sgd.cli import UsageError, parse
-from collectives.sgd.exchange import parse_gossip, parse_sync, ring_bytes
+from collectives.sgd.exchange import parse_gossip, parse_server, parse_sync, ring_bytes
 from collectives.sgd.fusion import FusionBuffer
 from collectives.sgd.model import MLP
 from collectives.sgd.optim import SGD, Schedule
@@ -158,7 +158,10 @@ def test_sync_and_bytes():
     assert parse_gossip("gossip:one_peer_exponential", 5).period == 3
     assert parse_gossip("gossip:torus:metropolis", 6).name == "torus(2x3)"
     assert parse(["--sync", "gossip:ring:metropolis"], 5, 1437).gossip == "ring(5)"
-    for bad in ("local", "local:0", "async"):
+    assert parse_sync("ssp:0") == 0 and parse_sync("async") == 0
+    assert parse_server("ssp:3") == (3,) and parse_server("async") == (None,)
+    assert parse_server("sync") is None and parse_server("ssp:-1") is None
+    for bad in ("local", "local:0", "asynchronous", "ssp:-1", "ssp:x", "ssp"):
         with pytest.raises(ValueError):
             parse_sync(bad)
     assert ring_bytes(400, 4) == 600 and ring_bytes(400, 1) == 0
@@ -183,6 +186,9 @@ def test_sync_and_bytes():
     (["--sync", "gossip:ring:max"], "unknown weights 'max'"),
     (["--sync", "gossip:ring", "--codec", "topk"], "--sync gossip exchanges parameters"),
     (["--sync", "gossip:ring", "--overlap"], "--sync gossip exchanges parameters"),
+    (["--sync", "ssp:x"], "'ssp:S' with an integer S >= 0 or 'async'"),
+    (["--sync", "ssp:1", "--codec", "topk"], "--sync ssp:1 pushes updates to a parameter server"),
+    (["--sync", "async", "--check-replicas"], "--sync async pushes updates"),
     (["--sync", "gossip:ring", "--check-replicas"], "its replicas differ"),
     (["--overlap", "--bucket-mb", "0"], "--bucket-mb must be positive"),
     (["--momentum-correction"], "need a --codec"),

@@ -155,6 +155,26 @@ class ParameterServer:
         self.step = t + 1
         self._set_clock(0, t + 1)
 
+    def reset(self, x: np.ndarray, step: int) -> None:
+        """Collective: make rank 0's ``x`` the parameters and ``step`` every worker's clocks and
+        next step (resuming from a checkpoint)."""
+        self._live()
+        if not isinstance(x, np.ndarray) or x.shape != (self.size,):
+            raise ValueError(f"ParameterServer.reset: x must be a NumPy array of shape "
+                             f"({self.size},), got {getattr(x, 'shape', type(x).__name__)}")
+        self.comm.Barrier()  # nobody still reads or writes the old state
+        first = x.astype(self.dtype)
+        self.comm.Bcast([first, self._type], root=0)
+        me = self.comm.rank
+        lo, hi = self._blocks[me]
+        self._params.Lock(me, MPI.LOCK_EXCLUSIVE)
+        np.frombuffer(self._params.tomemory(), dtype=self.dtype)[: hi - lo] = first[lo:hi]
+        self._params.Unlock(me)
+        self.step = step
+        self._set_clock(0, step)
+        self._set_clock(1, step)
+        self.comm.Barrier()
+
     def clocks(self) -> np.ndarray:
         """Every worker's pushed steps (read from rank 0)."""
         self._live()

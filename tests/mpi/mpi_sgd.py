@@ -41,6 +41,20 @@ def test_tiny_gossip_run_reports_its_consensus_distance():
         assert spread[0] > 0
 
 
+def test_tiny_parameter_server_runs():
+    """--sync ssp:0 is synchronous SGD (the same trajectory to rounding: the p pushes add up in
+    any order); ssp:2 and async train; a push sends the other ranks' shards, n (p-1)/p bytes."""
+    comm = WORLD
+    sync = train(TINY, comm)
+    ssp0 = train([*TINY, "--sync", "ssp:0"], comm)
+    assert abs(ssp0["loss"] - sync["loss"]) < 1e-4 * max(1.0, sync["loss"]), \
+        (ssp0["loss"], sync["loss"])
+    for spec in ("ssp:2", "async"):
+        s = train([*TINY, "--sync", spec], comm)
+        assert np.isfinite(s["loss"]) and s["exchanges"] == s["steps"]
+        assert s["bytes_mean"] == s["steps"] * (s["params"] * 4 * (comm.size - 1) // comm.size)
+
+
 def test_tiny_compressed_run_keeps_replicas_identical():
     s = train([*TINY, "--check-replicas", "--codec", "topk:ratio=0.1"], WORLD)
     assert s["exchanges"] == s["steps"]

@@ -19,7 +19,7 @@ from .._runtime.cli import PLOT_INSTALL, Parser, UsageError
 
 from .. import datasets
 from .codecs import parse_spec
-from .exchange import parse_gossip, parse_sync
+from .exchange import parse_gossip, parse_server, parse_sync
 from .model import MODELS
 
 __all__ = ["UsageError", "Config", "parser", "parse"]
@@ -93,10 +93,12 @@ def parser() -> argparse.ArgumentParser:
                         "start_powerSGD_iter); the memory starts at step N")
     c.add_argument("--strategy", choices=_STRATEGIES, default="auto")
     c.add_argument("--sync", default="sync",
-                   help="'sync' (gradients averaged every step), 'local:H' (local SGD) or "
+                   help="'sync' (gradients averaged every step), 'local:H' (local SGD), "
                         "'gossip:GRAPH[:WEIGHTS]' (D-PSGD: parameters mixed with the neighbors' "
                         "every step; graphs: " + ", ".join(collectives.topology.GRAPHS) +
-                        "; weights: " + ", ".join(collectives.topology.WEIGHTS) + ")")
+                        "; weights: " + ", ".join(collectives.topology.WEIGHTS) + "), "
+                        "'ssp:S' (a parameter server over one-sided windows: no rank more than S "
+                        "steps ahead of the slowest; ssp:0 is synchronous) or 'async' (no bound)")
     c.add_argument("--overlap", action="store_true",
                    help="start each gradient bucket's allreduce (compressed with --codec) "
                         "during backward, through the progress engine")
@@ -167,6 +169,9 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
     if gossip is not None and (codec_name or a.overlap or a.check_replicas):
         raise UsageError("--sync gossip exchanges parameters, not gradients, and its replicas "
                          "differ: --codec, --overlap and --check-replicas do not apply")
+    if parse_server(a.sync) is not None and (codec_name or a.overlap or a.check_replicas):
+        raise UsageError(f"--sync {a.sync} pushes updates to a parameter server and its "
+                         "replicas differ: --codec, --overlap and --check-replicas do not apply")
     n = min(n_train, a.subset or n_train)
     if world > n:
         raise UsageError(f"world size {world} exceeds the {n} training samples")

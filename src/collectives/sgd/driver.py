@@ -41,7 +41,7 @@ from . import checkpoint, data, report
 from .._runtime.cli import program
 from .cli import PROG, Config, UsageError, parse
 from .codecs import build
-from .exchange import Exchange, parse_gossip
+from .exchange import Exchange, parse_gossip, parse_server
 from .fusion import FusionBuffer
 from .model import MLP
 from .optim import SGD, Schedule
@@ -96,9 +96,9 @@ class Trainer:
         self.exchange = Exchange(self.model.grads, self.model.params, self.state, a.algorithm,
                                  a.strategy, cfg.local_every, comm, self.clock,
                                  int(a.bucket_mb * 2**20) if a.overlap else None,
-                                 parse_gossip(a.sync, self.world))
+                                 parse_gossip(a.sync, self.world), parse_server(a.sync))
         #: where each kind of state is kept in a checkpoint: the same on every rank or its own
-        self.own_params = cfg.gossip is not None
+        self.own_params = cfg.gossip is not None or self.exchange.server is not None
         self.own_momentum = bool(cfg.local_every) or self.own_params
         self.history_keys = HISTORY_KEYS + (("consensus",) if self.own_params else ())
         self.fingerprint, self.config_text = _fingerprint(cfg, self.sizes)
@@ -214,6 +214,8 @@ class Trainer:
         self.opt.velocity[...] = (mine if self.own_momentum else shared)["momentum"]
         self.epoch_loss[...] = mine["epoch_loss"]
         self.exchange.stats.load(mine["stats"])
+        if self.exchange.server is not None:  # rank 0's parameters, every clock at this step
+            self.exchange.server.reset(self.model.params.flat, self.step)
         if self.state is not None:
             self.state.load_state_dict({k[len(STATE_PREFIX):]: v for k, v in mine.items()
                                         if k.startswith(STATE_PREFIX)})
@@ -260,6 +262,7 @@ class Trainer:
         a, step = self.args, self.step
         i = step % self.spe
         batch = order[i * a.batch_size:(i + 1) * a.batch_size]
+        self.exchange.pull(step)  # --sync ssp:S / async: the server's parameters
         with self.clock.measure("compute"):
             loss, correct = self.model.loss_and_grad(self.ds.x_train[batch], self.ds.y_train[batch],
                                                      **self.exchange.backward_hooks(step))
@@ -354,7 +357,9 @@ def train(argv: list[str] | None = None, comm: MPI.Comm | None = None) -> dict |
                                        check=t.check_state))
         except ValueError as e:
             raise UsageError(str(e)) from None
-    if not t.train():
+    finished = t.train()
+    t.exchange.close()
+    if not finished:
         if t.rank == 0 and not cfg.args.quiet:
             print(f"{PROG}: stopped after step {t.step} (--stop-after)", file=sys.stderr)
         return None

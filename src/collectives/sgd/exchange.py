@@ -51,22 +51,35 @@ from ..topology import Topology, parse as parse_topology
 from .fusion import FusionBuffer
 from .timing import Clock, time_methods
 
-__all__ = ["LAYERWISE", "Exchange", "Buckets", "parse_sync", "parse_gossip", "ring_bytes"]
+__all__ = ["LAYERWISE", "Exchange", "Buckets", "parse_sync", "parse_gossip", "parse_server",
+           "ring_bytes"]
 
 #: codecs reduced layer by layer (they need each layer's matrix shape)
 LAYERWISE = frozenset({"powersgd", "efsignsgd"})
 
 
 def parse_sync(text: str) -> int:
-    """``"sync"`` and ``"gossip:..."`` -> 0 (every step); ``"local:H"`` -> H >= 1 (parameters
-    every H steps)."""
-    if text == "sync" or text.startswith("gossip:"):
+    """``"sync"``, ``"gossip:..."``, ``"ssp:S"`` and ``"async"`` -> 0 (every step);
+    ``"local:H"`` -> H >= 1 (parameters every H steps)."""
+    if text == "sync" or text.startswith("gossip:") or parse_server(text) is not None:
         return 0
     kind, _, h = text.partition(":")
     if kind != "local" or not h.isdigit() or int(h) < 1:
-        raise ValueError(f"--sync must be 'sync', 'local:H' with an integer H >= 1 or "
-                         f"'gossip:GRAPH', got {text!r}")
+        raise ValueError(f"--sync must be 'sync', 'local:H' with an integer H >= 1, "
+                         f"'gossip:GRAPH', 'ssp:S' with an integer S >= 0 or 'async', "
+                         f"got {text!r}")
     return int(h)
+
+
+def parse_server(text: str) -> tuple[int | None] | None:
+    """``"ssp:S"`` -> ``(S,)``, ``"async"`` -> ``(None,)`` (a parameter server's staleness
+    bound, :class:`collectives.ParameterServer`); anything else -> None."""
+    if text == "async":
+        return (None,)
+    kind, _, s = text.partition(":")
+    if kind == "ssp" and s.isdigit():
+        return (int(s),)
+    return None
 
 
 def parse_gossip(text: str, world: int) -> Topology | None:
@@ -159,18 +172,26 @@ class Exchange:
         0 for synchronous SGD, else H of local SGD.
     gossip
         The graph of ``--sync gossip:GRAPH`` (parameters mixed every step), else None.
+    server
+        ``(S,)`` of ``--sync ssp:S`` or ``(None,)`` of ``--sync async``: the parameters live in a
+        :class:`collectives.ParameterServer` with that staleness bound; else None.
     """
 
     def __init__(self, grads: FusionBuffer, params: FusionBuffer, state: CompressionState | None,
                  algorithm: str, strategy: str, local_every: int, comm: MPI.Comm,
                  clock: Clock, bucket_bytes: int | None = None,
-                 gossip: Topology | None = None) -> None:
+                 gossip: Topology | None = None, server: tuple | None = None) -> None:
         self.grads, self.params, self.state = grads, params, state
         self.algorithm, self.strategy, self.local_every = algorithm, strategy, local_every
         self.gossip = gossip
         self.comm, self.clock = comm, clock
         self.stats = Stats()
-        self.analytic = algorithm == "native" and state is None and gossip is None
+        self.analytic = (algorithm == "native" and state is None and gossip is None) or \
+            server is not None  # one-sided traffic is not in TRAFFIC: counted as n (p-1)/p
+        #: --sync ssp:S / async: the parameter server, and the parameters this step pulled
+        self.server = None if server is None else collectives.ParameterServer(
+            params.flat, staleness=server[0], lr=1.0, comm=comm)
+        self._pulled = None
         if state is not None:
             for part in (state.codec, state.memory, state.server):
                 if part is not None:
@@ -207,9 +228,24 @@ class Exchange:
                 x, self.state, out=x, op="avg", strategy=self.strategy, comm=self.comm, key=key,
                 step=self._step, algorithm=self.algorithm))
 
+    def close(self) -> None:
+        """Collective: release the parameter server's windows, if any."""
+        if self.server is not None:
+            self.server.free()
+
+    def pull(self, step: int) -> None:
+        """--sync ssp:S / async: before the gradient of ``step``, read the parameters from the
+        server (waiting for the staleness bound) into ``params``."""
+        if self.server is None:
+            return
+        t0 = time.perf_counter()
+        self._pulled = self.server.pull()
+        self.params.flat[...] = self._pulled
+        self.stats.seconds += time.perf_counter() - t0
+
     def __call__(self, step: int) -> None:
         """Exchange after the local gradient of ``step`` is in ``grads`` (before the update)."""
-        if self.local_every or self.gossip is not None:
+        if self.local_every or self.gossip is not None or self.server is not None:
             return
         if self.buckets is not None:
             self._wait_buckets()
@@ -235,6 +271,8 @@ class Exchange:
         mix them with the neighbors' after every update."""
         if self.gossip is not None:
             self._timed(self.params, step, self._mix)
+        elif self.server is not None:
+            self._timed(self.params, step, self._push)
         elif self.local_every and self.exchanges_at(step):
             self._timed(self.params, step, self._dense)
 
@@ -248,11 +286,21 @@ class Exchange:
         dense = ring_bytes(nbytes, self.comm.size)
         self.stats.calls += 1
         self.stats.dense_bytes += dense
-        self.stats.bytes_sent += dense if self.analytic else collectives.TRAFFIC.bytes_sent - sent0
+        if self.server is not None:  # a push: the other ranks' shards, n (p-1)/p bytes
+            self.stats.bytes_sent += dense // 2
+        else:
+            self.stats.bytes_sent += dense if self.analytic else \
+                collectives.TRAFFIC.bytes_sent - sent0
 
     def _dense(self, buf: FusionBuffer, step: int) -> None:
         collectives.allreduce(buf.flat, out=buf.flat, op="avg", algorithm=self.algorithm,
                               comm=self.comm)
+
+    def _push(self, buf: FusionBuffer, step: int) -> None:
+        """--sync ssp:S / async: add this rank's update, averaged over the ranks, to the
+        server's parameters: ``(pulled - updated) / p`` with the server's lr of 1 (under
+        ``ssp:0`` the sum of the p pushes is synchronous SGD's averaged update)."""
+        self.server.push((self._pulled - buf.flat) / self.comm.size)
 
     def _mix(self, buf: FusionBuffer, step: int) -> None:
         collectives.neighbor_allreduce(buf.flat, self.gossip, out=buf.flat, step=step,

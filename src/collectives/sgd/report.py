@@ -32,12 +32,17 @@ def _mb(n: float) -> str:
 
 
 def _sync(spec: str) -> str:
-    """``--sync`` in words: "sync", "local:H" or "gossip:GRAPH"."""
+    """``--sync`` in words: "sync", "local:H", "gossip:GRAPH", "ssp:S" or "async"."""
     if spec.startswith("local:"):
         return f"local SGD (parameters averaged every {spec.split(':', 1)[1]} steps)"
     if spec.startswith("gossip:"):
         return (f"gossip SGD (D-PSGD: parameters mixed with the neighbors' every step, graph "
                 f"{spec.split(':', 1)[1]})")
+    if spec.startswith("ssp:"):
+        return (f"stale-synchronous SGD (a parameter server; no rank more than "
+                f"{spec.split(':', 1)[1]} steps ahead of the slowest)")
+    if spec == "async":
+        return "asynchronous SGD (a parameter server, no staleness bound)"
     return "synchronous SGD (gradients averaged every step)"
 
 
@@ -68,8 +73,11 @@ def final_report(summary: dict) -> str:
     if t.get("step"):
         lines.append(f"  step (forward, backward, exchange, update): mean "
                      f"{t['step'] / max(1, s['steps']) * 1e3:.1f} ms")
-    how = "analytic 2n(p-1)/p (native MPI_Allreduce is not counted)" if s["analytic"] \
-        else "counted by collectives.TRAFFIC"
+    server = s.get("sync", "").startswith("ssp:") or s.get("sync") == "async"
+    how = ("analytic n(p-1)/p per push (one-sided puts into the other ranks' shards are not "
+           "counted)" if server else
+           "analytic 2n(p-1)/p (native MPI_Allreduce is not counted)" if s["analytic"]
+           else "counted by collectives.TRAFFIC")
     dense = s["dense_bytes"]
     mean = s["bytes_mean"]
     ratio = ("nothing sent" if not mean else "the same" if abs(dense / mean - 1) < 0.05
