@@ -35,3 +35,7 @@ __version__ = "0.1.0"
 from ._runtime import crash as _crash  # noqa: E402 - an unhandled error on any rank ends the job
 
 _crash.install()
+
+from . import timeline  # noqa: E402 - COLLECTIVES_TIMELINE starts one (docs/timeline.md)
+
+timeline.start_from_env()
