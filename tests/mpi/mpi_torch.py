@@ -669,3 +669,31 @@ def test_horovod_spellings_of_broadcast_and_ops():
     t = torch.full((3,), float(comm.rank + 1))
     assert torch.equal(ct.allreduce(t, op=ct.Sum), ct.allreduce(t, op="sum"))
     assert torch.equal(ct.allreduce(t, op=ct.Average), ct.allreduce(t))
+
+
+def test_timeline_names_the_buckets(tmp_path):
+    """A DistributedOptimizer step under collectives.timeline: every parameter's bucket appears
+    by name (``collectives.torch.grad.<name>``) among the requests of every rank, in a merged
+    file that passes the trace-event checks."""
+    from collectives import timeline
+
+    comm = MPI.COMM_WORLD
+    path = comm.bcast(str(tmp_path / "run.json"), root=0)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(4, 2))
+    opt = ct.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                  named_parameters=model.named_parameters(), bucket_bytes=1)
+    timeline.start(path)
+    model(torch.ones(3, 8) * (comm.rank + 1)).sum().backward()
+    opt.step()
+    written = timeline.stop()
+    opt.remove_hooks()
+    if comm.rank == 0:
+        doc = timeline.chrome.read(written)
+        timeline.check(doc)
+        want = {"collectives.torch.grad." + n for n, _ in model.named_parameters()}
+        for r in range(comm.size):
+            names = {e["args"]["name"] for e in doc["traceEvents"]
+                     if e["pid"] == r and e.get("cat") == "request" and "name" in e["args"]}
+            assert want <= names, (r, want - names)
+    comm.Barrier()
