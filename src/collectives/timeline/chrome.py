@@ -18,6 +18,7 @@ import json
 import os
 from typing import Any, Iterable
 
+from .hooks import describe
 from .recorder import Recorder
 
 __all__ = ["rank_events", "document", "merge", "check", "read", "write"]
@@ -38,7 +39,27 @@ def _args(category: str, args: Any) -> dict[str, Any] | None:
     if category == "reduce":
         op, nbytes = args
         return {"op": op, "bytes": nbytes}
+    if category in ("call", "request"):
+        return describe(*args)
+    if args:  # NumPy values as JSON
+        return {k: v if type(v) in _JSON else _plain(v) for k, v in args.items()}
     return args
+
+
+_JSON = (str, int, float, bool, list, tuple, type(None))
+
+
+def _plain(value: Any) -> Any:
+    item = getattr(value, "item", None)  # a NumPy scalar
+    return item() if callable(item) and not hasattr(value, "names") else str(value)
+
+
+def _message_name(expect: list) -> str:
+    """An exchange round's name from what it waited for (None: a send; a size: a receive)."""
+    sends = sum(e is None for e in expect)
+    if sends == len(expect):
+        return "send"
+    return "recv" if sends == 0 else "sendrecv"
 
 
 def rank_events(recorder: Recorder, rank: int, offset: float, origin: float) -> list[dict]:
@@ -62,6 +83,8 @@ def rank_events(recorder: Recorder, rank: int, offset: float, origin: float) -> 
             spans.append((n0, -n1, category, name, args))
         spans.sort(key=lambda s: (s[0], s[1]))
         for n0, minus_n1, category, name, args in spans:
+            if category == "message" and not name:
+                name = _message_name(args[1])
             event = {"name": name, "cat": category, "ph": "X", "ts": n0 / 1000,
                      "dur": (-minus_n1 - n0) / 1000, "pid": rank, "tid": lane.tid}
             info = _args(category, args)

@@ -79,11 +79,8 @@ def _guard_run(plain: Callable) -> Callable:
             raise
         finally:
             t1 = clock()
-            info = _describe(seen[0] if seen[0] is not None else args)
-            info["seq"] = self.seq
-            if error is not None:
-                info["error"] = error
-            rec.add("call", name, t0, t1, info)
+            rec.add("call", name, t0, t1,
+                    (self.seq, None, error, *_summary(seen[0] if seen[0] is not None else args)))
     return run
 
 
@@ -96,16 +93,12 @@ def _guard_complete(plain: Callable) -> Callable:
         try:
             return plain(self, reqs, expect, peers, native, keep)
         finally:
-            rec.add("message", "native" if native else _message_name(expect), t0, clock(),
-                    (peers, expect))
+            # named at write time (send, recv, sendrecv: .chrome) unless native
+            # tuples of numbers: the collector stops tracking them (lists would stay tracked,
+            # and every full collection would walk the whole timeline)
+            rec.add("message", "native" if native else "", t0, clock(),
+                    (tuple(peers), tuple(expect)))
     return complete
-
-
-def _message_name(expect: list) -> str:
-    sends = sum(e is None for e in expect)
-    if sends == len(expect):
-        return "send"
-    return "recv" if sends == 0 else "sendrecv"
 
 
 def _submit(plain: Callable) -> Callable:
@@ -125,13 +118,9 @@ def _request_complete(plain: Callable) -> Callable:
     def complete(self, error=None):
         rec = ACTIVE
         if rec is not None and self.started is not None and self.finished is not None:
-            info = _describe(self.call)
-            info["seq"] = self.seq
-            if self.name is not None:
-                info["name"] = self.name
-            if error is not None:
-                info["error"] = type(error).__name__
-            rec.add("request", self.kind, self.started, self.finished, info)
+            rec.add("request", self.kind, self.started, self.finished,
+                    (self.seq, self.name, None if error is None else type(error).__name__,
+                     *_summary(self.call)))
         return plain(self, error)
     return complete
 
@@ -146,7 +135,7 @@ def _wait_for(plain: Callable) -> Callable:
             return plain(requests, timeout, satisfied)
         finally:
             names = [r.name if r.name is not None else f"{r.kind} #{r.seq}" for r in requests]
-            rec.add("wait", "wait", t0, clock(), {"requests": names})
+            rec.add("wait", "wait", t0, clock(), {"requests": tuple(names)})
     return wait_for
 
 
@@ -216,37 +205,68 @@ def _names() -> dict[Any, str]:
     return _NAMES
 
 
-def _describe(what: Any) -> dict[str, Any]:
-    """The arguments of a call span: from a checked call object (``AllreduceCall`` ...), or the
-    arguments of a repeated call (``src, dst, op, fn, ...``). Holds nothing of the arrays."""
-    import numpy as np
+_NOTHING = (None, None, None, None, None)
 
-    info: dict[str, Any] = {}
-    if isinstance(what, tuple):  # a repeated allreduce: run_allreduce's arguments
-        if what and isinstance(what[0], np.ndarray):
+
+def _summary(what: Any) -> tuple:
+    """What a call span records of the call (made a dict by :func:`describe` at write time):
+    ``(count, dtype, bytes, algorithm name, compressed signature)``, from a checked call object
+    (``AllreduceCall`` ...) or the arguments of a repeated call (``src, dst, op, fn, ...``).
+    Holds only values the garbage collector does not track (no arrays, no functions), so that
+    a long timeline costs its full collections nothing."""
+    if type(what) is tuple:  # a repeated allreduce: run_allreduce's arguments
+        if len(what) > 3 and hasattr(what[0], "nbytes"):
             src = what[0]
-            info.update(count=int(src.size), dtype=str(src.dtype), bytes=int(src.nbytes))
-        if len(what) > 3:
-            name = _names().get(what[3])
-            if name is not None:
-                info["algorithm"] = name
-        return info
+            return src.size, src.dtype, src.nbytes, _names().get(what[3]), None
+        return _NOTHING
     if what is None:
-        return info
-    src = getattr(what, "src", None)
-    if src is None:
-        src = getattr(what, "buf", None)
-    if src is not None and hasattr(src, "nbytes"):
-        info.update(count=int(src.size), dtype=str(src.dtype), bytes=int(src.nbytes))
-    sig = getattr(what, "sig", None)
-    if isinstance(sig, dict) and "codec" in sig:  # a compressed allreduce
-        info.update(codec=sig["codec"], strategy=sig["strategy"], step=sig["step"])
-        algorithm = getattr(what, "algorithm", None)
-    else:
-        algorithm = _names().get(getattr(what, "fn", None)) or getattr(what, "algorithm", None)
-    if isinstance(algorithm, str):
-        info["algorithm"] = algorithm
+        return _NOTHING
+    layout = _LAYOUTS.get(type(what))
+    if layout is None:
+        layout = _LAYOUTS[type(what)] = _layout(type(what))
+    src_attr, compressed, fn = layout
+    src = getattr(what, src_attr, None) if src_attr else None
+    if src is None or not hasattr(src, "nbytes"):
+        return _NOTHING
+    if compressed:
+        return src.size, src.dtype, src.nbytes, what.algorithm, what.sig
+    algorithm = (_names().get(what.fn) if fn else None) or getattr(what, "algorithm", None)
+    return src.size, src.dtype, src.nbytes, algorithm, None
+
+
+def describe(seq: int, name: str | None, error: str | None, count: int | None, dtype: Any,
+             nbytes: int | None, algorithm: str | None, sig: dict | None) -> dict[str, Any]:
+    """The ``args`` of a call or request span, from what the wrapper recorded (``seq``, the
+    request's ``name``, the ``error``'s type and :func:`_summary`)."""
+    info: dict[str, Any] = {}
+    if name is not None:
+        info["name"] = name
+    if count is not None:
+        info.update(count=int(count), dtype=str(dtype), bytes=int(nbytes))
+        if sig is not None:
+            info.update(codec=sig["codec"], strategy=sig["strategy"], step=sig["step"])
+        if algorithm is not None:
+            info["algorithm"] = algorithm
+    info["seq"] = seq
+    if error is not None:
+        info["error"] = error
     return info
+
+
+#: call class -> (attribute of its array, compressed, has ``fn``): read once per class, so that
+#: describing a call raises and catches no AttributeError
+_LAYOUTS: dict[type, tuple[str | None, bool, bool]] = {}
+
+
+def _layout(cls: type) -> tuple[str | None, bool, bool]:
+    if "__getattr__" in vars(cls):  # a wrapper (nonblocking._OnDevice): ask the instance
+        return "src", False, False
+    names: set[str] = set()
+    for c in cls.__mro__:
+        names.update(getattr(c, "__slots__", ()))
+        names.update(vars(c))
+    src = "src" if "src" in names else ("buf" if "buf" in names else None)
+    return src, "sig" in names, "fn" in names
 
 
 # -- installing ------------------------------------------------------------------------------------
