@@ -30,7 +30,9 @@ import atexit
 import os
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Iterator
 
 from mpi4py import MPI
 
@@ -39,8 +41,8 @@ from .chrome import check, document, merge, rank_events, read, write
 from .clock import align
 from .recorder import Recorder, clock
 
-__all__ = ["start", "stop", "active", "merge_files", "rank_path", "check", "ENV",
-           "MERGE_WAIT_S"]
+__all__ = ["start", "stop", "active", "span", "record", "merge_files", "rank_path", "check",
+           "ENV", "MERGE_WAIT_S"]
 
 #: The environment variable that turns the timeline on at import: the file to write.
 ENV = "COLLECTIVES_TIMELINE"
@@ -132,6 +134,26 @@ def stop() -> str | None:
         return None
     write(merge(document(e, [i]) for e, i in gathered), session.path)
     return session.path
+
+
+def record(name: str, t0: float, t1: float, **args: Any) -> None:
+    """A span of the program's own (``"forward"``, ``"update"``) on the calling thread's lane,
+    from ``t0`` to ``t1`` (``time.perf_counter()`` seconds), if a timeline is recording; else
+    nothing. ``args``: numbers and strings shown with it."""
+    rec = hooks.ACTIVE
+    if rec is not None:
+        rec.add("user", name, t0, t1, args or None)
+
+
+@contextmanager
+def span(name: str, **args: Any) -> Iterator[None]:
+    """``with collectives.timeline.span("backward"):`` records the block as a span (see
+    :func:`record`)."""
+    t0 = clock()
+    try:
+        yield
+    finally:
+        record(name, t0, clock(), **args)
 
 
 def merge_files(paths: list[str | os.PathLike], out: str | os.PathLike) -> dict:

@@ -34,6 +34,9 @@ decode,      ``.decode``, ``.aggregate_into``                  allreduce
 aggregate
 reduce       ``ops.Op.combine``                                a local reduction (a block of a
                                                                round)
+user         (:func:`collectives.timeline.record`)             the program's own phases (the SGD
+                                                               driver's and the PyTorch trainer's
+                                                               compute, step, update)
 ===========  ================================================  ===================================
 
 Blocking calls that repeat their last arguments run a remembered bound ``Guard.run``
@@ -228,8 +231,10 @@ def _summary(what: Any) -> tuple:
     src = getattr(what, src_attr, None) if src_attr else None
     if src is None or not hasattr(src, "nbytes"):
         return _NOTHING
-    if compressed:
-        return src.size, src.dtype, src.nbytes, what.algorithm, what.sig
+    if compressed:  # the key names the tensor
+        key = what.key
+        return src.size, src.dtype, src.nbytes, what.algorithm, \
+            what.sig if key is None else {**what.sig, "key": str(key)}
     algorithm = (_names().get(what.fn) if fn else None) or getattr(what, "algorithm", None)
     return src.size, src.dtype, src.nbytes, algorithm, None
 
@@ -245,6 +250,8 @@ def describe(seq: int, name: str | None, error: str | None, count: int | None, d
         info.update(count=int(count), dtype=str(dtype), bytes=int(nbytes))
         if sig is not None:
             info.update(codec=sig["codec"], strategy=sig["strategy"], step=sig["step"])
+            if "key" in sig:
+                info["key"] = sig["key"]
         if algorithm is not None:
             info["algorithm"] = algorithm
     info["seq"] = seq
