@@ -38,7 +38,7 @@ def _args(category: str, args: Any) -> dict[str, Any] | None:
         return out
     if category == "reduce":
         op, nbytes = args
-        return {"op": op, "bytes": nbytes}
+        return {"op": op, "bytes": int(nbytes)}
     if category in ("call", "request"):
         return describe(*args)
     if args:  # NumPy values as JSON
