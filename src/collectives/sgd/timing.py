@@ -43,7 +43,8 @@ class Clock:
                 t1 = time.perf_counter()
                 self.seconds[category] += t1 - t0
                 if _timeline.ACTIVE is not None:  # --timeline: the phase as a span
-                    _timeline.ACTIVE.add("user", category, t0, t1)
+                    _timeline.ACTIVE.add("codec" if category == "codec" else "user", category,
+                                         t0, t1)
 
 
 def time_methods(obj: Any, clock: Clock, category: str,

@@ -34,9 +34,10 @@ decode,      ``.decode``, ``.aggregate_into``                  allreduce
 aggregate
 reduce       ``ops.Op.combine``                                a local reduction (a block of a
                                                                round)
-user         (:func:`collectives.timeline.record`)             the program's own phases (the SGD
+user, codec  (:func:`collectives.timeline.record`)             the program's own phases (the SGD
                                                                driver's and the PyTorch trainer's
-                                                               compute, step, update)
+                                                               compute, step, update; the
+                                                               driver's codec methods)
 ===========  ================================================  ===================================
 
 Blocking calls that repeat their last arguments run a remembered bound ``Guard.run``

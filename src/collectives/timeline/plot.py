@@ -14,11 +14,12 @@ from typing import Any
 
 __all__ = ["COLOURS", "plot_timeline"]
 
-#: The colour of each span category (hooks.py lists them; "user": the program's own phases).
+#: The colour of each span category (hooks.py lists them; "user": the program's own phases;
+#: "codec": the SGD driver's timing of its codec's methods).
 COLOURS = {
     "user": "#c7c7c7", "call": "#1f77b4", "submit": "#9ecae1", "request": "#ff7f0e",
     "wait": "#d62728", "message": "#2ca02c", "shm": "#17becf", "encode": "#9467bd",
-    "decode": "#e377c2", "aggregate": "#8c564b", "reduce": "#bcbd22",
+    "decode": "#e377c2", "aggregate": "#8c564b", "reduce": "#bcbd22", "codec": "#c5b0d5",
 }
 _ORDER = list(COLOURS)
 
