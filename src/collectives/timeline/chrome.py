@@ -36,6 +36,9 @@ def _args(category: str, args: Any) -> dict[str, Any] | None:
         if received:
             out["bytes_received"] = received
         return out
+    if category == "shm":
+        nbytes, ranks = args
+        return {"bytes": int(nbytes), "ranks": int(ranks)}
     if category == "reduce":
         op, nbytes = args
         return {"op": op, "bytes": int(nbytes)}

@@ -157,8 +157,7 @@ def _team_run(plain: Callable) -> Callable:
         try:
             return plain(self, x, out, opcode, mode, *args, **kwargs)
         finally:
-            rec.add("shm", modes.get(mode, "shm"), t0, clock(),
-                    {"bytes": x.nbytes, "ranks": self.comm.size})
+            rec.add("shm", modes.get(mode, "shm"), t0, clock(), (x.nbytes, self.comm.size))
     return run
 
 
@@ -282,7 +281,7 @@ def _points() -> list[tuple[Any, str, Callable[[Callable], Callable]]]:
     from .. import nonblocking
     from .._runtime.guard import Guard
     from .._runtime.shmem.team import Team
-    from ..compressed._coding import TensorCoding
+    from ..compressed.api import TensorCoding  # (defined in compressed._coding)
     from ..engine import requests
     from ..ops import Op
 
