@@ -67,12 +67,14 @@ def _guard_run(plain: Callable) -> Callable:
         if rec is None:
             return plain(self, name, fn, *args, timeout=timeout, call=call)
         seen = [call]
+        traced = fn
+        if call is None:  # a blocking call: its entry point sets the checked call on the guard
 
-        def traced(*a):  # sees the checked call the blocking entry points set on the guard
-            try:
-                return fn(*a)
-            finally:
-                seen[0] = self.call
+            def traced(*a):
+                try:
+                    return fn(*a)
+                finally:
+                    seen[0] = self.call
 
         t0 = clock()
         error = None
