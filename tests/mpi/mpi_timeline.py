@@ -21,7 +21,7 @@ import collectives
 from collectives import timeline
 from collectives._runtime.guard import Guard
 
-RING = collectives.Options(segment_bytes=256)  # several rounds of ring, small arrays
+RING = collectives.Options(segment_bytes=1024)  # ring in segments (4 KB arrays)
 
 
 def _shared_dir(comm):

@@ -9,9 +9,15 @@ scheduler or the network). Rank 0 then tells every rank its offset, the round tr
 start time, which the timeline's times are counted from.
 
 Cost: ``2 * ROUNDS * (p - 1)`` small messages, in sequence: a few milliseconds at start.
+Receives test and yield the processor between tests, as the guard's waits do
+(``_runtime/guard.py``): with more ranks than cores a blocking receive would spin out its time
+slice, and every round trip would cost scheduler ticks.
 """
 
 from __future__ import annotations
+
+import os
+import time
 
 import numpy as np
 from mpi4py import MPI
@@ -22,6 +28,13 @@ __all__ = ["ROUNDS", "align"]
 
 ROUNDS = 8
 _TAG = 11
+_yield = getattr(os, "sched_yield", lambda: time.sleep(0))
+
+
+def _recv(comm: MPI.Comm, buf: np.ndarray, source: int) -> None:
+    request = comm.Irecv(buf, source, _TAG)
+    while not request.Test():
+        _yield()
 
 
 def align(comm: MPI.Comm) -> tuple[float, float, float]:
@@ -36,15 +49,15 @@ def align(comm: MPI.Comm) -> tuple[float, float, float]:
             for _ in range(ROUNDS):
                 t0 = clock()
                 comm.Send(buf[:1], r, _TAG)
-                comm.Recv(buf[:1], r, _TAG)
+                _recv(comm, buf[:1], r)
                 t1 = clock()
                 if t1 - t0 < best:
                     best, offset = t1 - t0, float(buf[0]) - (t0 + t1) / 2
             comm.Send(np.array([offset, best, origin]), r, _TAG)
         return 0.0, 0.0, origin
     for _ in range(ROUNDS):
-        comm.Recv(buf[:1], 0, _TAG)
+        _recv(comm, buf[:1], 0)
         buf[0] = clock()
         comm.Send(buf[:1], 0, _TAG)
-    comm.Recv(buf, 0, _TAG)
+    _recv(comm, buf, 0)
     return float(buf[0]), float(buf[1]), float(buf[2])
