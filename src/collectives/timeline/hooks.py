@@ -62,10 +62,11 @@ _INSTALLED: list[tuple[Any, str, Any, Any]] = []
 
 # -- the wrappers ----------------------------------------------------------------------------------
 def _guard_run(plain: Callable) -> Callable:
-    def run(self, name, fn, *args, timeout=None, call=None):
+    def run(self, name, fn, *args, **kwargs):  # (keywords passed through as they come)
         rec = ACTIVE
         if rec is None:
-            return plain(self, name, fn, *args, timeout=timeout, call=call)
+            return plain(self, name, fn, *args, **kwargs)
+        call = kwargs.get("call")
         seen = [call]
         traced = fn
         if call is None:  # a blocking call: its entry point sets the checked call on the guard
@@ -79,7 +80,7 @@ def _guard_run(plain: Callable) -> Callable:
         t0 = clock()
         error = None
         try:
-            return plain(self, name, traced, *args, timeout=timeout, call=call)
+            return plain(self, name, traced, *args, **kwargs)
         except BaseException as exc:
             error = type(exc).__name__
             raise
@@ -91,13 +92,14 @@ def _guard_run(plain: Callable) -> Callable:
 
 
 def _guard_complete(plain: Callable) -> Callable:
-    def complete(self, reqs, expect, peers, native=False, keep=()):
+    def complete(self, reqs, expect, peers, *more, **kwargs):
         rec = ACTIVE
         if rec is None:
-            return plain(self, reqs, expect, peers, native, keep)
+            return plain(self, reqs, expect, peers, *more, **kwargs)
+        native = more[0] if more else kwargs.get("native", False)
         t0 = clock()
         try:
-            return plain(self, reqs, expect, peers, native, keep)
+            return plain(self, reqs, expect, peers, *more, **kwargs)
         finally:
             # named at write time (send, recv, sendrecv: .chrome) unless native
             # tuples of numbers: the collector stops tracking them (lists would stay tracked,
