@@ -24,7 +24,11 @@ a shared machine hits them alike. Reported: the median over rounds of the time p
   ``Options(on_error="abort")``: plain blocking MPI, an error ends the job
   (``collectives._runtime.fatal``);
 - ``iallreduce+wait``: ``collectives.iallreduce(x, out=y).wait()`` (a hand-off to the engine's
-  thread and back: the latency of a non-blocking call, not its cost to overlapped work).
+  thread and back: the latency of a non-blocking call, not its cost to overlapped work);
+- ``timeline on`` (``--timeline``): ``allreduce`` while a timeline records (``collectives.timeline``;
+  its wrappers are installed for this variant's calls only, so every other variant runs with it
+  off, as without ``--timeline``). Also printed: the spans each call records and
+  (``timeline on`` - ``allreduce``) / spans, the cost of one span.
 
 ``--json FILE`` writes the medians.
 """
@@ -56,6 +60,8 @@ def main(argv: list[str] | None = None) -> dict:
                     help="add allreduce with the flight recorder off (its cost)")
     ap.add_argument("--abort", action="store_true",
                     help='add allreduce and plan() with Options(on_error="abort")')
+    ap.add_argument("--timeline", action="store_true",
+                    help="add allreduce with a timeline recording, and the cost per span")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     comm = MPI.COMM_WORLD
@@ -104,16 +110,31 @@ def main(argv: list[str] | None = None) -> dict:
     if not args.no_iallreduce:
         variants["iallreduce+wait"] = \
             lambda: collectives.iallreduce(x, out=y, algorithm=args.algorithm).wait()
-    for f in variants.values():  # warm up: engine, plan resolution, caches
+    recording = None
+    if args.timeline:
+        from collectives.timeline import hooks
+        from collectives.timeline.recorder import Recorder
+
+        recording = Recorder()
+        variants["timeline on"] = variants["allreduce"]
+    for name, f in variants.items():  # warm up: engine, plan resolution, caches
+        if name == "timeline on":
+            hooks.install(recording)
         for _ in range(200):
             f()
+        if name == "timeline on":
+            hooks.uninstall()
     times = {name: [] for name in variants}
+    spans = calls_on = 0
     for _ in range(args.rounds):
         for name, f in variants.items():
             calls = args.calls if name != "iallreduce+wait" else max(1, args.calls // 20)
             enter, leave = switch.get(name, (None, None))
             if enter is not None:
                 enter()
+            if name == "timeline on":
+                before = recording.count()
+                hooks.install(recording)
             comm.Barrier()
             start = time.perf_counter()
             for _ in range(calls):
@@ -121,6 +142,10 @@ def main(argv: list[str] | None = None) -> dict:
             times[name].append((time.perf_counter() - start) / calls * 1e6)
             if leave is not None:
                 leave()
+            if name == "timeline on":
+                hooks.uninstall()
+                spans += recording.count() - before
+                calls_on += calls
     medians = {name: float(np.median(t)) for name, t in times.items()}
     if comm.rank == 0:
         print(f"# per-call time at {x.nbytes} B, {comm.size} ranks, algorithm {args.algorithm}, "
@@ -128,6 +153,10 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{'variant':<22}{'us/call':>10}{'/ bare':>10}")
         for name, us in medians.items():
             print(f"{name:<22}{us:>10.2f}{us / medians['bare']:>10.2f}")
+        if args.timeline:
+            per_call = spans / calls_on
+            print(f"# timeline: {per_call:g} spans per call, "
+                  f"{(medians['timeline on'] - medians['allreduce']) / per_call:.2f} us per span")
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump({"bytes": int(x.nbytes), "ranks": comm.size, "rounds": times,

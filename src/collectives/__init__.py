@@ -44,3 +44,7 @@ _crash.install()
 from . import flight_recorder  # noqa: E402 - a dump on SIGUSR1 (where no handler is set)
 
 flight_recorder.install_signal()
+
+from . import timeline  # noqa: E402 - COLLECTIVES_TIMELINE starts one (docs/timeline.md)
+
+timeline.start_from_env()

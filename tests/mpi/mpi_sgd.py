@@ -60,6 +60,30 @@ def test_tiny_compressed_run_keeps_replicas_identical():
     assert s["exchanges"] == s["steps"]
 
 
+def test_timeline_of_an_overlapped_compressed_run():
+    """--timeline: the merged file (rank 0) has each rank's steps, with the buckets' requests
+    running on the engine's lane inside the step, and passes the trace-event checks."""
+    import tempfile
+
+    from collectives import timeline
+
+    path = WORLD.bcast(tempfile.mkdtemp() if WORLD.rank == 0 else None, root=0) + "/t.json"
+    s = train([*TINY, "--overlap", "--codec", "topk:ratio=0.1", "--timeline", path], WORLD)
+    if WORLD.rank == 0:
+        doc = timeline.chrome.read(path)
+        timeline.check(doc)
+        spans = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+        for r in range(WORLD.size):
+            steps = [e for e in spans if e["pid"] == r and e["name"] == "step"]
+            assert len(steps) == s["steps"]
+            if WORLD.size > 1:
+                requests = [e for e in spans if e["pid"] == r and e["cat"] == "request"]
+                assert requests and all(e["args"]["codec"] == "topk" for e in requests)
+                first, last = steps[0]["ts"], steps[-1]["ts"] + steps[-1]["dur"]
+                assert all(first <= e["ts"] <= last for e in requests)
+    WORLD.Barrier()
+
+
 @pytest.mark.parametrize("argv", [
     ["--codec", "bogus"],
     ["--batch-size", "0"],

@@ -574,13 +574,25 @@ def test_trainer_overlap_and_blocking_agree():
     """``python -m collectives.torch.train`` on the digits, in both exchanges of
     DistributedOptimizer and with ``--convs 3``: the model has the layers asked for, parameters
     end bitwise identical on every rank, and both exchanges train to the same accuracies (the
-    same buckets, reduced by the same algorithm)."""
+    same buckets, reduced by the same algorithm), the overlapped one under ``--timeline``, whose
+    file has the trainer's phases on every rank."""
+    import tempfile
+
+    from collectives import timeline
     from collectives.torch.train import main
 
     comm = MPI.COMM_WORLD
+    path = comm.bcast(tempfile.mkdtemp() if comm.rank == 0 else None, root=0) + "/t.json"
     argv = ["--epochs", "1", "--batch-size", str(16 * comm.size), "--width", "4",
             "--hidden", "8", "--convs", "3", "--bucket-mb", "0.001", "--quiet"]
-    runs = {ex: main([*argv, "--exchange", ex]) for ex in ("overlap", "blocking")}
+    runs = {ex: main([*argv, "--exchange", ex, *(["--timeline", path] if ex == "overlap" else [])])
+            for ex in ("overlap", "blocking")}
+    if comm.rank == 0:
+        doc = timeline.chrome.read(path)
+        timeline.check(doc)
+        phases = {(e["pid"], e["name"]) for e in doc["traceEvents"] if e.get("cat") == "user"}
+        assert phases == {(r, n) for r in range(comm.size)
+                          for n in ("forward+backward", "synchronize", "update")}
     convs = 1 * 4 * 9 + 4 + 2 * (4 * 4 * 9 + 4)
     for summary in runs.values():
         assert summary["params"] == convs + (4 * 16 * 8 + 8) + (8 * 10 + 10)
@@ -669,3 +681,31 @@ def test_horovod_spellings_of_broadcast_and_ops():
     t = torch.full((3,), float(comm.rank + 1))
     assert torch.equal(ct.allreduce(t, op=ct.Sum), ct.allreduce(t, op="sum"))
     assert torch.equal(ct.allreduce(t, op=ct.Average), ct.allreduce(t))
+
+
+def test_timeline_names_the_buckets(tmp_path):
+    """A DistributedOptimizer step under collectives.timeline: every parameter's bucket appears
+    by name (``collectives.torch.grad.<name>``) among the requests of every rank, in a merged
+    file that passes the trace-event checks."""
+    from collectives import timeline
+
+    comm = MPI.COMM_WORLD
+    path = comm.bcast(str(tmp_path / "run.json"), root=0)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(4, 2))
+    opt = ct.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                  named_parameters=model.named_parameters(), bucket_bytes=1)
+    timeline.start(path)
+    model(torch.ones(3, 8) * (comm.rank + 1)).sum().backward()
+    opt.step()
+    written = timeline.stop()
+    opt.remove_hooks()
+    if comm.rank == 0:
+        doc = timeline.chrome.read(written)
+        timeline.check(doc)
+        want = {"collectives.torch.grad." + n for n, _ in model.named_parameters()}
+        for r in range(comm.size):
+            names = {e["args"]["name"] for e in doc["traceEvents"]
+                     if e["pid"] == r and e.get("cat") == "request" and "name" in e["args"]}
+            assert want <= names, (r, want - names)
+    comm.Barrier()

@@ -5,7 +5,9 @@ size, one line per algorithm (log-log), one row of panels per world size in the 
 adds the cost model's prediction of each algorithm as a dashed line of the same colour: the
 predicted-vs-measured plot. ``--table`` prints instead a Markdown table of every algorithm's
 median latency and its ratio to native's from the same run; ``--errors`` (with ``--model``) a
-table of the model's prediction against the measurement for every algorithm and size. matplotlib is imported only to draw
+table of the model's prediction against the measurement for every algorithm and size.
+``collectives-plot --timeline RUN.json -o run.png [--window START:END]`` draws a timeline
+(``collectives.timeline``): ranks as rows, spans coloured by phase. matplotlib is imported only to draw
 (the optional extra ``plot``: ``pip install 'mpi-collectives[plot]'``); without it, drawing stops
 with one line saying so.
 """
@@ -139,7 +141,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def _main(argv: Sequence[str] | None) -> None:
     ap = Parser(prog="collectives-plot", description=__doc__.split("\n\n")[0], rank=0)
-    ap.add_argument("results", help="a JSON or CSV file written with --json/--csv")
+    ap.add_argument("results", nargs="?", help="a JSON or CSV file written with --json/--csv")
+    ap.add_argument("--timeline", metavar="RUN.json",
+                    help="draw a timeline (collectives.timeline) instead: ranks as rows")
+    ap.add_argument("--window", metavar="START:END",
+                    help="with --timeline: only this stretch, in ms")
     ap.add_argument("-o", "--output", help="PNG to write (default: RESULTS with .png)")
     ap.add_argument("--table", action="store_true", help="print the ratio table, no figure")
     ap.add_argument("--errors", action="store_true",
@@ -150,6 +156,11 @@ def _main(argv: Sequence[str] | None) -> None:
     ap.add_argument("--gamma", type=float)
     ap.add_argument("--title")
     args = ap.parse_args(argv)
+    if args.timeline:
+        _timeline(args)
+        return
+    if args.results is None:
+        raise UsageError("give a results file (or --timeline RUN.json)")
     if args.errors and not args.model:
         raise UsageError("--errors needs --model TUNING.json (the fitted model to compare)")
     if not (args.table or args.errors) and importlib.util.find_spec("matplotlib") is None:
@@ -174,6 +185,33 @@ def _main(argv: Sequence[str] | None) -> None:
                       gamma=args.gamma if args.gamma is not None else base.gamma,
                       alpha_native=base.alpha_native, segment_bytes=base.segment_bytes)
     out = plot(records, args.output or Path(args.results).with_suffix(".png"), net, args.title)
+    print(f"wrote {out}")
+
+
+def _timeline(args) -> None:
+    """``--timeline RUN.json [-o RUN.png] [--window START:END]``."""
+    from ..timeline import chrome
+    from ..timeline.plot import plot_timeline
+
+    if args.results is not None:
+        raise UsageError("--timeline takes no results file")
+    window = None
+    if args.window:
+        try:
+            lo, hi = (float(v) for v in args.window.split(":"))
+        except ValueError:
+            raise UsageError(f"--window must be START:END in ms, got {args.window!r}") from None
+        if not hi > lo:
+            raise UsageError(f"--window {args.window}: END must be above START")
+        window = (lo, hi)
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError(f"drawing needs matplotlib: {PLOT_INSTALL}")
+    try:
+        doc = chrome.read(args.timeline)
+        out = plot_timeline(doc, args.output or Path(args.timeline).with_suffix(".png"), window,
+                            args.title)
+    except (OSError, ValueError, KeyError) as exc:
+        raise UsageError(f"--timeline {args.timeline}: {exc}") from None
     print(f"wrote {out}")
 
 

@@ -114,6 +114,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--stop-after", type=_positive, help="stop after this step (simulates a kill)")
     s.add_argument("--check-replicas", action="store_true",
                    help="test mode: allgather a hash of the parameters after every step")
+    s.add_argument("--timeline", metavar="FILE",
+                   help="write a timeline of every rank's steps and collectives (Chrome trace "
+                        "JSON for Perfetto; docs/timeline.md)")
     s.add_argument("--quiet", action="store_true", help="no progress bar or epoch lines")
     return p
 

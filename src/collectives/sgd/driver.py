@@ -36,7 +36,7 @@ import collectives
 
 from ..compressed import CompressionState
 from ..compressed.strategies import incompatibility
-from .. import datasets
+from .. import datasets, timeline
 from . import checkpoint, data, report
 from .._runtime.cli import program
 from .cli import PROG, Config, UsageError, parse
@@ -357,8 +357,14 @@ def train(argv: list[str] | None = None, comm: MPI.Comm | None = None) -> dict |
                                        check=t.check_state))
         except ValueError as e:
             raise UsageError(str(e)) from None
+    if cfg.args.timeline:
+        timeline.start(cfg.args.timeline, comm)
     finished = t.train()
     t.exchange.close()
+    if cfg.args.timeline:
+        written = timeline.stop()
+        if written and not cfg.args.quiet:
+            print(f"{PROG}: wrote the timeline {written}", file=sys.stderr)
     if not finished:
         if t.rank == 0 and not cfg.args.quiet:
             print(f"{PROG}: stopped after step {t.step} (--stop-after)", file=sys.stderr)

@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from functools import wraps
 from typing import Any, Iterable
 
+from ..timeline import hooks as _timeline
+
 __all__ = ["Clock", "time_methods", "CODEC_METHODS"]
 
 #: methods of codecs and memories that do encode/decode work inside a compressed allreduce
@@ -38,7 +40,11 @@ class Clock:
         finally:
             self._depth[category] -= 1
             if not self._depth[category]:
-                self.seconds[category] += time.perf_counter() - t0
+                t1 = time.perf_counter()
+                self.seconds[category] += t1 - t0
+                if _timeline.ACTIVE is not None:  # --timeline: the phase as a span
+                    _timeline.ACTIVE.add("codec" if category == "codec" else "user", category,
+                                         t0, t1)
 
 
 def time_methods(obj: Any, clock: Clock, category: str,

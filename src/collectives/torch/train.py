@@ -81,6 +81,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="with --exchange ddp: collectives.torch.comm_hook instead of DDP's allreduce")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    p.add_argument("--timeline", metavar="FILE",
+                   help="write a timeline of every rank's steps and collectives (Chrome trace "
+                        "JSON for Perfetto; docs/timeline.md)")
     p.add_argument("--quiet", action="store_true", help="only the final report")
     return p
 
@@ -130,6 +133,8 @@ def main(argv: list[str] | None = None) -> dict:
     steps = steps_per_epoch(len(y_train), world, local)
     seconds = {"compute": 0.0, "comm": 0.0, "update": 0.0, "eval": 0.0}
     collectives.TRAFFIC.reset()
+    if args.timeline:
+        collectives.timeline.start(args.timeline, comm)
     t_start = time.perf_counter()
     step_times = []
     for epoch in range(args.epochs):
@@ -151,6 +156,10 @@ def main(argv: list[str] | None = None) -> dict:
                 with opt.skip_synchronize():
                     opt.step()
             t3 = time.perf_counter()
+            collectives.timeline.record("forward+backward", t0, t1)  # (nothing when off)
+            if args.exchange != "ddp":
+                collectives.timeline.record("synchronize", t1, t2)
+            collectives.timeline.record("update", t2, t3)
             seconds["compute"] += t1 - t0
             seconds["comm"] += t2 - t1
             seconds["update"] += t3 - t2
@@ -165,6 +174,10 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"epoch {record['epoch']:3d}  loss {record['loss']:.4f}  "
                   f"test {100 * record['test_acc']:6.2f}%", flush=True)
     wall = time.perf_counter() - t_start
+    if args.timeline:
+        written = collectives.timeline.stop()
+        if written and not args.quiet:
+            print(f"wrote the timeline {written}", flush=True)
     net = model.module if args.exchange == "ddp" else model
     sent = comm.allgather(collectives.TRAFFIC.bytes_sent)
     flat = torch.cat([p.detach().reshape(-1) for p in net.parameters()]).numpy()

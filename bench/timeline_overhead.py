@@ -1,0 +1,105 @@
+"""What one timeline span costs: each wrapper of ``collectives.timeline`` around a no-op, on and off.
+
+``python bench/timeline_overhead.py [--calls 100000] [--rounds 7]`` (one process, no mpiexec)
+
+Each hook point is called ``--calls`` times with the timeline off (the library's own method,
+nothing installed) and on (the wrapper installed, recording), in turns within each round so that
+load on a shared machine hits both alike; the work inside is next to nothing, so on minus off is
+the cost of one span: the wrapper, two clock reads, the span's arguments and the append. Times
+are the process's CPU time (``time.process_time``), not the wall clock, so that the time other
+processes of a loaded machine take from this one does not count.
+
+- ``call``: ``Guard.run`` of a function that returns at once, with a checked ``AllreduceCall``
+  on the guard (its count, dtype, bytes and algorithm are what the span records);
+- ``message``: ``Guard.complete`` of no requests (one exchange round's span);
+- ``reduce``: ``Op.combine`` of two 1-element arrays (one local reduction's span);
+- ``append``: ``Recorder.add`` alone;
+- ``python call``: a call of an empty Python function, the yardstick of the machine's speed at
+  the time (a span costs a few of them).
+
+``--json FILE`` writes the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import collectives
+from collectives._runtime.context import context
+from collectives.api import AllreduceCall
+from collectives.ops import OPS
+from collectives.timeline import hooks
+from collectives.timeline.recorder import Recorder
+
+
+def nothing() -> None:
+    pass
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calls", type=int, default=100000)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    guard = context(MPI.COMM_SELF).guard
+    x = np.ones(2, dtype=np.float32)
+    call = AllreduceCall(MPI.COMM_SELF, x, None, "sum", "ring", collectives.Options())
+    a, b = np.ones(1, np.float32), np.ones(1, np.float32)
+    op = OPS["sum"]
+
+    def with_call():
+        guard.call = call
+
+    rec = Recorder()
+    points = {
+        "call": lambda: guard.run("allreduce", with_call),
+        "message": lambda: guard.complete([], [], []),
+        "reduce": lambda: op.combine(a, b, a),
+    }
+    times: dict[str, list[float]] = {f"{name} {state}": [] for name in points
+                                     for state in ("off", "on")}
+    times["append"], times["python call"] = [], []
+    n = args.calls
+    for _ in range(args.rounds):
+        for name, f in points.items():
+            for state in ("off", "on"):
+                if state == "on":
+                    hooks.install(rec)
+                start = time.process_time()
+                for _ in range(n):
+                    f()
+                times[f"{name} {state}"].append((time.process_time() - start) / n * 1e6)
+                if state == "on":
+                    hooks.uninstall()
+        add = rec.add
+        start = time.process_time()
+        for _ in range(n):
+            add("message", "send", 0.0, 1.0, None)
+        times["append"].append((time.process_time() - start) / n * 1e6)
+        rec = Recorder()  # keep memory flat
+        start = time.process_time()
+        for _ in range(n):
+            nothing()
+        times["python call"].append((time.process_time() - start) / n * 1e6)
+    medians = {name: float(np.median(t)) for name, t in times.items()}
+    print(f"# us per call, median of {args.rounds} rounds of {n} calls")
+    print(f"{'hook point':<12}{'off':>8}{'on':>8}{'per span':>10}")
+    for name in points:
+        off, on = medians[f"{name} off"], medians[f"{name} on"]
+        print(f"{name:<12}{off:>8.3f}{on:>8.3f}{on - off:>10.3f}")
+    print(f"{'append':<12}{'':>8}{medians['append']:>8.3f}")
+    print(f"{'python call':<12}{'':>8}{medians['python call']:>8.3f}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"calls": n, "rounds": times, "median_us": medians}, fh, indent=1)
+    return medians
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""The timeline under real multi-rank runs: a few calls of every kind, then the merged file.
+
+One recording per world size (blocking calls of two algorithms and a repeated one, non-blocking
+ones through the engine, named ones, a compressed one), merged by rank 0 at ``stop()``; the file is checked
+against the trace-event rules (:func:`collectives.timeline.check`: ph/ts/pid/tid, ``dur >= 0``,
+named processes and lanes, monotone starts and proper nesting per lane) and for what the calls
+must have left: one process per rank, the caller's and the engines' lanes, the arguments of each
+call, the request names, exchange rounds inside the calls that send messages, the codec's spans.
+``DistributedOptimizer``'s bucket names in a timeline: tests/mpi/mpi_torch.py, where PyTorch is
+imported already.
+"""
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import collectives
+from collectives import timeline
+from collectives._runtime.guard import Guard
+
+RING = collectives.Options(segment_bytes=1024)  # ring in segments (4 KB arrays)
+
+
+def _shared_dir(comm):
+    return Path(comm.bcast(tempfile.mkdtemp() if comm.rank == 0 else None, root=0))
+
+
+def test_merged_timeline_of_every_kind_of_call():
+    comm = MPI.COMM_WORLD
+    p = comm.size
+    path = _shared_dir(comm) / "run.json"
+    plain_run = Guard.__dict__["run"]
+    timeline.start(path)
+    assert timeline.active() == str(path)
+    x = np.arange(1000, dtype=np.float32) + comm.rank
+    ring = collectives.allreduce(x, algorithm="ring", options=RING)
+    y = x.copy()
+    for _ in range(3):  # the later ones repeat the first: the remembered fast path
+        collectives.allreduce(x, out=y)
+    reqs = [collectives.iallreduce(x, algorithm="ring", options=RING),
+            collectives.iallreduce(x, name="layer0.weight"),
+            collectives.ibcast(np.ones(10), name="layer1.bias")]
+    collectives.waitall(reqs)
+    comp = collectives.compressed_allreduce(x, "topk:ratio=0.1")
+    written = timeline.stop()
+    assert Guard.__dict__["run"] is plain_run  # off again: the library's own code
+    assert timeline.active() is None
+    assert np.array_equal(ring, np.sum([np.arange(1000, dtype=np.float32) + r for r in range(p)],
+                                       axis=0, dtype=np.float32))
+    assert comp.shape == x.shape
+    if comm.rank != 0:
+        assert written is None
+        comm.Barrier()
+        return
+    try:
+        assert written == str(path)
+        doc = timeline.chrome.read(path)
+        timeline.check(doc)
+        events = doc["traceEvents"]
+        spans = [e for e in events if e["ph"] == "X"]
+        assert {e["pid"] for e in events} == set(range(p))
+        assert [r["rank"] for r in doc["otherData"]["ranks"]] == list(range(p))
+        lanes = {(e["pid"], e["args"]["name"]) for e in events if e["name"] == "thread_name"}
+        for r in range(p):
+            assert (r, "caller (main thread)") in lanes
+            if p > 1:  # one process runs non-blocking calls at once, on the caller's thread
+                assert any(n.startswith("collectives-engine") for q, n in lanes if q == r)
+                assert any(n.startswith("collectives-named") for q, n in lanes if q == r)
+            mine = [e for e in spans if e["pid"] == r]
+            calls = [e for e in mine if e["cat"] == "call"]
+            if p > 1:  # one process runs no guarded call (nothing to send)
+                ring_call = next(e for e in calls if e["name"] == "allreduce"
+                                 and e["args"].get("algorithm") == "ring")
+                assert ring_call["args"]["bytes"] == x.nbytes
+                assert ring_call["args"]["dtype"] == "float32"
+                assert sum(e["name"] == "allreduce" for e in calls) == 4
+                rounds = [e for e in mine if e["cat"] == "message" and e["tid"] == 1
+                          and ring_call["ts"] <= e["ts"] <= ring_call["ts"] + ring_call["dur"]]
+                assert len(rounds) >= 2 * (p - 1)  # reduce-scatter and allgather, in segments
+                comp_call = next(e for e in calls if e["name"] == "compressed_allreduce")
+                assert comp_call["args"]["codec"] == "topk"
+                assert any(e["cat"] == "encode" for e in mine)
+                assert {"submit", "request"} <= {e["cat"] for e in mine}
+            names = {e["args"]["name"] for e in mine
+                     if e["cat"] == "request" and "name" in e.get("args", {})}
+            assert {"layer0.weight", "layer1.bias"} <= names
+    finally:
+        comm.Barrier()
