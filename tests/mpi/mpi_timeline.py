@@ -89,3 +89,19 @@ def test_merged_timeline_of_every_kind_of_call():
             assert {"layer0.weight", "layer1.bias"} <= names
     finally:
         comm.Barrier()
+
+
+def test_abort_mode_calls_are_spans_too():
+    """Options.on_error="abort" runs calls through its own runner (_runtime/fatal.py): they are
+    call spans of the timeline as well."""
+    comm = MPI.COMM_WORLD
+    path = _shared_dir(comm) / "abort.json"
+    timeline.start(path)
+    x = np.ones(10, np.float32)
+    collectives.allreduce(x, algorithm="ring", options=collectives.Options(on_error="abort"))
+    written = timeline.stop()
+    if comm.rank == 0 and comm.size > 1:
+        events = timeline.chrome.read(written)["traceEvents"]
+        calls = [e for e in events if e.get("ph") == "X" and e["name"] == "allreduce"]
+        assert {e["pid"] for e in calls} == set(range(comm.size)), calls
+    comm.Barrier()

@@ -9,8 +9,8 @@ thread's lane (:mod:`.recorder`). The hook points, by span category:
 ===========  ================================================  ===================================
 category     wrapped                                           span
 ===========  ================================================  ===================================
-call         ``_runtime.guard.Guard.run``                      one public call (blocking, or an
-                                                               engine's run of a request): kind,
+call         ``_runtime.guard.Guard.run``,                     one public call (blocking, or an
+             ``_runtime.fatal.Runner.run`` (abort mode)        engine's run of a request): kind,
                                                                seq, count, dtype, bytes,
                                                                algorithm, strategy, codec
 submit       ``nonblocking._submit``                           ``iallreduce(...)`` and the others
@@ -283,13 +283,15 @@ def _layout(cls: type) -> tuple[str | None, bool, bool]:
 # -- installing ------------------------------------------------------------------------------------
 def _points() -> list[tuple[Any, str, Callable[[Callable], Callable]]]:
     from .. import nonblocking
+    from .._runtime.fatal import Runner
     from .._runtime.guard import Guard
     from .._runtime.shmem.team import Team
     from ..compressed.api import TensorCoding  # (defined in compressed._coding)
     from ..engine import requests
     from ..ops import Op
 
-    return [(Guard, "run", _guard_run), (Guard, "complete", _guard_complete),
+    return [(Guard, "run", _guard_run), (Runner, "run", _guard_run),  # abort mode's runner too
+            (Guard, "complete", _guard_complete),
             (nonblocking, "_submit", _submit), (requests.Request, "complete", _request_complete),
             (requests, "wait_for", _wait_for), (Team, "run", _team_run),
             (TensorCoding, "encode", _coding("encode")),
