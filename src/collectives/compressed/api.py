@@ -77,17 +77,18 @@ def compressed_allreduce(x: np.ndarray, codec: str | Codec | Memory | Compressio
     # (Options.on_error "abort": plain blocking MPI, and an error ends the job; _runtime/fatal.py)
     by = runner(ctx, options)
     return by.run(CompressedAllreduceCall.kind, _check_and_run, comm, ctx, options, validate,
-                  (x, codec, out, op, strategy, key, step, algorithm), by)
+                  (x, codec, out, op, strategy, key, step, algorithm), by).result
 
 
 def _check_and_run(comm: MPI.Comm, ctx: Any, options: Options | None, validate: bool | None,
-                   args: tuple, by: Any) -> np.ndarray:
+                   args: tuple, by: Any) -> "CompressedAllreduceCall":
+    """The checked call, run (its ``result`` is the caller's; a timeline describes the call)."""
     comm, opts, validate = setup(comm, options, validate)
     by.set_timeout(opts.timeout)
     call = checked_call(CompressedAllreduceCall, comm, validate, *args, opts)
     by.call = call
     call.run(None if call.src.size == 0 else ctx)
-    return call.result
+    return call
 
 
 class CompressedAllreduceCall:

@@ -66,28 +66,18 @@ def _guard_run(plain: Callable) -> Callable:
         rec = ACTIVE
         if rec is None:
             return plain(self, name, fn, *args, **kwargs)
-        call = kwargs.get("call")
-        seen = [call]
-        traced = fn
-        if call is None:  # a blocking call: its entry point sets the checked call on the guard
-
-            def traced(*a):
-                try:
-                    return fn(*a)
-                finally:
-                    seen[0] = self.call
-
         t0 = clock()
-        error = None
         try:
-            return plain(self, name, traced, *args, **kwargs)
+            result = plain(self, name, fn, *args, **kwargs)
         except BaseException as exc:
-            error = type(exc).__name__
+            rec.add("call", name, t0, clock(), (self.seq, None, type(exc).__name__,
+                                                 *_summary(kwargs.get("call") or args)))
             raise
-        finally:
-            t1 = clock()
-            rec.add("call", name, t0, t1,
-                    (self.seq, None, error, *_summary(seen[0] if seen[0] is not None else args)))
+        # the call: the engine's (``call=``), the checked call a blocking entry point returns,
+        # or the arguments of a repeated call or a plan (``src, dst, op, fn, ...``)
+        what = kwargs.get("call") or (result if hasattr(result, "kind") else args)
+        rec.add("call", name, t0, clock(), (self.seq, None, None, *_summary(what)))
+        return result
     return run
 
 
@@ -232,15 +222,18 @@ def _summary(what: Any) -> tuple:
     if layout is None:
         layout = _LAYOUTS[type(what)] = _layout(type(what))
     src_attr, compressed, fn = layout
-    src = getattr(what, src_attr, None) if src_attr else None
-    if src is None or not hasattr(src, "nbytes"):
+    try:
+        src = getattr(what, src_attr)
+        size, dtype, nbytes = src.size, src.dtype, src.nbytes
+    except (AttributeError, TypeError):  # no array (yet), or no layout (src_attr None)
         return _NOTHING
     if compressed:  # the key names the tensor
         key = what.key
-        return src.size, src.dtype, src.nbytes, what.algorithm, \
+        return size, dtype, nbytes, what.algorithm, \
             what.sig if key is None else {**what.sig, "key": str(key)}
-    algorithm = (_names().get(what.fn) if fn else None) or getattr(what, "algorithm", None)
-    return src.size, src.dtype, src.nbytes, algorithm, None
+    algorithm = ((_NAMES or _names()).get(what.fn) if fn else None) or \
+        getattr(what, "algorithm", None)
+    return size, dtype, nbytes, algorithm, None
 
 
 def describe(seq: int, name: str | None, error: str | None, count: int | None, dtype: Any,
