@@ -709,3 +709,39 @@ def test_timeline_names_the_buckets(tmp_path):
                      if e["pid"] == r and e.get("cat") == "request" and "name" in e["args"]}
             assert want <= names, (r, want - names)
     comm.Barrier()
+
+
+@pytest.mark.parametrize("graph", ["full", "one_peer_exponential", "ring"])
+def test_neighbor_optimizer_mixes_the_locally_stepped_parameters(graph):
+    """DistributedNeighborAllreduceOptimizer: each rank steps on its own gradients, then its
+    parameters become its row of the mixing matrix applied to every rank's stepped parameters
+    (the reference: plain optimizers, all ranks' parameters gathered, W @ X); over 3 steps of a
+    graph that changes every step. On the full graph the replicas agree (to rounding: each rank
+    adds the terms in its own order)."""
+    from collectives import topology
+
+    comm = MPI.COMM_WORLD
+    p = comm.size
+    graph_of = getattr(topology, graph)(p)
+    x, y, xl, yl = _data(comm)
+    m, ref = _model(), _model()
+    opt = ct.DistributedNeighborAllreduceOptimizer(
+        torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9), graph_of, comm=comm)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    for step in range(3):
+        for model, o in ((m, opt), (ref, ref_opt)):
+            o.zero_grad()
+            torch.nn.functional.cross_entropy(model(xl), yl).backward()
+            o.step()
+        stepped = gather_all(_np(_flat(ref)).astype(np.float64), comm)
+        mixed = graph_of.weights(step)[comm.rank] @ stepped
+        with torch.no_grad():  # the reference continues from the mixed parameters
+            torch.nn.utils.vector_to_parameters(torch.from_numpy(mixed).float(), ref.parameters())
+        assert np.allclose(_np(_flat(m)), mixed, rtol=1e-5, atol=1e-6), (graph, step)
+    if graph == "full":
+        everyone = gather_all(_np(_flat(m)), comm)
+        assert np.allclose(everyone, everyone[0], rtol=1e-6, atol=1e-7)
+    assert opt.state_dict()["collectives.neighbor_rounds"] == 3
+    with pytest.raises(ValueError):
+        ct.DistributedNeighborAllreduceOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                                 topology.ring(p + 1), comm=comm)

@@ -8,6 +8,8 @@ imports it. What is here (see docs/pytorch.md, which has a table of Horovod's ca
 - :func:`DistributedOptimizer` wraps a ``torch.optim`` optimizer as Horovod's does: gradients are
   packed into fusion buckets by post-accumulate-grad hooks and each bucket's (compressed)
   allreduce starts on the progress engine during backward; ``step()`` waits, unpacks and steps.
+- :func:`DistributedNeighborAllreduceOptimizer` (BlueFog's name): each rank steps on its own
+  gradients, then averages its parameters with its neighbors' in a graph (D-PSGD).
 - :func:`allreduce` (a new tensor) and :func:`allreduce_` (in place), :func:`broadcast_parameters`,
   :func:`broadcast_optimizer_state`; :class:`Compression` holds Horovod's codec names.
 - :func:`comm_hook` with :class:`CommHookState` for ``DistributedDataParallel.register_comm_hook``,
@@ -25,10 +27,11 @@ from .basics import (Average, Max, Min, Product, Sum, init, is_initialized, loca
                      local_size, rank, size)
 from .ddp import CommHookState, comm_hook, init_process_group
 from .functions import allreduce, allreduce_, broadcast_optimizer_state, broadcast_parameters
+from .neighbor import DistributedNeighborAllreduceOptimizer
 from .optimizer import DistributedOptimizer
 
 __all__ = ["init", "is_initialized", "rank", "size", "local_rank", "local_size", "Average", "Sum",
            "Min", "Max", "Product",
-           "DistributedOptimizer", "allreduce", "allreduce_", "broadcast_parameters",
+           "DistributedOptimizer", "DistributedNeighborAllreduceOptimizer", "allreduce", "allreduce_", "broadcast_parameters",
            "broadcast_optimizer_state", "Compression", "comm_hook", "CommHookState",
            "init_process_group"]
