@@ -290,7 +290,11 @@ class Trainer:
                 "wall_s": self.elapsed + self.run_seconds(), "analytic": self.exchange.analytic,
                 "exchanges": st.calls, "bytes_mean": float(np.mean(sent)),
                 "overlap": a.overlap, "comm_busy": st.busy, "comm_hidden": st.hidden,
-                "bytes_max": int(max(sent)), "dense_bytes": st.dense_bytes}
+                "bytes_max": int(max(sent)), "dense_bytes": st.dense_bytes,
+                "auto": None if self.state is None or self.state.auto is None
+                else self.state.auto.summary(),
+                "auto_report": None if self.state is None or self.state.auto is None
+                else self.state.auto.report()}
 
 
 def _limit_threads(world: int) -> None:

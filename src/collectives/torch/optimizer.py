@@ -275,8 +275,10 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Ite
         Dense allreduce algorithm (a name in ``collectives.ALGORITHMS``); with a codec, the one
         its strategy uses for dense parts.
     codec, error_feedback, strategy
-        Compress every bucket: a codec spec (``"topk:ratio=0.01"``), a ``compress`` codec, a
-        memory around one, or a ``collectives.CompressionState``; ``error_feedback=True`` wraps
+        Compress every bucket: a codec spec (``"topk:ratio=0.01"``; ``"auto:topk:ratio=0.01"``
+        compresses a bucket only where the cost model predicts it pays, else sends it dense:
+        ``collectives.compressed.auto``), a ``compress`` codec, a memory around one, or a
+        ``collectives.CompressionState``; ``error_feedback=True`` wraps
         the codec in ``compress.ErrorFeedback`` (None: where the codec needs it); ``strategy`` as
         in ``collectives.compressed_allreduce``.
     bucket_bytes
