@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 import weakref
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -114,8 +114,8 @@ class CodecSpeed:
     source: str = "given"
 
     def __post_init__(self) -> None:
-        for name in ("encode", "decode", "payload"):
-            value = getattr(self, name)
+        for name, value in (("encode", self.encode), ("decode", self.decode),
+                            ("payload", self.payload)):
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"CodecSpeed.{name} must be a finite number of seconds per "
                                  f"byte >= 0, got {value!r}")
@@ -138,8 +138,9 @@ DEFAULT_SPEEDS: dict[str, CodecSpeed] = {
 
 def _params_of(codec: compress.Codec) -> dict[str, Any]:
     """The codec's parameters as set now (a warm-up changes a density), seeds left out."""
-    return {k: getattr(codec, k) for k in compress.registry.parameters(codec.name)
-            if k != "seed" and hasattr(codec, k)}
+    own = vars(codec)
+    return {k: own[k] for k in compress.registry.parameters(codec.name)
+            if k != "seed" and k in own}
 
 
 def _speed_for(codec: compress.Codec, table: dict[str, dict[str, float]]) -> CodecSpeed:
@@ -166,7 +167,7 @@ def _payload_nbytes(codec: compress.Codec, shape: tuple[int, ...], dtype: np.dty
         return int(codec.payload_nbytes(shape, dtype))
     except TypeError:  # the size depends on the data: DGC's density, else every element
         n = int(np.prod(shape))
-        density = getattr(codec, "density", None)
+        density = vars(codec).get("density")
         nnz = n if density is None else min(n, math.ceil(density * n))
         return int(codec.payload_nbytes(shape, dtype, nnz=nnz))
 
@@ -353,7 +354,8 @@ class AutoCompression:
         """The decisions as plain data (for logs): key -> fields of :class:`Decision`."""
         out = {}
         for d in self.decisions.values():
-            row = {k: getattr(d, k) for k in d.__dataclass_fields__ if k != "key"}
+            row = {k: v for k, v in asdict(d).items() if k != "key"}
             row["compressed_s"] = d.compressed_s
             out[str(d.key)] = row
         return out
+
