@@ -34,7 +34,21 @@ def _median_s(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def measure_speed(spec: str, count: int, ranks: int, repeats: int = 5) -> CodecSpeed:
+def _interleaved_s(first, second, repeats: int) -> tuple[float, float]:
+    """Median seconds of ``first()`` and ``second()``, called alternately (a loaded machine's
+    drift hits both alike: their difference is what is fitted)."""
+    first()
+    second()
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeats):
+        for fn, into in ((first, times[0]), (second, times[1])):
+            t = time.perf_counter()
+            fn()
+            into.append(time.perf_counter() - t)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
+def measure_speed(spec: str, count: int, ranks: int, repeats: int = 7) -> CodecSpeed:
     """The codec pipeline's speed for ``spec`` on ``count`` float32 elements, in this process
     (``collectives-tune`` runs it on every rank at once and keeps the slowest):
 
@@ -44,7 +58,8 @@ def measure_speed(spec: str, count: int, ranks: int, repeats: int = 5) -> CodecS
       strategies run) from 1 to ``max(ranks, 2)`` payloads, per payload byte added;
     - ``decode``: the 1-payload time less its payload part, per byte of the result.
 
-    Each is the median of ``repeats`` after one untimed call; negative slopes (noise) are 0.
+    Each is the median of ``repeats`` after one untimed call (the 1- and p-payload sums
+    interleaved); negative slopes (noise) are 0.
     """
     p = max(int(ranks), 2)
     rng = np.random.default_rng(0)
@@ -66,8 +81,8 @@ def measure_speed(spec: str, count: int, ranks: int, repeats: int = 5) -> CodecS
     b = float(np.mean([pl.nbytes for pl in payloads]))
     coding = TensorCoding(CompressionState(codec), "w", 0, True, p, (count,))
     out = np.empty(count, np.float32)
-    one = _median_s(lambda: coding.aggregate_into(payloads[:1], count, out), repeats)
-    every = _median_s(lambda: coding.aggregate_into(payloads, count, out), repeats)
+    one, every = _interleaved_s(lambda: coding.aggregate_into(payloads[:1], count, out),
+                                lambda: coding.aggregate_into(payloads, count, out), repeats)
     payload = max(0.0, (every - one) / ((p - 1) * b)) if b else 0.0
     decode = max(0.0, one - payload * b) / n
     return CodecSpeed(t_encode / n, decode, payload, "measured")
