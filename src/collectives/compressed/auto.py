@@ -44,6 +44,7 @@ residual sends ``x`` itself, so where the model always says dense the bits are d
 
 from __future__ import annotations
 
+import functools
 import math
 import weakref
 import warnings
@@ -136,11 +137,15 @@ DEFAULT_SPEEDS: dict[str, CodecSpeed] = {
 }
 
 
+@functools.lru_cache(maxsize=None)
+def _parameter_names(name: str) -> tuple[str, ...]:
+    return tuple(k for k in compress.registry.parameters(name) if k != "seed")
+
+
 def _params_of(codec: compress.Codec) -> dict[str, Any]:
     """The codec's parameters as set now (a warm-up changes a density), seeds left out."""
     own = vars(codec)
-    return {k: own[k] for k in compress.registry.parameters(codec.name)
-            if k != "seed" and k in own}
+    return {k: own[k] for k in _parameter_names(codec.name) if k in own}
 
 
 def _speed_for(codec: compress.Codec, table: dict[str, dict[str, float]]) -> CodecSpeed:
