@@ -273,7 +273,7 @@ def test_optimizer_takes_auto_and_follows_its_dense_decisions():
             opt.step()
         models.append(_flat(m))
         if codec:
-            auto = opt._codec_state.auto
+            auto = opt.codec_state.auto
             decided = {k: (d.compress, d.calls_dense) for k, d in auto.decisions.items()}
             assert decided and all(not c and n == 3 for c, n in decided.values()), decided
             assert all(d == decided for d in comm.allgather(decided))

@@ -158,6 +158,12 @@ class _DistributedOptimizer:
         self._synchronized = False
         self._handles = [p.register_post_accumulate_grad_hook(self._hook) for p in own]
 
+    @property
+    def codec_state(self) -> Any:
+        """The buckets' :class:`collectives.CompressionState` (None without a codec); with
+        ``codec="auto:..."``, ``codec_state.auto.report()`` says what each bucket sent."""
+        return self._codec_state
+
     # ------------------------------------------------------------------ backward
     def _hook(self, p: torch.Tensor) -> None:
         count = self._counts[id(p)] = self._counts[id(p)] + 1
