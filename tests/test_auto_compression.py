@@ -124,6 +124,7 @@ def test_one_rank_sends_dense_and_reports_it():
     np.testing.assert_array_equal(y, x)  # one rank: nothing to save, dense
     report = state.auto.report()
     assert "layer" in report and "dense" in report and "built-in" in report
+    assert "1 node of 1 ranks" in report.splitlines()[0]
 
 
 def test_the_driver_takes_auto():

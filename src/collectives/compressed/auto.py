@@ -261,6 +261,8 @@ class AutoCompression:
     decisions: dict = field(default_factory=dict, repr=False)
     _agreed: Any = field(default_factory=weakref.WeakKeyDictionary, repr=False)
     _memo: dict = field(default_factory=dict, repr=False)
+    #: where the cost model's parameters came from, and the nodes (for the report)
+    model_source: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.margin, (int, float)) or not 0 <= self.margin < 1:
@@ -291,6 +293,9 @@ class AutoCompression:
         to compress a tensor of ``shape`` and ``dtype`` with ``codec``, recorded by ``key``."""
         inputs = self._inputs(ctx, node_size)
         p = ctx.comm.size
+        self.model_source = (f"{inputs.network_source} model, "
+                             f"{len(inputs.nodes)} node{'s' if len(inputs.nodes) > 1 else ''} "
+                             f"of {'+'.join(map(str, inputs.nodes))} ranks")
         sel = selector(ctx, node_size) if algorithm == "auto" else None
         memo_key = (id(inputs), tuple(shape), np.dtype(dtype).str, strategy, algorithm,
                     codec.name, tuple(sorted(_params_of(codec).items())))
@@ -342,7 +347,7 @@ class AutoCompression:
         if not self.decisions:
             return "auto: no compressed allreduce yet"
         lines = [f"auto: compress when encode + exchange + decode < {1 - self.margin:.2f} x "
-                 "dense (predicted ms)",
+                 f"dense (predicted ms; {self.model_source})",
                  f"{'key':<18} {'MB':>8} {'chosen':>7} {'dense ms':>9} {'algorithm':<14} "
                  f"{'codec ms':>9} = {'encode':>7} + {'exch':>7} + {'decode':>7}  "
                  f"{'calls dense/codec':>17}  speed"]
