@@ -4,7 +4,8 @@ Run ``mpiexec -n 4 python bench/compressed_allreduce.py --bytes 67108864 --itera
 under ``bench/netem.py`` or ``bench/cluster.py run`` for a slow network). Every configuration runs
 interleaved in each iteration (so drift hits all alike): the dense algorithms of ``--dense``
 (default ``native,ring``; fp32), then each ``--codec`` spec (``NAME[:k=v,...]``, with error
-feedback where the codec needs it) with the strategy "auto" picks, or ``--strategy``;
+feedback where the codec needs it; ``auto:NAME[:k=v,...]`` compresses only where the cost model
+predicts it pays, and runs ``--algorithm`` where not) with the strategy "auto" picks, or ``--strategy``;
 ``--strategy all`` runs every strategy that takes the codec (:func:`strategies_for`).
 ``--shape ROWSxCOLS`` gives the vector a matrix shape (low-rank codecs such as PowerSGD compress
 matrices; a flat vector is one column to them). Rank 0 prints the median time (the slowest
@@ -61,6 +62,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bytes", type=int, default=64 << 20, help="fp32 message size per rank")
     ap.add_argument("--iterations", type=int, default=3)
+    ap.add_argument("--algorithm", default="auto",
+                    help="dense algorithm of the compressed calls (summable's representation, "
+                         "auto:'s dense steps; default auto)")
     ap.add_argument("--codec", action="append", dest="codecs", metavar="NAME[:k=v,...]",
                     help="a codec to compare (repeatable; default: " + ", ".join(DEFAULT_CODECS) + ")")
     ap.add_argument("--strategy", default="auto",
@@ -105,7 +109,8 @@ def main(argv: list[str] | None = None) -> None:
             else:
                 codec, strategy = cfg
                 collectives.compressed_allreduce(x, codec, out=out, strategy=strategy,
-                                                 key="bench", step=step)
+                                                 key="bench", step=step,
+                                                 algorithm=args.algorithm)
             elapsed = time.perf_counter() - t
             if step:  # the first round warms up (JIT, buffers)
                 times[label].append(elapsed)

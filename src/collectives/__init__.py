@@ -10,7 +10,8 @@ from ._runtime.shmem import empty, zeros
 from .algorithms import ALGORITHMS
 from .api import allgather, allreduce, bcast, reduce, reduce_scatter
 from .blocks import ALLGATHER, BCAST, REDUCE, REDUCE_SCATTER
-from .compressed import STRATEGIES, CompressionState, compressed_allreduce
+from .compressed import (STRATEGIES, AutoCompression, CompressionState, CodecSpeed,
+                         compressed_allreduce)
 from ._runtime.context import reset
 from ._runtime.guard import CollectiveError
 from .engine import EngineError, Request, StallWarning, testall, waitall, waitany
@@ -31,7 +32,8 @@ __all__ = [
     "allreduce_init", "Plan", "Request", "waitall", "waitany", "testall", "StallWarning",
     "EngineError", "CollectiveError", "reset",
     "empty", "zeros",
-    "CompressionState", "STRATEGIES", "TRAFFIC", "Window", "ParameterServer",
+    "CompressionState", "AutoCompression", "CodecSpeed", "STRATEGIES", "TRAFFIC", "Window",
+    "ParameterServer",
     "ALGORITHMS", "REDUCE_SCATTER", "ALLGATHER", "BCAST", "REDUCE",
     "OPS", "Options", "SUPPORTED_DTYPES", "mpi_library", "flight_recorder",
 ]

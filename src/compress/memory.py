@@ -201,6 +201,23 @@ class ErrorFeedback(Memory):
         st.error = error
         st.steps += 1
 
+    def flush(self, x, *, key=None):
+        """What a dense step sends for ``x`` instead of a payload: ``x`` plus the residual of
+        ``key`` (``x`` itself when there is none), after which ``key`` has no residual (the next
+        encode starts from zero), so what was sent over all steps plus the residual is still the
+        sum of the inputs. A sum that is not finite is returned but the residual stays (a skipped
+        step, as :meth:`encode`)."""
+        st = self.state.get(key)
+        if st is None:
+            return x
+        x = namespace(x).asarray(x)
+        _check_like("the residual", st.error, x, key)
+        with quiet():
+            c = x + st.error
+        if not count_nonfinite(c):
+            del self.state[key]
+        return c
+
     def residual(self, key=None) -> np.ndarray | None:
         """A copy of the current residual of ``key`` (None before its first encode); the live
         array's memory is reused by a later fused encode."""
@@ -332,6 +349,26 @@ class DGCMemory(Memory):
         u[sent] = 0
         st.u, st.v = u, v
         return like(original, payload)
+
+    def flush(self, grad, *, key=None):
+        """What a dense step sends for ``grad`` instead of a payload: the velocity after folding
+        ``grad`` in (``u = m u + g``, ``v = v + u``, ``grad`` clipped first with ``clip``); every
+        element is sent, so momentum factor masking clears all of ``key``'s state. A velocity
+        that is not finite is returned but the state stays (a skipped step, as :meth:`encode`)."""
+        grad = as_array(grad)
+        if self.clip is not None:
+            grad = _clipped(grad, self.clip)
+        st = self.state.get(key)
+        if st is None:
+            return grad
+        _check_like("the momentum", st.u, grad, key)
+        with quiet():
+            u = st.u * self.momentum
+            u += grad
+            v = st.v + u
+        if not count_nonfinite(v):
+            del self.state[key]
+        return v
 
     def _encode_fused(self, grad: np.ndarray, key, step: int) -> np.ndarray:
         """The fused path: the codec's selecting pass computes the new momentum and velocity into

@@ -133,6 +133,11 @@ class Memory(ABC):
         """Decode with the wrapped codec (``count``, ``max_elements``: see ``Codec.decode``)."""
         return self.codec.decode(payload, count=count, max_elements=max_elements)
 
+    def flush(self, x, *, key=None):
+        """What a dense step sends for ``x`` in place of a payload (what the state of ``key``
+        holds back, added), emptying that state; memories that cannot raise TypeError."""
+        raise TypeError(f"{type(self).__name__} cannot hand its state to a dense step")
+
     def reset(self, key=None) -> None:
         """Forget the state of ``key`` (of every key when None)."""
         if key is None:

@@ -256,6 +256,30 @@ def test_optimizer_codecs_with_error_feedback(codec):
     assert all(torch.equal(again[k], v) for k, v in residuals.items()), codec
 
 
+def test_optimizer_takes_auto_and_follows_its_dense_decisions():
+    """codec="auto:topk:ratio=0.25": on one machine's model the small buckets go dense, so the
+    parameters are those of the dense optimizer bit for bit; every rank records the same
+    decisions."""
+    comm = MPI.COMM_WORLD
+    x, y, xl, yl = _data(comm)
+    models = []
+    for codec in ("auto:topk:ratio=0.25", None):
+        m = _model()
+        opt = ct.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                                      codec=codec, algorithm="ring", comm=comm)
+        for _ in range(3):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(m(xl), yl).backward()
+            opt.step()
+        models.append(_flat(m))
+        if codec:
+            auto = opt.codec_state.auto
+            decided = {k: (d.compress, d.calls_dense) for k, d in auto.decisions.items()}
+            assert decided and all(not c and n == 3 for c, n in decided.values()), decided
+            assert all(d == decided for d in comm.allgather(decided))
+    assert _bits(models[0]) == _bits(models[1])
+
+
 def test_optimizer_takes_dgc_as_published():
     """DGCMemory with the sparsity warm-up and local clipping through DistributedOptimizer (the
     wrapped SGD without momentum: the memory applies it): the density follows the schedule step

@@ -50,6 +50,7 @@ from . import hierarchical, shm
 from .flat import FLAT
 
 __all__ = ["algorithm_for", "builtin_choice", "comm_rules", "selector", "resolve", "Selector",
+           "network_for",
            "allreduce", "SMALL_BYTES", "SHM_BYTES", "CLUSTER_DEFAULTS", "MODEL_CHOICES"]
 
 SMALL_BYTES = 64 << 10
@@ -144,6 +145,24 @@ def _cluster_model(entry: selection.Entry | None, nodes: list[int]):
         return Network(**{**params, "node_size": min(nodes)})
     except (TypeError, ValueError):  # a hand-edited model: fall back to the defaults
         return Network(**{**CLUSTER_DEFAULTS, "node_size": min(nodes)})
+
+
+def network_for(entry: selection.Entry | None, nodes: list[int]):
+    """The cost model of a communicator with these ``nodes`` (ranks per node) and tuning
+    ``entry`` (read on rank 0 and broadcast, so the same on every rank): across nodes the
+    two-level model "auto" chooses by; on one node the entry's fitted model, else the inside-node
+    parameters of :data:`CLUSTER_DEFAULTS`."""
+    from ..selection.cost_model import Network
+
+    if len(nodes) > 1:
+        return _cluster_model(entry, nodes)
+    inter = ("alpha_inter", "beta_inter", "node_size")
+    fitted = {k: v for k, v in ((entry.model or {}) if entry is not None else {}).items()
+              if k not in inter}
+    try:
+        return Network(**fitted)
+    except (TypeError, ValueError):  # none, or a hand-edited model: the defaults
+        return Network(**{k: v for k, v in CLUSTER_DEFAULTS.items() if k not in inter})
 
 
 def _make_selector(comm: MPI.Comm, node_size: int | None) -> Selector:

@@ -21,14 +21,22 @@ from mpi4py import MPI
 import compress
 
 from .._runtime.cli import UsageError
-from ..compressed import compressed_allreduce
+from ..compressed import AutoCompression, CompressionState, compressed_allreduce
+from ..compressed.auto import split_spec
 from .._runtime.traffic import TRAFFIC
 
 __all__ = ["make_codec", "codec_calls", "bytes_per_call", "identical_everywhere"]
 
 
 def make_codec(spec: str, rank: int):
-    """The codec a spec names for ``rank``: private seeds per rank, error feedback if needed."""
+    """The codec a spec names for ``rank``: private seeds per rank, error feedback if needed;
+    for ``"auto:<spec>"`` a :class:`~collectives.CompressionState` of that with
+    :class:`~collectives.AutoCompression` (compressed only where the cost model says it pays)."""
+    inner = split_spec(spec)
+    if inner is not None:
+        state = CompressionState.of(make_codec(inner, rank))
+        state.auto = AutoCompression()
+        return state
     name, params = compress.parse_spec(spec)
     if name in compress.CODECS and compress.CODECS[name].randomness == "private":
         params.setdefault("seed", 1000 + rank)  # independent noise on every rank

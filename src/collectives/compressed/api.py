@@ -17,12 +17,26 @@ from ..algorithms import ALGORITHMS
 from ..ops import get_op
 from ..options import Options
 from ._coding import TensorCoding
+from .auto import AutoCompression, split_spec
 from .state import CompressionState, base_codec, state_of
 from .strategies import STRATEGIES, strategy_for, incompatibility
 
-__all__ = ["compressed_allreduce", "CompressedAllreduceCall"]
+__all__ = ["compressed_allreduce", "CompressedAllreduceCall", "state_from_spec"]
 
 _OPS = ("avg", "sum")
+
+
+def state_from_spec(spec: str) -> Codec | CompressionState:
+    """The codec a spec names (``compress.from_spec``), or for ``"auto:<spec>"`` a
+    :class:`CompressionState` of that codec (bare, as a plain spec's) with
+    :class:`~collectives.compressed.auto.AutoCompression`. Raises ValueError for a bad spec;
+    for an auto one, the message lists the valid forms."""
+    inner = split_spec(spec)
+    if inner is None:
+        return from_spec(spec)
+    state = CompressionState.of(from_spec(inner))
+    state.auto = AutoCompression()
+    return state
 
 
 def compressed_allreduce(x: np.ndarray, codec: str | Codec | Memory | CompressionState, *,
@@ -46,7 +60,9 @@ def compressed_allreduce(x: np.ndarray, codec: str | Codec | Memory | Compressio
         hook and ``--codec`` take them (``"topk:ratio=0.01"``; ``compress.from_spec`` reads it):
         the codec it names, bare and new at every call, so no per-tensor state (error feedback)
         carries over from one call to the next: pass a ``CompressionState`` for that. The same
-        on every rank.
+        on every rank. ``"auto:<spec>"`` (``"auto:topk:ratio=0.01"``) compresses only where
+        the cost model predicts it pays, else sends dense (:mod:`collectives.compressed.auto`;
+        a state does the same with ``CompressionState(..., auto=AutoCompression())``).
     out
         Result array (``x``'s shape and dtype); ``out=x`` works in place.
     op
@@ -104,7 +120,7 @@ class CompressedAllreduceCall:
                  opts: Options) -> None:
         a = check_input(x)
         if isinstance(codec, str):  # a spec: a bad one raises ValueError here, before any message
-            codec = from_spec(codec)
+            codec = state_from_spec(codec)
         base = base_codec(codec)
         if not isinstance(base, Codec):
             raise TypeError(f"codec must be a codec spec (\"topk:ratio=0.01\"), a compress codec, "
@@ -127,6 +143,9 @@ class CompressedAllreduceCall:
         problem = incompatibility(name, base, memory)
         if problem:
             raise ValueError(problem)
+        if isinstance(codec, CompressionState) and codec.auto is not None and name == "two_phase":
+            raise ValueError("auto compression cannot run strategy 'two_phase' (its residuals "
+                             "are kept per chunk, on the server too); use another strategy")
         res = new_like(a) if out is None else check_out(out, a)
         self.sig = {"count": a.size, "dtype": a.dtype, "codec": base.name, "op": op,
                     "strategy": name, "step": int(the_step)}
@@ -141,16 +160,27 @@ class CompressedAllreduceCall:
     def signature(self) -> dict[str, Any]:
         return self.sig
 
-    def _dense(self, ctx: Any) -> None:
-        """A plain allreduce of the tensor (sum or average) with ``algorithm``."""
+    def _dense(self, ctx: Any, src: np.ndarray | None = None) -> None:
+        """A plain allreduce of the tensor (sum or average) with ``algorithm``; ``src``: what
+        to send in place of the tensor (flat, as long)."""
+        src = self.src if src is None else src
         if self.world == 1:
-            if self.dst is not self.src:
-                self.dst[...] = self.src
+            if self.dst is not src:
+                self.dst[...] = src
             return
         op = get_op("avg" if self.average else "sum", self.whole.dtype)
-        ALGORITHMS[self.algorithm](self.src, self.dst, op, ctx, self.opts)
+        ALGORITHMS[self.algorithm](src, self.dst, op, ctx, self.opts)
         if op.average:
             op.divide(self.dst, self.world)
+
+    def _flushed(self, state: CompressionState) -> np.ndarray:
+        """What a dense step of auto sends: the tensor plus what the memory held back for its
+        key (which the memory then forgets), or the tensor itself."""
+        if state.memory is None:
+            return self.src
+        with np.errstate(over="ignore", invalid="ignore"):
+            sent = state.memory.flush(self.whole, key=self.key)
+        return self.src if sent is self.whole else sent.reshape(-1)
 
     def run(self, ctx: Any) -> None:
         if self.src.size == 0:
@@ -160,6 +190,11 @@ class CompressedAllreduceCall:
         state = state_of(self.codec, ctx)
         if self.step < state.start_step:  # dense for the first steps (CompressionState)
             self._dense(ctx)
+            return
+        if state.auto is not None and not state.auto.decide(
+                state.codec, self.key, self.whole.shape, self.whole.dtype, self.sig["strategy"],
+                self.algorithm, ctx, self.opts.node_size).compress:
+            self._dense(ctx, self._flushed(state))
             return
         coding = TensorCoding(state, self.key, self.step, self.average, self.world,
                               self.whole.shape)

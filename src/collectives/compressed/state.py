@@ -16,6 +16,10 @@ A compressed allreduce keeps state per tensor key, in four roles:
     The training step a call uses when it is not given one (``compressed_allreduce(..., step=)``);
     shared-randomness codecs draw from ``(seed, key, step)``. The caller advances it.
 
+``auto`` (a setting, not state) is an :class:`~collectives.compressed.auto.AutoCompression`:
+each call then compresses only where the cost model predicts it pays, and otherwise sends dense
+(``codec="auto:<spec>"`` makes one; :mod:`collectives.compressed.auto`).
+
 ``start_step`` (a setting, not state) makes the calls of the first steps dense, as the
 ``start_powerSGD_iter`` of PyTorch's PowerSGD hook: a call whose step is below it is a plain
 allreduce of the tensor (sum or average) and leaves the memory and the codec's state alone, so
@@ -42,6 +46,7 @@ from compress.memory import Residual
 from compress.protocols import Memory
 
 from .._runtime.context import Context
+from .auto import AutoCompression
 
 __all__ = ["CompressionState", "ServerFeedback", "base_codec", "state_of"]
 
@@ -94,6 +99,8 @@ class CompressionState:
         The step a call without ``step=`` uses.
     start_step : int
         Calls at a step below it are dense allreduces (PyTorch's ``start_powerSGD_iter``).
+    auto : AutoCompression, optional
+        Decide per call between the codec and a dense allreduce from the cost model.
 
     Notes
     -----
@@ -106,6 +113,7 @@ class CompressionState:
     server: ErrorFeedback | None = None
     step: int = 0
     start_step: int = 0
+    auto: AutoCompression | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.codec, Codec):
@@ -119,6 +127,13 @@ class CompressionState:
         if self.server is not None and (not isinstance(self.server, ErrorFeedback)
                                         or self.server.codec is not self.codec):
             raise ValueError("server must be a compress.ErrorFeedback around this state's codec")
+        if self.auto is not None:
+            if not isinstance(self.auto, AutoCompression):
+                raise TypeError(f"auto must be a collectives.compressed.auto.AutoCompression, "
+                                f"got {type(self.auto).__name__}")
+            if self.memory is not None and type(self.memory).flush is Memory.flush:
+                raise ValueError(f"auto needs a memory that a dense step can flush "
+                                 f"(ErrorFeedback, DGCMemory), got {type(self.memory).__name__}")
         for name, value in (("step", self.step), ("start_step", self.start_step)):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}")

@@ -15,9 +15,9 @@ model when a communicator spans nodes.
 
 from .names import FLAT_NAMES, TUNABLE
 from .tuning_file import (ENV, FORMAT, VERSION, Entry, Rules, TuningFileError, clear_cache,
-                          default_path, entry_for, make_rules, read, read_entries, rules_for,
-                          tuning_path, write)
+                          codec_speeds, default_path, entry_for, make_rules, read,
+                          read_codec_speeds, read_entries, rules_for, tuning_path, write)
 
 __all__ = ["ENV", "FORMAT", "VERSION", "TuningFileError", "Rules", "Entry", "default_path",
            "tuning_path", "read", "read_entries", "rules_for", "entry_for", "clear_cache",
-           "make_rules", "write", "FLAT_NAMES", "TUNABLE"]
+           "make_rules", "write", "codec_speeds", "read_codec_speeds", "FLAT_NAMES", "TUNABLE"]

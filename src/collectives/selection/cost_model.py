@@ -63,7 +63,7 @@ from .names import FLAT_NAMES
 from .tuning_file import read_entries
 
 __all__ = ["Network", "COSTS", "predict", "predict_all", "best", "from_tuning_file",
-           "NATIVE_SHORT_BYTES"]
+           "allgather", "NATIVE_SHORT_BYTES"]
 
 #: MPICH's classic short-message threshold (recursive doubling up to here, Rabenseifner above).
 NATIVE_SHORT_BYTES = 2048
@@ -264,6 +264,16 @@ COSTS: dict[str, Callable[[float, int, Network], float]] = {
     "hierarchical": hierarchical,
     "native": native,
 }
+
+
+def allgather(n: float, p: int, net: Network) -> float:
+    """A ring allgather of ``n`` bytes from each rank, sizes first (what the compressed
+    strategies' variable-size exchange does): ``(p-1) (step(8) + step(n))``, one flow per node's
+    link. Also the model of the sparse strategies, which move about as much."""
+    if p < 2:
+        return 0.0
+    pattern = _ring_pattern(p, _m(p, net))
+    return (p - 1) * (_step(8, pattern, net) + _step(n, pattern, net))
 
 
 def predict(name: str, n: float, p: int, net: Network) -> float:

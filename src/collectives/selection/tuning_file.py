@@ -18,6 +18,16 @@ The file (JSON)::
                                      "beta_inter": 8e-09, "node_size": 2},
                            "measured_us": {"8": {"native": 30.1, "ring": 80.2}}}}}
 
+A file may also hold ``"codecs"``: the codec pipeline's measured speed on this machine, by codec
+spec, for ``codec="auto:..."`` (:mod:`collectives.compressed.auto`), seconds per byte::
+
+     "codecs": {"topk:ratio=0.01": {"encode": 8e-10, "decode": 3e-10, "payload": 1.5e-09,
+                                    "ranks": 4}}
+
+``encode``: the encode (with error feedback where the codec needs it) per input byte; ``decode``:
+writing the dense result per input byte; ``payload``: decoding and adding per payload byte;
+``ranks``: how many ranks measured at once (the slowest one's time is kept).
+
 Rules are read in order; the first whose ``max_bytes`` is >= the message size (``null``: no
 limit) names the algorithm. ``nodes`` (optional) is the node layout the world was tuned on (the
 ranks of each node, ``collectives._runtime.nodes.node_sizes``): ``auto`` follows the
@@ -50,7 +60,8 @@ from .names import TUNABLE
 
 __all__ = ["ENV", "FORMAT", "VERSION", "MAX_FILE_BYTES", "TuningFileError", "Rules", "Entry",
            "default_path", "tuning_path", "read", "read_entries", "rules_for", "entry_for",
-           "clear_cache", "make_rules", "write"]
+           "clear_cache", "make_rules", "write", "CODEC_SPEED_FIELDS", "read_codec_speeds",
+           "codec_speeds"]
 
 ENV = "COLLECTIVES_TUNING_FILE"
 FORMAT = "collectives-tuning"
@@ -196,6 +207,51 @@ def read_entries(path: str | Path, known: frozenset[str] | None = None) -> dict[
     return table
 
 
+#: the per-byte times a ``"codecs"`` entry holds (seconds per byte)
+CODEC_SPEED_FIELDS = ("encode", "decode", "payload")
+
+
+def read_codec_speeds(path: str | Path) -> dict[str, dict[str, float]]:
+    """The ``"codecs"`` section of the tuning file ``path`` (empty when it has none): codec spec
+    -> ``{"encode": s/B, "decode": s/B, "payload": s/B}``. Errors as :func:`read`."""
+    path = Path(path)
+    data = _load(path)
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise TuningFileError(f"{path}: not a tuning file (expected \"format\": \"{FORMAT}\")")
+    section = data.get("codecs", {})
+    if not isinstance(section, dict):
+        raise TuningFileError(f"{path}: 'codecs' must be an object keyed by codec spec")
+    out = {}
+    for spec, entry in section.items():
+        if not isinstance(entry, dict):
+            raise TuningFileError(f"{path}: codecs {_short(spec, 40)}: must be an object")
+        speeds = {}
+        for name in CODEC_SPEED_FIELDS:
+            value = entry.get(name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) \
+                    or not math.isfinite(value) or value < 0:
+                raise TuningFileError(f"{path}: codecs {_short(spec, 40)}: {name!r} must be a "
+                                      f"number of seconds per byte >= 0, got {_short(value)}")
+            speeds[name] = float(value)
+        out[str(spec)] = speeds
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_speeds(path: Path) -> dict[str, dict[str, float]]:
+    try:
+        return read_codec_speeds(path)
+    except FileNotFoundError:
+        return {}
+
+
+def codec_speeds() -> dict[str, dict[str, float]]:
+    """The tuning file's ``"codecs"`` section (:func:`read_codec_speeds`; empty without a file or
+    with tuning off), read once per process."""
+    path = tuning_path()
+    return {} if path is None else _cached_speeds(path)
+
+
 @functools.lru_cache(maxsize=None)
 def _cached(path: Path) -> dict[int, Entry] | None:
     try:
@@ -226,6 +282,7 @@ def rules_for(p: int) -> Rules | None:
 def clear_cache() -> None:
     """Forget the files read so far (tests; after rewriting a tuning file in a process)."""
     _cached.cache_clear()
+    _cached_speeds.cache_clear()
 
 
 def make_rules(winners: dict[int, str]) -> list[dict[str, Any]]:
@@ -245,17 +302,23 @@ def make_rules(winners: dict[int, str]) -> list[dict[str, Any]]:
     return rules
 
 
-def write(path: str | Path, world_sizes: dict[int, dict[str, Any]], **meta: Any) -> Path:
-    """Write (or merge into) the tuning file ``path``: entries for other world sizes are kept."""
+def write(path: str | Path, world_sizes: dict[int, dict[str, Any]],
+          codecs: dict[str, dict[str, Any]] | None = None, **meta: Any) -> Path:
+    """Write (or merge into) the tuning file ``path``: entries for other world sizes and other
+    codec specs (``codecs``: the ``"codecs"`` section's entries) are kept."""
     path = Path(path)
-    try:  # keep the other world sizes of a valid file; replace anything else
+    try:  # keep the other world sizes and codecs of a valid file; replace anything else
         read(path)
         merged: dict[str, Any] = dict(_load(path)["world_sizes"])
-    except (FileNotFoundError, TuningFileError):
-        merged = {}
+        speeds: dict[str, Any] = dict(_load(path).get("codecs") or {})
+    except (FileNotFoundError, TuningFileError, AttributeError, TypeError):
+        merged, speeds = {}, {}
     merged.update({str(p): entry for p, entry in world_sizes.items()})
+    speeds.update(codecs or {})
     data = {"format": FORMAT, "version": VERSION, **meta,
             "world_sizes": dict(sorted(merged.items(), key=lambda kv: int(kv[0])))}
+    if speeds:
+        data["codecs"] = speeds
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=1) + "\n")

@@ -18,6 +18,7 @@ import compress
 from .._runtime.cli import PLOT_INSTALL, Parser, UsageError
 
 from .. import datasets
+from ..compressed.auto import split_spec
 from .codecs import parse_spec
 from .exchange import parse_gossip, parse_server, parse_sync
 from .model import MODELS
@@ -73,7 +74,8 @@ def parser() -> argparse.ArgumentParser:
     c = p.add_argument_group("communication")
     c.add_argument("--algorithm", choices=list(collectives.ALGORITHMS), default="ring",
                    help="dense allreduce (default ring: every byte it sends is counted)")
-    c.add_argument("--codec", default="none", help="NAME[:k=v,...], e.g. topk:ratio=0.01; "
+    c.add_argument("--codec", default="none", help="NAME[:k=v,...], e.g. topk:ratio=0.01, or "
+                   "auto:NAME[:k=v,...] (compress only where the cost model predicts it pays); "
                    "'none' = dense allreduce. Codecs: " + ", ".join(compress.CODECS))
     c.add_argument("--error-feedback", action=argparse.BooleanOptionalAction, default=None,
                    help="wrap the codec in error feedback (default: if the codec needs it)")
@@ -160,7 +162,8 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
         raise UsageError(f"--sync {a.sync}: {e}" if a.sync.startswith("gossip:") else str(e)) \
             from None
     try:
-        name, params = parse_spec(a.codec)
+        inner = split_spec(a.codec)  # "auto:<spec>": the codec where it pays, else dense
+        name, params = parse_spec(a.codec if inner is None else inner)
         compress.registry.check_params(name, params)  # also: unknown codec name
         if not isinstance(params.get("seed", 0), int) or isinstance(params.get("seed"), bool):
             raise ValueError(f"{name} parameter 'seed' takes an integer, got {params['seed']!r}")

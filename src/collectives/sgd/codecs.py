@@ -12,6 +12,8 @@
   ``compressed_allreduce`` and the checkpoint saves, with :class:`compress.ErrorFeedback` around
   the codec when asked (by default when the codec declares ``needs_error_feedback``), or
   :class:`compress.DGCMemory` with ``--momentum-correction`` (DGC as published).
+- ``auto:<spec>`` gives the same state with :class:`collectives.AutoCompression`: each exchange
+  compresses only where the cost model predicts it pays (the report shows the decisions).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import numpy as np
 
 import compress
 
-from ..compressed import CompressionState
+from ..compressed import AutoCompression, CompressionState
+from ..compressed.auto import split_spec
 
 __all__ = ["parse_spec", "build"]
 
@@ -33,7 +36,8 @@ def build(spec: str, *, error_feedback: bool | None, seed: int, rank: int,
     ``momentum_correction``: the keyword arguments of a :class:`compress.DGCMemory` around the
     codec (DGC's momentum correction, warm-up and clipping) in place of error feedback.
     ``start_step``: the steps before it are dense (:class:`collectives.CompressionState`)."""
-    name, params = parse_spec(spec)
+    inner = split_spec(spec)
+    name, params = parse_spec(spec if inner is None else inner)
     if name not in compress.CODECS:
         raise ValueError(f"unknown codec {name!r}; valid names: {', '.join(compress.CODECS)}")
     base_seed = int(params.pop("seed", seed))
@@ -48,4 +52,6 @@ def build(spec: str, *, error_feedback: bool | None, seed: int, rank: int,
     else:
         state = CompressionState.of(codec, error_feedback=error_feedback)
     state.start_step = start_step
+    if inner is not None:
+        state.auto = AutoCompression()
     return state

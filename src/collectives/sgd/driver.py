@@ -324,7 +324,11 @@ class Trainer:
                 "exchanges": st.calls, "bytes_mean": float(np.mean(sent)),
                 "overlap": a.overlap, "comm_busy": st.busy, "comm_hidden": st.hidden,
                 "bytes_max": int(max(sent)), "dense_bytes": st.dense_bytes,
-                "consensus": last.get("consensus")}
+                "consensus": last.get("consensus"),
+                "auto": None if self.state is None or self.state.auto is None
+                else self.state.auto.summary(),
+                "auto_report": None if self.state is None or self.state.auto is None
+                else self.state.auto.report()}
 
 
 def _limit_threads(world: int) -> None:

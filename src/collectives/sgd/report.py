@@ -70,6 +70,8 @@ def final_report(summary: dict) -> str:
                      f"({share}) of it hidden behind backward; {t.get('comm', 0.0):.2f} s "
                      "waited for" + ("; encode/decode ran there too, not on this thread"
                                      if t.get("codec") else ""))
+    if s.get("auto_report"):
+        lines.append(s["auto_report"])
     if t.get("step"):
         lines.append(f"  step (forward, backward, exchange, update): mean "
                      f"{t['step'] / max(1, s['steps']) * 1e3:.1f} ms")

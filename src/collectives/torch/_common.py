@@ -15,6 +15,7 @@ from compress import Codec, from_spec
 from compress.protocols import LowRankSummable, Memory
 
 from .. import nonblocking
+from ..compressed.auto import AutoCompression, split_spec
 from ..compressed.state import CompressionState
 
 __all__ = ["Compression", "codec_of", "make_state", "start", "low_rank", "state_tensors",
@@ -53,12 +54,15 @@ def make_state(codec: Any, error_feedback: bool | None,
         if error_feedback or start_step:
             raise ValueError("error_feedback and start_step need a codec")
         return None
+    inner = split_spec(codec) if isinstance(codec, str) else None  # "auto:<spec>"
     if isinstance(codec, str):
-        codec = from_spec(codec)
+        codec = from_spec(codec if inner is None else inner)
     if not isinstance(codec, (Codec, Memory, CompressionState)):
         raise TypeError(f"codec must be None, a codec spec, a compress codec, a memory or a "
                         f"CompressionState, got {type(codec).__name__}")
     state = CompressionState.of(codec, error_feedback=error_feedback)
+    if inner is not None:
+        state.auto = AutoCompression()
     if start_step is not None:
         if not isinstance(start_step, int) or isinstance(start_step, bool) or start_step < 0:
             raise ValueError(f"start_step must be a non-negative integer, got {start_step!r}")

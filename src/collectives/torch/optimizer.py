@@ -158,6 +158,12 @@ class _DistributedOptimizer:
         self._synchronized = False
         self._handles = [p.register_post_accumulate_grad_hook(self._hook) for p in own]
 
+    @property
+    def codec_state(self) -> Any:
+        """The buckets' :class:`collectives.CompressionState` (None without a codec); with
+        ``codec="auto:..."``, ``codec_state.auto.report()`` says what each bucket sent."""
+        return self._codec_state
+
     # ------------------------------------------------------------------ backward
     def _hook(self, p: torch.Tensor) -> None:
         count = self._counts[id(p)] = self._counts[id(p)] + 1
@@ -275,8 +281,10 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Ite
         Dense allreduce algorithm (a name in ``collectives.ALGORITHMS``); with a codec, the one
         its strategy uses for dense parts.
     codec, error_feedback, strategy
-        Compress every bucket: a codec spec (``"topk:ratio=0.01"``), a ``compress`` codec, a
-        memory around one, or a ``collectives.CompressionState``; ``error_feedback=True`` wraps
+        Compress every bucket: a codec spec (``"topk:ratio=0.01"``; ``"auto:topk:ratio=0.01"``
+        compresses a bucket only where the cost model predicts it pays, else sends it dense:
+        ``collectives.compressed.auto``), a ``compress`` codec, a memory around one, or a
+        ``collectives.CompressionState``; ``error_feedback=True`` wraps
         the codec in ``compress.ErrorFeedback`` (None: where the codec needs it); ``strategy`` as
         in ``collectives.compressed_allreduce``.
     bucket_bytes

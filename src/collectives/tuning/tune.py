@@ -23,6 +23,12 @@ Each world size:
    winners as thresholds (:func:`collectives.selection.tuning_file.make_rules`), with the measured
    times and the fitted model.
 
+4. measures the codec pipeline of each ``--codec`` spec (default :data:`DEFAULT_CODECS`) for
+   ``codec="auto:<spec>"``: every rank at once, as in training, on ``--codec-elements`` float32
+   (:func:`collectives.compressed.speed.measure_speed`), the slowest rank's seconds per byte kept
+   in the file's ``"codecs"`` section (the last world size tuned replaces an earlier one's);
+   ``--codec none`` measures none.
+
 It takes a few minutes for 2, 4 and 8 ranks on 2 cores; ``--sizes`` and ``--quick`` shorten it.
 """
 
@@ -43,10 +49,14 @@ from typing import Sequence
 from .._runtime.cli import program
 from ..launch import mpiexec_command
 
-__all__ = ["DEFAULT_SIZES", "main", "script", "pick", "tune_world"]
+__all__ = ["DEFAULT_SIZES", "DEFAULT_CODECS", "main", "script", "pick", "tune_world",
+           "tune_codecs"]
 
 DEFAULT_SIZES = [8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 ROUNDS = 2
+#: the codec specs whose pipeline speed is measured by default (for codec="auto:<spec>")
+DEFAULT_CODECS = ["topk:ratio=0.01", "topk:ratio=0.001", "dgc:density=0.001",
+                  "randomk:ratio=0.01", "fp16"]
 PINGPONG_SIZES = [8, 1 << 10, 64 << 10, 1 << 20, 4 << 20, 8 << 20]
 REDUCTION_SIZES = [64 << 10, 1 << 20, 16 << 20]
 #: Environment variables an MPI launcher sets in its processes (MPICH/Hydra, Open MPI, Slurm).
@@ -124,6 +134,29 @@ def tune_world(sizes: Sequence[int], quick: bool = False, verbose: bool = True,
             "model": model}
 
 
+def tune_codecs(specs: Sequence[str], count: int, verbose: bool = True) -> dict:
+    """Measure each codec spec on every rank of ``MPI.COMM_WORLD`` at once (collectively): the
+    ``"codecs"`` entries, the slowest rank's seconds per byte, the same on every rank."""
+    import numpy as np
+    from mpi4py import MPI
+
+    from ..compressed.speed import measure_speed
+
+    comm = MPI.COMM_WORLD
+    out = {}
+    for spec in specs:
+        comm.Barrier()
+        speed = measure_speed(spec, count, comm.size)
+        worst = np.empty(3)
+        comm.Allreduce(np.array([speed.encode, speed.decode, speed.payload]), worst, op=MPI.MAX)
+        out[spec] = {"encode": float(worst[0]), "decode": float(worst[1]),
+                     "payload": float(worst[2]), "ranks": comm.size, "elements": count}
+        if verbose and comm.rank == 0:
+            print(f"p={comm.size} codec {spec}: encode {worst[0] * 1e9:.3f} ns/B, decode "
+                  f"{worst[1] * 1e9:.3f} ns/B, payload {worst[2] * 1e9:.3f} ns/B", flush=True)
+    return out
+
+
 def _mpiexec() -> list[str]:
     try:
         return mpiexec_command()
@@ -144,20 +177,23 @@ def _worker(args: argparse.Namespace) -> None:
     from ..selection import tuning_file
 
     entry = tune_world(args.sizes, args.quick, margin=args.margin)
+    specs = [c for c in args.codec or DEFAULT_CODECS if c != "none"]
+    codecs = tune_codecs(specs, args.codec_elements // (4 if args.quick else 1))
     comm = MPI.COMM_WORLD
     if comm.rank != 0:
         return
     if args.partial:
-        Path(args.partial).write_text(json.dumps({"p": comm.size, "entry": entry}))
+        Path(args.partial).write_text(json.dumps({"p": comm.size, "entry": entry,
+                                                  "codecs": codecs}))
         return
-    path = tuning_file.write(args.output, {comm.size: entry}, **_meta())
+    path = tuning_file.write(args.output, {comm.size: entry}, codecs=codecs, **_meta())
     print(f"wrote {path} (world size {comm.size})")
 
 
 def _launch(args: argparse.Namespace, argv: Sequence[str]) -> None:
     from ..selection import tuning_file
 
-    entries = {}
+    entries, codecs = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         for p in args.ranks:
             partial = Path(tmp) / f"p{p}.json"
@@ -165,8 +201,10 @@ def _launch(args: argparse.Namespace, argv: Sequence[str]) -> None:
                    "--worker", "--partial", str(partial), *argv]
             print(f"# {' '.join(cmd[:3])} ... ({p} ranks)", flush=True)
             subprocess.run(cmd, check=True, timeout=args.timeout)
-            entries[p] = json.loads(partial.read_text())["entry"]
-    path = tuning_file.write(args.output, entries, **_meta())
+            done = json.loads(partial.read_text())
+            entries[p] = done["entry"]
+            codecs.update(done.get("codecs") or {})
+    path = tuning_file.write(args.output, entries, codecs=codecs, **_meta())
     print(f"wrote {path} (world sizes {', '.join(map(str, entries))})")
 
 
@@ -185,6 +223,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--margin", type=float, default=0.05,
                    help="keep auto's built-in choice unless beaten by more than this (0.05)")
     p.add_argument("--timeout", type=float, default=900, help="seconds per world size")
+    p.add_argument("--codec", action="append", metavar="SPEC",
+                   help="a codec spec whose pipeline speed to measure for codec='auto:SPEC' "
+                        "(repeat it; default " + ", ".join(DEFAULT_CODECS) + "; 'none': none)")
+    p.add_argument("--codec-elements", type=int, default=4 << 20,
+                   help="float32 elements the codecs are measured on (default 4 Mi; --quick: "
+                        "a quarter)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--partial", help=argparse.SUPPRESS)
     return p
