@@ -6,7 +6,8 @@ import pytest
 from collectives import datasets
 from collectives.sgd import checkpoint, codecs, data
 from collectives.sgd.cli import UsageError, parse
-from collectives.sgd.exchange import parse_gossip, parse_server, parse_sync, ring_bytes
+from collectives.sgd.exchange import (parse_gossip, parse_server, parse_sgp, parse_sync,
+                                     ring_bytes)
 from collectives.sgd.fusion import FusionBuffer
 from collectives.sgd.model import MLP
 from collectives.sgd.optim import SGD, Schedule
@@ -158,7 +159,9 @@ def test_sync_and_bytes():
     assert parse_gossip("gossip:one_peer_exponential", 5).period == 3
     assert parse_gossip("gossip:torus:metropolis", 6).name == "torus(2x3)"
     assert parse(["--sync", "gossip:ring:metropolis"], 5, 1437).gossip == "ring(5)"
-    assert parse_sync("ssp:0") == 0 and parse_sync("async") == 0
+    assert parse_sync("ssp:0") == 0 and parse_sync("async") == 0 and parse_sync("sgp") == 0
+    assert parse_sgp("sgp") is False and parse_sgp("sgp:overlap") is True
+    assert parse_sgp("sync") is None and parse_sgp("sgp:x") is None
     assert parse_server("ssp:3") == (3,) and parse_server("async") == (None,)
     assert parse_server("sync") is None and parse_server("ssp:-1") is None
     for bad in ("local", "local:0", "asynchronous", "ssp:-1", "ssp:x", "ssp"):
@@ -189,6 +192,7 @@ def test_sync_and_bytes():
     (["--sync", "ssp:x"], "'ssp:S' with an integer S >= 0 or 'async'"),
     (["--sync", "ssp:1", "--codec", "topk"], "--sync ssp:1 pushes updates to a parameter server"),
     (["--sync", "async", "--check-replicas"], "--sync async pushes updates"),
+    (["--sync", "sgp", "--overlap"], "--sync sgp exchanges parameters"),
     (["--sync", "gossip:ring", "--check-replicas"], "its replicas differ"),
     (["--overlap", "--bucket-mb", "0"], "--bucket-mb must be positive"),
     (["--momentum-correction"], "need a --codec"),

@@ -166,6 +166,26 @@ class Window:
             self._win.Unlock(me)
         return self._value.copy()
 
+    def assign(self, x: np.ndarray, weight: float | None = None) -> None:
+        """Replace this rank's value (and its weight, if given) and publish them in slot 0."""
+        self._live()
+        if not isinstance(x, np.ndarray) or x.shape != (self.size,):
+            raise ValueError(f"Window.assign: x must be a NumPy array of shape ({self.size},), "
+                             f"got {getattr(x, 'shape', type(x).__name__)}")
+        if weight is not None:
+            _check_weight(self.dtype, weight, "weight")
+        me = self.comm.rank
+        self._win.Lock(me, MPI.LOCK_EXCLUSIVE)
+        try:
+            self._value[...] = x
+            if weight is not None:
+                self._weight = self.dtype.type(weight)
+            self._mem[0, :-1] = self._value
+            self._mem[0, -1] = self._weight
+            self._win.Sync()
+        finally:
+            self._win.Unlock(me)
+
     def free(self) -> None:
         """Release the window (collective); later use raises ``ValueError``."""
         if self._win is None:

@@ -55,6 +55,19 @@ def test_tiny_parameter_server_runs():
         assert s["bytes_mean"] == s["steps"] * (s["params"] * 4 * (comm.size - 1) // comm.size)
 
 
+def test_tiny_push_sum_runs():
+    """--sync sgp (push-sum over the one-peer exponential graph through a Window, rounds
+    synchronised) and sgp:overlap train; one message of the parameters and the weight per step;
+    with synchronised rounds at 2 ranks (W = J every round) the replicas agree."""
+    comm = WORLD
+    for spec in ("sgp", "sgp:overlap"):
+        s = train([*TINY, "--sync", spec], comm)
+        assert np.isfinite(s["loss"]) and s["exchanges"] == s["steps"]
+        assert s["bytes_mean"] == s["steps"] * (s["params"] + 1) * 4 * (comm.size > 1)
+        if spec == "sgp" and comm.size <= 2:
+            assert s["consensus"] < 1e-5, s["consensus"]
+
+
 def test_tiny_compressed_run_keeps_replicas_identical():
     s = train([*TINY, "--check-replicas", "--codec", "topk:ratio=0.1"], WORLD)
     assert s["exchanges"] == s["steps"]

@@ -20,7 +20,7 @@ from .._runtime.cli import PLOT_INSTALL, Parser, UsageError
 from .. import datasets
 from ..compressed.auto import split_spec
 from .codecs import parse_spec
-from .exchange import parse_gossip, parse_server, parse_sync
+from .exchange import parse_gossip, parse_server, parse_sgp, parse_sync
 from .model import MODELS
 
 __all__ = ["UsageError", "Config", "parser", "parse"]
@@ -99,8 +99,11 @@ def parser() -> argparse.ArgumentParser:
                         "'gossip:GRAPH[:WEIGHTS]' (D-PSGD: parameters mixed with the neighbors' "
                         "every step; graphs: " + ", ".join(collectives.topology.GRAPHS) +
                         "; weights: " + ", ".join(collectives.topology.WEIGHTS) + "), "
-                        "'ssp:S' (a parameter server over one-sided windows: no rank more than S "
-                        "steps ahead of the slowest; ssp:0 is synchronous) or 'async' (no bound)")
+                        "'sgp' or 'sgp:overlap' (push-sum over the one-peer exponential graph "
+                        "through one-sided windows; overlap: without waiting for a round's "
+                        "messages), 'ssp:S' (a parameter server over one-sided windows: no rank "
+                        "more than S steps ahead of the slowest; ssp:0 is synchronous) or "
+                        "'async' (no bound)")
     c.add_argument("--overlap", action="store_true",
                    help="start each gradient bucket's allreduce (compressed with --codec) "
                         "during backward, through the progress engine")
@@ -178,6 +181,9 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
     if parse_server(a.sync) is not None and (codec_name or a.overlap or a.check_replicas):
         raise UsageError(f"--sync {a.sync} pushes updates to a parameter server and its "
                          "replicas differ: --codec, --overlap and --check-replicas do not apply")
+    if parse_sgp(a.sync) is not None and (codec_name or a.overlap or a.check_replicas):
+        raise UsageError(f"--sync {a.sync} exchanges parameters, not gradients, and its replicas "
+                         "differ: --codec, --overlap and --check-replicas do not apply")
     n = min(n_train, a.subset or n_train)
     if world > n:
         raise UsageError(f"world size {world} exceeds the {n} training samples")

@@ -41,7 +41,7 @@ from . import checkpoint, data, report
 from .._runtime.cli import program
 from .cli import PROG, Config, UsageError, parse
 from .codecs import build
-from .exchange import Exchange, parse_gossip, parse_server
+from .exchange import Exchange, parse_gossip, parse_server, parse_sgp
 from .fusion import FusionBuffer
 from .model import MLP
 from .optim import SGD, Schedule
@@ -96,9 +96,11 @@ class Trainer:
         self.exchange = Exchange(self.model.grads, self.model.params, self.state, a.algorithm,
                                  a.strategy, cfg.local_every, comm, self.clock,
                                  int(a.bucket_mb * 2**20) if a.overlap else None,
-                                 parse_gossip(a.sync, self.world), parse_server(a.sync))
+                                 parse_gossip(a.sync, self.world), parse_server(a.sync),
+                                 parse_sgp(a.sync))
         #: where each kind of state is kept in a checkpoint: the same on every rank or its own
-        self.own_params = cfg.gossip is not None or self.exchange.server is not None
+        self.own_params = cfg.gossip is not None or self.exchange.server is not None or \
+            self.exchange.window is not None
         self.own_momentum = bool(cfg.local_every) or self.own_params
         self.history_keys = HISTORY_KEYS + (("consensus",) if self.own_params else ())
         self.fingerprint, self.config_text = _fingerprint(cfg, self.sizes)
@@ -216,6 +218,9 @@ class Trainer:
         self.exchange.stats.load(mine["stats"])
         if self.exchange.server is not None:  # rank 0's parameters, every clock at this step
             self.exchange.server.reset(self.model.params.flat, self.step)
+        if self.exchange.window is not None:  # push-sum restarts from the own parameters
+            self.exchange.window.assign(self.model.params.flat, weight=1.0)
+            self.comm.Barrier()
         if self.state is not None:
             self.state.load_state_dict({k[len(STATE_PREFIX):]: v for k, v in mine.items()
                                         if k.startswith(STATE_PREFIX)})

@@ -47,12 +47,12 @@ from mpi4py import MPI
 import collectives
 
 from ..compressed import CompressionState
-from ..topology import Topology, parse as parse_topology
+from ..topology import Topology, one_peer_exponential, parse as parse_topology
 from .fusion import FusionBuffer
 from .timing import Clock, time_methods
 
 __all__ = ["LAYERWISE", "Exchange", "Buckets", "parse_sync", "parse_gossip", "parse_server",
-           "ring_bytes"]
+           "parse_sgp", "ring_bytes"]
 
 #: codecs reduced layer by layer (they need each layer's matrix shape)
 LAYERWISE = frozenset({"powersgd", "efsignsgd"})
@@ -61,14 +61,22 @@ LAYERWISE = frozenset({"powersgd", "efsignsgd"})
 def parse_sync(text: str) -> int:
     """``"sync"``, ``"gossip:..."``, ``"ssp:S"`` and ``"async"`` -> 0 (every step);
     ``"local:H"`` -> H >= 1 (parameters every H steps)."""
-    if text == "sync" or text.startswith("gossip:") or parse_server(text) is not None:
+    if text == "sync" or text.startswith("gossip:") or parse_server(text) is not None \
+            or parse_sgp(text) is not None:
         return 0
     kind, _, h = text.partition(":")
     if kind != "local" or not h.isdigit() or int(h) < 1:
         raise ValueError(f"--sync must be 'sync', 'local:H' with an integer H >= 1, "
-                         f"'gossip:GRAPH', 'ssp:S' with an integer S >= 0 or 'async', "
+                         f"'gossip:GRAPH', 'sgp', 'sgp:overlap', 'ssp:S' with an integer "
+                         f"S >= 0 or 'async', "
                          f"got {text!r}")
     return int(h)
+
+
+def parse_sgp(text: str) -> bool | None:
+    """``"sgp"`` -> False, ``"sgp:overlap"`` -> True (push-sum rounds that do not wait for the
+    round's messages); anything else -> None."""
+    return {"sgp": False, "sgp:overlap": True}.get(text)
 
 
 def parse_server(text: str) -> tuple[int | None] | None:
@@ -175,19 +183,27 @@ class Exchange:
     server
         ``(S,)`` of ``--sync ssp:S`` or ``(None,)`` of ``--sync async``: the parameters live in a
         :class:`collectives.ParameterServer` with that staleness bound; else None.
+    sgp
+        ``--sync sgp`` (False) or ``sgp:overlap`` (True): push-sum over the one-peer exponential
+        graph through a :class:`collectives.Window`; else None.
     """
 
     def __init__(self, grads: FusionBuffer, params: FusionBuffer, state: CompressionState | None,
                  algorithm: str, strategy: str, local_every: int, comm: MPI.Comm,
                  clock: Clock, bucket_bytes: int | None = None,
-                 gossip: Topology | None = None, server: tuple | None = None) -> None:
+                 gossip: Topology | None = None, server: tuple | None = None,
+                 sgp: bool | None = None) -> None:
         self.grads, self.params, self.state = grads, params, state
         self.algorithm, self.strategy, self.local_every = algorithm, strategy, local_every
         self.gossip = gossip
         self.comm, self.clock = comm, clock
         self.stats = Stats()
         self.analytic = (algorithm == "native" and state is None and gossip is None) or \
-            server is not None  # one-sided traffic is not in TRAFFIC: counted as n (p-1)/p
+            server is not None or sgp is not None  # one-sided traffic is not in TRAFFIC
+        #: --sync sgp[:overlap]: the push-sum window (value z, weight w; parameters z / w)
+        self.sgp = sgp
+        self.window = None if sgp is None else collectives.Window(params.flat, comm=comm)
+        self.graph = None if sgp is None else one_peer_exponential(comm.size)
         #: --sync ssp:S / async: the parameter server, and the parameters this step pulled
         self.server = None if server is None else collectives.ParameterServer(
             params.flat, staleness=server[0], lr=1.0, comm=comm)
@@ -232,10 +248,16 @@ class Exchange:
         """Collective: release the parameter server's windows, if any."""
         if self.server is not None:
             self.server.free()
+        if self.window is not None:
+            self.window.free()
 
     def pull(self, step: int) -> None:
         """--sync ssp:S / async: before the gradient of ``step``, read the parameters from the
-        server (waiting for the staleness bound) into ``params``."""
+        server (waiting for the staleness bound) into ``params``; --sync sgp: keep what they are
+        before the update (the update is added to the push-sum numerator)."""
+        if self.window is not None:
+            self._pulled = self.params.flat.copy()
+            return
         if self.server is None:
             return
         t0 = time.perf_counter()
@@ -245,7 +267,8 @@ class Exchange:
 
     def __call__(self, step: int) -> None:
         """Exchange after the local gradient of ``step`` is in ``grads`` (before the update)."""
-        if self.local_every or self.gossip is not None or self.server is not None:
+        if self.local_every or self.gossip is not None or self.server is not None \
+                or self.window is not None:
             return
         if self.buckets is not None:
             self._wait_buckets()
@@ -273,6 +296,8 @@ class Exchange:
             self._timed(self.params, step, self._mix)
         elif self.server is not None:
             self._timed(self.params, step, self._push)
+        elif self.window is not None:
+            self._timed(self.params, step, self._push_sum)
         elif self.local_every and self.exchanges_at(step):
             self._timed(self.params, step, self._dense)
 
@@ -288,6 +313,8 @@ class Exchange:
         self.stats.dense_bytes += dense
         if self.server is not None:  # a push: the other ranks' shards, n (p-1)/p bytes
             self.stats.bytes_sent += dense // 2
+        elif self.window is not None:  # one message of the parameters (and the weight)
+            self.stats.bytes_sent += nbytes + buf.flat.itemsize if self.comm.size > 1 else 0
         else:
             self.stats.bytes_sent += dense if self.analytic else \
                 collectives.TRAFFIC.bytes_sent - sent0
@@ -301,6 +328,23 @@ class Exchange:
         server's parameters: ``(pulled - updated) / p`` with the server's lr of 1 (under
         ``ssp:0`` the sum of the p pushes is synchronous SGD's averaged update)."""
         self.server.push((self._pulled - buf.flat) / self.comm.size)
+
+    def _push_sum(self, buf: FusionBuffer, step: int) -> None:
+        """--sync sgp[:overlap] (SGP, Assran et al. 2019): add this step's update to the
+        numerator ``z``, send half of ``(z, w)`` to this step's peer of the one-peer exponential
+        graph and keep half; the parameters become ``z / w``. ``sgp`` waits for the round's
+        messages (a barrier) before combining; ``sgp:overlap`` combines what has arrived (every
+        message still arrives, and counts, at a later round)."""
+        win = self.window
+        win.assign(win.value + (buf.flat - self._pulled))
+        peer = (self.graph.out_neighbors(self.comm.rank, step) or (self.comm.rank,))[0]
+        win.accumulate(win.estimate, peer, weight=0.5 * win.weight)
+        if not self.sgp:
+            self.comm.Barrier()  # every message of this round has landed
+        win.update(self_weight=0.5)
+        if not self.sgp:
+            self.comm.Barrier()  # ... and none of the next round's yet: W_t exactly
+        buf.flat[...] = win.estimate
 
     def _mix(self, buf: FusionBuffer, step: int) -> None:
         collectives.neighbor_allreduce(buf.flat, self.gossip, out=buf.flat, step=step,

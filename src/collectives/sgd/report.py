@@ -41,6 +41,9 @@ def _sync(spec: str) -> str:
     if spec.startswith("ssp:"):
         return (f"stale-synchronous SGD (a parameter server; no rank more than "
                 f"{spec.split(':', 1)[1]} steps ahead of the slowest)")
+    if spec in ("sgp", "sgp:overlap"):
+        return ("stochastic gradient push (push-sum over the one-peer exponential graph"
+                + (", rounds overlapped)" if spec == "sgp:overlap" else ")"))
     if spec == "async":
         return "asynchronous SGD (a parameter server, no staleness bound)"
     return "synchronous SGD (gradients averaged every step)"
@@ -76,8 +79,10 @@ def final_report(summary: dict) -> str:
         lines.append(f"  step (forward, backward, exchange, update): mean "
                      f"{t['step'] / max(1, s['steps']) * 1e3:.1f} ms")
     server = s.get("sync", "").startswith("ssp:") or s.get("sync") == "async"
+    sgp = s.get("sync", "").startswith("sgp")
     how = ("analytic n(p-1)/p per push (one-sided puts into the other ranks' shards are not "
            "counted)" if server else
+           "analytic n per round (one one-sided message of the parameters)" if sgp else
            "analytic 2n(p-1)/p (native MPI_Allreduce is not counted)" if s["analytic"]
            else "counted by collectives.TRAFFIC")
     dense = s["dense_bytes"]
