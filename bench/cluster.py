@@ -24,6 +24,12 @@ is ever used):
   per host, so two hosts talk at the full rate in both directions at once, as through a switch.
   ``--latency`` adds a one-way delay with ``netem`` on ``eth0`` where the kernel has netem
   (``check`` says; without it, ``--latency`` is refused before anything is built);
+- ``--slow HOST:FACTOR`` (repeatable) makes a host a straggler: its processes run in a CPU
+  cgroup of their own (``/sys/fs/cgroup/cpu/collectives-NAME-node<i>``, cgroup v1, or
+  ``/sys/fs/cgroup/collectives-NAME-node<i>`` with ``cpu.max``, v2) whose quota is the host's
+  ranks' cores divided by FACTOR (``node1:2``: each rank of node1 gets at most half a core, so it
+  computes at most half as fast; the links stay as they are). ``run`` moves the host's processes
+  into it (every 0.1 s, those ``ip netns pids`` lists) and ``exec`` starts its command there;
 - ``/etc/netns/NAME-node<i>/hosts``: the hosts file ``ip netns exec`` shows inside host ``i``,
   naming every host (``node0 ... node<N-1>``), so MPI resolves them as on a real cluster;
 - ``/run/collectives-cluster/NAME/``: ``cluster.json`` (what was built), ``enter`` (the
@@ -59,6 +65,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -66,6 +73,10 @@ __all__ = ["ClusterError", "Cluster", "check", "is_up", "up", "down", "mpiexec_l
            "network_env", "run_argv", "exec_argv", "main"]
 
 STATE_ROOT = Path("/run/collectives-cluster")
+CGROUP_V2 = Path("/sys/fs/cgroup")
+CGROUP_V1 = Path("/sys/fs/cgroup/cpu")
+#: the CFS period of a throttled host's cgroup (the kernel's default)
+CFS_PERIOD_US = 100_000
 NETNS_ETC = Path("/etc/netns")
 DEFAULT_SUBNET = "10.199.16.0/24"
 #: tc's rate units (``tc(8)``: bit, kbit ... are bits per second; bps, kbps ... bytes per second)
@@ -127,6 +138,7 @@ class Cluster:
     burst: str | None = None  # tbf bucket; None: BURST_S of traffic, at least MIN_BURST bytes
     subnet: str = DEFAULT_SUBNET
     mtu: int = 1500
+    slow: tuple[tuple[int, float], ...] = ()  # (host index, factor): CPU-throttled hosts
     _net: ipaddress.IPv4Network = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -149,6 +161,11 @@ class Cluster:
                                f"{len(self.ranks)} hosts, got {self.subnet}")
         if not 576 <= self.mtu <= 65535:
             raise ClusterError(f"--mtu must be 576 ... 65535, got {self.mtu}")
+        for host, factor in self.slow:
+            if not 0 <= host < len(self.ranks) or not factor >= 1:
+                raise ClusterError(f"--slow takes HOST:FACTOR with a host node0 ... "
+                                   f"node{len(self.ranks) - 1} and a factor >= 1, got "
+                                   f"node{host}:{factor}")
         object.__setattr__(self, "_net", net)
 
     @property
@@ -189,14 +206,23 @@ class Cluster:
             return self.burst
         return f"{max(MIN_BURST, int(rate_bits(self.rate) / 8 * BURST_S))}b"
 
+    def cgroup(self, i: int) -> Path | None:
+        """The CPU cgroup of host ``i`` if ``--slow`` throttles it, else None."""
+        if i not in dict(self.slow):
+            return None
+        return (CGROUP_V2 if (CGROUP_V2 / "cgroup.controllers").exists() else CGROUP_V1) / \
+            f"collectives-{self.netns(i)}"
+
     def describe(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if not k.startswith("_")}
         d["ranks"] = list(self.ranks)
+        d["slow"] = [list(x) for x in self.slow]
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Cluster":
-        return cls(**{**d, "ranks": tuple(d["ranks"])})
+        return cls(**{**d, "ranks": tuple(d["ranks"]),
+                      "slow": tuple(tuple(x) for x in d.get("slow", ()))})
 
 
 # ------------------------------------------------------------------ what can this machine do
@@ -298,6 +324,43 @@ exec ip netns exec "$ns" nsenter --uts="$uts" -- sh -c "$*"
 """
 
 
+def _procs(c: Cluster, i: int) -> str:
+    """The file a process writes its pid to, to join host ``i``'s cgroup ('' if none). Only from
+    outside the hosts: ``ip netns exec`` mounts a sysfs of its own over ``/sys`` (no cgroups under
+    it) for everything started inside one, so :func:`_throttler` moves those processes."""
+    cg = c.cgroup(i)
+    return "" if cg is None else str(cg / "cgroup.procs")
+
+
+def _throttler(c: Cluster, stop: "threading.Event", period_s: float = 0.1) -> None:
+    """Until ``stop``: every ``period_s`` move the processes of every ``--slow`` host (``ip netns
+    pids``) into its cgroup (the ranks that MPI starts there through ``enter``)."""
+    while not stop.wait(period_s):
+        for i, _ in c.slow:
+            pids = subprocess.run(["ip", "netns", "pids", c.netns(i)], capture_output=True,
+                                  text=True).stdout.split()
+            for pid in pids:
+                try:
+                    with open(_procs(c, i), "w") as fh:
+                        fh.write(pid)
+                except OSError:  # it ended meanwhile
+                    pass
+
+
+def throttle(c: Cluster) -> None:
+    """Make the CPU cgroups of the ``--slow`` hosts: the host's ranks' cores divided by the
+    factor."""
+    for i, factor in c.slow:
+        cg = c.cgroup(i)
+        cg.mkdir(exist_ok=True)
+        quota = max(1000, int(c.ranks[i] * CFS_PERIOD_US / factor))
+        if cg.parent == CGROUP_V2:
+            (cg / "cpu.max").write_text(f"{quota} {CFS_PERIOD_US}\n")
+        else:
+            (cg / "cpu.cfs_period_us").write_text(f"{CFS_PERIOD_US}\n")
+            (cg / "cpu.cfs_quota_us").write_text(f"{quota}\n")
+
+
 def _hosts_file(c: Cluster) -> str:
     lines = ["127.0.0.1 localhost"] + [f"{c.address(i)} {h}" for i, h in enumerate(c.hosts)]
     return "\n".join(lines) + "\n"
@@ -396,6 +459,12 @@ def down(name: str, quiet: bool = False) -> bool:
     if c is not None:
         for i in range(len(c.ranks)):
             shutil.rmtree(NETNS_ETC / c.netns(i), ignore_errors=True)
+            cg = c.cgroup(i)
+            if cg is not None and cg.exists():
+                try:
+                    cg.rmdir()  # empty now: its processes ended above
+                except OSError:
+                    pass
     shutil.rmtree(state, ignore_errors=True)
     if found and not quiet:
         print(f"cluster: {name} is down", file=sys.stderr)
@@ -425,6 +494,7 @@ def up(c: Cluster, quiet: bool = False) -> bool:
             if done.returncode != 0:
                 raise ClusterError(f"{shlex.join(cmd)} failed (exit {done.returncode}): "
                                    f"{(done.stderr or done.stdout).strip()}")
+        throttle(c)
         _write_files(c, complete=True)
     except BaseException:
         down(c.name, quiet=True)
@@ -432,7 +502,8 @@ def up(c: Cluster, quiet: bool = False) -> bool:
     if not quiet:
         print(f"cluster: {c.name} is up: {len(c.ranks)} hosts "
               f"({', '.join(f'{h}:{r}' for h, r in zip(c.hosts, c.ranks))}), links {c.rate}"
-              + (f" + {c.latency} delay" if c.latency else ""), file=sys.stderr)
+              + (f" + {c.latency} delay" if c.latency else "")
+              + "".join(f", node{i} slowed {f:g}x (CPU)" for i, f in c.slow), file=sys.stderr)
     return True
 
 
@@ -472,7 +543,9 @@ def network_env(vendor: str) -> dict[str, str]:
 def exec_argv(c: Cluster, i: int, command: list[str], env: dict[str, str] | None = None) -> list[str]:
     """``command`` on host ``i`` of ``c`` (its network and UTS namespaces, its hosts file)."""
     pairs = [f"{k}={v}" for k, v in (env or {}).items()]
-    return ["ip", "netns", "exec", c.netns(i), "nsenter", f"--uts={c.uts(i)}", "--",
+    join = [] if c.cgroup(i) is None else \
+        ["sh", "-c", f'echo $$ > {_procs(c, i)} && exec "$@"', "sh"]  # a --slow host
+    return [*join, "ip", "netns", "exec", c.netns(i), "nsenter", f"--uts={c.uts(i)}", "--",
             *(["env", *pairs] if pairs else []), *command]
 
 
@@ -508,8 +581,11 @@ def run(c: Cluster, command: list[str], mpiexec: str | None = None) -> int:
         signal.signal(sig, _terminate)
     built = False
     child = None
+    stop = threading.Event()
     try:
         built = up(c)
+        if c.slow:
+            threading.Thread(target=_throttler, args=(c, stop), daemon=True).start()
         child = subprocess.Popen(run_argv(c, command, path, vendor))
         return child.wait()
     except KeyboardInterrupt:
@@ -517,6 +593,7 @@ def run(c: Cluster, command: list[str], mpiexec: str | None = None) -> int:
             _stop(child)
         return 130
     finally:
+        stop.set()
         if built:
             down(c.name)
 
@@ -528,6 +605,14 @@ def _ranks(text: str) -> list[int]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"takes N or N,N,... (ranks on each host), got {text!r}")
     return values
+
+
+def _slow(text: str) -> tuple[int, float]:
+    host, _, factor = text.partition(":")
+    try:
+        return int(host[4:] if host.startswith("node") else host), float(factor)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes HOST:FACTOR (node1:2), got {text!r}") from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -543,6 +628,9 @@ def _parser() -> argparse.ArgumentParser:
     shape.add_argument("--burst", help="token bucket size (default 1 ms of traffic, >= 128 KiB)")
     shape.add_argument("--subnet", help=f"private IPv4 network of the hosts ({DEFAULT_SUBNET})")
     shape.add_argument("--mtu", type=int, help="MTU of every link (default 1500)")
+    shape.add_argument("--slow", action="append", type=_slow, metavar="HOST:FACTOR",
+                       help="a straggler: HOST's ranks get 1/FACTOR of a core each (a CPU "
+                            "cgroup), e.g. node1:2; repeatable")
     name = argparse.ArgumentParser(add_help=False)
     name.add_argument("--name", help="cluster name (up/down/show default: collectives; run: a "
                                      "private one unless given)")
@@ -579,12 +667,12 @@ def _shape_of(args: argparse.Namespace, name: str) -> Cluster:
         ranks = ((per or [2])[0],) * (2 if hosts is None else hosts)
     given = {k: getattr(args, k) for k in ("rate", "latency", "burst", "subnet", "mtu")
              if getattr(args, k) is not None}
-    return Cluster(name=name, ranks=ranks, **given)
+    return Cluster(name=name, ranks=ranks, slow=tuple(args.slow or ()), **given)
 
 
 def _given_shape(args: argparse.Namespace) -> bool:
     return any(getattr(args, k) is not None for k in
-               ("hosts", "ranks_per_host", "rate", "latency", "burst", "subnet", "mtu"))
+               ("hosts", "ranks_per_host", "rate", "latency", "burst", "subnet", "mtu", "slow"))
 
 
 def _command(args: argparse.Namespace, ap: argparse.ArgumentParser) -> list[str]:

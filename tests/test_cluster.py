@@ -42,7 +42,9 @@ def test_shape_is_validated():
                       (dict(name="t", ranks=(2,), latency="soon"), "--latency"),
                       (dict(name="t", ranks=(2,), subnet="8.8.8.0/24"), "private"),
                       (dict(name="t", ranks=(2,) * 3, subnet="10.0.0.0/31"), "room"),
-                      (dict(name="t", ranks=(2,), mtu=100), "--mtu")]:
+                      (dict(name="t", ranks=(2,), mtu=100), "--mtu"),
+                      (dict(name="t", ranks=(2, 2), slow=((2, 2.0),)), "--slow"),
+                      (dict(name="t", ranks=(2, 2), slow=((1, 0.5),)), "--slow")]:
         with pytest.raises(cluster.ClusterError, match=text):
             cluster.Cluster(**bad)
 
@@ -189,6 +191,27 @@ def test_unequal_hosts_three_and_one(tmp_path):
     passed = _run_checks(tmp_path, f"ct{os.getpid()}b", "3,1", "-k",
                          "finds_the_hosts or placed or hierarchical")
     assert any("hierarchical_large_odd" in k for k in passed)
+
+
+@needs_namespaces
+def test_a_slow_host_computes_slower(tmp_path):
+    """--slow node1:4: node1's rank gets a quarter of a core (a CPU cgroup), node0's is left
+    alone; the cgroup is gone after the run."""
+    name = f"ct{os.getpid()}s"
+    spin = tmp_path / "spin.py"
+    spin.write_text("import time\nfrom mpi4py import MPI\n"
+                    "w, c = time.perf_counter(), time.process_time()\n"
+                    "x = sum(range(4_000_000))\n"
+                    "print('rank', MPI.COMM_WORLD.rank, (time.perf_counter() - w) /"
+                    " (time.process_time() - c), flush=True)\n")
+    job = _cli("run", "--name", name, "--hosts", "2", "--ranks-per-host", "1", "--slow",
+               "node1:4", "--", sys.executable, str(spin))
+    assert job.returncode == 0, job.stderr
+    ratio = {int(line.split()[1]): float(line.split()[2]) for line in job.stdout.splitlines()
+             if line.startswith("rank ")}
+    assert ratio[1] > 2.5 and ratio[1] > 1.5 * ratio[0], ratio  # wall / CPU time
+    assert not cluster.Cluster(name, (1, 1), slow=((1, 4.0),)).cgroup(1).exists()
+    assert _ours(name) == []
 
 
 @needs_namespaces
