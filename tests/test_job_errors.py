@@ -145,6 +145,7 @@ def test_the_first_call_waits_at_most_the_timeout(tmp_path):
                              "                          options=collectives.Options(timeout=1))\n"
                              "except TimeoutError as exc:\n"
                              "    print('rank 0:', exc, flush=True)\n"
+                             "    time.sleep(0.5)  # the launcher's forwarder reads the line\n"
                              "    MPI.COMM_WORLD.Abort(3)\n".replace("HANG", str(HANG_S)))
     status, output, seconds = _job(2, argv)
     assert status != 0 and seconds < HANG_S / 2, output[-3000:]

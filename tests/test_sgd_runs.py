@@ -112,8 +112,9 @@ def test_gossip_resume_after_stop_is_bitwise(tmp_path):
 
 def test_stale_synchronous_trains_and_resumes(dense4, tmp_path):
     """A parameter server with staleness 1 at 4 ranks reaches dense training's accuracy within
-    1.5 points. Resumed from a checkpoint (3 ranks, ssp:0), it ends where the whole run ends, to
-    rounding (the pushes add up in any order: not bit for bit)."""
+    1.5 points. Resumed from a checkpoint (3 ranks, ssp:0; the server's parameters and every
+    rank's momentum), it ends where the whole run ends, to rounding (the pushes add up in any
+    order: not bit for bit)."""
     s = _train(4, [*ACCURACY, "--sync", "ssp:1"], tmp_path, "ssp")
     assert s["test_acc"] >= dense4["test_acc"] - 0.015 and s["test_acc"] > 0.9, \
         (s["test_acc"], dense4["test_acc"])

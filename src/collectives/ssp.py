@@ -127,13 +127,19 @@ class ParameterServer:
         t, s = self.step, self.staleness
         if s is not None:
             self.slowest = self._wait(0, t - s, "push")
+        pulled = self.read()
+        if s == 0:
+            self._set_clock(1, t + 1)  # pulled step t
+        return pulled
+
+    def read(self) -> np.ndarray:
+        """The parameters as they are now (a new array; no wait, no clock: a checkpoint's)."""
+        self._live()
         for r, (lo, hi) in enumerate(self._blocks):
             if hi > lo:
                 self._params.Lock(r, MPI.LOCK_SHARED)
                 self._params.Get([self._pulled[lo:hi], self._type], r, (0, hi - lo, self._type))
                 self._params.Unlock(r)
-        if s == 0:
-            self._set_clock(1, t + 1)  # pulled step t
         return self._pulled.copy()
 
     def push(self, gradient: np.ndarray) -> None:

@@ -26,7 +26,8 @@ import sys
 import time
 from typing import Any, Callable
 
-__all__ = ["Record", "Ring", "ENV", "DEFAULT_SIZE", "ring_size", "new_ring", "describe",
+__all__ = ["Record", "Ring", "ENV", "DEFAULT_SIZE", "ring_size", "new_ring", "release_ring",
+           "describe",
            "error_text", "auto_dump", "DUMPER", "STARTED", "FINISHED", "FAILED"]
 
 #: The number of calls each communicator keeps (0: off).
@@ -85,10 +86,33 @@ def ring_size() -> int:
     return size
 
 
+#: rings of closed communicators, reused by the next ones (a program that makes and frees
+#: communicators in a loop would otherwise allocate N records each time, which the allocator
+#: keeps: tests/mpi/mpi_shm.py's soak saw resident memory grow by 6-8 MB over 100 of them)
+_SPARE: list[Ring] = []
+_SPARE_MAX = 8
+
+
 def new_ring() -> Ring | None:
-    """A ring of :func:`ring_size` records, or None when the recorder is off."""
+    """A ring of :func:`ring_size` records (a spare one if there is), or None when the recorder
+    is off."""
     size = ring_size()
-    return Ring(size) if size else None
+    if not size:
+        return None
+    while _SPARE:
+        ring = _SPARE.pop()
+        if ring.size == size:
+            return ring
+    return Ring(size)
+
+
+def release_ring(ring: Ring | None) -> None:
+    """Give back the ring of a closed communicator: emptied, kept for :func:`new_ring`."""
+    if ring is None or len(_SPARE) >= _SPARE_MAX:
+        return
+    for record in ring.records:
+        record.seq, record.what, record.error = -1, None, None
+    _SPARE.append(ring)
 
 
 def describe(call: Any, name: str | None = None) -> tuple | None:

@@ -438,6 +438,8 @@ class Guard:
             notice.Cancel()
             notice.Wait()
         _GUARDS.discard(self)
+        ring, self.ring, self.records = self.ring, None, None
+        flight.release_ring(ring)  # the next communicator's recorder reuses it
 
 
 def live_guards() -> list[Guard]:

@@ -99,9 +99,10 @@ class Trainer:
                                  parse_gossip(a.sync, self.world), parse_server(a.sync),
                                  parse_sgp(a.sync))
         #: where each kind of state is kept in a checkpoint: the same on every rank or its own
-        self.own_params = cfg.gossip is not None or self.exchange.server is not None or \
-            self.exchange.window is not None
-        self.own_momentum = bool(cfg.local_every) or self.own_params
+        self.own_params = cfg.gossip is not None or self.exchange.window is not None
+        # (--sync ssp/async: the parameters are the server's, read at the checkpoint)
+        self.own_momentum = bool(cfg.local_every) or self.own_params or \
+            self.exchange.server is not None
         self.history_keys = HISTORY_KEYS + (("consensus",) if self.own_params else ())
         self.fingerprint, self.config_text = _fingerprint(cfg, self.sizes)
         self.step = 0
@@ -127,7 +128,11 @@ class Trainer:
         shared: dict[str, np.ndarray] = {}
         mine: dict[str, np.ndarray] = {"epoch_loss": self.epoch_loss,
                                        "stats": self.exchange.stats.as_array()}
-        (mine if self.own_params else shared)["params"] = self.model.params.flat
+        if self.exchange.server is not None:  # the server's parameters, after every push
+            self.comm.Barrier()
+            shared["params"] = self.exchange.server.read()
+        else:
+            (mine if self.own_params else shared)["params"] = self.model.params.flat
         (mine if self.own_momentum else shared)["momentum"] = self.opt.velocity
         if self.state is not None:  # all of the compression's state, and nothing else of it
             mine.update({STATE_PREFIX + k: v for k, v in self.state.state_dict().items()})
@@ -216,7 +221,7 @@ class Trainer:
         self.opt.velocity[...] = (mine if self.own_momentum else shared)["momentum"]
         self.epoch_loss[...] = mine["epoch_loss"]
         self.exchange.stats.load(mine["stats"])
-        if self.exchange.server is not None:  # rank 0's parameters, every clock at this step
+        if self.exchange.server is not None:  # the saved parameters, every clock at this step
             self.exchange.server.reset(self.model.params.flat, self.step)
         if self.exchange.window is not None:  # push-sum restarts from the own parameters
             self.exchange.window.assign(self.model.params.flat, weight=1.0)
