@@ -208,16 +208,14 @@ def test_codec_throughput_runs(device, tmp_path):
     assert all(r["encode_gbps"] > 0 and r["decode_gbps"] > 0 for r in rows.values())
 
 
-def _bench_json(tmp_path, script, *args):
-    """Run ``bench/<script>`` with ``args`` and ``--json``; the JSON it wrote."""
-    import json
-    import subprocess
-    import sys
-
+def _bench_json(tmp_path, script, *args, ranks=None):
+    """Run ``bench/<script>`` with ``args`` and ``--json`` (under ``mpiexec -n ranks`` if given);
+    the JSON it wrote."""
     out = tmp_path / "out.json"
-    run = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args, "--json", str(out)],
-                         capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-2000:]
+    launch = [*mpiexec_command(), "-n", str(ranks)] if ranks else []
+    run = subprocess.run([*launch, sys.executable, str(ROOT / "bench" / script), *args, "--json",
+                          str(out)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     return json.loads(out.read_text())
 
 
@@ -325,12 +323,8 @@ def test_plot_without_matplotlib_says_how_to_get_it(tmp_path, monkeypatch, capsy
 
 def test_hierarchical_phases_runs_and_checks_its_sums(tmp_path):
     """bench/hierarchical_phases.py on 2 emulated nodes of 2: every rank's three phases."""
-    out = tmp_path / "phases.json"
-    cmd = [*mpiexec_command(), "-n", "4", sys.executable, str(ROOT / "bench/hierarchical_phases.py"),
-           "--node-size", "2", "--sizes", "4,4K", "--iterations", "1", "--json", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    data = json.loads(out.read_text())
+    data = _bench_json(tmp_path, "hierarchical_phases.py", "--node-size", "2", "--sizes", "4,4K",
+                       "--iterations", "1", ranks=4)
     assert data["nodes"] == [2, 2] and data["ranks"] == 4
     assert [(r["bytes"], r["rank"]) for r in data["records"]] == [
         (b, r) for b in (4, 4096) for r in range(4)]
