@@ -303,17 +303,24 @@ def test_soak_without_growth():
             collectives.allreduce(x, out=y, algorithm="shm", comm=comm)
             comm.Free()  # frees the context, the team and its window
 
+    def grown():
+        """Growth (resident kB, mappings) over 2000 calls and 100 communicators."""
+        gc.collect()  # what is left is live: garbage awaiting the cycle collector is not a leak
+        rss0, maps0 = _usage()
+        calls(2000)
+        comms(100)
+        gc.collect()
+        rss1, maps1 = _usage()
+        return rss1 - rss0, maps1 - maps0
+
     calls(2200)  # past the flight recorder's 2000 records of COMM_WORLD: its steady state
     comms(20)
-    gc.collect()  # what is left is live: garbage awaiting the cycle collector is not a leak
-    rss0, maps0 = _usage()
-    calls(2000)
-    comms(100)
-    gc.collect()
-    rss1, maps1 = _usage()
+    # a leak grows in every round; the allocator keeping a few MB once (seen with the flight
+    # recorder's records, in one round of several and not again) does not
+    rss, maps = min(grown(), grown())
     assert (y == world.size).all()
-    assert maps1 <= maps0 + 2, f"mappings grew from {maps0} to {maps1}"
-    assert rss1 <= rss0 + 4096, f"resident memory grew from {rss0} kB to {rss1} kB"
+    assert maps <= 2, f"mappings grew by {maps}"
+    assert rss <= 4096, f"resident memory grew by {rss} kB in each of two rounds"
 
 
 @pytest.mark.parametrize("node_size", [None, 2, 3])
