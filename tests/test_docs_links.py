@@ -1,4 +1,4 @@
-"""Every relative link and image in README.md and docs/*.md points at a file that exists, and every
+"""Every relative link and image in README.md, docs/*.md and docs/benchmarks/*.md points at a file that exists, and every
 ``page.md#anchor`` at a heading of that page (GitHub's anchor rule: lower case, punctuation other
 than ``-`` and ``_`` dropped, spaces made ``-``)."""
 
@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+         *sorted((ROOT / "docs" / "benchmarks").glob("*.md"))]
 
 _FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 _CODE = re.compile(r"`[^`\n]*`")
@@ -47,6 +48,8 @@ def test_relative_links_and_images_resolve(page):
 def test_docs_index_names_every_page():
     index = (ROOT / "docs" / "README.md").read_text()
     named = {t.partition("#")[0] for t in _links(ROOT / "docs" / "README.md")}
-    missing = [p.name for p in PAGES[1:] if p.name != "README.md" and p.name not in named]
+    docs = ROOT / "docs"
+    missing = [str(p.relative_to(docs)) for p in PAGES[1:]
+               if p.name != "README.md" and str(p.relative_to(docs)) not in named]
     assert not missing, f"docs/README.md does not say which question {missing} answer"
     assert index.startswith("# ")
