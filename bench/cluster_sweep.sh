@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The measurements of docs/cluster.md on one emulated cluster shape (as root; see bench/cluster.py):
+# The measurements of docs/benchmarks/cluster.md on one emulated cluster shape (as root; see bench/cluster.py):
 #
 #   bench/cluster_sweep.sh HOSTS RANKS_PER_HOST RATE [OUTDIR]
 #   bench/cluster_sweep.sh 2 2 1gbit               # -> docs/results/cluster/*_2x2_1gbit.*

@@ -1,5 +1,5 @@
 """The first call of a process: the warm-up command, the compile notice, the shm allreduce while its
-kernel compiles, and bench/first_call.py (docs/benchmarks.md, "First call and the JIT cache").
+kernel compiles, and bench/first_call.py (docs/benchmarks/first-call.md).
 
 Each test runs its processes with a Numba cache of its own (``NUMBA_CACHE_DIR``), so what they
 compile or find is theirs; nothing asserts on wall time: compiled or loaded is read from Numba's

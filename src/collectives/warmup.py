@@ -1,7 +1,7 @@
 """Compile the Numba kernels of the common call paths ahead, into Numba's cache.
 
 A process's first call of a path compiles its kernels unless Numba's cache holds them (seconds:
-docs/benchmarks.md, "First call and the JIT cache"). ``python -m collectives warmup`` runs each
+docs/benchmarks/first-call.md). ``python -m collectives warmup`` runs each
 path of :data:`PATHS` once per dtype, in one process without MPI peers, on a few elements, so that
 every kernel the path's first call needs is compiled and written to the cache (``NUMBA_CACHE_DIR``
 if set, else ``__pycache__`` next to the kernels' sources): later processes load it instead.

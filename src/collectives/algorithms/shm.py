@@ -54,7 +54,7 @@ the team's ``warm`` set holds the dtype, and a call costs one identity test more
 the team's ``last_warm``) or a set lookup (another dtype). It is off by default because one
 failure is not yet safe there: a rank that fails inside the call whose agreement switches to the
 kernel (after contributing to it) keeps asking while the others no longer do, and a program that
-catches that error and calls again hangs (docs/benchmarks.md, "First call and the JIT cache"). With
+catches that error and calls again hangs (docs/benchmarks/first-call.md). With
 the default abort-on-error hook (``_runtime/crash.py``) or ``Options.timeout`` the job still ends.
 
 Only for communicators whose ranks share one node (``Split_type(COMM_TYPE_SHARED)``, or one

@@ -21,7 +21,7 @@ size (two levels on a cluster, fitted there by ``collectives-tune``), else the b
 ``"codecs"`` section, which ``collectives-tune`` measures (every rank at once, the slowest kept):
 the entry of the same spec, else one of the same codec, else :data:`DEFAULT_SPEEDS`, set at
 about twice what ``bench/codec_pipeline.py`` measured for the fused codecs on an idle 2-core
-machine (docs/compression.md), so that without a measurement auto leans to dense.
+machine (docs/benchmarks/codecs.md), so that without a measurement auto leans to dense.
 
 Every rank decides the same. At the first auto call on a communicator rank 0 reads the tuning
 file and broadcasts what it found (and the ranks find the node layout together); an
@@ -124,7 +124,7 @@ class CodecSpeed:
 
 #: Built-in speeds (s/B) by codec name, for specs the tuning file has not measured: about twice
 #: bench/codec_pipeline.py's idle 2-core numbers for the fused codecs (top-k 1 % + error
-#: feedback 0.40 ns/B, the sum of 4 payloads 0.27 ns/B of the result; docs/compression.md),
+#: feedback 0.40 ns/B, the sum of 4 payloads 0.27 ns/B of the result; docs/benchmarks/codecs.md),
 #: more for the others; ``"*"`` for any codec not named.
 DEFAULT_SPEEDS: dict[str, CodecSpeed] = {
     "topk": CodecSpeed(1.0e-9, 0.4e-9, 2.0e-9, "built-in"),

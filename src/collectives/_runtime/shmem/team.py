@@ -33,16 +33,16 @@ OPCODES = L.OPCODES
 
 #: Default slot size (``Options.shm_segment_bytes`` None) when the team's ranks have a core each,
 #: and when they share cores: there every round costs a turn of the scheduler, so fewer, larger
-#: rounds (docs/benchmarks.md, shm thresholds).
+#: rounds (docs/benchmarks/shm.md, shm thresholds).
 SEGMENT_DEDICATED, SEGMENT_SHARED = 1 << 20, 4 << 20
 #: Bytes from which an allreduce moves private buffers by cross-memory attach (where it beats the
 #: slots), when the team's ranks have a core each, and when they share cores: there its extra wait
-#: at the end of a call costs a turn of the scheduler (docs/benchmarks.md, shm thresholds).
+#: at the end of a call costs a turn of the scheduler (docs/benchmarks/shm.md, shm thresholds).
 CMA_DEDICATED, CMA_SHARED = 512 << 10, 16 << 20
 #: Polls without progress (about 2 ns each) before ``run_rounds`` returns to Python to yield:
 #: about 100 us when every rank of the team can have a core of its own, well under 1 us when they
 #: cannot (then the rank waited for may need this very core); longer spins keep other jobs'
-#: processes waiting behind ours (docs/benchmarks.md, shm thresholds).
+#: processes waiting behind ours (docs/benchmarks/shm.md, shm thresholds).
 SPIN_DEDICATED, SPIN_SHARED = 50_000, 200
 #: Waiting longer than this (seconds) in one call, yield by sleeping instead.
 YIELD_FOR = 2e-3

@@ -4,13 +4,13 @@
 without compiling it in the caller's thread. The first time it is asked about a signature that
 Numba's cache holds, it loads it (a fraction of a second) and answers True; else it starts a daemon
 thread that compiles it (``dispatcher.compile``; the shm round driver takes about ten seconds:
-docs/benchmarks.md, "First call and the JIT cache") and answers False until that is done. Whether
+docs/benchmarks/first-call.md) and answers False until that is done. Whether
 the cache holds it is read from the cache's index through Numba's private ``_cache`` attributes;
 where they are not as expected, the thread is started and waited for at most ``wait`` seconds.
 Numba compiles one kernel at a time (its compiler lock): a call that needs another compile
 meanwhile waits for this one. The compile holds the GIL for most of its time, so the caller's
-thread runs its Python in the interpreter's switch intervals meanwhile (docs/benchmarks.md
-measures what that costs the calls made during the compile).
+thread runs its Python in the interpreter's switch intervals meanwhile
+(docs/benchmarks/first-call.md measures what that costs the calls made during the compile).
 
 A compile that fails is not retried here: :func:`ready` then answers True, so that the caller
 calls the kernel and gets the error where it would have without this module.
