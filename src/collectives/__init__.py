@@ -24,6 +24,7 @@ from .options import Options
 from ._runtime.traffic import TRAFFIC
 from .ssp import ParameterServer
 from .window import Window
+from .adpsgd import PairwiseAveraging
 
 __all__ = [
     "allreduce", "reduce_scatter", "allgather", "bcast", "reduce", "compressed_allreduce",
@@ -33,7 +34,7 @@ __all__ = [
     "EngineError", "CollectiveError", "reset",
     "empty", "zeros",
     "CompressionState", "AutoCompression", "CodecSpeed", "STRATEGIES", "TRAFFIC", "Window",
-    "ParameterServer",
+    "ParameterServer", "PairwiseAveraging",
     "ALGORITHMS", "REDUCE_SCATTER", "ALLGATHER", "BCAST", "REDUCE",
     "OPS", "Options", "SUPPORTED_DTYPES", "mpi_library", "flight_recorder",
 ]
