@@ -20,7 +20,7 @@ from .._runtime.cli import PLOT_INSTALL, Parser, UsageError
 from .. import datasets
 from ..compressed.auto import split_spec
 from .codecs import parse_spec
-from .exchange import parse_gossip, parse_server, parse_sgp, parse_sync
+from .exchange import parse_adpsgd, parse_gossip, parse_server, parse_sgp, parse_sync
 from .model import MODELS
 
 __all__ = ["UsageError", "Config", "parser", "parse"]
@@ -101,7 +101,10 @@ def parser() -> argparse.ArgumentParser:
                         "; weights: " + ", ".join(collectives.topology.WEIGHTS) + "), "
                         "'sgp' or 'sgp:overlap' (push-sum over the one-peer exponential graph "
                         "through one-sided windows; overlap: without waiting for a round's "
-                        "messages), 'ssp:S' (a parameter server over one-sided windows: no rank "
+                        "messages), 'adpsgd[:GRAPH]' (AD-PSGD: after each step, atomically "
+                        "average the parameters with one random neighbor of the static graph, "
+                        "ring by default, through one-sided windows; no global step), "
+                        "'ssp:S' (a parameter server over one-sided windows: no rank "
                         "more than S steps ahead of the slowest; ssp:0 is synchronous) or "
                         "'async' (no bound)")
     c.add_argument("--overlap", action="store_true",
@@ -161,9 +164,10 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
     try:
         local_every = parse_sync(a.sync)
         gossip = parse_gossip(a.sync, world)
+        adpsgd = parse_adpsgd(a.sync, world)
     except ValueError as e:
-        raise UsageError(f"--sync {a.sync}: {e}" if a.sync.startswith("gossip:") else str(e)) \
-            from None
+        raise UsageError(f"--sync {a.sync}: {e}" if a.sync.startswith(("gossip:", "adpsgd:"))
+                         else str(e)) from None
     try:
         inner = split_spec(a.codec)  # "auto:<spec>": the codec where it pays, else dense
         name, params = parse_spec(a.codec if inner is None else inner)
@@ -181,7 +185,7 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
     if parse_server(a.sync) is not None and (codec_name or a.overlap or a.check_replicas):
         raise UsageError(f"--sync {a.sync} pushes updates to a parameter server and its "
                          "replicas differ: --codec, --overlap and --check-replicas do not apply")
-    if parse_sgp(a.sync) is not None and (codec_name or a.overlap or a.check_replicas):
+    if (parse_sgp(a.sync) is not None or adpsgd is not None) and (codec_name or a.overlap or a.check_replicas):
         raise UsageError(f"--sync {a.sync} exchanges parameters, not gradients, and its replicas "
                          "differ: --codec, --overlap and --check-replicas do not apply")
     n = min(n_train, a.subset or n_train)
