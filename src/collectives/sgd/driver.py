@@ -97,7 +97,8 @@ class Trainer:
                                  a.strategy, cfg.local_every, comm, self.clock,
                                  int(a.bucket_mb * 2**20) if a.overlap else None,
                                  parse_gossip(a.sync, self.world), parse_server(a.sync),
-                                 parse_sgp(a.sync), parse_adpsgd(a.sync, self.world), a.seed)
+                                 parse_sgp(a.sync), parse_adpsgd(a.sync, self.world), a.seed,
+                                 None if cfg.choco is None else (cfg.choco, a.gamma))
         #: where each kind of state is kept in a checkpoint: the same on every rank or its own
         self.own_params = cfg.gossip is not None or self.exchange.window is not None or \
             self.exchange.pairwise is not None

@@ -28,7 +28,9 @@ skips the gradient exchange; every ``H`` steps the parameters are averaged with
 Gossip (``--sync gossip:GRAPH``; D-PSGD, Lian et al. 2017) skips the gradient exchange too; after
 every step's local update each rank mixes its parameters with its neighbors' in the graph
 (``collectives.neighbor_allreduce`` over a doubly stochastic :mod:`collectives.topology`, with
-the step for the time-varying ones). The replicas then differ; momentum stays local.
+the step for the time-varying ones). The replicas then differ; momentum stays local. With
+``--codec`` it is CHOCO-SGD (Koloskova et al. 2019): the mixing is a
+:class:`collectives.ChocoGossip` round with that codec and ``--gamma``.
 
 AD-PSGD (``--sync adpsgd[:GRAPH]``, ring by default; Lian et al. 2018) has no global step
 either: every rank's parameters live in a :class:`collectives.PairwiseAveraging` window; each
@@ -212,6 +214,9 @@ class Exchange:
         :class:`collectives.PairwiseAveraging`, averaged with a random neighbor every step.
     seed
         Seed of AD-PSGD's choice of neighbors.
+    choco
+        ``(codec spec, gamma)`` of ``--sync gossip:GRAPH --codec SPEC``: the parameters are mixed
+        by CHOCO-GOSSIP rounds; else None.
     """
 
     def __init__(self, grads: FusionBuffer, params: FusionBuffer, state: CompressionState | None,
@@ -219,7 +224,7 @@ class Exchange:
                  clock: Clock, bucket_bytes: int | None = None,
                  gossip: Topology | None = None, server: tuple | None = None,
                  sgp: bool | None = None, adpsgd: Topology | None = None,
-                 seed: int = 0) -> None:
+                 seed: int = 0, choco: tuple[str, float] | None = None) -> None:
         self.grads, self.params, self.state = grads, params, state
         self.algorithm, self.strategy, self.local_every = algorithm, strategy, local_every
         self.gossip = gossip
@@ -235,6 +240,9 @@ class Exchange:
         self.server = None if server is None else collectives.ParameterServer(
             params.flat, staleness=server[0], lr=1.0, comm=comm)
         self._pulled = None
+        #: --sync gossip:GRAPH --codec SPEC: CHOCO-SGD's public copies
+        self.choco = None if choco is None else collectives.ChocoGossip(
+            params.flat, gossip, choco[0], choco[1], comm=comm)
         #: --sync adpsgd: every rank's parameters, in a window
         self.pairwise = None if adpsgd is None else collectives.PairwiseAveraging(
             params.flat, adpsgd, comm=comm, seed=seed)
@@ -398,6 +406,9 @@ class Exchange:
         buf.flat[...] = pw.average(pw.peer(step), buf.flat - self._pulled)
 
     def _mix(self, buf: FusionBuffer, step: int) -> None:
+        if self.choco is not None:  # CHOCO-SGD: a compressed gossip round
+            self.choco.step(buf.flat, step)
+            return
         collectives.neighbor_allreduce(buf.flat, self.gossip, out=buf.flat, step=step,
                                        comm=self.comm)
 

@@ -38,7 +38,7 @@ def _sync(spec: str) -> str:
         return f"local SGD (parameters averaged every {spec.split(':', 1)[1]} steps)"
     if spec.startswith("gossip:"):
         return (f"gossip SGD (D-PSGD: parameters mixed with the neighbors' every step, graph "
-                f"{spec.split(':', 1)[1]})")
+                f"{spec.split(':', 1)[1]}; with a codec: CHOCO-SGD's compressed gossip)")
     if spec.startswith("ssp:"):
         return (f"stale-synchronous SGD (a parameter server; no rank more than "
                 f"{spec.split(':', 1)[1]} steps ahead of the slowest)")
