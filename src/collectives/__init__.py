@@ -24,6 +24,8 @@ from .options import Options
 from ._runtime.traffic import TRAFFIC
 from .ssp import ParameterServer
 from .window import Window
+from .adpsgd import PairwiseAveraging
+from .choco import ChocoGossip
 
 __all__ = [
     "allreduce", "reduce_scatter", "allgather", "bcast", "reduce", "compressed_allreduce",
@@ -33,7 +35,7 @@ __all__ = [
     "EngineError", "CollectiveError", "reset",
     "empty", "zeros",
     "CompressionState", "AutoCompression", "CodecSpeed", "STRATEGIES", "TRAFFIC", "Window",
-    "ParameterServer",
+    "ParameterServer", "PairwiseAveraging", "ChocoGossip",
     "ALGORITHMS", "REDUCE_SCATTER", "ALLGATHER", "BCAST", "REDUCE",
     "OPS", "Options", "SUPPORTED_DTYPES", "mpi_library", "flight_recorder",
 ]

@@ -104,6 +104,10 @@ def test_timeline_of_an_overlapped_compressed_run():
     ["--codec", "topk", "--strategy", "summable"],
     ["--batch-size", "200"],
     ["--sync", "gossip:star"],
+    ["--sync", "adpsgd:star"],
+    ["--sync", "adpsgd", "--codec", "topk"],
+    ["--sync", "gossip:ring", "--codec", "topk", "--gamma", "1.5"],
+    ["--sync", "gossip:ring", "--codec", "threshold"],
 ])
 def test_bad_arguments_return_2_everywhere(argv):
     comm = WORLD
@@ -216,3 +220,58 @@ def test_compressed_overlap_equals_the_blocking_exchange_of_each_bucket(spec, st
         assert np.array_equal(got.view(np.uint32), m.grads.flat.view(np.uint32)), (spec, step)
     a, b = ours.state_dict(), reference.state_dict()
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a), spec
+
+
+def test_tiny_adpsgd_run():
+    """--sync adpsgd (AD-PSGD: an atomic pairwise average with a random ring neighbor after
+    every step) trains; every step moves the parameters to and from one peer (2n bytes, none
+    at one rank); the consensus distance is reported, the same on every rank."""
+    comm = WORLD
+    s = train([*TINY, "--sync", "adpsgd"], comm)
+    assert np.isfinite(s["loss"]) and s["exchanges"] == s["steps"]
+    assert s["bytes_mean"] == s["steps"] * 2 * s["params"] * 4 * (comm.size > 1)
+    spread = comm.allgather(s["consensus"])
+    assert spread == [spread[0]] * comm.size and np.isfinite(spread[0])
+    if comm.size == 1:
+        assert spread[0] == 0
+
+
+def test_adpsgd_checkpoint_restores_every_rank():
+    """--sync adpsgd: a checkpoint holds every rank's own parameters (read from its window once
+    no average is under way) and momentum; resuming puts them back into each rank's window and
+    optimizer, at the saved step."""
+    comm = WORLD
+    d = _shared_dir(comm)
+    argv = [*TINY, "--sync", "adpsgd", "--checkpoint-dir", d]
+    assert train([*argv, "--checkpoint-every", "3", "--stop-after", "3"], comm) is None
+    comm.Barrier()
+    saved = checkpoint.read(os.path.join(d, checkpoint.FILENAME))
+    pre = parse([*argv, "--resume"], comm.size, 10**12)
+    ds = datasets.load(pre.args.dataset, pre.args.subset)
+    t = Trainer(parse([*argv, "--resume"], comm.size, len(ds.y_train)), ds, comm)
+    t.restore(*checkpoint.load(d, *t.expected(), comm, check=t.check_state))
+    me = f"rank{comm.rank}/"
+    assert t.step == 3
+    assert np.array_equal(t.model.params.flat, saved[me + "params"])
+    assert np.array_equal(t.exchange.pairwise.value, saved[me + "params"])
+    assert np.array_equal(t.opt.velocity, saved[me + "momentum"])
+    if comm.size > 1:  # the replicas differ: each rank got its own
+        ranks = [saved[f"rank{r}/params"] for r in range(comm.size)]
+        assert any(not np.array_equal(ranks[0], x) for x in ranks[1:])
+    t.exchange.close()
+    comm.Barrier()
+    if comm.rank == 0:
+        shutil.rmtree(d)
+
+
+def test_tiny_choco_run_sends_less_than_plain_gossip():
+    """--sync gossip:ring --codec topk (CHOCO-SGD): trains, reports its consensus distance, and
+    sends less than the same gossip uncompressed (a 10 % top-k payload per neighbor)."""
+    comm = WORLD
+    plain = train([*TINY, "--sync", "gossip:ring"], comm)
+    s = train([*TINY, "--sync", "gossip:ring", "--codec", "topk:ratio=0.1", "--gamma", "0.3"],
+              comm)
+    assert np.isfinite(s["loss"]) and s["exchanges"] == s["steps"]
+    assert np.isfinite(s["consensus"])
+    if comm.size > 1:
+        assert 0 < s["bytes_mean"] < plain["bytes_mean"] / 3, (s["bytes_mean"], plain["bytes_mean"])

@@ -456,10 +456,10 @@ def test_ddp_comm_hook_against_ddp():
     try:
         _, _, xl, yl = _data(comm)
 
-        def run(state):
+        def run(state, hook=ct.comm_hook):
             m = DDP(_model(), bucket_cap_mb=0.0002)
             if state is not None:
-                m.register_comm_hook(state, ct.comm_hook)
+                m.register_comm_hook(state, hook)
             opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
             for _ in range(3):
                 opt.zero_grad()
@@ -488,6 +488,9 @@ def test_ddp_comm_hook_against_ddp():
             assert not any(k.startswith("memory") for k in late.state_dict()["codec"]), codec
         with pytest.raises(ValueError, match="start_step"):
             ct.CommHookState(comm, codec="powersgd:rank=1", start_step=-1)
+        # the gossip hook on the full graph (W = 11^T / p) is the allreduce average, to rounding
+        full = run(ct.GossipHookState(collectives.topology.full(comm.size), comm), ct.gossip_hook)
+        assert torch.allclose(full, dense, rtol=1e-5, atol=1e-6)
     finally:
         dist.destroy_process_group()
 
@@ -515,6 +518,33 @@ def _boom_algorithm(src, buf, op, ctx, opts):
     """An allreduce that fails on rank 0 before sending anything (others do nothing)."""
     if ctx.comm.rank == 0:
         raise ZeroDivisionError("injected failure")
+
+
+def test_gossip_hook_is_a_neighbor_round_of_the_bucket(comm):
+    """The gossip hook replaces the bucket, in place, by neighbor_allreduce of it: bit for bit on
+    the ring and on the one-peer exponential graph (the iteration as its step, two iterations);
+    on the full graph it is the allreduce hook's average, to rounding."""
+    from collectives import topology
+
+    p = comm.size
+    for graph in (topology.ring(p), topology.one_peer_exponential(p)):
+        state = ct.GossipHookState(graph, comm)
+        for it in range(2):
+            buf = _input(torch.float32, 37, comm.rank + 10 * it)
+            want = collectives.neighbor_allreduce(buf.numpy().copy(), graph, step=it, comm=comm)
+            got = ct.gossip_hook(state, _FakeBucket(buf)).wait()
+            assert got.data_ptr() == buf.data_ptr()
+            assert np.array_equal(buf.numpy(), want), (graph.name, it)
+        assert state.iteration == 2
+    buf = _input(torch.float64, 29, comm.rank)
+    dense = buf.clone()
+    ct.gossip_hook(ct.GossipHookState(topology.full(p), comm), _FakeBucket(buf)).wait()
+    ct.comm_hook(ct.CommHookState(comm, algorithm="ring"), _FakeBucket(dense)).wait()
+    assert torch.allclose(buf, dense, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="is for"):
+        ct.GossipHookState(topology.ring(p + 1), comm)
+    with pytest.raises(TypeError, match="Topology"):
+        ct.GossipHookState("ring", comm)
 
 
 def test_comm_hook_future_is_completed_on_the_engine_thread():

@@ -20,7 +20,7 @@ from .._runtime.cli import PLOT_INSTALL, Parser, UsageError
 from .. import datasets
 from ..compressed.auto import split_spec
 from .codecs import parse_spec
-from .exchange import parse_gossip, parse_server, parse_sgp, parse_sync
+from .exchange import parse_adpsgd, parse_gossip, parse_server, parse_sgp, parse_sync
 from .model import MODELS
 
 __all__ = ["UsageError", "Config", "parser", "parse"]
@@ -101,9 +101,16 @@ def parser() -> argparse.ArgumentParser:
                         "; weights: " + ", ".join(collectives.topology.WEIGHTS) + "), "
                         "'sgp' or 'sgp:overlap' (push-sum over the one-peer exponential graph "
                         "through one-sided windows; overlap: without waiting for a round's "
-                        "messages), 'ssp:S' (a parameter server over one-sided windows: no rank "
+                        "messages), 'adpsgd[:GRAPH]' (AD-PSGD: after each step, atomically "
+                        "average the parameters with one random neighbor of the static graph, "
+                        "ring by default, through one-sided windows; no global step), "
+                        "'ssp:S' (a parameter server over one-sided windows: no rank "
                         "more than S steps ahead of the slowest; ssp:0 is synchronous) or "
                         "'async' (no bound)")
+    c.add_argument("--gamma", type=float, default=0.1,
+                   help="with --sync gossip:GRAPH and --codec: CHOCO-SGD's consensus step size "
+                        "in (0, 1] (default 0.1; the more the codec drops, the smaller it must "
+                        "be: docs/decentralized.md)")
     c.add_argument("--overlap", action="store_true",
                    help="start each gradient bucket's allreduce (compressed with --codec) "
                         "during backward, through the progress engine")
@@ -136,6 +143,8 @@ class Config:
     codec_name: str | None
     #: the graph's name of ``--sync gossip:GRAPH``, else None
     gossip: str | None = None
+    #: ``--sync gossip:GRAPH --codec SPEC``: the codec spec of CHOCO-SGD's gossip, else None
+    choco: str | None = None
 
     def fingerprint_fields(self) -> dict:
         """What fixes the trajectory (a checkpoint must match it to be resumed)."""
@@ -150,6 +159,8 @@ class Config:
         if a.momentum_correction:  # DGC as published: other state, other trajectory
             fields.update(momentum_correction=True, sparsity_warmup=a.sparsity_warmup,
                           clip=a.clip)
+        if self.choco:
+            fields["gamma"] = a.gamma
         if a.overlap:  # buckets reduce in other pieces than one fused buffer: other bits
             fields["overlap_bucket_mb"] = a.bucket_mb
         return fields
@@ -161,9 +172,10 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
     try:
         local_every = parse_sync(a.sync)
         gossip = parse_gossip(a.sync, world)
+        adpsgd = parse_adpsgd(a.sync, world)
     except ValueError as e:
-        raise UsageError(f"--sync {a.sync}: {e}" if a.sync.startswith("gossip:") else str(e)) \
-            from None
+        raise UsageError(f"--sync {a.sync}: {e}" if a.sync.startswith(("gossip:", "adpsgd:"))
+                         else str(e)) from None
     try:
         inner = split_spec(a.codec)  # "auto:<spec>": the codec where it pays, else dense
         name, params = parse_spec(a.codec if inner is None else inner)
@@ -173,15 +185,33 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
     except ValueError as e:
         raise UsageError(f"--codec {a.codec}: {e}") from None
     codec_name = None if name == "none" and a.codec == "none" else name
+    choco = None
+    if gossip is not None and codec_name:  # CHOCO-SGD: the codec compresses the gossip
+        if inner is not None or a.error_feedback or a.strategy != "auto" \
+                or a.momentum_correction or a.dense_steps:
+            raise UsageError("--sync gossip with --codec is CHOCO-SGD (compressed gossip of the "
+                             "parameters): auto:, --error-feedback, --strategy, "
+                             "--momentum-correction and --dense-steps do not apply")
+        if a.checkpoint_every or a.resume:
+            raise UsageError("--sync gossip with --codec (CHOCO-SGD) cannot checkpoint yet: its "
+                             "public copies are not saved")
+        if not 0 < a.gamma <= 1:
+            raise UsageError(f"--gamma must be in (0, 1], got {a.gamma}")
+        try:
+            compress.from_spec(a.codec).payload_nbytes((8,))
+        except TypeError:
+            raise UsageError(f"--codec {a.codec}: CHOCO-SGD needs a codec whose payload size "
+                             "the shape fixes (topk, randomk, qsgd, fp16, ...)") from None
+        choco, codec_name = a.codec, None
     if codec_name and local_every:
         raise UsageError("--codec compresses gradients, which --sync local:H does not exchange")
-    if gossip is not None and (codec_name or a.overlap or a.check_replicas):
+    if gossip is not None and (a.overlap or a.check_replicas):
         raise UsageError("--sync gossip exchanges parameters, not gradients, and its replicas "
-                         "differ: --codec, --overlap and --check-replicas do not apply")
+                         "differ: --overlap and --check-replicas do not apply")
     if parse_server(a.sync) is not None and (codec_name or a.overlap or a.check_replicas):
         raise UsageError(f"--sync {a.sync} pushes updates to a parameter server and its "
                          "replicas differ: --codec, --overlap and --check-replicas do not apply")
-    if parse_sgp(a.sync) is not None and (codec_name or a.overlap or a.check_replicas):
+    if (parse_sgp(a.sync) is not None or adpsgd is not None) and (codec_name or a.overlap or a.check_replicas):
         raise UsageError(f"--sync {a.sync} exchanges parameters, not gradients, and its replicas "
                          "differ: --codec, --overlap and --check-replicas do not apply")
     n = min(n_train, a.subset or n_train)
@@ -222,4 +252,4 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
     if a.plot and importlib.util.find_spec("matplotlib") is None:
         raise UsageError(f"--plot needs matplotlib: {PLOT_INSTALL}")
     return Config(a, a.hidden or MODELS[a.model], local_every, codec_name,
-                  None if gossip is None else gossip.name)
+                  None if gossip is None else gossip.name, choco)

@@ -41,7 +41,7 @@ from . import checkpoint, data, report
 from .._runtime.cli import program
 from .cli import PROG, Config, UsageError, parse
 from .codecs import build
-from .exchange import Exchange, parse_gossip, parse_server, parse_sgp
+from .exchange import Exchange, parse_adpsgd, parse_gossip, parse_server, parse_sgp
 from .fusion import FusionBuffer
 from .model import MLP
 from .optim import SGD, Schedule
@@ -97,9 +97,11 @@ class Trainer:
                                  a.strategy, cfg.local_every, comm, self.clock,
                                  int(a.bucket_mb * 2**20) if a.overlap else None,
                                  parse_gossip(a.sync, self.world), parse_server(a.sync),
-                                 parse_sgp(a.sync))
+                                 parse_sgp(a.sync), parse_adpsgd(a.sync, self.world), a.seed,
+                                 None if cfg.choco is None else (cfg.choco, a.gamma))
         #: where each kind of state is kept in a checkpoint: the same on every rank or its own
-        self.own_params = cfg.gossip is not None or self.exchange.window is not None
+        self.own_params = cfg.gossip is not None or self.exchange.window is not None or \
+            self.exchange.pairwise is not None
         # (--sync ssp/async: the parameters are the server's, read at the checkpoint)
         self.own_momentum = bool(cfg.local_every) or self.own_params or \
             self.exchange.server is not None
@@ -131,6 +133,9 @@ class Trainer:
         if self.exchange.server is not None:  # the server's parameters, after every push
             self.comm.Barrier()
             shared["params"] = self.exchange.server.read()
+        elif self.exchange.pairwise is not None:  # every rank's window once no average is on
+            self.comm.Barrier()
+            mine["params"] = self.exchange.pairwise.value
         else:
             (mine if self.own_params else shared)["params"] = self.model.params.flat
         (mine if self.own_momentum else shared)["momentum"] = self.opt.velocity
@@ -225,6 +230,9 @@ class Trainer:
             self.exchange.server.reset(self.model.params.flat, self.step)
         if self.exchange.window is not None:  # push-sum restarts from the own parameters
             self.exchange.window.assign(self.model.params.flat, weight=1.0)
+            self.comm.Barrier()
+        if self.exchange.pairwise is not None:  # AD-PSGD: the saved parameters in the window
+            self.exchange.pairwise.assign(self.model.params.flat)
             self.comm.Barrier()
         if self.state is not None:
             self.state.load_state_dict({k[len(STATE_PREFIX):]: v for k, v in mine.items()

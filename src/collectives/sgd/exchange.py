@@ -28,7 +28,15 @@ skips the gradient exchange; every ``H`` steps the parameters are averaged with
 Gossip (``--sync gossip:GRAPH``; D-PSGD, Lian et al. 2017) skips the gradient exchange too; after
 every step's local update each rank mixes its parameters with its neighbors' in the graph
 (``collectives.neighbor_allreduce`` over a doubly stochastic :mod:`collectives.topology`, with
-the step for the time-varying ones). The replicas then differ; momentum stays local.
+the step for the time-varying ones). The replicas then differ; momentum stays local. With
+``--codec`` it is CHOCO-SGD (Koloskova et al. 2019): the mixing is a
+:class:`collectives.ChocoGossip` round with that codec and ``--gamma``.
+
+AD-PSGD (``--sync adpsgd[:GRAPH]``, ring by default; Lian et al. 2018) has no global step
+either: every rank's parameters live in a :class:`collectives.PairwiseAveraging` window; each
+step reads them (``pull``), computes the gradient and the momentum update on that copy, then
+atomically replaces its own and one random neighbor's parameters by their mean and adds its
+update to its own (``average_params``). Peers change a rank's parameters between its steps.
 
 :class:`Exchange` also keeps the statistics of the report: seconds spent in the exchange, of which
 encode/decode, and the bytes this rank sent, counted by ``collectives.TRAFFIC`` (the library's own
@@ -52,7 +60,7 @@ from .fusion import FusionBuffer
 from .timing import Clock, time_methods
 
 __all__ = ["LAYERWISE", "Exchange", "Buckets", "parse_sync", "parse_gossip", "parse_server",
-           "parse_sgp", "ring_bytes"]
+           "parse_sgp", "parse_adpsgd", "ring_bytes"]
 
 #: codecs reduced layer by layer (they need each layer's matrix shape)
 LAYERWISE = frozenset({"powersgd", "efsignsgd"})
@@ -62,13 +70,13 @@ def parse_sync(text: str) -> int:
     """``"sync"``, ``"gossip:..."``, ``"ssp:S"`` and ``"async"`` -> 0 (every step);
     ``"local:H"`` -> H >= 1 (parameters every H steps)."""
     if text == "sync" or text.startswith("gossip:") or parse_server(text) is not None \
-            or parse_sgp(text) is not None:
+            or parse_sgp(text) is not None or text == "adpsgd" or text.startswith("adpsgd:"):
         return 0
     kind, _, h = text.partition(":")
     if kind != "local" or not h.isdigit() or int(h) < 1:
         raise ValueError(f"--sync must be 'sync', 'local:H' with an integer H >= 1, "
-                         f"'gossip:GRAPH', 'sgp', 'sgp:overlap', 'ssp:S' with an integer "
-                         f"S >= 0 or 'async', "
+                         f"'gossip:GRAPH', 'sgp', 'sgp:overlap', 'adpsgd[:GRAPH]', "
+                         f"'ssp:S' with an integer S >= 0 or 'async', "
                          f"got {text!r}")
     return int(h)
 
@@ -98,6 +106,21 @@ def parse_gossip(text: str, world: int) -> Topology | None:
     spec = text[len("gossip:"):]
     topology = parse_topology(spec, world)
     topology.check("doubly", f"--sync gossip:{spec} (D-PSGD)")
+    return topology
+
+
+def parse_adpsgd(text: str, world: int) -> Topology | None:
+    """``"adpsgd"`` -> the ring over ``world`` ranks, ``"adpsgd:GRAPH[:WEIGHTS]"`` -> that static
+    graph (its edges are the pairs that may average; the weights play no part); anything else ->
+    None. Raises ValueError naming the valid graphs, or for a graph that changes every step."""
+    if text == "adpsgd":
+        return parse_topology("ring", world)
+    if not text.startswith("adpsgd:"):
+        return None
+    topology = parse_topology(text[len("adpsgd:"):], world)
+    if topology.dynamic:
+        raise ValueError(f"{topology.name} changes every step; AD-PSGD averages over the edges "
+                         f"of a static graph (ring, torus, exponential, full)")
     return topology
 
 
@@ -186,20 +209,29 @@ class Exchange:
     sgp
         ``--sync sgp`` (False) or ``sgp:overlap`` (True): push-sum over the one-peer exponential
         graph through a :class:`collectives.Window`; else None.
+    adpsgd
+        The graph of ``--sync adpsgd[:GRAPH]``: parameters in a
+        :class:`collectives.PairwiseAveraging`, averaged with a random neighbor every step.
+    seed
+        Seed of AD-PSGD's choice of neighbors.
+    choco
+        ``(codec spec, gamma)`` of ``--sync gossip:GRAPH --codec SPEC``: the parameters are mixed
+        by CHOCO-GOSSIP rounds; else None.
     """
 
     def __init__(self, grads: FusionBuffer, params: FusionBuffer, state: CompressionState | None,
                  algorithm: str, strategy: str, local_every: int, comm: MPI.Comm,
                  clock: Clock, bucket_bytes: int | None = None,
                  gossip: Topology | None = None, server: tuple | None = None,
-                 sgp: bool | None = None) -> None:
+                 sgp: bool | None = None, adpsgd: Topology | None = None,
+                 seed: int = 0, choco: tuple[str, float] | None = None) -> None:
         self.grads, self.params, self.state = grads, params, state
         self.algorithm, self.strategy, self.local_every = algorithm, strategy, local_every
         self.gossip = gossip
         self.comm, self.clock = comm, clock
         self.stats = Stats()
         self.analytic = (algorithm == "native" and state is None and gossip is None) or \
-            server is not None or sgp is not None  # one-sided traffic is not in TRAFFIC
+            server is not None or sgp is not None or adpsgd is not None  # one-sided: not in TRAFFIC
         #: --sync sgp[:overlap]: the push-sum window (value z, weight w; parameters z / w)
         self.sgp = sgp
         self.window = None if sgp is None else collectives.Window(params.flat, comm=comm)
@@ -208,6 +240,12 @@ class Exchange:
         self.server = None if server is None else collectives.ParameterServer(
             params.flat, staleness=server[0], lr=1.0, comm=comm)
         self._pulled = None
+        #: --sync gossip:GRAPH --codec SPEC: CHOCO-SGD's public copies
+        self.choco = None if choco is None else collectives.ChocoGossip(
+            params.flat, gossip, choco[0], choco[1], comm=comm)
+        #: --sync adpsgd: every rank's parameters, in a window
+        self.pairwise = None if adpsgd is None else collectives.PairwiseAveraging(
+            params.flat, adpsgd, comm=comm, seed=seed)
         if state is not None:
             for part in (state.codec, state.memory, state.server):
                 if part is not None:
@@ -250,11 +288,20 @@ class Exchange:
             self.server.free()
         if self.window is not None:
             self.window.free()
+        if self.pairwise is not None:
+            self.pairwise.free()
 
     def pull(self, step: int) -> None:
         """--sync ssp:S / async: before the gradient of ``step``, read the parameters from the
         server (waiting for the staleness bound) into ``params``; --sync sgp: keep what they are
-        before the update (the update is added to the push-sum numerator)."""
+        before the update (the update is added to the push-sum numerator); --sync adpsgd: read
+        this rank's parameters from its window (peers' averages since the last step included)."""
+        if self.pairwise is not None:
+            t0 = time.perf_counter()
+            self._pulled = self.pairwise.value
+            self.params.flat[...] = self._pulled
+            self.stats.seconds += time.perf_counter() - t0
+            return
         if self.window is not None:
             self._pulled = self.params.flat.copy()
             return
@@ -268,7 +315,7 @@ class Exchange:
     def __call__(self, step: int) -> None:
         """Exchange after the local gradient of ``step`` is in ``grads`` (before the update)."""
         if self.local_every or self.gossip is not None or self.server is not None \
-                or self.window is not None:
+                or self.window is not None or self.pairwise is not None:
             return
         if self.buckets is not None:
             self._wait_buckets()
@@ -298,12 +345,15 @@ class Exchange:
             self._timed(self.params, step, self._push)
         elif self.window is not None:
             self._timed(self.params, step, self._push_sum)
+        elif self.pairwise is not None:
+            self._timed(self.params, step, self._pairwise)
         elif self.local_every and self.exchanges_at(step):
             self._timed(self.params, step, self._dense)
 
     # ------------------------------------------------------------------ internals
     def _timed(self, buf: FusionBuffer, step: int, fn) -> None:
         sent0 = collectives.TRAFFIC.bytes_sent
+        moved0 = 0 if self.pairwise is None else self.pairwise.elements_moved
         t0 = time.perf_counter()
         fn(buf, step)
         self.stats.seconds += time.perf_counter() - t0
@@ -315,6 +365,8 @@ class Exchange:
             self.stats.bytes_sent += dense // 2
         elif self.window is not None:  # one message of the parameters (and the weight)
             self.stats.bytes_sent += nbytes + buf.flat.itemsize if self.comm.size > 1 else 0
+        elif self.pairwise is not None:  # the get and the put of the peer's parameters
+            self.stats.bytes_sent += (self.pairwise.elements_moved - moved0) * buf.flat.itemsize
         else:
             self.stats.bytes_sent += dense if self.analytic else \
                 collectives.TRAFFIC.bytes_sent - sent0
@@ -346,7 +398,17 @@ class Exchange:
             self.comm.Barrier()  # ... and none of the next round's yet: W_t exactly
         buf.flat[...] = win.estimate
 
+    def _pairwise(self, buf: FusionBuffer, step: int) -> None:
+        """--sync adpsgd (Lian et al. 2018): this rank's and a random neighbor's parameters
+        become their mean, atomically, and this step's update (``updated - pulled``) is added to
+        this rank's; the parameters are the result."""
+        pw = self.pairwise
+        buf.flat[...] = pw.average(pw.peer(step), buf.flat - self._pulled)
+
     def _mix(self, buf: FusionBuffer, step: int) -> None:
+        if self.choco is not None:  # CHOCO-SGD: a compressed gossip round
+            self.choco.step(buf.flat, step)
+            return
         collectives.neighbor_allreduce(buf.flat, self.gossip, out=buf.flat, step=step,
                                        comm=self.comm)
 

@@ -32,18 +32,22 @@ def _mb(n: float) -> str:
 
 
 def _sync(spec: str) -> str:
-    """``--sync`` in words: "sync", "local:H", "gossip:GRAPH", "ssp:S" or "async"."""
+    """``--sync`` in words: "sync", "local:H", "gossip:GRAPH", "ssp:S", "async", "sgp",
+    "adpsgd"."""
     if spec.startswith("local:"):
         return f"local SGD (parameters averaged every {spec.split(':', 1)[1]} steps)"
     if spec.startswith("gossip:"):
         return (f"gossip SGD (D-PSGD: parameters mixed with the neighbors' every step, graph "
-                f"{spec.split(':', 1)[1]})")
+                f"{spec.split(':', 1)[1]}; with a codec: CHOCO-SGD's compressed gossip)")
     if spec.startswith("ssp:"):
         return (f"stale-synchronous SGD (a parameter server; no rank more than "
                 f"{spec.split(':', 1)[1]} steps ahead of the slowest)")
     if spec in ("sgp", "sgp:overlap"):
         return ("stochastic gradient push (push-sum over the one-peer exponential graph"
                 + (", rounds overlapped)" if spec == "sgp:overlap" else ")"))
+    if spec == "adpsgd" or spec.startswith("adpsgd:"):
+        return (f"AD-PSGD (asynchronous pairwise averaging with a random neighbor, graph "
+                f"{spec.partition(':')[2] or 'ring'})")
     if spec == "async":
         return "asynchronous SGD (a parameter server, no staleness bound)"
     return "synchronous SGD (gradients averaged every step)"
@@ -80,9 +84,12 @@ def final_report(summary: dict) -> str:
                      f"{t['step'] / max(1, s['steps']) * 1e3:.1f} ms")
     server = s.get("sync", "").startswith("ssp:") or s.get("sync") == "async"
     sgp = s.get("sync", "").startswith("sgp")
+    pairwise = s.get("sync", "").startswith("adpsgd")
     how = ("analytic n(p-1)/p per push (one-sided puts into the other ranks' shards are not "
            "counted)" if server else
            "analytic n per round (one one-sided message of the parameters)" if sgp else
+           "analytic 2n per average (a one-sided get and put of the peer's parameters)"
+           if pairwise else
            "analytic 2n(p-1)/p (native MPI_Allreduce is not counted)" if s["analytic"]
            else "counted by collectives.TRAFFIC")
     dense = s["dense_bytes"]

@@ -13,7 +13,8 @@ imports it. What is here (see docs/pytorch.md, which has a table of Horovod's ca
 - :func:`allreduce` (a new tensor) and :func:`allreduce_` (in place), :func:`broadcast_parameters`,
   :func:`broadcast_optimizer_state`; :class:`Compression` holds Horovod's codec names.
 - :func:`comm_hook` with :class:`CommHookState` for ``DistributedDataParallel.register_comm_hook``,
-  and :func:`init_process_group`, which sets up torch.distributed's gloo group from the MPI job.
+  :func:`gossip_hook` with :class:`GossipHookState` (each bucket averaged with the graph
+  neighbors' instead of allreduced), and :func:`init_process_group`, which sets up torch.distributed's gloo group from the MPI job.
 """
 
 try:
@@ -26,6 +27,7 @@ from ._common import Compression
 from .basics import (Average, Max, Min, Product, Sum, init, is_initialized, local_rank,
                      local_size, rank, size)
 from .ddp import CommHookState, comm_hook, init_process_group
+from .gossip_hook import GossipHookState, gossip_hook
 from .functions import allreduce, allreduce_, broadcast_optimizer_state, broadcast_parameters
 from .neighbor import DistributedNeighborAllreduceOptimizer
 from .optimizer import DistributedOptimizer
@@ -34,4 +36,5 @@ __all__ = ["init", "is_initialized", "rank", "size", "local_rank", "local_size",
            "Min", "Max", "Product",
            "DistributedOptimizer", "DistributedNeighborAllreduceOptimizer", "allreduce", "allreduce_", "broadcast_parameters",
            "broadcast_optimizer_state", "Compression", "comm_hook", "CommHookState",
+           "gossip_hook", "GossipHookState",
            "init_process_group"]
