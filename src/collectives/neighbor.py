@@ -51,6 +51,7 @@ from ._runtime.arrays import check_input, check_out, copy_into, flat, new_like, 
 from ._runtime.validate import pick as _pick
 from ._runtime.workspace import forget, scratch
 from .api import _call
+from .neighbor_hierarchical import DTYPES as _HIER_DTYPES, HierarchicalRound
 from .options import Options
 from .topology import Topology
 
@@ -179,18 +180,35 @@ class NeighborAllreduceCall:
 
     kind = "neighbor_allreduce"
     __slots__ = ("src", "dst", "sources", "dests", "self_weight", "weights", "fn", "key",
-                 "backend", "opts", "result", "trivial", "topology")
+                 "backend", "opts", "result", "trivial", "topology", "hierarchical")
 
     def __init__(self, comm: MPI.Comm, x: Any, topology: Topology, self_weight: float | None,
                  weights: Mapping[int, float] | None, out: Any, step: int | None, backend: str,
-                 opts: Options) -> None:
+                 hierarchical: bool, opts: Options) -> None:
         a, self.sources, self.dests, t, self.fn = _round(comm, x, topology, step, backend,
                                                          self.kind)
         if a.dtype not in _FLOATS and not is_bfloat16(a.dtype):
             raise TypeError(f"{self.kind}: x has dtype {a.dtype}; a weighted average needs "
                             f"float16, bfloat16, float32 or float64")
-        self.self_weight, self.weights = _recv_weights(topology, comm.rank, t, self.sources,
-                                                       self_weight, weights)
+        if not isinstance(hierarchical, bool):
+            raise TypeError(f"{self.kind}: hierarchical must be True or False, got "
+                            f"{hierarchical!r}")
+        self.hierarchical = HierarchicalRound(topology, t, opts) if hierarchical else None
+        if hierarchical:  # neighbor_hierarchical.py: what a hierarchical round accepts
+            if self_weight is not None or weights is not None:
+                raise ValueError(f"{self.kind}: hierarchical=True takes the topology's weights "
+                                 f"(every rank of a node has its node's row); self_weight= and "
+                                 f"weights= do not apply")
+            if backend != "p2p":
+                raise ValueError(f"{self.kind}: hierarchical=True runs its own exchange between "
+                                 f"nodes; backend must be 'p2p', got {backend!r}")
+            if a.dtype not in _HIER_DTYPES:
+                raise TypeError(f"{self.kind}: hierarchical=True averages nodes in the "
+                                f"shared-memory kernels: float32 or float64, got {a.dtype}")
+            self.self_weight, self.weights = 1.0, []
+        else:
+            self.self_weight, self.weights = _recv_weights(topology, comm.rank, t,
+                                                           self.sources, self_weight, weights)
         res = new_like(a) if out is None else check_out(out, a)
         self.src = flat(a)
         self.dst = self.src if res is a else flat(res)
@@ -200,11 +218,15 @@ class NeighborAllreduceCall:
 
     def signature(self) -> dict[str, Any]:
         return {"count": self.src.size, "dtype": self.src.dtype, "backend": self.backend,
-                "topology": f"{self.topology.name} {self.key[0]}", "step % period": self.key[1]}
+                "topology": f"{self.topology.name} {self.key[0]}", "step % period": self.key[1],
+                "hierarchical": self.hierarchical is not None}
 
     def run(self, ctx: Any) -> None:
         if self.trivial:  # one process (W = [[1]]) or nothing to send
             copy_into(self.src, self.dst)
+            return
+        if self.hierarchical is not None:  # neighbor_hierarchical.py
+            self.hierarchical.run(self.src, self.dst, ctx)
             return
         src, dst, n = self.src, self.dst, self.src.size
         recv = scratch("neighbor", len(self.sources) * n, src).reshape(len(self.sources), n)
@@ -265,8 +287,8 @@ class NeighborAllgatherCall:
 def neighbor_allreduce(x: Any, topology: Topology, *, self_weight: float | None = None,
                        weights: Mapping[int, float] | None = None, out: Any = None,
                        comm: MPI.Comm | None = None, step: int | None = None,
-                       backend: str = "p2p", validate: bool | None = None,
-                       options: Options | None = None) -> Any:
+                       backend: str = "p2p", hierarchical: bool = False,
+                       validate: bool | None = None, options: Options | None = None) -> Any:
     """One gossip round: the weighted average of this rank's ``x`` and its in-neighbors'.
 
     Parameters
@@ -289,6 +311,12 @@ def neighbor_allreduce(x: Any, topology: Topology, *, self_weight: float | None 
         every rank. Ignored by static ones.
     backend
         "p2p" (the library's guarded messages) or "mpi" (``MPI_Ineighbor_allgather``).
+    hierarchical
+        Average inside each node through shared memory, then gossip between nodes (one
+        exchange per neighbor node, :mod:`collectives.neighbor_hierarchical`); the same value
+        to rounding, for a topology whose vertices are nodes
+        (:func:`collectives.topology.hierarchical_for` with the same ``Options.node_size``).
+        float32/float64, the topology's weights and the "p2p" backend only.
     validate, options
         As for :func:`collectives.allreduce`.
 
@@ -297,7 +325,7 @@ def neighbor_allreduce(x: Any, topology: Topology, *, self_weight: float | None 
     ``out``, holding ``W[i, i] x_i + sum_j W[i, j] x_j``; the same bits on every repetition.
     """
     return _call(NeighborAllreduceCall, comm, options, validate, x, topology, self_weight,
-                 weights, out, step, backend).result
+                 weights, out, step, backend, hierarchical).result
 
 
 def neighbor_allgather(x: Any, topology: Topology, *, out: Any = None,

@@ -119,13 +119,14 @@ def iallreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "su
 def ineighbor_allreduce(x: np.ndarray, topology: Any, *, self_weight: float | None = None,
                         weights: Any = None, out: np.ndarray | None = None,
                         comm: MPI.Comm | None = None, step: int | None = None,
-                        backend: str = "p2p", validate: bool | None = None,
-                        options: Options | None = None, name: str | None = None) -> Request:
+                        backend: str = "p2p", hierarchical: bool = False,
+                        validate: bool | None = None, options: Options | None = None,
+                        name: str | None = None) -> Request:
     """Start :func:`collectives.neighbor_allreduce` (one gossip round); ``wait()`` returns
     ``out``. Same parameters as the blocking function."""
     comm, opts, validate = _setup(comm, options, validate)
     return _submit("ineighbor_allreduce", NeighborAllreduceCall, x, comm, validate, opts, name,
-                   topology, self_weight, weights, out, step, backend, opts)
+                   topology, self_weight, weights, out, step, backend, hierarchical, opts)
 
 
 def ireduce_scatter(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum",
