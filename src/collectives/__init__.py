@@ -16,8 +16,9 @@ from ._runtime.context import reset
 from ._runtime.guard import CollectiveError
 from .engine import EngineError, Request, StallWarning, testall, waitall, waitany
 from .neighbor import neighbor_allgather, neighbor_allreduce
-from .nonblocking import (Plan, allreduce_init, iallgather, iallreduce, ibcast,
-                          icompressed_allreduce, ineighbor_allreduce, ireduce, ireduce_scatter)
+from .nonblocking import (NeighborPlan, Plan, allreduce_init, iallgather, iallreduce, ibcast,
+                          icompressed_allreduce, ineighbor_allreduce, ireduce, ireduce_scatter,
+                          neighbor_allreduce_init)
 from . import topology
 from .ops import OPS
 from .options import Options
@@ -31,7 +32,8 @@ __all__ = [
     "allreduce", "reduce_scatter", "allgather", "bcast", "reduce", "compressed_allreduce",
     "iallreduce", "ireduce_scatter", "iallgather", "ibcast", "ireduce", "icompressed_allreduce",
     "neighbor_allreduce", "neighbor_allgather", "ineighbor_allreduce", "topology",
-    "allreduce_init", "Plan", "Request", "waitall", "waitany", "testall", "StallWarning",
+    "allreduce_init", "Plan", "neighbor_allreduce_init", "NeighborPlan", "Request", "waitall",
+    "waitany", "testall", "StallWarning",
     "EngineError", "CollectiveError", "reset",
     "empty", "zeros",
     "CompressionState", "AutoCompression", "CodecSpeed", "STRATEGIES", "TRAFFIC", "Window",

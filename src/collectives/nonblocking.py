@@ -5,7 +5,8 @@ hands the operation to the communicator's progress engine (:mod:`collectives.eng
 a :class:`~collectives.engine.Request` at once; ``req.wait()`` returns ``y``. Likewise
 :func:`ireduce_scatter`, :func:`iallgather`, :func:`ibcast`, :func:`ireduce` and
 :func:`icompressed_allreduce`. :func:`allreduce_init` builds a persistent :class:`Plan`, checked
-once and started many times.
+once and started many times; :func:`neighbor_allreduce_init` a persistent gossip round
+(:class:`NeighborPlan`), whose step advances by one per run.
 
 Semantics (MPI's):
 
@@ -46,7 +47,8 @@ from .neighbor import NeighborAllreduceCall
 from .options import Options
 
 __all__ = ["iallreduce", "ireduce_scatter", "iallgather", "ibcast", "ireduce",
-           "icompressed_allreduce", "ineighbor_allreduce", "allreduce_init", "Plan"]
+           "icompressed_allreduce", "ineighbor_allreduce", "allreduce_init", "Plan",
+           "neighbor_allreduce_init", "NeighborPlan"]
 
 
 class _OnDevice:
@@ -287,3 +289,122 @@ def allreduce_init(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike =
     device = _device.cupy().cuda.Device() if (type(x) is not np.ndarray
                                                 and _device.is_device(x)) else None
     return Plan(call, comm, opts, device)
+
+
+class NeighborPlan(Request):
+    """A persistent gossip round (``MPI_Neighbor_allgather_init`` with the weighted combination):
+    checked once, one round of :func:`collectives.neighbor_allreduce` per run.
+
+    ``x`` and ``out`` are fixed (refill ``x`` between runs); each run checks only that neither
+    was reshaped or resized in place since (ValueError). :attr:`step` is the step of the next
+    run: it starts at ``step`` and advances by one per run, so a time-varying topology
+    (``one_peer_exponential``) takes its next graph each time; the checked call of every step
+    of the period is made at construction. Run it as :class:`Plan`: ``start()`` ... ``wait()``
+    (on the communicator's engine, like ``ineighbor_allreduce``) or ``plan()`` (blocking, on
+    the caller's thread, ordered with the blocking calls); each gives the bits
+    ``neighbor_allreduce(x, topology, step=s)`` gives. Starting a running plan raises
+    ``RuntimeError``; :meth:`free` (``MPI_Request_free``) releases it, after which every use
+    raises ``RuntimeError``.
+    """
+
+    __slots__ = ("_comm", "_calls", "_arrays", "_active", "_freed", "step")
+
+    def __init__(self, calls: list[NeighborAllreduceCall], arrays: list[tuple[Any, tuple]],
+                 comm: MPI.Intracomm, opts: Options, step: int) -> None:
+        super().__init__("neighbor_allreduce_init", calls[0], None, False, opts)
+        self._comm, self._calls, self._arrays = comm, calls, arrays
+        self._done = True
+        self._active = False  # started, and not yet seen complete by wait() or test()
+        self._freed = False
+        #: the step of the next run
+        self.step = step
+        if comm.size > 1 and not calls[0].trivial:
+            self.engine = engine_of(comm, opts.timeout)
+
+    def _next(self, what: str) -> NeighborAllreduceCall:
+        """The checked call of the next run (its step taken), after the plan's own checks."""
+        if self._freed:
+            raise RuntimeError(f"{what}: this neighbor_allreduce_init plan was freed")
+        if self._active:
+            raise RuntimeError(f"{what}: {self.describe()} is still running: wait() first")
+        for name, (a, shape) in zip(("x", "out"), self._arrays):
+            if tuple(a.shape) != shape:
+                raise ValueError(f"{what}: {name} has shape {tuple(a.shape)}, but the plan was "
+                                 f"made for {shape} (its buffers are fixed: make a new plan)")
+        call = self._calls[self.step % len(self._calls)]
+        self.step += 1
+        return call
+
+    def start(self) -> "NeighborPlan":
+        """Start the next round (``MPI_Start``); returns the plan."""
+        self.call = self._next("start()")
+        self._active = True
+        self._done, self._error = False, None
+        if self.engine is None:  # one process or empty: complete now
+            try:
+                self.call.run(None)
+            except Exception as exc:  # noqa: BLE001 - reported by wait()
+                self.complete(exc)
+            else:
+                self.complete()
+            return self
+        self.engine.submit(self)
+        return self
+
+    def test(self) -> bool:
+        if self._done:
+            self._active = False
+        return self._done
+
+    def wait(self, timeout: float | None = None) -> Any:
+        if self._freed:
+            raise RuntimeError("wait(): this neighbor_allreduce_init plan was freed")
+        try:
+            return super().wait(timeout)
+        finally:
+            if self._done:  # a timeout leaves the plan active
+                self._active = False
+
+    def __call__(self) -> Any:
+        """Run the next round, blocking; returns ``out``."""
+        call = self.call = self._next("plan()")
+        if call.trivial or self._comm.size == 1:
+            call.run(None)
+            return call.result
+        ctx = context(self._comm)
+        runner(ctx, self.opts).run(self.kind, call.run, ctx, timeout=self.opts.timeout,
+                                   what=describe(call))
+        return call.result
+
+    def free(self) -> None:
+        """Release the plan (``MPI_Request_free``); a running one must be waited for first."""
+        if self._active:
+            raise RuntimeError(f"free(): {self.describe()} is still running: wait() first")
+        self._freed = True
+        self._calls, self._arrays = [], []
+
+
+def neighbor_allreduce_init(x: Any, topology: Any, *, self_weight: float | None = None,
+                            weights: Any = None, out: Any = None, comm: MPI.Comm | None = None,
+                            step: int = 0, backend: str = "p2p", hierarchical: bool = False,
+                            validate: bool | None = None,
+                            options: Options | None = None) -> NeighborPlan:
+    """A persistent :func:`collectives.neighbor_allreduce` of ``x`` into ``out``.
+
+    Arguments are checked here, once, for every step of the topology's period (with
+    ``validate=True`` also across ranks, collectively); ``step`` (default 0) is the step of the
+    first run, and each run advances it by one. See :class:`NeighborPlan`.
+    """
+    comm, opts, validate = _setup(comm, options, validate)
+    if not isinstance(step, (int, np.integer)) or isinstance(step, bool) or step < 0:
+        raise ValueError(f"neighbor_allreduce_init: step must be a non-negative integer (the "
+                         f"step of the first run), got {step!r}")
+    period = getattr(topology, "period", 1)
+    calls: list[NeighborAllreduceCall] = []
+    for t in range(period):  # call k runs the steps s with s % period == k
+        target = out if not calls else calls[0].result
+        calls.append(_checked(NeighborAllreduceCall, comm, validate, x, topology, self_weight,
+                              weights, target, t, backend, hierarchical, opts))
+    result = calls[0].result
+    return NeighborPlan(calls, [(x, tuple(x.shape)), (result, tuple(result.shape))], comm,
+                        opts, int(step))

@@ -303,3 +303,65 @@ def test_a_late_rank_makes_its_neighbors_time_out():
                          r"TimeoutError)", str(error)), str(error)
     comm.Barrier()
     _still_works()
+
+
+def _plan_cases(comm):
+    """(topology, options, hierarchical): a static graph, the one-peer exponential graph (a
+    new graph every step) and the hierarchical round over emulated nodes of 2."""
+    nodes = collectives.Options(node_size=2)
+    return [(T.ring(comm.size), None, False), (T.one_peer_exponential(comm.size), None, False),
+            (T.hierarchical_for(comm, "ring", node_size=2), nodes, True)]
+
+
+def test_plan_equals_neighbor_allreduce_every_round(comm):
+    """neighbor_allreduce_init: runs alternate start()/wait() and the blocking plan(), x refilled
+    between them; round r gives the bits of neighbor_allreduce(x, step=r) (the plan advances
+    its step), into the same out, over more than one period; a plan from step 3 starts there."""
+    rng = np.random.default_rng(comm.rank)
+    for topology, opts, hier in _plan_cases(comm):
+        x = np.empty(13)
+        out = np.empty(13)
+        plan = collectives.neighbor_allreduce_init(x, topology, out=out, comm=comm,
+                                                   hierarchical=hier, options=opts)
+        for r in range(2 * topology.period + 1):
+            x[...] = rng.standard_normal(13)
+            got = plan.start().wait(timeout=60) if r % 2 == 0 else plan()
+            want = collectives.neighbor_allreduce(x, topology, step=r, comm=comm,
+                                                  hierarchical=hier, options=opts)
+            assert got is out and _same_bits(out, want), (topology.name, r)
+            assert plan.step == r + 1
+        plan.free()
+    topology = T.one_peer_exponential(comm.size)
+    x = rng.standard_normal(5).astype(np.float32)
+    later = collectives.neighbor_allreduce_init(x, topology, step=3, comm=comm)
+    assert _same_bits(later(), collectives.neighbor_allreduce(x, topology, step=3, comm=comm))
+
+
+def test_plan_bad_use_raises():
+    """Bad arguments at construction (as the blocking call), a plan started twice, x reshaped
+    in place since, and any use after free(): clear errors, and nothing hangs."""
+    comm = MPI.COMM_WORLD
+    p = comm.size
+    _raises(lambda: collectives.neighbor_allreduce_init(np.ones(4), T.ring(p + 1)))
+    with pytest.raises(ValueError, match="step must be a non-negative integer"):
+        collectives.neighbor_allreduce_init(np.ones(4), T.ring(p), step=-1)
+    x = np.ones(6)
+    plan = collectives.neighbor_allreduce_init(x, T.ring(p))
+    plan.start()
+    if p > 1:
+        with pytest.raises(RuntimeError, match="still running: wait"):
+            plan.start()
+        with pytest.raises(RuntimeError, match="still running: wait"):
+            plan.free()
+    plan.wait(timeout=60)
+    x.shape = (2, 3)
+    with pytest.raises(ValueError, match=r"x has shape \(2, 3\), but the plan was made for "
+                                         r"\(6,\)"):
+        plan.start()
+    x.shape = (6,)
+    assert np.allclose(plan(), 1.0)
+    plan.free()
+    for use in (plan.start, plan, plan.wait):
+        with pytest.raises(RuntimeError, match="plan was freed"):
+            use()
+    _still_works()
