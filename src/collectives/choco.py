@@ -38,6 +38,7 @@ neighbors); the codec is a :class:`compress.Codec` (or a spec string) with a fix
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import compress
@@ -51,6 +52,7 @@ from .topology import Topology
 
 __all__ = ["ChocoGossip"]
 
+_ADDRESS = re.compile(r" at 0x[0-9A-Fa-f]+")  # a private generator's: differs between ranks
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -107,7 +109,7 @@ class ChocoGossip:
                     or not 0 < gamma <= 1:
                 raise ValueError(f"ChocoGossip: gamma must be in (0, 1], got {gamma!r}")
             made.append(c)
-            return None, {"size": x.size, "dtype": str(x.dtype), "codec": repr(c),
+            return None, {"size": x.size, "dtype": str(x.dtype), "codec": _ADDRESS.sub("", repr(c)),
                           "gamma": float(gamma), "topology": topology.fingerprint}
 
         checked("ChocoGossip", comm, True, check)  # every rank raises the same, together
@@ -146,12 +148,17 @@ class ChocoGossip:
         return x
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """The public copies (for a checkpoint)."""
-        return {"hats": self.hats.copy()}
+        """The public copies (``"hats"``) and the codec's own state (``"codec.<name>"``: the
+        private generator of QSGD, TernGrad, ...), for a checkpoint."""
+        return {"hats": self.hats.copy(),
+                **{f"codec.{k}": v for k, v in self.codec.state_dict().items()}}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore what :meth:`state_dict` returned (ValueError if the copies' shape differs)."""
         hats = np.asarray(state["hats"])
         if hats.shape != self.hats.shape:
             raise ValueError(f"ChocoGossip: saved copies have shape {hats.shape}, this rank "
                              f"keeps {self.hats.shape}")
         self.hats[...] = hats
+        self.codec.load_state_dict({k[len("codec."):]: v for k, v in state.items()
+                                    if k.startswith("codec.")})

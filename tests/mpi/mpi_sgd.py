@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from collectives import datasets
+from collectives import datasets, topology
 from collectives.sgd import checkpoint, data, main, train
 from collectives.sgd.cli import parse
 from collectives.sgd.driver import STATE_PREFIX, Trainer
@@ -275,3 +275,25 @@ def test_tiny_choco_run_sends_less_than_plain_gossip():
     assert np.isfinite(s["consensus"])
     if comm.size > 1:
         assert 0 < s["bytes_mean"] < plain["bytes_mean"] / 3, (s["bytes_mean"], plain["bytes_mean"])
+
+
+@pytest.mark.parametrize("codec", ["topk:ratio=0.1", "qsgd"])
+def test_choco_resume_is_bitwise(codec):
+    """--sync gossip:ring --codec (CHOCO-SGD) stopped after 4 steps and resumed from the
+    checkpoint of step 3 ends with the bits of the unstopped run: each rank's public copies
+    (one per in-neighbor and its own) and, for QSGD, its codec's private generator are saved."""
+    comm = WORLD
+    d = _shared_dir(comm)
+    args = [*TINY, "--sync", "gossip:ring", "--codec", codec, "--gamma", "0.3",
+            "--checkpoint-dir", d]
+    whole = np.load(_params(comm, train, [*args], d, "whole.npy"))
+    assert train([*args, "--checkpoint-every", "3", "--stop-after", "4"], comm) is None
+    comm.Barrier()
+    saved = checkpoint.read(os.path.join(d, checkpoint.FILENAME))
+    d_in = len(topology.ring(comm.size).in_neighbors(comm.rank))
+    assert saved[f"rank{comm.rank}/choco/hats"].shape[0] == 1 + d_in
+    resumed = np.load(_params(comm, train, [*args, "--resume"], d, "resumed.npy"))
+    assert np.array_equal(whole, resumed)
+    comm.Barrier()
+    if comm.rank == 0:
+        shutil.rmtree(d)

@@ -192,9 +192,6 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
             raise UsageError("--sync gossip with --codec is CHOCO-SGD (compressed gossip of the "
                              "parameters): auto:, --error-feedback, --strategy, "
                              "--momentum-correction and --dense-steps do not apply")
-        if a.checkpoint_every or a.resume:
-            raise UsageError("--sync gossip with --codec (CHOCO-SGD) cannot checkpoint yet: its "
-                             "public copies are not saved")
         if not 0 < a.gamma <= 1:
             raise UsageError(f"--gamma must be in (0, 1], got {a.gamma}")
         try:

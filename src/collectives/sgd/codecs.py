@@ -25,9 +25,24 @@ import compress
 from ..compressed import AutoCompression, CompressionState
 from ..compressed.auto import split_spec
 
-__all__ = ["parse_spec", "build"]
+__all__ = ["parse_spec", "build", "seeded"]
 
 parse_spec = compress.parse_spec
+
+
+def seeded(spec: str, *, seed: int, rank: int) -> compress.Codec:
+    """The codec of ``spec`` for ``rank``, seeded as the module docstring says (also CHOCO-SGD's
+    codec, ``--sync gossip:GRAPH --codec``); ValueError/TypeError on a bad name or parameter."""
+    name, params = parse_spec(spec)
+    if name not in compress.CODECS:
+        raise ValueError(f"unknown codec {name!r}; valid names: {', '.join(compress.CODECS)}")
+    base_seed = int(params.pop("seed", seed))
+    randomness = compress.CODECS[name].randomness
+    if randomness == "private":
+        params["seed"] = np.random.default_rng(np.random.SeedSequence((base_seed, rank)))
+    elif randomness == "shared":
+        params["seed"] = base_seed
+    return compress.get(name, **params)
 
 
 def build(spec: str, *, error_feedback: bool | None, seed: int, rank: int,
@@ -37,16 +52,7 @@ def build(spec: str, *, error_feedback: bool | None, seed: int, rank: int,
     codec (DGC's momentum correction, warm-up and clipping) in place of error feedback.
     ``start_step``: the steps before it are dense (:class:`collectives.CompressionState`)."""
     inner = split_spec(spec)
-    name, params = parse_spec(spec if inner is None else inner)
-    if name not in compress.CODECS:
-        raise ValueError(f"unknown codec {name!r}; valid names: {', '.join(compress.CODECS)}")
-    base_seed = int(params.pop("seed", seed))
-    randomness = compress.CODECS[name].randomness
-    if randomness == "private":
-        params["seed"] = np.random.default_rng(np.random.SeedSequence((base_seed, rank)))
-    elif randomness == "shared":
-        params["seed"] = base_seed
-    codec = compress.get(name, **params)
+    codec = seeded(spec if inner is None else inner, seed=seed, rank=rank)
     if momentum_correction is not None:
         state = CompressionState.of(compress.DGCMemory(codec, **momentum_correction))
     else:

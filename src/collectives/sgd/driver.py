@@ -16,7 +16,9 @@ nothing else of the compression: the error-feedback residuals, the codec's own s
 warm-start Q, the private generator of QSGD, TernGrad, ...), the "two_phase" strategy's
 server-side residuals. Statistics (times, bytes, history) continue from the checkpoint too.
 Under gossip the parameters differ between ranks, so every rank's own are saved, with its
-momentum (as local SGD's).
+momentum (as local SGD's); under CHOCO-SGD (``--sync gossip:GRAPH --codec``) also every rank's
+``ChocoGossip.state_dict()``: the public copies of itself and its in-neighbors, which the next
+round's compressed differences are taken against, and its codec's own state.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ __all__ = ["train", "main", "script"]
 
 #: checkpoint entries (per rank) holding ``state.state_dict()``
 STATE_PREFIX = "compression/"
+#: checkpoint members of CHOCO-SGD's state (``ChocoGossip.state_dict()``: the public copies)
+CHOCO_PREFIX = "choco/"
 #: the fields of an epoch record (``Trainer.evaluate``, the history a checkpoint holds)
 HISTORY_KEYS = ("epoch", "step", "loss", "train_acc", "test_loss", "test_acc", "wall_s",
                 "bytes_sent")
@@ -141,6 +145,9 @@ class Trainer:
         (mine if self.own_momentum else shared)["momentum"] = self.opt.velocity
         if self.state is not None:  # all of the compression's state, and nothing else of it
             mine.update({STATE_PREFIX + k: v for k, v in self.state.state_dict().items()})
+        if self.exchange.choco is not None:  # CHOCO-SGD: the public copies, the codec's state
+            choco = self.exchange.choco.state_dict()
+            mine.update({CHOCO_PREFIX + k: v for k, v in choco.items()})
         meta = {"version": checkpoint.VERSION, "step": self.step, "world": self.world,
                 "fingerprint": self.fingerprint, "config": self.config_text,
                 "history": self.history, "elapsed": self.elapsed + self.run_seconds(),
@@ -165,6 +172,7 @@ class Trainer:
                 members[f"shared/{name}"] = checkpoint.Member("<f4", (n,))
         for r in range(self.world):
             members.update({f"rank{r}/{k}": v for k, v in mine.items()})
+            members.update({f"rank{r}/{k}": v for k, v in self._choco_layout(r).items()})
 
         def with_state(step: int) -> dict[str, checkpoint.Member]:
             layouts = self.comm.gather(self._state_layout(step), root=0) or [{}] * self.world
@@ -181,6 +189,17 @@ class Trainer:
         # --dense-steps: a checkpoint of the dense steps holds no memory (or codec state) yet
         early, late = with_state(0), with_state(dense)
         return (lambda saved: late if saved["step"] > dense else early), meta
+
+    def _choco_layout(self, rank: int) -> dict[str, checkpoint.Member]:
+        """The layout of ``rank``'s CHOCO-SGD state: one public copy per in-neighbor and its
+        own, and the codec's state (the same names on every rank)."""
+        choco = self.exchange.choco
+        if choco is None:
+            return {}
+        hats = (1 + len(choco.topology.in_neighbors(rank)), choco.size)
+        return {CHOCO_PREFIX + "hats": checkpoint.Member(choco.hats.dtype.str, hats),
+                **{f"{CHOCO_PREFIX}codec.{k}": checkpoint.Member.like(v)
+                   for k, v in choco.codec.state_dict().items()}}
 
     def _state_layout(self, step: int) -> dict[str, checkpoint.Member]:
         """The layout of this rank's compression state after an exchange at ``step``."""
@@ -237,6 +256,9 @@ class Trainer:
         if self.state is not None:
             self.state.load_state_dict({k[len(STATE_PREFIX):]: v for k, v in mine.items()
                                         if k.startswith(STATE_PREFIX)})
+        if self.exchange.choco is not None:
+            self.exchange.choco.load_state_dict({k[len(CHOCO_PREFIX):]: v for k, v in mine.items()
+                                                 if k.startswith(CHOCO_PREFIX)})
 
     # ------------------------------------------------------------------ training
     def run_seconds(self) -> float:

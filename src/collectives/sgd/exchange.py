@@ -56,6 +56,7 @@ import collectives
 
 from ..compressed import CompressionState
 from ..topology import Topology, one_peer_exponential, parse as parse_topology
+from .codecs import seeded
 from .fusion import FusionBuffer
 from .timing import Clock, time_methods
 
@@ -242,7 +243,8 @@ class Exchange:
         self._pulled = None
         #: --sync gossip:GRAPH --codec SPEC: CHOCO-SGD's public copies
         self.choco = None if choco is None else collectives.ChocoGossip(
-            params.flat, gossip, choco[0], choco[1], comm=comm)
+            params.flat, gossip, seeded(choco[0], seed=seed, rank=comm.rank), choco[1],
+            comm=comm)
         #: --sync adpsgd: every rank's parameters, in a window
         self.pairwise = None if adpsgd is None else collectives.PairwiseAveraging(
             params.flat, adpsgd, comm=comm, seed=seed)
