@@ -187,7 +187,7 @@ def test_sync_and_bytes():
     (["--sync", "gossip:star"], "--sync gossip:star: unknown graph 'star'; valid choices: ring"),
     (["--sync", "gossip:exponential:metropolis"], "needs an undirected graph"),
     (["--sync", "gossip:ring:max"], "unknown weights 'max'"),
-    (["--sync", "gossip:ring", "--codec", "topk"], "--sync gossip exchanges parameters"),
+    (["--sync", "gossip:ring", "--codec", "topk", "--error-feedback"], "is CHOCO-SGD"),
     (["--sync", "gossip:ring", "--overlap"], "--sync gossip exchanges parameters"),
     (["--sync", "ssp:x"], "'ssp:S' with an integer S >= 0 or 'async'"),
     (["--sync", "ssp:1", "--codec", "topk"], "--sync ssp:1 pushes updates to a parameter server"),
