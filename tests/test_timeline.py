@@ -57,9 +57,12 @@ def test_rank_events_align_clocks_sort_and_name_lanes():
     """ts = (t - offset - origin) in us, whole ns; outer spans first; messages named by what
     they waited for; NumPy values as JSON."""
     rec = Recorder()
-    rec.add("message", "", 10.000003, 10.000004, ((1, 2), (None, 8)))
+    rec.add("message", "", 10.000003, 10.000004, (1, 2, None, 8))  # peers, then expected
     rec.add("call", "allreduce", 10.000001, 10.000005,
-            (7, "grad.w", None, 4, np.dtype(np.float32), 16, "ring", None))
+            ("grad.w", None, (np.dtype(np.float32), 16, "ring", None)), 7)
+    # a call's span taken from its flight record carries the record's description
+    rec.add("call", "allreduce", 10.000006, 10.000007,
+            (None, 4, np.dtype(np.float32), "sum", "auto: ring"), 8)
     rec.add("reduce", "reduce", 10.000003, 10.000003, ("sum", np.int64(16)))
     events = chrome.rank_events(rec, rank=3, offset=2.0, origin=8.0)
     meta = {e["name"]: e for e in events if e["ph"] == "M"}
@@ -67,10 +70,13 @@ def test_rank_events_align_clocks_sort_and_name_lanes():
     assert meta["thread_name"]["args"]["name"] == "caller (main thread)"
     spans = [e for e in events if e["ph"] == "X"]
     assert [(e["name"], e["ts"], e["dur"]) for e in spans] == [
-        ("allreduce", 1.0, 4.0), ("sendrecv", 3.0, 1.0), ("reduce", 3.0, 0.0)]
+        ("allreduce", 1.0, 4.0), ("sendrecv", 3.0, 1.0), ("reduce", 3.0, 0.0),
+        ("allreduce", 6.0, 1.0)]
     assert spans[0]["args"] == {"name": "grad.w", "count": 4, "dtype": "float32", "bytes": 16,
                                 "algorithm": "ring", "seq": 7}
     assert spans[1]["args"] == {"to": [1], "from": [2], "bytes_received": 8}
+    assert spans[3]["args"] == {"count": 4, "dtype": "float32", "bytes": 16,
+                                "algorithm": "auto: ring", "seq": 8}
     json.dumps(events)  # every value is JSON
     timeline.check(chrome.document(events, [{"rank": 3}]))
 

@@ -119,7 +119,7 @@ def auto(reason: str, error: BaseException | None = None) -> None:
 def snapshot(reason: str = "request", error: BaseException | None = None) -> dict[str, Any]:
     """This rank's dump as a dict (what :func:`dump` writes)."""
     rank, size = _world()
-    offset = time.time() - flight.clock()  # monotonic -> wall clock
+    offset = time.time() - flight.clock()  # the records' clock -> wall clock
     roles = _roles()
     comms = []
     for guard in sorted(live_guards(), key=lambda g: (g.members, g.ordinal)):

@@ -12,7 +12,7 @@ few attribute stores and one clock read, on records made once:
   the description from the checked call if the caller gave none.
 
 A start time would cost a second clock read per call (about 55 ns): the records keep only the
-end (``time.monotonic()``; a dump turns it into wall-clock time with one offset), and a dump
+end (``time.perf_counter()``, a monotonic clock; a dump turns it into wall-clock time with one offset), and a dump
 gives the running call's start where a deadline says it (``Options.timeout``).
 Nothing here formats or allocates per call but the description tuple of a first call. Dumps,
 their triggers and the file format are :mod:`collectives.flight_recorder`'s; :func:`auto_dump`
@@ -167,5 +167,6 @@ def auto_dump(reason: str, error: BaseException | None = None) -> None:
             pass
 
 
-#: ``time.monotonic``, the clock of the records.
-clock = time.monotonic
+#: ``time.perf_counter`` (monotonic), the clock of the records, and of the timeline's spans
+#: (``collectives.timeline``), which take a call's end from its record.
+clock = time.perf_counter

@@ -27,9 +27,10 @@ __all__ = ["rank_events", "document", "merge", "check", "read", "write"]
 MARK = "collectives_timeline"
 
 
-def _args(category: str, args: Any) -> dict[str, Any] | None:
-    if category == "message":
-        peers, expect = args
+def _args(category: str, args: Any, seq: int | None) -> dict[str, Any] | None:
+    if category == "message":  # the peers, then what each expected
+        half = len(args) // 2
+        peers, expect = args[:half], args[half:]
         out: dict[str, Any] = {"to": [p for p, e in zip(peers, expect) if e is None],
                                "from": [p for p, e in zip(peers, expect) if e is not None]}
         received = sum(e for e in expect if e is not None)
@@ -43,7 +44,7 @@ def _args(category: str, args: Any) -> dict[str, Any] | None:
         op, nbytes = args
         return {"op": op, "bytes": int(nbytes)}
     if category in ("call", "request"):
-        return describe(*args)
+        return describe(seq, args)
     if args:  # NumPy values as JSON
         return {k: v if type(v) in _JSON else _plain(v) for k, v in args.items()}
     return args
@@ -80,17 +81,17 @@ def rank_events(recorder: Recorder, rank: int, offset: float, origin: float) -> 
         out.append({"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": lane.tid,
                     "args": {"sort_index": lane.tid}})
         spans = []
-        for category, name, t0, t1, args in list(lane.events):
+        for category, name, t0, t1, args, seq in list(lane.events):
             n0 = round((t0 - base) * 1e9)
             n1 = max(n0, round((t1 - base) * 1e9))
-            spans.append((n0, -n1, category, name, args))
+            spans.append((n0, -n1, category, name, args, seq))
         spans.sort(key=lambda s: (s[0], s[1]))
-        for n0, minus_n1, category, name, args in spans:
+        for n0, minus_n1, category, name, args, seq in spans:
             if category == "message" and not name:
-                name = _message_name(args[1])
+                name = _message_name(args[len(args) // 2:])
             event = {"name": name, "cat": category, "ph": "X", "ts": n0 / 1000,
                      "dur": (-minus_n1 - n0) / 1000, "pid": rank, "tid": lane.tid}
-            info = _args(category, args)
+            info = _args(category, args, seq)
             if info:
                 event["args"] = info
             out.append(event)

@@ -61,41 +61,79 @@ _INSTALLED: list[tuple[Any, str, Any, Any]] = []
 
 
 # -- the wrappers ----------------------------------------------------------------------------------
-def _guard_run(plain: Callable) -> Callable:
-    def run(self, name, fn, *args, **kwargs):  # (keywords passed through as they come)
+def _call_span(plain: Callable, runner: bool) -> Callable:
+    """The wrapper of ``Guard.run`` (``runner`` False) or abort mode's ``Runner.run`` (True),
+    whose guard is ``self.ctx.guard``. The span's end and what the call was come from the call's
+    flight record (``_runtime/flight.py``) when there is one: its end time, read on the same
+    clock, and its description (the one a repeated call carries, or the checked call's), so
+    that the span costs one clock read and an append; compressed calls, whose codec, strategy
+    and step the record does not hold, and calls without a record are read here
+    (:func:`_summary`)."""
+    def run(self, name, fn, *args, timeout=None, call=None, what=None):
         rec = ACTIVE
         if rec is None:
-            return plain(self, name, fn, *args, **kwargs)
+            return plain(self, name, fn, *args, timeout=timeout, call=call, what=what)
+        guard = self.ctx.guard if runner else self
+        seq = guard.seq + 1  # the number run() gives the call
         t0 = clock()
         try:
-            result = plain(self, name, fn, *args, **kwargs)
+            if timeout is None and call is None and what is None:  # (no keywords: no dict)
+                result = plain(self, name, fn, *args)
+            else:
+                result = plain(self, name, fn, *args, timeout=timeout, call=call, what=what)
         except BaseException as exc:
-            rec.add("call", name, t0, clock(), (self.seq, None, type(exc).__name__,
-                                                 *_summary(kwargs.get("call") or args)))
+            rec.add("call", name, t0, clock(),
+                    (None, type(exc).__name__, what or _summary(call or args)), seq)
             raise
-        # the call: the engine's (``call=``), the checked call a blocking entry point returns,
-        # or the arguments of a repeated call or a plan (``src, dst, op, fn, ...``)
-        what = kwargs.get("call") or (result if hasattr(result, "kind") else args)
-        rec.add("call", name, t0, clock(), (self.seq, None, None, *_summary(what)))
+        records = guard.records
+        if records is not None and name not in _SIGNED:
+            r = records[seq % guard.nrecords]
+            if r.seq == seq:
+                t1, what = r.t1, r.what
+            else:  # (a nested call on the same guard took the record over)
+                t1, what = clock(), what or _summary(call or result)
+        else:
+            t1, what = clock(), what or _summary(call or result)
+        try:
+            events = rec.local.events
+        except AttributeError:
+            events = rec.lane().events
+        events.append(("call", name, t0, t1, what, seq))
         return result
     return run
 
 
+def _guard_run(plain: Callable) -> Callable:
+    return _call_span(plain, runner=False)
+
+
+def _runner_run(plain: Callable) -> Callable:
+    return _call_span(plain, runner=True)
+
+
+#: call kinds whose span needs what the flight record does not hold (codec, strategy, step)
+_SIGNED = frozenset({"compressed_allreduce"})
+
+
 def _guard_complete(plain: Callable) -> Callable:
-    def complete(self, reqs, expect, peers, *more, **kwargs):
+    def complete(self, reqs, expect, peers, native=False, keep=()):
         rec = ACTIVE
         if rec is None:
-            return plain(self, reqs, expect, peers, *more, **kwargs)
-        native = more[0] if more else kwargs.get("native", False)
+            return plain(self, reqs, expect, peers, native, keep)
         t0 = clock()
         try:
-            return plain(self, reqs, expect, peers, *more, **kwargs)
+            return plain(self, reqs, expect, peers, native, keep)
         finally:
-            # named at write time (send, recv, sendrecv: .chrome) unless native
-            # tuples of numbers: the collector stops tracking them (lists would stay tracked,
-            # and every full collection would walk the whole timeline)
-            rec.add("message", "native" if native else "", t0, clock(),
-                    (tuple(peers), tuple(expect)))
+            t1 = clock()
+            try:
+                events = rec.local.events
+            except AttributeError:
+                events = rec.lane().events
+            # named at write time (send, recv, sendrecv: .chrome) unless native; the peers,
+            # then what each expected, in one tuple of numbers (which the collector stops
+            # tracking, where lists would stay tracked and every full collection would walk them)
+            events.append(("message", "native" if native else "", t0, t1, (*peers, *expect),
+                           None))
     return complete
 
 
@@ -117,8 +155,8 @@ def _request_complete(plain: Callable) -> Callable:
         rec = ACTIVE
         if rec is not None and self.started is not None and self.finished is not None:
             rec.add("request", self.kind, self.started, self.finished,
-                    (self.seq, self.name, None if error is None else type(error).__name__,
-                     *_summary(self.call)))
+                    (self.name, None if error is None else type(error).__name__,
+                     _summary(self.call)), self.seq)
         return plain(self, error)
     return complete
 
@@ -179,7 +217,12 @@ def _combine(plain: Callable) -> Callable:
         try:
             return plain(self, lower, higher, out)
         finally:
-            rec.add("reduce", "reduce", t0, clock(), (self.name, out.nbytes))
+            t1 = clock()
+            try:
+                events = rec.local.events
+            except AttributeError:
+                events = rec.lane().events
+            events.append(("reduce", "reduce", t0, t1, (self.name, out.nbytes), None))
     return combine
 
 
@@ -202,47 +245,82 @@ def _names() -> dict[Any, str]:
     return _NAMES
 
 
-_NOTHING = (None, None, None, None, None)
-
-
-def _summary(what: Any) -> tuple:
-    """What a call span records of the call (made a dict by :func:`describe` at write time):
-    ``(count, dtype, bytes, algorithm name, compressed signature)``, from a checked call object
-    (``AllreduceCall`` ...) or the arguments of a repeated call (``src, dst, op, fn, ...``).
-    Holds only values the garbage collector does not track (no arrays, no functions), so that
-    a long timeline costs its full collections nothing."""
-    if type(what) is tuple:  # a repeated allreduce: run_allreduce's arguments
-        if len(what) > 3 and hasattr(what[0], "nbytes"):
-            src = what[0]
-            return src.size, src.dtype, src.nbytes, _names().get(what[3]), None
-        return _NOTHING
-    if what is None:
-        return _NOTHING
-    layout = _LAYOUTS.get(type(what))
-    if layout is None:
-        layout = _LAYOUTS[type(what)] = _layout(type(what))
-    src_attr, compressed, fn = layout
+def _summary(what: Any) -> tuple | None:
+    """What a call span records of the call, made a dict by :func:`describe` at write time:
+    ``(dtype, bytes, algorithm name, compressed signature)`` from a checked call object
+    (``AllreduceCall`` ...), read by one function per class (:func:`_reader`); or None. Holds
+    only values the garbage collector does not track (no arrays, no functions), so that a long
+    timeline costs its full collections nothing."""
+    read = _READERS.get(type(what))
+    if read is None:
+        if what is None:
+            return None
+        read = _READERS[type(what)] = _reader(type(what))
     try:
-        src = getattr(what, src_attr)
-        size, dtype, nbytes = src.size, src.dtype, src.nbytes
-    except (AttributeError, TypeError):  # no array (yet), or no layout (src_attr None)
-        return _NOTHING
-    if compressed:  # the key names the tensor
-        key = what.key
-        return size, dtype, nbytes, what.algorithm, \
-            what.sig if key is None else {**what.sig, "key": str(key)}
-    algorithm = ((_NAMES or _names()).get(what.fn) if fn else None) or \
-        getattr(what, "algorithm", None)
-    return size, dtype, nbytes, algorithm, None
+        return read(what)
+    except (AttributeError, TypeError):  # no array (yet)
+        return None
 
 
-def describe(seq: int, name: str | None, error: str | None, count: int | None, dtype: Any,
-             nbytes: int | None, algorithm: str | None, sig: dict | None) -> dict[str, Any]:
-    """The ``args`` of a call or request span, from what the wrapper recorded (``seq``, the
-    request's ``name``, the ``error``'s type and :func:`_summary`)."""
+def _reader(cls: type) -> Callable[[Any], tuple | None]:
+    """How :func:`_summary` reads a call of class ``cls``."""
+    if cls is tuple:  # a repeated allreduce's arguments (``src, dst, op, fn, ...``)
+        def read_args(what: tuple) -> tuple | None:
+            if len(what) > 3 and hasattr(what[0], "nbytes"):
+                src = what[0]
+                return src.dtype, src.nbytes, _names().get(what[3]), None
+            return None
+        return read_args
+    if "__getattr__" in vars(cls):  # a wrapper (nonblocking._OnDevice): ask the instance
+        return lambda what: (what.src.dtype, what.src.nbytes, None, None)
+    names: set[str] = set()
+    for c in cls.__mro__:
+        names.update(getattr(c, "__slots__", ()))
+        names.update(vars(c))
+    if "sig" in names:  # compressed: the key names the tensor
+        def read_compressed(what: Any) -> tuple:
+            src, key = what.src, what.key
+            return src.dtype, src.nbytes, what.algorithm, \
+                what.sig if key is None else {**what.sig, "key": str(key)}
+        return read_compressed
+    src_attr = "src" if "src" in names else ("buf" if "buf" in names else None)
+    if src_attr is None:
+        return lambda what: None
+    table = _names()
+    if "fn" in names:
+        if src_attr == "src":
+            return lambda what: (what.src.dtype, what.src.nbytes,
+                                 table.get(what.fn) or what.algorithm, None)
+        return lambda what: (what.buf.dtype, what.buf.nbytes,
+                             table.get(what.fn) or what.algorithm, None)
+    return lambda what: (getattr(what, src_attr).dtype, getattr(what, src_attr).nbytes,
+                         getattr(what, "algorithm", None), None)
+
+
+#: call class -> how :func:`_summary` reads it (made once per class)
+_READERS: dict[type, Callable[[Any], tuple | None]] = {}
+
+
+def describe(seq: int | None, args: tuple | None) -> dict[str, Any]:
+    """The ``args`` of a call or request span, from what the wrapper recorded: the call number
+    ``seq`` and ``args``, what the call was, or ``(request name, error type, what the call was)``
+    for requests and failed calls. What the call was is :func:`_summary`'s ``(dtype, bytes,
+    algorithm, signature)``, or the flight recorder's description of the call ``(name, count,
+    dtype, op, algorithm)`` (``_runtime/flight.py``), or None."""
     info: dict[str, Any] = {}
+    name = error = None
+    what = args
+    if args is not None and len(args) == 3:
+        name, error, what = args
     if name is not None:
         info["name"] = name
+    count = algorithm = sig = None
+    if what is not None and len(what) == 5:  # the flight recorder's
+        count, dtype, algorithm = what[1], what[2], what[4]
+        nbytes = None if count is None else count * dtype.itemsize
+    elif what is not None:
+        dtype, nbytes, algorithm, sig = what
+        count = nbytes // dtype.itemsize
     if count is not None:
         info.update(count=int(count), dtype=str(dtype), bytes=int(nbytes))
         if sig is not None:
@@ -257,22 +335,6 @@ def describe(seq: int, name: str | None, error: str | None, count: int | None, d
     return info
 
 
-#: call class -> (attribute of its array, compressed, has ``fn``): read once per class, so that
-#: describing a call raises and catches no AttributeError
-_LAYOUTS: dict[type, tuple[str | None, bool, bool]] = {}
-
-
-def _layout(cls: type) -> tuple[str | None, bool, bool]:
-    if "__getattr__" in vars(cls):  # a wrapper (nonblocking._OnDevice): ask the instance
-        return "src", False, False
-    names: set[str] = set()
-    for c in cls.__mro__:
-        names.update(getattr(c, "__slots__", ()))
-        names.update(vars(c))
-    src = "src" if "src" in names else ("buf" if "buf" in names else None)
-    return src, "sig" in names, "fn" in names
-
-
 # -- installing ------------------------------------------------------------------------------------
 def _points() -> list[tuple[Any, str, Callable[[Callable], Callable]]]:
     from .. import nonblocking
@@ -283,7 +345,7 @@ def _points() -> list[tuple[Any, str, Callable[[Callable], Callable]]]:
     from ..engine import requests
     from ..ops import Op
 
-    return [(Guard, "run", _guard_run), (Runner, "run", _guard_run),  # abort mode's runner too
+    return [(Guard, "run", _guard_run), (Runner, "run", _runner_run),  # abort mode's too
             (Guard, "complete", _guard_complete),
             (nonblocking, "_submit", _submit), (requests.Request, "complete", _request_complete),
             (requests, "wait_for", _wait_for), (Team, "run", _team_run),
