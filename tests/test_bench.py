@@ -197,13 +197,18 @@ def test_codec_throughput_runs(device, tmp_path):
 
     out = tmp_path / "codecs.json"
     n = 4096 if device == "cpu" else 1024  # the CUDA simulator runs every GPU thread in Python
+    # the CUDA simulator starts a Python thread per GPU thread at every kernel launch, and top-k's
+    # radix select launches most (three quarters of the run): its device kernels are
+    # tests/compress/test_device.py's, and the script runs each codec alike
+    codecs = ["topk", "signsgd", "qsgd", "powersgd"] if device == "cpu" else \
+        ["signsgd", "qsgd", "powersgd"]
     run = subprocess.run([sys.executable, str(ROOT / "bench" / "codec_throughput.py"), "--device", device,
                           "--n", str(n), "--repeats", "1", "--no-reference", "--codecs",
-                          "topk,signsgd,qsgd,powersgd", "--json", str(out)],
+                          ",".join(codecs), "--json", str(out)],
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     rows = json.loads(out.read_text())["codecs"]
-    assert {"topk", "signsgd", "qsgd"} <= set(rows)
+    assert set(codecs) - {"powersgd"} <= set(rows)  # (powersgd: skipped on Numba device arrays)
     assert rows["signsgd"]["compression"] == pytest.approx(n * 4 / (n / 8 + 32))  # header: 16 + 8 + scale
     assert all(r["encode_gbps"] > 0 and r["decode_gbps"] > 0 for r in rows.values())
 

@@ -102,19 +102,22 @@ def test_warmup_fills_the_cache_for_the_first_calls(tmp_path):
 
 def test_cold_bench_runs(tmp_path):
     """bench/first_call.py --cold on a tiny input at 2 ranks: the first allreduce runs while its
-    kernel compiles in the background, then on it; the compressed case compiles its kernels."""
+    kernel compiles in the background, then on it. The allreduce case only: the compressed
+    case's kernels take three quarters of a cold compile, and the warm-up test above compiles
+    them cold already (and runs this script's compressed case on the warm cache)."""
     out = tmp_path / "cold.json"
     run = subprocess.run([*mpiexec_command(), "-n", "2", sys.executable,
-                          str(ROOT / "bench" / "first_call.py"), "--cold", "--count", "3000",
-                          "--calls", "2", "--json", str(out)], env=_env(tmp_path / "unused"),
-                         capture_output=True, text=True, timeout=1200)
+                          str(ROOT / "bench" / "first_call.py"), "--cold", "--cases", "allreduce",
+                          "--count", "3000", "--calls", "2", "--json", str(out)],
+                         env=_env(tmp_path / "unused"), capture_output=True, text=True,
+                         timeout=1200)
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["ranks"] == 2 and result["cache"].startswith("new")
-    allreduce, compressed = result["cases"]["allreduce"], result["cases"]["compressed"]
+    assert set(result["cases"]) == {"allreduce"}
+    allreduce = result["cases"]["allreduce"]
     assert allreduce["compiled"] >= 1  # (a callee may load: the other rank saved it first)
     assert any("run_rounds" in r["kernel"] for r in allreduce["compiles"])
-    assert compressed["compiled"] >= 1
     assert "# case" in run.stdout and "run_rounds" in run.stdout
 
 

@@ -100,34 +100,58 @@ def gather_all(x: np.ndarray, comm: MPI.Comm) -> np.ndarray:
     return rows
 
 
-def reference_allreduce(x: np.ndarray, op: str, comm: MPI.Comm) -> np.ndarray:
-    """Gather everything, reduce in rank order in NumPy (float64 for floats), divide for avg."""
-    rows = gather_all(x, comm)
-    acc = rows[0].astype(np.float64) if x.dtype.kind == "f" else rows[0].copy()
+def _reduce_rows(rows: np.ndarray, op: str) -> np.ndarray:
+    """The rows (one per rank) reduced in rank order in NumPy (float64 for floats), divided by
+    the number of rows for avg."""
+    acc = rows[0].astype(np.float64) if rows.dtype.kind == "f" else rows[0].copy()
     for row in rows[1:]:
         acc = UFUNCS[op](acc, row.astype(acc.dtype))
     if op == "avg":
-        acc = acc / comm.size
-    return acc.reshape(x.shape)
+        acc = acc / rows.shape[0]
+    return acc
 
 
-def assert_close(y: np.ndarray, x: np.ndarray, op: str, comm: MPI.Comm, what: str) -> None:
-    """``y`` equals the reference exactly (integers, min, max) or within rounding (floats)."""
-    ref = reference_allreduce(x, op, comm)
+def reference_allreduce(x: np.ndarray, op: str, comm: MPI.Comm) -> np.ndarray:
+    """Gather everything, reduce in rank order in NumPy (float64 for floats), divide for avg."""
+    return _reduce_rows(gather_all(x, comm), op).reshape(x.shape)
+
+
+def _gather_pair(x: np.ndarray, y: np.ndarray,
+                 comm: MPI.Comm) -> tuple[np.ndarray, np.ndarray]:
+    """Every rank's ``x`` (rows of x's dtype) and the bytes of its ``y`` (rows of uint8), in one
+    MPI_Allgather: on a machine with more ranks than cores each collective costs a round of the
+    scheduler, and the sweeps check thousands of results."""
+    xb = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+    yb = np.ascontiguousarray(y).reshape(-1).view(np.uint8)
+    rows = gather_all(np.concatenate([xb, yb]), comm)
+    return rows[:, :xb.size].copy().view(x.dtype), rows[:, xb.size:]
+
+
+def assert_close(y: np.ndarray, x: np.ndarray, op: str, comm: MPI.Comm, what: str,
+                 identical: bool = False) -> None:
+    """``y`` equals the reference exactly (integers, min, max) or within rounding (floats);
+    ``identical``: and its bytes are the same on every rank (:func:`assert_identical_everywhere`,
+    from the same gather)."""
     assert y.shape == x.shape and y.dtype == x.dtype, (what, y.shape, y.dtype)
+    if identical:
+        rows, ybytes = _gather_pair(x, y, comm)
+    else:
+        rows, ybytes = gather_all(x, comm), None
+    ref = _reduce_rows(rows, op).reshape(x.shape)
     if x.dtype.kind != "f" or op in ("min", "max"):
         assert np.array_equal(y, ref.astype(x.dtype)), f"{what}: {y!r} != {ref!r}"
-        return
-    eps = float(np.finfo(x.dtype).eps)
-    rows = gather_all(x, comm).astype(np.float64)
-    if op == "prod":
-        bound = 2 * comm.size * eps * np.abs(ref)
     else:
-        bound = 2 * comm.size * eps * np.abs(rows).sum(axis=0).reshape(x.shape)
-        bound = bound / (comm.size if op == "avg" else 1)
-    err = np.abs(y.astype(np.float64) - ref)
-    assert (err <= bound + np.finfo(x.dtype).tiny).all(), \
-        f"{what}: max error {err.max()} exceeds bound at {np.argmax(err - bound)}"
+        eps = float(np.finfo(x.dtype).eps)
+        if op == "prod":
+            bound = 2 * comm.size * eps * np.abs(ref)
+        else:
+            bound = 2 * comm.size * eps * np.abs(rows.astype(np.float64)).sum(axis=0).reshape(x.shape)
+            bound = bound / (comm.size if op == "avg" else 1)
+        err = np.abs(y.astype(np.float64) - ref)
+        assert (err <= bound + np.finfo(x.dtype).tiny).all(), \
+            f"{what}: max error {err.max()} exceeds bound at {np.argmax(err - bound)}"
+    if identical:
+        assert (ybytes == ybytes[0]).all(), f"{what}: results differ across ranks"
 
 
 def assert_identical_everywhere(y: np.ndarray, comm: MPI.Comm, what: str) -> None:
