@@ -73,6 +73,8 @@ class Runner:
         if records is not None:
             rec = records[self.seq % len(records)]
             rec.seq, rec.kind, rec.what, rec.state = self.seq, name, what, flight.STARTED
+        span = flight.SPANS[0]  # -- timeline (collectives.timeline): off, this test only
+        t0 = flight.clock() if span is not None else 0.0
         try:
             result = fn(*args)
         except BaseException as exc:  # noqa: BLE001 - every error ends the job in this mode
@@ -81,6 +83,8 @@ class Runner:
                     flight.error_text(exc)
                 if what is None and self.call is not None:
                     rec.what = flight.describe(self.call)
+            if span is not None:
+                span(name, t0, flight.clock(), self.seq, what, self.call, type(exc).__name__)
             _end(f"{name} #{self.seq} failed on this rank{_truncated(exc, self.call)}", exc)
         finally:
             self.since = None
@@ -89,6 +93,10 @@ class Runner:
             rec.state, rec.t1 = flight.FINISHED, flight.clock()
             if what is None and call is not None:
                 rec.what = flight.describe(call)
+            if span is not None:  # -- timeline: the record's end and description
+                span(name, t0, rec.t1, rec.seq, rec.what, call, None)
+        elif span is not None:
+            span(name, t0, flight.clock(), self.seq, what, call, None)
         return result
 
 

@@ -167,6 +167,12 @@ def auto_dump(reason: str, error: BaseException | None = None) -> None:
             pass
 
 
+#: ``span(name, t0, t1, seq, what, call, error)``: the timeline's recorder of call spans while
+#: one records (``collectives.timeline`` sets it), else None. ``Guard.run`` and abort mode's
+#: ``Runner.run`` call it at the end of each call with its times, number, flight description
+#: (or None), checked call and error type (or None); off, they test it and nothing more.
+SPANS: list[Callable[..., None] | None] = [None]
+
 #: ``time.perf_counter`` (monotonic), the clock of the records, and of the timeline's spans
 #: (``collectives.timeline``), which take a call's end from its record.
 clock = time.perf_counter

@@ -127,6 +127,7 @@ _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 _HIGH = [0]
 
 _clock = flight.clock
+_SPANS = flight.SPANS
 _STARTED, _FINISHED, _FAILED = flight.STARTED, flight.FINISHED, flight.FAILED
 
 
@@ -210,6 +211,8 @@ class Guard:
             rec.seq, rec.kind = self.seq, name
             rec.what, rec.state = what, _STARTED
         # --
+        span = _SPANS[0]  # -- timeline (collectives.timeline): off, this test only
+        t0 = _clock() if span is not None else 0.0
         owner = self.owner
         outer, owner.active = owner.active, self
         try:
@@ -219,6 +222,8 @@ class Guard:
                 rec.state, rec.t1, rec.error = _FAILED, _clock(), flight.error_text(exc)
                 if what is None and self.call is not None:
                     rec.what = flight.describe(self.call)
+            if span is not None:  # -- timeline
+                span(name, t0, _clock(), self.seq, what, self.call, type(exc).__name__)
             if not isinstance(exc, RaisedEverywhere):  # this rank's own: tell the others
                 self._notify(exc)
                 try:  # for the crash hook: which call it was (see first_reporter)
@@ -233,6 +238,10 @@ class Guard:
             rec.state, rec.t1 = _FINISHED, _clock()
             if what is None and call is not None:
                 rec.what = flight.describe(call)
+            if span is not None:  # -- timeline: the record's end and description
+                span(name, t0, rec.t1, rec.seq, rec.what, call, None)
+        elif span is not None:
+            span(name, t0, _clock(), self.seq, what, call, None)
         return result
 
     def set_timeout(self, timeout: float | None) -> None:

@@ -2,15 +2,19 @@
 
 As ``_runtime/trace.py`` does for the shared-memory rounds, :func:`install` replaces a few
 functions and methods with timing wrappers and :func:`uninstall` puts them back, so that with no
-timeline the library runs its own code, untouched (zero cost, not one test per call). Each
-wrapper reads :data:`ACTIVE` once, times the original and appends one span to the calling
-thread's lane (:mod:`.recorder`). The hook points, by span category:
+timeline the library runs its own code, untouched. Each wrapper reads :data:`ACTIVE` once,
+times the original and appends one span to the calling thread's lane (:mod:`.recorder`). Call
+spans are the exception: ``Guard.run`` and abort mode's ``Runner.run`` already read the clock
+at each call's end and describe the call for the flight recorder (``_runtime/flight.py``), so
+they give the timeline those (``flight.SPANS``, which :func:`install` sets to :func:`_call`)
+and a wrapper around them would only add a second Python frame per call; off, that costs them
+one test of the slot per call. The hook points, by span category:
 
 ===========  ================================================  ===================================
 category     wrapped                                           span
 ===========  ================================================  ===================================
-call         ``_runtime.guard.Guard.run``,                     one public call (blocking, or an
-             ``_runtime.fatal.Runner.run`` (abort mode)        engine's run of a request): kind,
+call         (given by ``_runtime.guard.Guard.run`` and        one public call (blocking, or an
+             ``_runtime.fatal.Runner.run``, abort mode's)      engine's run of a request): kind,
                                                                seq, count, dtype, bytes,
                                                                algorithm, strategy, codec
 submit       ``nonblocking._submit``                           ``iallreduce(...)`` and the others
@@ -40,15 +44,16 @@ user, codec  (:func:`collectives.timeline.record`)             the program's own
                                                                driver's codec methods)
 ===========  ================================================  ===================================
 
-Blocking calls that repeat their last arguments run a remembered bound ``Guard.run``
-(``api._Repeats``): installing and uninstalling forget those, so that they pick the wrapper up
-(and drop it again).
+Blocking calls that repeat their last arguments run a remembered bound method
+(``api._Repeats``): installing and uninstalling forget those, so that a wrapped method is picked
+up (and dropped again).
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
+from .._runtime import flight
 from .recorder import Recorder, clock
 
 __all__ = ["ACTIVE", "install", "uninstall"]
@@ -61,54 +66,24 @@ _INSTALLED: list[tuple[Any, str, Any, Any]] = []
 
 
 # -- the wrappers ----------------------------------------------------------------------------------
-def _call_span(plain: Callable, runner: bool) -> Callable:
-    """The wrapper of ``Guard.run`` (``runner`` False) or abort mode's ``Runner.run`` (True),
-    whose guard is ``self.ctx.guard``. The span's end and what the call was come from the call's
-    flight record (``_runtime/flight.py``) when there is one: its end time, read on the same
-    clock, and its description (the one a repeated call carries, or the checked call's), so
-    that the span costs one clock read and an append; compressed calls, whose codec, strategy
-    and step the record does not hold, and calls without a record are read here
-    (:func:`_summary`)."""
-    def run(self, name, fn, *args, timeout=None, call=None, what=None):
-        rec = ACTIVE
-        if rec is None:
-            return plain(self, name, fn, *args, timeout=timeout, call=call, what=what)
-        guard = self.ctx.guard if runner else self
-        seq = guard.seq + 1  # the number run() gives the call
-        t0 = clock()
-        try:
-            if timeout is None and call is None and what is None:  # (no keywords: no dict)
-                result = plain(self, name, fn, *args)
-            else:
-                result = plain(self, name, fn, *args, timeout=timeout, call=call, what=what)
-        except BaseException as exc:
-            rec.add("call", name, t0, clock(),
-                    (None, type(exc).__name__, what or _summary(call or args)), seq)
-            raise
-        records = guard.records
-        if records is not None and name not in _SIGNED:
-            r = records[seq % guard.nrecords]
-            if r.seq == seq:
-                t1, what = r.t1, r.what
-            else:  # (a nested call on the same guard took the record over)
-                t1, what = clock(), what or _summary(call or result)
-        else:
-            t1, what = clock(), what or _summary(call or result)
-        try:
-            events = rec.local.events
-        except AttributeError:
-            events = rec.lane().events
-        events.append(("call", name, t0, t1, what, seq))
-        return result
-    return run
-
-
-def _guard_run(plain: Callable) -> Callable:
-    return _call_span(plain, runner=False)
-
-
-def _runner_run(plain: Callable) -> Callable:
-    return _call_span(plain, runner=True)
+def _call(name: str, t0: float, t1: float, seq: int, what: tuple | None, call: Any,
+          error: str | None) -> None:
+    """A call's span, given by ``Guard.run`` and abort mode's ``Runner.run`` at its end
+    (``_runtime.flight.SPANS``): its times, number, the flight recorder's description of it
+    (``what``, or None) and its error's type. Compressed calls are read here instead
+    (:func:`_summary`: codec, strategy and step, which the description does not hold)."""
+    rec = ACTIVE
+    if rec is None:
+        return
+    if what is None or name in _SIGNED:
+        what = _summary(call)
+    if error is not None:
+        what = (None, error, what)
+    try:
+        events = rec.local.events
+    except AttributeError:
+        events = rec.lane().events
+    events.append(("call", name, t0, t1, what, seq))
 
 
 #: call kinds whose span needs what the flight record does not hold (codec, strategy, step)
@@ -338,15 +313,13 @@ def describe(seq: int | None, args: tuple | None) -> dict[str, Any]:
 # -- installing ------------------------------------------------------------------------------------
 def _points() -> list[tuple[Any, str, Callable[[Callable], Callable]]]:
     from .. import nonblocking
-    from .._runtime.fatal import Runner
     from .._runtime.guard import Guard
     from .._runtime.shmem.team import Team
     from ..compressed.api import TensorCoding  # (defined in compressed._coding)
     from ..engine import requests
     from ..ops import Op
 
-    return [(Guard, "run", _guard_run), (Runner, "run", _runner_run),  # abort mode's too
-            (Guard, "complete", _guard_complete),
+    return [(Guard, "complete", _guard_complete),
             (nonblocking, "_submit", _submit), (requests.Request, "complete", _request_complete),
             (requests, "wait_for", _wait_for), (Team, "run", _team_run),
             (TensorCoding, "encode", _coding("encode")),
@@ -372,6 +345,7 @@ def install(recorder: Recorder) -> None:
             _INSTALLED.append((owner, attr, plain, wrapper))
         _forget_repeats()
     ACTIVE = recorder
+    flight.SPANS[0] = _call
 
 
 def uninstall() -> None:
@@ -380,6 +354,7 @@ def uninstall() -> None:
     through)."""
     global ACTIVE
     ACTIVE = None
+    flight.SPANS[0] = None
     for owner, attr, plain, wrapper in reversed(_INSTALLED):
         current = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr)
         if current is wrapper:
