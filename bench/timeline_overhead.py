@@ -18,6 +18,14 @@ processes of a loaded machine take from this one does not count.
   the time (a span costs a few of them).
 
 ``--json FILE`` writes the medians.
+
+``--only POINT:STATE`` (e.g. ``call:on``) runs that one loop of ``--calls`` calls and nothing
+else, for an instruction count that no other job on the machine disturbs: the count of a run
+``on`` minus that of a run ``off`` (every import done in both), over ``--calls``, is the
+instructions one span costs::
+
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        python bench/timeline_overhead.py --only call:on --calls 100000   # and call:off
 """
 
 from __future__ import annotations
@@ -46,6 +54,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--calls", type=int, default=100000)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--json")
+    ap.add_argument("--only", metavar="POINT:STATE",
+                    help="run one loop (call, message or reduce; on or off) and nothing else")
     args = ap.parse_args(argv)
     guard = context(MPI.COMM_SELF).guard
     x = np.ones(2, dtype=np.float32)
@@ -63,6 +73,18 @@ def main(argv: list[str] | None = None) -> dict:
         "message": lambda: guard.complete([], [], []),
         "reduce": lambda: op.combine(a, b, a),
     }
+    if args.only:
+        point, state = args.only.split(":")
+        f = points[point]
+        f()
+        hooks.install(rec)  # the imports installing makes, in both states
+        hooks.uninstall()
+        if state == "on":
+            hooks.install(rec)
+        for _ in range(args.calls):
+            f()
+        hooks.uninstall()
+        return {}
     times: dict[str, list[float]] = {f"{name} {state}": [] for name in points
                                      for state in ("off", "on")}
     times["append"], times["python call"] = [], []
