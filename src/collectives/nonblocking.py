@@ -184,7 +184,40 @@ def icompressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None =
                    name, codec, out, op, strategy, key, step, algorithm, opts)
 
 
-class Plan(Request):
+class _Persistent(Request):
+    """What :class:`Plan` and :class:`NeighborPlan` share: a run started (``MPI_Start``) on the
+    communicator's engine, or at once with one process, and ``test``/``wait`` that end it."""
+
+    __slots__ = ("_active",)
+
+    def _launch(self) -> None:
+        """Start the run of :attr:`call` (the caller has checked the plan)."""
+        self._active = True
+        self._done, self._error = False, None
+        if self.engine is None:  # one process or empty: complete now
+            try:
+                self.call.run(None)
+            except Exception as exc:  # noqa: BLE001 - reported by wait()
+                self.complete(exc)
+            else:
+                self.complete()
+            return
+        self.engine.submit(self)
+
+    def test(self) -> bool:
+        if self._done:
+            self._active = False
+        return self._done
+
+    def wait(self, timeout: float | None = None) -> Any:
+        try:
+            return super().wait(timeout)
+        finally:
+            if self._done:  # a timeout leaves the plan active
+                self._active = False
+
+
+class Plan(_Persistent):
     """A persistent allreduce (``MPI_Allreduce_init``): checked once, run many times.
 
     ``x`` and ``out`` are fixed: refill ``x`` between runs. Two ways to run it:
@@ -198,7 +231,7 @@ class Plan(Request):
       Every rank must use the same form at the same point, as for any collective.
     """
 
-    __slots__ = ("_comm", "_device", "_allreduce", "_blocking", "_result", "_active")
+    __slots__ = ("_comm", "_device", "_allreduce", "_blocking", "_result")
 
     def __init__(self, call: AllreduceCall, comm: MPI.Intracomm, opts: Options,
                  device: Any = None) -> None:
@@ -220,32 +253,10 @@ class Plan(Request):
         """Start the next run (``MPI_Start``); returns the plan."""
         if self._active:
             raise RuntimeError(f"{self.describe()} is still running: wait() before start()")
-        self._active = True
-        self._done, self._error = False, None
         if self._device is not None:
             _device.synchronize()  # what the caller's stream wrote into x, before the engine reads
-        if self.engine is None:  # one process or empty: complete now
-            try:
-                self.call.run(None)
-            except Exception as exc:  # noqa: BLE001 - reported by wait()
-                self.complete(exc)
-            else:
-                self.complete()
-            return self
-        self.engine.submit(self)
+        self._launch()
         return self
-
-    def test(self) -> bool:
-        if self._done:
-            self._active = False
-        return self._done
-
-    def wait(self, timeout: float | None = None) -> Any:
-        try:
-            return super().wait(timeout)
-        finally:
-            if self._done:  # a timeout leaves the plan active
-                self._active = False
 
     def __call__(self) -> Any:
         """Run once, blocking (see the class docstring); returns ``out``."""
@@ -291,7 +302,7 @@ def allreduce_init(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike =
     return Plan(call, comm, opts, device)
 
 
-class NeighborPlan(Request):
+class NeighborPlan(_Persistent):
     """A persistent gossip round (``MPI_Neighbor_allgather_init`` with the weighted combination):
     checked once, one round of :func:`collectives.neighbor_allreduce` per run.
 
@@ -307,7 +318,7 @@ class NeighborPlan(Request):
     raises ``RuntimeError``.
     """
 
-    __slots__ = ("_comm", "_calls", "_arrays", "_active", "_freed", "step")
+    __slots__ = ("_comm", "_calls", "_arrays", "_freed", "step")
 
     def __init__(self, calls: list[NeighborAllreduceCall], arrays: list[tuple[Any, tuple]],
                  comm: MPI.Intracomm, opts: Options, step: int) -> None:
@@ -338,32 +349,13 @@ class NeighborPlan(Request):
     def start(self) -> "NeighborPlan":
         """Start the next round (``MPI_Start``); returns the plan."""
         self.call = self._next("start()")
-        self._active = True
-        self._done, self._error = False, None
-        if self.engine is None:  # one process or empty: complete now
-            try:
-                self.call.run(None)
-            except Exception as exc:  # noqa: BLE001 - reported by wait()
-                self.complete(exc)
-            else:
-                self.complete()
-            return self
-        self.engine.submit(self)
+        self._launch()
         return self
-
-    def test(self) -> bool:
-        if self._done:
-            self._active = False
-        return self._done
 
     def wait(self, timeout: float | None = None) -> Any:
         if self._freed:
             raise RuntimeError("wait(): this neighbor_allreduce_init plan was freed")
-        try:
-            return super().wait(timeout)
-        finally:
-            if self._done:  # a timeout leaves the plan active
-                self._active = False
+        return super().wait(timeout)
 
     def __call__(self) -> Any:
         """Run the next round, blocking; returns ``out``."""

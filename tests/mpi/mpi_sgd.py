@@ -284,7 +284,8 @@ def test_choco_resume_is_bitwise(codec):
     (one per in-neighbor and its own) and, for QSGD, its codec's private generator are saved."""
     comm = WORLD
     d = _shared_dir(comm)
-    args = [*TINY, "--sync", "gossip:ring", "--codec", codec, "--gamma", "0.3",
+    # two epochs: at 7 and 8 ranks one epoch of the tiny set is only 4 steps
+    args = [*TINY, "--epochs", "2", "--sync", "gossip:ring", "--codec", codec, "--gamma", "0.3",
             "--checkpoint-dir", d]
     whole = np.load(_params(comm, train, [*args], d, "whole.npy"))
     assert train([*args, "--checkpoint-every", "3", "--stop-after", "4"], comm) is None
