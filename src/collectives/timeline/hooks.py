@@ -43,10 +43,6 @@ user, codec  (:func:`collectives.timeline.record`)             the program's own
                                                                compute, step, update; the
                                                                driver's codec methods)
 ===========  ================================================  ===================================
-
-Blocking calls that repeat their last arguments run a remembered bound method
-(``api._Repeats``): installing and uninstalling forget those, so that a wrapped method is picked
-up (and dropped again).
 """
 
 from __future__ import annotations
@@ -239,13 +235,6 @@ def _summary(what: Any) -> tuple | None:
 
 def _reader(cls: type) -> Callable[[Any], tuple | None]:
     """How :func:`_summary` reads a call of class ``cls``."""
-    if cls is tuple:  # a repeated allreduce's arguments (``src, dst, op, fn, ...``)
-        def read_args(what: tuple) -> tuple | None:
-            if len(what) > 3 and hasattr(what[0], "nbytes"):
-                src = what[0]
-                return src.dtype, src.nbytes, _names().get(what[3]), None
-            return None
-        return read_args
     if "__getattr__" in vars(cls):  # a wrapper (nonblocking._OnDevice): ask the instance
         return lambda what: (what.src.dtype, what.src.nbytes, None, None)
     names: set[str] = set()
@@ -328,12 +317,6 @@ def _points() -> list[tuple[Any, str, Callable[[Callable], Callable]]]:
             (Op, "combine", _combine)]
 
 
-def _forget_repeats() -> None:
-    from .. import api
-
-    api._REPEATS.entries.clear()
-
-
 def install(recorder: Recorder) -> None:
     """Record into ``recorder`` from now on (installs the wrappers, once)."""
     global ACTIVE
@@ -343,7 +326,6 @@ def install(recorder: Recorder) -> None:
             wrapper = make(plain)
             setattr(owner, attr, wrapper)
             _INSTALLED.append((owner, attr, plain, wrapper))
-        _forget_repeats()
     ACTIVE = recorder
     flight.SPANS[0] = _call
 
@@ -360,4 +342,3 @@ def uninstall() -> None:
         if current is wrapper:
             setattr(owner, attr, plain)
     _INSTALLED.clear()
-    _forget_repeats()
