@@ -6,6 +6,7 @@ argument on a single rank, raise the same error on every rank instead of hanging
 
 import os
 import re
+import time
 
 import numpy as np
 import pytest
@@ -402,29 +403,118 @@ def test_two_phase_key_reused_with_a_new_size_raises_on_every_rank():
     _still_works()
 
 
+def _accounted():
+    """Stale messages the library has disposed of so far (see :func:`_reclaim`)."""
+    from collectives._runtime import release
+    from collectives._runtime.guard import DROPPED
+
+    return DROPPED[0] + release.SWEPT[0]
+
+
+def _reclaim(world, owed, since):
+    """Receive the messages a test left queued on freed communicators (``owed`` on this rank),
+    so that none can reach a later test's communicator: hold duplicates of ``world`` (each takes
+    the lowest free context id) and take every message queued on them, until every rank has
+    accounted for its own, counting those a guard dropped as an earlier incarnation's notice and
+    those a release swept since ``since`` (:func:`_accounted`). Returns how many this rank
+    accounted for."""
+    from collectives._runtime import release
+
+    deadline = time.monotonic() + 30
+    while release.pending() and time.monotonic() < deadline:  # every rank is releasing
+        release.progress()
+    held, found, status = [], 0, MPI.Status()
+    for _ in range(128):
+        done = np.array([found + _accounted() - since >= owed], dtype=np.int32)
+        world.Allreduce(MPI.IN_PLACE, done, op=MPI.LAND)
+        if done[0]:
+            break
+        held.append(world.Dup())
+        while (message := held[-1].Improbe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)) is not None:
+            message.Recv([np.empty(status.Get_count(MPI.BYTE), dtype=np.uint8), MPI.BYTE])
+            found += 1
+    for comm in held:
+        comm.Free()
+    return found + _accounted() - since
+
+
+def _notices_anywhere(world, dups=32):
+    """How many notice-tagged messages wait on the ``dups`` lowest free context ids
+    (duplicates of ``world`` held at once, each probed), summed over the ranks."""
+    from collectives._runtime.guard import NOTICE_TAG
+
+    held = [world.Dup() for _ in range(dups)]
+    for _ in range(3):  # progress: what is on its way arrives
+        world.Barrier()
+    queued = np.array([sum(bool(c.Iprobe(MPI.ANY_SOURCE, NOTICE_TAG)) for c in held)])
+    for comm in held:
+        comm.Free()
+    world.Allreduce(MPI.IN_PLACE, queued)
+    return int(queued[0])
+
+
+def test_a_notice_to_a_rank_that_frees_the_communicator_is_received_first():
+    """A failure's notice that reaches a rank after it withdrew its notice receive, or queues
+    behind another, used to stay in MPI after the communicator was freed, for the next
+    communicator MPI gave the same context id: a user's ``Dup`` receiving with tag 0, or
+    mpi4py's allreduce of a Python object, which then failed with MPI_ERR_TRUNCATE (seen in a
+    CI run: ``mpi_sgd.py``'s evaluation). A release now exchanges the notice counts and receives
+    every notice before the communicator is freed (``_runtime/release.py``)."""
+    from collectives._runtime import release
+    from collectives._runtime.context import context
+
+    world = MPI.COMM_WORLD
+    if world.size < 2:
+        pytest.skip("needs another rank")
+    for trial in range(3):
+        comm = world.Dup()
+        collectives.allreduce(np.ones(3), comm=comm, algorithm="ring")
+        guard = context(comm).guard
+        world.Barrier()  # every rank is done with the call: the notices are never read
+        if comm.rank == 1:  # two notices to every other rank: the second queues behind the first
+            for _ in range(2):
+                guard._notify(RuntimeError(f"trial {trial}"))
+        sent = guard.sent.copy()
+        comm.Free()  # every rank, at once: nothing read the notices
+        deadline = time.monotonic() + 30
+        while release.pending() and time.monotonic() < deadline:
+            release.progress()
+        assert release.pending() == 0, "a release did not finish"
+        assert sent.sum() == (2 * (world.size - 1) if world.rank == 1 else 0)
+        assert _notices_anywhere(world) == 0, "a notice outlived its communicator"
+        fresh = world.Dup()
+        for _ in range(4):  # mpi4py's tag-0 point-to-point allreduce of a Python object
+            assert fresh.allreduce(fresh.rank, op=MPI.SUM) == world.size * (world.size - 1) // 2
+        fresh.Free()
+
+
 def test_notice_left_on_a_freed_communicator_never_reaches_its_successor():
-    """A failure's notice that arrives after its receiver freed the communicator stays queued in
-    MPI; MPI may give the next communicator the same context id (MPICH takes the lowest free
-    one). It used to retire native on that new communicator (and, abandoning a native
-    operation that then completed, corrupt a result): now it is dropped there."""
+    """A notice that arrives for a communicator after its receiver freed it (sent outside the
+    library here: a release receives every notice the library sends) stays queued in MPI; MPI
+    may give the next communicator the same context id (MPICH takes the lowest free one). It
+    used to retire native on that new communicator (and, abandoning a native operation that
+    then completed, corrupt a result): now it is dropped there."""
     from collectives._runtime.context import context
     from collectives._runtime.guard import _HEAD, _NOTICE_BYTES, NOTICE_TAG
 
     world = MPI.COMM_WORLD
+    owed, since = 0, _accounted()
     for trial in range(3):
         comm = world.Dup()
         collectives.allreduce(np.ones(3), comm=comm, algorithm="native")  # no window to free
         private, me, p = context(comm).comm, comm.rank, comm.size
+        seq = context(comm).guard.seq
         if me != 0:
-            comm.Free()  # its notice receive withdrawn
+            comm.Free()  # its notice receive withdrawn (its release waits for rank 0's)
         world.Barrier()
         if me == 0:  # a late notice (of the call above) to every other rank
             box = np.zeros(_NOTICE_BYTES, dtype=np.uint8)
-            box[:8 * _HEAD].view(np.int64)[:] = (context(comm).guard.seq, 0, 1, 4)
+            box[:8 * _HEAD].view(np.int64)[:] = (seq, 0, 1, 4)
             box[8 * _HEAD:8 * _HEAD + 4] = np.frombuffer(b"late", dtype=np.uint8)
             MPI.Request.Waitall([private.Isend([box, MPI.BYTE], r, NOTICE_TAG)
                                  for r in range(1, p)])
             comm.Free()
+        owed += me != 0
         world.Barrier()
         fresh = world.Dup() if trial % 2 else world.Split(color=0, key=-world.rank)
         x = make_input(7, np.dtype(np.int64), "sum", fresh.rank)
@@ -434,20 +524,24 @@ def test_notice_left_on_a_freed_communicator_never_reaches_its_successor():
             assert np.array_equal(y, ref), (trial, algorithm, y, ref)
         assert not context(fresh).guard.retired, "a stale notice retired native"
         fresh.Free()
+    assert _reclaim(world, owed, since) == owed
 
 
 def test_a_notice_queued_on_a_freed_communicator_never_breaks_a_new_guard():
-    """A notice left queued on a freed communicator waits in MPI for whatever communicator gets
-    its context id next. A new guard agreed on its first call number with mpi4py's allreduce
-    of a Python int, which sends point-to-point messages with tag 0 on a duplicate of its own:
-    given that context id, it took the notice and failed (MPI_ERR_TRUNCATE, seen in a test run
-    of mpi_hierarchical.py after this file). The agreement is an MPI collective now."""
+    """A notice-sized message left queued on a freed communicator waits in MPI for whatever
+    communicator gets its context id next. A new guard agreed on its first call number with
+    mpi4py's allreduce of a Python int, which sends point-to-point messages with tag 0 on a
+    duplicate of its own: given that context id, it took the notice and failed (MPI_ERR_TRUNCATE,
+    seen in a test run of mpi_hierarchical.py after this file). The agreement is an MPI
+    collective now. The messages are taken back at the end: left queued, they broke a later
+    test's mpi4py allreduce in the same job (mpi_sgd.py's, under a cold JIT cache)."""
     from collectives._runtime.context import context
     from collectives._runtime.guard import _NOTICE_BYTES, NOTICE_TAG
 
     world = MPI.COMM_WORLD
     if world.size < 2:
         pytest.skip("needs another rank")
+    owed, since = 0, _accounted()
     for trial in range(3):
         comm = world.Dup()
         context(comm)  # its private communicator, made now; its guard comes with the first call
@@ -455,6 +549,7 @@ def test_a_notice_queued_on_a_freed_communicator_never_breaks_a_new_guard():
         box = np.zeros(_NOTICE_BYTES, dtype=np.uint8)
         reqs = [stale.Isend([box, MPI.BYTE], r, NOTICE_TAG)
                 for r in range(stale.size) if stale.rank == 1 and r != 1]
+        owed += world.rank != 1
         world.Barrier()
         MPI.Request.Waitall(reqs)
         world.Barrier()
@@ -463,6 +558,7 @@ def test_a_notice_queued_on_a_freed_communicator_never_breaks_a_new_guard():
         y = collectives.allreduce(x, comm=comm, algorithm="ring")  # the guard is made here
         assert np.array_equal(y, reference_allreduce(x, "sum", comm)), trial
         comm.Free()
+    assert _reclaim(world, owed, since) == owed
 
 
 def test_abandoned_native_operation_never_writes_into_the_result(monkeypatch):

@@ -25,7 +25,8 @@ from typing import Any, Callable
 from mpi4py import MPI
 
 from ..options import Options
-from .guard import Guard
+from . import release as _release
+from .guard import _NOTICE_BYTES, NOTICE_TAG, Guard
 
 __all__ = ["Context", "context", "reset"]
 
@@ -34,6 +35,7 @@ class Context:
     """Private duplicate of a communicator plus a cache of derived objects."""
 
     def __init__(self, comm: MPI.Comm, dup: bool = True, timeout: float | None = None) -> None:
+        _release.progress()  # free the released communicators that can be freed by now
         self.comm: MPI.Comm = _duplicate(comm, timeout) if dup else comm
         if dup:  # a size mismatch must raise (MPI_ERR_TRUNCATE), not end the job
             self.comm.Set_errhandler(MPI.ERRORS_RETURN)
@@ -71,7 +73,13 @@ class Context:
             self._guard.close()
         if self._owned:
             self.native_comm.Free()
-            self.comm.Free()
+            release(self.comm, self._guard)
+
+
+def release(comm: MPI.Comm, guard: Guard | None) -> None:
+    """Free the communicator of ``guard`` once no failure notice can still arrive for it
+    (``_runtime/release.py``: its context id would carry the notice to the next communicator)."""
+    _release.release(comm, guard, NOTICE_TAG, _NOTICE_BYTES)
 
 
 #: the communicators holding a context (as ``_KEYVAL``), in the order the contexts were made
@@ -136,6 +144,7 @@ def _free_all(*_: Any) -> None:
     """Free every context still held, newest first (see the module docstring); ``COMM_SELF``'s
     are left to MPI when it is already deleting that communicator's attributes."""
     finalizing = bool(_)  # called as COMM_SELF's delete callback
+    _release.mark_exiting()
     for ctx, comm in reversed(list(_HELD.items())):
         if MPI.Is_finalized():
             return
@@ -145,6 +154,8 @@ def _free_all(*_: Any) -> None:
             comm.Delete_attr(_KEYVAL)  # runs _delete
         except MPI.Exception:  # pragma: no cover - the handle was freed behind our back
             _HELD.pop(ctx, None)
+    if not MPI.Is_finalized():
+        _release.finish()
 
 
 atexit.register(_free_all)

@@ -125,6 +125,8 @@ _SPINS, _NAP = 1000, 50e-6
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 #: above every call number a closed guard of this process used (see Guard.__init__)
 _HIGH = [0]
+#: notices dropped as an earlier incarnation's (tests account for the messages they leave)
+DROPPED = [0]
 
 _clock = flight.clock
 _SPANS = flight.SPANS
@@ -174,6 +176,10 @@ class Guard:
         self.later: dict[int, BaseException] = {}   # notices for calls this rank has not reached
         self.dangling: list[Any] = []               # requests (and their buffers) left behind
         self._outbox: list[Any] = []
+        # notices sent to and received from each rank: a release exchanges them, so that no
+        # notice is left queued when the communicator is freed (_runtime/release.py)
+        self.sent = np.zeros(self.size, dtype=np.int64)
+        self.got = np.zeros(self.size, dtype=np.int64)
         self._waiter = getattr(comm, "waiter", None)  # an engine communicator polls
         self._box = np.empty(_NOTICE_BYTES, dtype=np.uint8)
         self.notice = comm.Irecv([self._box, MPI.BYTE], MPI.ANY_SOURCE, NOTICE_TAG)
@@ -264,6 +270,20 @@ class Guard:
         for r in range(self.size):
             if r != self.rank:
                 self._outbox.append(self.comm.Isend([buf, MPI.BYTE], r, NOTICE_TAG))
+                self.sent[r] += 1
+
+    def take_outbox(self) -> list[Any]:
+        """This rank's notice sends still in flight (a release keeps them until they complete)."""
+        outbox, self._outbox = self._outbox, []
+        return outbox
+
+    def _count(self) -> tuple[int, int]:
+        """The call number and rank of the notice in ``_box``, counted as received from that
+        rank if it is one of this communicator's (not an earlier incarnation's)."""
+        seq, rank = (int(v) for v in self._box[:16].view(np.int64))
+        if seq >= self.first and 0 <= rank < self.size:
+            self.got[rank] += 1
+        return seq, rank
 
     def first_reporter(self, seq: int, wait_s: float) -> int | None:
         """For the crash hook of a rank whose own error ended call ``seq``: a lower rank that
@@ -273,7 +293,7 @@ class Guard:
         deadline = time.monotonic() + wait_s
         while self.rank:
             if self.notice.Test():
-                found, rank = (int(v) for v in self._box[:16].view(np.int64))
+                found, rank = self._count()
                 if found == seq and rank < self.rank:
                     return rank
                 self._box = np.empty(_NOTICE_BYTES, dtype=np.uint8)
@@ -288,12 +308,14 @@ class Guard:
         """Handle the notice that arrived: raise it (current call), keep it (a later call) or
         just record the failure (an earlier call: returns True); post the next notice receive.
         A notice from an earlier incarnation of the communicator is dropped."""
+        self._count()
         head = self._box[:8 * _HEAD].view(np.int64)
         seq, rank, code, n = (int(v) for v in head)
         text = bytes(self._box[8 * _HEAD:8 * _HEAD + n]).decode("utf-8", "replace")
         self._box = np.empty(_NOTICE_BYTES, dtype=np.uint8)
         self.notice = self.comm.Irecv([self._box, MPI.BYTE], MPI.ANY_SOURCE, NOTICE_TAG)
         if seq < self.first:
+            DROPPED[0] += 1
             return False
         self.retired = True
         if seq < self.seq:
@@ -440,12 +462,16 @@ class Guard:
         return True
 
     def close(self) -> None:
-        """Withdraw the posted notice receive (the communicator is about to be freed)."""
+        """Withdraw the posted notice receive (the communicator is about to be released:
+        ``_runtime/release.py``); a notice it had received already is counted."""
         _HIGH[0] = max(_HIGH[0], self.seq + 2)
         notice, self.notice = self.notice, MPI.REQUEST_NULL
         if notice != MPI.REQUEST_NULL and not MPI.Is_finalized():
             notice.Cancel()
-            notice.Wait()
+            status = MPI.Status()
+            notice.Wait(status)
+            if not status.Is_cancelled():
+                self._count()
         _GUARDS.discard(self)
         ring, self.ring, self.records = self.ring, None, None
         flight.release_ring(ring)  # the next communicator's recorder reuses it

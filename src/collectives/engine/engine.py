@@ -38,7 +38,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .._runtime.context import Context
+from .._runtime.context import Context, release
 from .._runtime.flight import describe
 from .._runtime.validate import local_error, verdict
 from .comm import Stopped, Waiter, adopt
@@ -291,8 +291,9 @@ class Engine:
             return  # (never set up: some rank never came, and its duplicates are still pending)
         self.ctx.free()
         self.named.ctx.free()
-        for comm in (self.comm, self.control.comm, self.named.comm):
-            comm.Free()
+        release(self.comm, self.ctx._guard)
+        release(self.named.comm, self.named.ctx._guard)
+        self.control.comm.Free()
 
     def _end_threads(self) -> tuple[threading.Thread | None, threading.Thread | None]:
         """Tell both threads to end: the stop mark goes on the queue, the named stream ends once

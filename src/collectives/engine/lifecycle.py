@@ -37,6 +37,7 @@ from typing import Any
 
 from mpi4py import MPI
 
+from .._runtime.release import mark_exiting
 from .engine import Engine
 
 __all__ = ["engine_of", "require_threads", "live_engines", "shutdown", "EXIT_GRACE_S"]
@@ -173,6 +174,7 @@ _finalize = MPI.Finalize
 
 
 def _wrapped_finalize() -> None:
+    mark_exiting()
     shutdown()
     _finalize()
 
@@ -181,4 +183,6 @@ _wrapped_finalize.__doc__ = (f"{_finalize.__doc__ or 'MPI_Finalize.'}\n\n(Wrappe
                              "collectives: shuts the progress engines down first.)")
 MPI.Finalize = _wrapped_finalize
 atexit.register(shutdown)
+atexit.register(mark_exiting)  # runs first (last registered): engines stopped at exit free
+# their communicators at once (_runtime/release.py)
 MPI.COMM_SELF.Set_attr(MPI.Comm.Create_keyval(delete_fn=_at_finalize), True)
