@@ -33,7 +33,9 @@ private context, :mod:`.context`):
 - **Incarnations.** A communicator freed and made again may get the same MPI context id, and
   a notice sent on the old one may still wait, unreceived, to be matched: call numbers start
   above every one this process used before (``_HIGH``), and a notice numbered below the
-  guard's first call is dropped.
+  guard's first call is dropped. The guard counts the notices it sends to and receives from
+  each rank, so that its communicator is freed only once every notice sent on it has been
+  received (``_runtime/release.py``), and none waits for the next communicator.
 
 The running call is explicit: :meth:`Guard.run` names itself in its context's ``active``, and
 the algorithms hand that guard to every message (:mod:`.p2p`), block and shared-memory round
