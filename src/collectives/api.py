@@ -37,6 +37,7 @@ from ._runtime.flight import describe
 from ._runtime.ranks import partition
 from ._runtime.fatal import runner
 from ._runtime.validate import check_comm, checked_call as _checked, pick as _pick, setup as _setup
+from ._runtime.validate import timeline_option
 from .algorithms import ALGORITHMS, FLAT, auto
 from .blocks import ALLGATHER, BCAST, REDUCE, REDUCE_SCATTER
 from .ops import Op, get_op
@@ -328,6 +329,8 @@ def _call(cls: type, comm: MPI.Comm | None, options: Options | None, validate: b
     number their calls alike whether they fail or not."""
     comm = MPI.COMM_WORLD if comm is None else comm
     check_comm(cls.kind, comm)
+    if options is not None:
+        timeline_option(options, comm)
     if comm.size == 1:
         return _check_and_run(cls, comm, options, validate, None, args)
     ctx = context(comm, options)

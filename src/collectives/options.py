@@ -104,6 +104,14 @@ class Options:
         ``timeout``, prints that rank's error and ends the whole job (``MPI_Abort``;
         ``collectives._runtime.fatal``). Non-blocking operations keep ``"raise"``'s semantics.
         docs/reliability.md says when to use which.
+    timeline
+        A file to record a timeline to (:mod:`collectives.timeline`), or None (default). The
+        first call made with it starts the recording, collectively over the call's communicator
+        (whose ranks become the timeline's processes), unless one is recording already; the
+        recording ends at ``collectives.timeline.stop()`` or at exit, where rank 0 writes the
+        file, as with ``COLLECTIVES_TIMELINE``. Once per file and process: after a stop, later
+        calls with the same file record nothing more. Like every option, the same on every
+        rank of the call.
     """
 
     segment_bytes: int = 1 << 20
@@ -114,6 +122,7 @@ class Options:
     timeout: float | None = None
     stall_warning: float | None = 60.0
     on_error: str = "raise"
+    timeline: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.segment_bytes, int) or self.segment_bytes < 1:
@@ -132,6 +141,11 @@ class Options:
         _check_seconds("stall_warning", self.stall_warning)
         if self.on_error not in ("raise", "abort"):
             raise ValueError(f"on_error must be 'raise' or 'abort', got {self.on_error!r}")
+        if self.timeline is not None:
+            if not isinstance(self.timeline, (str, os.PathLike)) or not os.fspath(self.timeline):
+                raise ValueError("timeline must be a file name or None, got "
+                                 f"{self.timeline!r}")
+            object.__setattr__(self, "timeline", os.fspath(self.timeline))
 
     @classmethod
     def from_env(cls) -> "Options":

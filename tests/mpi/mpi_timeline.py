@@ -105,3 +105,45 @@ def test_abort_mode_calls_are_spans_too():
         calls = [e for e in events if e.get("ph") == "X" and e["name"] == "allreduce"]
         assert {e["pid"] for e in calls} == set(range(comm.size)), calls
     comm.Barrier()
+
+
+def test_options_timeline_starts_a_recording_over_the_calls_communicator():
+    """``Options(timeline=path)``: the first call made with it starts the recording, over that
+    call's communicator (here every other rank's half of the world: its ranks are the
+    timeline's processes); later calls with it record into it; after ``stop()`` the same file
+    is not started again; a call on another communicator with the file of a recording in
+    progress records into it without a second start."""
+    world = MPI.COMM_WORLD
+    half = world.Split(color=world.rank % 2, key=world.rank)
+    path = _shared_dir(world) / f"option{world.rank % 2}.json"
+    opts = collectives.Options(timeline=path)
+    assert opts.timeline == str(path)
+    with pytest.raises(ValueError, match="timeline must be a file name"):
+        collectives.Options(timeline="")
+    assert timeline.active() is None
+    x = np.arange(100, dtype=np.float64) + world.rank
+    first = collectives.allreduce(x, algorithm="ring", options=opts, comm=half)
+    assert timeline.active() == str(path)
+    second = collectives.allreduce(x, options=opts, comm=half)
+    collectives.allreduce(x, algorithm="ring", options=opts)  # on the world: no second start
+    assert np.array_equal(first, second)
+    written = timeline.stop()
+    collectives.allreduce(x, options=opts, comm=half)  # stopped: the file is not started again
+    assert timeline.active() is None
+    try:
+        if half.rank != 0:
+            assert written is None
+            return
+        assert written == str(path)
+        doc = timeline.chrome.read(path)
+        timeline.check(doc)
+        assert [r["rank"] for r in doc["otherData"]["ranks"]] == list(range(half.size))
+        calls = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e["cat"] == "call"]
+        if half.size > 1:  # one process runs no guarded call (nothing to send)
+            assert {e["pid"] for e in calls} == set(range(half.size))
+            for r in range(half.size):  # two calls on the half, one on the world, none after
+                mine = [e for e in calls if e["pid"] == r and e["name"] == "allreduce"]
+                assert len(mine) == 3 if world.size > 1 else 2, [(e["args"], e["ts"]) for e in mine]
+    finally:
+        half.Free()
+        world.Barrier()

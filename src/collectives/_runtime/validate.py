@@ -37,7 +37,21 @@ def setup(comm: MPI.Comm | None, options: Options | None,
     opts = Options.from_env() if options is None else options
     if not isinstance(opts, Options):
         raise TypeError(f"options must be a collectives.Options, got {type(opts).__name__}")
+    timeline_option(opts, comm)
     return comm, opts, opts.validate if validate is None else bool(validate)
+
+
+#: ``collectives.timeline.start_for_option``, set when that package is imported (with
+#: ``collectives``): this module sits below it
+TIMELINE_START: list[Callable[[str, MPI.Comm], None] | None] = [None]
+
+
+def timeline_option(options: Any, comm: MPI.Comm) -> None:
+    """``Options.timeline``: the first call made with it starts the recording, over ``comm``
+    (before the call's guard runs, so that the call is its first span)."""
+    path = getattr(options, "timeline", None)
+    if path is not None and TIMELINE_START[0] is not None:
+        TIMELINE_START[0](path, comm)
 
 
 def check_comm(name: str, comm: object) -> None:

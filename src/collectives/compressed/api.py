@@ -12,7 +12,7 @@ from mpi4py import MPI
 from .._runtime.arrays import check_input, check_out, flat, new_like, returned
 from .._runtime.context import context
 from .._runtime.fatal import runner
-from .._runtime.validate import check_comm, checked_call, pick, setup
+from .._runtime.validate import check_comm, checked_call, pick, setup, timeline_option
 from ..algorithms import ALGORITHMS
 from ..ops import get_op
 from ..options import Options
@@ -87,6 +87,7 @@ def compressed_allreduce(x: np.ndarray, codec: str | Codec | Memory | Compressio
     """
     comm = MPI.COMM_WORLD if comm is None else comm
     check_comm(CompressedAllreduceCall.kind, comm)
+    timeline_option(options, comm)
     ctx = context(comm, options)
     # under the communicator's guard (collectives._runtime.guard): a decode failure, a state
     # mismatch, any error on one rank becomes the same error on every rank still in the call

@@ -20,8 +20,9 @@ With the environment variable, recording starts when ``collectives`` is imported
 step: every rank imports it) and ends at exit, where each rank writes ``run.rank<R>.json`` and
 rank 0 merges them into ``run.json`` (waiting up to :data:`MERGE_WAIT_S` for them; files left
 unmerged are merged by ``python -m collectives.timeline merge run.rank*.json -o run.json``).
-A timeline is process-wide, so it is not a field of :class:`~collectives.Options` (which holds
-the settings of one call).
+``Options(timeline="run.json")`` starts one from a call instead: the first call made with it
+starts the recording over that call's communicator (:func:`start_for_option`), which ends, like
+the environment variable's, at :func:`stop` or at exit.
 """
 
 from __future__ import annotations
@@ -36,12 +37,13 @@ from typing import Any, Iterator
 
 from mpi4py import MPI
 
+from .._runtime import validate as _validate
 from . import hooks
 from .chrome import check, document, merge, rank_events, read, write
 from .clock import align
 from .recorder import Recorder, clock
 
-__all__ = ["start", "stop", "active", "span", "record", "merge_files", "rank_path", "check",
+__all__ = ["start", "start_for_option", "stop", "active", "span", "record", "merge_files", "rank_path", "check",
            "ENV", "MERGE_WAIT_S"]
 
 #: The environment variable that turns the timeline on at import: the file to write.
@@ -206,6 +208,19 @@ def _same_run(path: str, run: float) -> bool:
         return False
 
 
+#: the files a call's Options.timeline started a recording to (once per file)
+_OPTION_FILES: set[str] = set()
+
+
+def start_for_option(path: str, comm: MPI.Comm) -> None:
+    """``Options(timeline=path)`` on a call over ``comm``: start recording to ``path`` over
+    ``comm`` (collective, as the call is) unless a timeline is recording or ``path`` was
+    started this way before."""
+    if _SESSION is None and path not in _OPTION_FILES:
+        _OPTION_FILES.add(path)
+        start(path, comm)
+
+
 def start_from_env() -> None:
     """Start a timeline if :data:`ENV` names a file (at import of ``collectives``)."""
     path = os.environ.get(ENV)
@@ -213,4 +228,5 @@ def start_from_env() -> None:
         start(path)
 
 
+_validate.TIMELINE_START[0] = start_for_option
 atexit.register(_at_exit)
