@@ -20,6 +20,13 @@ timeout dumps.
 - ``off``: the recorder off (``COLLECTIVES_FLIGHT_RECORDER=0``): rank 2 skips a call, the others
   time out, and nobody dumps.
 - ``crash`` (last): rank 1 raises, unhandled: the crash hook dumps, then ends the job.
+
+Two more end the job, so they run only when named (``... OUTDIR abort-timeout``), one per run:
+
+- ``abort-timeout``: ``Options(on_error="abort", timeout=1)``; rank 2 skips a call: the watchdog
+  of ranks 0 and 1 dumps (reason "timeout") and ends the job.
+- ``abort-error``: ``Options(on_error="abort")``; rank 1 passes a bool array (TypeError): its abort-mode
+  runner dumps (reason "crash") and ends the job.
 """
 
 import os
@@ -154,11 +161,30 @@ def crash(comm):
     time.sleep(30)  # ended by rank 1's MPI_Abort
 
 
+ABORT = collectives.Options(on_error="abort", timeout=1)
+
+
+def abort_timeout(comm):
+    x = np.ones(1024, np.float32)
+    warm(comm, x)
+    steps(comm, 0 if RANK == 2 else 1, x, ABORT)  # ranks 0, 1: the watchdog ends the job
+    time.sleep(30)
+
+
+def abort_error(comm):
+    x = np.ones(16, np.float32)
+    options = collectives.Options(on_error="abort")  # no timeout: rank 1's error ends the job
+    warm(comm, x)
+    steps(comm, 1, np.ones(16, bool) if RANK == 1 else x, options)
+    time.sleep(30)
+
+
 SCENARIOS = {"skip": skip, "different": different, "count": count, "compute": compute,
              "named": named, "off": off, "crash": crash}
+NAMED_ONLY = {"abort-timeout": abort_timeout, "abort-error": abort_error}
 
-for name, scenario in SCENARIOS.items():
-    if len(sys.argv) > 2 and name not in sys.argv[2].split(","):
+for name, scenario in {**SCENARIOS, **NAMED_ONLY}.items():
+    if (name not in sys.argv[2].split(",")) if len(sys.argv) > 2 else name in NAMED_ONLY:
         continue
     os.environ["COLLECTIVES_DUMP_DIR"] = str(OUT / name)
     os.environ["COLLECTIVES_FLIGHT_RECORDER"] = "0" if name == "off" else "2000"

@@ -274,3 +274,44 @@ def test_an_unhandled_error_dumps(hangs):
     assert data["reason"] == "crash" and data["error"] == "RuntimeError: boom on rank 1"
     comm = next(c for c in data["communicators"] if c["role"] == "blocking")
     assert [r["state"] for r in comm["records"]] == ["finished"] * 3
+
+
+# -- abort mode (Options.on_error="abort"): each scenario ends its job, so one job each ----------
+def _abort_job(tmp_path, scenario):
+    cmd = [*mpiexec(), "-n", "3", sys.executable, str(HERE / "flight_hangs.py"), str(tmp_path),
+           scenario]
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         timeout=HANG_S, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    assert out.returncode != 0, out.stdout[-3000:]  # MPI_Abort
+    return tmp_path / scenario, out.stdout
+
+
+def test_abort_mode_timeout_dumps_then_ends_the_job(tmp_path):
+    """The watchdog of abort mode ends the job on a timeout (rank 2 skipped the call): the
+    ranks that waited dump first (one of them at least: the first abort may come before the
+    other's watchdog fires), their records show the call still started, and the doctor says
+    that rank 2, which never made the call and was ended by the abort, has no dump."""
+    where, output = _abort_job(tmp_path, "abort-timeout")
+    assert re.search(r"allreduce #\d+ timed out after 1 s \(Options.timeout\).*ending the job",
+                     output), output[-3000:]
+    dumps = {int(p.stem.split("-")[1]): json.loads(p.read_text())
+             for p in where.glob("rank-*.json")}
+    assert dumps and set(dumps) <= {0, 1}, sorted(dumps)  # the first abort may beat the other
+    for rank, data in dumps.items():
+        assert data["reason"] == "timeout", (rank, data["reason"])
+        comm = next(c for c in data["communicators"] if c["role"] == "blocking")
+        assert [r["state"] for r in comm["records"]] == ["finished"] * 3 + ["started"]
+    lines = doctor.diagnose(doctor.load(where))
+    assert "rank 2 has no dump" in lines, lines
+
+
+def test_abort_mode_error_dumps_then_ends_the_job(tmp_path):
+    """An error in an abort-mode call (rank 1's bool array) dumps that rank's recorder, with
+    the call failed and its error, then ends the job with one line."""
+    where, output = _abort_job(tmp_path, "abort-error")
+    assert re.search(r"collectives: rank 1: allreduce #\d+ failed on this rank: TypeError: .*"
+                     r"ending the job", output), output[-3000:]
+    data = json.loads((where / "rank-1.json").read_text())
+    assert data["reason"] == "crash" and data["error"].startswith("TypeError: "), data["error"]
+    comm = next(c for c in data["communicators"] if c["role"] == "blocking")
+    assert [r["state"] for r in comm["records"]] == ["finished"] * 3 + ["failed"]
