@@ -40,6 +40,8 @@ __all__ = ["release", "progress", "finish", "mark_exiting", "pending"]
 _PENDING: list["_Release"] = []
 #: set at exit: communicators are freed at once
 _EXITING = [False]
+#: set while :func:`progress` runs
+_BUSY = [False]
 #: messages a release's sweep received (tests account for the messages they leave)
 SWEPT = [0]
 
@@ -114,9 +116,18 @@ def release(comm: MPI.Comm, guard: Any, notice_tag: int, notice_bytes: int) -> N
 
 
 def progress() -> None:
-    """Advance every pending release (free those that are done)."""
-    if _PENDING:
-        _PENDING[:] = [r for r in _PENDING if not r.step()]
+    """Advance every pending release (free those that are done). Not reentrant: freeing a
+    communicator runs its attributes' delete callbacks, which may release another (it joins
+    the list, for the next round) but must not step the one being freed again."""
+    if _BUSY[0] or not _PENDING:
+        return
+    _BUSY[0] = True
+    try:
+        todo = _PENDING[:]
+        del _PENDING[:]
+        _PENDING[:0] = [r for r in todo if not r.step()]
+    finally:
+        _BUSY[0] = False
 
 
 def pending() -> int:
