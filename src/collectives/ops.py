@@ -15,6 +15,7 @@ operation.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -23,6 +24,11 @@ from compress.bfloat16 import divide_words, on_words
 from mpi4py import MPI
 
 __all__ = ["Op", "OPS", "get_op", "elementwise"]
+
+#: The recorder of the timeline while one records (``collectives.timeline.hooks`` sets it),
+#: else None: the span of a local reduction is taken here, with no wrapper around the method.
+RECORDER: list = [None]
+_clock = time.perf_counter
 
 
 @dataclass(frozen=True)
@@ -37,8 +43,20 @@ class Op:
     words: bool = False
 
     def combine(self, lower: np.ndarray, higher: np.ndarray, out: np.ndarray) -> None:
-        """``out = lower (op) higher`` elementwise; ``out`` may alias either operand."""
+        """``out = lower (op) higher`` elementwise; ``out`` may alias either operand. While a
+        timeline records (:data:`RECORDER`), a "reduce" span on the calling thread's lane."""
+        rec = RECORDER[0]
+        if rec is None:
+            self.ufunc(lower, higher, out=out)
+            return
+        t0 = _clock()
         self.ufunc(lower, higher, out=out)
+        t1 = _clock()
+        try:
+            events = rec.local.events
+        except AttributeError:  # the thread's first span
+            events = rec.lane().events
+        events.append(("reduce", "reduce", t0, t1, (self.name, out.nbytes), None))
 
     def divide(self, result: np.ndarray, p: int) -> None:
         """``result /= p`` in place ("avg"), on values or (``words``) on bfloat16 words."""

@@ -8,7 +8,8 @@ spans are the exception: ``Guard.run`` and abort mode's ``Runner.run`` already r
 at each call's end and describe the call for the flight recorder (``_runtime/flight.py``), so
 they give the timeline those (``flight.SPANS``, which :func:`install` sets to :func:`_call`)
 and a wrapper around them would only add a second Python frame per call; off, that costs them
-one test of the slot per call. The hook points, by span category:
+one test of the slot per call. Local reductions likewise: ``ops.Op.combine`` appends its own
+span while ``ops.RECORDER`` holds the recorder. The hook points, by span category:
 
 ===========  ================================================  ===================================
 category     wrapped                                           span
@@ -36,7 +37,7 @@ shm          ``_runtime.shmem.team.Team.run``                  one pass through 
 encode,      ``compressed._coding.TensorCoding.encode``,       a codec's work inside a compressed
 decode,      ``.decode``, ``.aggregate_into``                  allreduce
 aggregate
-reduce       ``ops.Op.combine``                                a local reduction (a block of a
+reduce       (taken by ``ops.Op.combine`` itself)              a local reduction (a block of a
                                                                round)
 user, codec  (:func:`collectives.timeline.record`)             the program's own phases (the SGD
                                                                driver's and the PyTorch trainer's
@@ -49,6 +50,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from .. import ops
 from .._runtime import flight
 from .recorder import Recorder, clock
 
@@ -179,24 +181,6 @@ def _coding(category: str) -> Callable[[Callable], Callable]:
     return make
 
 
-def _combine(plain: Callable) -> Callable:
-    def combine(self, lower, higher, out):
-        rec = ACTIVE
-        if rec is None:
-            return plain(self, lower, higher, out)
-        t0 = clock()
-        try:
-            return plain(self, lower, higher, out)
-        finally:
-            t1 = clock()
-            try:
-                events = rec.local.events
-            except AttributeError:
-                events = rec.lane().events
-            events.append(("reduce", "reduce", t0, t1, (self.name, out.nbytes), None))
-    return combine
-
-
 # -- what a call is --------------------------------------------------------------------------------
 _NAMES: dict[Any, str] = {}  # algorithm and strategy functions -> their catalogue names
 
@@ -306,15 +290,12 @@ def _points() -> list[tuple[Any, str, Callable[[Callable], Callable]]]:
     from .._runtime.shmem.team import Team
     from ..compressed.api import TensorCoding  # (defined in compressed._coding)
     from ..engine import requests
-    from ..ops import Op
-
     return [(Guard, "complete", _guard_complete),
             (nonblocking, "_submit", _submit), (requests.Request, "complete", _request_complete),
             (requests, "wait_for", _wait_for), (Team, "run", _team_run),
             (TensorCoding, "encode", _coding("encode")),
             (TensorCoding, "decode", _coding("decode")),
-            (TensorCoding, "aggregate_into", _coding("aggregate")),
-            (Op, "combine", _combine)]
+            (TensorCoding, "aggregate_into", _coding("aggregate"))]
 
 
 def install(recorder: Recorder) -> None:
@@ -328,6 +309,7 @@ def install(recorder: Recorder) -> None:
             _INSTALLED.append((owner, attr, plain, wrapper))
     ACTIVE = recorder
     flight.SPANS[0] = _call
+    ops.RECORDER[0] = recorder  # reduce spans: Op.combine takes them itself
 
 
 def uninstall() -> None:
@@ -337,6 +319,7 @@ def uninstall() -> None:
     global ACTIVE
     ACTIVE = None
     flight.SPANS[0] = None
+    ops.RECORDER[0] = None
     for owner, attr, plain, wrapper in reversed(_INSTALLED):
         current = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr)
         if current is wrapper:
