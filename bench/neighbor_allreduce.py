@@ -4,7 +4,9 @@ Run e.g. ``mpiexec -n 4 python bench/neighbor_allreduce.py --sizes 4K,256K,4M --
 For each size (float32) and each graph (``--graphs``, default ring and one-peer exponential) it
 times ``collectives.neighbor_allreduce`` with ``backend="p2p"`` (the library's guarded messages)
 and ``backend="mpi"`` (``MPI_Ineighbor_allgather`` on a distributed-graph communicator), and
-mpi4py's bare ``comm.Allreduce`` (the average a user would otherwise take), interleaved: every
+mpi4py's bare ``comm.Allreduce`` (the average a user would otherwise take) and the library's ring
+allreduce (``algorithm="ring"``, the bandwidth-optimal allreduce a gossip round is held against
+on a network), interleaved: every
 iteration runs each variant once, after a barrier, so load drifts hit all of them alike. A
 variant's time per iteration is the slowest rank's; the table gives the median over
 ``--iterations`` (after ``--warmup``) and its ratio to ``comm.Allreduce``'s median. The one-peer
@@ -37,6 +39,8 @@ def _variants(graphs: list[T.Topology], comm: MPI.Comm) -> dict:
                 lambda x, y, i, t=t, b=backend:
                 collectives.neighbor_allreduce(x, t, out=y, step=i, comm=comm, backend=b), t)
     out["comm.Allreduce"] = (lambda x, y, i: comm.Allreduce(x, y, op=MPI.SUM), None)
+    out["allreduce ring"] = (lambda x, y, i: collectives.allreduce(x, out=y, algorithm="ring",
+                                                                 comm=comm), None)
     return out
 
 

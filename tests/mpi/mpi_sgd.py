@@ -104,6 +104,7 @@ def test_timeline_of_an_overlapped_compressed_run():
     ["--codec", "topk", "--strategy", "summable"],
     ["--batch-size", "200"],
     ["--sync", "gossip:star"],
+    ["--sync", "gossip:nodes:star"],
     ["--sync", "adpsgd:star"],
     ["--sync", "adpsgd", "--codec", "topk"],
     ["--sync", "gossip:ring", "--codec", "topk", "--gamma", "1.5"],
@@ -298,3 +299,41 @@ def test_choco_resume_is_bitwise(codec):
     comm.Barrier()
     if comm.rank == 0:
         shutil.rmtree(d)
+
+
+def _trainer(argv, comm):
+    pre = parse(argv, comm.size, 10**12)  # as train() does
+    ds = datasets.load(pre.args.dataset, pre.args.subset)
+    t = Trainer(parse(argv, comm.size, len(ds.y_train)), ds, comm)
+    t.t_start = 0.0
+    return t
+
+
+@pytest.mark.parametrize("inter", ["ring", "full"])
+def test_gossip_between_nodes_is_the_flat_round_with_one_replica_per_node(monkeypatch, inter):
+    """--sync gossip:nodes:INTER over emulated nodes of 2 ranks (COLLECTIVES_NODE_SIZE): every
+    rank of a node ends with the same bits (the hierarchical round gives them one result), the
+    run follows the flat rounds over the same topology to rounding, and the consensus distance
+    is 0 where a round is the exact average."""
+    comm = WORLD
+    monkeypatch.setenv("COLLECTIVES_NODE_SIZE", "2")
+    argv = [*TINY, "--sync", f"gossip:nodes:{inter}"]
+    t = _trainer(argv, comm)
+    assert t.exchange.by_nodes and t.exchange.gossip.name.startswith("hierarchical(")
+    assert t.train() is True
+    flat = _trainer(argv, comm)
+    flat.exchange.by_nodes = False  # the same topology, every round the flat one
+    assert flat.train() is True
+    mine = t.model.params.flat
+    assert np.allclose(mine, flat.model.params.flat, rtol=1e-4, atol=1e-6)
+    everyone = comm.allgather(mine.tobytes())
+    for r in range(comm.size):
+        assert everyone[r] == everyone[r - r % 2], f"rank {r} differs from its node's first"
+    # one round is the exact average where the nodes have one size and are at most two, or
+    # all joined (Metropolis-Hastings weights between nodes: V = 1/m); else the replicas differ
+    nodes, equal = (comm.size + 1) // 2, comm.size % 2 == 0 or comm.size == 1
+    spread = t.history[-1]["consensus"]
+    if equal and (nodes <= 2 or inter == "full"):
+        assert spread < 1e-6
+    else:
+        assert spread > 0

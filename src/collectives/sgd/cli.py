@@ -99,6 +99,9 @@ def parser() -> argparse.ArgumentParser:
                         "'gossip:GRAPH[:WEIGHTS]' (D-PSGD: parameters mixed with the neighbors' "
                         "every step; graphs: " + ", ".join(collectives.topology.GRAPHS) +
                         "; weights: " + ", ".join(collectives.topology.WEIGHTS) + "), "
+                        "'gossip:nodes[:INTER]' (gossip between nodes, joined by ring, torus "
+                        "or full: a node's mean through shared memory, one message per "
+                        "neighbor node; COLLECTIVES_NODE_SIZE emulates nodes), "
                         "'sgp' or 'sgp:overlap' (push-sum over the one-peer exponential graph "
                         "through one-sided windows; overlap: without waiting for a round's "
                         "messages), 'adpsgd[:GRAPH]' (AD-PSGD: after each step, atomically "

@@ -100,7 +100,7 @@ class Trainer:
         self.exchange = Exchange(self.model.grads, self.model.params, self.state, a.algorithm,
                                  a.strategy, cfg.local_every, comm, self.clock,
                                  int(a.bucket_mb * 2**20) if a.overlap else None,
-                                 parse_gossip(a.sync, self.world), parse_server(a.sync),
+                                 parse_gossip(a.sync, self.world, comm), parse_server(a.sync),
                                  parse_sgp(a.sync), parse_adpsgd(a.sync, self.world), a.seed,
                                  None if cfg.choco is None else (cfg.choco, a.gamma))
         #: where each kind of state is kept in a checkpoint: the same on every rank or its own

@@ -30,7 +30,13 @@ every step's local update each rank mixes its parameters with its neighbors' in 
 (``collectives.neighbor_allreduce`` over a doubly stochastic :mod:`collectives.topology`, with
 the step for the time-varying ones). The replicas then differ; momentum stays local. With
 ``--codec`` it is CHOCO-SGD (Koloskova et al. 2019): the mixing is a
-:class:`collectives.ChocoGossip` round with that codec and ``--gamma``.
+:class:`collectives.ChocoGossip` round with that codec and ``--gamma``. ``--sync
+gossip:nodes[:INTER]`` gossips between nodes instead of ranks: the ranks of a node (the
+shared-memory nodes, or emulated ones of ``COLLECTIVES_NODE_SIZE``) are one vertex, the nodes
+joined by ``INTER`` (ring, torus or full; :func:`collectives.topology.hierarchical_for`), and
+each round is the hierarchical one (``neighbor_allreduce(..., hierarchical=True)``: the node's
+mean through shared memory, one message per neighbor node and position); every rank of a node
+keeps the same parameters.
 
 AD-PSGD (``--sync adpsgd[:GRAPH]``, ring by default; Lian et al. 2018) has no global step
 either: every rank's parameters live in a :class:`collectives.PairwiseAveraging` window; each
@@ -55,7 +61,9 @@ from mpi4py import MPI
 import collectives
 
 from ..compressed import CompressionState
-from ..topology import Topology, one_peer_exponential, parse as parse_topology
+from ..options import Options
+from ..topology import Topology, hierarchical, hierarchical_for, one_peer_exponential
+from ..topology import parse as parse_topology
 from .codecs import seeded
 from .fusion import FusionBuffer
 from .timing import Clock, time_methods
@@ -99,13 +107,24 @@ def parse_server(text: str) -> tuple[int | None] | None:
     return None
 
 
-def parse_gossip(text: str, world: int) -> Topology | None:
+#: ``--sync gossip:nodes[:INTER]``: gossip between nodes (the module docstring)
+NODES = "nodes"
+
+
+def parse_gossip(text: str, world: int, comm: MPI.Comm | None = None) -> Topology | None:
     """``"gossip:GRAPH[:WEIGHTS]"`` -> the doubly stochastic topology over ``world`` ranks (D-PSGD
-    needs one); anything else -> None. Raises ValueError naming the valid graphs and weights."""
+    needs one); ``"gossip:nodes[:INTER]"`` -> the nodes of ``comm`` joined by ``INTER`` (ring by
+    default; collective), or, without ``comm``, every rank a node (to check the spec); anything
+    else -> None. Raises ValueError naming the valid graphs and weights."""
     if not text.startswith("gossip:"):
         return None
     spec = text[len("gossip:"):]
-    topology = parse_topology(spec, world)
+    name, _, inter = spec.partition(":")
+    if name == NODES:
+        topology = hierarchical(range(world), inter or "ring") if comm is None else \
+            hierarchical_for(comm, inter or "ring", Options.from_env().node_size)
+    else:
+        topology = parse_topology(spec, world)
     topology.check("doubly", f"--sync gossip:{spec} (D-PSGD)")
     return topology
 
@@ -229,6 +248,8 @@ class Exchange:
         self.grads, self.params, self.state = grads, params, state
         self.algorithm, self.strategy, self.local_every = algorithm, strategy, local_every
         self.gossip = gossip
+        #: --sync gossip:nodes: each round is the hierarchical one (neighbor_hierarchical.py)
+        self.by_nodes = gossip is not None and gossip.name.startswith("hierarchical(")
         self.comm, self.clock = comm, clock
         self.stats = Stats()
         self.analytic = (algorithm == "native" and state is None and gossip is None) or \
@@ -412,7 +433,7 @@ class Exchange:
             self.choco.step(buf.flat, step)
             return
         collectives.neighbor_allreduce(buf.flat, self.gossip, out=buf.flat, step=step,
-                                       comm=self.comm)
+                                       comm=self.comm, hierarchical=self.by_nodes)
 
     def _reduce_grads(self, buf: FusionBuffer, step: int) -> None:
         if self.state is None:

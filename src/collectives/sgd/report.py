@@ -4,7 +4,8 @@
 - :func:`final_report`: where the time went (compute, encode/decode, communication, evaluation)
   and what each rank sent, against what dense fp32 ring allreduce would have sent.
 - :data:`WRITERS`: ``--log`` by extension, ``.csv`` or ``.json``.
-- :func:`plot`: loss and test accuracy against epochs and wall time, one line per run
+- :func:`plot`: loss and test accuracy against epochs and wall time, and the consensus
+  distance against wall time where a run has one (gossip), one line per run
   (matplotlib, imported only when a plot is asked for). ``python -m collectives.sgd.report
   OUT.png A.json B.json ...`` draws several runs' JSON logs in one picture.
 """
@@ -133,14 +134,23 @@ def plot(runs: dict[str, Sequence[dict]], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    spread = any("consensus" in r for recs in runs.values() for r in recs)
+    fig, axes = plt.subplots(1, 4 if spread else 3, figsize=(20 if spread else 15, 4.2))
+    labels = [("epoch", "training loss"), ("epoch", "test accuracy (%)"),
+              ("wall time (s)", "test accuracy (%)")]
     for label, recs in runs.items():
         ep = [r["epoch"] for r in recs]
         axes[0].plot(ep, [r["loss"] for r in recs], label=label)
         axes[1].plot(ep, [100 * r["test_acc"] for r in recs], label=label)
         axes[2].plot([r["wall_s"] for r in recs], [100 * r["test_acc"] for r in recs], label=label)
-    for ax, (x, y) in zip(axes, [("epoch", "training loss"), ("epoch", "test accuracy (%)"),
-                                 ("wall time (s)", "test accuracy (%)")]):
+        if spread:  # decentralized runs: how far the replicas are from their average
+            kept = [r for r in recs if "consensus" in r]
+            axes[3].plot([r["wall_s"] for r in kept], [r["consensus"] for r in kept],
+                         label=label)
+    if spread:
+        labels.append(("wall time (s)", "consensus distance"))
+        axes[3].set_yscale("log")
+    for ax, (x, y) in zip(axes, labels):
         ax.set_xlabel(x)
         ax.set_ylabel(y)
         ax.grid(alpha=0.3)
