@@ -339,7 +339,8 @@ def test_hierarchical_phases_runs_and_checks_its_sums(tmp_path):
 
 def test_neighbor_allreduce_bench_checks_and_times_every_variant(tmp_path):
     """bench/neighbor_allreduce.py at 3 ranks (the one-peer graph changes every round): every
-    variant checked against W @ X and timed; the table's ratios are to comm.Allreduce."""
+    variant checked against W @ X (the allreduces against the sum) and timed; the table's
+    ratios are to comm.Allreduce."""
     out = tmp_path / "neighbor.json"
     cmd = [*mpiexec_command(), "-n", "3", sys.executable, str(ROOT / "bench/neighbor_allreduce.py"),
            "--sizes", "4,4K", "--iterations", "2", "--warmup", "1", "--json", str(out)]
@@ -348,7 +349,7 @@ def test_neighbor_allreduce_bench_checks_and_times_every_variant(tmp_path):
     data = json.loads(out.read_text())
     assert data["ranks"] == 3 and [r["bytes"] for r in data["rows"]] == [4, 4096]
     names = ["ring p2p", "ring mpi", "one_peer_exponential p2p", "one_peer_exponential mpi",
-             "comm.Allreduce"]
+             "comm.Allreduce", "allreduce ring"]
     assert all(set(r) == {"bytes", *names} and min(r[n] for n in names) > 0 for r in data["rows"])
     assert proc.stdout.count("( 1.00x)") == 2  # comm.Allreduce against itself, each size
 
