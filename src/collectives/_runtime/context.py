@@ -26,7 +26,7 @@ from mpi4py import MPI
 
 from ..options import Options
 from . import release as _release
-from .guard import _NOTICE_BYTES, NOTICE_TAG, Guard
+from .guard import Guard
 
 __all__ = ["Context", "context", "reset"]
 
@@ -73,13 +73,7 @@ class Context:
             self._guard.close()
         if self._owned:
             self.native_comm.Free()
-            release(self.comm, self._guard)
-
-
-def release(comm: MPI.Comm, guard: Guard | None) -> None:
-    """Free the communicator of ``guard`` once no failure notice can still arrive for it
-    (``_runtime/release.py``: its context id would carry the notice to the next communicator)."""
-    _release.release(comm, guard, NOTICE_TAG, _NOTICE_BYTES)
+            _release.release(self.comm, self._guard)
 
 
 #: the communicators holding a context (as ``_KEYVAL``), in the order the contexts were made

@@ -310,9 +310,8 @@ class Guard:
         """Handle the notice that arrived: raise it (current call), keep it (a later call) or
         just record the failure (an earlier call: returns True); post the next notice receive.
         A notice from an earlier incarnation of the communicator is dropped."""
-        self._count()
-        head = self._box[:8 * _HEAD].view(np.int64)
-        seq, rank, code, n = (int(v) for v in head)
+        seq, rank = self._count()
+        code, n = (int(v) for v in self._box[16:8 * _HEAD].view(np.int64))
         text = bytes(self._box[8 * _HEAD:8 * _HEAD + n]).decode("utf-8", "replace")
         self._box = np.empty(_NOTICE_BYTES, dtype=np.uint8)
         self.notice = self.comm.Irecv([self._box, MPI.BYTE], MPI.ANY_SOURCE, NOTICE_TAG)

@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from .guard import _NOTICE_BYTES, NOTICE_TAG
+
 __all__ = ["release", "progress", "finish", "mark_exiting", "pending"]
 
 #: releases still waiting for their exchange or their notices, oldest first
@@ -49,9 +51,9 @@ SWEPT = [0]
 class _Release:
     """One communicator's release (the module docstring's steps 1-3)."""
 
-    def __init__(self, comm: MPI.Comm, sent: np.ndarray, got: np.ndarray, notice_tag: int,
-                 notice_bytes: int, keep: list[Any]) -> None:
-        self.comm, self.got, self.tag, self.nbytes = comm, got.copy(), notice_tag, notice_bytes
+    def __init__(self, comm: MPI.Comm, sent: np.ndarray, got: np.ndarray,
+                 keep: list[Any]) -> None:
+        self.comm, self.got = comm, got.copy()
         self.sent = sent.astype(np.int64)  # kept alive with the request that reads it
         self.owed = np.zeros_like(self.sent)
         self.keep = keep  # this rank's own notice sends: freed only once they complete
@@ -71,9 +73,9 @@ class _Release:
                 self.receives = []
                 for rank, missing in enumerate(self.owed - self.got):
                     for _ in range(max(0, int(missing))):
-                        box = np.empty(self.nbytes, dtype=np.uint8)
+                        box = np.empty(_NOTICE_BYTES, dtype=np.uint8)
                         self.boxes.append(box)
-                        self.receives.append(self.comm.Irecv([box, MPI.BYTE], rank, self.tag))
+                        self.receives.append(self.comm.Irecv([box, MPI.BYTE], rank, NOTICE_TAG))
             if self.receives and not MPI.Request.Testall(self.receives):
                 return False
             self._sweep()
@@ -104,14 +106,13 @@ class _Release:
         self.comm.Free()
 
 
-def release(comm: MPI.Comm, guard: Any, notice_tag: int, notice_bytes: int) -> None:
+def release(comm: MPI.Comm, guard: Any) -> None:
     """Free ``comm``, the communicator of ``guard`` (closed, or None where none was made), once
     no notice meant for it can still arrive (module docstring)."""
     if guard is None or comm.size == 1 or _EXITING[0] or MPI.Is_finalized():
         comm.Free()
         return
-    _PENDING.append(_Release(comm, guard.sent, guard.got, notice_tag, notice_bytes,
-                             guard.take_outbox()))
+    _PENDING.append(_Release(comm, guard.sent, guard.got, guard.take_outbox()))
     progress()
 
 

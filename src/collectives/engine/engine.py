@@ -38,8 +38,9 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .._runtime.context import Context, release
+from .._runtime.context import Context
 from .._runtime.flight import describe
+from .._runtime.release import release
 from .._runtime.validate import local_error, verdict
 from .comm import Stopped, Waiter, adopt
 from .control import IDLE_POLL_S, Control
