@@ -57,6 +57,9 @@ def test_codecs_with_error_feedback_match_dense(dense4, tmp_path, codec):
     s = _train(4, [*ACCURACY, "--codec", codec, "--error-feedback"], tmp_path, "codec")
     assert s["test_acc"] >= dense4["test_acc"] - 0.015, (s["test_acc"], dense4["test_acc"])
     assert s["bytes_mean"] < s["dense_bytes"]
+    t = s["seconds"]  # the codec's time, split into encoding and decoding
+    assert t["encode"] > 0 and t["decode"] > 0
+    assert t["encode"] + t["decode"] == pytest.approx(t["codec"], rel=1e-9)
 
 
 def test_dgc_as_published_matches_dense(dense4, tmp_path):

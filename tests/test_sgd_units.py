@@ -234,3 +234,28 @@ def test_read_damaged_checkpoint(tmp_path, damage):
         path.write_bytes(b"not a zip" if damage == "garbage" else blob[: len(blob) // 2])
     with pytest.raises(ValueError, match="checkpoint"):
         checkpoint.read(str(path))
+
+
+def test_codec_time_splits_into_encode_and_decode_counting_nested_calls_once():
+    """time_methods: a decode called inside an encode (error feedback reading its own payload)
+    counts once, in the outermost call's part, so encode + decode is the codec's time."""
+    import time
+
+    from collectives.sgd.timing import Clock, time_methods
+
+    class Codec:
+        def encode(self, x):
+            time.sleep(0.02)
+            return self.decode(x)
+
+        def decode(self, x):
+            time.sleep(0.01)
+            return x
+
+    clock, codec = Clock(), Codec()
+    time_methods(codec, clock, "codec")
+    codec.encode(1)  # about 30 ms, all of it encoding
+    codec.decode(1)  # about 10 ms of decoding
+    t = clock.seconds
+    assert t["encode"] + t["decode"] == pytest.approx(t["codec"], rel=1e-9)
+    assert t["encode"] >= 0.03 and 0.01 <= t["decode"] < 0.03, dict(t)

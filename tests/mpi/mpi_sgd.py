@@ -23,6 +23,9 @@ WORLD = MPI.COMM_WORLD
 def test_tiny_run_keeps_replicas_identical(comm):
     s = train([*TINY, "--check-replicas"], comm)  # raises if any step's hashes differ
     assert s["world"] == comm.size and s["steps"] == (128 // comm.size) // 4
+    # the median step: the slowest rank's, so the same on every rank, and within the steps' range
+    assert comm.allgather(s["step_median_s"]) == [s["step_median_s"]] * comm.size
+    assert 0 < s["step_median_s"] <= comm.allreduce(s["seconds"]["step"], op=MPI.MAX)
 
 
 def test_tiny_gossip_run_reports_its_consensus_distance():

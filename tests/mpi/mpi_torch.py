@@ -11,6 +11,7 @@ codec state checkpoints; the DDP comm hook against DDP's own allreduce over gloo
 completed on the engine's thread.
 """
 
+import json
 import threading
 
 import numpy as np
@@ -639,9 +640,17 @@ def test_trainer_overlap_and_blocking_agree():
     path = comm.bcast(tempfile.mkdtemp() if comm.rank == 0 else None, root=0) + "/t.json"
     argv = ["--epochs", "1", "--batch-size", str(16 * comm.size), "--width", "4",
             "--hidden", "8", "--convs", "3", "--bucket-mb", "0.001", "--quiet"]
-    runs = {ex: main([*argv, "--exchange", ex, *(["--timeline", path] if ex == "overlap" else [])])
+    log = path[:-len("t.json")] + "log.json"
+    runs = {ex: main([*argv, "--exchange", ex,
+                      *(["--timeline", path, "--log", log] if ex == "overlap" else [])])
             for ex in ("overlap", "blocking")}
     if comm.rank == 0:
+        with open(log) as f:  # --log: collectives.sgd's format, one record per epoch
+            written = json.load(f)
+        assert written["summary"]["test_acc"] == runs["overlap"]["test_acc"]
+        assert written["summary"]["label"] == "torch overlap none auto"
+        (record,) = written["epochs"]
+        assert record["epoch"] == 1 and 0 < record["wall_s"] <= runs["overlap"]["wall_s"]
         doc = timeline.chrome.read(path)
         timeline.check(doc)
         phases = {(e["pid"], e["name"]) for e in doc["traceEvents"] if e.get("cat") == "user"}
@@ -655,6 +664,9 @@ def test_trainer_overlap_and_blocking_agree():
         (runs["blocking"]["test_acc"], runs["blocking"]["train_acc"])
     with pytest.raises(SystemExit, match="--convs must be at least 1"):
         main([*argv, "--convs", "0"])
+    with pytest.raises(SystemExit) as e:  # argparse's usage error (exit 2), before training
+        main([*argv, "--log", "run.txt"])
+    assert e.value.code == 2
 
 
 def test_horovod_process_functions():

@@ -97,6 +97,7 @@ class Trainer:
         self.opt = SGD(self.model.params.flat, 0.0 if a.momentum_correction else a.momentum,
                        a.weight_decay)
         self.clock = Clock()
+        self.step_seconds: list[float] = []  # each step's wall time on this rank (the median)
         self.exchange = Exchange(self.model.grads, self.model.params, self.state, a.algorithm,
                                  a.strategy, cfg.local_every, comm, self.clock,
                                  int(a.bucket_mb * 2**20) if a.overlap else None,
@@ -295,8 +296,10 @@ class Trainer:
         return record
 
     def one_step(self, order: np.ndarray) -> None:
+        t0 = time.perf_counter()
         with self.clock.measure("step"):
             self._step(order)
+        self.step_seconds.append(time.perf_counter() - t0)
 
     def _step(self, order: np.ndarray) -> None:
         a, step = self.args, self.step
@@ -346,6 +349,9 @@ class Trainer:
     def summary(self) -> dict:
         st = self.exchange.stats
         sent = self.comm.allgather(st.bytes_sent)
+        # the slowest rank's median step: steps are synchronous, so it is everyone's
+        median = self.comm.allreduce(float(np.median(self.step_seconds))
+                                     if self.step_seconds else 0.0, op=MPI.MAX)
         last = self.history[-1] if self.history else {}
         secs = dict(self.clock.seconds)
         # --overlap: the codec runs on the engine thread, beside backward and the wait
@@ -362,6 +368,7 @@ class Trainer:
                 "test_acc": last.get("test_acc", 0.0), "seconds": secs,
                 "wall_s": self.elapsed + self.run_seconds(), "analytic": self.exchange.analytic,
                 "exchanges": st.calls, "bytes_mean": float(np.mean(sent)),
+                "step_median_s": median,
                 "overlap": a.overlap, "comm_busy": st.busy, "comm_hidden": st.hidden,
                 "bytes_max": int(max(sent)), "dense_bytes": st.dense_bytes,
                 "consensus": last.get("consensus"),

@@ -70,7 +70,9 @@ def final_report(summary: dict) -> str:
     ]
     for k in ("compute", "codec", "comm", "eval", "checkpoint"):
         label = {"codec": "encode/decode", "comm": "communication"}.get(k, k)
-        lines.append(f"  {label:<14} {t.get(k, 0.0):8.2f} s  {100 * t.get(k, 0.0) / total:5.1f}%")
+        lines.append(f"  {label:<14} {t.get(k, 0.0):8.2f} s  {100 * t.get(k, 0.0) / total:5.1f}%"
+                     + (f"  (encode {t.get('encode', 0.0):.2f} s, decode "
+                        f"{t.get('decode', 0.0):.2f} s)" if k == "codec" and t.get(k) else ""))
     if s.get("overlap"):
         busy, hidden = s["comm_busy"], s["comm_hidden"]
         share = f"{100 * hidden / busy:.0f}%" if busy else "-"
@@ -82,7 +84,9 @@ def final_report(summary: dict) -> str:
         lines.append(s["auto_report"])
     if t.get("step"):
         lines.append(f"  step (forward, backward, exchange, update): mean "
-                     f"{t['step'] / max(1, s['steps']) * 1e3:.1f} ms")
+                     f"{t['step'] / max(1, s['steps']) * 1e3:.1f} ms" + (
+                         f", median {s['step_median_s'] * 1e3:.1f} ms"
+                         if s.get("step_median_s") else ""))
     server = s.get("sync", "").startswith("ssp:") or s.get("sync") == "async"
     sgp = s.get("sync", "").startswith("sgp")
     pairwise = s.get("sync", "").startswith("adpsgd")

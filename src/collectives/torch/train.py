@@ -22,6 +22,7 @@ Rank 0 prints the NumPy driver's report: accuracy, the time split, bytes sent pe
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -32,6 +33,7 @@ from mpi4py import MPI
 import collectives
 from collectives.datasets import DATASETS, load
 from collectives.sgd.data import shard, steps_per_epoch
+from collectives.sgd.report import WRITERS, write_log
 
 from .ddp import CommHookState, comm_hook, init_process_group
 from .functions import broadcast_parameters
@@ -84,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timeline", metavar="FILE",
                    help="write a timeline of every rank's steps and collectives (Chrome trace "
                         "JSON for Perfetto; docs/timeline.md)")
+    p.add_argument("--log", metavar="FILE",
+                   help="per-epoch log and summary, .json or .csv (collectives.sgd's format: "
+                        "python -m collectives.sgd.report draws several)")
     p.add_argument("--quiet", action="store_true", help="only the final report")
     return p
 
@@ -95,7 +100,10 @@ def _accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float
 
 def main(argv: list[str] | None = None) -> dict:
     """Train; rank 0 prints the report. Returns the summary (every rank)."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.log and os.path.splitext(args.log)[1].lower() not in WRITERS:
+        parser.error(f"--log {args.log}: the name must end in " + " or ".join(WRITERS))
     torch.set_num_threads(args.threads)
     comm = MPI.COMM_WORLD
     rank, world = comm.rank, comm.size
@@ -137,6 +145,7 @@ def main(argv: list[str] | None = None) -> dict:
         collectives.timeline.start(args.timeline, comm)
     t_start = time.perf_counter()
     step_times = []
+    history = []
     for epoch in range(args.epochs):
         order = torch.from_numpy(shard(len(y_train), world, rank, args.seed, epoch))
         total = 0.0
@@ -170,9 +179,11 @@ def main(argv: list[str] | None = None) -> dict:
         record = {"epoch": epoch + 1, "loss": total / max(1, steps),
                   "test_acc": _accuracy(net, x_test, y_test)}
         seconds["eval"] += time.perf_counter() - t0
+        record["wall_s"] = time.perf_counter() - t_start
+        history.append(record)
         if rank == 0 and not args.quiet:
             print(f"epoch {record['epoch']:3d}  loss {record['loss']:.4f}  "
-                  f"test {100 * record['test_acc']:6.2f}%", flush=True)
+                  f"test {100 * record['test_acc']:6.2f}%  {record['wall_s']:7.1f} s", flush=True)
     wall = time.perf_counter() - t_start
     if args.timeline:
         written = collectives.timeline.stop()
@@ -182,8 +193,11 @@ def main(argv: list[str] | None = None) -> dict:
     sent = comm.allgather(collectives.TRAFFIC.bytes_sent)
     flat = torch.cat([p.detach().reshape(-1) for p in net.parameters()]).numpy()
     identical = all(b == flat.tobytes() for b in comm.allgather(flat.tobytes()))
-    summary = {"world": world, "params": n_params, "steps": steps * args.epochs,
-               "exchange": args.exchange + ("+hook" if args.ddp_hook else ""),
+    exchange = args.exchange + ("+hook" if args.ddp_hook else "")
+    summary = {"label": f"torch {exchange} {args.codec or 'none'}"
+                        f"{'+ef' if args.error_feedback else ''} {args.algorithm}",
+               "world": world, "params": n_params, "steps": steps * args.epochs,
+               "exchange": exchange,
                "algorithm": args.algorithm, "codec": args.codec or "none",
                "test_acc": _accuracy(net, x_test, y_test), "train_acc": _accuracy(net, x_train, y_train),
                "seconds": seconds, "wall_s": wall,
@@ -192,6 +206,8 @@ def main(argv: list[str] | None = None) -> dict:
                "identical": identical}
     if rank == 0:
         print(report(summary), flush=True)
+        if args.log:
+            write_log(args.log, history, summary)
     if args.exchange == "ddp":
         torch.distributed.destroy_process_group()
     return summary
