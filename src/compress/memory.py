@@ -185,13 +185,21 @@ class ErrorFeedback(Memory):
         with quiet():
             return x + addend
 
-    def remember(self, corrected, estimate, *, key=None) -> None:
+    def remember(self, corrected, estimate, *, key=None, overwrite=False) -> None:
         """Store ``corrected - estimate`` as the new residual of ``key`` (after :meth:`compensate`),
-        unless it is not finite: then the residual stays as it was (the step is skipped)."""
+        unless it is not finite: then the residual stays as it was (the step is skipped).
+
+        ``overwrite=True`` computes the difference in ``corrected`` itself and keeps that array
+        as the residual (no new array): for a caller that owns ``corrected`` (what
+        :meth:`compensate` returned) and reads it no more."""
         xp = namespace(corrected)
-        estimate = xp.asarray(estimate).reshape(corrected.shape).astype(corrected.dtype)
+        estimate = xp.asarray(estimate).reshape(corrected.shape).astype(corrected.dtype,
+                                                                        copy=False)
         with quiet():
-            self._store(key, corrected - estimate)
+            if overwrite:
+                self._store(key, xp.subtract(corrected, estimate, out=corrected))
+            else:
+                self._store(key, corrected - estimate)
 
     def _store(self, key, error) -> None:
         """The new residual of ``key``, if finite: an overflowed step leaves the old one."""

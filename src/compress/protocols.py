@@ -82,8 +82,10 @@ class LowRankSummable(ABC):
         """``Q = M^T P_hat`` (cols x r): sum it over ranks."""
 
     @abstractmethod
-    def reconstruct(self, p_hat, q, *, key=None, shape=None, dtype=None):
-        """``P_hat Q^T`` in ``shape``; keeps what the next step starts from."""
+    def reconstruct(self, p_hat, q, *, key=None, shape=None, dtype=None, out=None):
+        """``P_hat Q^T`` in ``shape``; keeps what the next step starts from. ``out``: a
+        contiguous array of the result's size that it may be written into (the result is then
+        ``out`` reshaped; an implementation may ignore it and return a new array)."""
 
 
 #: The protocols that make a codec ``summable``.

@@ -122,6 +122,38 @@ def test_powersgd_full_rank_is_exact_mean():
     assert_identical_everywhere(y, comm, "powersgd")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_powersgd_with_error_feedback_in_place_equals_out_of_place(dtype):
+    """The low-rank rounds write P_hat Q^T straight into ``out`` (which may be ``x`` itself) and
+    the residual into compensate's array: in place, out of place and into a separate ``out``
+    give the same bits for two steps, and the residual is the compensated input minus the
+    result (PyTorch's rule), for float16 too (whose factors are float32: no direct write)."""
+    comm = MPI.COMM_WORLD
+    xs = [data(24 * 40, comm.rank, 11 + s).reshape(24, 40).astype(dtype) for s in range(2)]
+    results = {}
+    for how in ("new", "out", "in_place"):
+        ef = compress.ErrorFeedback(compress.get("powersgd", rank=2, seed=3))
+        got = []
+        for step, x in enumerate(xs):
+            x = x.copy()
+            before = x.astype(np.float64) + (0 if step == 0 else
+                                             ef.residual("ip").astype(np.float64))
+            out = {"new": None, "out": np.empty_like(x), "in_place": x}[how]
+            y = collectives.compressed_allreduce(x, ef, op="avg", key="ip", out=out)
+            assert y.dtype == dtype and y.shape == x.shape
+            if out is not None:
+                assert y is out
+            if comm.size > 1:
+                tol = 2e-2 if dtype == np.float16 else 1e-5
+                assert np.allclose(ef.residual("ip"), before - y.astype(np.float64), atol=tol)
+            got.append(y.copy())
+        results[how] = got
+    for how in ("out", "in_place"):
+        for a, b in zip(results["new"], results[how]):
+            assert a.tobytes() == b.tobytes(), how
+    assert_identical_everywhere(results["in_place"][1], comm, "powersgd")
+
+
 @pytest.mark.parametrize("shape", [(1001,), (5, 5)])
 def test_powersgd_sends_what_does_not_gain_as_it_is(shape):
     """A 1-d tensor (a bias) or a matrix too small to gain is allreduced uncompressed: the result

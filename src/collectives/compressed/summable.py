@@ -26,6 +26,7 @@ from dataclasses import replace
 
 import numpy as np
 from compress import Codec, ErrorFeedback
+from compress.arrays import same_memory
 from compress.codecs.none import Identity
 from compress.protocols import SUMMABLE, ElementSummable, LowRankSummable, Memory
 from mpi4py import MPI
@@ -80,10 +81,14 @@ def allreduce(x: np.ndarray, out: np.ndarray, coding: TensorCoding, ctx: Context
         _sum(q.reshape(-1), np.add, ctx, opts, algorithm)
         if coding.average:
             q /= coding.world
-        y = base.reconstruct(p_hat, q, key=coding.key, shape=x.shape, dtype=x.dtype).reshape(-1)
+        # P_hat Q^T straight into out (m, read no more, may be out itself), and the residual
+        # in c, compensate's own array: no full-size temporary
+        y = base.reconstruct(p_hat, q, key=coding.key, shape=x.shape, dtype=x.dtype,
+                             out=out).reshape(-1)
         if ef is not None:
-            ef.remember(c.reshape(coding.shape), y, key=coding.key)
-        out[...] = y
+            ef.remember(c.reshape(coding.shape), y, key=coding.key, overwrite=True)
+        if not same_memory(y, out):
+            out[...] = y
         return
     if not isinstance(base, ElementSummable):  # a tensor the low-rank codec sends uncompressed
         base = _RAW

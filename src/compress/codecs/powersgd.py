@@ -148,11 +148,19 @@ class PowerSGD(LowRankSummable, Codec):
         with quiet():
             return self._matrix(self._prepare_any(x)).T @ p_hat
 
-    def reconstruct(self, p_hat, q, *, key=None, shape=None, dtype=None) -> np.ndarray:
-        """``P_hat Q^T`` reshaped to ``shape``; remembers ``q`` as the warm start of ``key``."""
+    def reconstruct(self, p_hat, q, *, key=None, shape=None, dtype=None, out=None) -> np.ndarray:
+        """``P_hat Q^T`` reshaped to ``shape``; remembers ``q`` as the warm start of ``key``.
+
+        ``out`` (contiguous, ``rows * cols`` elements): the product is written there, without a
+        temporary, when its dtype is that of the factors (float32 or float64); else it is
+        ignored."""
         self._keep_q(key, q)
+        rows, cols = p_hat.shape[0], q.shape[0]
+        into = out is not None and out.dtype == p_hat.dtype == q.dtype \
+            and out.size == rows * cols and out.flags.c_contiguous
         with quiet():
-            y = p_hat @ q.T
+            y = namespace(p_hat).matmul(p_hat, q.T, out=out.reshape(rows, cols)) if into \
+                else p_hat @ q.T
         return y.reshape(shape if shape is not None else y.shape).astype(dtype or y.dtype, copy=False)
 
     def state_dict(self) -> dict:
