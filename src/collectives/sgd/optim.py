@@ -63,9 +63,20 @@ class SGD:
         self.velocity = np.zeros_like(self.params)
 
     def step(self, grad: np.ndarray, lr: float) -> None:
-        """Apply one update with the (averaged) gradient ``grad``; ``grad`` is clobbered."""
+        """Apply one update with the (averaged) gradient ``grad`` (one pass: the Numba kernel
+        of ``_kernels``, NumPy's bits)."""
+        from ._kernels import momentum_step
+
+        t = self.params.dtype.type
+        momentum_step(self.params, grad.reshape(-1), self.velocity, t(lr), t(self.momentum),
+                      t(self.weight_decay))
+
+    def step_numpy(self, grad: np.ndarray, lr: float) -> None:
+        """The same update in NumPy (six passes, two temporaries): the kernel's reference;
+        ``grad`` is clobbered."""
+        t = self.params.dtype.type
         if self.weight_decay:
-            grad += np.float32(self.weight_decay) * self.params
-        self.velocity *= np.float32(self.momentum)
+            grad += t(self.weight_decay) * self.params
+        self.velocity *= t(self.momentum)
         self.velocity += grad
-        self.params -= np.float32(lr) * self.velocity
+        self.params -= t(lr) * self.velocity
