@@ -29,6 +29,7 @@ import time
 import numpy as np
 import torch
 from mpi4py import MPI
+from threadpoolctl import threadpool_limits
 
 import collectives
 from collectives.datasets import DATASETS, load
@@ -107,6 +108,10 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
     comm = MPI.COMM_WORLD
     rank, world = comm.rank, comm.size
+    # NumPy's BLAS (the codecs' products, PowerSGD's, on the engine thread) gets this rank's
+    # share of the cores, as in collectives.sgd: OpenBLAS's default of a thread per core, in
+    # every rank, spins on the cores the ranks compute on (PowerSGD's step 97 -> 60 ms, 2 ranks)
+    threadpool_limits(max(1, (os.cpu_count() or 1) // world))
     if args.batch_size % world:
         raise SystemExit(f"--batch-size {args.batch_size} does not divide among {world} ranks")
     local = args.batch_size // world
