@@ -368,3 +368,38 @@ def test_shm_vs_native_runs_and_prints_one_table(tmp_path):
                ("native", "shm", "shm_slots", "shm_empty", "memcpy"))
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| mpich | 2 |")]
     assert len(rows) == 2 and rows[1].count("|") == 13
+
+
+def test_time_to_accuracy_table_and_plot(tmp_path):
+    """bench/time_to_accuracy.py on hand-made logs of both formats: the target is the
+    reference's final accuracy, reached at the first epoch that meets it; ratios of times and
+    median steps; a run that never reaches it says so; the plot is written."""
+    def log(name, accs, walls, summary):
+        epochs = [{"epoch": i + 1, "loss": 1.0 / (i + 1), "test_acc": a, "wall_s": w}
+                  for i, (a, w) in enumerate(zip(accs, walls))]
+        summary = {"test_acc": accs[-1], "steps": 100, "bytes_mean": 4e8, **summary}
+        (tmp_path / f"{name}.json").write_text(json.dumps({"summary": summary, "epochs": epochs}))
+        return str(tmp_path / f"{name}.json")
+
+    driver = {"step_median_s": 0.8, "seconds": {"compute": 20.0, "comm": 60.0}}
+    ref = log("dense", [0.9, 0.95, 0.94, 0.95], [10.0, 20.0, 30.0, 40.0], driver)
+    fast = log("topk", [0.93, 0.951, 0.96], [3.0, 6.0, 9.0],
+               {"step_median_s": 0.2, "seconds": {"compute": 15.0, "codec": 3.0, "encode": 2.0,
+                                                  "decode": 1.0, "comm": 2.0}})
+    slow = log("torch", [0.5, 0.9], [5.0, 10.0],
+               {"step_ms_median": 400.0, "exchange": "overlap",
+                "seconds": {"compute": 10.0, "update": 2.0, "comm": 30.0, "eval": 1.0}})
+    png = tmp_path / "tta.png"
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "time_to_accuracy.py"),
+                          "--reference", ref, fast, slow, "--plot", str(png)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    rows = {line.split(" | ")[0].strip("| "): line for line in run.stdout.splitlines()[2:]}
+    assert "reached 95.00 % at epoch" in run.stdout
+    assert "| 2 (20.0) | 1 (reference) | 800.0 ms (1.000x) | 4.00 | 200 / 0 / 0 / 600 |" \
+        in rows["dense"]
+    assert "| 96.00 % (+1.00) | 2 (6.0) | **0.30x** | 200.0 ms (0.250x) |" in rows["topk"]
+    assert rows["topk"].endswith("| 150 / 20 / 10 / 20 |")
+    assert "| not in 2 epochs | - | 400.0 ms (0.500x) |" in rows["torch"]
+    assert rows["torch"].endswith("| 120 / - / - / 300 |")
+    assert png.stat().st_size > 10_000
