@@ -22,6 +22,7 @@ and DDP's allreduce runs inside backward, so its time is in "compute".
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -93,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("runs", nargs="*", help="JSON logs")
     p.add_argument("--plot", metavar="PNG", help="curves of every run")
     a = p.parse_args(argv)
+    if a.plot and importlib.util.find_spec("matplotlib") is None:
+        from collectives._runtime.cli import PLOT_INSTALL
+
+        p.error(f"--plot needs matplotlib: {PLOT_INSTALL}")
     ref, runs = load(a.reference), [load(r) for r in a.runs]
     print(table(ref, runs))
     if a.plot:

@@ -199,9 +199,15 @@ def test_a_slow_host_computes_slower(tmp_path):
     alone; the cgroup is gone after the run."""
     name = f"ct{os.getpid()}s"
     spin = tmp_path / "spin.py"
+    # the slow host's rank starts timing once `run` has moved it into its cgroup (it looks every
+    # 0.1 s: under load a short spin could end before that)
     spin.write_text("import time\nfrom mpi4py import MPI\n"
+                    "end = time.monotonic() + 30\n"
+                    "while MPI.COMM_WORLD.rank == 1 and time.monotonic() < end and "
+                    "'collectives-' not in open('/proc/self/cgroup').read():\n"
+                    "    time.sleep(0.01)\n"
                     "w, c = time.perf_counter(), time.process_time()\n"
-                    "x = sum(range(4_000_000))\n"
+                    "x = sum(range(20_000_000))\n"
                     "print('rank', MPI.COMM_WORLD.rank, (time.perf_counter() - w) /"
                     " (time.process_time() - c), flush=True)\n")
     job = _cli("run", "--name", name, "--hosts", "2", "--ranks-per-host", "1", "--slow",

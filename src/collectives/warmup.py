@@ -9,8 +9,7 @@ if set, else ``__pycache__`` next to the kernels' sources): later processes load
 - ``allreduce``: the shm round driver (``run_rounds``, what ``algorithm="auto"`` runs on one
   node), through a one-rank team on ``COMM_SELF``: the same argument types as any team's call;
 - ``compressed``: ``compressed_allreduce`` with top-k and error feedback and the sparse
-  strategy's merges (:func:`collectives.compressed.warm.topk_with_feedback`);
-- ``sgd``: the driver's one-pass momentum SGD update (``collectives.sgd._kernels``).
+  strategy's merges (:func:`collectives.compressed.warm.topk_with_feedback`).
 
 The kernels take any op in one compile (the op is an argument); each dtype is a compile of its own.
 """
@@ -50,15 +49,8 @@ def _compressed(dtype: np.dtype) -> None:
     topk_with_feedback(dtype)
 
 
-def _sgd(dtype: np.dtype) -> None:
-    from .sgd.optim import SGD
-
-    SGD(np.zeros(8, dtype), 0.9, 1e-4).step(np.ones(8, dtype), 0.1)
-
-
 #: What ``warmup`` can compile, by name.
-PATHS: dict[str, Callable[[np.dtype], None]] = {"allreduce": _allreduce, "compressed": _compressed,
-                                                "sgd": _sgd}
+PATHS: dict[str, Callable[[np.dtype], None]] = {"allreduce": _allreduce, "compressed": _compressed}
 
 
 def kernel_stats() -> tuple[int, int]:
