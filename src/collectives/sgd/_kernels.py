@@ -1,8 +1,8 @@
 """Numba kernel of the driver's optimizer (private): the momentum SGD update in one pass.
 
 NumPy spells PyTorch's update ``g += wd * p; v *= mu; v += g; p -= lr * v`` as six passes over
-the parameters and two full-size temporaries (31 ms on the wide model's 17.1 M float32, where a
-memcpy takes 4); this kernel reads ``p``, ``g`` and ``v`` once and writes ``p`` and ``v`` once,
+the parameters and two full-size temporaries (timed in docs/benchmarks/cluster.md, "Time to
+accuracy"); this kernel reads ``p``, ``g`` and ``v`` once and writes ``p`` and ``v`` once,
 element by element, with the same float operations in the same order (no fused multiply-add:
 ``fastmath`` off), so its bits are NumPy's.
 """

@@ -378,7 +378,7 @@ class Trainer:
                 else self.state.auto.report()}
 
 
-def _limit_threads(world: int) -> None:
+def limit_threads(world: int) -> None:
     """Give each rank's BLAS its share of the cores: ranks are processes already, and BLAS
     threads of several ranks fighting over the same cores make every matrix product slower."""
     from threadpoolctl import threadpool_limits
@@ -399,7 +399,7 @@ def train(argv: list[str] | None = None, comm: MPI.Comm | None = None) -> dict |
     pre = parse(argv, comm.size, 10**12)  # the data set's name must be valid before loading it
     ds = datasets.load(pre.args.dataset, pre.args.subset)
     cfg = parse(argv, comm.size, len(ds.y_train))
-    _limit_threads(comm.size)
+    limit_threads(comm.size)
     t = Trainer(cfg, ds, comm)
     t.t_start = time.perf_counter()
     if cfg.args.resume:

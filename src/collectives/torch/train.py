@@ -29,11 +29,11 @@ import time
 import numpy as np
 import torch
 from mpi4py import MPI
-from threadpoolctl import threadpool_limits
 
 import collectives
 from collectives.datasets import DATASETS, load
 from collectives.sgd.data import shard, steps_per_epoch
+from collectives.sgd.driver import limit_threads
 from collectives.sgd.report import WRITERS, write_log
 
 from .ddp import CommHookState, comm_hook, init_process_group
@@ -108,10 +108,10 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
     comm = MPI.COMM_WORLD
     rank, world = comm.rank, comm.size
-    # NumPy's BLAS (the codecs' products, PowerSGD's, on the engine thread) gets this rank's
-    # share of the cores, as in collectives.sgd: OpenBLAS's default of a thread per core, in
-    # every rank, spins on the cores the ranks compute on (PowerSGD's step 97 -> 60 ms, 2 ranks)
-    threadpool_limits(max(1, (os.cpu_count() or 1) // world))
+    # NumPy's BLAS (PowerSGD's products, on the engine thread) gets this rank's share of the
+    # cores: OpenBLAS's default of a thread per core, in every rank, spins on the cores the
+    # ranks compute on
+    limit_threads(world)
     if args.batch_size % world:
         raise SystemExit(f"--batch-size {args.batch_size} does not divide among {world} ranks")
     local = args.batch_size // world
