@@ -162,6 +162,24 @@ def test_the_hooks_can_be_left_alone():
         assert run.stdout.split() == expected.split(), run.stderr
 
 
+@pytest.mark.parametrize("attempt", range(3))
+def test_ending_the_job_never_returns_to_the_program(tmp_path, attempt):
+    """MPICH's MPI_Abort often returns while the launcher ends the job (about one job in two
+    here): the rank then ran on into the program's next statement. Ours exits at once."""
+    argv = _script(tmp_path, "import time\nfrom mpi4py import MPI\n"
+                             "from collectives._runtime.cli import abort_world\n"
+                             "MPI.COMM_WORLD.Barrier()\n"
+                             "if MPI.COMM_WORLD.rank == 1:\n"
+                             "    try:\n"
+                             "        abort_world(3, delay=0)\n"
+                             "    finally:\n"
+                             "        print('returned', flush=True)\n"
+                             "time.sleep(HANG)\n".replace("HANG", str(HANG_S)))
+    status, output, seconds = _job(2, argv)
+    assert status != 0 and seconds < HANG_S / 2, output[-3000:]
+    assert "returned" not in output, output
+
+
 # -- Options.on_error="abort" (collectives._runtime.fatal): any error in a call ends the job ------
 def test_abort_mode_ends_the_job_even_when_the_error_is_caught(tmp_path):
     """In abort mode the other ranks wait in blocking MPI and cannot be told: rank 1's bad

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, NoReturn
 
 __all__ = ["UsageError", "Parser", "usage_errors", "fatal_errors", "program", "abort",
-           "world_rank", "PLOT_INSTALL", "TRACEBACK_ENV"]
+           "abort_world", "world_rank", "PLOT_INSTALL", "TRACEBACK_ENV"]
 
 #: Set to 1 to print the traceback of an error that ends the job (:func:`abort`), not just its line.
 TRACEBACK_ENV = "COLLECTIVES_TRACEBACK"
@@ -85,6 +85,31 @@ def usage_errors(prog: str, rank: int | None = None) -> Iterator[None]:
         raise SystemExit(2) from None
 
 
+def abort_world(status: int = 1, delay: float = ABORT_DELAY_S) -> NoReturn:
+    """``MPI_Abort`` on ``COMM_WORLD`` after ``delay`` seconds, and never return to the caller.
+
+    The launcher forwards a rank's output through a pipe; an abort at once can end its forwarder
+    before it has read what this rank printed last (a traceback came out cut short): the delay
+    gives it a moment.
+
+    MPI_Abort need not return, yet MPICH's (the PyPI wheel, under Hydra) often does: it asks the
+    launcher to end the job and goes on until the launcher's signal arrives. The caller's code ran
+    on in that window: a rank that ended the job over an error its program then caught went on
+    into its next collective, matched the other ranks' pending call, and they all finished it.
+    After the request this process exits at once (``os._exit``: no cleanup can block), and a
+    nonzero exit ends the job under every launcher."""
+    from mpi4py import MPI
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed or broken: nothing more to say on it
+            pass
+    time.sleep(delay)
+    MPI.COMM_WORLD.Abort(status)
+    os._exit(status or 1)
+
+
 def abort(prog: str, exc: BaseException, status: int = 1) -> NoReturn:
     """End the whole job for ``exc``, raised on this rank: one line, then ``MPI_Abort``.
 
@@ -102,10 +127,7 @@ def abort(prog: str, exc: BaseException, status: int = 1) -> NoReturn:
     print(f"{prog}: error: rank {rank}: {type(exc).__name__}" + (f": {text}" if text else ""),
           file=sys.stderr, flush=True)
     if size > 1:
-        # the launcher forwards our stderr through a pipe; an abort at once can end its
-        # forwarder before it has read the line: give it a moment
-        time.sleep(ABORT_DELAY_S)
-        MPI.COMM_WORLD.Abort(status)
+        abort_world(status)
     raise SystemExit(status)
 
 

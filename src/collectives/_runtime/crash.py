@@ -30,6 +30,7 @@ import time
 from typing import Any
 
 from . import flight
+from .cli import abort_world
 from .guard import RaisedEverywhere
 
 __all__ = ["install", "ENV", "GRACE_S", "PEER_WAIT_S"]
@@ -96,4 +97,4 @@ def _end_job(exc: BaseException | None, print_in_full: Any, thread: str | None =
               flush=True)
         if origin is not None:  # the rank whose error this is prints it and ends the job
             time.sleep(GRACE_S)
-    world.Abort(1)
+    abort_world(1)

@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from ..options import Options
 from . import flight
-from .cli import ABORT_DELAY_S
+from .cli import abort_world
 
 __all__ = ["Runner", "runner", "MODES"]
 
@@ -138,8 +138,7 @@ def _end(what: str, exc: BaseException | None) -> None:
           "Options.on_error='abort', 'raise' keeps it running: docs/reliability.md)",
           file=sys.stderr, flush=True)
     if MPI.Is_initialized() and not MPI.Is_finalized() and MPI.COMM_WORLD.size > 1:
-        time.sleep(ABORT_DELAY_S)  # the launcher's forwarder reads the line first
-        MPI.COMM_WORLD.Abort(1)
+        abort_world(1)
     if exc is not None:
         raise exc
     raise SystemExit(1)

@@ -31,12 +31,12 @@ from __future__ import annotations
 import atexit
 import sys
 import threading
-import time
 import warnings
 from typing import Any
 
 from mpi4py import MPI
 
+from .._runtime.cli import abort_world
 from .._runtime.release import mark_exiting
 from .engine import Engine
 
@@ -149,8 +149,7 @@ def _report(stuck: list[tuple[Engine, list[str]]], when: str, abort: bool) -> No
         lines += [f"  {line}" for line in reports]
     print("\n".join(lines), file=sys.stderr, flush=True)
     if abort:
-        time.sleep(0.5)  # let mpiexec forward the report before the abort tears the job down
-        MPI.COMM_WORLD.Abort(1)
+        abort_world(1, delay=0.5)  # mpiexec forwards the report before the job ends
 
 
 def _at_finalize(comm: MPI.Comm, keyval: int, value: Any) -> None:
