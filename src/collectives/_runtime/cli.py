@@ -89,15 +89,13 @@ def abort_world(status: int = 1, delay: float = ABORT_DELAY_S) -> NoReturn:
     """``MPI_Abort`` on ``COMM_WORLD`` after ``delay`` seconds, and never return to the caller.
 
     The launcher forwards a rank's output through a pipe; an abort at once can end its forwarder
-    before it has read what this rank printed last (a traceback came out cut short): the delay
-    gives it a moment.
+    before it has read what this rank printed last: the delay gives it a moment.
 
-    MPI_Abort need not return, yet MPICH's (the PyPI wheel, under Hydra) often does: it asks the
-    launcher to end the job and goes on until the launcher's signal arrives. The caller's code ran
-    on in that window: a rank that ended the job over an error its program then caught went on
-    into its next collective, matched the other ranks' pending call, and they all finished it.
-    After the request this process exits at once (``os._exit``: no cleanup can block), and a
-    nonzero exit ends the job under every launcher."""
+    MPI_Abort need not return, and MPICH's (the PyPI wheel, under Hydra) may: it asks the launcher
+    to end the job and goes on until the launcher's signal arrives. Code after it would run in
+    that window (a caught error's rank could enter its next collective and match the others'
+    pending call), so this process exits at once after the request (``os._exit``: no cleanup can
+    block); a nonzero exit ends the job under every launcher."""
     from mpi4py import MPI
 
     for stream in (sys.stdout, sys.stderr):
