@@ -274,3 +274,92 @@ def test_dgc_memory_fused_equals_unfused(label, n, dtype):
         xs[0][::5] = -0.0  # a sent -0.0 decodes to a zero: not "sent" for the masking
     check_dgc(label, xs)
     check_dgc(label, xs, momentum=0)
+
+
+# -- streamed stores (compress/_kernels/stream.py): the kernels' outputs past the caches --------
+
+def _at_offset(n, dtype, offset):
+    """An uninitialised array of ``n`` elements starting ``offset`` elements past a 64-byte
+    boundary (so the streamed part starts at every possible element)."""
+    itemsize = np.dtype(dtype).itemsize
+    raw = np.empty(n * itemsize + 2 * 64, dtype=np.uint8)
+    start = -raw.ctypes.data % 64 + offset * itemsize
+    return raw[start:start + n * itemsize].view(dtype)
+
+
+def _collected(c, thr, cap):
+    """What a scan collects from the finished ``c``: the count reaching ``thr``, the first
+    ``cap`` indices and their bits."""
+    idx = np.flatnonzero(~(np.abs(c) < thr))
+    return idx.size, idx[:cap], c[idx[:cap]].view(_uint(c))
+
+
+def _uint(a):
+    return {4: np.uint32, 8: np.uint64}[a.itemsize]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [0, 1, 63, 64, 65, 129, 1000, 4097])
+def test_streamed_compensate_scan_writes_the_same_bits(n, dtype, monkeypatch):
+    from compress._kernels import fused, sources
+    from compress._kernels.stream import LINE
+
+    monkeypatch.setattr(sources, "STREAM_MIN_BYTES", 0)
+    x, e = sample(n, dtype, seed=1), sample(n, dtype, seed=2)
+    if n > 40:
+        x[7], x[40] = np.inf, np.nan
+    thr = dtype(1.5)
+    for offset in range(LINE // np.dtype(dtype).itemsize):
+        for cap in (n, 5):
+            c = _at_offset(n, dtype, offset)
+            cand = np.empty(cap + 1, np.int64)
+            bits = np.empty(cap + 1, _uint(c))
+            head, stream = sources.streaming(c)
+            assert stream and (head == -offset % (LINE // c.itemsize) or not n)
+            with np.errstate(invalid="ignore"):
+                nonfinite, count = fused.compensate_scan(x, e, c, thr, cand, bits, head, stream)
+                want = x + e
+            same_bits(c, want)
+            assert nonfinite == np.count_nonzero(~np.isfinite(want))
+            total, idx, wbits = _collected(want, thr, cap)
+            assert count == total
+            kept = min(count, cap)
+            np.testing.assert_array_equal(cand[:kept], idx)
+            np.testing.assert_array_equal(bits[:kept], wbits)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [0, 1, 65, 4097])
+def test_streamed_momentum_scan_writes_the_same_bits(n, dtype):
+    from compress._kernels import fused
+    from compress._kernels.stream import LINE
+
+    g, u, v = (sample(n, dtype, seed=s) for s in (3, 4, 5))
+    m = dtype(0.9)
+    thr = dtype(1.0)
+    for offset in range(0, LINE // np.dtype(dtype).itemsize, 3):
+        c, u_out = _at_offset(n, dtype, offset), np.empty(n, dtype)
+        cand, bits = np.empty(n + 1, np.int64), np.empty(n + 1, _uint(c))
+        head = -offset % (LINE // c.itemsize)
+        nonfinite, count = fused.momentum_scan(g, u, v, u_out, c, m, thr, cand, bits, head,
+                                               True)
+        w = u * m + g
+        same_bits(u_out, w)
+        same_bits(c, v + w)
+        assert nonfinite == 0
+        total, idx, wbits = _collected(v + w, thr, n)
+        assert count == total
+        np.testing.assert_array_equal(cand[:count], idx)
+        np.testing.assert_array_equal(bits[:count], wbits)
+
+
+@pytest.mark.parametrize("label", ["topk", "dgc", "threshold", "randomk"])
+def test_memories_streaming_their_state_equal_the_reference(label, monkeypatch):
+    """Every fused memory with streamed stores from the first byte (the threshold lowered so
+    that test sizes stream): the same bits as the reference, non-finite steps included."""
+    from compress._kernels import sources
+
+    monkeypatch.setattr(sources, "STREAM_MIN_BYTES", 0)
+    for dtype in (np.float32, np.float64):
+        check_ef(label, steps(4097, dtype, seed=7, bad=np.nan))
+        check_dgc(label, steps(4097, dtype, seed=8, bad=np.inf))

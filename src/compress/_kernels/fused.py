@@ -5,15 +5,18 @@ A memory around a sparsifying codec compresses a tensor it computes first: error
 ``c = x + e``; DGC's momentum correction ``u' = u m + g``, ``c = v + u'``. Computing ``c`` in one
 pass and selecting in another reads it twice, and allocating it afresh every step pays a page
 fault per 4 KiB. These kernels compute ``c`` into a buffer the memory keeps (its new residual),
-in blocks of 32 elements, and gather the selection's statistics on the way:
+in blocks of 64 elements, and gather the selection's statistics on the way:
 
 * how many elements of ``c`` are inf or NaN (``not |c| < inf``);
 * how many reach the threshold ``thr`` (``not |c| < thr``), and their indices (ascending) and
   bits, the first ``cand.size - 1`` of them.
 
 The block loop tests magnitudes as floats, which the compiler turns into SIMD code (a magnitude
-*key*, the bits of ``|c|`` as an unsigned integer as in :mod:`.sparse`, made the loop scalar); a
-block with an element that reaches ``thr`` is read again, from L1, to collect it. For a
+*key*, the bits of ``|c|`` as an unsigned integer as in :mod:`.sparse`, made the loop scalar), and
+sets bit ``t`` of a 64-bit mask when the block's element ``t`` reaches ``thr``; the elements to
+collect are then the mask's set bits, found by counting trailing zeros: no second look at the
+block's elements and one branch per collected element (a block re-read element by element cost
+more than the whole SIMD pass at 1 % density). For a
 threshold given as a key ``t``, ``not |c| < float(t)`` is ``key >= t`` exactly: float order is
 key order for non-NaN magnitudes, and a NaN (whose key is above every finite key) passes. The
 collected bits let the selection run without reading ``c`` again at random places.
@@ -27,15 +30,16 @@ it by keys.
 
 import numpy as np
 from numba import njit, types
+from numba.cpython.unsafe.numbers import trailing_zeros
 from numba.extending import overload
 
 from . import NJIT
 from .rng import uniform_below
+from .stream import BLOCK, store_fence, stream_block
 
 __all__ = ["compensate_scan", "momentum_scan", "scan", "compensate_at", "momentum_at",
            "select_collected", "subtract_at", "zero_at", "random_positions"]
 
-_BLOCK = 32
 
 
 def _bits(v):  # pragma: no cover - replaced by the overload below inside kernels
@@ -52,92 +56,132 @@ def _bits_overload(v):
     return None
 
 
+@njit(**NJIT, inline="always")
+def _take(v, i, thr, cand, bits, cnt):  # pragma: no cover - compiled
+    """Collect element ``i`` (value ``v``) when it reaches ``thr``; return the new count."""
+    if not abs(v) < thr:
+        j = min(cnt, cand.size - 1)
+        cand[j] = i
+        bits[j] = _bits(v)
+        cnt += 1
+    return cnt
+
+
+@njit(**NJIT, inline="always")
+def _collect(blk, lo, hits, cand, bits, cnt, nonfinite):  # pragma: no cover - compiled
+    """Collect the block's elements set in ``hits`` (index ``lo + t``, bits of ``blk[t]``) after
+    the ``cnt`` collected so far (stores past ``cand.size - 1`` go to the last slot); return the
+    new count and ``nonfinite`` plus the inf and NaN among them (every one reaches a threshold:
+    none is ``< thr``)."""
+    cap = cand.size - 1
+    inf = blk.dtype.type(np.inf)
+    while hits:
+        t = trailing_zeros(hits)
+        j = min(cnt, cap)
+        cand[j] = lo + t
+        bits[j] = _bits(blk[t])
+        nonfinite += not abs(blk[t]) < inf
+        cnt += 1
+        hits &= hits - np.uint64(1)
+    return cnt, nonfinite
+
+
+@njit(**NJIT, inline="always")
+def _store(blk, dst, lo, stream):  # pragma: no cover - compiled
+    """``dst[lo:lo + BLOCK] = blk``: streamed past the caches when ``stream``."""
+    if stream:
+        stream_block(blk, dst, lo)
+    else:
+        for t in range(BLOCK):
+            dst[lo + t] = blk[t]
+
+
 @njit(**NJIT)
-def compensate_scan(x, e, c, thr, cand, bits):
+def compensate_scan(x, e, c, thr, cand, bits, head, stream):  # pragma: no cover - compiled
     """``c = x + e`` (float32 or float64, all of one size); return ``(nonfinite, count)``: how
     many elements of ``c`` are inf or NaN, and how many reach ``thr`` (``not |c| < thr``: NaN
     does), whose indices and bits go to ``cand`` and ``bits`` while they have room (the first
-    ``cand.size - 1``; the last slot takes the stores past that: no branch on a full buffer)."""
+    ``cand.size - 1``; the last slot takes the stores past that: no branch on a full buffer).
+
+    From element ``head`` on, ``c`` is written in blocks of :data:`BLOCK`, streamed when
+    ``stream`` (``c`` is then 64-byte aligned at ``head``); the elements before and the tail
+    one by one."""
     n = x.size
     inf = c.dtype.type(np.inf)
-    cap = cand.size - 1  # the last slot takes the stores past the room
+    head = min(head, n)
     nonfinite = 0
     cnt = 0
-    for blk in range(n // _BLOCK):
-        lo = blk * _BLOCK
-        hit = 0
-        for i in range(lo, lo + _BLOCK):
-            v = x[i] + e[i]
-            c[i] = v
-            a = abs(v)
-            nonfinite += not a < inf
-            hit += not a < thr
-        if hit:  # collect them (inline: a call would count references to cand and bits)
-            for i in range(lo, lo + _BLOCK):
-                if not abs(c[i]) < thr:
-                    j = min(cnt, cap)
-                    cand[j] = i
-                    bits[j] = _bits(c[i])
-                    cnt += 1
-                    hit -= 1
-                    if not hit:  # the block's last one
-                        break
-    for i in range(n - n % _BLOCK, n):
+    for i in range(head):
         v = x[i] + e[i]
         c[i] = v
-        a = abs(v)
-        nonfinite += not a < inf
-        if not a < thr:
-            j = min(cnt, cap)
-            cand[j] = i
-            bits[j] = _bits(v)
-            cnt += 1
+        nonfinite += not abs(v) < inf
+        cnt = _take(v, i, thr, cand, bits, cnt)
+    # views from head: indices known to be >= 0, so the block loop is SIMD code
+    xs, es, cs = x[head:], e[head:], c[head:]
+    blk = np.empty(BLOCK, dtype=c.dtype)
+    nb = xs.size // BLOCK
+    for b in range(nb):
+        lo = b * BLOCK
+        hits = np.uint64(0)
+        for t in range(BLOCK):
+            v = xs[lo + t] + es[lo + t]
+            blk[t] = v
+            hits |= np.uint64(not abs(v) < thr) << np.uint64(t)
+        _store(blk, cs, lo, stream)
+        cnt, nonfinite = _collect(blk, head + lo, hits, cand, bits, cnt, nonfinite)
+    for i in range(head + nb * BLOCK, n):
+        v = x[i] + e[i]
+        c[i] = v
+        nonfinite += not abs(v) < inf
+        cnt = _take(v, i, thr, cand, bits, cnt)
+    if stream:
+        store_fence()
     return nonfinite, cnt
 
 
 @njit(**NJIT)
-def momentum_scan(g, u, v, u_out, c, momentum, thr, cand, bits):
+def momentum_scan(g, u, v, u_out, c, momentum, thr, cand, bits, head,
+                  stream):  # pragma: no cover - compiled
     """DGC's momentum correction ``u_out = u * momentum + g``, ``c = v + u_out`` (float32 or
     float64; ``momentum`` of that type); return ``(nonfinite, count)`` of ``c`` as
-    :func:`compensate_scan` does."""
+    :func:`compensate_scan` does, writing ``c`` as it does (``u_out`` with plain stores)."""
     n = g.size
     inf = c.dtype.type(np.inf)
-    cap = cand.size - 1
+    head = min(head, n)
     nonfinite = 0
     cnt = 0
-    for blk in range(n // _BLOCK):
-        lo = blk * _BLOCK
-        hit = 0
-        for i in range(lo, lo + _BLOCK):
-            w = u[i] * momentum + g[i]
-            u_out[i] = w
-            w = v[i] + w
-            c[i] = w
-            a = abs(w)
-            nonfinite += not a < inf
-            hit += not a < thr
-        if hit:
-            for i in range(lo, lo + _BLOCK):
-                if not abs(c[i]) < thr:
-                    j = min(cnt, cap)
-                    cand[j] = i
-                    bits[j] = _bits(c[i])
-                    cnt += 1
-                    hit -= 1
-                    if not hit:
-                        break
-    for i in range(n - n % _BLOCK, n):
+    for i in range(head):
         w = u[i] * momentum + g[i]
         u_out[i] = w
         w = v[i] + w
         c[i] = w
-        a = abs(w)
-        nonfinite += not a < inf
-        if not a < thr:
-            j = min(cnt, cap)
-            cand[j] = i
-            bits[j] = _bits(w)
-            cnt += 1
+        nonfinite += not abs(w) < inf
+        cnt = _take(w, i, thr, cand, bits, cnt)
+    gs, us, vs, uos, cs = g[head:], u[head:], v[head:], u_out[head:], c[head:]
+    ub = np.empty(BLOCK, dtype=c.dtype)
+    blk = np.empty(BLOCK, dtype=c.dtype)
+    nb = gs.size // BLOCK
+    for b in range(nb):
+        lo = b * BLOCK
+        hits = np.uint64(0)
+        for t in range(BLOCK):
+            w = us[lo + t] * momentum + gs[lo + t]
+            ub[t] = w
+            w = vs[lo + t] + w
+            blk[t] = w
+            hits |= np.uint64(not abs(w) < thr) << np.uint64(t)
+        _store(ub, uos, lo, False)  # two streamed outputs ran 5x slower than none
+        _store(blk, cs, lo, stream)
+        cnt, nonfinite = _collect(blk, head + lo, hits, cand, bits, cnt, nonfinite)
+    for i in range(head + nb * BLOCK, n):
+        w = u[i] * momentum + g[i]
+        u_out[i] = w
+        w = v[i] + w
+        c[i] = w
+        nonfinite += not abs(w) < inf
+        cnt = _take(w, i, thr, cand, bits, cnt)
+    if stream:
+        store_fence()
     return nonfinite, cnt
 
 
@@ -150,9 +194,9 @@ def scan(words, absmask, inf, thr, cand, bits):
     nonfinite = 0
     cnt = 0
     cap = cand.size - 1
-    for blk in range(n // _BLOCK + 1):
-        lo = blk * _BLOCK
-        hi = min(n, lo + _BLOCK)
+    for blk in range(n // BLOCK + 1):
+        lo = blk * BLOCK
+        hi = min(n, lo + BLOCK)
         hit = 0
         for i in range(lo, hi):
             key = words[i] & absmask

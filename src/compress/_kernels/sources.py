@@ -22,12 +22,46 @@ of :func:`.sparse.topk_indices`, with the collecting pass fused into ``run``.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from .._util import inf_word, quiet, uint_view
-from . import fused, sparse
+from . import fused, sparse, stream
 
 __all__ = ["Source", "Compensated", "Momentum", "Scan", "topk", "sample_keys"]
+
+
+_SCRATCH = threading.local()
+
+
+def scratch(name: str, size: int, dtype) -> np.ndarray:
+    """A buffer of ``size`` elements of ``dtype`` that this thread reuses from call to call
+    (contents undefined; valid until the thread asks for ``name`` again). A fresh array of a few
+    MB per call costs a page fault per 4 KiB on first touch, inside the scan."""
+    dtype = np.dtype(dtype)
+    cache = getattr(_SCRATCH, "buffers", None)
+    if cache is None:
+        cache = _SCRATCH.buffers = {}
+    buf = cache.get((name, dtype))
+    if buf is None or buf.size < size:
+        buf = cache[(name, dtype)] = np.empty(max(size, 1024), dtype=dtype)
+    return buf[:size]
+
+
+#: Outputs smaller than this are written with plain stores: they fit in the caches, where the
+#: next kernel (the residual's update at the sent indices, the next step) finds them.
+STREAM_MIN_BYTES = 8 << 20
+
+
+def streaming(out: np.ndarray) -> tuple[int, bool]:
+    """``(head, stream)`` for a fused kernel writing the flat ``out``: stream past the caches
+    from element ``head`` (the first 64-byte aligned one, :mod:`.stream`) when ``out`` is large;
+    else plain stores."""
+    addr = out.ctypes.data
+    if out.nbytes < STREAM_MIN_BYTES or addr % out.itemsize:
+        return 0, False
+    return (-addr % stream.LINE) // out.itemsize, True
 
 
 class Scan:
@@ -76,8 +110,8 @@ class Source:
         """Compute the tensor into ``values``, collecting the elements whose magnitude keys reach
         ``thr`` (None: none)."""
         cap = 0 if thr is None else cap
-        cand = np.empty(cap + 1, dtype=np.int64)  # + 1: the slot of the kernels' spare stores
-        bits = np.empty(cap + 1, dtype=self.bits.dtype)
+        cand = scratch("cand", cap + 1, np.int64)  # + 1: the slot of the kernels' spare stores
+        bits = scratch("bits", cap + 1, self.bits.dtype)
         inf = inf_word(self.dtype)
         key = self.bits.dtype.type(inf if thr is None else thr)
         if key > inf:  # a NaN's key: float comparisons cannot say "key >= thr"; keys can
@@ -134,7 +168,7 @@ class Compensated(Source):
                 np.add(self.x, self.e, out=self.values)
         else:
             return fused.compensate_scan(self.x, self.e, self.values, self._float(key), cand,
-                                         bits)
+                                         bits, *streaming(self.values))
         return self._scan(key, cand, bits)
 
 
@@ -167,7 +201,8 @@ class Momentum(Source):
             return self._scan(key, cand, bits)
         m = self.dtype.type(self.momentum)  # NumPy's array * Python float: the float in the dtype
         return fused.momentum_scan(self.g, self.u, self.v, self.u_out, self.values, m,
-                                   self._float(key), cand, bits)
+                                   self._float(key), cand, bits,
+                                   *streaming(self.values))
 
 
 def sample_keys(src: Source, m: int, stream) -> np.ndarray:
@@ -200,9 +235,11 @@ def topk(src: Source, k: int) -> tuple[np.ndarray, np.ndarray | None]:
             cap = 2 * (above * n // sparse._SAMPLE) + 1024  # twice the candidates expected
     scan = src.run(thr, cap)
     if thr is not None and scan.complete and scan.count >= k:
-        idx, bits = np.empty(k + 1, dtype=np.int64), np.empty(k + 1, dtype=src.bits.dtype)
-        keys = scan.bits & src.absmask
-        v = np.partition(keys, keys.size - k)[keys.size - k]  # NumPy's is SIMD, Numba's is not
+        idx, bits = scratch("idx", k + 1, np.int64), scratch("sent", k + 1, src.bits.dtype)
+        keys = np.bitwise_and(scan.bits, src.absmask, out=scratch("keys", scan.bits.size,
+                                                                   scan.bits.dtype))
+        keys.partition(keys.size - k)  # in place; NumPy's is SIMD, Numba's is not
+        v = keys[keys.size - k]
         fused.select_collected(scan.cand, scan.bits, src.absmask, v, k, idx, bits)
         return idx[:k], bits[:k]
     # too few candidates or too many (or none asked for): the selection over every element
