@@ -78,6 +78,37 @@ def test_sum_of_payloads_is_the_dense_sum(spec, p, dtype, average):
         np.testing.assert_array_equal(out.view(np.uint8), expected.view(np.uint8))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("p", [1, 3, 4])
+@pytest.mark.parametrize("spec", ["topk:ratio=0.01", "threshold:tau=1.0"])
+def test_a_sum_over_many_chunks_streamed_at_any_alignment(spec, p, dtype, monkeypatch):
+    """Past one chunk, with the result streamed past the caches (the size threshold lowered to
+    0) into arrays that start at every offset from a 64-byte boundary: the same bits."""
+    from compress._kernels import stream
+
+    from collectives.compressed._kernels import CHUNK
+
+    monkeypatch.setattr(stream, "STREAM_MIN_BYTES", 0)
+    codec = compress.from_spec(spec)
+    n = 2 * CHUNK + 1031
+    payloads = []
+    for x in contributions(p, n, dtype, seed=p):
+        x[CHUNK - 3:CHUNK + 5] = 1000  # sent across a chunk boundary
+        with np.errstate(over="ignore", invalid="ignore"):
+            payloads.append(codec.encode(x, key="k", step=1))
+    want = dense_reference(codec, payloads, n, True, p)
+    coding = TensorCoding(compress_state(codec), "k", 1, True, p, (n,))
+    itemsize = want.itemsize
+    for offset in range(0, 64 // itemsize, 3):
+        raw = np.empty(n * itemsize + 128, np.uint8)
+        start = -raw.ctypes.data % 64 + offset * itemsize
+        out = raw[start:start + n * itemsize].view(want.dtype)
+        assert stream.streaming(out) == (-offset % (64 // itemsize), True)
+        with np.errstate(over="ignore", invalid="ignore"):
+            coding.aggregate_into(payloads, n, out)
+        np.testing.assert_array_equal(out.view(np.uint8), want.view(np.uint8))
+
+
 def test_sparse_payloads_add_at_their_indices_only():
     """The sparse path writes one dense vector: no dense decode per payload."""
     codec = compress.get("topk", ratio=0.01)

@@ -172,6 +172,17 @@ class Codec:
         ops = backend_of(buf)
         return self._sparse_parts(*self._parse(buf, count, max_elements, ops), ops)
 
+    def sparse_views(self, payload, *, count: int | None = None,
+                     max_elements: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`sparse_parts` without copies where the format allows: the validated
+        (strictly increasing uint32 flat indices, values), views of the payload where it holds
+        them as such (top-k, DGC: valid while the payload is; not to be written)."""
+        if not isinstance(self, SparsePayload):
+            raise TypeError(f"codec {self.name!r} is not sparse")
+        buf = as_array(payload)
+        ops = backend_of(buf)
+        return self._sparse_views(*self._parse(buf, count, max_elements, ops), ops)
+
     def _parse(self, payload, count: int | None, max_elements: int | None,
                ops) -> tuple[Header, dict[str, np.ndarray]]:
         """Validate the header, the parameters, the element count (against ``count`` and the

@@ -100,6 +100,13 @@ class SparsePayload(ABC):
         """(strictly increasing int64 indices, values) of a validated payload (see
         ``Codec.sparse_parts``)."""
 
+    def _sparse_views(self, hdr, body, ops):
+        """(strictly increasing uint32 indices, values) of a validated payload, views of it
+        where it holds them so (see ``Codec.sparse_views``); here: :meth:`_sparse_parts`
+        with its indices cast."""
+        idx, vals = self._sparse_parts(hdr, body, ops)
+        return ops.cast_copy(idx, np.uint32), vals
+
 
 class FusedFeedback(ABC):
     """A codec that encodes a memory's tensor in the pass that computes it (host arrays)."""

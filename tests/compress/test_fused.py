@@ -301,10 +301,10 @@ def _uint(a):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("n", [0, 1, 63, 64, 65, 129, 1000, 4097])
 def test_streamed_compensate_scan_writes_the_same_bits(n, dtype, monkeypatch):
-    from compress._kernels import fused, sources
+    from compress._kernels import fused, stream
     from compress._kernels.stream import LINE
 
-    monkeypatch.setattr(sources, "STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(stream, "STREAM_MIN_BYTES", 0)
     x, e = sample(n, dtype, seed=1), sample(n, dtype, seed=2)
     if n > 40:
         x[7], x[40] = np.inf, np.nan
@@ -314,10 +314,10 @@ def test_streamed_compensate_scan_writes_the_same_bits(n, dtype, monkeypatch):
             c = _at_offset(n, dtype, offset)
             cand = np.empty(cap + 1, np.int64)
             bits = np.empty(cap + 1, _uint(c))
-            head, stream = sources.streaming(c)
-            assert stream and (head == -offset % (LINE // c.itemsize) or not n)
+            head, streamed = stream.streaming(c)
+            assert streamed and (head == -offset % (LINE // c.itemsize) or not n)
             with np.errstate(invalid="ignore"):
-                nonfinite, count = fused.compensate_scan(x, e, c, thr, cand, bits, head, stream)
+                nonfinite, count = fused.compensate_scan(x, e, c, thr, cand, bits, head, streamed)
                 want = x + e
             same_bits(c, want)
             assert nonfinite == np.count_nonzero(~np.isfinite(want))
@@ -357,9 +357,9 @@ def test_streamed_momentum_scan_writes_the_same_bits(n, dtype):
 def test_memories_streaming_their_state_equal_the_reference(label, monkeypatch):
     """Every fused memory with streamed stores from the first byte (the threshold lowered so
     that test sizes stream): the same bits as the reference, non-finite steps included."""
-    from compress._kernels import sources
+    from compress._kernels import stream
 
-    monkeypatch.setattr(sources, "STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(stream, "STREAM_MIN_BYTES", 0)
     for dtype in (np.float32, np.float64):
         check_ef(label, steps(4097, dtype, seed=7, bad=np.nan))
         check_dgc(label, steps(4097, dtype, seed=8, bad=np.inf))

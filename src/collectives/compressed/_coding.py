@@ -86,7 +86,7 @@ class TensorCoding:
         payloads of one dtype are added into it at their indices (the same bits); any other
         payload is decoded and added, one at a time."""
         if isinstance(self.codec, SparsePayload) and all(type(pl) is np.ndarray for pl in payloads):
-            parts = [self.codec.sparse_parts(pl, count=count) for pl in payloads]  # validated
+            parts = [self.codec.sparse_views(pl, count=count) for pl in payloads]  # validated
             if len({vals.dtype for _, vals in parts}) == 1:
                 self._sparse_sum_into(parts, count, out)
                 return
@@ -101,17 +101,21 @@ class TensorCoding:
 
     def _sparse_sum_into(self, parts: list[tuple[np.ndarray, np.ndarray]], count: int,
                          out: np.ndarray) -> None:
-        """The rank-order sum of validated (index, value) lists, as :meth:`aggregate_into` adds
-        decoded payloads, and its mean: the dense result written once, in order."""
+        """The rank-order sum of validated (uint32 index, value) lists, as :meth:`aggregate_into`
+        adds decoded payloads, and its mean: the dense result written once, in order (past the
+        caches when it is large)."""
+        from compress._kernels.stream import streaming
+
         from ._kernels import sum_in_rank_order  # Numba, on first use
 
         dtype = np.result_type(parts[0][1].dtype, np.float32)
         acc = self.accumulator(out, dtype)
         offsets = np.cumsum([0] + [idx.size for idx, _ in parts], dtype=np.int64)
-        idx = np.concatenate([i for i, _ in parts]).astype(np.int64, copy=False)
-        vals = np.concatenate([v.astype(dtype, copy=False) for _, v in parts])
+        idx = np.concatenate([i for i, _ in parts])
+        vals = np.concatenate([v for _, v in parts], dtype=dtype)
         average = self.average and not self.majority
-        sum_in_rank_order(acc, idx, vals, offsets, dtype.type(self.world), average)
+        sum_in_rank_order(acc, idx, vals, offsets, dtype.type(self.world), average,
+                          *streaming(acc))
         if self.majority:
             np.sign(acc, out=acc)
         if acc is not out:

@@ -27,7 +27,8 @@ import threading
 import numpy as np
 
 from .._util import inf_word, quiet, uint_view
-from . import fused, sparse, stream
+from . import fused, sparse
+from .stream import streaming
 
 __all__ = ["Source", "Compensated", "Momentum", "Scan", "topk", "sample_keys"]
 
@@ -47,21 +48,6 @@ def scratch(name: str, size: int, dtype) -> np.ndarray:
     if buf is None or buf.size < size:
         buf = cache[(name, dtype)] = np.empty(max(size, 1024), dtype=dtype)
     return buf[:size]
-
-
-#: Outputs smaller than this are written with plain stores: they fit in the caches, where the
-#: next kernel (the residual's update at the sent indices, the next step) finds them.
-STREAM_MIN_BYTES = 8 << 20
-
-
-def streaming(out: np.ndarray) -> tuple[int, bool]:
-    """``(head, stream)`` for a fused kernel writing the flat ``out``: stream past the caches
-    from element ``head`` (the first 64-byte aligned one, :mod:`.stream`) when ``out`` is large;
-    else plain stores."""
-    addr = out.ctypes.data
-    if out.nbytes < STREAM_MIN_BYTES or addr % out.itemsize:
-        return 0, False
-    return (-addr % stream.LINE) // out.itemsize, True
 
 
 class Scan:

@@ -18,17 +18,30 @@ kernel that used them, so another thread that later reads the tensor sees every 
 
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["LINE", "BLOCK", "stream_block", "store_fence"]
+__all__ = ["LINE", "BLOCK", "STREAM_MIN_BYTES", "streaming", "stream_block", "store_fence"]
 
 #: Bytes per vector store and the alignment a block's destination needs.
 LINE = 64
 #: Elements per :func:`stream_block` (a whole number of lines in every float format).
 BLOCK = 64
+#: Outputs smaller than this are written with plain stores: they fit in the caches, where the
+#: next kernel (the residual's update at the sent indices, the next step) finds them.
+STREAM_MIN_BYTES = 8 << 20
+
+
+def streaming(out: np.ndarray) -> tuple[int, bool]:
+    """``(head, stream)`` for a kernel writing the flat ``out``: stream past the caches from
+    element ``head`` (the first 64-byte aligned one) when ``out`` is large; else plain stores."""
+    addr = out.ctypes.data
+    if out.nbytes < STREAM_MIN_BYTES or addr % out.itemsize:
+        return 0, False
+    return (-addr % LINE) // out.itemsize, True
 
 
 @intrinsic

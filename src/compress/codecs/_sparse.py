@@ -70,6 +70,9 @@ class SparseCodec(SparsePayload, Codec):
     def _sparse_parts(self, hdr, body, ops):
         return ops.cast_copy(self._check_indices(hdr, body, ops), np.int64), ops.copy(body["values"])
 
+    def _sparse_views(self, hdr, body, ops):
+        return self._check_indices(hdr, body, ops), body["values"]
+
     def _decode(self, hdr, body, ops):
         idx = self._check_indices(hdr, body, ops)
         out = ops.zeros(hdr.count, hdr.dtype)
