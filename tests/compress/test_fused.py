@@ -12,6 +12,7 @@ past the sampled selection, inputs that defeat the selection's estimates, and no
 
 from __future__ import annotations
 
+import itertools
 import warnings
 
 import numpy as np
@@ -308,24 +309,25 @@ def test_streamed_compensate_scan_writes_the_same_bits(n, dtype, monkeypatch):
     x, e = sample(n, dtype, seed=1), sample(n, dtype, seed=2)
     if n > 40:
         x[7], x[40] = np.inf, np.nan
-    thr = dtype(1.5)
-    for offset in range(LINE // np.dtype(dtype).itemsize):
-        for cap in (n, 5):
-            c = _at_offset(n, dtype, offset)
-            cand = np.empty(cap + 1, np.int64)
-            bits = np.empty(cap + 1, _uint(c))
-            head, streamed = stream.streaming(c)
-            assert streamed and (head == -offset % (LINE // c.itemsize) or not n)
-            with np.errstate(invalid="ignore"):
-                nonfinite, count = fused.compensate_scan(x, e, c, thr, cand, bits, head, streamed)
-                want = x + e
-            same_bits(c, want)
-            assert nonfinite == np.count_nonzero(~np.isfinite(want))
-            total, idx, wbits = _collected(want, thr, cap)
-            assert count == total
-            kept = min(count, cap)
-            np.testing.assert_array_equal(cand[:kept], idx)
-            np.testing.assert_array_equal(bits[:kept], wbits)
+    for offset, thr, cap in itertools.product(range(LINE // np.dtype(dtype).itemsize),
+                                              (dtype(1.5), dtype(4.0)), (n, 5)):
+        # |x + e| (sd 1.4): most blocks of 64 hold several past 1.5, none or one past 4
+        c = _at_offset(n, dtype, offset)
+        cand = np.empty(cap + 1, np.int64)
+        bits = np.empty(cap + 1, _uint(c))
+        head, streamed = stream.streaming(c)
+        assert streamed and (head == -offset % (LINE // c.itemsize) or not n)
+        with np.errstate(invalid="ignore"):
+            nonfinite, count = fused.compensate_scan(x, e, c, thr, cand, bits, head,
+                                                     streamed)
+            want = x + e
+        same_bits(c, want)
+        assert nonfinite == np.count_nonzero(~np.isfinite(want))
+        total, idx, wbits = _collected(want, thr, cap)
+        assert count == total
+        kept = min(count, cap)
+        np.testing.assert_array_equal(cand[:kept], idx)
+        np.testing.assert_array_equal(bits[:kept], wbits)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -75,6 +75,15 @@ def _collect(blk, lo, hits, cand, bits, cnt, nonfinite):  # pragma: no cover - c
     none is ``< thr``)."""
     cap = cand.size - 1
     inf = blk.dtype.type(np.inf)
+    for _ in range(2):  # most blocks hold at most two: taken without a branch on their number
+        t = trailing_zeros(hits) & (BLOCK - 1)  # no hit: 64, read as 0 and not counted
+        got = hits != 0
+        j = min(cnt, cap)
+        cand[j] = lo + t
+        bits[j] = _bits(blk[t])
+        nonfinite += got & (not abs(blk[t]) < inf)
+        cnt += got
+        hits &= hits - np.uint64(got)
     while hits:
         t = trailing_zeros(hits)
         j = min(cnt, cap)
