@@ -126,11 +126,13 @@ class _Repeat:
     """What :class:`_Repeats` remembers of one blocking allreduce."""
 
     __slots__ = ("x", "out", "shape", "xstrides", "ostrides", "dtype", "opts", "comm", "ctx",
-                 "run", "op", "fn", "inplace", "vector", "what")
+                 "run", "op", "fn", "inplace", "vector", "what", "opname", "algorithm",
+                 "comm_arg")
 
     def __init__(self, call: AllreduceCall, x: np.ndarray, out: np.ndarray, comm: MPI.Comm,
-                 ctx: Any, opts: Options) -> None:
+                 ctx: Any, opts: Options, opname: str, algorithm: str, comm_arg: Any) -> None:
         self.x, self.out = weakref.ref(x), weakref.ref(out)  # never keeps the arrays alive
+        self.opname, self.algorithm, self.comm_arg = opname, algorithm, comm_arg
         self.shape, self.xstrides, self.ostrides, self.dtype = x.shape, x.strides, out.strides, \
             x.dtype
         self.opts, self.comm, self.ctx, self.run = opts, comm, ctx, runner(ctx, opts).run
@@ -158,16 +160,20 @@ class _Repeats:
 
     def __init__(self) -> None:
         self.entries: dict[tuple, _Repeat] = {}
+        self.last: _Repeat | None = None  # the entry of the last repeat: found without a key
 
     def run(self, x: Any, out: Any, op: str, algorithm: str, comm: Any,
             options: Options | None) -> bool:
         """Run the call if it repeats a remembered one; False if it does not."""
-        e = self.entries.get((id(x), id(out), op, algorithm, id(comm)))
-        if e is None:
-            return False
+        e = self.last  # a loop of one call: compared by identity (id() is an audited event)
+        if (e is None or e.x() is not x or e.out() is not out or e.opname != op
+                or e.algorithm != algorithm or e.comm_arg is not comm):
+            e = self.entries.get((id(x), id(out), op, algorithm, id(comm)))
+            if e is None or e.x() is not x or e.out() is not out:
+                return False
+            self.last = e
         opts = e.opts
-        if (e.x() is not x or e.out() is not out
-                or (Options.from_env() if options is None else options) is not opts
+        if ((Options.from_env() if options is None else options) is not opts
                 or x.shape != e.shape or out.shape != e.shape or x.dtype is not e.dtype
                 or out.dtype is not e.dtype or x.strides != e.xstrides
                 or out.strides != e.ostrides or not out.flags.writeable
@@ -193,7 +199,8 @@ class _Repeats:
             except (RuntimeError, StopIteration):
                 pass
         entries[(id(x), id(out), op, algorithm, id(comm_arg))] = _Repeat(
-            call, x, out, comm, context(comm), call.opts if options is None else options)
+            call, x, out, comm, context(comm), call.opts if options is None else options, op,
+            algorithm, comm_arg)
 
 
 _REPEATS = _Repeats()

@@ -141,6 +141,18 @@ def test_repeated_calls_reuse_checks_safely(monkeypatch):
         collectives.allreduce(a, out=b, comm=comm)
         assert np.array_equal(b, np.full(1001, p * k + p * (p - 1) / 2))
         del a, b
+    half = comm.Split(comm.rank % 2)  # the same arrays in turn on two communicators, two ops
+    c = np.full(4, comm.rank + 1, dtype=np.int64)
+    d = np.empty_like(c)
+    mates = half.allgather(comm.rank)
+    for _ in range(3):
+        assert np.array_equal(collectives.allreduce(c, out=d, comm=comm),
+                              np.full(4, p * (p + 1) // 2))
+        assert np.array_equal(collectives.allreduce(c, out=d, comm=half),
+                              np.full(4, sum(r + 1 for r in mates)))
+        assert np.array_equal(collectives.allreduce(c, out=d, op="max", comm=half),
+                              np.full(4, max(mates) + 1))
+    half.Free()
     monkeypatch.setenv("COLLECTIVES_VALIDATE", "1")  # options in force changed: validated
     if p > 1:
         bad = np.ones(3 + (comm.rank == 0))
