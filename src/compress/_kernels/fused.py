@@ -76,7 +76,7 @@ def _collect(blk, lo, hits, cand, bits, cnt, nonfinite):  # pragma: no cover - c
     cap = cand.size - 1
     inf = blk.dtype.type(np.inf)
     for _ in range(2):  # most blocks hold at most two: taken without a branch on their number
-        t = trailing_zeros(hits) & (BLOCK - 1)  # no hit: 64, read as 0 and not counted
+        t = np.int64(trailing_zeros(hits)) & (BLOCK - 1)  # no hit: 64, read as 0, not counted
         got = hits != 0
         j = min(cnt, cap)
         cand[j] = lo + t
@@ -85,7 +85,7 @@ def _collect(blk, lo, hits, cand, bits, cnt, nonfinite):  # pragma: no cover - c
         cnt += got
         hits &= hits - np.uint64(got)
     while hits:
-        t = trailing_zeros(hits)
+        t = np.int64(trailing_zeros(hits))
         j = min(cnt, cap)
         cand[j] = lo + t
         bits[j] = _bits(blk[t])
