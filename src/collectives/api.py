@@ -198,7 +198,7 @@ class _Repeats:
                 entries.pop(next(iter(entries)), None)
             except (RuntimeError, StopIteration):
                 pass
-        entries[(id(x), id(out), op, algorithm, id(comm_arg))] = _Repeat(
+        entries[(id(x), id(out), op, algorithm, id(comm_arg))] = self.last = _Repeat(
             call, x, out, comm, context(comm), call.opts if options is None else options, op,
             algorithm, comm_arg)
 

@@ -153,6 +153,18 @@ def test_repeated_calls_reuse_checks_safely(monkeypatch):
         assert np.array_equal(collectives.allreduce(c, out=d, op="max", comm=half),
                               np.full(4, max(mates) + 1))
     half.Free()
+    if p > 1:  # new options on the same arrays: checked once, then remembered with them
+        from collectives import api
+
+        checked = []
+        original = api._call
+        monkeypatch.setattr(api, "_call", lambda *a: checked.append(a[0]) or original(*a))
+        for options in (collectives.Options(), collectives.Options(segment_bytes=4096)):
+            for _ in range(3):
+                collectives.allreduce(c, out=d, comm=comm, options=options)
+                assert np.array_equal(d, np.full(4, p * (p + 1) // 2))
+        assert len(checked) == 2
+        monkeypatch.setattr(api, "_call", original)
     monkeypatch.setenv("COLLECTIVES_VALIDATE", "1")  # options in force changed: validated
     if p > 1:
         bad = np.ones(3 + (comm.rank == 0))
