@@ -15,11 +15,13 @@ The block loop tests magnitudes as floats, which the compiler turns into SIMD co
 *key*, the bits of ``|c|`` as an unsigned integer as in :mod:`.sparse`, made the loop scalar), and
 sets bit ``t`` of a 64-bit mask when the block's element ``t`` reaches ``thr``; the elements to
 collect are then the mask's set bits, found by counting trailing zeros: no second look at the
-block's elements and one branch per collected element (a block re-read element by element cost
-more than the whole SIMD pass at 1 % density). For a
-threshold given as a key ``t``, ``not |c| < float(t)`` is ``key >= t`` exactly: float order is
-key order for non-NaN magnitudes, and a NaN (whose key is above every finite key) passes. The
-collected bits let the selection run without reading ``c`` again at random places.
+block's elements, and no branch per element (the first two set bits are taken without asking
+how many there are). For a threshold given as a key ``t``, ``not |c| < float(t)`` is
+``key >= t`` exactly: float order is key order for non-NaN magnitudes, and a NaN (whose key is
+above every finite key) passes. The collected bits let the selection run without reading ``c``
+again at random places. A block is computed into a 64-element buffer that stays in L1 and
+written to ``c`` from there, past the caches when ``c`` is large (:mod:`.stream`: no read of
+``c``'s lines before they are written).
 
 ``c`` gets the bits NumPy's ``x + e`` (and ``u * m + g``, ``v + u'``) give: IEEE operations in
 the same order, no contraction into fused multiply-adds (``fastmath`` is off). (Which NaN comes
@@ -179,7 +181,7 @@ def momentum_scan(g, u, v, u_out, c, momentum, thr, cand, bits, head,
             w = vs[lo + t] + w
             blk[t] = w
             hits |= np.uint64(not abs(w) < thr) << np.uint64(t)
-        _store(ub, uos, lo, False)  # two streamed outputs ran 5x slower than none
+        _store(ub, uos, lo, False)  # one streamed output: two interleaved streams stall
         _store(blk, cs, lo, stream)
         cnt, nonfinite = _collect(blk, head + lo, hits, cand, bits, cnt, nonfinite)
     for i in range(head + nb * BLOCK, n):
