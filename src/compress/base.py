@@ -166,22 +166,22 @@ class Codec:
         ``max_elements`` checked the same way) before anything is returned, so a sparse
         allreduce can merge the lists without decoding to dense.
         """
-        if not isinstance(self, SparsePayload):
-            raise TypeError(f"codec {self.name!r} is not sparse")
-        buf = as_array(payload)
-        ops = backend_of(buf)
-        return self._sparse_parts(*self._parse(buf, count, max_elements, ops), ops)
+        return self._sparse(payload, count, max_elements, "_sparse_parts")
 
     def sparse_views(self, payload, *, count: int | None = None,
                      max_elements: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`sparse_parts` without copies where the format allows: the validated
         (strictly increasing uint32 flat indices, values), views of the payload where it holds
         them as such (top-k, DGC: valid while the payload is; not to be written)."""
+        return self._sparse(payload, count, max_elements, "_sparse_views")
+
+    def _sparse(self, payload, count, max_elements, method: str):
+        """The validated lists of a sparse codec's payload, by the protocol's ``method``."""
         if not isinstance(self, SparsePayload):
             raise TypeError(f"codec {self.name!r} is not sparse")
         buf = as_array(payload)
         ops = backend_of(buf)
-        return self._sparse_views(*self._parse(buf, count, max_elements, ops), ops)
+        return getattr(self, method)(*self._parse(buf, count, max_elements, ops), ops)
 
     def _parse(self, payload, count: int | None, max_elements: int | None,
                ops) -> tuple[Header, dict[str, np.ndarray]]:

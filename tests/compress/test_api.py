@@ -147,12 +147,18 @@ def test_sparse_parts_match_decode(name, params):
     assert idx.dtype == np.int64 and (np.diff(idx) > 0).all()
     np.testing.assert_array_equal(dense[idx], vals)
     assert np.count_nonzero(np.delete(dense, idx)) == 0
+    views = codec.sparse_views(payload)  # the same lists, uint32 indices; top-k's and DGC's
+    assert views[0].dtype == np.uint32  # are the payload's own bytes
+    np.testing.assert_array_equal(views[0], idx)
+    np.testing.assert_array_equal(views[1], vals)
+    assert all(np.shares_memory(v, payload) for v in views) == (name != "threshold")
     broken = payload.copy()
     broken[-1] ^= 0xFF  # the last index goes out of order or range
-    with pytest.raises(ValueError):
-        codec.sparse_parts(broken)
-    with pytest.raises(TypeError, match="not sparse"):
-        compress.get("fp16").sparse_parts(compress.get("fp16").encode(x))
+    for read in (codec.sparse_parts, codec.sparse_views):
+        with pytest.raises(ValueError):
+            read(broken)
+        with pytest.raises(TypeError, match="not sparse"):
+            getattr(compress.get("fp16"), read.__name__)(compress.get("fp16").encode(x))
 
 
 @pytest.mark.parametrize("name", ["none", "fp16", "bf16", "topk", "randomk", "signsgd",
@@ -184,6 +190,8 @@ def test_decode_with_expected_count_rejects_other_counts_before_allocating():
         codec.decode(hostile, count=100)
     with pytest.raises(ValueError, match="expected 100"):
         codec.sparse_parts(hostile, count=100)
+    with pytest.raises(ValueError, match="expected 100"):
+        codec.sparse_views(hostile, count=100)
     with pytest.raises(ValueError, match="expected 99"):
         compress.ErrorFeedback(codec).decode(payload, count=99)
 

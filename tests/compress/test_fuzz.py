@@ -130,6 +130,8 @@ def test_forged_huge_count_is_a_value_error(name):
     if codec.sparse:
         with pytest.raises(ValueError):
             codec.sparse_parts(payload)
+        with pytest.raises(ValueError):
+            codec.sparse_views(payload)
 
 
 @pytest.mark.parametrize("name", ["topk", "threshold", "dgc", "randomk", "powersgd"])
