@@ -84,7 +84,7 @@ def test_sum_of_payloads_is_the_dense_sum(spec, p, dtype, average):
 def test_a_sum_over_many_chunks_streamed_at_any_alignment(spec, p, dtype, monkeypatch):
     """Past one chunk, with the result streamed past the caches (the size threshold lowered to
     0) into arrays that start at every offset from a 64-byte boundary: the same bits."""
-    from compress._kernels import stream
+    from compress import stream
 
     from collectives.compressed._kernels import CHUNK
 

@@ -277,7 +277,7 @@ def test_dgc_memory_fused_equals_unfused(label, n, dtype):
     check_dgc(label, xs, momentum=0)
 
 
-# -- streamed stores (compress/_kernels/stream.py): the kernels' outputs past the caches --------
+# -- streamed stores (compress/stream.py): the kernels' outputs past the caches --------
 
 def _at_offset(n, dtype, offset):
     """An uninitialised array of ``n`` elements starting ``offset`` elements past a 64-byte
@@ -302,8 +302,9 @@ def _uint(a):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("n", [0, 1, 63, 64, 65, 129, 1000, 4097])
 def test_streamed_compensate_scan_writes_the_same_bits(n, dtype, monkeypatch):
-    from compress._kernels import fused, stream
-    from compress._kernels.stream import LINE
+    from compress import stream
+    from compress._kernels import fused
+    from compress.stream import LINE
 
     monkeypatch.setattr(stream, "STREAM_MIN_BYTES", 0)
     x, e = sample(n, dtype, seed=1), sample(n, dtype, seed=2)
@@ -334,7 +335,7 @@ def test_streamed_compensate_scan_writes_the_same_bits(n, dtype, monkeypatch):
 @pytest.mark.parametrize("n", [0, 1, 65, 4097])
 def test_streamed_momentum_scan_writes_the_same_bits(n, dtype):
     from compress._kernels import fused
-    from compress._kernels.stream import LINE
+    from compress.stream import LINE
 
     g, u, v = (sample(n, dtype, seed=s) for s in (3, 4, 5))
     m = dtype(0.9)
@@ -359,7 +360,7 @@ def test_streamed_momentum_scan_writes_the_same_bits(n, dtype):
 def test_memories_streaming_their_state_equal_the_reference(label, monkeypatch):
     """Every fused memory with streamed stores from the first byte (the threshold lowered so
     that test sizes stream): the same bits as the reference, non-finite steps included."""
-    from compress._kernels import stream
+    from compress import stream
 
     monkeypatch.setattr(stream, "STREAM_MIN_BYTES", 0)
     for dtype in (np.float32, np.float64):

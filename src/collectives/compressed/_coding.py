@@ -104,7 +104,7 @@ class TensorCoding:
         """The rank-order sum of validated (uint32 index, value) lists, as :meth:`aggregate_into`
         adds decoded payloads, and its mean: the dense result written once, in order (past the
         caches when it is large)."""
-        from compress._kernels.stream import streaming
+        from compress.stream import streaming
 
         from ._kernels import sum_in_rank_order  # Numba, on first use
 

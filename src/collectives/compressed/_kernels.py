@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 from compress import compile_notice
-from compress._kernels.stream import BLOCK, store_fence, stream_block
+from compress.stream import BLOCK, store_fence, stream_block
 from numba import njit, types
 from numba.extending import overload
 

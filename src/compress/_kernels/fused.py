@@ -20,7 +20,7 @@ how many there are). For a threshold given as a key ``t``, ``not |c| < float(t)`
 ``key >= t`` exactly: float order is key order for non-NaN magnitudes, and a NaN (whose key is
 above every finite key) passes. The collected bits let the selection run without reading ``c``
 again at random places. A block is computed into a 64-element buffer that stays in L1 and
-written to ``c`` from there, past the caches when ``c`` is large (:mod:`.stream`: no read of
+written to ``c`` from there, past the caches when ``c`` is large (:mod:`compress.stream`: no read of
 ``c``'s lines before they are written).
 
 ``c`` gets the bits NumPy's ``x + e`` (and ``u * m + g``, ``v + u'``) give: IEEE operations in
@@ -37,7 +37,7 @@ from numba.extending import overload
 
 from . import NJIT
 from .rng import uniform_below
-from .stream import BLOCK, store_fence, stream_block
+from ..stream import BLOCK, store_fence, stream_block
 
 __all__ = ["compensate_scan", "momentum_scan", "scan", "compensate_at", "momentum_at",
            "select_collected", "subtract_at", "zero_at", "random_positions"]

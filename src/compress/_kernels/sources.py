@@ -28,7 +28,7 @@ import numpy as np
 
 from .._util import inf_word, quiet, uint_view
 from . import fused, sparse
-from .stream import streaming
+from ..stream import streaming
 
 __all__ = ["Source", "Compensated", "Momentum", "Scan", "topk", "sample_keys"]
 

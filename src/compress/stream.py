@@ -1,11 +1,12 @@
-"""Non-temporal ("streaming") stores for kernels that write a tensor larger than the caches
-(private).
+"""Non-temporal ("streaming") stores for Numba kernels that write a tensor larger than the
+caches: compress's fused memories and collectives' aggregation of sparse payloads use them.
+Importing this module imports Numba (``import compress`` does not import it).
 
 A plain store to a line that is not in the cache first reads the line from memory (a write
 allocate), so computing ``c = x + e`` into a third buffer moves four tensors' worth of bytes:
 read ``x``, read ``e``, read ``c``, write ``c``. A non-temporal store writes whole lines past the
 cache without reading them: three tensors' worth, what a memory copy moves. The fused kernels
-(:mod:`.fused`) compute a block of 64 elements into a small buffer that stays in L1 and hand it
+(:mod:`compress._kernels.fused`) compute a block of 64 elements into a small buffer that stays in L1 and hand it
 to :func:`stream_block`, which writes it to the tensor with 64-byte vector stores marked
 ``!nontemporal`` (LLVM emits ``vmovntps``/``vmovntpd`` on x86, and ordinary stores where a
 target has no such hint). The bits written are the buffer's: only the path to memory changes.
