@@ -46,6 +46,11 @@ def test_same_memory_is_in_place_partial_overlap_is_not():
     x = np.arange(6.0)
     assert collectives.allreduce(x, out=x.view(), comm=SELF) is not None
     assert same_memory(x, x.view()) and not same_memory(x, x[1:])
+    assert same_memory(x, np.frombuffer(x.data, x.dtype))  # another object over the same bytes
+    assert not same_memory(x, x.copy()) and not same_memory(x, x[::-1])
+    assert not same_memory(x[::2], x[1::2])  # interleaved: overlapping extents, other elements
+    e = np.empty(0)
+    assert same_memory(e, e.view())
     with pytest.raises(ValueError, match="overlaps"):
         collectives.allreduce(x[:5], out=x[1:], comm=SELF)
 

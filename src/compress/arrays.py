@@ -232,5 +232,14 @@ def _address(a) -> int:
 def same_memory(a, b) -> bool:
     """Whether arrays ``a`` and ``b`` (NumPy or CuPy) view exactly the same elements in the same
     layout: different objects that count as one buffer (in place)."""
-    return (a is b or (type(a) is type(b) and a.shape == b.shape and a.strides == b.strides
-                       and a.dtype == b.dtype and _address(a) == _address(b)))
+    if a is b:
+        return True
+    if type(a) is not type(b) or a.shape != b.shape or a.strides != b.strides \
+            or a.dtype != b.dtype:
+        return False
+    if type(a) is np.ndarray and a.size and not _may_share(a, b):  # disjoint extents, the
+        return False  # common case, told without the array interface's dict (a few us)
+    return _address(a) == _address(b)
+
+
+_may_share = getattr(np.may_share_memory, "_implementation", np.may_share_memory)
