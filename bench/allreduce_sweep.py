@@ -7,8 +7,9 @@ microseconds, averaged over ranks, and each column's ratio to ``mpi``.
 
 - ``mpi``: mpi4py's ``comm.Allreduce(x, y, op=MPI.SUM)`` on a duplicate of COMM_WORLD, outside
   this library: the MPI library's own call, the yardstick;
-- every other name is ``collectives.allreduce(x, out=y, algorithm=NAME)`` (``native`` is the same
-  MPI call through the library's dispatcher).
+- every other name is ``collectives.allreduce(x, out=y, algorithm=NAME)`` with default options, as
+  a user calls it (``native`` is the same MPI call through the library's dispatcher and failure
+  guard; ``hierarchical`` alone gets ``Options(node_size=...)``, its emulated nodes).
 
 ``--json FILE`` adds this run's records (``collectives.bench.results.Record``, benchmark
 ``allreduce_sweep``) to FILE, replacing any of the same world size, so runs at several ``P`` make
@@ -54,6 +55,16 @@ def _save(path: str, records: list[Record], argv: list[str], load: tuple[float, 
                benchmark="allreduce_sweep", runs=runs)
 
 
+def _call(name: str, x: np.ndarray, y: np.ndarray, bare: MPI.Comm, opts: collectives.Options):
+    """The column ``name``'s call: the bare MPI call, ``hierarchical`` with the emulated node
+    size, any other algorithm as a user calls it (default options, read from the environment)."""
+    if name == "mpi":
+        return lambda: bare.Allreduce(x, y, op=MPI.SUM)
+    if name == "hierarchical":
+        return lambda: collectives.allreduce(x, out=y, algorithm=name, options=opts)
+    return lambda: collectives.allreduce(x, out=y, algorithm=name)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="8,1024,8192,65536,262144,1048576,4194304",
@@ -62,6 +73,10 @@ def main() -> None:
     parser.add_argument("--algorithms", default=",".join(DEFAULT),
                         help=f"columns, comma-separated: mpi and the names of "
                              f"collectives.ALGORITHMS (default {','.join(DEFAULT)})")
+    parser.add_argument("--iterations", type=int, default=200,
+                        help="timed calls per column up to 64 KiB (default 200)")
+    parser.add_argument("--iterations-large", type=int, default=20,
+                        help="timed calls per column above 64 KiB (default 20)")
     parser.add_argument("--json", help="add the medians to this JSON file (see above)")
     args = parser.parse_args()
     names = [a for a in args.algorithms.split(",") if a]
@@ -81,10 +96,8 @@ def main() -> None:
     for nbytes in (int(s) for s in args.sizes.split(",")):
         x = np.ones(max(nbytes // 4, 1), np.float32)
         y = np.empty_like(x)
-        calls = {a: (lambda: bare.Allreduce(x, y, op=MPI.SUM)) if a == "mpi" else
-                 (lambda a=a: collectives.allreduce(x, out=y, algorithm=a, options=opts))
-                 for a in names}
-        iters = 200 if nbytes <= 65536 else 20
+        calls = {a: _call(a, x, y, bare, opts) for a in names}
+        iters = args.iterations if nbytes <= 65536 else args.iterations_large
         times: dict[str, list[float]] = {a: [] for a in names}
         for it in range(iters + 5):
             for a, call in calls.items():
