@@ -20,7 +20,7 @@ from mpi4py import MPI
 
 import collectives
 import compress
-from collectives.engine import live_engines
+from collectives.engine import engine as engine_module, engine_of, live_engines
 from collectives._runtime.ranks import partition
 from reference import (assert_close, assert_identical_everywhere, counts_for, for_algorithm,
                        gather_all, make_input, reference_allreduce)
@@ -661,3 +661,194 @@ def test_device_arrays_through_the_engine(algorithm, backend):
     plan = collectives.allreduce_init(d, algorithm=algorithm)
     for _ in range(3):
         assert _same_bits(to_host(plan()), to_host(blocking))
+
+
+# -- small operations: run by their own wait() on the caller's thread (engine/engine.py) --------
+@pytest.fixture
+def quiet_engine(monkeypatch):
+    """A communicator whose engine exists and whose thread does not wake by itself meanwhile
+    (its idle poll, which starts a deferred operation nobody asked for, set to 30 s)."""
+    world = MPI.COMM_WORLD
+    comm = world.Dup()
+    collectives.iallreduce(np.ones(4), comm=comm).wait(timeout=WAIT_S)  # the engine exists
+    monkeypatch.setattr(engine_module, "IDLE_POLL_S", 30.0)
+    time.sleep(0.1)  # past the thread's current idle poll: it now sleeps until work arrives
+    yield comm
+    comm.Free()
+
+
+def _threads_that_run(engine):
+    """Record the thread each of ``engine``'s operations runs on (a list, in run order)."""
+    ran, execute = [], engine._execute
+
+    def recording(request):
+        ran.append((request.seq, threading.current_thread().name))
+        return execute(request)
+
+    engine._execute = recording
+    return ran
+
+
+@pytest.mark.parametrize("count_of, small", [(lambda p: 1, True), (lambda p: p + 1, True),
+                                             (lambda p: 1024, True), (lambda p: 1025, False),
+                                             (lambda p: 40_001, False)])
+def test_a_small_operation_on_an_idle_engine_is_run_by_its_wait(count_of, small, quiet_engine):
+    """At most INLINE_BYTES (4 KiB), submitted to an idle engine: deferred, then run by wait()
+    on the caller's thread; larger: the engine's thread. Results against the reference, every
+    rank the same bits, plans too."""
+    comm = quiet_engine
+    if comm.size == 1:
+        return
+    engine = engine_of(comm)
+    ran = _threads_that_run(engine)
+    x = make_input(count_of(comm.size), np.dtype(np.float32), "sum", comm.rank)
+    req = collectives.iallreduce(x, comm=comm)
+    assert (engine._deferred is req) == small
+    y = req.wait()
+    assert_close(y, x, "sum", comm, f"n={x.size}", identical=True)
+    plan = collectives.allreduce_init(x, comm=comm)
+    z = plan.start().wait()
+    assert _same_bits(z, y)
+    here = threading.current_thread().name
+    assert [name == here for _, name in ran] == [small, small], ran
+    del engine._execute
+    comm.Barrier()
+
+
+def test_a_deferred_operation_nobody_waits_for_still_completes():
+    """The engine's thread starts a deferred operation by itself at its next idle poll: a rank
+    that never calls wait() or test() still lets the others finish theirs."""
+    world = MPI.COMM_WORLD
+    if world.size == 1:
+        return
+    comm = world.Dup()
+    collectives.iallreduce(np.ones(4), comm=comm).wait(timeout=WAIT_S)
+    x = np.full(3, float(comm.rank + 1))
+    req = collectives.iallreduce(x, comm=comm)
+    end = time.monotonic() + 10 * engine_module.IDLE_POLL_S + 5
+    while not req._done and time.monotonic() < end:  # no wait(), no test(): nothing kicks it
+        time.sleep(0.01)
+    assert req._done
+    assert np.array_equal(req.wait(), np.full(3, comm.size * (comm.size + 1) / 2))
+    comm.Free()
+
+
+def test_what_hands_a_deferred_operation_to_the_engine_thread(quiet_engine):
+    """test(), a callback, a wait with a time limit, waitall and the next submission give a
+    deferred operation to the engine's thread, in submission order; the results stay right."""
+    comm = quiet_engine
+    if comm.size == 1:
+        return
+    engine = engine_of(comm)
+    ran = _threads_that_run(engine)
+    here = threading.current_thread().name
+    x = np.full(5, float(comm.rank))
+    want = np.full(5, comm.size * (comm.size - 1) / 2)
+    kicks = {
+        "test": lambda r: r.test(),
+        "testall": lambda r: collectives.testall([r]),
+        "callback": lambda r: r.add_done_callback(lambda _: None),
+        "timeout": lambda r: r.wait(timeout=WAIT_S),
+        "waitall": lambda r: collectives.waitall([r]),
+    }
+    for name, kick in kicks.items():
+        ran.clear()
+        req = collectives.iallreduce(x, comm=comm)
+        assert engine._deferred is req
+        kick(req)
+        end = time.monotonic() + 10  # the engine's idle poll is 30 s: only the kick starts it
+        while not req._done and time.monotonic() < end:
+            time.sleep(0.005)
+        assert req._done, name
+        assert np.array_equal(req.result, want), name
+        assert [thread == here for _, thread in ran] == [False], (name, ran)
+    ran.clear()
+    first = collectives.iallreduce(x, comm=comm)
+    second = collectives.iallreduce(np.arange(2000.0), comm=comm)  # 16 kB: never deferred
+    assert engine._deferred is None
+    collectives.waitall([second, first])
+    assert [seq for seq, _ in ran] == [first.seq, second.seq]
+    assert first.finished <= second.started
+    assert np.array_equal(first.result, want)
+    del engine._execute
+    comm.Barrier()
+
+
+def test_a_small_operation_run_by_its_wait_warns_when_it_stalls():
+    """The caller's thread gives the stall warning a wait would, while it runs the operation
+    itself: the last rank submits late, the others warn naming it, and all finish."""
+    world = MPI.COMM_WORLD
+    if world.size == 1:
+        return
+    comm = world.Dup()
+    collectives.iallreduce(np.ones(4), comm=comm).wait(timeout=WAIT_S)
+    late = comm.size - 1
+    opts = collectives.Options(stall_warning=0.3)
+    x = np.full(4, 1.0)
+    if comm.rank == late:
+        time.sleep(1.5)
+    req = collectives.iallreduce(x, comm=comm, options=opts)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", collectives.StallWarning)
+        y = req.wait()
+    assert np.array_equal(y, np.full(4, float(comm.size)))
+    stalls = [str(w.message) for w in caught if issubclass(w.category, collectives.StallWarning)]
+    if comm.rank != late:
+        assert len(stalls) == 1 and f"rank(s) {late} have not submitted it" in stalls[0], stalls
+    comm.Free()
+
+
+def test_repeated_iallreduce_reuses_checks_safely(monkeypatch):
+    """iallreduce(x, out=y) repeated with the same arrays submits the last call's checked call
+    again (nonblocking._Last), with the blocking call's bits; what can change in place between
+    calls is noticed: shape, dtype, write flag, options, a freed communicator."""
+    from collectives import nonblocking
+
+    world = MPI.COMM_WORLD
+    comm = world.Dup()
+    p = comm.size
+    x = make_input(1001, np.dtype(np.float64), "sum", comm.rank)
+    y = np.empty_like(x)
+    checked = []
+    submit = nonblocking._submit
+    monkeypatch.setattr(nonblocking, "_submit", lambda *a: checked.append(a[0]) or submit(*a))
+    for algorithm in ("auto", "native", "ring"):
+        once = collectives.allreduce(x, comm=comm, algorithm=algorithm)
+        checked.clear()
+        for _ in range(4):
+            y[...] = 0
+            assert collectives.iallreduce(x, out=y, comm=comm, algorithm=algorithm).wait() is y
+            assert _same_bits(y, once), algorithm
+        assert len(checked) == (1 if p > 1 else 4), algorithm  # one process: never remembered
+    z = np.full(5, comm.rank + 1, dtype=np.int64)  # in place, repeated: each call sums again
+    for k in range(3):
+        assert collectives.iallreduce(z, out=z, comm=comm).wait() is z
+        assert np.array_equal(z, np.full(5, p * (p + 1) // 2 * p ** k)), k
+    x.shape = y.shape = (7, 143)  # reshaped in place: checked again, right shape out
+    for _ in range(2):
+        y[...] = 0
+        assert collectives.iallreduce(x, out=y, comm=comm).wait().shape == (7, 143)
+        assert_close(y, x, "sum", comm, "2-D repeat")
+    x.shape = (1001,)
+    with pytest.raises(ValueError, match="shape"):
+        collectives.iallreduce(x, out=y, comm=comm)
+    y.shape = (1001,)
+    collectives.iallreduce(x, out=y, comm=comm).wait()
+    y.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        collectives.iallreduce(x, out=y, comm=comm)
+    y.flags.writeable = True
+    collectives.iallreduce(x, out=y, comm=comm).wait()
+    y.dtype = np.int64  # the same bytes seen as another dtype: checked again
+    with pytest.raises(ValueError, match="dtype int64, expected float64"):
+        collectives.iallreduce(x, out=y, comm=comm)
+    y.dtype = np.float64
+    checked.clear()
+    for options in (collectives.Options(), collectives.Options(segment_bytes=4096)):
+        for _ in range(3):  # new options: checked once, then remembered with them
+            collectives.iallreduce(x, out=y, comm=comm, options=options).wait()
+            assert_close(y, x, "sum", comm, "options")
+    assert len(checked) == (2 if p > 1 else 6)
+    comm.Free()
+    with pytest.raises(TypeError, match="intracommunicator"):
+        collectives.iallreduce(x, out=y, comm=comm)

@@ -426,6 +426,8 @@ class Guard:
             self._read_notice()
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise self.timed_out()
+        if self._waiter is not None and self._waiter.alarm is not None:
+            self._waiter.check_alarm()  # an engine operation's stall warning (engine/comm.py)
 
     def _abandon(self, reqs: list[Any], expect: list[int | None], keep: tuple = ()) -> None:
         """Give up on the requests of a failed call: cancel the receives (those that expect a

@@ -56,6 +56,16 @@ class Waiter:
     def __init__(self, serve: Callable[[], None] | None = None) -> None:
         self.serve = serve
         self.stop = False
+        #: [time.perf_counter() value, function]: called once, between polls, after that time
+        #: (the stall warning of an operation run by its wait() on the caller's thread)
+        self.alarm: list | None = None
+
+    def check_alarm(self) -> None:
+        """Call the alarm's function if its time has passed (once)."""
+        alarm = self.alarm
+        if alarm is not None and time.perf_counter() > alarm[0]:
+            self.alarm = None
+            alarm[1]()
 
     def wait(self, requests: list[MPI.Request], nbytes: int = 0) -> None:
         """Return when every request has completed."""
@@ -85,6 +95,8 @@ class Waiter:
                 raise Stopped("the engine stopped while an operation was waiting for messages")
             if self.serve is not None:
                 self.serve()
+            if self.alarm is not None:
+                self.check_alarm()
             time.sleep(nap)
             nap = min(2 * nap, MAX_NAP_S)
 

@@ -23,6 +23,17 @@ algorithms):
   ranks may now be out of step, so the engine fails every later operation with
   :class:`~.requests.EngineError`; validation errors, raised alike on every rank before anything
   is sent, do not count.
+- **Small operations on the caller's thread.** Handing an operation to the thread and its
+  completion back costs two thread wake-ups, several times what a small operation takes. A
+  request marked ``inline`` (a non-blocking call of at most :data:`INLINE_BYTES`, chosen by
+  :mod:`collectives.nonblocking`) submitted while the engine is idle is *deferred*: queued in
+  order but without waking the thread. The request's own ``wait()`` then runs it on the
+  caller's thread (:meth:`Engine.run_deferred`; an execution lock keeps the engine's
+  operations one at a time, in order). Anything else that needs it done hands it to the thread
+  as usual: the next submission, ``test()``, a completion callback, a wait with a time limit
+  (a timeout or a stall warning that the caller's thread could not give while it runs the
+  operation), waits on several requests, shutdown, and the thread itself at its next idle poll
+  (:data:`~.control.IDLE_POLL_S`), so a deferred operation nobody asks for still starts.
 - **Shutdown** (:mod:`.lifecycle`): at interpreter exit, on ``MPI.Finalize`` and when the
   communicator is freed, queued operations are waited for, then the thread stops and the
   duplicates are freed.
@@ -45,11 +56,15 @@ from .._runtime.validate import local_error, verdict
 from .comm import Stopped, Waiter, adopt
 from .control import IDLE_POLL_S, Control
 from .named import NamedStream
-from .requests import DONE, EngineError, Request
+from .requests import DONE, EngineError, Request, stalled, wait_done
 
 __all__ = ["Engine", "describe_comm"]
 
 _STOP = object()
+
+#: Non-blocking operations of at most this many bytes are run on the caller's thread by their
+#: ``wait()`` when submitted to an idle engine (see the module docstring).
+INLINE_BYTES = 4096
 
 
 def describe_comm(comm: MPI.Comm) -> str:
@@ -94,6 +109,9 @@ class Engine:
         self.stopped = False
         self._outstanding: dict[int, Request] = {}
         self._lock = threading.Lock()      # sequence numbers and the queue's order
+        self._exec = threading.Lock()      # held while an operation runs, on whichever thread
+        self._deferred: Request | None = None  # submitted, not queued: its wait() may run it
+        self._primed = False               # the thread has made the data context's guard
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
@@ -110,10 +128,59 @@ class Engine:
                 raise EngineError(f"the engine of {self.label} is shut down")
             request.seq = self.submitted
             self.submitted += 1
-            self.pending += 1
             self._outstanding[request.seq] = request
-            self._queue.put(request)
+            if self._deferred is not None:  # it goes first, and to the thread
+                self._queue.put(self._deferred)
+                self._deferred = None
+            if request.inline and not self.pending and self._primed:
+                self._deferred = request
+            else:
+                self._queue.put(request)
+            self.pending += 1
         return request
+
+    def kick(self, request: Request) -> None:
+        """Hand ``request`` to the thread if it is the deferred one (see the module docstring)."""
+        if self._deferred is request:
+            with self._lock:
+                if self._deferred is request:
+                    self._queue.put(request)
+                    self._deferred = None
+
+    def run_deferred(self, request: Request, stall: float | None) -> bool:
+        """Run ``request`` on this thread if it is the deferred one, warning as a wait would
+        (:class:`~.requests.StallWarning`) once it has run ``stall`` seconds; False if it is not
+        the deferred one (the thread has it, or has run it)."""
+        with self._lock:
+            if self._deferred is not request:
+                return False
+            self._deferred = None
+            if not self._exec.acquire(False):  # (not while deferred: the engine is idle)
+                self._queue.put(request)
+                return False
+        if stall is not None:
+            self.waiter.alarm = [time.perf_counter() + stall, lambda: stalled(request, stall)]
+        error: BaseException | None = None
+        try:
+            error = self._execute(request)
+        except Stopped:
+            error = EngineError(f"{request.describe()} was abandoned: the engine of "
+                                f"{self.label} was shut down")
+        except BaseException as exc:  # KeyboardInterrupt: stopped halfway, so out of step
+            self.failure = (request.describe(), exc)
+            error = exc
+            raise
+        finally:
+            self.waiter.alarm = None
+            self._exec.release()
+            self._finish(request, error)
+        return True
+
+    def _finish(self, request: Request, error: BaseException | None) -> None:
+        with self._lock:
+            self.pending -= 1
+            del self._outstanding[request.seq]
+        request.complete(error)
 
     def complete_setup(self, timeout: float | None) -> None:
         """Complete the duplicates (on the creating thread), then start the engine's thread."""
@@ -141,28 +208,30 @@ class Engine:
 
     # -- the thread ------------------------------------------------------------------------------
     def _loop(self) -> None:
+        self.ctx.guard  # made on this thread (its flight-recorder ordinal), before any inline run
+        self._primed = True
         try:
             while True:
                 try:
                     request = self._queue.get(timeout=IDLE_POLL_S)
                 except queue.Empty:
+                    deferred = self._deferred
+                    if deferred is not None:  # nobody asked for it: run it here
+                        self.kick(deferred)
                     self.control.serve()
                     continue
                 if request is _STOP:
                     break
+                self._exec.acquire()  # an inline run of the operation before this one ends
                 try:
                     error = self._execute(request)
                 except Stopped:
-                    with self._lock:
-                        self.pending -= 1
-                        del self._outstanding[request.seq]
-                    request.complete(EngineError(f"{request.describe()} was abandoned: the engine "
-                                                 f"of {self.label} was shut down"))
+                    self._exec.release()
+                    self._finish(request, EngineError(f"{request.describe()} was abandoned: "
+                                                      f"the engine of {self.label} was shut down"))
                     raise
-                with self._lock:
-                    self.pending -= 1
-                    del self._outstanding[request.seq]
-                request.complete(error)
+                self._exec.release()
+                self._finish(request, error)
         except Stopped:
             self._drain(EngineError(f"the engine of {self.label} was shut down before the "
                                     "operation could complete"))
@@ -198,7 +267,7 @@ class Engine:
                 error = agreed
             else:
                 self.ctx.guard.run(request.kind, request.call.run, self.ctx, call=request.call,
-                                   what=describe(request.call, request.name))
+                                   what=request.what or describe(request.call, request.name))
         except Stopped:
             raise
         except Exception as exc:  # noqa: BLE001 - reported by the request's wait()
@@ -258,10 +327,13 @@ class Engine:
         """Stop accepting work and wait up to ``grace`` seconds for what is queued."""
         with self._lock:
             self.closed = True
+            if self._deferred is not None:
+                self._queue.put(self._deferred)
+                self._deferred = None
         end = time.monotonic() + grace
         with DONE:
             while (self.pending or self.named.pending) and time.monotonic() < end:
-                DONE.wait(min(0.1, max(0.0, end - time.monotonic())))
+                wait_done(min(0.1, max(0.0, end - time.monotonic())))
         return not (self.pending or self.named.pending)
 
     def halt(self) -> bool:

@@ -14,6 +14,12 @@ operation; one longer than ``Options.timeout`` (or the ``timeout`` argument) rai
 ``TimeoutError`` naming the operation. The operation itself stays in flight after a timeout: a
 late rank still completes it, and ``wait()`` may be called again.
 
+A small operation (at most ``engine.INLINE_BYTES``) submitted while its engine is idle is run by
+its own ``wait()`` on the caller's thread instead of the engine's thread (no hand-off); anything
+else that needs it (``test()``, a callback, a wait with a time limit or on several requests, the
+next submission) hands it to the engine's thread, which also starts it by itself within
+``IDLE_POLL_S``.
+
 Completion callbacks (:meth:`Request.add_done_callback`, as ``concurrent.futures.Future``'s) run
 on the thread that completes the request, right after its waiters are woken: the communicator's
 engine thread (named operations: its named-operation thread), or the caller's thread when the
@@ -34,10 +40,21 @@ from typing import Any, Callable, Sequence
 from .._runtime import flight
 
 __all__ = ["Request", "StallWarning", "EngineError", "waitall", "waitany", "testall", "watch",
-           "wait_for", "DONE"]
+           "wait_for", "wait_done", "DONE"]
 
-#: Notified (under its lock) whenever any request completes.
+#: Notified (under its lock) whenever any request completes and a thread waits on it
+#: (:func:`wait_done`).
 DONE = threading.Condition(threading.Lock())
+_WAITING = [0]  # threads inside wait_done: complete() notifies only if there are any
+
+
+def wait_done(timeout: float | None) -> None:
+    """``DONE.wait(timeout)``, counted (hold ``DONE``'s lock): wait for the next completion."""
+    _WAITING[0] += 1
+    try:
+        DONE.wait(timeout)
+    finally:
+        _WAITING[0] -= 1
 
 LOG = logging.getLogger(__name__)
 
@@ -64,13 +81,17 @@ class Request:
     """
 
     __slots__ = ("kind", "call", "engine", "seq", "validate", "local_error", "opts", "name",
-                 "started", "finished", "_done", "_error", "_callbacks", "__weakref__")
+                 "inline", "what", "started", "finished", "_done", "_error", "_callbacks", "__weakref__")
 
     def __init__(self, kind: str, call: Any, engine: Any, validate: bool, opts: Any,
                  local_error: Exception | None = None, name: str | None = None) -> None:
         self.kind, self.call, self.engine = kind, call, engine
         self.validate, self.local_error, self.opts, self.name = validate, local_error, opts, name
         self.seq = -1
+        #: small: its wait() may run it on the caller's thread (engine.py, INLINE_BYTES)
+        self.inline = False
+        #: the flight recorder's description (``flight.describe``) if made once for many runs
+        self.what: tuple | None = None
         self.started: float | None = None
         self.finished: float | None = None
         self._done = False
@@ -80,6 +101,8 @@ class Request:
     # -- the MPI_Test / MPI_Wait interface -------------------------------------------------------
     def test(self) -> bool:
         """Whether the operation has completed (successfully or not); never blocks."""
+        if not self._done:
+            _kick(self)
         return self._done
 
     def wait(self, timeout: float | None = None) -> Any:
@@ -98,7 +121,14 @@ class Request:
             Whatever the operation raised on this rank, with its original traceback.
         """
         if not self._done:
-            wait_for([self], timeout, all)
+            engine = self.engine
+            if getattr(engine, "_deferred", None) is self:  # small, and not started yet
+                if timeout is None and self.opts.timeout is None:
+                    engine.run_deferred(self, self.opts.stall_warning)  # on this thread
+                else:  # a time limit: the engine's thread runs it, this one keeps the clock
+                    engine.kick(self)
+            if not self._done:
+                wait_for([self], timeout, all)
         if self._error is not None:
             raise self._error
         return None if self.call is None else self.call.result
@@ -110,7 +140,8 @@ class Request:
         ``fn`` runs at once, on the calling thread; otherwise it runs once, on the thread that
         completes the request, after :meth:`wait` has been woken: the communicator's progress
         engine thread (``collectives-engine ...``; for ``name=`` operations its
-        ``collectives-named ...`` thread). Callbacks run in the order they were added. Inside
+        ``collectives-named ...`` thread; or a thread whose :meth:`wait` was already running
+        a small operation itself, ``engine.py``). Callbacks run in the order they were added. Inside
         one, :meth:`test` is True and :meth:`wait` returns the result or raises the operation's
         exception at once.
 
@@ -128,6 +159,7 @@ class Request:
         runs at once, as for any completed request. ``plan()``, the blocking form, never calls
         callbacks.
         """
+        _kick(self)  # the engine's thread completes it (and so calls fn), not a wait()
         with DONE:
             if not self._done:
                 if self._callbacks is None:
@@ -150,7 +182,8 @@ class Request:
             self._error = error
             self._done = True
             callbacks, self._callbacks = self._callbacks, None
-            DONE.notify_all()
+            if _WAITING[0]:
+                DONE.notify_all()
         if callbacks is not None:
             for fn in callbacks:
                 _call_back(fn, self)
@@ -168,6 +201,22 @@ class Request:
     def __repr__(self) -> str:
         state = "done" if self._done else "pending"
         return f"<collectives.Request {self.describe()} {state}>"
+
+
+def _kick(request: Request) -> None:
+    """Hand ``request`` to its engine's thread if it is deferred (``engine.py``: a small
+    operation its own ``wait()`` would run)."""
+    engine = request.engine
+    if getattr(engine, "_deferred", None) is request:
+        engine.kick(request)
+
+
+def stalled(request: Request, waited: float) -> None:
+    """Warn that ``request`` has run ``waited`` seconds (a :func:`wait_for`'s stall warning,
+    for an operation that its ``wait()`` runs on the caller's thread)."""
+    warning = StallWarning(f"waited {waited:.1f} s for {request.engine.report(request)}")
+    flight.auto_dump("stall", warning)  # -- flight recorder
+    warnings.warn(warning, stacklevel=2)
 
 
 def _call_back(fn: Callable[[Request], Any], request: Request) -> None:
@@ -191,6 +240,9 @@ def _limits(requests: Sequence[Request], timeout: float | None) -> tuple[float, 
 def wait_for(requests: Sequence[Request], timeout: float | None,
              satisfied: Callable[[Any], bool]) -> None:
     """Block until ``satisfied(r.test() for r in requests)`` (``all`` or ``any``)."""
+    for r in requests:
+        if not r._done:
+            _kick(r)
     limit, stall = _limits(requests, timeout)
     start = time.monotonic()
     warned = stall == float("inf")
@@ -202,7 +254,7 @@ def wait_for(requests: Sequence[Request], timeout: float | None,
                 if waited >= until:
                     break
                 # no limit left (warned, no timeout): an infinite wait overflows time_t
-                DONE.wait(None if until == float("inf") else until - waited)
+                wait_done(None if until == float("inf") else until - waited)
             else:
                 return
         waited = time.monotonic() - start
@@ -252,6 +304,9 @@ def waitany(requests: Sequence[Request], timeout: float | None = None) -> tuple[
 
 def testall(requests: Sequence[Request]) -> bool:
     """Whether every request has completed (``MPI_Testall``); never blocks."""
+    for r in requests:
+        if not r._done:
+            _kick(r)
     return all(r._done for r in requests)
 
 
