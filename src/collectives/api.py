@@ -157,21 +157,25 @@ class _Repeats:
     """
 
     SIZE = 32
+    #: entries compared by identity before the keyed lookup: a loop of a few calls builds no key
+    RECENT = 4
 
     def __init__(self) -> None:
         self.entries: dict[tuple, _Repeat] = {}
-        self.last: _Repeat | None = None  # the entry of the last repeat: found without a key
+        self.recent: list[_Repeat] = []  # the last entries used, most recent first
 
     def run(self, x: Any, out: Any, op: str, algorithm: str, comm: Any,
             options: Options | None) -> bool:
         """Run the call if it repeats a remembered one; False if it does not."""
-        e = self.last  # a loop of one call: compared by identity (id() is an audited event)
-        if (e is None or e.x() is not x or e.out() is not out or e.opname != op
-                or e.algorithm != algorithm or e.comm_arg is not comm):
-            e = self.entries.get((id(x), id(out), op, algorithm, id(comm)))
+        for e in self.recent:
+            if (e.out() is out and e.x() is x and e.opname == op and e.algorithm == algorithm
+                    and e.comm_arg is comm):
+                break
+        else:
+            e = self.entries.get((_identity(x), _identity(out), op, algorithm, _identity(comm)))
             if e is None or e.x() is not x or e.out() is not out:
                 return False
-            self.last = e
+            self._use(e)
         opts = e.opts
         if ((Options.from_env() if options is None else options) is not opts
                 or x.shape != e.shape or out.shape != e.shape or x.dtype is not e.dtype
@@ -198,12 +202,24 @@ class _Repeats:
                 entries.pop(next(iter(entries)), None)
             except (RuntimeError, StopIteration):
                 pass
-        entries[(id(x), id(out), op, algorithm, id(comm_arg))] = self.last = _Repeat(
-            call, x, out, comm, context(comm), call.opts if options is None else options, op,
-            algorithm, comm_arg)
+        entry = _Repeat(call, x, out, comm, context(comm),
+                        call.opts if options is None else options, op, algorithm, comm_arg)
+        entries[(_identity(x), _identity(out), op, algorithm, _identity(comm_arg))] = entry
+        self._use(entry)
+
+    def _use(self, entry: _Repeat) -> None:
+        """Put ``entry`` first among the recent ones, dropping any other of the same arguments
+        (new options: that one is stale); a new list, as other threads may be reading."""
+        x, out = entry.x(), entry.out()
+        self.recent = [entry, *(e for e in self.recent if not (
+            e.x() is x and e.out() is out and e.opname == entry.opname
+            and e.algorithm == entry.algorithm and e.comm_arg is entry.comm_arg))][:self.RECENT]
 
 
 _REPEATS = _Repeats()
+#: an object's identity as a number (unique among live objects), as id() gives it but without
+#: id()'s audit event, which options.py's audit hook turns into a Python call
+_identity = object.__hash__
 
 
 class ReduceScatterCall:

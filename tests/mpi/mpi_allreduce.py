@@ -164,6 +164,29 @@ def test_repeated_calls_reuse_checks_safely(monkeypatch):
                 collectives.allreduce(c, out=d, comm=comm, options=options)
                 assert np.array_equal(d, np.full(4, p * (p + 1) // 2))
         assert len(checked) == 2
+        # a loop of a few calls (two pairs of arrays, two ops): each checked once, then found
+        # among the recent entries by identity, with no keyed lookup
+        looked_up = []
+
+        class Counting(dict):
+            def get(self, *args):
+                looked_up.append(args[0])
+                return super().get(*args)
+
+        monkeypatch.setattr(_REPEATS, "entries", Counting(_REPEATS.entries))
+        e = np.full(6, comm.rank + 1.0)
+        f = np.empty_like(e)
+        checked.clear()
+        for k in range(4):
+            if k == 1:
+                looked_up.clear()
+            for a, b, op, want in ((c, d, "sum", p * (p + 1) // 2), (e, f, "sum", p * (p + 1) / 2),
+                                   (c, d, "max", p), (e, f, "max", float(p))):
+                b[...] = 0
+                assert collectives.allreduce(a, out=b, op=op, comm=comm) is b
+                assert np.array_equal(b, np.full(b.size, want)), (k, op)
+        assert len(checked) == 4 and not looked_up, (checked, looked_up)
+        assert len(_REPEATS.recent) == _REPEATS.RECENT
         monkeypatch.setattr(api, "_call", original)
     monkeypatch.setenv("COLLECTIVES_VALIDATE", "1")  # options in force changed: validated
     if p > 1:
