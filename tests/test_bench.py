@@ -412,3 +412,34 @@ def test_time_to_accuracy_table_and_plot(tmp_path):
                              capture_output=True, text=True, timeout=120)
         assert run.returncode == 2 and "--plot needs matplotlib" in run.stderr
         assert "pip install 'mpi-collectives[plot]'" in run.stderr and not png.exists()
+
+
+def test_allreduce_sweep_and_the_headline_table(tmp_path):
+    """bench/allreduce_sweep.py at 2 ranks on two sizes, then bench/mpi_headline.py on its JSON:
+    one row per size, the default call's and the best hand-written algorithm's time over the
+    bare comm.Allreduce of the same run (native, MPI's algorithm through our wrapper, and auto
+    are not candidates for "best"), and the figure."""
+    out = tmp_path / "sweep.json"
+    cmd = [*mpiexec_command(), "-n", "2", sys.executable, str(ROOT / "bench/allreduce_sweep.py"),
+           "--algorithms", "mpi,auto,native,ring,shm", "--sizes", "8,65536",
+           "--iterations", "20", "--iterations-large", "5", "--json", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    records = json.loads(out.read_text())["records"]
+    assert {(r["algorithm"], r["size"]) for r in records} == \
+        {(a, n) for a in ("mpi", "auto", "native", "ring", "shm") for n in (8, 65536)}
+    med = {(r["algorithm"], r["size"]): r["median_us"] for r in records}
+    png = tmp_path / "headline.png"
+    has_plot = importlib.util.find_spec("matplotlib") is not None  # the [plot] extra
+    run = subprocess.run([sys.executable, str(ROOT / "bench/mpi_headline.py"), f"MPICH={out}",
+                          *(["--figure", str(png)] if has_plot else [])],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0] == "| size | MPICH p = 2 |" and len(lines) == 4
+    for line, n in zip(lines[2:], (8, 65536)):
+        best = min(("ring", "shm"), key=lambda a: med[a, n])
+        assert line.startswith(f"| {'8 B' if n == 8 else '64 KiB'} | "
+                               f"**{med['auto', n] / med['mpi', n]:.2f}x**; best "
+                               f"{med[best, n] / med['mpi', n]:.2f}x ({best}); mpi "), line
+    assert not has_plot or png.stat().st_size > 0
