@@ -28,6 +28,7 @@ are engine communicators too. The object collectives (lower case: ``allgather``,
 
 from __future__ import annotations
 
+import os
 import time
 from functools import reduce as fold
 from typing import Any, Callable
@@ -44,6 +45,7 @@ SPIN_BYTES_PER_S = 1e9
 #: The longest sleep between two polls.
 MAX_NAP_S = 1e-3
 _FIRST_NAP_S = 20e-6
+_yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 
 
 class Stopped(Exception):
@@ -59,6 +61,10 @@ class Waiter:
         #: [time.perf_counter() value, function]: called once, between polls, after that time
         #: (the stall warning of an operation run by its wait() on the caller's thread)
         self.alarm: list | None = None
+        #: test, yielding the processor between tests, and never nap: set while the caller's
+        #: thread runs an operation its wait() would only wait for anyway (a nap would add its
+        #: length to every step of an MPI non-blocking collective, which advances only in tests)
+        self.eager = False
 
     def check_alarm(self) -> None:
         """Call the alarm's function if its time has passed (once)."""
@@ -80,6 +86,8 @@ class Waiter:
         done, value = test()
         if done:
             return value
+        if self.eager:
+            return self._eager(test)
         clock = time.perf_counter
         end = clock() + SPIN_S + nbytes / SPIN_BYTES_PER_S
         while clock() < end:
@@ -99,6 +107,25 @@ class Waiter:
                 self.check_alarm()
             time.sleep(nap)
             nap = min(2 * nap, MAX_NAP_S)
+
+    def _eager(self, test: Callable[[], tuple[bool, Any]]) -> Any:
+        """:meth:`_poll` for :attr:`eager`: test and yield; every 64 tests the stop flag,
+        queries and the alarm."""
+        tests = 0
+        while True:
+            done, value = test()
+            if done:
+                return value
+            _yield()
+            tests += 1
+            if not tests & 63:
+                if self.stop:
+                    raise Stopped("the engine stopped while an operation was waiting for "
+                                  "messages")
+                if self.serve is not None:
+                    self.serve()
+                if self.alarm is not None:
+                    self.check_alarm()
 
 
 def _nbytes(buf: Any) -> int:

@@ -160,6 +160,7 @@ class Engine:
                 return False
         if stall is not None:
             self.waiter.alarm = [time.perf_counter() + stall, lambda: stalled(request, stall)]
+        self.waiter.eager = True  # this thread would only wait: no naps between tests
         error: BaseException | None = None
         try:
             error = self._execute(request)
@@ -172,6 +173,7 @@ class Engine:
             raise
         finally:
             self.waiter.alarm = None
+            self.waiter.eager = False
             self._exec.release()
             self._finish(request, error)
         return True
