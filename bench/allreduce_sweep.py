@@ -1,8 +1,9 @@
 """Quick side-by-side sweep of the allreduce algorithms against a bare MPI_Allreduce.
 
 Run ``mpiexec -n P python bench/allreduce_sweep.py [--sizes 8,1024,...] [--node-size 2]
-[--algorithms mpi,native,ring,...] [--json FILE]``. Every column is interleaved in one loop (so
-drift hits them alike), each call after a barrier; rank 0 prints the median time per call in
+[--algorithms mpi,native,ring,...] [--chunk N] [--json FILE]``. Every column is interleaved in
+one loop (so drift hits them alike), ``N`` calls of a column in a row (default 1), each call
+after a barrier; rank 0 prints the median time per call in
 microseconds, averaged over ranks, and each column's ratio to ``mpi``.
 
 - ``mpi``: mpi4py's ``comm.Allreduce(x, y, op=MPI.SUM)`` on a duplicate of COMM_WORLD, outside
@@ -77,6 +78,9 @@ def main() -> None:
                         help="timed calls per column up to 64 KiB (default 200)")
     parser.add_argument("--iterations-large", type=int, default=20,
                         help="timed calls per column above 64 KiB (default 20)")
+    parser.add_argument("--chunk", type=int, default=1,
+                        help="calls of one column in a row before the next column's (default 1: "
+                             "one each; more is a training loop's pattern, the same call again)")
     parser.add_argument("--json", help="add the medians to this JSON file (see above)")
     args = parser.parse_args()
     names = [a for a in args.algorithms.split(",") if a]
@@ -99,13 +103,15 @@ def main() -> None:
         calls = {a: _call(a, x, y, bare, opts) for a in names}
         iters = args.iterations if nbytes <= 65536 else args.iterations_large
         times: dict[str, list[float]] = {a: [] for a in names}
-        for it in range(iters + 5):
+        chunk = max(1, args.chunk)
+        for it in range(0, iters + 5, chunk):
             for a, call in calls.items():
-                comm.Barrier()
-                t = time.perf_counter()
-                call()
-                if it >= 5:  # warm-up
-                    times[a].append(time.perf_counter() - t)
+                for i in range(it, min(it + chunk, iters + 5)):
+                    comm.Barrier()
+                    t = time.perf_counter()
+                    call()
+                    if i >= 5:  # warm-up
+                        times[a].append(time.perf_counter() - t)
         med = {a: comm.allreduce(float(np.median(times[a]))) / p * 1e6 for a in names}
         avg = {a: comm.allreduce(float(np.mean(times[a]))) / p * 1e6 for a in names}
         lo = {a: comm.allreduce(float(np.mean(times[a])), op=MPI.MIN) * 1e6 for a in names}

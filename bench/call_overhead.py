@@ -23,8 +23,13 @@ a shared machine hits them alike. Reported: the median over rounds of the time p
 - ``allreduce(abort)``, ``plan(abort)`` (``--abort``): the same calls with
   ``Options(on_error="abort")``: plain blocking MPI, an error ends the job
   (``collectives._runtime.fatal``);
-- ``iallreduce+wait``: ``collectives.iallreduce(x, out=y).wait()`` (a hand-off to the engine's
-  thread and back: the latency of a non-blocking call, not its cost to overlapped work);
+- ``iallreduce+wait``: ``collectives.iallreduce(x, out=y).wait()`` (at most 4 KiB: run by its
+  ``wait()`` on this thread; larger: a hand-off to the engine's thread and back, the latency of
+  a non-blocking call, not its cost to overlapped work);
+- ``python wrapper``, ``python wrapper+checks`` (``--floor``): the floor any Python API over MPI
+  pays: a Python function with ``allreduce``'s keyword arguments that only calls the bare
+  ``comm.Allreduce``, and the same after four checks of its arguments (type, dtype, shape, write
+  flag), the least a call that rejects bad input must do;
 - ``timeline on`` (``--timeline``): ``allreduce`` while a timeline records (``collectives.timeline``;
   its wrappers are installed for this variant's calls only, so every other variant runs with it
   off, as without ``--timeline``). Also printed: the spans each call records and
@@ -62,6 +67,8 @@ def main(argv: list[str] | None = None) -> dict:
                     help='add allreduce and plan() with Options(on_error="abort")')
     ap.add_argument("--timeline", action="store_true",
                     help="add allreduce with a timeline recording, and the cost per span")
+    ap.add_argument("--floor", action="store_true",
+                    help="add a bare Python wrapper of comm.Allreduce, without and with checks")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     comm = MPI.COMM_WORLD
@@ -77,6 +84,20 @@ def main(argv: list[str] | None = None) -> dict:
         "allreduce(options=)":
             lambda: collectives.allreduce(x, out=y, algorithm=args.algorithm, options=opts),
     }
+    if args.floor:
+        def wrapper(x, *, out=None, op="sum", algorithm="auto", comm=None, options=None):
+            bare_comm.Allreduce(x, out, op=MPI.SUM)
+            return out
+
+        def checked(x, *, out=None, op="sum", algorithm="auto", comm=None, options=None):
+            if (type(x) is not np.ndarray or out.dtype is not x.dtype or out.shape != x.shape
+                    or not out.flags.writeable):
+                raise TypeError("bad arguments")
+            bare_comm.Allreduce(x, out, op=MPI.SUM)
+            return out
+
+        variants["python wrapper"] = lambda: wrapper(x, out=y)
+        variants["python wrapper+checks"] = lambda: checked(x, out=y)
     if args.validate:
         variants["validate=True"] = \
             lambda: collectives.allreduce(x, out=y, algorithm=args.algorithm, validate=True)
@@ -128,7 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
     spans = calls_on = 0
     for _ in range(args.rounds):
         for name, f in variants.items():
-            calls = args.calls if name != "iallreduce+wait" else max(1, args.calls // 20)
+            calls = args.calls
             enter, leave = switch.get(name, (None, None))
             if enter is not None:
                 enter()

@@ -90,6 +90,13 @@ def _figure(series: dict, path: str) -> None:
     ax.axhline(1.0, color="black", lw=1)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
+    sizes = sorted({n for points in series.values() for n in points})
+    ax.set_xticks(sizes, [_size(n) for n in sizes])
+    ax.minorticks_off()
+    ratios_seen = [r for points in series.values() for v in points.values() for r in v[:2]]
+    ticks = [t for t in (0.125, 0.25, 0.5, 1, 2, 4, 8, 16)
+             if min(ratios_seen) / 2 <= t <= max(ratios_seen) * 2]
+    ax.set_yticks(ticks, [f"{t:g}x" for t in ticks])
     ax.set_xlabel("message size (bytes per rank)")
     ax.set_ylabel("time / bare comm.Allreduce")
     ax.set_title("collectives.allreduce against MPI_Allreduce (below 1: we are faster)")

@@ -443,3 +443,21 @@ def test_allreduce_sweep_and_the_headline_table(tmp_path):
                                f"**{med['auto', n] / med['mpi', n]:.2f}x**; best "
                                f"{med[best, n] / med['mpi', n]:.2f}x ({best}); mpi "), line
     assert not has_plot or png.stat().st_size > 0
+
+
+def test_call_overhead_runs_every_variant(tmp_path):
+    """bench/call_overhead.py at 2 ranks: every variant asked for is timed (the floor's Python
+    wrappers, abort mode, iallreduce), the bare call is the ratio's base."""
+    out = tmp_path / "overhead.json"
+    cmd = [*mpiexec_command(), "-n", "2", sys.executable, str(ROOT / "bench/call_overhead.py"),
+           "--calls", "50", "--rounds", "2", "--floor", "--abort", "--json", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["bytes"] == 8 and result["ranks"] == 2
+    assert list(result["median_us"]) == [
+        "bare", "plan()", "allreduce", "allreduce(options=)", "python wrapper",
+        "python wrapper+checks", "allreduce(abort)", "plan(abort)", "iallreduce+wait"]
+    assert all(len(r) == 2 and min(r) > 0 for r in result["rounds"].values())
+    rows = {line.split()[0]: line for line in proc.stdout.splitlines()[2:]}
+    assert rows["bare"].split()[-1] == "1.00"
