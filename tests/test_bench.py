@@ -337,21 +337,28 @@ def test_hierarchical_phases_runs_and_checks_its_sums(tmp_path):
                ("intra reduce-scatter", "across nodes", "intra allgather"))
 
 
+def _bench_job(ranks, script, *args, out, timeout=300):
+    """Run bench/``script`` under mpiexec at ``ranks`` ranks with ``--json out``; its stdout."""
+    cmd = [*mpiexec_command(), "-n", str(ranks), sys.executable, str(ROOT / "bench" / script),
+           *args, "--json", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc.stdout
+
+
 def test_neighbor_allreduce_bench_checks_and_times_every_variant(tmp_path):
     """bench/neighbor_allreduce.py at 3 ranks (the one-peer graph changes every round): every
     variant checked against W @ X (the allreduces against the sum) and timed; the table's
     ratios are to comm.Allreduce."""
     out = tmp_path / "neighbor.json"
-    cmd = [*mpiexec_command(), "-n", "3", sys.executable, str(ROOT / "bench/neighbor_allreduce.py"),
-           "--sizes", "4,4K", "--iterations", "2", "--warmup", "1", "--json", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    stdout = _bench_job(3, "neighbor_allreduce.py", "--sizes", "4,4K", "--iterations", "2",
+                        "--warmup", "1", out=out, timeout=120)
     data = json.loads(out.read_text())
     assert data["ranks"] == 3 and [r["bytes"] for r in data["rows"]] == [4, 4096]
     names = ["ring p2p", "ring mpi", "one_peer_exponential p2p", "one_peer_exponential mpi",
              "comm.Allreduce", "allreduce ring"]
     assert all(set(r) == {"bytes", *names} and min(r[n] for n in names) > 0 for r in data["rows"])
-    assert proc.stdout.count("( 1.00x)") == 2  # comm.Allreduce against itself, each size
+    assert stdout.count("( 1.00x)") == 2  # comm.Allreduce against itself, each size
 
 
 def test_shm_vs_native_runs_and_prints_one_table(tmp_path):
@@ -420,11 +427,8 @@ def test_allreduce_sweep_and_the_headline_table(tmp_path):
     bare comm.Allreduce of the same run (native, MPI's algorithm through our wrapper, and auto
     are not candidates for "best"), and the figure."""
     out = tmp_path / "sweep.json"
-    cmd = [*mpiexec_command(), "-n", "2", sys.executable, str(ROOT / "bench/allreduce_sweep.py"),
-           "--algorithms", "mpi,auto,native,ring,shm", "--sizes", "8,65536",
-           "--iterations", "20", "--iterations-large", "5", "--json", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    _bench_job(2, "allreduce_sweep.py", "--algorithms", "mpi,auto,native,ring,shm", "--sizes",
+               "8,65536", "--iterations", "20", "--iterations-large", "5", out=out)
     records = json.loads(out.read_text())["records"]
     assert {(r["algorithm"], r["size"]) for r in records} == \
         {(a, n) for a in ("mpi", "auto", "native", "ring", "shm") for n in (8, 65536)}
@@ -449,15 +453,13 @@ def test_call_overhead_runs_every_variant(tmp_path):
     """bench/call_overhead.py at 2 ranks: every variant asked for is timed (the floor's Python
     wrappers, abort mode, iallreduce), the bare call is the ratio's base."""
     out = tmp_path / "overhead.json"
-    cmd = [*mpiexec_command(), "-n", "2", sys.executable, str(ROOT / "bench/call_overhead.py"),
-           "--calls", "50", "--rounds", "2", "--floor", "--abort", "--json", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    stdout = _bench_job(2, "call_overhead.py", "--calls", "50", "--rounds", "2", "--floor",
+                        "--abort", out=out)
     result = json.loads(out.read_text())
     assert result["bytes"] == 8 and result["ranks"] == 2
     assert list(result["median_us"]) == [
         "bare", "plan()", "allreduce", "allreduce(options=)", "python wrapper",
         "python wrapper+checks", "allreduce(abort)", "plan(abort)", "iallreduce+wait"]
     assert all(len(r) == 2 and min(r) > 0 for r in result["rounds"].values())
-    rows = {line.split()[0]: line for line in proc.stdout.splitlines()[2:]}
+    rows = {line.split()[0]: line for line in stdout.splitlines()[2:]}
     assert rows["bare"].split()[-1] == "1.00"
