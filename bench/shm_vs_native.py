@@ -8,12 +8,14 @@ launches it, with ``--oversubscribe`` for Open MPI)::
 
 For every MPI library and world size it starts ``mpiexec -n P`` on this script (``--worker``),
 which times, interleaved in one loop with OSU's method (each call alone, then a barrier):
-``native`` (``MPI_Allreduce`` through ``collectives.allreduce``), ``shm`` on NumPy buffers,
+``mpi`` (mpi4py's bare ``comm.Allreduce`` on a duplicate of the world, outside the library: the
+yardstick), ``native`` (the same MPI algorithm through ``collectives.allreduce``: its failure
+guard runs it as ``MPI_Iallreduce`` into a landing buffer), ``shm`` on NumPy buffers,
 ``shm`` on NumPy buffers with cross-memory attach off (``COLLECTIVES_SHM_CMA=0``: staged through
 the window's slots at every size), ``shm`` on ``collectives.empty`` buffers (input and output in
 shared memory), and ``memcpy`` (``np.copyto`` of the same bytes on every rank). Float32 sum, out
 of place. Then it prints one table: median microseconds per call (averaged over ranks), shm's
-ratio to native, and bus bandwidth (``S / t * 2 (p-1) / p``) as a fraction of memcpy's ``S / t``.
+and native's ratios to mpi, and bus bandwidth (``S / t * 2 (p-1) / p``) as a fraction of memcpy's ``S / t``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 DEFAULT_SIZES = [8] + [1 << k for k in range(18, 27)]  # 8 B, 256 KiB ... 64 MiB
-COLUMNS = ["native", "shm", "shm_slots", "shm_empty", "memcpy"]
+COLUMNS = ["mpi", "native", "shm", "shm_slots", "shm_empty", "memcpy"]
 
 
 def _iterations(nbytes: int) -> tuple[int, int]:
@@ -46,6 +48,7 @@ def worker(sizes: list[int], output: str) -> None:
     from collectives.bench.timing import time_interleaved
 
     comm = MPI.COMM_WORLD
+    bare = comm.Dup()
     os.environ["COLLECTIVES_SHM_CMA"] = "0"  # read when a team is made: this one's
     slots = comm.Dup()
     collectives.allreduce(np.ones(4, np.float32), algorithm="shm", comm=slots)
@@ -60,6 +63,7 @@ def worker(sizes: list[int], output: str) -> None:
         xs[:] = 1
         copy = np.empty_like(x)
         calls = {
+            "mpi": lambda: bare.Allreduce(x, y, op=MPI.SUM),
             "native": lambda: collectives.allreduce(x, out=y, algorithm="native"),
             "shm": lambda: collectives.allreduce(x, out=y, algorithm="shm"),
             "shm_slots": lambda: collectives.allreduce(x, out=y, algorithm="shm", comm=slots),
@@ -72,6 +76,7 @@ def worker(sizes: list[int], output: str) -> None:
         rows.append({"bytes": nbytes, **{k: stats[k].median for k in COLUMNS}})
         del xs, ys
     slots.Free()
+    bare.Free()
     if comm.rank == 0:
         version = MPI.Get_library_version().splitlines()[0].replace("\x00", "").strip()
         Path(output).write_text(json.dumps({"mpi": version, "p": comm.size, "rows": rows}))
@@ -86,10 +91,10 @@ def _mpiexec(python: str) -> list[str]:
 
 
 def _table(results: list[dict]) -> str:
-    lines = ["| MPI | p | bytes | native (us) | shm (us) | shm / native | shm, slots (us) | "
-             "shm, empty() (us) | empty / native | shm busbw / memcpy | slots busbw / memcpy | "
-             "empty busbw / memcpy |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| MPI | p | bytes | mpi (us) | shm (us) | shm / mpi | native / mpi | "
+             "shm, slots (us) | shm, empty() (us) | empty / mpi | shm busbw / memcpy | "
+             "slots busbw / memcpy | empty busbw / memcpy |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for res in results:
         p = res["p"]
         for row in res["rows"]:
@@ -98,9 +103,10 @@ def _table(results: list[dict]) -> str:
             def frac(t: float) -> str:  # bus bandwidth over memcpy's bytes per second
                 return f"{(s / t * 2 * (p - 1) / p) / (s / row['memcpy']):.2f}"
 
-            lines.append(f"| {res['name']} | {p} | {s} | {row['native']:.1f} | {row['shm']:.1f} | "
-                         f"{row['shm'] / row['native']:.2f} | {row['shm_slots']:.1f} | "
-                         f"{row['shm_empty']:.1f} | {row['shm_empty'] / row['native']:.2f} | "
+            lines.append(f"| {res['name']} | {p} | {s} | {row['mpi']:.1f} | {row['shm']:.1f} | "
+                         f"{row['shm'] / row['mpi']:.2f} | {row['native'] / row['mpi']:.2f} | "
+                         f"{row['shm_slots']:.1f} | {row['shm_empty']:.1f} | "
+                         f"{row['shm_empty'] / row['mpi']:.2f} | "
                          f"{frac(row['shm'])} | {frac(row['shm_slots'])} | "
                          f"{frac(row['shm_empty'])} |")
     return "\n".join(lines)

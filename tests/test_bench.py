@@ -363,7 +363,8 @@ def test_neighbor_allreduce_bench_checks_and_times_every_variant(tmp_path):
 
 def test_shm_vs_native_runs_and_prints_one_table(tmp_path):
     """bench/shm_vs_native.py end to end at 2 ranks on two sizes, one of them long enough for
-    cross-memory attach: every column measured, the results checked, one table."""
+    cross-memory attach: every column measured (the bare comm.Allreduce too), the results
+    checked, one table of ratios to the bare call."""
     out = tmp_path / "shm.json"
     cmd = [sys.executable, str(ROOT / "bench/shm_vs_native.py"), "--ranks", "2",
            "--sizes", "8,1M", "--json", str(out)]
@@ -372,9 +373,12 @@ def test_shm_vs_native_runs_and_prints_one_table(tmp_path):
     (result,) = json.loads(out.read_text())
     assert result["p"] == 2 and [r["bytes"] for r in result["rows"]] == [8, 1 << 20]
     assert all(r[k] > 0 for r in result["rows"] for k in
-               ("native", "shm", "shm_slots", "shm_empty", "memcpy"))
+               ("mpi", "native", "shm", "shm_slots", "shm_empty", "memcpy"))
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| mpich | 2 |")]
-    assert len(rows) == 2 and rows[1].count("|") == 13
+    assert len(rows) == 2 and rows[1].count("|") == 14
+    cells = rows[1].split(" | ")  # the ratios are to the bare call's column
+    row = result["rows"][1]
+    assert cells[5:7] == [f"{row['shm'] / row['mpi']:.2f}", f"{row['native'] / row['mpi']:.2f}"]
 
 
 def test_time_to_accuracy_table_and_plot(tmp_path):
