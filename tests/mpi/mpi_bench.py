@@ -326,3 +326,36 @@ def test_the_mpi_column_calls_no_library_code(module, monkeypatch):
         assert "Pass" in text and "Fail" not in text, text
     with pytest.raises(AssertionError, match="called the library"):
         _run(module, "--algorithm", module.SPEC.default_algorithm)
+
+
+def test_the_sweeps_mpi_column_calls_no_library_code(monkeypatch, capsys):
+    """bench/allreduce_sweep.py's ``mpi`` column is mpi4py's own call: with the library's
+    allreduce and both call runners made to raise it still runs; a column of ours then fails."""
+    import importlib.util
+    import sys
+
+    from collectives import api
+    from collectives._runtime import fatal, guard
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "allreduce_sweep.py"
+    spec = importlib.util.spec_from_file_location("allreduce_sweep", path)
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the mpi column called the library")
+
+    monkeypatch.setattr(api, "allreduce", refuse)
+    monkeypatch.setattr(collectives, "allreduce", refuse)
+    monkeypatch.setattr(guard.Guard, "run", refuse)
+    monkeypatch.setattr(fatal.Runner, "run", refuse)
+    args = ["allreduce_sweep.py", "--sizes", "8,4096", "--iterations", "3",
+            "--iterations-large", "1"]
+    monkeypatch.setattr(sys, "argv", [*args, "--algorithms", "mpi"])
+    sweep.main()
+    if MPI.COMM_WORLD.rank == 0:
+        rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+        assert [r[0] for r in rows] == ["8", "4096"] and all(r[2] == "(" for r in rows), rows
+    monkeypatch.setattr(sys, "argv", [*args, "--algorithms", "mpi,auto"])
+    with pytest.raises(AssertionError, match="called the library"):
+        sweep.main()
