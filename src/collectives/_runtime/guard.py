@@ -345,7 +345,7 @@ class Guard:
         status = MPI.Status()
         while left:
             try:
-                i = self._waitany(todo, status)
+                i = self._waitany(todo, status, native)
             except TimeoutError:
                 self._abandon(todo[1:], expect, keep)
                 raise
@@ -383,9 +383,9 @@ class Guard:
                           f"{mine} expected a block of {want} bytes from {sender}, received "
                           f"{received}: {sender}'s array has another count or dtype")
 
-    def _waitany(self, todo: list[Any], status: MPI.Status) -> int:
-        if self._waiter is not None:
-            return self._waiter.wait_any(todo, status)
+    def _waitany(self, todo: list[Any], status: MPI.Status, native: bool = False) -> int:
+        if self._waiter is not None:  # an engine's (naps short for MPI's own collectives)
+            return self._waiter.wait_any(todo, status, native)
         testany = MPI.Request.Testany
         if self.deadline is None:
             # MPI_Waitany itself spins without giving up the processor: with more ranks than

@@ -9,7 +9,8 @@ communicator whose blocking methods start the non-blocking call of MPI (``Isend`
   message is there). A thread that waits for a slow network that way takes a core away from the
   compute it is meant to overlap with. The waiter spins only for as long as the bytes would take
   on shared memory (:data:`SPIN_S` plus the message size at :data:`SPIN_BYTES_PER_S`), then
-  sleeps between polls (20 us doubling up to :data:`MAX_NAP_S`).
+  sleeps between polls (20 us doubling up to :data:`MAX_NAP_S`; up to :data:`NATIVE_NAP_S` for
+  MPI's own non-blocking collectives, which advance only when tested).
 - Between polls the waiter runs ``serve()``: the engine answers other ranks' status queries (the
   stall check) even while it waits inside an operation.
 - It can give up: a waiter whose ``stop`` flag is set raises :class:`Stopped` at its next poll
@@ -36,7 +37,8 @@ from typing import Any, Callable
 import numpy as np
 from mpi4py import MPI
 
-__all__ = ["Waiter", "Stopped", "EngineComm", "adopt", "SPIN_S", "SPIN_BYTES_PER_S", "MAX_NAP_S"]
+__all__ = ["Waiter", "Stopped", "EngineComm", "adopt", "SPIN_S", "SPIN_BYTES_PER_S", "MAX_NAP_S",
+           "NATIVE_NAP_S"]
 
 #: Every wait spins at least this long before it starts to sleep between polls.
 SPIN_S = 100e-6
@@ -44,6 +46,9 @@ SPIN_S = 100e-6
 SPIN_BYTES_PER_S = 1e9
 #: The longest sleep between two polls.
 MAX_NAP_S = 1e-3
+#: ... of an MPI non-blocking collective (``MPI_Iallreduce`` ...), which advances only when it
+#: is tested: every step of its schedule waits for the next test, so its naps stay short.
+NATIVE_NAP_S = 50e-6
 _FIRST_NAP_S = 20e-6
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 
@@ -77,11 +82,16 @@ class Waiter:
         """Return when every request has completed."""
         self._poll(lambda: (MPI.Request.Testall(requests), None), nbytes)
 
-    def wait_any(self, requests: list[MPI.Request], status: MPI.Status) -> int:
-        """Return the index of a request that completed (as ``MPI.Request.Waitany``)."""
-        return self._poll(lambda: MPI.Request.Testany(requests, status)[::-1], 0)
+    def wait_any(self, requests: list[MPI.Request], status: MPI.Status,
+                 native: bool = False) -> int:
+        """Return the index of a request that completed (as ``MPI.Request.Waitany``);
+        ``native``: one of them is an MPI non-blocking collective (naps of at most
+        :data:`NATIVE_NAP_S`)."""
+        return self._poll(lambda: MPI.Request.Testany(requests, status)[::-1], 0,
+                          NATIVE_NAP_S if native else MAX_NAP_S)
 
-    def _poll(self, test: Callable[[], tuple[bool, Any]], nbytes: int) -> Any:
+    def _poll(self, test: Callable[[], tuple[bool, Any]], nbytes: int,
+              max_nap: float = MAX_NAP_S) -> Any:
         """Call ``test()`` (giving (done, value)) until done: spin, then poll with naps."""
         done, value = test()
         if done:
@@ -106,7 +116,7 @@ class Waiter:
             if self.alarm is not None:
                 self.check_alarm()
             time.sleep(nap)
-            nap = min(2 * nap, MAX_NAP_S)
+            nap = min(2 * nap, max_nap)
 
     def _eager(self, test: Callable[[], tuple[bool, Any]]) -> Any:
         """:meth:`_poll` for :attr:`eager`: test and yield; every 64 tests the stop flag,
