@@ -36,6 +36,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ._runtime import device as _device
+from ._runtime.arrays import flat
 from ._runtime.context import context
 from ._runtime.fatal import runner
 from ._runtime.flight import describe
@@ -122,53 +123,79 @@ def iallreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "su
     if (last is not None and last.x() is x and last.out() is out and last.comm_arg is comm
             and last.op == op and last.algorithm == algorithm and name is None
             and validate is None):
-        request = last.repeat(options)
+        request = last.repeat(x, out, options)
         if request is not None:
             return request
     comm_arg = comm
     comm, opts, validate = _setup(comm, options, validate)
-    request = _submit("iallreduce", AllreduceCall, x, comm, validate, opts, name, out, op,
-                      algorithm, opts)
-    if (request.engine is not None and not validate and name is None and isinstance(op, str)
-            and type(x) is np.ndarray and type(out) is np.ndarray):
+    remember = (not validate and name is None and isinstance(op, str)
+                and type(x) is np.ndarray and type(out) is np.ndarray)
+    request = _submit("iallreduce", _Remembered if remember else AllreduceCall, x, comm,
+                      validate, opts, name, out, op, algorithm, opts)
+    if remember and request.engine is not None:
         _LAST[0] = _Last(request, x, out, op, algorithm, comm_arg, comm)
     return request
 
 
+class _Remembered(AllreduceCall):
+    """An :func:`iallreduce`'s checked call that also keeps the algorithm its run decides
+    ("auto" resolved) in :attr:`decided`, a box that :class:`_Last` holds instead of the call
+    (which holds the arrays)."""
+
+    __slots__ = ("decided",)
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.decided = [self.fn]
+
+    def decide(self, ctx: Any) -> Any:
+        fn = self.decided[0] = super().decide(ctx)
+        return fn
+
+
 class _Last:
     """The last :func:`iallreduce` (NumPy arrays, ``out=`` given, string op, no ``name=`` or
-    ``validate``), whose checked call the next one with the same arguments runs again (as
-    ``api._Repeats`` does for the blocking call): the same objects ``x``, ``out`` and ``comm``,
-    the same op and algorithm names, the same options in force, and nothing changed in place
-    (shapes, strides, dtypes, ``out``'s write flag, the communicator not freed). Arrays are
-    held by weak references only."""
+    ``validate``), whose checks the next one with the same arguments reuses (as ``api._Repeats``
+    does for the blocking call): the same objects ``x``, ``out`` and ``comm``, the same op and
+    algorithm names, the same options in force, and nothing changed in place (shapes, strides,
+    dtypes, ``out``'s write flag, the communicator not freed). A repeat is a new call built from
+    what the first one checked and decided; the arrays are held by weak references only."""
 
-    __slots__ = ("x", "out", "op", "algorithm", "comm_arg", "comm", "opts", "call", "inline",
-                 "what", "shape", "xstrides", "ostrides", "dtype")
+    __slots__ = ("x", "out", "op", "algorithm", "comm_arg", "comm", "opts", "inline", "what",
+                 "shape", "xstrides", "ostrides", "dtype", "reduction", "decided", "inplace",
+                 "vector")
 
     def __init__(self, request: Request, x: np.ndarray, out: np.ndarray, op: str,
                  algorithm: str, comm_arg: Any, comm: MPI.Comm) -> None:
+        call = request.call
         self.x, self.out = weakref.ref(x), weakref.ref(out)
         self.op, self.algorithm, self.comm_arg, self.comm = op, algorithm, comm_arg, comm
-        self.opts, self.call, self.inline = request.opts, request.call, request.inline
+        self.opts, self.inline = request.opts, request.inline
+        self.reduction, self.decided, self.inplace = call.op, call.decided, call.dst is call.src
+        # 1-D of a built-in dtype: flat() gives the arrays themselves
+        self.vector = call.src is x and call.dst is (x if self.inplace else out)
         self.what = None  # the flight recorder's description, made once "auto" is resolved
         self.shape, self.xstrides, self.ostrides, self.dtype = \
             x.shape, x.strides, out.strides, x.dtype
 
-    def repeat(self, options: Options | None) -> Request | None:
-        """Submit the remembered call again; None if anything has changed."""
+    def repeat(self, x: np.ndarray, out: np.ndarray, options: Options | None) -> Request | None:
+        """Submit the call again on ``x`` and ``out`` (the remembered ones); None if anything has
+        changed."""
         opts = Options.from_env() if options is None else options
-        x, out = self.x(), self.out()
         if (opts is not self.opts or x.shape != self.shape or out.shape != self.shape
                 or x.dtype is not self.dtype or out.dtype is not self.dtype
                 or x.strides != self.xstrides or out.strides != self.ostrides
                 or not out.flags.writeable or self.comm == MPI.COMM_NULL or opts.validate):
             return None
-        request = Request("iallreduce", self.call, engine_of(self.comm, opts.timeout), False,
-                          opts)
+        call = _Remembered.__new__(_Remembered)
+        call.src = x if self.vector else flat(x)
+        call.dst = call.src if self.inplace else (out if self.vector else flat(out))
+        call.op, call.fn, call.decided = self.reduction, self.decided[0], self.decided
+        call.algorithm, call.opts, call.result, call.trivial = self.algorithm, opts, out, False
+        request = Request("iallreduce", call, engine_of(self.comm, opts.timeout), False, opts)
         request.inline = self.inline
         if self.what is None:
-            self.what = _described(self.call)
+            self.what = _described(call)
         request.what = self.what
         return request.engine.submit(request)
 

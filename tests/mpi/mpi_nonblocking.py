@@ -852,3 +852,26 @@ def test_repeated_iallreduce_reuses_checks_safely(monkeypatch):
     comm.Free()
     with pytest.raises(TypeError, match="intracommunicator"):
         collectives.iallreduce(x, out=y, comm=comm)
+
+
+def test_a_remembered_iallreduce_keeps_no_array_alive():
+    """The repeat of iallreduce (nonblocking._Last) holds its arrays by weak references only: once
+    the caller drops them (and the requests), they are freed; a new pair is checked afresh."""
+    import gc
+    import weakref
+
+    world = MPI.COMM_WORLD
+    comm = world.Dup()
+    x = np.full(1000, comm.rank + 1.0)
+    y = np.empty_like(x)
+    for _ in range(3):
+        collectives.iallreduce(x, out=y, comm=comm).wait()
+    assert np.array_equal(y, np.full(1000, comm.size * (comm.size + 1) / 2))
+    refs = weakref.ref(x), weakref.ref(y)
+    del x, y
+    gc.collect()
+    assert refs[0]() is None and refs[1]() is None
+    z = np.full(7, 2.0)
+    assert np.array_equal(collectives.iallreduce(z, out=np.empty(7), comm=comm).wait(),
+                          np.full(7, 2.0 * comm.size))
+    comm.Free()

@@ -220,6 +220,7 @@ class Engine:
                     deferred = self._deferred
                     if deferred is not None:  # nobody asked for it: run it here
                         self.kick(deferred)
+                        deferred = None
                     self.control.serve()
                     continue
                 if request is _STOP:
@@ -234,6 +235,7 @@ class Engine:
                     raise
                 self._exec.release()
                 self._finish(request, error)
+                request = error = None  # the thread keeps no array of a finished operation alive
         except Stopped:
             self._drain(EngineError(f"the engine of {self.label} was shut down before the "
                                     "operation could complete"))

@@ -81,7 +81,8 @@ class Request:
     """
 
     __slots__ = ("kind", "call", "engine", "seq", "validate", "local_error", "opts", "name",
-                 "inline", "what", "started", "finished", "_done", "_error", "_callbacks", "__weakref__")
+                 "inline", "what", "started", "finished", "_done", "_error", "_callbacks",
+                 "__weakref__")
 
     def __init__(self, kind: str, call: Any, engine: Any, validate: bool, opts: Any,
                  local_error: Exception | None = None, name: str | None = None) -> None:
