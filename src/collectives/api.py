@@ -143,6 +143,17 @@ class _Repeat:
         self.what = describe(call)  # for the flight recorder, made once (_runtime/flight.py)
 
 
+def _unchanged(e: Any, x: np.ndarray, out: np.ndarray, opts: Options) -> bool:
+    """Whether a remembered call's checks still hold for ``x`` and ``out`` (the same objects)
+    under ``opts``: what can change in place has not (shapes, strides, dtypes, ``out``'s write
+    flag, the options in force, the communicator not freed). ``e``: a remembered call with the
+    attributes ``shape``, ``xstrides``, ``ostrides``, ``dtype``, ``opts`` and ``comm``
+    (:class:`_Repeat`, ``nonblocking._Last``)."""
+    return (opts is e.opts and x.shape == e.shape and out.shape == e.shape
+            and x.dtype is e.dtype and out.dtype is e.dtype and x.strides == e.xstrides
+            and out.strides == e.ostrides and out.flags.writeable and e.comm != MPI.COMM_NULL)
+
+
 class _Repeats:
     """Blocking ``allreduce`` calls that repeat the last arguments skip their checks.
 
@@ -177,11 +188,7 @@ class _Repeats:
                 return False
             self._use(e)
         opts = e.opts
-        if ((Options.from_env() if options is None else options) is not opts
-                or x.shape != e.shape or out.shape != e.shape or x.dtype is not e.dtype
-                or out.dtype is not e.dtype or x.strides != e.xstrides
-                or out.strides != e.ostrides or not out.flags.writeable
-                or e.comm == MPI.COMM_NULL):
+        if not _unchanged(e, x, out, Options.from_env() if options is None else options):
             return False
         if e.vector:
             src, dst = x, out

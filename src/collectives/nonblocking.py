@@ -42,7 +42,7 @@ from ._runtime.fatal import runner
 from ._runtime.flight import describe
 from ._runtime.validate import check_comm, checked_call as _checked, setup as _setup
 from .api import (_AUTO, AllgatherCall, AllreduceCall, BcastCall, OpLike, ReduceCall,
-                  ReduceScatterCall, run_allreduce)
+                  ReduceScatterCall, run_allreduce, _unchanged)
 from .compressed.api import CompressedAllreduceCall
 from .engine import Request, engine_of
 from .engine.engine import INLINE_BYTES
@@ -182,10 +182,7 @@ class _Last:
         """Submit the call again on ``x`` and ``out`` (the remembered ones); None if anything has
         changed."""
         opts = Options.from_env() if options is None else options
-        if (opts is not self.opts or x.shape != self.shape or out.shape != self.shape
-                or x.dtype is not self.dtype or out.dtype is not self.dtype
-                or x.strides != self.xstrides or out.strides != self.ostrides
-                or not out.flags.writeable or self.comm == MPI.COMM_NULL or opts.validate):
+        if not _unchanged(self, x, out, opts):
             return None
         call = _Remembered.__new__(_Remembered)
         call.src = x if self.vector else flat(x)

@@ -109,12 +109,7 @@ class Waiter:
             done, value = test()
             if done:
                 return value
-            if self.stop:
-                raise Stopped("the engine stopped while an operation was waiting for messages")
-            if self.serve is not None:
-                self.serve()
-            if self.alarm is not None:
-                self.check_alarm()
+            self._between_polls()
             time.sleep(nap)
             nap = min(2 * nap, max_nap)
 
@@ -129,13 +124,16 @@ class Waiter:
             _yield()
             tests += 1
             if not tests & 63:
-                if self.stop:
-                    raise Stopped("the engine stopped while an operation was waiting for "
-                                  "messages")
-                if self.serve is not None:
-                    self.serve()
-                if self.alarm is not None:
-                    self.check_alarm()
+                self._between_polls()
+
+    def _between_polls(self) -> None:
+        """The stop flag (raises :class:`Stopped`), other ranks' queries, the alarm."""
+        if self.stop:
+            raise Stopped("the engine stopped while an operation was waiting for messages")
+        if self.serve is not None:
+            self.serve()
+        if self.alarm is not None:
+            self.check_alarm()
 
 
 def _nbytes(buf: Any) -> int:

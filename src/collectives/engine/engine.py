@@ -129,9 +129,7 @@ class Engine:
             request.seq = self.submitted
             self.submitted += 1
             self._outstanding[request.seq] = request
-            if self._deferred is not None:  # it goes first, and to the thread
-                self._queue.put(self._deferred)
-                self._deferred = None
+            self._queue_deferred()  # it goes first, and to the thread
             if request.inline and not self.pending and self._primed:
                 self._deferred = request
             else:
@@ -144,8 +142,13 @@ class Engine:
         if self._deferred is request:
             with self._lock:
                 if self._deferred is request:
-                    self._queue.put(request)
-                    self._deferred = None
+                    self._queue_deferred()
+
+    def _queue_deferred(self) -> None:
+        """Put the deferred request, if any, on the thread's queue (hold ``_lock``)."""
+        if self._deferred is not None:
+            self._queue.put(self._deferred)
+            self._deferred = None
 
     def run_deferred(self, request: Request, stall: float | None) -> bool:
         """Run ``request`` on this thread if it is the deferred one, warning as a wait would
@@ -217,10 +220,9 @@ class Engine:
                 try:
                     request = self._queue.get(timeout=IDLE_POLL_S)
                 except queue.Empty:
-                    deferred = self._deferred
-                    if deferred is not None:  # nobody asked for it: run it here
-                        self.kick(deferred)
-                        deferred = None
+                    if self._deferred is not None:  # nobody asked for it: run it here
+                        with self._lock:
+                            self._queue_deferred()
                     self.control.serve()
                     continue
                 if request is _STOP:
@@ -331,9 +333,7 @@ class Engine:
         """Stop accepting work and wait up to ``grace`` seconds for what is queued."""
         with self._lock:
             self.closed = True
-            if self._deferred is not None:
-                self._queue.put(self._deferred)
-                self._deferred = None
+            self._queue_deferred()
         end = time.monotonic() + grace
         with DONE:
             while (self.pending or self.named.pending) and time.monotonic() < end:
