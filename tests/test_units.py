@@ -210,3 +210,58 @@ def test_timeout_options_from_environment(monkeypatch):
     for bad in (0, -1, "3", True):
         with pytest.raises(ValueError, match="timeout must be a positive number"):
             Options(timeout=bad)
+
+
+def test_scratch_reuses_its_view_and_forget_hands_out_new_memory():
+    from collectives._runtime.workspace import forget, scratch
+
+    like = np.zeros(3, np.float32)
+    a = scratch("unit.scratch", 5, like)
+    assert a.dtype == np.float32 and a.shape == (5,)
+    assert scratch("unit.scratch", 5, like) is a  # a repeated request: the same view
+    b = scratch("unit.scratch", 2, np.zeros(1, np.float64))
+    assert np.shares_memory(a, b)  # one buffer per name, as before the views were kept
+    big = scratch("unit.scratch", 1 << 16, like)  # grows: the smaller buffer's views are dropped
+    again = scratch("unit.scratch", 5, like)
+    assert again is not a and np.shares_memory(again, big)
+    forget("unit.scratch", again)  # an operation MPI has not finished still owns it
+    after = scratch("unit.scratch", 5, like)
+    assert not np.shares_memory(after, again) and not np.shares_memory(after, big)
+    assert scratch("unit.other", 5, like) is not after  # names never share
+
+
+def test_copy_into_copies_and_keeps_copyto_casting_rules():
+    from collectives._runtime.arrays import copy_into
+
+    src, dst = np.arange(7, dtype=np.float32), np.zeros(7, np.float32)
+    copy_into(src, dst)
+    assert np.array_equal(src, dst)
+    copy_into(dst, dst)  # the same buffer: nothing to do
+    wide = np.zeros(7, np.float64)
+    copy_into(src, wide)  # another dtype goes through np.copyto ...
+    assert np.array_equal(wide, src)
+    with pytest.raises(TypeError):  # ... whose same-kind rule a plain assignment would not keep
+        copy_into(np.full(7, 1.5), np.zeros(7, np.int32))
+
+
+@pytest.mark.parametrize("local, cores, expected", [("2", 2, 16), ("3", 2, 0), ("", 4, 16)])
+def test_waits_test_before_yielding_only_with_a_core_per_rank(monkeypatch, local, cores,
+                                                               expected):
+    from collectives._runtime import guard
+
+    monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE", raising=False)
+    monkeypatch.setenv("MPI_LOCALNRANKS", local)
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    assert guard.EAGER_TESTS == 16
+    assert guard.eager_tests() == expected  # "": unknown, the world's size (1 here) counts
+
+
+def test_staged_passes_numpy_arrays_and_keywords_through():
+    from collectives._runtime.device import staged
+
+    seen = []
+    fn = staged(0, 1)(lambda a, b, c=None: seen.append((a, b, c)) or "done")
+    x = np.ones(2)
+    assert fn(x, x) == "done" and fn(x, None, c=3) == "done" and fn(x, x, c=4) == "done"
+    assert [c for _, _, c in seen] == [None, 3, 4] and seen[1][1] is None
+    assert staged(0, 1, 2)(lambda a, b, c: "three")(x, x, x) == "three"

@@ -153,5 +153,9 @@ def new_like(x: np.ndarray, shape: tuple[int, ...] | None = None) -> np.ndarray:
 
 def copy_into(src: np.ndarray, dst: np.ndarray) -> None:
     """Copy flat ``src`` into flat ``dst`` unless they are the same buffer."""
-    if src is not dst and src.size:
+    if src is dst:
+        return
+    if type(dst) is np.ndarray and type(src) is np.ndarray and dst.dtype is src.dtype:
+        dst[...] = src  # the common case, without np.copyto's argument parsing
+    elif src.size:
         xp(dst).copyto(dst, src)

@@ -128,10 +128,10 @@ def staged(*positions: int) -> Callable:
     """
 
     def wrap(fn: Callable) -> Callable:
-        @wraps(fn)
-        def call(*args, **kwargs):
-            for i in positions:  # the NumPy fast path: no list, no import
-                if args[i] is not None and not is_numpy(args[i]):
+        def other(args: tuple, kwargs: dict) -> Any:
+            for i in positions:
+                a = args[i]
+                if a is not None and type(a) is not np.ndarray and not is_numpy(a):
                     break
             else:
                 return fn(*args, **kwargs)
@@ -156,6 +156,20 @@ def staged(*positions: int) -> Callable:
             for i in device:
                 args[i].reshape(-1).set(hosts[id(args[i])])
             return result
+
+        if len(positions) > 2:
+            @wraps(fn)
+            def call(*args, **kwargs):
+                return other(args, kwargs)
+            return call
+        first, last = positions[0], positions[-1]
+        ndarray = np.ndarray
+
+        @wraps(fn)
+        def call(*args, **kwargs):  # the NumPy fast path: two type tests
+            if kwargs or type(args[first]) is not ndarray or type(args[last]) is not ndarray:
+                return other(args, kwargs)
+            return fn(*args)
 
         return call
 

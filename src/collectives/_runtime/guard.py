@@ -125,6 +125,24 @@ _SPAN = _span()
 #: between tests (and look at the clock).
 _SPINS, _NAP = 1000, 50e-6
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
+
+
+def eager_tests() -> int:
+    """How many times a wait tests its requests before it yields the processor between tests:
+    :data:`EAGER_TESTS` when this node's ranks of the job (``MPI_LOCALNRANKS`` under MPICH,
+    ``OMPI_COMM_WORLD_LOCAL_SIZE`` under Open MPI, else the world's size) have a core each,
+    else 0. A yield is a system call, and a short operation finishes within a few tests; with
+    more ranks than cores the rank waited for may need this very core, so the wait yields at
+    once (docs/benchmarks/overhead.md, "Testing before yielding")."""
+    local = os.environ.get("MPI_LOCALNRANKS") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE")
+    ranks = int(local) if local and local.isdigit() else MPI.COMM_WORLD.size
+    return EAGER_TESTS if ranks <= (os.cpu_count() or 1) else 0
+
+
+#: tests before the first yield when every rank has a core (:func:`eager_tests`)
+EAGER_TESTS = 16
+#: this process's: :data:`EAGER_TESTS` or 0
+TESTS_BEFORE_YIELD = eager_tests()
 #: above every call number a closed guard of this process used (see Guard.__init__)
 _HIGH = [0]
 #: notices dropped as an earlier incarnation's (tests account for the messages they leave)
@@ -184,6 +202,7 @@ class Guard:
         self.got = np.zeros(self.size, dtype=np.int64)
         self._waiter = getattr(comm, "waiter", None)  # an engine communicator polls
         self._box = np.empty(_NOTICE_BYTES, dtype=np.uint8)
+        self._status = MPI.Status()  # complete()'s, reused (a guard runs one call at a time)
         self.notice = comm.Irecv([self._box, MPI.BYTE], MPI.ANY_SOURCE, NOTICE_TAG)
         # -- flight recorder (collectives._runtime.flight): the last calls, for a dump
         self.ring = flight.new_ring()
@@ -339,10 +358,9 @@ class Guard:
             self._abandon(reqs, expect, keep)
             raise self.later.pop(self.seq)
         self.waits = (self.seq, peers)  # flight recorder: whom this call waits for
-        n = len(reqs)
         todo = [self.notice] + reqs  # first: a notice that has arrived is handled first
-        left = n
-        status = MPI.Status()
+        left = len(reqs)
+        status = self._status
         while left:
             try:
                 i = self._waitany(todo, status, native)
@@ -390,7 +408,12 @@ class Guard:
         if self.deadline is None:
             # MPI_Waitany itself spins without giving up the processor: with more ranks than
             # cores each wait costs a scheduler tick, while testing and yielding between tests
-            # lets the rank being waited for run (docs/benchmarks.md, "Numbers behind the code")
+            # lets the rank being waited for run (docs/benchmarks.md, "Numbers behind the code");
+            # with a core per rank, a few tests first (eager_tests)
+            for _ in range(TESTS_BEFORE_YIELD):
+                i, done = testany(todo, status)
+                if done:
+                    return i
             while True:
                 i, done = testany(todo, status)
                 if done:
@@ -504,12 +527,21 @@ def native_call(ctx: Any, name: str, args: tuple, fallback: Callable[[], None],
         return True
     ran = False
     try:
-        ran = guard.native(lambda: getattr(ctx.native_comm, "I" + name.lower())(*args),
-                           fallback, (args, landing))
+        start = getattr(ctx.native_comm, _NONBLOCKING.get(name) or _nonblocking(name))
+        ran = guard.native(lambda: start(*args), fallback, (args, landing))
     finally:
         if not ran and landing is not None:
             forget(*landing)
     return ran
+
+
+#: the name of the non-blocking form of each MPI collective used (``Iallreduce`` for ``Allreduce``)
+_NONBLOCKING: dict[str, str] = {}
+
+
+def _nonblocking(name: str) -> str:
+    _NONBLOCKING[name] = "I" + name.lower()
+    return _NONBLOCKING[name]
 
 
 @atexit.register

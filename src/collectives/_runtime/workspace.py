@@ -23,21 +23,34 @@ _LOCAL = threading.local()
 def scratch(name: str, count: int, like: np.ndarray) -> np.ndarray:
     """A 1-D array of ``count`` elements of ``like``'s dtype, in ``like``'s array library
     (uninitialised), reused across calls."""
-    dtype = like.dtype
-    nbytes = count * dtype.itemsize
-    module = xp(like)
     try:
         pool = _LOCAL.pool
     except AttributeError:
         pool = _LOCAL.pool = {}
+    dtype = like.dtype
+    key = (name, count, dtype, type(like))  # a repeated request: the view made last time
+    view = pool.get(key)
+    if view is not None:
+        return view
+    nbytes = count * dtype.itemsize
+    module = xp(like)
     buf = pool.get((name, module))
     if buf is None or buf.nbytes < nbytes:
+        _drop_views(pool, name)  # views of the smaller buffer
         buf = module.empty(max(nbytes, 64), dtype=np.uint8)
         pool[(name, module)] = buf
-    return buf[:nbytes].view(dtype)
+    view = pool[key] = buf[:nbytes].view(dtype)
+    return view
+
+
+def _drop_views(pool: dict, name: str) -> None:
+    for key in [k for k in pool if len(k) == 4 and k[0] == name]:
+        del pool[key]
 
 
 def forget(name: str, buf: np.ndarray) -> None:
     """Hand out a new buffer at the next :func:`scratch` of ``name`` (and ``buf``'s library):
     ``buf``, which that one returned, still belongs to an operation MPI has not finished."""
-    getattr(_LOCAL, "pool", {}).pop((name, xp(buf)), None)
+    pool = getattr(_LOCAL, "pool", {})
+    pool.pop((name, xp(buf)), None)
+    _drop_views(pool, name)

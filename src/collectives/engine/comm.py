@@ -37,6 +37,8 @@ from typing import Any, Callable
 import numpy as np
 from mpi4py import MPI
 
+from .._runtime.guard import TESTS_BEFORE_YIELD
+
 __all__ = ["Waiter", "Stopped", "EngineComm", "adopt", "SPIN_S", "SPIN_BYTES_PER_S", "MAX_NAP_S",
            "NATIVE_NAP_S"]
 
@@ -114,8 +116,13 @@ class Waiter:
             nap = min(2 * nap, max_nap)
 
     def _eager(self, test: Callable[[], tuple[bool, Any]]) -> Any:
-        """:meth:`_poll` for :attr:`eager`: test and yield; every 64 tests the stop flag,
-        queries and the alarm."""
+        """:meth:`_poll` for :attr:`eager`: test (``TESTS_BEFORE_YIELD`` times, then yielding
+        between tests: ``guard.eager_tests``); every 64 tests the stop flag, queries and the
+        alarm."""
+        for _ in range(TESTS_BEFORE_YIELD):
+            done, value = test()
+            if done:
+                return value
         tests = 0
         while True:
             done, value = test()
