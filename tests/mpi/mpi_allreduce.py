@@ -58,6 +58,16 @@ def test_allreduce_default_options_large_odd(algorithm):
         assert_close(y, x, "sum", comm, f"{algorithm} {dtype}", identical=True)
 
 
+def test_native_in_pieces_matches_the_reference(monkeypatch, comm, backend):
+    """Under the guard, native runs a long vector in pieces through a small landing buffer
+    (algorithms/native.py): here pieces of 256 bytes, so every count above 256 bytes takes
+    several, the last one short."""
+    from collectives.algorithms import native
+
+    monkeypatch.setattr(native, "LANDING_BYTES", 256)
+    assert _sweep("native", comm, small("native"), backend) > 0
+
+
 @pytest.mark.parametrize("algorithm", list(collectives.ALGORITHMS))
 def test_multidimensional_and_fortran_order(algorithm):
     comm = MPI.COMM_WORLD

@@ -561,18 +561,28 @@ def test_a_notice_queued_on_a_freed_communicator_never_breaks_a_new_guard():
     assert _reclaim(world, owed, since) == owed
 
 
-def test_abandoned_native_operation_never_writes_into_the_result(monkeypatch):
+@pytest.mark.parametrize("piece", [0, 1, 2])
+def test_abandoned_native_operation_never_writes_into_the_result(monkeypatch, piece):
     """A rank waiting in a native operation that learns of an older failure abandons it and
     runs the hand-written fallback; where every rank abandons it, the abandoned operations
     can still pair up and complete during the fallback. They used to write into the caller's
-    result (x + 2 * other at p = 2): now MPI receives into a landing buffer of its own."""
+    result (x + 2 * other at p = 2): now MPI receives into a landing buffer of its own.
+    ``piece``: the allreduce runs in pieces of 1000 bytes (algorithms/native.py) and the notice
+    arrives in this one, so the fallback reduces the rest of the vector after pieces that
+    native completed (and, in place, copied into x)."""
     from collectives._runtime.guard import _HEAD, _NOTICE_BYTES, NOTICE_TAG, Guard
+    from collectives._runtime.context import context
+    from collectives.algorithms import native as native_algorithm
 
+    monkeypatch.setattr(native_algorithm, "LANDING_BYTES", 1000)
     original = Guard.complete
     sends = []
+    seen = {}
 
     def complete(self, reqs, expect, peers, native=False, **kwargs):
-        if native:  # an older failure's notice, from this rank to itself, arrives now
+        seen[self.seq] = seen.get(self.seq, -1) + native  # native operations of this call - 1
+        if native and seen[self.seq] == piece:
+            # an older failure's notice, from this rank to itself, arrives now
             box = np.zeros(_NOTICE_BYTES, dtype=np.uint8)
             box[:8 * _HEAD].view(np.int64)[:] = (self.seq - 1, self.rank, 1, 4)
             box[8 * _HEAD:8 * _HEAD + 4] = np.frombuffer(b"test", dtype=np.uint8)
@@ -582,15 +592,17 @@ def test_abandoned_native_operation_never_writes_into_the_result(monkeypatch):
         return original(self, reqs, expect, peers, native=native, **kwargs)
 
     world = MPI.COMM_WORLD
-    for calls in [lambda x, c: collectives.allreduce(x, algorithm="native", comm=c),
-                  lambda x, c: collectives.allreduce(x, out=x, algorithm="native", comm=c),
-                  lambda x, c: collectives.allgather(x, algorithm="native", comm=c)]:
+    cases = [lambda x, c: collectives.allreduce(x, algorithm="native", comm=c),
+             lambda x, c: collectives.allreduce(x, out=x, algorithm="native", comm=c),
+             lambda x, c: collectives.allgather(x, algorithm="native", comm=c)]  # one operation
+    for calls in cases[:2] if piece else cases:
         comm = world.Dup()
         x = make_input(1001, np.dtype(np.float64), "sum", comm.rank)
         expected = calls(x.copy(), comm).copy()
         monkeypatch.setattr(Guard, "complete", complete)
         first = calls(x.copy(), comm)  # abandoned native, fallback
         monkeypatch.setattr(Guard, "complete", original)
+        assert context(comm).guard.retired or comm.size == 1
         again = calls(x.copy(), comm)  # native retired: hand-written
         for _ in range(3):  # progress for whatever is left in flight
             comm.Barrier()

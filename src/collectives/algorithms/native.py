@@ -6,7 +6,16 @@ public call it runs as ``MPI_Iallreduce`` under the call's guard, with recursive
 fallback once a failure has retired native on the communicator (``_runtime/guard.py``); it then
 receives into a landing buffer of its own and copies the result out (one copy of the result more
 than ``MPI_Allreduce``), so that an operation abandoned after a failure elsewhere can never write
-into the caller's array.
+into the caller's array. A vector longer than :data:`LANDING_BYTES` (1 MiB) runs as one
+``MPI_Iallreduce`` per piece of that size, each landing in the same small buffer and copied out
+at once, while it is still in cache: a landing buffer as long as the vector made the copy a
+second pass over memory (16 MiB at p = 2: 1.5x the bare call's time; in pieces about 1.0x,
+docs/benchmarks/overhead.md). Every rank cuts the same pieces, and MPI reduces each element
+within its piece as it would in the whole, in an order of MPI's choosing for that piece's size
+(as for any native call, the same bits on every rank). Falling back (native retired: always at
+the first piece, as no native operation of a call can complete once a rank has retired) reduces
+the rest by recursive doubling. Outside a guard (``on_error="abort"``) the vector goes to
+``MPI_Allreduce`` whole, as the caller's own call would.
 """
 
 from __future__ import annotations
@@ -24,7 +33,11 @@ from ..options import Options
 from .._runtime.workspace import scratch
 from . import recursive_doubling
 
-__all__ = ["allreduce"]
+__all__ = ["allreduce", "LANDING_BYTES"]
+
+#: Under a guard, a vector longer than this goes through MPI in pieces of this many bytes, each
+#: landing in a buffer of this size and copied out while it is still in cache.
+LANDING_BYTES = 1 << 20
 
 
 @_device.staged(0, 1)
@@ -37,9 +50,24 @@ def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Opti
         return
     # under a guard MPI receives into a landing buffer, never into buf (an operation abandoned after
     # a failure elsewhere may still write; ``_runtime/guard.py``), and only reads src, which the
-    # fallback then still has, in place too
-    land = scratch("native.landing", buf.size, buf)
-    if native_call(ctx, "Allreduce", ([src, dtype], [land, dtype], mpi_op),
-                   lambda: recursive_doubling.allreduce(src, buf, op, ctx, opts),
-                   ("native.landing", land)):
-        copy_into(land, buf)
+    # fallback then still has, in place too; long vectors go in pieces through a landing buffer
+    # of LANDING_BYTES (module docstring)
+    n = buf.size
+    step = max(1, LANDING_BYTES // buf.itemsize)
+    if n <= step:  # one piece
+        land = scratch("native.landing", n, buf)
+        if native_call(ctx, "Allreduce", ([src, dtype], [land, dtype], mpi_op),
+                       lambda: recursive_doubling.allreduce(src, buf, op, ctx, opts),
+                       ("native.landing", land)):
+            copy_into(land, buf)
+        return
+    land = scratch("native.landing", step, buf)
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        piece = land[:hi - lo]
+        if not native_call(ctx, "Allreduce", ([src[lo:hi], dtype], [piece, dtype], mpi_op),
+                           lambda lo=lo: recursive_doubling.allreduce(src[lo:], buf[lo:], op,
+                                                                      ctx, opts),
+                           ("native.landing", land)):
+            return  # the fallback reduced the rest (every rank falls back at the same piece)
+        copy_into(piece, buf[lo:hi])
