@@ -68,7 +68,8 @@ class Runner:
         guard = self.ctx.guard
         guard.seq += 1
         self.name, self.seq = name, guard.seq
-        self.set_timeout(timeout)
+        if timeout is not None:
+            self.set_timeout(timeout)
         records = guard.records  # -- flight recorder (collectives._runtime.flight)
         if records is not None:
             rec = records[self.seq % len(records)]

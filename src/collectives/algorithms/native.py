@@ -44,9 +44,8 @@ LANDING_BYTES = 1 << 20
 def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
     dtype = native_type(buf.dtype)
     mpi_op = native_op(op, buf.dtype)
-    if ctx.active is None:
-        native_call(ctx, "Allreduce", (MPI.IN_PLACE if src is buf else [src, dtype],
-                                       [buf, dtype], mpi_op), None)
+    if ctx.active is None:  # outside a guard: native_call's blocking call, made here
+        ctx.comm.Allreduce(MPI.IN_PLACE if src is buf else [src, dtype], [buf, dtype], mpi_op)
         return
     # under a guard MPI receives into a landing buffer, never into buf (an operation abandoned after
     # a failure elsewhere may still write; ``_runtime/guard.py``), and only reads src, which the
