@@ -29,7 +29,9 @@ a shared machine hits them alike. Reported: the median over rounds of the time p
 - ``python wrapper``, ``python wrapper+checks`` (``--floor``): the floor any Python API over MPI
   pays: a Python function with ``allreduce``'s keyword arguments that only calls the bare
   ``comm.Allreduce``, and the same after four checks of its arguments (type, dtype, shape, write
-  flag), the least a call that rejects bad input must do;
+  flag), the least a call that rejects bad input must do; and ``mpi Iallreduce+Wait``, the bare
+  ``comm.Iallreduce(x, y).Wait()``, the floor of a call that must not block in MPI (the failure
+  guard's native calls);
 - ``timeline on`` (``--timeline``): ``allreduce`` while a timeline records (``collectives.timeline``;
   its wrappers are installed for this variant's calls only, so every other variant runs with it
   off, as without ``--timeline``). Also printed: the spans each call records and
@@ -68,7 +70,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--timeline", action="store_true",
                     help="add allreduce with a timeline recording, and the cost per span")
     ap.add_argument("--floor", action="store_true",
-                    help="add a bare Python wrapper of comm.Allreduce, without and with checks")
+                    help="add a bare Python wrapper of comm.Allreduce, without and with checks, "
+                         "and the bare comm.Iallreduce(...).Wait()")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     comm = MPI.COMM_WORLD
@@ -98,6 +101,7 @@ def main(argv: list[str] | None = None) -> dict:
 
         variants["python wrapper"] = lambda: wrapper(x, out=y)
         variants["python wrapper+checks"] = lambda: checked(x, out=y)
+        variants["mpi Iallreduce+Wait"] = lambda: bare_comm.Iallreduce(x, y, op=MPI.SUM).Wait()
     if args.validate:
         variants["validate=True"] = \
             lambda: collectives.allreduce(x, out=y, algorithm=args.algorithm, validate=True)

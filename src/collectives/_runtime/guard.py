@@ -133,7 +133,7 @@ def eager_tests() -> int:
     ``OMPI_COMM_WORLD_LOCAL_SIZE`` under Open MPI, else the world's size) have a core each,
     else 0. A yield is a system call, and a short operation finishes within a few tests; with
     more ranks than cores the rank waited for may need this very core, so the wait yields at
-    once (docs/benchmarks/overhead.md, "Testing before yielding")."""
+    once (docs/benchmarks/overhead.md, `algorithm="native"` against the bare call)."""
     local = os.environ.get("MPI_LOCALNRANKS") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE")
     ranks = int(local) if local and local.isdigit() else MPI.COMM_WORLD.size
     return EAGER_TESTS if ranks <= (os.cpu_count() or 1) else 0
