@@ -463,7 +463,8 @@ def test_call_overhead_runs_every_variant(tmp_path):
     assert result["bytes"] == 8 and result["ranks"] == 2
     assert list(result["median_us"]) == [
         "bare", "plan()", "allreduce", "allreduce(options=)", "python wrapper",
-        "python wrapper+checks", "allreduce(abort)", "plan(abort)", "iallreduce+wait"]
+        "python wrapper+checks", "mpi Iallreduce+Wait", "allreduce(abort)", "plan(abort)",
+        "iallreduce+wait"]
     assert all(len(r) == 2 and min(r) > 0 for r in result["rounds"].values())
     rows = {line.split()[0]: line for line in stdout.splitlines()[2:]}
     assert rows["bare"].split()[-1] == "1.00"
