@@ -367,11 +367,11 @@ def test_shm_vs_native_runs_and_prints_one_table(tmp_path):
     checked, one table of ratios to the bare call."""
     out = tmp_path / "shm.json"
     cmd = [sys.executable, str(ROOT / "bench/shm_vs_native.py"), "--ranks", "2",
-           "--sizes", "8,1M", "--json", str(out)]
+           "--sizes", "8,4M", "--json", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     (result,) = json.loads(out.read_text())
-    assert result["p"] == 2 and [r["bytes"] for r in result["rows"]] == [8, 1 << 20]
+    assert result["p"] == 2 and [r["bytes"] for r in result["rows"]] == [8, 4 << 20]
     assert all(r[k] > 0 for r in result["rows"] for k in
                ("mpi", "native", "shm", "shm_slots", "shm_empty", "memcpy"))
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| mpich | 2 |")]
@@ -379,6 +379,21 @@ def test_shm_vs_native_runs_and_prints_one_table(tmp_path):
     cells = rows[1].split(" | ")  # the ratios are to the bare call's column
     row = result["rows"][1]
     assert cells[5:7] == [f"{row['shm'] / row['mpi']:.2f}", f"{row['native'] / row['mpi']:.2f}"]
+
+
+def test_shm_thresholds_times_both_transfers(tmp_path):
+    """bench/shm_thresholds.py at 2 ranks: the bare call, cross-memory attach and the slots are
+    timed at every size, in place too."""
+    for extra in ([], ["--in-place"]):
+        out = tmp_path / "thresholds.json"
+        stdout = _bench_job(2, "shm_thresholds.py", "--sizes", "64K,300001", "--rounds", "2",
+                            *extra, out=out, timeout=120)
+        data = json.loads(out.read_text())
+        assert data["ranks"] == 2 and data["in_place"] == bool(extra)
+        assert [r["bytes"] for r in data["rows"]] == [65536, 300001]
+        assert all(r[k] > 0 for r in data["rows"] for k in ("mpi", "cma", "slots"))
+        rows = [line.split() for line in stdout.splitlines()[2:]]
+        assert ("in place" in stdout) == bool(extra) and [r[0] for r in rows] == ["65536", "300001"]
 
 
 def test_time_to_accuracy_table_and_plot(tmp_path):
