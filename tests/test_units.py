@@ -228,6 +228,11 @@ def test_scratch_reuses_its_view_and_forget_hands_out_new_memory():
     after = scratch("unit.scratch", 5, like)
     assert not np.shares_memory(after, again) and not np.shares_memory(after, big)
     assert scratch("unit.other", 5, like) is not after  # names never share
+    from collectives._runtime import workspace
+
+    views = [scratch("unit.sizes", n, like) for n in range(3 * workspace.MAX_ENTRIES, 0, -1)]
+    assert len(workspace._LOCAL.pool) <= workspace.MAX_ENTRIES + 2  # ever new sizes: bounded
+    assert all(np.shares_memory(v, views[0]) for v in views)  # one buffer, the first's
 
 
 def test_copy_into_copies_and_keeps_copyto_casting_rules():

@@ -39,12 +39,19 @@ def scratch(name: str, count: int, like: np.ndarray) -> np.ndarray:
         _drop_views(pool, name)  # views of the smaller buffer
         buf = module.empty(max(nbytes, 64), dtype=np.uint8)
         pool[(name, module)] = buf
+    if len(pool) >= MAX_ENTRIES:  # requests of ever new sizes: start the views again
+        _drop_views(pool, None)
     view = pool[key] = buf[:nbytes].view(dtype)
     return view
 
 
-def _drop_views(pool: dict, name: str) -> None:
-    for key in [k for k in pool if len(k) == 4 and k[0] == name]:
+#: A thread's pool keeps at most about this many buffers and views.
+MAX_ENTRIES = 256
+
+
+def _drop_views(pool: dict, name: str | None) -> None:
+    """Forget the views of ``name``'s buffer (None: of every buffer)."""
+    for key in [k for k in pool if len(k) == 4 and (name is None or k[0] == name)]:
         del pool[key]
 
 
