@@ -61,19 +61,32 @@ def reached(log: dict, target: float) -> dict | None:
     return next((r for r in log["epochs"] if r["test_acc"] >= target - 1e-12), None)
 
 
+def training_s(record: dict) -> float:
+    """Wall seconds to the end of an epoch record without the evaluations up to it (``eval_s``:
+    the driver's evaluation clock, the test set and, under gossip, the consensus distance)."""
+    return record["wall_s"] - record["eval_s"]
+
+
 def table(ref: dict, runs: list[dict]) -> str:
     target = ref["summary"]["test_acc"]
     ref_hit = reached(ref, target)
     ref_step = median_step(ref["summary"])
+    # the driver's logs say how much of each epoch's wall time was evaluation: a column without it
+    untimed = ref_hit is not None and all(
+        "eval_s" in r for log in [ref, *runs] for r in log["epochs"])
     head = ("| run | final test acc (vs reference) | reached " f"{100 * target:.2f} % at epoch "
-            "(wall s) | time ratio | median step (ratio) | MB sent per rank per step | "
+            "(wall s) | time ratio | " + ("without evaluation: s (ratio) | " if untimed else "")
+            + "median step (ratio) | MB sent per rank per step | "
             "compute / encode / decode / wait per step (ms) |")
-    rows = [head, "|" + "---|" * 7]
+    rows = [head, "|" + "---|" * (8 if untimed else 7)]
     for log in [ref, *runs]:
         s = log["summary"]
         hit = reached(log, target)
         ratio = (f"**{hit['wall_s'] / ref_hit['wall_s']:.2f}x**" if hit and log is not ref
                  else "1 (reference)" if log is ref else "-")
+        if untimed:
+            ratio += (f" | {training_s(hit):.1f} ({training_s(hit) / training_s(ref_hit):.2f}x)"
+                      if hit else " | -")
         when = f"{hit['epoch']} ({hit['wall_s']:.1f})" if hit else \
             f"not in {len(log['epochs'])} epochs"
         step = median_step(s)

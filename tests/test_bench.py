@@ -440,6 +440,30 @@ def test_time_to_accuracy_table_and_plot(tmp_path):
         assert "pip install 'mpi-collectives[plot]'" in run.stderr and not png.exists()
 
 
+def test_time_to_accuracy_without_evaluation(tmp_path):
+    """Logs whose epochs say how long their evaluations took (``eval_s``, the driver's) get a
+    column of the time to the target without it, with its ratio to the reference's."""
+    def log(name, accs, walls, evals):
+        epochs = [{"epoch": i + 1, "test_acc": a, "wall_s": w, "eval_s": e}
+                  for i, (a, w, e) in enumerate(zip(accs, walls, evals))]
+        summary = {"test_acc": accs[-1], "steps": 10, "bytes_mean": 1e6, "step_median_s": 0.5,
+                   "seconds": {"compute": 1.0, "comm": 2.0}}
+        (tmp_path / f"{name}.json").write_text(json.dumps({"summary": summary, "epochs": epochs}))
+        return str(tmp_path / f"{name}.json")
+
+    ref = log("sync", [0.8, 0.9], [10.0, 20.0], [0.5, 1.0])
+    gossip = log("gossip", [0.7, 0.85, 0.95], [8.0, 16.0, 24.0], [3.0, 6.0, 9.0])
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "time_to_accuracy.py"),
+                          "--reference", ref, gossip], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert "| time ratio | without evaluation: s (ratio) |" in lines[0]
+    assert lines[1].count("---|") == 8
+    assert "| 2 (20.0) | 1 (reference) | 19.0 (1.00x) |" in lines[2]
+    assert "| 3 (24.0) | **1.20x** | 15.0 (0.79x) |" in lines[3]
+
+
 def test_allreduce_sweep_and_the_headline_table(tmp_path):
     """bench/allreduce_sweep.py at 2 ranks on two sizes, then bench/mpi_headline.py on its JSON:
     one row per size, the default call's and the best hand-written algorithm's time over the

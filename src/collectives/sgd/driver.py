@@ -57,7 +57,7 @@ STATE_PREFIX = "compression/"
 CHOCO_PREFIX = "choco/"
 #: the fields of an epoch record (``Trainer.evaluate``, the history a checkpoint holds)
 HISTORY_KEYS = ("epoch", "step", "loss", "train_acc", "test_loss", "test_acc", "wall_s",
-                "bytes_sent")
+                "eval_s", "bytes_sent")
 
 
 def _fingerprint(cfg: Config, sizes: tuple[int, ...]) -> tuple[str, str]:
@@ -268,11 +268,11 @@ class Trainer:
     def consensus(self) -> float:
         """Collective: the consensus distance, how far the replicas are from their average,
         ``sqrt(mean_i ||x_i - xbar||^2)`` over the ranks' parameter vectors (Kong et al. 2021's
-        Xi); one allreduce of the parameters (outside the steps' time: the "eval" clock)."""
+        Xi); one allreduce of the parameters in their own dtype (outside the steps' time: the
+        "eval" clock; the squares summed in float64)."""
         x = self.model.params.flat
-        mean = collectives.allreduce(x.astype(np.float64), op="avg", algorithm="ring",
-                                     comm=self.comm)
-        local = np.array([float(np.sum((x - mean) ** 2))])
+        mean = collectives.allreduce(x, op="avg", algorithm="ring", comm=self.comm)
+        local = np.array([float(np.sum(np.square(x - mean), dtype=np.float64))])
         return math.sqrt(float(self.comm.allreduce(local, op=MPI.SUM)[0]) / self.world)
 
     def evaluate(self) -> dict:
@@ -290,6 +290,7 @@ class Trainer:
                   "test_loss": tot[0] / len(self.ds.y_test),
                   "test_acc": tot[1] / len(self.ds.y_test),
                   "wall_s": self.elapsed + self.run_seconds(),
+                  "eval_s": self.clock.seconds["eval"],
                   "bytes_sent": self.exchange.stats.bytes_sent}
         if spread is not None:
             record["consensus"] = spread
