@@ -462,6 +462,17 @@ def test_time_to_accuracy_without_evaluation(tmp_path):
     assert lines[1].count("---|") == 8
     assert "| 2 (20.0) | 1 (reference) | 19.0 (1.00x) |" in lines[2]
     assert "| 3 (24.0) | **1.20x** | 15.0 (0.79x) |" in lines[3]
+    within = subprocess.run([sys.executable, str(ROOT / "bench" / "time_to_accuracy.py"),
+                             "--reference", ref, gossip, "--within", "5"],
+                            capture_output=True, text=True, timeout=120)
+    lines = within.stdout.splitlines()  # the target 85 %: epoch 2 of both
+    assert "reached 85.00 % at epoch" in lines[0]
+    assert "| 90.00 % (+0.00) | 2 (20.0) | 1 (reference) | 19.0 (1.00x) |" in lines[2]
+    assert "| 95.00 % (+5.00) | 2 (16.0) | **0.80x** | 10.0 (0.53x) |" in lines[3]
+    bad = subprocess.run([sys.executable, str(ROOT / "bench" / "time_to_accuracy.py"),
+                          "--reference", ref, "--within", "-1"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "--within takes percentage points" in bad.stderr
 
 
 def test_allreduce_sweep_and_the_headline_table(tmp_path):
