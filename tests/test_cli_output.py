@@ -59,6 +59,9 @@ def test_the_sgd_summary_reads_as_words():
     assert _summary().endswith("per rank: the same")
     assert _summary(bytes_mean=1.0).endswith("per rank: 100.0x as much")
     assert _summary(bytes_mean=0.0).endswith("nothing sent")
+    assert "epoch end wait" not in _summary()  # synchronous runs: no such wait is measured
+    waited = _summary(sync="gossip:ring", seconds={"compute": 1.0, "epoch_wait": 0.5})
+    assert "  epoch end wait     0.50 s   25.0%  (the ranks' epochs end apart)" in waited
 
 
 def test_the_trainer_says_when_nothing_was_counted():

@@ -278,7 +278,12 @@ class Trainer:
     def evaluate(self) -> dict:
         """Epoch record: mean batch loss and accuracy of the epoch, test loss and accuracy
         (under gossip: of each rank's own replica on its share of the test set), and under
-        gossip the consensus distance."""
+        gossip the consensus distance. ``eval_s``: the evaluations' seconds so far; where the
+        ranks keep their own parameters (gossip, asynchronous runs) their epochs end at different
+        times, and the wait for the last rank is counted apart ("epoch_wait"), not as evaluation."""
+        if self.own_params:  # the ranks' epochs end apart: waiting for the last is training time
+            with self.clock.measure("epoch_wait"):
+                self.comm.Barrier()
         with self.clock.measure("eval"):
             x, y = self.ds.x_test[self.rank::self.world], self.ds.y_test[self.rank::self.world]
             loss, correct = self.model.evaluate(x, y)

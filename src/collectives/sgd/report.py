@@ -73,6 +73,9 @@ def final_report(summary: dict) -> str:
         lines.append(f"  {label:<14} {t.get(k, 0.0):8.2f} s  {100 * t.get(k, 0.0) / total:5.1f}%"
                      + (f"  (encode {t.get('encode', 0.0):.2f} s, decode "
                         f"{t.get('decode', 0.0):.2f} s)" if k == "codec" and t.get(k) else ""))
+    if t.get("epoch_wait"):
+        lines.append(f"  {'epoch end wait':<14} {t['epoch_wait']:8.2f} s  "
+                     f"{100 * t['epoch_wait'] / total:5.1f}%  (the ranks' epochs end apart)")
     if s.get("overlap"):
         busy, hidden = s["comm_busy"], s["comm_hidden"]
         share = f"{100 * hidden / busy:.0f}%" if busy else "-"
