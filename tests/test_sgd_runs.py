@@ -113,6 +113,25 @@ def test_gossip_resume_after_stop_is_bitwise(tmp_path):
     assert (tmp_path / "whole.npy").read_bytes() == (tmp_path / "resumed.npy").read_bytes()
 
 
+def test_gossip_evaluates_the_average_without_changing_the_run(tmp_path):
+    """--eval-model average tests the replicas' average (3 ranks, a graph that changes every
+    step) and gives back each rank's own replica: the same training losses and the same final
+    bits as --eval-model own; only the test numbers may differ. Not under synchronous SGD."""
+    args = [*TINY, "--sync", "gossip:one_peer_exponential"]
+    logs = {}
+    for how in ("own", "average"):
+        _run(3, [*args, "--eval-model", how, "--log", str(tmp_path / f"{how}.json"),
+                 "--save-params", str(tmp_path / f"{how}.npy")])
+        logs[how] = json.loads((tmp_path / f"{how}.json").read_text())["epochs"]
+    assert (tmp_path / "own.npy").read_bytes() == (tmp_path / "average.npy").read_bytes()
+    assert [r["loss"] for r in logs["own"]] == [r["loss"] for r in logs["average"]]
+    assert [r["consensus"] for r in logs["own"]] == [r["consensus"] for r in logs["average"]]
+    assert all(0 <= r["test_acc"] <= 1 for r in logs["average"])
+    assert [r["test_loss"] for r in logs["own"]] != [r["test_loss"] for r in logs["average"]]
+    _assert_clean_error(_run(2, [*TINY, "--eval-model", "average"], check=False), 2,
+                        "--eval-model average applies where every rank keeps its own")
+
+
 def test_adpsgd_trains_as_gossip_does(tmp_path):
     """AD-PSGD at 4 ranks on the ring (one asynchronous pairwise average per step) reaches what
     synchronous D-PSGD on the same ring reaches in the same epochs, within 2 points, above 90 %;

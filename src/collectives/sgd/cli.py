@@ -123,6 +123,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--log", help="per-epoch log, .csv or .json")
     s.add_argument("--plot", help="PNG of the training curves")
     s.add_argument("--save-params", help="write the final parameters (.npy) here")
+    s.add_argument("--eval-model", choices=("own", "average"), default="own",
+                   help="under --sync gossip, sgp and adpsgd, whose replicas differ: test each "
+                        "rank's own replica on its share of the test set (default) or the "
+                        "replicas' average, which the consensus distance computes anyway")
     s.add_argument("--checkpoint-dir")
     s.add_argument("--checkpoint-every", type=_non_negative, default=0, help="steps (0: never)")
     s.add_argument("--resume", action="store_true", help="continue from --checkpoint-dir")
@@ -203,6 +207,10 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
             raise UsageError(f"--codec {a.codec}: CHOCO-SGD needs a codec whose payload size "
                              "the shape fixes (topk, randomk, qsgd, fp16, ...)") from None
         choco, codec_name = a.codec, None
+    if a.eval_model == "average" and gossip is None and adpsgd is None \
+            and parse_sgp(a.sync) is None:
+        raise UsageError("--eval-model average applies where every rank keeps its own "
+                         "parameters: --sync gossip:GRAPH, sgp or adpsgd")
     if codec_name and local_every:
         raise UsageError("--codec compresses gradients, which --sync local:H does not exchange")
     if gossip is not None and (a.overlap or a.check_replicas):

@@ -265,19 +265,24 @@ class Trainer:
     def run_seconds(self) -> float:
         return time.perf_counter() - self.t_start
 
-    def consensus(self) -> float:
-        """Collective: the consensus distance, how far the replicas are from their average,
-        ``sqrt(mean_i ||x_i - xbar||^2)`` over the ranks' parameter vectors (Kong et al. 2021's
-        Xi); one allreduce of the parameters in their own dtype (outside the steps' time: the
-        "eval" clock; the squares summed in float64)."""
+    def average(self) -> np.ndarray:
+        """Collective: the replicas' average, one allreduce of the parameters in their own dtype
+        (outside the steps' time: the "eval" clock)."""
+        return collectives.allreduce(self.model.params.flat, op="avg", algorithm="ring",
+                                     comm=self.comm)
+
+    def consensus(self, mean: np.ndarray) -> float:
+        """Collective: the consensus distance, how far the replicas are from their average
+        ``mean`` (:meth:`average`), ``sqrt(mean_i ||x_i - xbar||^2)`` over the ranks' parameter
+        vectors (Kong et al. 2021's Xi; the squares summed in float64)."""
         x = self.model.params.flat
-        mean = collectives.allreduce(x, op="avg", algorithm="ring", comm=self.comm)
         local = np.array([float(np.sum(np.square(x - mean), dtype=np.float64))])
         return math.sqrt(float(self.comm.allreduce(local, op=MPI.SUM)[0]) / self.world)
 
     def evaluate(self) -> dict:
         """Epoch record: mean batch loss and accuracy of the epoch, test loss and accuracy
-        (under gossip: of each rank's own replica on its share of the test set), and under
+        (under gossip: of each rank's own replica on its share of the test set, or with
+        ``--eval-model average`` of the replicas' average), and under
         gossip the consensus distance. ``eval_s``: the evaluations' seconds so far; where the
         ranks keep their own parameters (gossip, asynchronous runs) their epochs end at different
         times, and the wait for the last rank is counted apart ("epoch_wait"), not as evaluation."""
@@ -286,9 +291,18 @@ class Trainer:
                 self.comm.Barrier()
         with self.clock.measure("eval"):
             x, y = self.ds.x_test[self.rank::self.world], self.ds.y_test[self.rank::self.world]
-            loss, correct = self.model.evaluate(x, y)
+            mean = self.average() if self.own_params else None
+            if mean is not None and self.args.eval_model == "average":
+                own = self.model.params.flat.copy()
+                self.model.params.flat[...] = mean
+                try:
+                    loss, correct = self.model.evaluate(x, y)
+                finally:
+                    self.model.params.flat[...] = own
+            else:
+                loss, correct = self.model.evaluate(x, y)
             tot = self.comm.allreduce(np.array([loss, correct, *self.epoch_loss]), op=MPI.SUM)
-            spread = self.consensus() if self.own_params else None
+            spread = self.consensus(mean) if mean is not None else None
         self.epoch_loss[...] = 0
         record = {"epoch": self.step // self.spe, "step": self.step,
                   "loss": tot[2] / max(1, tot[4]), "train_acc": tot[3] / max(1, tot[4]),
