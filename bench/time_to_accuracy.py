@@ -7,8 +7,9 @@ Usage::
 
 Every file is a JSON log of ``python -m collectives.sgd --log`` or ``python -m
 collectives.torch.train --log`` (``{"summary": ..., "epochs": [...]}``). The target is the
-reference's final test accuracy (less ``--within`` percentage points); a run's time to it is the wall time of the first epoch whose test
-accuracy reaches it (evaluated once per epoch, so the time is that epoch's end). The table has,
+reference's final test accuracy (less ``--within`` percentage points); a run's time to it is
+the wall time of the first epoch whose test accuracy reaches it (evaluated once per epoch, so
+the time is that epoch's end). The table has,
 per run: its final accuracy and the difference from the reference's, the epoch and wall time at
 which it reached the target and the ratio to the reference's own time to it, the median step and
 its ratio to the reference's, the bytes each rank sent per step (as ``collectives.TRAFFIC``
@@ -73,21 +74,20 @@ def table(ref: dict, runs: list[dict], within: float = 0.0) -> str:
     ref_hit = reached(ref, target)
     ref_step = median_step(ref["summary"])
     # the driver's logs say how much of each epoch's wall time was evaluation: a column without it
-    untimed = ref_hit is not None and all(
+    evals = ref_hit is not None and all(
         "eval_s" in r for log in [ref, *runs] for r in log["epochs"])
     head = ("| run | final test acc (vs reference) | reached " f"{100 * target:.2f} % at epoch "
-            "(wall s) | time ratio | " + ("without evaluation: s (ratio) | " if untimed else "")
+            "(wall s) | time ratio | " + ("without evaluation: s (ratio) | " if evals else "")
             + "median step (ratio) | MB sent per rank per step | "
             "compute / encode / decode / wait per step (ms) |")
-    rows = [head, "|" + "---|" * (8 if untimed else 7)]
+    rows = [head, "|" + "---|" * (8 if evals else 7)]
     for log in [ref, *runs]:
         s = log["summary"]
         hit = reached(log, target)
         ratio = (f"**{hit['wall_s'] / ref_hit['wall_s']:.2f}x**" if hit and log is not ref
                  else "1 (reference)" if log is ref else "-")
-        if untimed:
-            ratio += (f" | {training_s(hit):.1f} ({training_s(hit) / training_s(ref_hit):.2f}x)"
-                      if hit else " | -")
+        without = "" if not evals else "- | " if not hit else \
+            f"{training_s(hit):.1f} ({training_s(hit) / training_s(ref_hit):.2f}x) | "
         when = f"{hit['epoch']} ({hit['wall_s']:.1f})" if hit else \
             f"not in {len(log['epochs'])} epochs"
         step = median_step(s)
@@ -97,7 +97,7 @@ def table(ref: dict, runs: list[dict], within: float = 0.0) -> str:
         sent = f"{s['bytes_mean'] / max(1, s['steps']) / 1e6:.2f}" if s.get("bytes_max", 1) \
             else "not counted"
         rows.append(f"| {log['name']} | {100 * s['test_acc']:.2f} % ({diff:+.2f}) | {when} | "
-                    f"{ratio} | {1e3 * step:.1f} ms ({step / ref_step:.3f}x) | "
+                    f"{ratio} | {without}{1e3 * step:.1f} ms ({step / ref_step:.3f}x) | "
                     f"{sent} | {ms} |")
     return "\n".join(rows)
 

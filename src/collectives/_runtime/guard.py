@@ -527,7 +527,7 @@ def native_call(ctx: Any, name: str, args: tuple, fallback: Callable[[], None],
         return True
     ran = False
     try:
-        start = getattr(ctx.native_comm, _NONBLOCKING.get(name) or _nonblocking(name))
+        start = getattr(ctx.native_comm, _NONBLOCKING[name])
         ran = guard.native(lambda: start(*args), fallback, (args, landing))
     finally:
         if not ran and landing is not None:
@@ -535,13 +535,9 @@ def native_call(ctx: Any, name: str, args: tuple, fallback: Callable[[], None],
     return ran
 
 
-#: the name of the non-blocking form of each MPI collective used (``Iallreduce`` for ``Allreduce``)
-_NONBLOCKING: dict[str, str] = {}
-
-
-def _nonblocking(name: str) -> str:
-    _NONBLOCKING[name] = "I" + name.lower()
-    return _NONBLOCKING[name]
+#: the non-blocking form of each MPI collective that :func:`native_call` runs under a guard
+_NONBLOCKING = {"Allreduce": "Iallreduce", "Reduce_scatter": "Ireduce_scatter",
+                "Allgatherv": "Iallgatherv", "Bcast": "Ibcast", "Reduce": "Ireduce"}
 
 
 @atexit.register

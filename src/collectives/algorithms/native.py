@@ -8,13 +8,12 @@ receives into a landing buffer of its own and copies the result out (one copy of
 than ``MPI_Allreduce``), so that an operation abandoned after a failure elsewhere can never write
 into the caller's array. A vector longer than :data:`LANDING_BYTES` (1 MiB) runs as one
 ``MPI_Iallreduce`` per piece of that size, each landing in the same small buffer and copied out
-at once, while it is still in cache: a landing buffer as long as the vector made the copy a
-second pass over memory (16 MiB at p = 2: 1.5x the bare call's time; in pieces about 1.0x,
-docs/benchmarks/overhead.md). Every rank cuts the same pieces, and MPI reduces each element
-within its piece as it would in the whole, in an order of MPI's choosing for that piece's size
-(as for any native call, the same bits on every rank). Falling back (native retired: always at
-the first piece, as no native operation of a call can complete once a rank has retired) reduces
-the rest by recursive doubling. Outside a guard (``on_error="abort"``) the vector goes to
+at once, while it is still in cache, instead of a second pass over memory after the whole
+vector (docs/benchmarks/overhead.md). Every rank cuts the same pieces, and MPI reduces each
+element within its piece in an order of MPI's choosing for that piece's size (as for any native
+call, the same bits on every rank). Falling back reduces the rest of the vector by recursive
+doubling, from the piece where native turned out retired (the first piece, on every rank:
+docs/reliability.md). Outside a guard (``on_error="abort"``) the vector goes to
 ``MPI_Allreduce`` whole, as the caller's own call would.
 """
 

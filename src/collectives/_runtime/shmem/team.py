@@ -39,8 +39,8 @@ SEGMENT_DEDICATED, SEGMENT_SHARED = 1 << 20, 4 << 20
 #: slots), when the team's ranks have a core each, and when they share cores: there its extra wait
 #: at the end of a call costs a turn of the scheduler (docs/benchmarks/shm.md, shm thresholds).
 CMA_DEDICATED, CMA_SHARED = 512 << 10, 16 << 20
-#: ... when they have a core each under MPICH, whose shared windows' slots are faster to copy
-#: through than Open MPI's (the same page, same table)
+#: ... when they have a core each under MPICH, whose shared windows' slots beat cross-memory
+#: attach further up than Open MPI's (docs/benchmarks/shm.md, shm thresholds)
 CMA_DEDICATED_MPICH = 4 << 20
 #: Polls without progress (about 2 ns each) before ``run_rounds`` returns to Python to yield:
 #: about 100 us when every rank of the team can have a core of its own, well under 1 us when they
