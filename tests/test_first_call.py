@@ -121,26 +121,35 @@ def test_cold_bench_runs(tmp_path):
     assert "# case" in run.stdout and "run_rounds" in run.stdout
 
 
-_BY_MESSAGES = """
+_WHILE_COMPILING = """
     import numpy as np
     from mpi4py import MPI
     import collectives
     from collectives._runtime.shmem import team as shm_team
+    from collectives._runtime.shmem.kernels import background, interpreted
 
     comm = MPI.COMM_WORLD
     me, p = comm.rank, comm.size
-    asked = {}
+    asked, used = {}, []
+    real_ready, real_driver = background.ready, shm_team.Team._driver
 
-    def ready(self, x, out):  # compiling for the first questions of a dtype, on rank 1 longest
-        asked[out.dtype] = k = asked.get(out.dtype, 0) + 1
-        return k > (3 if me != 1 else 5)
+    def ready(kernel, args, wait):  # compiling for the first calls of a dtype, on rank 1 longest
+        dtype = args[3].dtype
+        asked[dtype] = k = asked.get(dtype, 0) + 1
+        return k > (3 if me != 1 else 5) and real_ready(kernel, args, 600)
 
-    shm_team.Team.ready = ready
+    def driver(self, x, out, wait):
+        chosen = real_driver(self, x, out, wait)
+        used.append((out.dtype.name, chosen is interpreted.run_rounds))
+        return chosen
+
+    background.ready = ready
+    shm_team.Team._driver = driver
     UFUNC = {"sum": np.add, "min": np.minimum, "prod": np.multiply}
     rng = np.random.default_rng(7)
     for dtype in ("float32", "float16", "int32", "float64"):
-        for op in UFUNC:
-            for n in (1, 1000, 300001):
+        for n in (1, 1000, 300001):
+            for op in UFUNC:
                 xs = [(rng.standard_normal(n) * 3).astype(dtype) for _ in range(p)]
                 if dtype == "float32" and n == 1000:
                     xs[0][:3] = [np.nan, -0.0, np.inf]
@@ -151,25 +160,29 @@ _BY_MESSAGES = """
                     x = xs[me].copy()
                     y = collectives.allreduce(x, op=op, out=x if inplace else None)
                     assert y.tobytes() == want.tobytes(), (me, dtype, op, n, inplace)
-    assert all(k == 6 for k in asked.values()), asked
+    first = 3 if me != 1 else 5
+    for dtype in ("float32", "float16", "int32", "float64"):
+        mine = [interp for name, interp in used if name == dtype]
+        assert mine == [True] * first + [False] * (len(mine) - first), (dtype, mine)
     y = collectives.allreduce(np.arange(5, dtype=np.int64), algorithm="shm")
     assert y.tolist() == [p * i for i in range(5)] and np.dtype(np.int64) not in asked, asked
+    assert all(name != "int64" for name, _ in used), used[-3:]  # the kernel, unasked
     print("ok")
 """
 
 
 @pytest.mark.parametrize("ranks", [3])
 def test_shm_allreduce_while_compiling_gives_the_kernels_bits(tmp_path, ranks):
-    """While some rank's round driver is not ready (Team.ready stubbed: False for the first calls
-    of each dtype, longest on rank 1), "auto"'s shm allreduce with COLLECTIVES_JIT_BACKGROUND=1
-    runs by messages, and every call,
+    """While some rank's round driver is not ready (``background.ready`` stubbed: False for the
+    first calls of each dtype, longest on rank 1), "auto"'s shm allreduce runs that rank's part
+    on the interpreted driver, meeting ranks on the kernel in the same calls, and every call,
     before and after the switch, gives the rank-order result bit for bit (NaN, -0.0, inf,
-    float16, wrapping integers, in place, several chunks); algorithm="shm" never asks."""
-    script = tmp_path / "by_messages.py"
-    script.write_text(textwrap.dedent(_BY_MESSAGES))
+    float16, wrapping integers, in place, the replicated and the block modes);
+    algorithm="shm" never asks."""
+    script = tmp_path / "while_compiling.py"
+    script.write_text(textwrap.dedent(_WHILE_COMPILING))
     run = subprocess.run([*mpiexec_command(), "-n", str(ranks), sys.executable, str(script)],
-                         env=dict(os.environ, COLLECTIVES_TUNING_FILE="off",
-                                  COLLECTIVES_JIT_BACKGROUND="1"),
+                         env=dict(os.environ, COLLECTIVES_TUNING_FILE="off"),
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.count("ok") == ranks, run.stdout

@@ -3,7 +3,8 @@
 ``fold`` must combine operands left to right (rank order) exactly as chained NumPy ufuncs do:
 wrapping integers, float16 rounded after every operation, ``np.minimum``/``np.maximum``'s choice
 between signed zeros and their NaN propagation; and it must allow a destination that is one of
-the operands (in place).
+the operands (in place). Each test runs the kernels and their interpreted twins
+(``kernels/interpreted.py``: what a rank runs while the kernel compiles), which must agree.
 """
 
 import numpy as np
@@ -34,20 +35,41 @@ def _operands(dtype, op, p, n, seed=0):
     return [np.ascontiguousarray(x, dtype=dtype) for x in xs]
 
 
-def _fold(op, xs, dsts):
+DRIVERS = ["kernel", "interpreted"]
+
+
+@pytest.fixture(params=DRIVERS)
+def driver(request):
+    return request.param
+
+
+def _kernel(module, name, driver):
+    """Kernel ``name`` of ``module``, compiled or interpreted."""
+    from collectives._runtime.shmem.kernels import interpreted
+
+    kernel = getattr(module, name)
+    return kernel if driver == "kernel" else interpreted.interpret(kernel)
+
+
+def _fold(op, xs, dsts, driver="kernel"):
     arithmetic, _, memory = _kernels()
     token = memory.FLOAT16 if xs[0].dtype == np.float16 else xs[0]
     view = (lambda a: a.view(np.uint16)) if xs[0].dtype == np.float16 else (lambda a: a)
     srcs = np.array([view(x).ctypes.data for x in xs], np.int64)
     outs = np.array([view(d).ctypes.data for d in dsts], np.int64)
     scratch = np.empty(layout.FOLD_BLOCK * 8, np.uint8)
-    arithmetic.fold(layout.OPCODES[op], token, srcs, len(xs), outs, len(dsts), xs[0].size,
-                    scratch.ctypes.data)
+    fold = arithmetic.fold
+    if driver != "kernel":
+        from collectives._runtime.shmem.kernels import interpreted
+
+        fold = interpreted.fold
+    fold(layout.OPCODES[op], token, srcs, len(xs), outs, len(dsts), xs[0].size,
+         scratch.ctypes.data)
 
 
 @pytest.mark.parametrize("op", list(UFUNCS))
 @pytest.mark.parametrize("dtype", collectives.SUPPORTED_DTYPES, ids=str)
-def test_fold_matches_chained_numpy_bitwise(dtype, op):
+def test_fold_matches_chained_numpy_bitwise(dtype, op, driver):
     n = 2 * layout.FOLD_BLOCK + 37  # several blocks and a ragged end
     for p in (1, 2, 3, 5):
         xs = _operands(dtype, op, p, n, seed=p)
@@ -56,28 +78,28 @@ def test_fold_matches_chained_numpy_bitwise(dtype, op):
             for x in xs[1:]:
                 expected = UFUNCS[op](expected, x)
         outs = [np.full(n, 7, dtype) for _ in range(3)]
-        _fold(op, xs, outs)
+        _fold(op, xs, outs, driver)
         for out in outs:
             assert np.array_equal(out.view(np.uint8), expected.view(np.uint8)), (p, dtype, op)
 
 
-def test_fold_in_place_into_a_later_operand():
+def test_fold_in_place_into_a_later_operand(driver):
     """The destination may be any of the operands, e.g. the last one (a rank's own input)."""
     xs = _operands(np.dtype(np.float32), "sum", 4, 5000)
     expected = ((xs[0] + xs[1]) + xs[2]) + xs[3]
     other = np.empty_like(xs[0])
-    _fold("sum", xs, [xs[3], other])
+    _fold("sum", xs, [xs[3], other], driver)
     for out in (xs[3], other):
         assert np.array_equal(out.view(np.uint8), expected.view(np.uint8))
 
 
-def test_signed_zero_and_nan_choices():
+def test_signed_zero_and_nan_choices(driver):
     """The rank-order convention, spelled out: ties keep the later operand like np.minimum."""
     a = np.array([0.0, -0.0, np.nan, 1.0], np.float64)
     b = np.array([-0.0, 0.0, 1.0, np.nan], np.float64)
     for op in ("min", "max"):
         out = np.empty_like(a)
-        _fold(op, [a, b], [out])
+        _fold(op, [a, b], [out], driver)
         ref = UFUNCS[op](a, b)
         assert np.array_equal(np.signbit(out), np.signbit(ref)) and \
             np.array_equal(np.isnan(out), np.isnan(ref)), op
@@ -98,13 +120,13 @@ def _cma_table(pid):
     return tab, bounce
 
 
-def test_cross_memory_read_copies_and_reports_failure():
+def test_cross_memory_read_copies_and_reports_failure(driver):
     """``cma_read`` copies from a process's memory (here this one's), and reports the errno
     when the kernel refuses: a process that is gone (ESRCH), an address not mapped (EFAULT)."""
     import errno
     import os
 
-    cma_read = _kernels()[1].cma_read  # (arithmetic, copies, memory)
+    cma_read = _kernel(_kernels()[1], "cma_read", driver)  # (arithmetic, copies, memory)
     src, dst = np.arange(1000, dtype=np.float64), np.zeros(1000)
     tab, _ = _cma_table(os.getpid())
     if not cma_read(tab, 0, dst.ctypes.data, src.ctypes.data, src.nbytes):

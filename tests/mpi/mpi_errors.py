@@ -293,7 +293,20 @@ def test_count_or_dtype_mismatch_raises_on_every_rank(case):
     _still_works()
 
 
-def test_shm_op_mismatch_raises_on_every_rank():
+#: shm's round driver per rank: the kernel, or the interpreted one on COMM_WORLD's even ranks
+#: (what a rank runs while its kernel compiles; ``team.INTERPRET``)
+SHM_DRIVERS = {"kernel": False, "mixed": MPI.COMM_WORLD.rank % 2 == 0}
+
+
+@pytest.fixture(params=list(SHM_DRIVERS))
+def shm_driver(request, monkeypatch):
+    from collectives._runtime.shmem import team
+
+    monkeypatch.setattr(team, "INTERPRET", SHM_DRIVERS[request.param])
+    return request.param
+
+
+def test_shm_op_mismatch_raises_on_every_rank(shm_driver):
     """The shared window's descriptors also carry the op: "sum" on one rank and "max" on
     another is an error on every rank for "shm", not a silent mix (the message-based algorithms
     need validate=True for that)."""
@@ -309,7 +322,7 @@ def test_shm_op_mismatch_raises_on_every_rank():
 
 
 @pytest.mark.parametrize("when", ["before", "after"])
-def test_failed_shm_call_never_corrupts_the_next(monkeypatch, when):
+def test_failed_shm_call_never_corrupts_the_next(monkeypatch, when, shm_driver):
     """A rank that fails before its part of a shared-memory call (the others wait in the window
     and get its notice), or right after it: the window's round counters of the failed call
     are left behind. Calls are numbered from the guard's call number, so the next call (with

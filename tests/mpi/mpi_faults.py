@@ -11,6 +11,9 @@ its part), wrapped in this process only: real MPI, real messages, a real shared 
 - the next calls (an allreduce with a random algorithm, the native one included, and a
   compressed allreduce) are correct on every rank.
 
+Every other trial runs shared-memory calls with the even ranks on the interpreted round driver
+(what a rank runs while its kernel compiles) and the odd ones on the kernel (``team.INTERPRET``).
+
 World sizes 3, 4 and 5, TRIALS each (the issue asks for 200 trials at 3-5 ranks).
 """
 
@@ -21,6 +24,7 @@ from mpi4py import MPI
 import collectives
 import compress
 from collectives._runtime.guard import Guard
+from collectives._runtime.shmem import team as shm_team
 from collectives._runtime.shmem.team import Team
 from reference import gather_all, reference_allreduce
 
@@ -115,6 +119,7 @@ def test_fault_injection(monkeypatch):
         n = int(rng.choice([1, p + 1, 257, 5000]))
         x = np.random.default_rng([trial, comm.rank]).standard_normal(n)
         fired: list = []
+        monkeypatch.setattr(shm_team, "INTERPRET", None if trial % 2 == 0 else comm.rank % 2 == 0)
         originals, wrapped = _inject(comm.rank == victim, k, fired)
         monkeypatch.setattr(Guard, "complete", wrapped[0])
         monkeypatch.setattr(Team, "run", wrapped[1])

@@ -66,7 +66,7 @@ CLUSTER_DEFAULTS = {"alpha": 1.4e-6, "beta": 5e-11, "gamma": 3e-11, "alpha_nativ
 #: What the model chooses among across nodes.
 MODEL_CHOICES = ("native", "ring", "tree", "recursive_doubling", "rabenseifner", "hierarchical")
 # "shm" runs by messages while its kernel compiles (algorithms/shm.py), as "auto" only
-_ALL = {**FLAT, "hierarchical": hierarchical.allreduce, "shm": shm.allreduce_or_messages}
+_ALL = {**FLAT, "hierarchical": hierarchical.allreduce, "shm": shm.allreduce_without_waiting}
 
 
 def builtin_choice(nbytes: int, count: int, p: int, one_node: bool = False) -> str:

@@ -44,19 +44,15 @@ result into every rank's output (``n`` bytes per rank). Each block is reduced on
 owner, and then only copied, so results are bitwise identical on every rank.
 
 A process's first call in a dtype needs the kernel's machine code: from Numba's cache, or compiled
-(about ten seconds; ``python -m collectives warmup`` fills the cache ahead). A call waits for it,
-and rank 0 says so in one line when it takes long. With ``COLLECTIVES_JIT_BACKGROUND=1`` (read at
-import), "auto" runs :func:`allreduce_or_messages` without waiting: while the kernel compiles, in
-a background thread, the calls run by messages instead:
-an allgather, then every rank combines the p inputs in rank order with NumPy, the same operations
-in the same order as the kernel, so the same bits (``_by_messages``). Every such call first agrees
-on every rank whether all have the kernel (a 5-word allreduce); from the call where all have it,
-the team's ``warm`` set holds the dtype, and a call costs one identity test more (its dtype is
-the team's ``last_warm``) or a set lookup (another dtype). It is off by default because one
-failure is not yet safe there: a rank that fails inside the call whose agreement switches to the
-kernel (after contributing to it) keeps asking while the others no longer do, and a program that
-catches that error and calls again hangs (docs/benchmarks/first-call.md). With
-the default abort-on-error hook (``_runtime/crash.py``) or ``Options.timeout`` the job still ends.
+(about ten seconds; ``python -m collectives warmup`` fills the cache ahead). "auto" does not wait
+for it (:func:`allreduce_without_waiting`): while a background thread compiles it, this rank runs
+its part of each call on the *interpreted* round driver (``_runtime/shmem/kernels/interpreted.py``:
+the kernels' own Python code, run by the interpreter with NumPy doing the arithmetic), which
+follows the same protocol in the same window and gives the same bits, so no rank needs to know
+which driver another one runs, and a failure is handled as on the kernels. From the call where
+its kernel is ready a rank runs the kernel (a call costs one set lookup more). ``algorithm="shm"``
+named outright, and ``COLLECTIVES_JIT_BACKGROUND=0`` (read at import), wait for the compile
+instead; rank 0 says so in one line when it takes long.
 
 Only for communicators whose ranks share one node (``Split_type(COMM_TYPE_SHARED)``, or one
 emulated node of ``Options.node_size``): otherwise every rank raises the same ``ValueError``,
@@ -76,18 +72,15 @@ from .._runtime.shmem import layout
 from .._runtime.shmem.buffers import registry
 from .._runtime.nodes import not_on_one_node
 from .._runtime.shmem.team import Team
-from ..blocks import native as native_blocks
-from ..ops import Op, elementwise, get_op
+from ..ops import Op, elementwise
 from ..options import Options
 from .flat import FLAT
 
-__all__ = ["allreduce", "allreduce_or_messages", "on_one_node", "team", "REPLICATE_BYTES"]
+__all__ = ["allreduce", "allreduce_without_waiting", "on_one_node", "team", "REPLICATE_BYTES"]
 
 #: Up to this many bytes every rank reduces the whole vector itself from every input (one
 #: hand-off per round instead of two; the same operands in the same order, so the same bits).
 REPLICATE_BYTES = 64 << 10
-#: Bytes per rank that one allgather of ``_by_messages`` moves (its memory: p times this).
-BY_MESSAGES_BYTES = 1 << 20
 
 
 def _why_not(ctx: Context, opts: Options) -> str | None:
@@ -125,8 +118,8 @@ def _make_team(ctx: Context, opts: Options) -> Team | str:
 
 def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options,
               wait: bool = True) -> None:
-    """``algorithm="shm"``; ``wait=False`` (what "auto" runs: :func:`allreduce_or_messages`): by
-    messages while the kernel compiles (see the module docstring)."""
+    """``algorithm="shm"``; ``wait=False`` (what "auto" runs: :func:`allreduce_without_waiting`):
+    on the interpreted round driver while the kernel compiles (see the module docstring)."""
     shm = team(ctx, opts)
     if not elementwise(op):  # bfloat16 words, a codec's sum: the window's kernels cannot
         FLAT["ring"](src, buf, op, ctx, opts)
@@ -136,64 +129,18 @@ def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Opti
         host = src.get()
         allreduce(host, host, op, ctx, opts, wait)
         buf.set(host)
-    elif not wait and buf.dtype is not shm.last_warm and _not_yet(shm, src, buf, ctx, opts):
-        _by_messages(src, buf, op, ctx, opts)
     elif buf.nbytes <= REPLICATE_BYTES:
-        shm.run(src, buf, opcode, layout.REPLICATED, 1, ctx.active)
+        shm.run(src, buf, opcode, layout.REPLICATED, 1, ctx.active, wait)
     else:
-        shm.run(src, buf, opcode, layout.FUSED, shm.size, ctx.active)
+        shm.run(src, buf, opcode, layout.FUSED, shm.size, ctx.active, wait)
 
 
-#: ``COLLECTIVES_JIT_BACKGROUND=1``: "auto" does not wait for the kernel (module docstring)
-BACKGROUND = os.environ.get("COLLECTIVES_JIT_BACKGROUND", "0").strip() == "1"
+#: ``COLLECTIVES_JIT_BACKGROUND`` (default 1; 0: "auto" waits for the kernel too; module docstring)
+BACKGROUND = os.environ.get("COLLECTIVES_JIT_BACKGROUND", "1").strip() != "0"
 
 
-def allreduce_or_messages(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context,
-                          opts: Options) -> None:
-    """What "auto" runs for "shm": with :data:`BACKGROUND`, by messages while the kernel
-    compiles, not waiting for it; else :func:`allreduce` itself."""
+def allreduce_without_waiting(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context,
+                              opts: Options) -> None:
+    """What "auto" runs for "shm": with :data:`BACKGROUND`, on the interpreted round driver
+    while the kernel compiles, not waiting for it; else :func:`allreduce` itself."""
     allreduce(src, buf, op, ctx, opts, not BACKGROUND)
-
-
-def _not_yet(shm: Team, src: np.ndarray, buf: np.ndarray, ctx: Context, opts: Options) -> bool:
-    """Whether this call runs by messages (the kernel compiles on some rank); else the dtype is
-    the team's ``last_warm`` from now on (the per-call check: one identity test)."""
-    code = buf.dtype.num
-    if code not in shm.warm:
-        if _compiling(shm, src, buf, ctx, opts):
-            return True
-        if code not in shm.warm:  # the ranks' calls differ: the kernel's call says so
-            return False
-    shm.last_warm = buf.dtype
-    return False
-
-
-def _compiling(shm: Team, src: np.ndarray, buf: np.ndarray, ctx: Context, opts: Options) -> bool:
-    """Whether some rank still compiles the kernel for ``buf``'s dtype (the same answer on every
-    rank). Also False when the ranks' counts or dtypes differ: the kernel's call then says so."""
-    mine = int(shm.ready(src, buf))
-    n, code = buf.size, buf.dtype.num
-    words = np.array([mine, n, -n, code, -code], np.int64)
-    FLAT["native"](words, words, get_op("min", words.dtype), ctx, opts)
-    if words[1] != -words[2] or words[3] != -words[4]:
-        return False
-    if words[0]:
-        shm.warm.add(code)
-    return not words[0]
-
-
-def _by_messages(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
-    """The kernel's result without it: per chunk of ``BY_MESSAGES_BYTES``, an allgather of the
-    p inputs, then ``((x_0 op x_1) op x_2) ...`` in rank order (float16 computed in float32 and
-    rounded after each operation by NumPy, as the kernel does)."""
-    p = ctx.comm.size
-    step = max(1, BY_MESSAGES_BYTES // buf.itemsize)
-    for lo in range(0, buf.size, step):
-        c = min(step, buf.size - lo)
-        rows = np.empty((p, c), buf.dtype)
-        native_blocks.allgather(src[lo:lo + c], rows.reshape(-1), [q * c for q in range(p + 1)],
-                                ctx, opts)
-        part = buf[lo:lo + c]
-        np.copyto(part, rows[0])
-        for q in range(1, p):
-            op.combine(part, rows[q], part)

@@ -55,6 +55,11 @@ NOTICE_GRACE = 1.0
 #: Seconds :meth:`Team.ready` waits for the round driver of a new dtype where it cannot tell
 #: whether Numba's cache holds it (a load takes a fraction of a second, a compile about ten).
 READY_WAIT = 1.0
+#: Which round driver every call of this process runs: None, the kernel, or the interpreted one
+#: while the kernel compiles where the caller does not wait (``run``'s ``wait``); True, the
+#: interpreted one always; False, the kernel always (the tests set it per rank, so that ranks on
+#: either driver meet in one call).
+INTERPRET: bool | None = None
 
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 _DTYPES = {np.dtype(c).num: np.dtype(c).name for c in np.typecodes["All"] if c not in "OMmV"}
@@ -177,9 +182,9 @@ class Team:
                        buffers.translate(comm))  # team rank -> rank in the buffers' node
         self._regions = np.zeros((0, 1 + p), np.int64)
         self._version = -1
-        #: dtype numbers whose round driver every rank of the team has compiled (``ready``)
-        self.warm: set[int] = set()
-        self.last_warm: np.dtype | None = None  # the last call's dtype, when in ``warm``
+        #: (dtype number, input writable) of the calls whose round driver this rank has
+        #: compiled (``ready``): they need not ask again
+        self.warm: set[tuple[int, bool]] = set()
 
     def regions(self) -> np.ndarray:
         """The shared buffers this team can address: per row my size, then every rank's base."""
@@ -191,22 +196,43 @@ class Team:
     def ready(self, x: np.ndarray, out: np.ndarray) -> bool:
         """Whether this rank's round driver runs a call on ``x`` and ``out`` without compiling:
         loaded from Numba's cache, or compiled by a background thread that the first question
-        starts (``kernels/background.py``). Local: the caller agrees with the other ranks before
-        it calls :meth:`run`, or calls it anyway (which then waits for the compile)."""
+        starts (``kernels/background.py``). Local: no other rank needs the same answer (a rank
+        without the kernel runs the interpreted driver, the same protocol)."""
         from .kernels.background import ready
 
+        key = (out.dtype.num, x.flags.writeable)
+        if key in self.warm:
+            return True
         token = out
         if out.dtype == np.float16:
             token = _kernels().FLOAT16
             x, out = x.view(np.uint16), out.view(np.uint16)
         seq = kind = 0
-        return ready(_kernels().run_rounds, (self.tab, self.regions(), x, out, token, 0, 0, 1,
-                                             seq, kind), READY_WAIT)
+        if ready(_kernels().run_rounds, (self.tab, self.regions(), x, out, token, 0, 0, 1, seq,
+                                         kind), READY_WAIT):
+            self.warm.add(key)
+            return True
+        return False
+
+    def _driver(self, x: np.ndarray, out: np.ndarray, wait: bool) -> Any:
+        """The round driver of this call: the kernel, or while it compiles (``wait`` False, or
+        :data:`INTERPRET`) the interpreted one (``kernels/interpreted.py``)."""
+        if INTERPRET is None:
+            if wait or self.ready(x, out):
+                return _kernels().run_rounds
+            from .kernels import interpreted
+
+            return interpreted.run_rounds if interpreted.supported() else _kernels().run_rounds
+        from .kernels import interpreted
+
+        return interpreted.run_rounds if INTERPRET else _kernels().run_rounds
 
     def run(self, x: np.ndarray, out: np.ndarray, opcode: int, mode: int, m: int,
-            guard: Guard | None) -> None:
+            guard: Guard | None, wait: bool = True) -> None:
         """One collective call of this rank over flat contiguous host arrays (see ``layout``),
-        as part of the public call of ``guard`` (None: outside one).
+        as part of the public call of ``guard`` (None: outside one). ``wait`` False: should the
+        round driver's kernel not be compiled yet, run the call on the interpreted driver
+        instead of waiting for the compile (:meth:`_driver`).
 
         Raises
         ------
@@ -214,7 +240,8 @@ class Team:
             Another rank's call differs (count, dtype, op, mode), or it needs more rounds than
             a call may have.
         """
-        run_rounds = _kernels().run_rounds
+        run_rounds = _kernels().run_rounds if wait and INTERPRET is None else \
+            self._driver(x, out, wait)
         tab = self.tab
         # run_rounds numbers the call: after its last one, and from seq * CALLS_PER_SEQ inside
         # public call number seq (agreed by every rank, also after a failure: docs/shm-protocol.md)
