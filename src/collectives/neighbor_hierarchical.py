@@ -53,6 +53,7 @@ from ._runtime import p2p
 from ._runtime.arrays import copy_into
 from ._runtime.ranks import partition
 from ._runtime.shmem import layout as shm_layout
+from ._runtime.shmem import team as shm_team
 from ._runtime.workspace import scratch
 from .algorithms.hierarchical import Layout, layout
 from .options import Options
@@ -168,7 +169,8 @@ class HierarchicalRound:
         if lay.team is None:
             copy_into(src, dst)
         else:  # 1. holder j: block j summed over the node
-            lay.team.run(src, dst, _SUM, shm_layout.REDUCE_SCATTER, m, guard)
+            lay.team.run(src, dst, _SUM, shm_layout.REDUCE_SCATTER, m, guard,
+                         not shm_team.BACKGROUND)
         if local < m:
             offsets = partition(dst.size, m)
             block = dst[offsets[local]:offsets[local + 1]]
@@ -177,7 +179,8 @@ class HierarchicalRound:
             if block.size and len(nodes.cross_rank) > 1:  # 2. block j across nodes
                 _gossip(block, v, a, lay.cross.comm, nodes.cross_rank, guard)
         if lay.team is not None:  # 3. every block from its holder
-            lay.team.run(dst, dst, _SUM, shm_layout.ALLGATHER, m, guard)
+            lay.team.run(dst, dst, _SUM, shm_layout.ALLGATHER, m, guard,
+                         not shm_team.BACKGROUND)
 
 
 def _gossip(block: np.ndarray, v: np.ndarray, a: int, cross: MPI.Comm, rank_of: list[int],

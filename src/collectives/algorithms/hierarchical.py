@@ -41,6 +41,7 @@ from .._runtime.context import Context
 from .._runtime.p2p import recv, send
 from .._runtime.ranks import partition
 from .._runtime.shmem import layout as shm_layout
+from .._runtime.shmem import team as shm_team
 from .._runtime.shmem.buffers import registry
 from .._runtime.nodes import node_comm
 from .._runtime.shmem.team import Team
@@ -99,12 +100,14 @@ def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Opti
     if lay.team is None:
         copy_into(src, buf)
     else:  # 1. holder j: block j reduced over the node
-        lay.team.run(src, buf, opcode, shm_layout.REDUCE_SCATTER, m, ctx.active)
+        lay.team.run(src, buf, opcode, shm_layout.REDUCE_SCATTER, m, ctx.active,
+                     not shm_team.BACKGROUND)
     if local < m and lay.cross.comm.size > 1:  # 2. block j across nodes
         offsets = partition(buf.size, m)
         _across(buf[offsets[local]:offsets[local + 1]], op, lay.cross, opts, ctx)
     if lay.team is not None:  # 3. every block from its holder
-        lay.team.run(buf, buf, opcode, shm_layout.ALLGATHER, m, ctx.active)
+        lay.team.run(buf, buf, opcode, shm_layout.ALLGATHER, m, ctx.active,
+                     not shm_team.BACKGROUND)
 
 
 def _across(block: np.ndarray, op: Op, cross: Context, opts: Options, ctx: Context) -> None:

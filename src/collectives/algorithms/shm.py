@@ -62,7 +62,6 @@ kept in its private context (freed with it), so later calls, and persistent plan
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 
@@ -71,6 +70,7 @@ from .._runtime.guard import everywhere
 from .._runtime.shmem import layout
 from .._runtime.shmem.buffers import registry
 from .._runtime.nodes import not_on_one_node
+from .._runtime.shmem import team as shm_team
 from .._runtime.shmem.team import Team
 from ..ops import Op, elementwise
 from ..options import Options
@@ -135,12 +135,8 @@ def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Opti
         shm.run(src, buf, opcode, layout.FUSED, shm.size, ctx.active, wait)
 
 
-#: ``COLLECTIVES_JIT_BACKGROUND`` (default 1; 0: "auto" waits for the kernel too; module docstring)
-BACKGROUND = os.environ.get("COLLECTIVES_JIT_BACKGROUND", "1").strip() != "0"
-
-
 def allreduce_without_waiting(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context,
                               opts: Options) -> None:
-    """What "auto" runs for "shm": with :data:`BACKGROUND`, on the interpreted round driver
+    """What "auto" runs for "shm": with ``team.BACKGROUND``, on the interpreted round driver
     while the kernel compiles, not waiting for it; else :func:`allreduce` itself."""
-    allreduce(src, buf, op, ctx, opts, not BACKGROUND)
+    allreduce(src, buf, op, ctx, opts, not shm_team.BACKGROUND)

@@ -55,6 +55,10 @@ NOTICE_GRACE = 1.0
 #: Seconds :meth:`Team.ready` waits for the round driver of a new dtype where it cannot tell
 #: whether Numba's cache holds it (a load takes a fraction of a second, a compile about ten).
 READY_WAIT = 1.0
+#: ``COLLECTIVES_JIT_BACKGROUND`` (read at import; default 1, 0: off): the calls that may run
+#: while their kernel compiles (``run``'s ``wait`` False: "auto"'s shm, hierarchical's phases) do
+#: so on the interpreted driver; off, they wait for the compile as the others do.
+BACKGROUND = os.environ.get("COLLECTIVES_JIT_BACKGROUND", "1").strip() != "0"
 #: Which round driver every call of this process runs: None, the kernel, or the interpreted one
 #: while the kernel compiles where the caller does not wait (``run``'s ``wait``); True, the
 #: interpreted one always; False, the kernel always (the tests set it per rank, so that ranks on
@@ -185,6 +189,9 @@ class Team:
         #: (dtype number, input writable) of the calls whose round driver this rank has
         #: compiled (``ready``): they need not ask again
         self.warm: set[tuple[int, bool]] = set()
+        #: the dtype of the last call run on the kernel (the next ones in it need not ask; one
+        #: with a read-only input may still compile its own signature, waiting for it)
+        self.last_warm: np.dtype | None = None
 
     def regions(self) -> np.ndarray:
         """The shared buffers this team can address: per row my size, then every rank's base."""
@@ -219,6 +226,7 @@ class Team:
         :data:`INTERPRET`) the interpreted one (``kernels/interpreted.py``)."""
         if INTERPRET is None:
             if wait or self.ready(x, out):
+                self.last_warm = out.dtype
                 return _kernels().run_rounds
             from .kernels import interpreted
 
@@ -240,8 +248,10 @@ class Team:
             Another rank's call differs (count, dtype, op, mode), or it needs more rounds than
             a call may have.
         """
-        run_rounds = _kernels().run_rounds if wait and INTERPRET is None else \
-            self._driver(x, out, wait)
+        if INTERPRET is None and (wait or out.dtype is self.last_warm):
+            run_rounds = _kernels().run_rounds
+        else:
+            run_rounds = self._driver(x, out, wait)
         tab = self.tab
         # run_rounds numbers the call: after its last one, and from seq * CALLS_PER_SEQ inside
         # public call number seq (agreed by every rank, also after a failure: docs/shm-protocol.md)
