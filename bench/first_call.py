@@ -1,6 +1,7 @@
 """The first call against a warm one, and where the first call's time goes (Numba compiles).
 
-``mpiexec -n 2 python bench/first_call.py [--cold] [--cases allreduce,compressed] [--json F]``
+``mpiexec -n 2 python bench/first_call.py [--cold] [--cases allreduce,compressed] [--preload]
+[--json F]``
 
 A first call of a process compiles the Numba kernels it needs, unless Numba's cache holds them:
 ``NUMBA_CACHE_DIR`` if set, else ``__pycache__`` next to the kernels' sources. ``--cold`` gives
@@ -10,12 +11,18 @@ it; removed at the end), so every kernel compiles; without it the run finds what
 
 Cases, in the order given, each on ``--count`` float32 elements (the same every time):
 
+- ``mpi``: the bare ``comm.Allreduce(x, y)`` of mpi4py, outside this library: what MPI's own
+  first call costs against its warm one (no Numba in it);
 - ``allreduce``: ``collectives.allreduce(x)`` (``algorithm="auto"``: ``shm`` on one node);
 - ``compressed``: ``collectives.compressed_allreduce(x, compress.ErrorFeedback(topk))``: top-k
   (ratio 0.01) with error feedback, its state kept on the communicator.
 
+``--preload`` calls ``collectives.preload`` for float32 and the cases' paths first, timed on its
+own (``preload``: what it moved off the first calls).
+
 Each case: a barrier, the first call timed alone (rank 0's wall and CPU seconds); while a kernel
-compiles in a background thread (the shm allreduce runs by messages meanwhile), more calls, each
+compiles in a background thread (the shm allreduce runs on the interpreted round driver
+meanwhile), more calls, each
 after a barrier (``meanwhile``: their number and median; ``ready``: seconds from the first call's
 start until every rank has the kernel); then ``--calls`` warm calls, each after a barrier, of
 which the median is reported. ``import numba``
@@ -39,7 +46,7 @@ import tempfile
 import threading
 import time
 
-CASES = ("allreduce", "compressed")
+CASES = ("mpi", "allreduce", "compressed")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -49,6 +56,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                     help=f"comma-separated, in order, from {', '.join(CASES)}")
     ap.add_argument("--count", type=int, default=1 << 20, help="float32 elements (default 1 Mi)")
     ap.add_argument("--calls", type=int, default=11, help="warm calls per case")
+    ap.add_argument("--preload", action="store_true",
+                    help="call collectives.preload (float32, the cases' paths) before the cases")
     ap.add_argument("--json", help="write the results here (rank 0)")
     args = ap.parse_args(argv)
     args.cases = [c for c in args.cases.split(",") if c]
@@ -125,7 +134,12 @@ def _case(name: str, comm, count: int, calls: int, compiles: _Compiles) -> dict:
     import compress
 
     x = np.random.default_rng(comm.rank).standard_normal(count).astype(np.float32)
-    if name == "allreduce":
+    if name == "mpi":
+        y = np.empty_like(x)
+
+        def call():
+            comm.Allreduce(x, y)
+    elif name == "allreduce":
         def call():
             collectives.allreduce(x)
     else:
@@ -138,7 +152,7 @@ def _case(name: str, comm, count: int, calls: int, compiles: _Compiles) -> dict:
     t, c = time.perf_counter(), time.process_time()
     call()
     first, cpu = time.perf_counter() - t, time.process_time() - c
-    # the shm allreduce compiles in a background thread and runs by messages meanwhile: calls
+    # the shm allreduce compiles in a background thread and runs interpreted meanwhile: calls
     # until every rank's compile is done (the same count on every rank), then the warm ones
     during = []
     while comm.allreduce(_compiling(), op=MPI.MAX) and time.perf_counter() - t < 900:
@@ -167,12 +181,14 @@ def _print(result: dict) -> None:
           f"cache {result['cache']}; load {result['load_start']} at start, "
           f"{result['load_end']} at end")
     print(f"# import numba: {result['import_numba_s']:.2f} s")
+    if result["preload_s"] is not None:
+        print(f"# collectives.preload: {result['preload_s']:.2f} s (before the first calls)")
     print(f"{'# case':<14}{'first(s)':>10}{'+import(s)':>12}{'cpu(s)':>9}{'warm(ms)':>10}"
           f"{'compile(s)':>12}{'compiled':>10}{'loaded':>8}{'ready(s)':>10}{'meanwhile':>11}")
     for name, r in result["cases"].items():
         meanwhile = (f"{r['during_calls']} x {r['during_s'] * 1e3:.1f} ms" if r["during_calls"]
                      else "-")
-        print(f"{name:<14}{r['first_s']:>10.2f}{r['first_s'] + result['import_numba_s']:>12.2f}"
+        print(f"{name:<14}{r['first_s']:>10.3f}{r['first_s'] + result['import_numba_s']:>12.2f}"
               f"{r['first_cpu_s']:>9.2f}{r['warm_s'] * 1e3:>10.2f}{r['compile_s']:>12.2f}"
               f"{r['compiled']:>10}{r['loaded']:>8}{r['ready_s']:>10.2f}{meanwhile:>11}")
     for name, r in result["cases"].items():
@@ -201,12 +217,21 @@ def main(argv: list[str] | None = None) -> dict:
 
     import_s = comm.allreduce(time.perf_counter() - t, op=MPI.MAX)
     compiles = _Compiles()
+    preload_s = None
+    if args.preload:
+        import collectives
+
+        comm.Barrier()
+        t = time.perf_counter()
+        collectives.preload(("float32",), [c for c in args.cases if c != "mpi"])
+        preload_s = comm.allreduce(time.perf_counter() - t, op=MPI.MAX)
+        compiles.take()
     cases = {name: _case(name, comm, args.count, args.calls, compiles) for name in args.cases}
     result = {"ranks": comm.size, "count": args.count,
               "cache": "new (--cold)" if args.cold else
               os.environ.get("NUMBA_CACHE_DIR", "__pycache__"),
               "load_start": load_start, "load_end": [round(v, 2) for v in os.getloadavg()],
-              "import_numba_s": import_s, "cases": cases}
+              "import_numba_s": import_s, "preload_s": preload_s, "cases": cases}
     comm.Barrier()
     if comm.rank == 0:
         _print(result)

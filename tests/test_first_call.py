@@ -93,11 +93,30 @@ def test_warmup_fills_the_cache_for_the_first_calls(tmp_path):
                          timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     cases = json.loads(out.read_text())["cases"]
-    assert set(cases) == {"allreduce", "compressed"}
+    assert list(cases) == ["mpi", "allreduce", "compressed"]
     for name, case in cases.items():
         assert case["compiled"] == 0, (name, [r["kernel"] for r in case["compiles"]])
-        assert case["loaded"] >= 1 and case["during_calls"] == 0, (name, case)
+        assert (case["loaded"] >= 1) == (name != "mpi") and case["during_calls"] == 0, (name, case)
     assert NOTICE not in run.stderr
+    # collectives.preload first: the first calls load nothing more, it loaded it all
+    run = subprocess.run([*mpiexec_command(), "-n", "2", sys.executable,
+                          str(ROOT / "bench" / "first_call.py"), "--count", "5000", "--calls", "2",
+                          "--preload", "--json", str(out)], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["preload_s"] > 0 and "collectives.preload" in run.stdout
+    for name, case in result["cases"].items():
+        assert (case["compiled"], case["loaded"], case["during_calls"]) == (0, 0, 0), (name, case)
+
+
+def test_preload_usage_errors():
+    import collectives
+
+    with pytest.raises(ValueError, match="unknown path 'x'"):
+        collectives.preload(paths=("x",))
+    with pytest.raises(TypeError):
+        collectives.preload(dtypes=("nope",))
 
 
 def test_cold_bench_runs(tmp_path):

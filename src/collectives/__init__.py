@@ -27,6 +27,7 @@ from .ssp import ParameterServer
 from .window import Window
 from .adpsgd import PairwiseAveraging
 from .choco import ChocoGossip
+from .warmup import preload
 
 __all__ = [
     "allreduce", "reduce_scatter", "allgather", "bcast", "reduce", "compressed_allreduce",
@@ -39,7 +40,7 @@ __all__ = [
     "CompressionState", "AutoCompression", "CodecSpeed", "STRATEGIES", "TRAFFIC", "Window",
     "ParameterServer", "PairwiseAveraging", "ChocoGossip",
     "ALGORITHMS", "REDUCE_SCATTER", "ALLGATHER", "BCAST", "REDUCE",
-    "OPS", "Options", "SUPPORTED_DTYPES", "mpi_library", "flight_recorder",
+    "OPS", "Options", "SUPPORTED_DTYPES", "mpi_library", "flight_recorder", "preload",
 ]
 __version__ = "0.1.0"
 

@@ -12,6 +12,11 @@ if set, else ``__pycache__`` next to the kernels' sources): later processes load
   strategy's merges (:func:`collectives.compressed.warm.topk_with_feedback`).
 
 The kernels take any op in one compile (the op is an argument); each dtype is a compile of its own.
+
+:func:`preload` runs the same paths in the calling process at a moment of its choosing (start-up,
+while the data loads), so that its first call pays no more than a warm one: what a process pays
+once even with a warm cache, Numba's import and the loading of each kernel from the cache
+(docs/benchmarks/first-call.md), is paid there instead.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["PATHS", "DTYPES", "warmup", "kernel_stats"]
+__all__ = ["PATHS", "DTYPES", "warmup", "preload", "kernel_stats"]
 
 #: Dtypes warmed by default.
 DTYPES = ("float32", "float64")
@@ -96,3 +101,21 @@ def warmup(dtypes: list[str] | tuple[str, ...] = DTYPES,
             say(f"{name:<11}{str(dtype):<9}{seconds:7.2f} s  {row['compiled']} kernels "
                 f"compiled, {row['loaded']} loaded from the cache")
     return rows
+
+
+def preload(dtypes: list[str] | tuple[str, ...] = ("float32",),
+            paths: list[str] | tuple[str, ...] = tuple(PATHS)) -> list[dict]:
+    """Import Numba and load the kernels of ``paths`` for ``dtypes`` into this process (from
+    Numba's cache, or compiled where it does not hold them), so that the first call of those
+    paths runs as fast as a later one. Local: no other rank takes part, and it may be called at
+    any time, on any rank. Returns one row per path and dtype (as :func:`warmup`: seconds,
+    kernels compiled, kernels loaded).
+
+    Raises
+    ------
+    ValueError
+        A path that is not in :data:`PATHS`.
+    TypeError
+        A dtype NumPy does not know (``np.dtype``'s error).
+    """
+    return warmup(dtypes, paths, say=lambda line: None)

@@ -65,7 +65,7 @@ CLUSTER_DEFAULTS = {"alpha": 1.4e-6, "beta": 5e-11, "gamma": 3e-11, "alpha_nativ
                     "alpha_inter": 2.5e-5, "beta_inter": 8e-10}
 #: What the model chooses among across nodes.
 MODEL_CHOICES = ("native", "ring", "tree", "recursive_doubling", "rabenseifner", "hierarchical")
-# "shm" runs by messages while its kernel compiles (algorithms/shm.py), as "auto" only
+# "shm" does not wait for its kernel to compile (algorithms/shm.py), as "auto" only
 _ALL = {**FLAT, "hierarchical": hierarchical.allreduce, "shm": shm.allreduce_without_waiting}
 
 
