@@ -340,3 +340,34 @@ def test_gossip_between_nodes_is_the_flat_round_with_one_replica_per_node(monkey
         assert spread < 1e-6
     else:
         assert spread > 0
+
+
+def test_consensus_distance_from_sampled_coordinates():
+    """The consensus distance estimated from K coordinates (``--consensus-coords``): the same
+    on every rank; averaged over many draws of the coordinates, the estimated square equals the
+    square from all coordinates (unbiased, within 3 standard errors); from K >= n coordinates,
+    or 0, it is the exact one."""
+    comm = WORLD
+    if comm.size == 1:
+        pytest.skip("one replica: the distance is 0")
+    t = _trainer([*TINY, "--sync", "gossip:ring", "--consensus-coords", "0"], comm)
+    assert t.coords is None
+    n = t.model.params.flat.size
+    rng = np.random.default_rng([comm.rank, 7])
+    t.model.params.flat[...] = rng.standard_normal(n) * (1 + np.arange(n) % 5)  # uneven terms
+    exact = t.consensus(t.average())
+    assert comm.allgather(exact) == [exact] * comm.size and exact > 0
+    draws = np.random.default_rng(11)
+    squares = []
+    for _ in range(400):
+        t.coords = np.sort(draws.choice(n, 50, replace=False))
+        squares.append(t.consensus(None) ** 2)
+    assert comm.allgather(squares[-1]) == [squares[-1]] * comm.size
+    mean, sem = np.mean(squares), np.std(squares) / np.sqrt(len(squares))
+    assert abs(mean - exact ** 2) < 3 * sem, (mean, exact ** 2, sem)
+    for k in (n, n + 5):
+        sampled = _trainer([*TINY, "--sync", "gossip:ring", "--consensus-coords", str(k)], comm)
+        assert sampled.coords is None
+    some = _trainer([*TINY, "--sync", "gossip:ring", "--consensus-coords", "50"], comm)
+    assert some.coords.size == 50 and np.all(np.diff(some.coords) > 0)
+    assert comm.allgather(some.coords.tobytes()) == [some.coords.tobytes()] * comm.size

@@ -26,6 +26,8 @@ from .model import MODELS
 __all__ = ["UsageError", "Config", "parser", "parse"]
 
 PROG = "collectives.sgd"
+#: Coordinates the consensus distance is estimated from by default (``--consensus-coords``).
+CONSENSUS_COORDS = 1 << 16
 _STRATEGIES = ["auto", *collectives.STRATEGIES]
 
 
@@ -127,6 +129,12 @@ def parser() -> argparse.ArgumentParser:
                    help="under --sync gossip, sgp and adpsgd, whose replicas differ: test each "
                         "rank's own replica on its share of the test set (default) or the "
                         "replicas' average, which the consensus distance computes anyway")
+    s.add_argument("--consensus-coords", type=_non_negative, default=CONSENSUS_COORDS,
+                   metavar="K",
+                   help="where every rank keeps its own parameters: estimate the consensus "
+                        "distance from K coordinates, the same on every rank (drawn once from "
+                        f"--seed; an allreduce of K values; default {CONSENSUS_COORDS}), or 0: "
+                        "from all of them (an allreduce of every parameter)")
     s.add_argument("--checkpoint-dir")
     s.add_argument("--checkpoint-every", type=_non_negative, default=0, help="steps (0: never)")
     s.add_argument("--resume", action="store_true", help="continue from --checkpoint-dir")

@@ -111,6 +111,10 @@ class Trainer:
         self.own_momentum = bool(cfg.local_every) or self.own_params or \
             self.exchange.server is not None
         self.history_keys = HISTORY_KEYS + (("consensus",) if self.own_params else ())
+        n, k = self.model.params.flat.size, a.consensus_coords
+        #: the coordinates the consensus distance is estimated from (None: all of them)
+        self.coords = None if not k or k >= n else \
+            np.sort(np.random.default_rng([a.seed, 1]).choice(n, k, replace=False))
         self.fingerprint, self.config_text = _fingerprint(cfg, self.sizes)
         self.step = 0
         self.history: list[dict] = []
@@ -271,13 +275,21 @@ class Trainer:
         return collectives.allreduce(self.model.params.flat, op="avg", algorithm="ring",
                                      comm=self.comm)
 
-    def consensus(self, mean: np.ndarray) -> float:
-        """Collective: the consensus distance, how far the replicas are from their average
-        ``mean`` (:meth:`average`), ``sqrt(mean_i ||x_i - xbar||^2)`` over the ranks' parameter
-        vectors (Kong et al. 2021's Xi; the squares summed in float64)."""
-        x = self.model.params.flat
+    def consensus(self, mean: np.ndarray | None) -> float:
+        """Collective: the consensus distance, how far the replicas are from their average,
+        ``sqrt(mean_i ||x_i - xbar||^2)`` over the ranks' parameter vectors (Kong et al. 2021's
+        Xi; the squares summed in float64). From every coordinate against ``mean``, the
+        replicas' average (:meth:`average`); without it, estimated from the coordinates
+        :attr:`coords` (their own average: an allreduce of ``len(coords)`` values), the sum of
+        squares scaled by ``n / len(coords)``: unbiased for the sum over all ``n``, as the
+        coordinates are drawn uniformly without replacement."""
+        x, scale = self.model.params.flat, 1.0
+        if mean is None:
+            x = x[self.coords]
+            mean = collectives.allreduce(x, op="avg", algorithm="ring", comm=self.comm)
+            scale = self.model.params.flat.size / self.coords.size
         local = np.array([float(np.sum(np.square(x - mean), dtype=np.float64))])
-        return math.sqrt(float(self.comm.allreduce(local, op=MPI.SUM)[0]) / self.world)
+        return math.sqrt(scale * float(self.comm.allreduce(local, op=MPI.SUM)[0]) / self.world)
 
     def evaluate(self) -> dict:
         """Epoch record: mean batch loss and accuracy of the epoch, test loss and accuracy
@@ -291,7 +303,8 @@ class Trainer:
                 self.comm.Barrier()
         with self.clock.measure("eval"):
             x, y = self.ds.x_test[self.rank::self.world], self.ds.y_test[self.rank::self.world]
-            mean = self.average() if self.own_params else None
+            mean = self.average() if self.own_params and (
+                self.coords is None or self.args.eval_model == "average") else None
             if mean is not None and self.args.eval_model == "average":
                 own = self.model.params.flat.copy()
                 self.model.params.flat[...] = mean
@@ -302,7 +315,7 @@ class Trainer:
             else:
                 loss, correct = self.model.evaluate(x, y)
             tot = self.comm.allreduce(np.array([loss, correct, *self.epoch_loss]), op=MPI.SUM)
-            spread = self.consensus(mean) if mean is not None else None
+            spread = self.consensus(mean) if self.own_params else None
         self.epoch_loss[...] = 0
         record = {"epoch": self.step // self.spe, "step": self.step,
                   "loss": tot[2] / max(1, tot[4]), "train_acc": tot[3] / max(1, tot[4]),
