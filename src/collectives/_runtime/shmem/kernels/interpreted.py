@@ -45,8 +45,9 @@ _UFUNCS = (np.add, np.multiply, np.minimum, np.maximum)  # layout.OPCODES' order
 
 def supported() -> bool:
     """Whether this processor orders plain loads and stores as the protocol's acquire loads and
-    release stores require (x86-64: total store order)."""
-    return platform.machine().lower() in ("x86_64", "amd64")
+    release stores require (x86-64: total store order), and the interpreted driver could be
+    built from this Numba's kernels (:func:`driver`)."""
+    return platform.machine().lower() in ("x86_64", "amd64") and driver() is not None
 
 
 def _dtype(token: np.ndarray) -> np.dtype:
@@ -154,18 +155,28 @@ def interpret(kernel: Any, done: dict | None = None) -> Callable:
 SPIN = 4
 
 _DRIVER: Callable | None = None
+_FAILED = False
+
+
+def driver() -> Callable | None:
+    """The interpreted ``rounds.run_rounds``, built on first use; None where it cannot be built
+    (a Numba whose dispatchers differ: the caller then waits for the kernel)."""
+    global _DRIVER, _FAILED
+    if _DRIVER is None and not _FAILED:
+        try:
+            from .rounds import run_rounds as kernel
+
+            _DRIVER = interpret(kernel)
+        except Exception:  # noqa: BLE001 - whatever fails, the caller waits for the kernel
+            _FAILED = True
+    return _DRIVER
 
 
 def run_rounds(tab: np.ndarray, *args: Any) -> int:
     """``rounds.run_rounds``, interpreted (same arguments, same results), polling :data:`SPIN`
-    times before it returns ``WAITING``."""
-    global _DRIVER
-    if _DRIVER is None:
-        from .rounds import run_rounds as kernel
-
-        _DRIVER = interpret(kernel)
+    times before it returns ``WAITING``. Only where :func:`supported`."""
     spin, tab[T_SPIN] = tab[T_SPIN], SPIN
     try:
-        return _DRIVER(tab, *args)
+        return driver()(tab, *args)
     finally:
         tab[T_SPIN] = spin
