@@ -29,6 +29,24 @@ def mpi_world_size(request):
     return getattr(request, "param", None) or MPI.COMM_WORLD.size
 
 
+#: Which shm round driver each rank runs: the kernel everywhere, or the interpreted driver (what
+#: a rank runs while its kernel compiles) on the even ranks of COMM_WORLD and the kernel on the
+#: odd ones, meeting in the same calls (``team.INTERPRET``).
+SHM_DRIVERS = {"kernel": False, "mixed": MPI.COMM_WORLD.rank % 2 == 0}
+
+
+@pytest.fixture(params=list(SHM_DRIVERS))
+def shm_driver(request, monkeypatch):
+    """The test body with the kernel on every rank, and with the ranks on one or the other."""
+    from collectives._runtime.shmem import team
+    from collectives._runtime.shmem.kernels import interpreted
+
+    if request.param == "mixed" and not interpreted.supported():
+        pytest.skip("no interpreted round driver on this processor")
+    monkeypatch.setattr(team, "INTERPRET", SHM_DRIVERS[request.param])
+    return request.param
+
+
 @pytest.fixture(autouse=True)
 def fresh_native():
     """After a test in which a call failed on some rank, the library's own collectives are

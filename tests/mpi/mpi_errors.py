@@ -293,22 +293,6 @@ def test_count_or_dtype_mismatch_raises_on_every_rank(case):
     _still_works()
 
 
-#: shm's round driver per rank: the kernel, or the interpreted one on COMM_WORLD's even ranks
-#: (what a rank runs while its kernel compiles; ``team.INTERPRET``)
-SHM_DRIVERS = {"kernel": False, "mixed": MPI.COMM_WORLD.rank % 2 == 0}
-
-
-@pytest.fixture(params=list(SHM_DRIVERS))
-def shm_driver(request, monkeypatch):
-    from collectives._runtime.shmem import team
-    from collectives._runtime.shmem.kernels import interpreted
-
-    if request.param == "mixed" and not interpreted.supported():
-        pytest.skip("no interpreted round driver on this processor")
-    monkeypatch.setattr(team, "INTERPRET", SHM_DRIVERS[request.param])
-    return request.param
-
-
 def test_shm_op_mismatch_raises_on_every_rank(shm_driver):
     """The shared window's descriptors also carry the op: "sum" on one rank and "max" on
     another is an error on every rank for "shm", not a silent mix (the message-based algorithms

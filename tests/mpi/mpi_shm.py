@@ -36,23 +36,6 @@ def _check(y, before, op, comm, what):
     assert_close(y, before, op, comm, what, identical=True)
 
 
-#: Which round driver each rank runs: the kernel everywhere, or the interpreted driver (what a
-#: rank runs while its kernel compiles) on the even ranks of COMM_WORLD and the kernel on the odd
-#: ones, meeting in the same calls (``team.INTERPRET``).
-DRIVERS = {"kernel": False, "mixed": MPI.COMM_WORLD.rank % 2 == 0}
-
-
-@pytest.fixture(params=list(DRIVERS))
-def driver(request, monkeypatch):
-    """Every test body with both drivers on every rank, and with each rank on one or the other."""
-    from collectives._runtime.shmem.kernels import interpreted
-
-    if request.param == "mixed" and not interpreted.supported():
-        pytest.skip("no interpreted round driver on this processor")
-    monkeypatch.setattr(shm_team, "INTERPRET", DRIVERS[request.param])
-    return request.param
-
-
 #: How private (NumPy) buffers travel: "slots" stages them through the window's slots; "cma"
 #: has the other ranks read them by cross-memory attach (``process_vm_readv``), here from the
 #: first byte on (by default only from ``team.CMA_DEDICATED`` or ``CMA_SHARED`` bytes).
@@ -75,7 +58,7 @@ def transfer(request, comm):
 
 
 
-def test_sweep_in_blocks_mode(monkeypatch, transfer, driver, comm):
+def test_sweep_in_blocks_mode(monkeypatch, transfer, shm_driver, comm):
     """The generic sweep of mpi_allreduce.py (every count, dtype, op, in place), whose short
     vectors take the replicated mode there, in the block-per-rank mode."""
     from mpi_allreduce import _sweep
@@ -85,7 +68,7 @@ def test_sweep_in_blocks_mode(monkeypatch, transfer, driver, comm):
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_many_rounds(op, mode, driver, comm):
+def test_many_rounds(op, mode, shm_driver, comm):
     """Slots of 64 bytes: tens to hundreds of rounds per call, each slot reused many times over."""
     for dtype in (np.dtype(np.float16), np.dtype(np.float64), np.dtype(np.int8)):
         if op == "avg" and dtype.kind != "f":
@@ -97,7 +80,7 @@ def test_many_rounds(op, mode, driver, comm):
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_cross_memory_attach_many_rounds(op, monkeypatch, driver, comm):
+def test_cross_memory_attach_many_rounds(op, monkeypatch, shm_driver, comm):
     """Private buffers read by cross-memory attach over tens to hundreds of rounds, in place
     and not: each rank publishes its buffers' addresses (region CMA) and nothing is staged."""
     monkeypatch.setattr(shm, "REPLICATE_BYTES", MODES["blocks"])
@@ -173,7 +156,7 @@ def test_cross_memory_attach_from_a_threshold(comm):
         other.Free()
 
 
-def test_streaming_copy_out(monkeypatch, driver, comm):
+def test_streaming_copy_out(monkeypatch, shm_driver, comm):
     """Long results are copied out with non-temporal stores: here from the first byte, so that
     short vectors with odd lengths and offsets take that path (unaligned heads and tails)."""
     monkeypatch.setattr(shm, "REPLICATE_BYTES", MODES["blocks"])
@@ -201,7 +184,7 @@ def _descriptor(comm, options=collectives.Options()):
 
 @pytest.mark.parametrize("dtype", [np.dtype(np.float32), np.dtype(np.float16),
                                    np.dtype(np.uint64)])
-def test_shared_buffers_in_place_and_not(dtype, mode, driver, comm):
+def test_shared_buffers_in_place_and_not(dtype, mode, shm_driver, comm):
     count = 1001
     x = collectives.empty(count + 7, dtype, comm)[7:]  # a view, not the window's first byte
     out = collectives.zeros(count, dtype, comm)
@@ -219,7 +202,7 @@ def test_shared_buffers_in_place_and_not(dtype, mode, driver, comm):
     _check(x, before, "max", comm, "shared, in place")
 
 
-def test_mixed_buffers(mode, transfer, driver, comm):
+def test_mixed_buffers(mode, transfer, shm_driver, comm):
     """Each rank picks NumPy or shared memory for input and output on its own."""
     count = 777
     for case in range(4):
@@ -346,7 +329,7 @@ def test_soak_without_growth():
 
 
 @pytest.mark.parametrize("node_size", [None, 2, 3])
-def test_hierarchical_on_shared_buffers(node_size, driver, comm):
+def test_hierarchical_on_shared_buffers(node_size, shm_driver, comm):
     """hierarchical's in-node steps read and write shared arrays in place too."""
     opts = collectives.Options(node_size=node_size, shm_segment_bytes=64)
     for count, inplace in ((5, False), (1001, False), (1001, True)):
