@@ -12,7 +12,10 @@ addresses (segments of MPI shared windows as mapped in this process), which the 
 - :mod:`.protocol`: the protocol's counters, slots and descriptors: where a round's data lies,
   who has reached which round, whether two ranks make the same call;
 - :mod:`.rounds`: :func:`~.rounds.run_rounds`, which drives one team call's rounds (stage,
-  reduce, copy out), the one kernel ``team.py`` calls.
+  reduce, copy out), the one kernel ``team.py`` calls;
+- :mod:`.background`: whether a kernel is ready, compiling it in a thread of its own if not;
+- :mod:`.interpreted`: ``run_rounds`` run by the Python interpreter (the kernels' own code,
+  NumPy for the arithmetic), which a rank runs while its kernel compiles.
 
 This package imports nothing, so that ``team.py`` imports Numba only when a team first runs. The
 kernels compile with the one option set :data:`NJIT` (``arithmetic._combine`` is inlined into
