@@ -50,9 +50,9 @@ its part of each call on the *interpreted* round driver (``_runtime/shmem/kernel
 the kernels' own Python code, run by the interpreter with NumPy doing the arithmetic), which
 follows the same protocol in the same window and gives the same bits, so no rank needs to know
 which driver another one runs, and a failure is handled as on the kernels. From the call where
-its kernel is ready a rank runs the kernel (a call costs one set lookup more). ``algorithm="shm"``
-named outright, and ``COLLECTIVES_JIT_BACKGROUND=0`` (read at import), wait for the compile
-instead; rank 0 says so in one line when it takes long.
+its kernel is ready a rank runs the kernel (a call costs one identity test more).
+``algorithm="shm"`` named outright, and ``COLLECTIVES_JIT_BACKGROUND=0`` (read at import), wait
+for the compile instead; rank 0 says so in one line when it takes long.
 
 Only for communicators whose ranks share one node (``Split_type(COMM_TYPE_SHARED)``, or one
 emulated node of ``Options.node_size``): otherwise every rank raises the same ``ValueError``,
@@ -61,7 +61,6 @@ kept in its private context (freed with it), so later calls, and persistent plan
 """
 
 from __future__ import annotations
-
 
 import numpy as np
 

@@ -224,16 +224,14 @@ class Team:
     def _driver(self, x: np.ndarray, out: np.ndarray, wait: bool) -> Any:
         """The round driver of this call: the kernel, or while it compiles (``wait`` False, or
         :data:`INTERPRET`) the interpreted one (``kernels/interpreted.py``)."""
-        if INTERPRET is None:
-            if wait or self.ready(x, out):
-                self.last_warm = out.dtype
-                return _kernels().run_rounds
-            from .kernels import interpreted
-
-            return interpreted.run_rounds if interpreted.supported() else _kernels().run_rounds
         from .kernels import interpreted
 
-        return interpreted.run_rounds if INTERPRET else _kernels().run_rounds
+        if INTERPRET is not None:
+            return interpreted.run_rounds if INTERPRET else _kernels().run_rounds
+        if wait or self.ready(x, out) or not interpreted.supported():
+            self.last_warm = out.dtype
+            return _kernels().run_rounds
+        return interpreted.run_rounds
 
     def run(self, x: np.ndarray, out: np.ndarray, opcode: int, mode: int, m: int,
             guard: Guard | None, wait: bool = True) -> None:
