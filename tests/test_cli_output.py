@@ -125,3 +125,17 @@ def test_an_error_during_a_sweep_starts_on_a_line_of_its_own(monkeypatch, capsys
     err = _stderr_when_it_leaves(capsys, allreduce.main, ["-m", "8:64", "-i", "1", "-x", "0"],
                                  comm=MPI.COMM_SELF, out=io.StringIO())
     assert "size" in err and _after_last_return(err).strip() == "", repr(err[-300:])
+
+
+def test_the_report_module_runs_without_runpys_warning():
+    """``python -m collectives.sgd.report`` (the docs' figure command) starts without runpy's
+    RuntimeWarning about a module imported before it ran (the package imports its driver, which
+    imports the report, on first use only)."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m",
+                          "collectives.sgd.report"], capture_output=True, text=True, timeout=120)
+    # no arguments: its usage line and status 2 (the warning, an error here, would give 1)
+    assert run.returncode == 2 and "RuntimeWarning" not in run.stderr, run.stderr
+    assert "python -m collectives.sgd.report OUT.png" in run.stdout + run.stderr
