@@ -113,6 +113,26 @@ def test_gossip_resume_after_stop_is_bitwise(tmp_path):
     assert (tmp_path / "whole.npy").read_bytes() == (tmp_path / "resumed.npy").read_bytes()
 
 
+def test_gossip_with_overlap_resumes_bitwise_and_refuses_what_it_cannot_do(tmp_path):
+    """--sync gossip:GRAPH --overlap (the round of x_t during forward and backward): a stopped
+    and resumed run ends with the bits of the whole one (no round is in flight between steps);
+    its run differs from the mixing after the update (another algorithm); with --codec
+    (CHOCO-SGD) or gossip:nodes it is refused on every rank."""
+    args = [*TINY, "--sync", "gossip:one_peer_exponential", "--overlap"]
+    _run(3, [*args, "--save-params", str(tmp_path / "whole.npy")])
+    ck = ["--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "7"]
+    _run(3, [*args, *ck, "--stop-after", "30"])
+    _run(3, [*args, *ck, "--resume", "--save-params", str(tmp_path / "resumed.npy")])
+    assert (tmp_path / "whole.npy").read_bytes() == (tmp_path / "resumed.npy").read_bytes()
+    _run(3, [*TINY, "--sync", "gossip:one_peer_exponential",
+             "--save-params", str(tmp_path / "after.npy")])
+    assert (tmp_path / "whole.npy").read_bytes() != (tmp_path / "after.npy").read_bytes()
+    for extra in (["--sync", "gossip:ring", "--codec", "topk:ratio=0.1"],
+                  ["--sync", "gossip:nodes"]):
+        _assert_clean_error(_run(2, [*TINY, "--overlap", *extra], check=False), 2,
+                            "--overlap mixes the parameters during forward and backward")
+
+
 def test_gossip_evaluates_the_average_without_changing_the_run(tmp_path):
     """--eval-model average tests the replicas' average (3 ranks, a graph that changes every
     step) and gives back each rank's own replica: the same training losses and the same final

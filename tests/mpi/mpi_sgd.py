@@ -44,6 +44,33 @@ def test_tiny_gossip_run_reports_its_consensus_distance():
         assert spread[0] > 0
 
 
+def test_tiny_gossip_with_overlap_mixes_x_t_during_the_step():
+    """--sync gossip:one_peer_exponential --overlap: one message of the parameters per rank and
+    step, counted; the consensus distance the same on every rank; on one rank (no neighbor:
+    the round is the identity) the same bits as the mixing after the update."""
+    comm = WORLD
+    s = train([*TINY, "--sync", "gossip:one_peer_exponential", "--overlap"], comm)
+    assert s["exchanges"] == s["steps"] and s["bytes_mean"] == s["steps"] * s["params"] * 4 * (
+        comm.size > 1)
+    assert s["mix_ahead"] and not s["overlap"]
+    spread = comm.allgather(s["consensus"])
+    assert spread == [spread[0]] * comm.size and np.isfinite(spread[0])
+    if comm.size == 1:
+        ahead = _trainer([*TINY, "--sync", "gossip:ring", "--overlap"], comm)
+        after = _trainer([*TINY, "--sync", "gossip:ring"], comm)
+        assert ahead.train() and after.train()
+        assert np.array_equal(ahead.model.params.flat, after.model.params.flat)
+    # on the full graph a round is the exact average: x_{t+1} = mean(x_t) - lr_t v_t, so each
+    # replica's distance from the replicas' mean is the last update's, -lr_T (v - mean(v))
+    t = _trainer([*TINY, "--sync", "gossip:full", "--overlap"], comm)
+    assert t.train()
+    x, v = t.model.params.flat, t.opt.velocity
+    lr = t.schedule(t.step - 1)
+    dx = x - comm.allreduce(x.astype(np.float64)) / comm.size
+    dv = v - comm.allreduce(v.astype(np.float64)) / comm.size
+    assert np.allclose(dx, -lr * dv, rtol=1e-3, atol=1e-6), np.abs(dx + lr * dv).max()
+
+
 def test_tiny_parameter_server_runs():
     """--sync ssp:0 is synchronous SGD (the same trajectory to rounding: the p pushes add up in
     any order); ssp:2 and async train; a push sends the other ranks' shards, n (p-1)/p bytes."""

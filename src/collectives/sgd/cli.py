@@ -118,7 +118,9 @@ def parser() -> argparse.ArgumentParser:
                         "be: docs/decentralized.md)")
     c.add_argument("--overlap", action="store_true",
                    help="start each gradient bucket's allreduce (compressed with --codec) "
-                        "during backward, through the progress engine")
+                        "during backward, through the progress engine; with --sync "
+                        "gossip:GRAPH, mix the parameters with the neighbors' during forward "
+                        "and backward (D-PSGD as Lian et al. 2017 state it)")
     c.add_argument("--bucket-mb", type=float, default=25.0,
                    help="with --overlap: largest bucket in MiB (default 25, as PyTorch DDP)")
     s = p.add_argument_group("output and checkpoints")
@@ -176,7 +178,9 @@ class Config:
                           clip=a.clip)
         if self.choco:
             fields["gamma"] = a.gamma
-        if a.overlap:  # buckets reduce in other pieces than one fused buffer: other bits
+        if a.overlap and self.gossip is not None:  # mixing x_t, not x_t's update: another run
+            fields["overlap"] = True
+        elif a.overlap:  # buckets reduce in other pieces than one fused buffer: other bits
             fields["overlap_bucket_mb"] = a.bucket_mb
         return fields
 
@@ -221,9 +225,13 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
                          "parameters: --sync gossip:GRAPH, sgp or adpsgd")
     if codec_name and local_every:
         raise UsageError("--codec compresses gradients, which --sync local:H does not exchange")
-    if gossip is not None and (a.overlap or a.check_replicas):
+    if gossip is not None and a.check_replicas:
         raise UsageError("--sync gossip exchanges parameters, not gradients, and its replicas "
-                         "differ: --overlap and --check-replicas do not apply")
+                         "differ: --check-replicas does not apply")
+    if gossip is not None and a.overlap and (choco or gossip.name.startswith("hierarchical(")):
+        raise UsageError("--sync gossip:GRAPH --overlap mixes the parameters during forward and "
+                         "backward with a plain gossip round: not with --codec (CHOCO-SGD) or "
+                         "gossip:nodes")
     if parse_server(a.sync) is not None and (codec_name or a.overlap or a.check_replicas):
         raise UsageError(f"--sync {a.sync} pushes updates to a parameter server and its "
                          "replicas differ: --codec, --overlap and --check-replicas do not apply")

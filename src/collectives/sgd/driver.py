@@ -100,10 +100,12 @@ class Trainer:
         self.step_seconds: list[float] = []  # each step's wall time on this rank (the median)
         self.exchange = Exchange(self.model.grads, self.model.params, self.state, a.algorithm,
                                  a.strategy, cfg.local_every, comm, self.clock,
-                                 int(a.bucket_mb * 2**20) if a.overlap else None,
+                                 int(a.bucket_mb * 2**20)
+                                 if a.overlap and cfg.gossip is None else None,
                                  parse_gossip(a.sync, self.world, comm), parse_server(a.sync),
                                  parse_sgp(a.sync), parse_adpsgd(a.sync, self.world), a.seed,
-                                 None if cfg.choco is None else (cfg.choco, a.gamma))
+                                 None if cfg.choco is None else (cfg.choco, a.gamma),
+                                 mix_ahead=a.overlap and cfg.gossip is not None)
         #: where each kind of state is kept in a checkpoint: the same on every rank or its own
         self.own_params = cfg.gossip is not None or self.exchange.window is not None or \
             self.exchange.pairwise is not None
@@ -339,11 +341,13 @@ class Trainer:
         i = step % self.spe
         batch = order[i * a.batch_size:(i + 1) * a.batch_size]
         self.exchange.pull(step)  # --sync ssp:S / async: the server's parameters
+        self.exchange.start_mix(step)  # --sync gossip --overlap: mixing x_t, during backward
         with self.clock.measure("compute"):
             loss, correct = self.model.loss_and_grad(self.ds.x_train[batch], self.ds.y_train[batch],
                                                      **self.exchange.backward_hooks(step))
         self.epoch_loss += (loss * len(batch), correct, len(batch))
         self.exchange(step)
+        self.exchange.finish_mix(step)  # ... the parameters are now the mixed x_t
         with self.clock.measure("compute"):
             self.opt.step(self.model.grads.flat, self.schedule(step))
         self.exchange.average_params(step)
@@ -402,7 +406,9 @@ class Trainer:
                 "wall_s": self.elapsed + self.run_seconds(), "analytic": self.exchange.analytic,
                 "exchanges": st.calls, "bytes_mean": float(np.mean(sent)),
                 "step_median_s": median,
-                "overlap": a.overlap, "comm_busy": st.busy, "comm_hidden": st.hidden,
+                "overlap": a.overlap and not self.exchange.mix_ahead,
+                "mix_ahead": self.exchange.mix_ahead,
+                "comm_busy": st.busy, "comm_hidden": st.hidden,
                 "bytes_max": int(max(sent)), "dense_bytes": st.dense_bytes,
                 "consensus": last.get("consensus"),
                 "auto": None if self.state is None or self.state.auto is None

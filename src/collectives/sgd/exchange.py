@@ -31,6 +31,10 @@ every step's local update each rank mixes its parameters with its neighbors' in 
 the step for the time-varying ones). The replicas then differ; momentum stays local. With
 ``--codec`` it is CHOCO-SGD (Koloskova et al. 2019): the mixing is a
 :class:`collectives.ChocoGossip` round with that codec and ``--gamma``. ``--sync
+gossip:GRAPH --overlap`` is D-PSGD as Lian et al. 2017 state it: the round mixes the
+parameters ``x_t`` the gradient is computed at, started before forward and waited for after
+backward (``ineighbor_allreduce``, through the progress engine), and the update is applied to the
+mixed parameters: ``x_{t+1} = W x_t - lr m_t``, the message hidden behind the compute. ``--sync
 gossip:nodes[:INTER]`` gossips between nodes instead of ranks: the ranks of a node (the
 shared-memory nodes, or emulated ones of ``COLLECTIVES_NODE_SIZE``) are one vertex, the nodes
 joined by ``INTER`` (ring, torus or full; :func:`collectives.topology.hierarchical_for`), and
@@ -244,7 +248,8 @@ class Exchange:
                  clock: Clock, bucket_bytes: int | None = None,
                  gossip: Topology | None = None, server: tuple | None = None,
                  sgp: bool | None = None, adpsgd: Topology | None = None,
-                 seed: int = 0, choco: tuple[str, float] | None = None) -> None:
+                 seed: int = 0, choco: tuple[str, float] | None = None,
+                 mix_ahead: bool = False) -> None:
         self.grads, self.params, self.state = grads, params, state
         self.algorithm, self.strategy, self.local_every = algorithm, strategy, local_every
         self.gossip = gossip
@@ -280,6 +285,10 @@ class Exchange:
         self._requests: list = []
         self._sent0 = 0
         self._step = 0
+        #: --sync gossip:GRAPH --overlap: the round of x_t under way, and where it lands
+        self.mix_ahead = mix_ahead
+        self._mixing = None
+        self._mixed = np.empty_like(params.flat) if mix_ahead else None
 
     def exchanges_at(self, step: int) -> bool:
         """Whether step ``step`` (0-based) ends with an exchange."""
@@ -359,9 +368,36 @@ class Exchange:
         st.dense_bytes += dense
         st.bytes_sent += dense if self.analytic else collectives.TRAFFIC.bytes_sent - self._sent0
 
+    def start_mix(self, step: int) -> None:
+        """--sync gossip:GRAPH --overlap: start the gossip round of the parameters of ``step``
+        (before forward; they are not written until :meth:`finish_mix`)."""
+        if self.mix_ahead:
+            self._sent0 = collectives.TRAFFIC.bytes_sent
+            self._mixing = collectives.ineighbor_allreduce(
+                self.params.flat, self.gossip, out=self._mixed, step=step, comm=self.comm,
+                name="gossip")
+
+    def finish_mix(self, step: int) -> None:
+        """... wait for it (after backward): the parameters become the mixed ones, which the
+        update of ``step`` then moves. Counts the wait as communication, and the round's bytes."""
+        if self._mixing is None:
+            return
+        t0 = time.perf_counter()
+        self._mixing.wait()
+        self._mixing = None
+        self.params.flat[...] = self._mixed
+        st = self.stats
+        st.seconds += time.perf_counter() - t0
+        st.calls += 1
+        st.dense_bytes += ring_bytes(self.params.flat.nbytes, self.comm.size)
+        st.bytes_sent += collectives.TRAFFIC.bytes_sent - self._sent0
+
     def average_params(self, step: int) -> None:
         """Local SGD: average the parameters after the update of ``step``, when due; gossip:
-        mix them with the neighbors' after every update."""
+        mix them with the neighbors' after every update (with ``mix_ahead``, before it:
+        :meth:`finish_mix`)."""
+        if self.mix_ahead:
+            return
         if self.gossip is not None:
             self._timed(self.params, step, self._mix)
         elif self.server is not None:

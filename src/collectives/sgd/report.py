@@ -83,6 +83,9 @@ def final_report(summary: dict) -> str:
                      f"({share}) of it hidden behind backward; {t.get('comm', 0.0):.2f} s "
                      "waited for" + ("; encode/decode ran there too, not on this thread"
                                      if t.get("codec") else ""))
+    if s.get("mix_ahead"):
+        lines.append(f"  overlap: each gossip round ran during forward and backward; "
+                     f"{t.get('comm', 0.0):.2f} s waited for")
     if s.get("auto_report"):
         lines.append(s["auto_report"])
     if t.get("step"):
