@@ -114,8 +114,9 @@ class Trainer:
             self.exchange.server is not None
         self.history_keys = HISTORY_KEYS + (("consensus",) if self.own_params else ())
         n, k = self.model.params.flat.size, a.consensus_coords
-        #: the coordinates the consensus distance is estimated from (None: all of them)
-        self.coords = None if not k or k >= n else \
+        #: the coordinates the consensus distance is estimated from (None: all of them, or no
+        #: consensus distance: the replicas are one)
+        self.coords = None if not self.own_params or not k or k >= n else \
             np.sort(np.random.default_rng([a.seed, 1]).choice(n, k, replace=False))
         self.fingerprint, self.config_text = _fingerprint(cfg, self.sizes)
         self.step = 0

@@ -34,7 +34,7 @@ the step for the time-varying ones). The replicas then differ; momentum stays lo
 gossip:GRAPH --overlap`` is D-PSGD as Lian et al. 2017 state it: the round mixes the
 parameters ``x_t`` the gradient is computed at, started before forward and waited for after
 backward (``ineighbor_allreduce``, through the progress engine), and the update is applied to the
-mixed parameters: ``x_{t+1} = W x_t - lr m_t``, the message hidden behind the compute. ``--sync
+mixed parameters: ``x_{t+1} = W x_t - lr m_t``, so the message travels during the compute. ``--sync
 gossip:nodes[:INTER]`` gossips between nodes instead of ranks: the ranks of a node (the
 shared-memory nodes, or emulated ones of ``COLLECTIVES_NODE_SIZE``) are one vertex, the nodes
 joined by ``INTER`` (ring, torus or full; :func:`collectives.topology.hierarchical_for`), and
