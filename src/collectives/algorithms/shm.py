@@ -44,7 +44,7 @@ result into every rank's output (``n`` bytes per rank). Each block is reduced on
 owner, and then only copied, so results are bitwise identical on every rank.
 
 A process's first call in a dtype needs the kernel's machine code: from Numba's cache, or compiled
-(about ten seconds; ``python -m collectives warmup`` fills the cache ahead). "auto" does not wait
+(seconds; ``python -m collectives warmup`` fills the cache ahead). "auto" does not wait
 for it (:func:`allreduce_without_waiting`): while a background thread compiles it, this rank runs
 its part of each call on the *interpreted* round driver (``_runtime/shmem/kernels/interpreted.py``:
 the kernels' own Python code, run by the interpreter with NumPy doing the arithmetic), which

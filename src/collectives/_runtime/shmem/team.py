@@ -53,7 +53,7 @@ NAP = 50e-6
 #: Seconds to wait for the notice of a rank that left a call unfinished.
 NOTICE_GRACE = 1.0
 #: Seconds :meth:`Team.ready` waits for the round driver of a new dtype where it cannot tell
-#: whether Numba's cache holds it (a load takes a fraction of a second, a compile about ten).
+#: whether Numba's cache holds it (a load takes a fraction of a second, a compile seconds).
 READY_WAIT = 1.0
 #: ``COLLECTIVES_JIT_BACKGROUND`` (read at import; default 1, 0: off): the calls that may run
 #: while their kernel compiles (``run``'s ``wait`` False: "auto"'s shm, hierarchical's phases) do

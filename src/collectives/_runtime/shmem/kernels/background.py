@@ -3,7 +3,7 @@
 :func:`ready` answers whether a Numba kernel has machine code for the types of some arguments
 without compiling it in the caller's thread. The first time it is asked about a signature that
 Numba's cache holds, it loads it (a fraction of a second) and answers True; else it starts a daemon
-thread that compiles it (``dispatcher.compile``; the shm round driver takes about ten seconds:
+thread that compiles it (``dispatcher.compile``; the shm round driver takes seconds:
 docs/benchmarks/first-call.md) and answers False until that is done. Whether
 the cache holds it is read from the cache's index through Numba's private ``_cache`` attributes;
 where they are not as expected, the thread is started and waited for at most ``wait`` seconds.

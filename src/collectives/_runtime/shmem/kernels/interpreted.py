@@ -2,7 +2,7 @@
 (private).
 
 A process's first shm call in a dtype needs :func:`~.rounds.run_rounds`'s machine code, which
-Numba compiles in about ten seconds (docs/benchmarks/first-call.md). Meanwhile this rank can take
+Numba compiles in seconds (docs/benchmarks/first-call.md). Meanwhile this rank can take
 part in the call with :func:`run_rounds` from here instead: the *same* Python functions as the
 kernels (each kernel's ``py_func``, the very code object), with the names they look up replaced,
 so that they run in the interpreter:

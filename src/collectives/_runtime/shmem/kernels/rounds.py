@@ -29,7 +29,7 @@ from .protocol import (all_agree, all_reached, by_cma, descriptor, entered_after
 
 __all__ = ["run_rounds", "FLOAT16"]
 
-compile_notice.install()  # a line on rank 0 while a first compile stalls a call (about 10 s here)
+compile_notice.install()  # a line on rank 0 while a first compile stalls a call
 
 
 @njit(**NJIT)
