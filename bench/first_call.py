@@ -1,7 +1,7 @@
 """The first call against a warm one, and where the first call's time goes (Numba compiles).
 
 ``mpiexec -n 2 python bench/first_call.py [--cold] [--cases allreduce,compressed] [--preload]
-[--json F]``
+[--set-up] [--json F]``
 
 A first call of a process compiles the Numba kernels it needs, unless Numba's cache holds them:
 ``NUMBA_CACHE_DIR`` if set, else ``__pycache__`` next to the kernels' sources. ``--cold`` gives
@@ -9,16 +9,25 @@ this run a new empty cache directory (rank 0 makes it before Numba is imported, 
 it; removed at the end), so every kernel compiles; without it the run finds what earlier runs or
 ``python -m collectives warmup`` left in the cache.
 
-Cases, in the order given, each on ``--count`` float32 elements (the same every time):
+Cases, in the order given (default ``mpi,allreduce,compressed``), each on ``--count`` float32
+elements (the same every time):
 
 - ``mpi``: the bare ``comm.Allreduce(x, y)`` of mpi4py, outside this library: what MPI's own
-  first call costs against its warm one (no Numba in it);
-- ``allreduce``: ``collectives.allreduce(x)`` (``algorithm="auto"``: ``shm`` on one node);
+  first call costs against its warm one (no Numba in it), ``y`` a new array (``np.empty``);
+- ``mpi_inplace``: the bare ``comm.Allreduce(MPI.IN_PLACE, x)``;
+- ``allreduce``: ``collectives.allreduce(x)`` (``algorithm="auto"``: ``shm`` on one node): its
+  result a new array every call;
+- ``inplace``: ``collectives.allreduce(x, out=x)``, as trainers reduce their gradients;
 - ``compressed``: ``collectives.compressed_allreduce(x, compress.ErrorFeedback(topk))``: top-k
   (ratio 0.01) with error feedback, its state kept on the communicator.
 
 ``--preload`` calls ``collectives.preload`` for float32 and the cases' paths first, timed on its
-own (``preload``: what it moved off the first calls).
+own (``preload``: what it moved off the first calls); ``--set-up`` passes it the communicator
+(``comm=COMM_WORLD``: it also sets the communicator up, collectively).
+
+Each case has arrays of its own, written before the case starts (as a program's data is): what a
+first call touches for the first time is its result (``allreduce``, ``compressed``, and ``mpi``'s
+``y``) and the library's own memory.
 
 Each case: a barrier, the first call timed alone (rank 0's wall and CPU seconds); while a kernel
 compiles in a background thread (the shm allreduce runs on the interpreted round driver
@@ -46,24 +55,30 @@ import tempfile
 import threading
 import time
 
-CASES = ("mpi", "allreduce", "compressed")
+CASES = ("mpi", "mpi_inplace", "allreduce", "inplace", "compressed")
+#: The library path each case needs loaded (``collectives.preload``'s paths).
+PATH_OF = {"allreduce": "allreduce", "inplace": "allreduce", "compressed": "compressed"}
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cold", action="store_true", help="a new empty Numba cache for this run")
-    ap.add_argument("--cases", default=",".join(CASES),
+    ap.add_argument("--cases", default="mpi,allreduce,compressed",
                     help=f"comma-separated, in order, from {', '.join(CASES)}")
     ap.add_argument("--count", type=int, default=1 << 20, help="float32 elements (default 1 Mi)")
     ap.add_argument("--calls", type=int, default=11, help="warm calls per case")
     ap.add_argument("--preload", action="store_true",
                     help="call collectives.preload (float32, the cases' paths) before the cases")
+    ap.add_argument("--set-up", action="store_true",
+                    help="with --preload: pass it comm=COMM_WORLD (sets the communicator up)")
     ap.add_argument("--json", help="write the results here (rank 0)")
     args = ap.parse_args(argv)
     args.cases = [c for c in args.cases.split(",") if c]
     bad = [c for c in args.cases if c not in CASES]
     if bad or not args.cases:
         ap.error(f"--cases takes {', '.join(CASES)}; got {args.cases}")
+    if args.set_up and not args.preload:
+        ap.error("--set-up goes with --preload")
     return args
 
 
@@ -134,14 +149,22 @@ def _case(name: str, comm, count: int, calls: int, compiles: _Compiles) -> dict:
     import compress
 
     x = np.random.default_rng(comm.rank).standard_normal(count).astype(np.float32)
+    if name in ("inplace", "mpi_inplace"):  # values that stay finite through repeated sums
+        x[:] = 0.0
     if name == "mpi":
         y = np.empty_like(x)
 
         def call():
             comm.Allreduce(x, y)
+    elif name == "mpi_inplace":
+        def call():
+            comm.Allreduce(MPI.IN_PLACE, x)
     elif name == "allreduce":
         def call():
             collectives.allreduce(x)
+    elif name == "inplace":
+        def call():
+            collectives.allreduce(x, out=x)
     else:
         memory = compress.ErrorFeedback(compress.from_spec("topk:ratio=0.01"))
 
@@ -182,14 +205,17 @@ def _print(result: dict) -> None:
           f"{result['load_end']} at end")
     print(f"# import numba: {result['import_numba_s']:.2f} s")
     if result["preload_s"] is not None:
-        print(f"# collectives.preload: {result['preload_s']:.2f} s (before the first calls)")
+        with_comm = " with comm=COMM_WORLD" if result["set_up"] else ""
+        print(f"# collectives.preload{with_comm}: {result['preload_s']:.2f} s (before the first "
+              "calls)")
     print(f"{'# case':<14}{'first(s)':>10}{'+import(s)':>12}{'cpu(s)':>9}{'warm(ms)':>10}"
-          f"{'compile(s)':>12}{'compiled':>10}{'loaded':>8}{'ready(s)':>10}{'meanwhile':>11}")
+          f"{'first/warm':>11}{'compile(s)':>12}{'compiled':>10}{'loaded':>8}{'ready(s)':>10}{'meanwhile':>11}")
     for name, r in result["cases"].items():
         meanwhile = (f"{r['during_calls']} x {r['during_s'] * 1e3:.1f} ms" if r["during_calls"]
                      else "-")
         print(f"{name:<14}{r['first_s']:>10.3f}{r['first_s'] + result['import_numba_s']:>12.2f}"
-              f"{r['first_cpu_s']:>9.2f}{r['warm_s'] * 1e3:>10.2f}{r['compile_s']:>12.2f}"
+              f"{r['first_cpu_s']:>9.2f}{r['warm_s'] * 1e3:>10.2f}"
+              f"{r['first_s'] / r['warm_s']:>10.1f}x{r['compile_s']:>12.2f}"
               f"{r['compiled']:>10}{r['loaded']:>8}{r['ready_s']:>10.2f}{meanwhile:>11}")
     for name, r in result["cases"].items():
         if not r["compiles"]:
@@ -223,7 +249,8 @@ def main(argv: list[str] | None = None) -> dict:
 
         comm.Barrier()
         t = time.perf_counter()
-        collectives.preload(("float32",), [c for c in args.cases if c != "mpi"])
+        paths = list(dict.fromkeys(PATH_OF[c] for c in args.cases if c in PATH_OF))
+        collectives.preload(("float32",), paths, comm=comm if args.set_up else None)
         preload_s = comm.allreduce(time.perf_counter() - t, op=MPI.MAX)
         compiles.take()
     cases = {name: _case(name, comm, args.count, args.calls, compiles) for name in args.cases}
@@ -231,7 +258,8 @@ def main(argv: list[str] | None = None) -> dict:
               "cache": "new (--cold)" if args.cold else
               os.environ.get("NUMBA_CACHE_DIR", "__pycache__"),
               "load_start": load_start, "load_end": [round(v, 2) for v in os.getloadavg()],
-              "import_numba_s": import_s, "preload_s": preload_s, "cases": cases}
+              "import_numba_s": import_s, "preload_s": preload_s, "set_up": args.set_up,
+              "cases": cases}
     comm.Barrier()
     if comm.rank == 0:
         _print(result)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -104,18 +104,66 @@ def warmup(dtypes: list[str] | tuple[str, ...] = DTYPES,
 
 
 def preload(dtypes: list[str] | tuple[str, ...] = ("float32",),
-            paths: list[str] | tuple[str, ...] = tuple(PATHS)) -> list[dict]:
+            paths: list[str] | tuple[str, ...] = tuple(PATHS), comm: Any = None,
+            options: Any = None) -> list[dict]:
     """Import Numba and load the kernels of ``paths`` for ``dtypes`` into this process (from
     Numba's cache, or compiled where it does not hold them), so that the first call of those
-    paths runs as fast as a later one. Local: no other rank takes part, and it may be called at
-    any time, on any rank. Returns one row per path and dtype (as :func:`warmup`: seconds,
-    kernels compiled, kernels loaded).
+    paths runs as fast as a later one. Without ``comm`` it is local: no other rank takes part,
+    and it may be called at any time, on any rank. Returns one row per path and dtype (as
+    :func:`warmup`: seconds, kernels compiled, kernels loaded).
+
+    With ``comm`` (an intracommunicator) it is collective over ``comm``, like a call: it also
+    sets ``comm`` up as the first call on it would, under ``options`` (default: from the
+    environment) — the library's private duplicate, the failure guard, how ``algorithm="auto"``
+    chooses, and the shared-memory team that "auto" runs on (on one node; across nodes,
+    hierarchical's), with this rank's part of its window written once, so that no later call
+    pays its first touch — then runs one allreduce of one element per dtype. What is left to a
+    first call is the first touch of the arrays it makes (an out-of-place result).
 
     Raises
     ------
     ValueError
         A path that is not in :data:`PATHS`.
     TypeError
-        A dtype NumPy does not know (``np.dtype``'s error).
+        A dtype NumPy does not know (``np.dtype``'s error); a ``comm`` that is not an
+        intracommunicator.
     """
-    return warmup(dtypes, paths, say=lambda line: None)
+    if comm is not None:
+        from ._runtime.validate import check_comm
+        from .options import Options
+
+        check_comm("preload", comm)
+        if options is not None and not isinstance(options, Options):
+            raise TypeError(f"preload: options must be a collectives.Options, got "
+                            f"{type(options).__name__}")
+    rows = warmup(dtypes, paths, say=lambda line: None)
+    if comm is not None and comm.size > 1:
+        _set_up(comm, options, [np.dtype(d) for d in dtypes])
+    return rows
+
+
+def _set_up(comm: Any, options: Any, kinds: list[np.dtype]) -> None:
+    """What the first call on ``comm`` sets up, as call number 1 of its guard (so that an error
+    on any rank is one on every rank), then one small allreduce per dtype (collective)."""
+    from ._runtime.context import context
+    from ._runtime.fatal import runner
+    from .api import allreduce
+    from .options import Options
+
+    opts = Options.from_env() if options is None else options
+    ctx = context(comm, opts)
+    runner(ctx, opts).run("preload", _prepare, ctx, opts, timeout=opts.timeout)
+    for dtype in kinds:
+        allreduce(np.zeros(1, dtype), comm=comm, options=options)
+
+
+def _prepare(ctx: Any, opts: Any) -> None:
+    """What "auto" may run on ``ctx`` at any size: on one node the shm team; across nodes with
+    several ranks on a node, hierarchical's layout (the cost model may pick it)."""
+    from .algorithms import auto, hierarchical, shm
+
+    nodes = auto.selector(ctx, opts.node_size).nodes
+    if len(nodes) == 1:
+        shm.prepare(ctx, opts)
+    elif max(nodes) > 1:
+        hierarchical.prepare(ctx, opts)

@@ -51,7 +51,7 @@ from ..ops import Op, elementwise
 from ..options import Options
 from .flat import FLAT
 
-__all__ = ["allreduce", "Layout", "layout"]
+__all__ = ["allreduce", "prepare", "Layout", "layout"]
 
 
 @dataclass
@@ -73,9 +73,10 @@ class Layout:
 
 
 def layout(comm: MPI.Comm, node_size: int | None, ctx: Context | None = None,
-           shm_segment_bytes: int | None = None) -> Layout:
+           shm_segment_bytes: int | None = None, touch: bool = False) -> Layout:
     """Build the node, position-holder and cross-node communicators (collective), and the
-    node's shared-memory team when ``ctx`` (whose shared arrays it may use in place) is given."""
+    node's shared-memory team when ``ctx`` (whose shared arrays it may use in place) is given
+    (``touch``: its pages written once, as :class:`Team` says)."""
     node = node_comm(comm, node_size)
     m = min(comm.allgather(node.size))  # collectives, never point-to-point (_guard.Guard)
     local = node.rank
@@ -85,12 +86,21 @@ def layout(comm: MPI.Comm, node_size: int | None, ctx: Context | None = None,
     if ctx is not None:
         buffers = registry(ctx)  # collective over comm: on every rank, before the teams
         if node.size > 1:
-            team = Team(node, shm_segment_bytes, buffers)
+            team = Team(node, shm_segment_bytes, buffers, touch)
     return Layout(node, m, holders, Context(cross, dup=False) if local < m else None, team)
 
 
+def prepare(ctx: Context, opts: Options) -> None:
+    """Make the communicator's layout ahead of its first call, the team's pages written once
+    (``collectives.preload(comm=...)``), if it has none yet (collective)."""
+    key = ("hierarchical", opts.node_size, opts.shm_segment_bytes)
+    if key not in ctx.cache:
+        ctx.cached(key, lambda comm: layout(comm, opts.node_size, ctx, opts.shm_segment_bytes,
+                                            touch=True))
+
+
 def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
-    lay = ctx.cached(("hierarchical", opts.node_size, opts.shm_segment_bytes),
+    lay = ctx.cached(("hierarchical", opts.node_size, opts.shm_segment_bytes),  # as prepare's
                      lambda comm: layout(comm, opts.node_size, ctx, opts.shm_segment_bytes))
     if type(buf) is not np.ndarray or not elementwise(op):  # device arrays; bfloat16 words
         _by_messages(src, buf, op, lay, opts, ctx)  # and codecs' sums, which the window

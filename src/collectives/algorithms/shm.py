@@ -75,7 +75,8 @@ from ..ops import Op, elementwise
 from ..options import Options
 from .flat import FLAT
 
-__all__ = ["allreduce", "allreduce_without_waiting", "on_one_node", "team", "REPLICATE_BYTES"]
+__all__ = ["allreduce", "allreduce_without_waiting", "on_one_node", "prepare", "team",
+           "REPLICATE_BYTES"]
 
 #: Up to this many bytes every rank reduces the whole vector itself from every input (one
 #: hand-off per round instead of two; the same operands in the same order, so the same bits).
@@ -100,7 +101,7 @@ def team(ctx: Context, opts: Options) -> Team:
     ValueError
         Some ranks are not on rank 0's node (every rank raises it, with the same message).
     """
-    key = ("shm", opts.node_size, opts.shm_segment_bytes)
+    key = ("shm", opts.node_size, opts.shm_segment_bytes)  # as prepare's
     found = ctx.cache.get(key)  # the per-call path: one lookup, no closure
     if found is None:
         found = ctx.cached(key, lambda comm: _make_team(ctx, opts))
@@ -109,10 +110,20 @@ def team(ctx: Context, opts: Options) -> Team:
     return found
 
 
-def _make_team(ctx: Context, opts: Options) -> Team | str:
+def _make_team(ctx: Context, opts: Options, touch: bool = False) -> Team | str:
     """The team, or the reason there is none (cached like a team, raised at every call)."""
     why = _why_not(ctx, opts)
-    return why if why is not None else Team(ctx.comm, opts.shm_segment_bytes, registry(ctx))
+    return why if why is not None else Team(ctx.comm, opts.shm_segment_bytes, registry(ctx),
+                                            touch)
+
+
+def prepare(ctx: Context, opts: Options) -> None:
+    """Make the communicator's team ahead of its first call, its pages written once
+    (``collectives.preload(comm=...)``), if its ranks share a node and it has none yet
+    (collective)."""
+    key = ("shm", opts.node_size, opts.shm_segment_bytes)
+    if key not in ctx.cache and on_one_node(ctx, opts):
+        ctx.cached(key, lambda comm: _make_team(ctx, opts, touch=True))
 
 
 def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options,

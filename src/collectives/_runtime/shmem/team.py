@@ -35,6 +35,8 @@ OPCODES = L.OPCODES
 #: and when they share cores: there every round costs a turn of the scheduler, so fewer, larger
 #: rounds (docs/benchmarks/shm.md, shm thresholds).
 SEGMENT_DEDICATED, SEGMENT_SHARED = 1 << 20, 4 << 20
+#: Bytes apart that reading one byte touches every page (4 KiB, the smallest x86-64 page).
+PAGE = 4096
 #: Bytes from which an allreduce moves private buffers by cross-memory attach (where it beats the
 #: slots), when the team's ranks have a core each, and when they share cores: there its extra wait
 #: at the end of a call costs a turn of the scheduler (docs/benchmarks/shm.md, shm thresholds).
@@ -146,10 +148,13 @@ class Team:
     ``slot_bytes``: requested segment size (``Options.shm_segment_bytes``; None: the default for
     whether the team's ranks have a core each). ``buffers``: the
     registry of ``collectives.empty`` arrays whose ranks' buffers this team may read and write
-    in place (None: every buffer is staged). Collective; :meth:`free` releases the window.
+    in place (None: every buffer is staged). ``touch``: write this rank's slots and bounce
+    buffer once here, so that no call pays their first touch (page faults; what
+    ``collectives.preload(comm=...)`` asks for). Collective; :meth:`free` releases the window.
     """
 
-    def __init__(self, comm: MPI.Comm, slot_bytes: int | None, buffers: Any = None) -> None:
+    def __init__(self, comm: MPI.Comm, slot_bytes: int | None, buffers: Any = None,
+                 touch: bool = False) -> None:
         p, me = comm.size, comm.rank
         if p > L.MAX_TEAM:
             raise ValueError(f"shared-memory collectives take at most {L.MAX_TEAM} ranks per "
@@ -167,9 +172,16 @@ class Team:
         self.win.Lock_all(MPI.MODE_NOCHECK)
         mine = np.frombuffer(self.win.Shared_query(me)[0], np.uint8)
         mine[:L.CTRL_BYTES] = 0
+        if touch:  # before the barrier below: no rank reads another's slots before it
+            mine[L.DATA_OFFSET:] = 0
         self.win.Sync()
         comm.Barrier()
         self.win.Sync()
+        if touch:  # and this process's mappings of the others' slots: a read of every page
+            for q in range(p):
+                if q != me:
+                    theirs = np.frombuffer(self.win.Shared_query(q)[0], np.uint8)
+                    int(theirs[L.DATA_OFFSET::PAGE].max(initial=0))
         self.tab = np.zeros(L.T_BASE + 3 * p, np.int64)
         spin = SPIN_DEDICATED if dedicated else SPIN_SHARED
         self.tab[[L.T_ME, L.T_P, L.T_SLOTS, L.T_SLOT_BYTES, L.T_SPIN]] = (me, p, L.SLOTS, slot,
@@ -180,6 +192,8 @@ class Team:
         self.tab[L.T_CMA] = np.iinfo(np.int64).max  # never
         if self.cma:  # two iovecs, then room for the other ranks' segments of a round
             self._bounce = np.zeros((64 + slot) // 8, np.int64)
+            if touch:
+                self._bounce.fill(0)  # np.zeros of this size maps pages it has not written
             self.tab[L.T_BOUNCE] = self._bounce.ctypes.data + 64
             self.tab[L.T_CMA] = _cma_bytes(dedicated)
         self._ranks = (None if buffers is None else
