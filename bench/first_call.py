@@ -29,7 +29,8 @@ Each case has arrays of its own, written before the case starts (as a program's 
 first call touches for the first time is its result (``allreduce``, ``compressed``, and ``mpi``'s
 ``y``) and the library's own memory.
 
-Each case: a barrier, the first call timed alone (rank 0's wall and CPU seconds); while a kernel
+Each case: a barrier, the first call timed alone (rank 0's wall and CPU seconds, and the page
+faults it took: ``faults``, memory touched for the first time); while a kernel
 compiles in a background thread (the shm allreduce runs on the interpreted round driver
 meanwhile), more calls, each
 after a barrier (``meanwhile``: their number and median; ``ready``: seconds from the first call's
@@ -48,6 +49,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -172,9 +174,11 @@ def _case(name: str, comm, count: int, calls: int, compiles: _Compiles) -> dict:
             collectives.compressed_allreduce(x, memory)
     hits = _cache_hits()
     comm.Barrier()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     t, c = time.perf_counter(), time.process_time()
     call()
     first, cpu = time.perf_counter() - t, time.process_time() - c
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     # the shm allreduce compiles in a background thread and runs interpreted meanwhile: calls
     # until every rank's compile is done (the same count on every rank), then the warm ones
     during = []
@@ -192,7 +196,8 @@ def _case(name: str, comm, count: int, calls: int, compiles: _Compiles) -> dict:
         t = time.perf_counter()
         call()
         warm.append(time.perf_counter() - t)
-    return {"first_s": first, "first_cpu_s": cpu, "warm_s": statistics.median(warm),
+    return {"first_s": first, "first_cpu_s": cpu, "first_faults": faults,
+            "warm_s": statistics.median(warm),
             "during_calls": len(during), "ready_s": ready if during else first,
             "during_s": statistics.median(during) if during else None,
             "compiled": sum(r["depth"] == 0 for r in rows), "loaded": loaded,
@@ -209,13 +214,13 @@ def _print(result: dict) -> None:
         print(f"# collectives.preload{with_comm}: {result['preload_s']:.2f} s (before the first "
               "calls)")
     print(f"{'# case':<14}{'first(s)':>10}{'+import(s)':>12}{'cpu(s)':>9}{'warm(ms)':>10}"
-          f"{'first/warm':>11}{'compile(s)':>12}{'compiled':>10}{'loaded':>8}{'ready(s)':>10}{'meanwhile':>11}")
+          f"{'first/warm':>11}{'faults':>8}{'compile(s)':>12}{'compiled':>10}{'loaded':>8}{'ready(s)':>10}{'meanwhile':>11}")
     for name, r in result["cases"].items():
         meanwhile = (f"{r['during_calls']} x {r['during_s'] * 1e3:.1f} ms" if r["during_calls"]
                      else "-")
         print(f"{name:<14}{r['first_s']:>10.3f}{r['first_s'] + result['import_numba_s']:>12.2f}"
               f"{r['first_cpu_s']:>9.2f}{r['warm_s'] * 1e3:>10.2f}"
-              f"{r['first_s'] / r['warm_s']:>10.1f}x{r['compile_s']:>12.2f}"
+              f"{r['first_s'] / r['warm_s']:>10.1f}x{r['first_faults']:>8}{r['compile_s']:>12.2f}"
               f"{r['compiled']:>10}{r['loaded']:>8}{r['ready_s']:>10.2f}{meanwhile:>11}")
     for name, r in result["cases"].items():
         if not r["compiles"]:
