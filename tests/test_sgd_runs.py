@@ -133,6 +133,23 @@ def test_gossip_with_overlap_resumes_bitwise_and_refuses_what_it_cannot_do(tmp_p
                             "--overlap mixes the parameters during forward and backward")
 
 
+def test_gossip_in_float16_resumes_bitwise(tmp_path):
+    """--gossip-dtype float16 with --overlap (3 ranks, a graph that changes every step): a
+    stopped and resumed run ends with the bits of the whole one; its run is not the float32
+    one; a checkpoint of it is not resumed as a float32 run."""
+    args = [*TINY, "--sync", "gossip:one_peer_exponential", "--overlap"]
+    half = [*args, "--gossip-dtype", "float16"]
+    _run(3, [*half, "--save-params", str(tmp_path / "whole.npy")])
+    ck = ["--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "7"]
+    _run(3, [*half, *ck, "--stop-after", "30"])
+    _run(3, [*half, *ck, "--resume", "--save-params", str(tmp_path / "resumed.npy")])
+    assert (tmp_path / "whole.npy").read_bytes() == (tmp_path / "resumed.npy").read_bytes()
+    _run(3, [*args, "--save-params", str(tmp_path / "full.npy")])
+    assert (tmp_path / "whole.npy").read_bytes() != (tmp_path / "full.npy").read_bytes()
+    proc = _run(3, [*args, *ck, "--resume"], check=False)
+    assert proc.returncode != 0 and "gossip_dtype" in proc.stderr, proc.stderr[-2000:]
+
+
 def test_gossip_evaluates_the_average_without_changing_the_run(tmp_path):
     """--eval-model average tests the replicas' average (3 ranks, a graph that changes every
     step) and gives back each rank's own replica: the same training losses and the same final

@@ -17,7 +17,8 @@ from ._runtime.guard import CollectiveError
 from .engine import EngineError, Request, StallWarning, testall, waitall, waitany
 from .neighbor import neighbor_allgather, neighbor_allreduce
 from .nonblocking import (NeighborPlan, Plan, allreduce_init, iallgather, iallreduce, ibcast,
-                          icompressed_allreduce, ineighbor_allreduce, ireduce, ireduce_scatter,
+                          icompressed_allreduce, ineighbor_allgather, ineighbor_allreduce, ireduce,
+                          ireduce_scatter,
                           neighbor_allreduce_init)
 from . import topology
 from .ops import OPS
@@ -32,7 +33,8 @@ from .warmup import preload
 __all__ = [
     "allreduce", "reduce_scatter", "allgather", "bcast", "reduce", "compressed_allreduce",
     "iallreduce", "ireduce_scatter", "iallgather", "ibcast", "ireduce", "icompressed_allreduce",
-    "neighbor_allreduce", "neighbor_allgather", "ineighbor_allreduce", "topology",
+    "neighbor_allreduce", "neighbor_allgather", "ineighbor_allreduce", "ineighbor_allgather",
+    "topology",
     "allreduce_init", "Plan", "neighbor_allreduce_init", "NeighborPlan", "Request", "waitall",
     "waitany", "testall", "StallWarning",
     "EngineError", "CollectiveError", "reset",

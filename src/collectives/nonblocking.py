@@ -46,11 +46,12 @@ from .api import (_AUTO, AllgatherCall, AllreduceCall, BcastCall, OpLike, Reduce
 from .compressed.api import CompressedAllreduceCall
 from .engine import Request, engine_of
 from .engine.engine import INLINE_BYTES
-from .neighbor import NeighborAllreduceCall
+from .neighbor import NeighborAllgatherCall, NeighborAllreduceCall
 from .options import Options
 
 __all__ = ["iallreduce", "ireduce_scatter", "iallgather", "ibcast", "ireduce",
-           "icompressed_allreduce", "ineighbor_allreduce", "allreduce_init", "Plan",
+           "icompressed_allreduce", "ineighbor_allreduce", "ineighbor_allgather",
+           "allreduce_init", "Plan",
            "neighbor_allreduce_init", "NeighborPlan"]
 
 
@@ -217,6 +218,18 @@ def ineighbor_allreduce(x: np.ndarray, topology: Any, *, self_weight: float | No
     comm, opts, validate = _setup(comm, options, validate)
     return _submit("ineighbor_allreduce", NeighborAllreduceCall, x, comm, validate, opts, name,
                    topology, self_weight, weights, out, step, backend, hierarchical, opts)
+
+
+def ineighbor_allgather(x: np.ndarray, topology: Any, *, out: np.ndarray | None = None,
+                        comm: MPI.Comm | None = None, step: int | None = None,
+                        backend: str = "p2p", validate: bool | None = None,
+                        options: Options | None = None, name: str | None = None) -> Request:
+    """Start :func:`collectives.neighbor_allgather` (the in-neighbors' arrays, stacked in
+    ascending source rank); ``wait()`` returns ``out``. Same parameters as the blocking
+    function."""
+    comm, opts, validate = _setup(comm, options, validate)
+    return _submit("ineighbor_allgather", NeighborAllgatherCall, x, comm, validate, opts, name,
+                   topology, out, step, backend, opts)
 
 
 def ireduce_scatter(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum",

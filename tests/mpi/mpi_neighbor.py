@@ -113,6 +113,33 @@ def test_nonblocking_equals_blocking(comm):
         assert _same_bits(req.wait(timeout=60), blocking), s
 
 
+def test_nonblocking_allgather_equals_blocking(comm):
+    """ineighbor_allgather through the progress engine: rounds of every step of a period (the
+    in-neighbors change from 3 ranks) in flight together, waited in reverse order, each the
+    in-neighbors' arrays in ascending source rank, as the blocking call gives them, into
+    ``out`` when given; counts 0, 1 and large odd ones, both backends."""
+    topology = T.one_peer_exponential(comm.size)
+    rng = np.random.default_rng(comm.rank)
+    for n in (0, 1, 1001):
+        x = rng.standard_normal(n).astype(np.float32)
+        rows = gather_all(x, comm) if n else None
+        steps = range(2 * topology.period)
+        for backend in BACKENDS:
+            outs = [np.empty((len(topology.in_neighbors(comm.rank, s)), n), np.float32)
+                    for s in steps]
+            requests = [collectives.ineighbor_allgather(x, topology, step=s, comm=comm,
+                                                        backend=backend, out=o)
+                        for s, o in zip(steps, outs)]
+            for s, req, o in reversed(list(zip(steps, requests, outs))):
+                assert req.wait(timeout=60) is o, s
+                blocking = collectives.neighbor_allgather(x, topology, step=s, comm=comm,
+                                                          backend=backend)
+                assert _same_bits(o, blocking), (n, s, backend)
+                if n:
+                    srcs = sorted(topology.in_neighbors(comm.rank, s))
+                    assert np.array_equal(o, rows[srcs].astype(np.float32)), (n, s, backend)
+
+
 def _consensus_error(x, comm):
     rows = gather_all(x, comm)
     return float(np.linalg.norm(rows - rows.mean(axis=0)))

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
+import compress
 from collectives import datasets, topology
 from collectives.sgd import checkpoint, data, main, train
 from collectives.sgd.cli import parse
@@ -69,6 +70,41 @@ def test_tiny_gossip_with_overlap_mixes_x_t_during_the_step():
     dx = x - comm.allreduce(x.astype(np.float64)) / comm.size
     dv = v - comm.allreduce(v.astype(np.float64)) / comm.size
     assert np.allclose(dx, -lr * dv, rtol=1e-3, atol=1e-6), np.abs(dx + lr * dv).max()
+
+
+def test_gossip_in_float16_sends_half_the_bytes_and_keeps_its_own_part():
+    """--gossip-dtype float16 (with and without --overlap): one message of the parameters in
+    float16 per rank and step, counted (the fp16 codec's payload, exactly); one round on
+    set parameters gives, bit for bit, the self weight times this rank's own float32
+    parameters plus the rest of the weight times the neighbor's parameters rounded to float16
+    (the one-peer exponential graph, whose peer changes with the step from 3 ranks); with no
+    neighbor (one rank) the parameters stay as they are."""
+    comm = WORLD
+    for overlap in ([], ["--overlap"]):
+        args = [*TINY, "--sync", "gossip:one_peer_exponential", *overlap]
+        s = train([*args, "--gossip-dtype", "float16"], comm)
+        assert s["exchanges"] == s["steps"] and s["gossip_dtype"] == "float16"
+        payload = compress.from_spec("fp16").payload_nbytes((s["params"],))
+        assert payload < s["params"] * 2 + 64  # the codec's header, then 2 bytes a parameter
+        assert s["bytes_mean"] == s["steps"] * payload * (comm.size > 1)
+        assert np.isfinite(s["loss"]) and np.isfinite(s["consensus"])
+    t = _trainer([*TINY, "--sync", "gossip:one_peer_exponential", "--overlap",
+                  "--gossip-dtype", "float16"], comm)
+    x = t.model.params.flat
+    for step in (1, 2):
+        x[...] = np.random.default_rng(comm.rank + 10 * step).standard_normal(x.size) * 0.3
+        xs = comm.allgather(x.copy())
+        mine, weights = t.exchange.gossip.recv_weights(comm.rank, step)
+        want = xs[comm.rank].copy()
+        if weights:
+            (q, w), = weights.items()
+            want *= mine
+            want += w * xs[q].astype(np.float16).astype(np.float32)
+            exact = mine * xs[comm.rank] + w * xs[q]
+            assert 0 < np.abs(want - exact).max() <= w * np.abs(xs[q]).max() * 2.0 ** -11
+        t.exchange.start_mix(step)
+        t.exchange.finish_mix(step)
+        assert x.tobytes() == want.tobytes(), (comm.rank, step)
 
 
 def test_tiny_parameter_server_runs():

@@ -121,6 +121,10 @@ def parser() -> argparse.ArgumentParser:
                         "during backward, through the progress engine; with --sync "
                         "gossip:GRAPH, mix the parameters with the neighbors' during forward "
                         "and backward (D-PSGD as Lian et al. 2017 state it)")
+    c.add_argument("--gossip-dtype", choices=("float32", "float16"), default="float32",
+                   help="with --sync gossip:GRAPH: the dtype the parameters travel in; float16 "
+                        "halves the bytes (each rank keeps its own in float32 and adds the "
+                        "neighbors' float16 weighted sum to its own part)")
     c.add_argument("--bucket-mb", type=float, default=25.0,
                    help="with --overlap: largest bucket in MiB (default 25, as PyTorch DDP)")
     s = p.add_argument_group("output and checkpoints")
@@ -178,6 +182,8 @@ class Config:
                           clip=a.clip)
         if self.choco:
             fields["gamma"] = a.gamma
+        if a.gossip_dtype != "float32":
+            fields["gossip_dtype"] = a.gossip_dtype
         if a.overlap and self.gossip is not None:  # mixing x_t, not x_t's update: another run
             fields["overlap"] = True
         elif a.overlap:  # buckets reduce in other pieces than one fused buffer: other bits
@@ -231,6 +237,11 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
     if gossip is not None and a.overlap and (choco or gossip.name.startswith("hierarchical(")):
         raise UsageError("--sync gossip:GRAPH --overlap mixes the parameters during forward and "
                          "backward with a plain gossip round: not with --codec (CHOCO-SGD) or "
+                         "gossip:nodes")
+    if a.gossip_dtype != "float32" and (gossip is None or choco
+                                        or gossip.name.startswith("hierarchical(")):
+        raise UsageError("--gossip-dtype sends the parameters of a plain gossip round in another "
+                         "dtype: only with --sync gossip:GRAPH, not with --codec (CHOCO-SGD) or "
                          "gossip:nodes")
     if parse_server(a.sync) is not None and (codec_name or a.overlap or a.check_replicas):
         raise UsageError(f"--sync {a.sync} pushes updates to a parameter server and its "

@@ -105,7 +105,8 @@ class Trainer:
                                  parse_gossip(a.sync, self.world, comm), parse_server(a.sync),
                                  parse_sgp(a.sync), parse_adpsgd(a.sync, self.world), a.seed,
                                  None if cfg.choco is None else (cfg.choco, a.gamma),
-                                 mix_ahead=a.overlap and cfg.gossip is not None)
+                                 mix_ahead=a.overlap and cfg.gossip is not None,
+                                 wire=a.gossip_dtype)
         #: where each kind of state is kept in a checkpoint: the same on every rank or its own
         self.own_params = cfg.gossip is not None or self.exchange.window is not None or \
             self.exchange.pairwise is not None
@@ -409,6 +410,7 @@ class Trainer:
                 "step_median_s": median,
                 "overlap": a.overlap and not self.exchange.mix_ahead,
                 "mix_ahead": self.exchange.mix_ahead,
+                "gossip_dtype": None if self.exchange.wire is None else str(self.exchange.wire),
                 "comm_busy": st.busy, "comm_hidden": st.hidden,
                 "bytes_max": int(max(sent)), "dense_bytes": st.dense_bytes,
                 "consensus": last.get("consensus"),

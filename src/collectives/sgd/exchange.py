@@ -34,7 +34,12 @@ the step for the time-varying ones). The replicas then differ; momentum stays lo
 gossip:GRAPH --overlap`` is D-PSGD as Lian et al. 2017 state it: the round mixes the
 parameters ``x_t`` the gradient is computed at, started before forward and waited for after
 backward (``ineighbor_allreduce``, through the progress engine), and the update is applied to the
-mixed parameters: ``x_{t+1} = W x_t - lr m_t``, so the message travels during the compute. ``--sync
+mixed parameters: ``x_{t+1} = W x_t - lr m_t``, so the message travels during the compute.
+``--gossip-dtype float16`` sends the parameters in half precision (half the bytes): each rank
+keeps its own in float32, sends them through the fp16 codec (``ineighbor_allgather`` of the
+payloads), and mixes in float32: its self weight times its own parameters plus each neighbor's
+weight times the neighbor's decoded ones (the float32 round's terms, the neighbors' values
+rounded to float16). ``--sync
 gossip:nodes[:INTER]`` gossips between nodes instead of ranks: the ranks of a node (the
 shared-memory nodes, or emulated ones of ``COLLECTIVES_NODE_SIZE``) are one vertex, the nodes
 joined by ``INTER`` (ring, torus or full; :func:`collectives.topology.hierarchical_for`), and
@@ -63,6 +68,7 @@ import numpy as np
 from mpi4py import MPI
 
 import collectives
+import compress
 
 from ..compressed import CompressionState
 from ..options import Options
@@ -249,7 +255,7 @@ class Exchange:
                  gossip: Topology | None = None, server: tuple | None = None,
                  sgp: bool | None = None, adpsgd: Topology | None = None,
                  seed: int = 0, choco: tuple[str, float] | None = None,
-                 mix_ahead: bool = False) -> None:
+                 mix_ahead: bool = False, wire: str = "float32") -> None:
         self.grads, self.params, self.state = grads, params, state
         self.algorithm, self.strategy, self.local_every = algorithm, strategy, local_every
         self.gossip = gossip
@@ -289,6 +295,14 @@ class Exchange:
         self.mix_ahead = mix_ahead
         self._mixing = None
         self._mixed = np.empty_like(params.flat) if mix_ahead else None
+        #: --gossip-dtype: the dtype the parameters travel in during a gossip round (None: the
+        #: parameters' own); float16 through the fp16 codec: this rank's payload, and the
+        #: neighbors' payloads by their number (ascending source rank)
+        self.wire = None if gossip is None or np.dtype(wire) == params.flat.dtype else \
+            np.dtype(wire)
+        self._half = None if self.wire is None else compress.from_spec("fp16")
+        self._payload = None if self.wire is None else self._half.encode(params.flat)
+        self._received: dict[int, np.ndarray] = {}
 
     def exchanges_at(self, step: int) -> bool:
         """Whether step ``step`` (0-based) ends with an exchange."""
@@ -373,6 +387,9 @@ class Exchange:
         (before forward; they are not written until :meth:`finish_mix`)."""
         if self.mix_ahead:
             self._sent0 = collectives.TRAFFIC.bytes_sent
+            if self.wire is not None:
+                self._mixing = self._start_low(step)
+                return
             self._mixing = collectives.ineighbor_allreduce(
                 self.params.flat, self.gossip, out=self._mixed, step=step, comm=self.comm,
                 name="gossip")
@@ -385,7 +402,10 @@ class Exchange:
         t0 = time.perf_counter()
         self._mixing.wait()
         self._mixing = None
-        self.params.flat[...] = self._mixed
+        if self.wire is not None:
+            self._finish_low(self.params.flat, step)
+        else:
+            self.params.flat[...] = self._mixed
         st = self.stats
         st.seconds += time.perf_counter() - t0
         st.calls += 1
@@ -468,8 +488,41 @@ class Exchange:
         if self.choco is not None:  # CHOCO-SGD: a compressed gossip round
             self.choco.step(buf.flat, step)
             return
+        if self.wire is not None:
+            self._start_low(step).wait()
+            self._finish_low(buf.flat, step)
+            return
         collectives.neighbor_allreduce(buf.flat, self.gossip, out=buf.flat, step=step,
                                        comm=self.comm, hierarchical=self.by_nodes)
+
+    def _start_low(self, step: int):
+        """--gossip-dtype: start the round of step ``step`` on this rank's parameters in the wire
+        dtype (the fp16 codec's payload): each neighbor's payload arrives whole
+        (``ineighbor_allgather``)."""
+        self._half.encode(self.params.flat, out=self._payload)
+        d = len(self.gossip.in_neighbors(self.comm.rank, step))
+        got = self._received.get(d)
+        if got is None:
+            got = self._received[d] = np.empty((d, self._payload.size), np.uint8)
+        self._got = got
+        return collectives.ineighbor_allgather(self._payload, self.gossip, out=got, step=step,
+                                               comm=self.comm, name="gossip")
+
+    def _finish_low(self, x: np.ndarray, step: int) -> None:
+        """``x`` (this rank's own parameters, in full precision) becomes its self weight times
+        itself plus each neighbor's weight times its decoded parameters (in float32; the codec
+        checks each payload before reading it)."""
+        mine, weights = self.gossip.recv_weights(self.comm.rank, step)
+        if not weights:
+            return
+        np.multiply(x, mine, out=x)
+        for q, row in zip(sorted(weights), self._got):  # the rows come in ascending source rank
+            theirs = self._half.decode(row, max_elements=x.size)
+            if theirs.shape != x.shape:
+                raise ValueError(f"gossip: rank {q} sent {theirs.size} parameters, this rank has "
+                                 f"{x.size}")
+            theirs *= weights[q]
+            x += theirs
 
     def _reduce_grads(self, buf: FusionBuffer, step: int) -> None:
         if self.state is None:

@@ -83,6 +83,8 @@ def final_report(summary: dict) -> str:
                      f"({share}) of it hidden behind backward; {t.get('comm', 0.0):.2f} s "
                      "waited for" + ("; encode/decode ran there too, not on this thread"
                                      if t.get("codec") else ""))
+    if s.get("gossip_dtype"):
+        lines.append(f"  gossip: the parameters sent as {s['gossip_dtype']} (kept in float32)")
     if s.get("mix_ahead"):
         lines.append(f"  overlap: each gossip round ran during forward and backward; "
                      f"{t.get('comm', 0.0):.2f} s waited for")
