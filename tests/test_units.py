@@ -136,6 +136,40 @@ def test_ops_resolve_names_and_mpi_objects():
         get_op("mean", f32)
 
 
+@pytest.mark.parametrize("name", ["sum", "prod", "min", "max", "avg"])
+def test_float16_combine_gives_numpys_bits(name):
+    """get_op on float16 gives an op whose combine (a compiled loop from HALF_KERNEL_ELEMENTS
+    elements, NumPy below) has NumPy's float16 ufunc's bits: every pair of special values
+    (signed zeros, NaNs with payloads and signalling ones, infinities, the largest and
+    subnormal values) and random ones that overflow, into a new array and in place into
+    either operand; it is still the elementwise op the shared-memory kernels run."""
+    from collectives.ops import HALF_KERNEL_ELEMENTS, elementwise
+
+    op = get_op(name, np.dtype(np.float16))
+    assert op.ufunc is get_op(name, np.dtype(np.float32)).ufunc and elementwise(op)
+    words = np.array([0x0000, 0x8000, 0x7E00, 0xFE00, 0x7E01, 0xFD00, 0x7C01, 0x7C00, 0xFC00,
+                      0x7BFF, 0xFBFF, 0x0001, 0x8001, 0x3C00, 0xBC00, 0x00A8], np.uint16)
+    a0, b0 = np.repeat(words, words.size), np.tile(words, words.size)
+    rng = np.random.default_rng(1)
+    for n in (HALF_KERNEL_ELEMENTS - a0.size - 1, 3 * HALF_KERNEL_ELEMENTS + 5):  # both sides
+        a = np.concatenate([a0.view(np.float16),
+                            (rng.standard_normal(n) * 300).astype(np.float16)])
+        b = np.concatenate([b0.view(np.float16),
+                            (rng.standard_normal(n) * 300).astype(np.float16)])
+        with np.errstate(all="ignore"):
+            want = op.ufunc(a, b).view(np.uint16)
+        out = np.empty_like(a)
+        with np.errstate(all="ignore"):  # NumPy's loop below the threshold warns of overflow
+            op.combine(a, b, out)
+        assert np.array_equal(out.view(np.uint16), want), (n, np.flatnonzero(
+            out.view(np.uint16) != want)[:5])
+        for into in (0, 1):
+            pair = [a.copy(), b.copy()]
+            with np.errstate(all="ignore"):
+                op.combine(pair[0], pair[1], pair[into])
+            assert np.array_equal(pair[into].view(np.uint16), want), (n, into)
+
+
 def test_array_checks():
     x = np.zeros((3, 4))
     assert check_input(x) is x

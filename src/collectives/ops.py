@@ -23,7 +23,7 @@ from compress.arrays import is_bfloat16
 from compress.bfloat16 import divide_words, on_words
 from mpi4py import MPI
 
-__all__ = ["Op", "OPS", "get_op", "elementwise"]
+__all__ = ["Op", "OPS", "get_op", "elementwise", "HALF_KERNEL_ELEMENTS"]
 
 #: The recorder of the timeline while one records (``collectives.timeline.hooks`` sets it),
 #: else None: the span of a local reduction is taken here, with no wrapper around the method.
@@ -78,6 +78,53 @@ OPS: dict[str, Op] = {
 #: the bfloat16 word form of each op (see the module docstring), built on first use
 _WORDS: dict[tuple, Op] = {}
 
+#: From this many elements a float16 combine runs a compiled loop (the shm kernels' float16
+#: arithmetic: float32, rounded to float16 as NumPy does) instead of NumPy's float16 ufunc
+HALF_KERNEL_ELEMENTS = 4096
+_KERNEL: list = []  # (combine_half, opcodes), imported (with Numba) at the first long one
+
+
+@dataclass(frozen=True)
+class HalfOp(Op):
+    """An op of :data:`OPS` on float16 arrays: the same op, the same results (NumPy's), a
+    compiled loop for long host arrays."""
+
+    def combine(self, lower: np.ndarray, higher: np.ndarray, out: np.ndarray) -> None:
+        if (out.size < HALF_KERNEL_ELEMENTS or type(out) is not np.ndarray
+                or type(lower) is not np.ndarray or type(higher) is not np.ndarray):
+            Op.combine(self, lower, higher, out)
+            return
+        if not _KERNEL:
+            from ._runtime.shmem.kernels.arithmetic import combine_half
+            from ._runtime.shmem.layout import OPCODES
+
+            _KERNEL.append((combine_half, OPCODES))
+        kernel, opcodes = _KERNEL[0]
+        rec = RECORDER[0]
+        t0 = _clock() if rec is not None else 0.0
+        kernel(opcodes[self.name], lower.view(np.uint16), higher.view(np.uint16),
+               out.view(np.uint16))
+        if rec is not None:
+            try:
+                events = rec.local.events
+            except AttributeError:
+                events = rec.lane().events
+            events.append(("reduce", "reduce", t0, _clock(), (self.name, out.nbytes), None))
+
+
+_HALF: dict[str, Op] = {}
+
+
+def _on_half(op: Op) -> Op:
+    """``op`` for float16 arrays (:class:`HalfOp`), if it is one of :data:`OPS`."""
+    found = _HALF.get(op.name)
+    if found is None:
+        known = OPS.get(op.name)
+        if known is None or op.ufunc is not known.ufunc:
+            return op
+        found = _HALF[op.name] = HalfOp(op.name, op.ufunc, op.mpi, op.average)
+    return found if op.ufunc is found.ufunc else op
+
 
 def _on_words(op: Op) -> Op:
     if op.words:
@@ -113,6 +160,8 @@ def get_op(op: str | MPI.Op | Op, dtype: np.dtype) -> Op:
         return _on_words(resolved)
     if resolved.average and dtype.kind != "f":
         raise TypeError(f"op 'avg' needs a floating dtype, got {dtype}; use op='sum' and divide")
+    if dtype.char == "e":
+        return _on_half(resolved)
     return resolved
 
 

@@ -203,3 +203,17 @@ def test_powersgd_encode_keeps_q_without_the_full_size_product():
     assert peak < x.nbytes / 16, peak
     np.testing.assert_array_equal(codec.state_dict()["w"].reshape(-1),
                                   parts(codec, payload)[1]["q"])  # the kept Q is the sent one
+
+
+def test_fp16_summable_decode_is_numpys_cast():
+    """The fp16 codec's summed values widen to float32 through its lookup table: every binary16
+    word (NaN payloads, signalling NaNs, subnormals, infinities) gives NumPy's cast's bits;
+    float64 and other shapes take NumPy's cast itself."""
+    codec = compress.from_spec("fp16")
+    words = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    got = codec.summable_decode(words, shape=words.shape, dtype=np.float32)
+    assert got.dtype == np.float32
+    assert got.view(np.uint32).tobytes() == words.astype(np.float32).view(np.uint32).tobytes()
+    wide = codec.summable_decode(words[:6], shape=(2, 3), dtype=np.float64)
+    assert wide.shape == (2, 3) and wide.dtype == np.float64
+    assert wide.tobytes() == words[:6].astype(np.float64).reshape(2, 3).tobytes()

@@ -34,7 +34,7 @@ from mpi4py import MPI
 from .._runtime.arrays import xp
 from .._runtime.context import Context
 from ..algorithms import ALGORITHMS, FLAT, auto
-from ..ops import Op
+from ..ops import Op, get_op
 from ..options import Options
 from ._coding import TensorCoding
 
@@ -60,7 +60,8 @@ def _sum(rep: np.ndarray, ufunc: np.ufunc, ctx: Context, opts: Options, algorith
             fn = FLAT["recursive_doubling"]
         if opts.inter_algorithm == "native":  # "hierarchical" across nodes
             opts = replace(opts, inter_algorithm="recursive_doubling")
-    fn(rep, rep, Op("sum", ufunc, MPI.SUM), ctx, opts)
+    op = get_op("sum", rep.dtype) if ufunc is np.add else Op("sum", ufunc, MPI.SUM)
+    fn(rep, rep, op, ctx, opts)
 
 
 def allreduce(x: np.ndarray, out: np.ndarray, coding: TensorCoding, ctx: Context, opts: Options,

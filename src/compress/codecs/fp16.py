@@ -64,4 +64,11 @@ class FP16(ElementSummable, Codec):
         return half.view(np.float16)
 
     def summable_decode(self, rep, *, shape, dtype, key=None, step: int = 0) -> np.ndarray:
-        return rep.astype(dtype).reshape(shape)
+        """The summed binary16 values as ``dtype`` (float32 through the decode's lookup table:
+        NumPy's cast, exactly, without its per-element software conversion)."""
+        if np.dtype(dtype) != np.float32 or rep.dtype != np.float16 or rep.ndim != 1:
+            return rep.astype(dtype).reshape(shape)
+        ops = backend_of(rep)
+        out = ops.empty(rep.size, np.float32)
+        ops.f16_to_f32(rep.view(np.uint16), out)
+        return out.reshape(shape)
