@@ -21,9 +21,20 @@ from dataclasses import dataclass, replace
 import numpy as np
 from compress.arrays import is_bfloat16
 from compress.bfloat16 import divide_words, on_words
+from compress.float16 import combine as half_combine
 from mpi4py import MPI
 
 __all__ = ["Op", "OPS", "get_op", "elementwise", "HALF_KERNEL_ELEMENTS"]
+
+def _record(rec, name: str, t0: float, nbytes: int) -> None:
+    """A "reduce" span from ``t0`` to now on the calling thread's lane of the timeline ``rec``."""
+    t1 = _clock()
+    try:
+        events = rec.local.events
+    except AttributeError:  # the thread's first span
+        events = rec.lane().events
+    events.append(("reduce", "reduce", t0, t1, (name, nbytes), None))
+
 
 #: The recorder of the timeline while one records (``collectives.timeline.hooks`` sets it),
 #: else None: the span of a local reduction is taken here, with no wrapper around the method.
@@ -51,12 +62,7 @@ class Op:
             return
         t0 = _clock()
         self.ufunc(lower, higher, out=out)
-        t1 = _clock()
-        try:
-            events = rec.local.events
-        except AttributeError:  # the thread's first span
-            events = rec.lane().events
-        events.append(("reduce", "reduce", t0, t1, (self.name, out.nbytes), None))
+        _record(rec, self.name, t0, out.nbytes)
 
     def divide(self, result: np.ndarray, p: int) -> None:
         """``result /= p`` in place ("avg"), on values or (``words``) on bfloat16 words."""
@@ -78,10 +84,9 @@ OPS: dict[str, Op] = {
 #: the bfloat16 word form of each op (see the module docstring), built on first use
 _WORDS: dict[tuple, Op] = {}
 
-#: From this many elements a float16 combine runs a compiled loop (the shm kernels' float16
-#: arithmetic: float32, rounded to float16 as NumPy does) instead of NumPy's float16 ufunc
+#: From this many elements a float16 combine runs a compiled loop with NumPy's bits
+#: (:func:`compress.float16.combine`) instead of NumPy's float16 ufunc
 HALF_KERNEL_ELEMENTS = 4096
-_KERNEL: list = []  # (combine_half, opcodes), imported (with Numba) at the first long one
 
 
 @dataclass(frozen=True)
@@ -94,22 +99,11 @@ class HalfOp(Op):
                 or type(lower) is not np.ndarray or type(higher) is not np.ndarray):
             Op.combine(self, lower, higher, out)
             return
-        if not _KERNEL:
-            from ._runtime.shmem.kernels.arithmetic import combine_half
-            from ._runtime.shmem.layout import OPCODES
-
-            _KERNEL.append((combine_half, OPCODES))
-        kernel, opcodes = _KERNEL[0]
         rec = RECORDER[0]
         t0 = _clock() if rec is not None else 0.0
-        kernel(opcodes[self.name], lower.view(np.uint16), higher.view(np.uint16),
-               out.view(np.uint16))
+        half_combine(self.ufunc, lower, higher, out)
         if rec is not None:
-            try:
-                events = rec.local.events
-            except AttributeError:
-                events = rec.lane().events
-            events.append(("reduce", "reduce", t0, _clock(), (self.name, out.nbytes), None))
+            _record(rec, self.name, t0, out.nbytes)
 
 
 _HALF: dict[str, Op] = {}

@@ -9,12 +9,14 @@ overflow gives infinity and NaN stays a (quiet) NaN. Half-to-float goes through 
 """
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 from . import NJIT
 
 __all__ = ["to_f16_word", "to_bf16_word", "f16_to_f32_word", "f32_to_f16_bits", "f32_to_bf16_bits", "bf16_bits_to_f32",
-           "table_lookup"]
+           "table_lookup", "half_to_float", "float_to_half", "combine_half", "HALF_OPS"]
 
 
 @njit(**NJIT)
@@ -98,3 +100,74 @@ def table_lookup(src, table, dst):
     for i in range(src.size):
         dst[i] = table[src[i]]
 
+
+
+@intrinsic
+def half_to_float(typingctx, bits):
+    """The float32 value of a binary16 word (uint16), by the processor's conversion (exact)."""
+    if bits != types.uint16:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+
+    return types.float32(bits), codegen
+
+
+@intrinsic
+def float_to_half(typingctx, value):
+    """The binary16 word (uint16) nearest a float32 value, ties to even, as NumPy rounds."""
+    if value != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
+
+    return types.uint16(value), codegen
+
+
+#: The operations of :func:`combine_half`, by code.
+HALF_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3}
+_H_SUM, _H_PROD, _H_MIN, _H_MAX = HALF_OPS["sum"], HALF_OPS["prod"], HALF_OPS["min"], HALF_OPS["max"]
+#: Elements :func:`combine_half` computes at a time into a buffer of its own.
+HALF_BLOCK = 2048
+
+
+@njit(inline="always")
+def _half_as_numpy(op, x, y):  # pragma: no cover - compiled
+    # NumPy's float16 loops on the words x, y: sum and product in float32, rounded, and a NaN
+    # second operand is the result (quieted) even when the first is NaN too, where x86 would
+    # keep the first's; minimum and maximum return an operand's own word (a signalling NaN
+    # unchanged), the first when it is <= (>=) the second or NaN: min(-0.0, 0.0) is -0.0
+    a, b = half_to_float(x), half_to_float(y)
+    if op == _H_SUM:
+        return float_to_half(b + b if b != b else a + b)
+    if op == _H_PROD:
+        return float_to_half(b * b if b != b else a * b)
+    if op == _H_MIN:
+        return x if (a <= b or a != a) else y
+    return x if (a >= b or a != a) else y
+
+
+@njit(**NJIT)
+def combine_half(op, lower, higher, out):  # pragma: no cover - compiled
+    """``out[i] = lower[i] op higher[i]`` (``op`` a code of :data:`HALF_OPS`) on float16 data
+    given as uint16 words, with the bits of NumPy's float16 ufuncs; ``out`` may be either
+    operand. In blocks through a buffer of its own, so that the loops vectorize in place too."""
+    block = np.empty(HALF_BLOCK, np.uint16)
+    for lo in range(0, out.size, HALF_BLOCK):
+        c = min(HALF_BLOCK, out.size - lo)
+        x, y = lower[lo:lo + c], higher[lo:lo + c]
+        if op == _H_SUM:  # one loop per op, each vectorized
+            for i in range(c):
+                block[i] = _half_as_numpy(_H_SUM, x[i], y[i])
+        elif op == _H_PROD:
+            for i in range(c):
+                block[i] = _half_as_numpy(_H_PROD, x[i], y[i])
+        elif op == _H_MIN:
+            for i in range(c):
+                block[i] = _half_as_numpy(_H_MIN, x[i], y[i])
+        else:
+            for i in range(c):
+                block[i] = _half_as_numpy(_H_MAX, x[i], y[i])
+        out[lo:lo + c] = block[:c]

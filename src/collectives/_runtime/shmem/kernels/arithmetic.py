@@ -15,43 +15,21 @@ float16 conversions for :data:`~.memory.FLOAT16` data.
 
 from __future__ import annotations
 
-import numpy as np
-from llvmlite import ir
-from numba import carray, njit, types
-from numba.extending import intrinsic, overload
+from compress.float16 import conversions
+from numba import carray, njit
+from numba.extending import overload
 
 from .. import layout as L
 from . import NJIT
 from .memory import is_float16, pointer
 
-__all__ = ["BLOCK", "fold", "combine_half"]
+__all__ = ["BLOCK", "fold"]
 
 #: Elements combined at a time (``layout.FOLD_BLOCK``).
 BLOCK = L.FOLD_BLOCK
 
 _SUM, _PROD, _MIN, _MAX = L.OPCODES["sum"], L.OPCODES["prod"], L.OPCODES["min"], L.OPCODES["max"]
-
-
-@intrinsic
-def _half_to_float(typingctx, bits):
-    if bits != types.uint16:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
-
-    return types.float32(bits), codegen
-
-
-@intrinsic
-def _float_to_half(typingctx, value):
-    if value != types.float32:
-        return None
-
-    def codegen(context, builder, signature, args):  # round to nearest even, as NumPy
-        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
-
-    return types.uint16(value), codegen
+_half_to_float, _float_to_half = conversions()
 
 
 def _widen(value, token):  # pragma: no cover - replaced by the overload below
@@ -125,44 +103,3 @@ def fold(op, token, srcs, nsrc, dsts, ndst, count, scratch):  # pragma: no cover
                 for i in range(c):
                     d[i] = acc[i]
 
-
-@njit(inline="always")
-def _half_as_numpy(op, x, y):  # pragma: no cover - compiled
-    # NumPy's float16 loops on the words x, y: sum and product in float32, rounded, and a NaN
-    # second operand is the result (quieted) even when the first is NaN too, where x86 would
-    # keep the first's; minimum and maximum return an operand's own word (a signalling NaN
-    # unchanged), the first when it is <= (>=) the second or NaN: min(-0.0, 0.0) is -0.0
-    a, b = _half_to_float(x), _half_to_float(y)
-    if op == _SUM:
-        return _float_to_half(b + b if b != b else a + b)
-    if op == _PROD:
-        return _float_to_half(b * b if b != b else a * b)
-    if op == _MIN:
-        return x if (a <= b or a != a) else y
-    return x if (a >= b or a != a) else y
-
-
-@njit(**NJIT)
-def combine_half(op, lower, higher, out):  # pragma: no cover - compiled
-    """``out[i] = lower[i] op higher[i]`` on float16 data given as uint16 words, with the bits
-    of NumPy's float16 ufuncs (``out`` may be either operand). What
-    :class:`collectives.ops.HalfOp` runs for long float16 arrays, where NumPy's own float16
-    loops convert element by element in software. In blocks through a buffer of its own, so
-    that the loop vectorizes when ``out`` is an operand (in place)."""
-    block = np.empty(BLOCK, np.uint16)
-    for lo in range(0, out.size, BLOCK):
-        c = min(BLOCK, out.size - lo)
-        x, y = lower[lo:lo + c], higher[lo:lo + c]
-        if op == _SUM:  # one loop per op, each vectorized
-            for i in range(c):
-                block[i] = _half_as_numpy(_SUM, x[i], y[i])
-        elif op == _PROD:
-            for i in range(c):
-                block[i] = _half_as_numpy(_PROD, x[i], y[i])
-        elif op == _MIN:
-            for i in range(c):
-                block[i] = _half_as_numpy(_MIN, x[i], y[i])
-        else:
-            for i in range(c):
-                block[i] = _half_as_numpy(_MAX, x[i], y[i])
-        out[lo:lo + c] = block[:c]
