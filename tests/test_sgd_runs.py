@@ -105,12 +105,18 @@ def test_gossip_trains(dense4, tmp_path):
 def test_gossip_resume_after_stop_is_bitwise(tmp_path):
     """Every rank's own parameters and momentum are saved and restored (3 ranks, a graph that
     changes every step): the resumed run ends with the same bits as the whole one."""
-    args = [*TINY, "--sync", "gossip:one_peer_exponential"]
+    _assert_resumes_bitwise(tmp_path, [*TINY, "--sync", "gossip:one_peer_exponential"])
+
+
+def _assert_resumes_bitwise(tmp_path, args):
+    """A 3-rank run of ``args`` stopped after 30 steps (checkpoints every 7) and resumed ends
+    with the bits of the whole run (``whole.npy``); returns the checkpoint options."""
     _run(3, [*args, "--save-params", str(tmp_path / "whole.npy")])
     ck = ["--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "7"]
     _run(3, [*args, *ck, "--stop-after", "30"])
     _run(3, [*args, *ck, "--resume", "--save-params", str(tmp_path / "resumed.npy")])
     assert (tmp_path / "whole.npy").read_bytes() == (tmp_path / "resumed.npy").read_bytes()
+    return ck
 
 
 def test_gossip_with_overlap_resumes_bitwise_and_refuses_what_it_cannot_do(tmp_path):
@@ -118,12 +124,8 @@ def test_gossip_with_overlap_resumes_bitwise_and_refuses_what_it_cannot_do(tmp_p
     and resumed run ends with the bits of the whole one (no round is in flight between steps);
     its run differs from the mixing after the update (another algorithm); with --codec
     (CHOCO-SGD) or gossip:nodes it is refused on every rank."""
-    args = [*TINY, "--sync", "gossip:one_peer_exponential", "--overlap"]
-    _run(3, [*args, "--save-params", str(tmp_path / "whole.npy")])
-    ck = ["--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "7"]
-    _run(3, [*args, *ck, "--stop-after", "30"])
-    _run(3, [*args, *ck, "--resume", "--save-params", str(tmp_path / "resumed.npy")])
-    assert (tmp_path / "whole.npy").read_bytes() == (tmp_path / "resumed.npy").read_bytes()
+    _assert_resumes_bitwise(tmp_path, [*TINY, "--sync", "gossip:one_peer_exponential",
+                                       "--overlap"])
     _run(3, [*TINY, "--sync", "gossip:one_peer_exponential",
              "--save-params", str(tmp_path / "after.npy")])
     assert (tmp_path / "whole.npy").read_bytes() != (tmp_path / "after.npy").read_bytes()
@@ -138,12 +140,7 @@ def test_gossip_in_float16_resumes_bitwise(tmp_path):
     stopped and resumed run ends with the bits of the whole one; its run is not the float32
     one; a checkpoint of it is not resumed as a float32 run."""
     args = [*TINY, "--sync", "gossip:one_peer_exponential", "--overlap"]
-    half = [*args, "--gossip-dtype", "float16"]
-    _run(3, [*half, "--save-params", str(tmp_path / "whole.npy")])
-    ck = ["--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "7"]
-    _run(3, [*half, *ck, "--stop-after", "30"])
-    _run(3, [*half, *ck, "--resume", "--save-params", str(tmp_path / "resumed.npy")])
-    assert (tmp_path / "whole.npy").read_bytes() == (tmp_path / "resumed.npy").read_bytes()
+    ck = _assert_resumes_bitwise(tmp_path, [*args, "--gossip-dtype", "float16"])
     _run(3, [*args, "--save-params", str(tmp_path / "full.npy")])
     assert (tmp_path / "whole.npy").read_bytes() != (tmp_path / "full.npy").read_bytes()
     proc = _run(3, [*args, *ck, "--resume"], check=False)

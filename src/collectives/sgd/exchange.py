@@ -303,6 +303,7 @@ class Exchange:
         self._half = None if self.wire is None else compress.from_spec("fp16")
         self._payload = None if self.wire is None else self._half.encode(params.flat)
         self._received: dict[int, np.ndarray] = {}
+        self._got: np.ndarray | None = None  # where the round under way lands
 
     def exchanges_at(self, step: int) -> bool:
         """Whether step ``step`` (0-based) ends with an exchange."""
