@@ -105,6 +105,20 @@ def test_signed_zero_and_nan_choices(driver):
             np.array_equal(np.isnan(out), np.isnan(ref)), op
 
 
+def test_float16_signed_zero_and_nan_choices_are_numpys(driver):
+    """float16 has NumPy's float16 loops' own choices, not float32's: min/max keep the first
+    operand when it is <= (>=) the second (``min(-0.0, 0.0)`` is -0.0), and a NaN second
+    operand of a sum or product is the result, whichever NaN the first is: the kernel and its
+    interpreted twin give NumPy's bits (so ranks on either driver agree)."""
+    a = np.array([-0.0, 0.0, np.nan, 1.0, np.nan, -0.0] * 700, np.float16)
+    b = np.array([0.0, -0.0, 1.0, np.nan, -np.nan, -0.0] * 700, np.float16)
+    for op in UFUNCS:
+        out = np.empty_like(a)
+        _fold(op, [a, b], [out], driver)
+        ref = UFUNCS[op](a, b)
+        assert np.array_equal(out.view(np.uint16), ref.view(np.uint16)), (op, out[:6], ref[:6])
+
+
 def _cma_table(pid):
     """A one-rank table with what ``kernels.copies.cma_read`` needs (process id ``pid``)."""
     from collectives._runtime.shmem.team import _cma_functions

@@ -6,7 +6,9 @@ the other destinations (a destination may be one of the operands, in place). Ope
 left to right, i.e. in rank order, with NumPy's semantics: wrapping integers, min/max keeping
 the first operand only when it is strictly smaller/larger or NaN (``np.minimum``'s choice:
 ``min(0.0, -0.0)`` is ``-0.0``, NaN propagates), float16 computed in float32 and rounded to
-float16 after every operation as NumPy does.
+float16 after every operation as NumPy does, with NumPy's float16 loops' own choices (the first
+operand when it is <= (>=) the second, so ``min(-0.0, 0.0)`` is ``-0.0``; a NaN second operand
+of a sum or product is the result).
 
 Each element is widened to the type the reduction computes in as it is loaded (:func:`_widen`)
 and narrowed back as it is stored (:func:`_narrow`): the identity for native formats, the
@@ -66,6 +68,31 @@ def _combine(op, a, b):  # pragma: no cover - compiled
     return a if (a > b or a != a) else b
 
 
+@njit(inline="always")
+def _combine_half(op, a, b):  # pragma: no cover - compiled
+    # NumPy's float16 loops (on widened values): a NaN second operand of a sum or product is
+    # the result even when the first is NaN too, where x86 would keep the first's; minimum and
+    # maximum keep the first operand when it is <= (>=) the second, so min(-0.0, 0.0) is -0.0
+    if op == _SUM:
+        return b + b if b != b else a + b
+    if op == _PROD:
+        return b * b if b != b else a * b
+    if op == _MIN:
+        return a if (a <= b or a != a) else b
+    return a if (a >= b or a != a) else b
+
+
+def _combine_as(op, a, b, token):  # pragma: no cover - replaced by the overload below
+    """``a op b`` with NumPy's rules for the stored type ``token`` stands for."""
+
+
+@overload(_combine_as)
+def _combine_as_impl(op, a, b, token):
+    if is_float16(token):
+        return lambda op, a, b, token: _combine_half(op, a, b)
+    return lambda op, a, b, token: _combine(op, a, b)
+
+
 @njit(**NJIT)
 def fold(op, token, srcs, nsrc, dsts, ndst, count, scratch):  # pragma: no cover - compiled
     """``dsts[k][i] = srcs[0][i] op srcs[1][i] op ... op srcs[nsrc-1][i]`` for every k < ndst.
@@ -91,12 +118,13 @@ def fold(op, token, srcs, nsrc, dsts, ndst, count, scratch):  # pragma: no cover
         else:
             b = carray(pointer(srcs[1] + at, token), c)
             for i in range(c):
-                acc[i] = _narrow(_combine(op, _widen(a[i], token), _widen(b[i], token)), token)
+                acc[i] = _narrow(_combine_as(op, _widen(a[i], token), _widen(b[i], token), token),
+                                 token)
             for q in range(2, nsrc):
                 s = carray(pointer(srcs[q] + at, token), c)
                 for i in range(c):
-                    acc[i] = _narrow(_combine(op, _widen(acc[i], token), _widen(s[i], token)),
-                                     token)
+                    acc[i] = _narrow(_combine_as(op, _widen(acc[i], token), _widen(s[i], token),
+                                                 token), token)
         for k in range(ndst):
             d = carray(pointer(dsts[k] + at, token), c)
             if d.ctypes.data != acc.ctypes.data:
