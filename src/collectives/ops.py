@@ -26,6 +26,13 @@ from mpi4py import MPI
 
 __all__ = ["Op", "OPS", "get_op", "elementwise", "HALF_KERNEL_ELEMENTS"]
 
+
+#: The recorder of the timeline while one records (``collectives.timeline.hooks`` sets it),
+#: else None: the span of a local reduction is taken here, with no wrapper around the method.
+RECORDER: list = [None]
+_clock = time.perf_counter
+
+
 def _record(rec, name: str, t0: float, nbytes: int) -> None:
     """A "reduce" span from ``t0`` to now on the calling thread's lane of the timeline ``rec``."""
     t1 = _clock()
@@ -34,12 +41,6 @@ def _record(rec, name: str, t0: float, nbytes: int) -> None:
     except AttributeError:  # the thread's first span
         events = rec.lane().events
     events.append(("reduce", "reduce", t0, t1, (name, nbytes), None))
-
-
-#: The recorder of the timeline while one records (``collectives.timeline.hooks`` sets it),
-#: else None: the span of a local reduction is taken here, with no wrapper around the method.
-RECORDER: list = [None]
-_clock = time.perf_counter
 
 
 @dataclass(frozen=True)
@@ -111,13 +112,13 @@ _HALF: dict[str, Op] = {}
 
 def _on_half(op: Op) -> Op:
     """``op`` for float16 arrays (:class:`HalfOp`), if it is one of :data:`OPS`."""
+    known = OPS.get(op.name)
+    if known is None or op.ufunc is not known.ufunc:
+        return op
     found = _HALF.get(op.name)
     if found is None:
-        known = OPS.get(op.name)
-        if known is None or op.ufunc is not known.ufunc:
-            return op
         found = _HALF[op.name] = HalfOp(op.name, op.ufunc, op.mpi, op.average)
-    return found if op.ufunc is found.ufunc else op
+    return found
 
 
 def _on_words(op: Op) -> Op:
