@@ -140,23 +140,37 @@ class ErrorFeedback(Memory):
         selecting pass computes ``x + e`` into the key's spare buffer; where nothing overflowed,
         the sent elements there become ``c - decoded`` and the buffer becomes the residual (the
         old residual the next spare). The same bits as the generic path, one pass over memory
-        fewer, no allocation after the first step."""
+        fewer, no allocation after the second step (the first computes into its zeros, the
+        second makes the spare)."""
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
         x = self.codec._prepare(x, HOST)
-        addend = self.addend(x, key=key)
-        st = self.state[key]
-        spare = st.spare
-        if spare is None or spare.shape != x.shape or spare.dtype != x.dtype:
-            spare = st.spare = np.empty_like(x)
+        # the first step of a key computes x + zeros into the zeros themselves: one new buffer,
+        # not a residual of zeros and a spare (a memory with its own addend, two-phase's
+        # server, makes its first step itself)
+        first = key not in self.state and type(self).addend is ErrorFeedback.addend
+        if first:
+            addend = spare = np.zeros_like(x)
+        else:
+            addend = self.addend(x, key=key)
+            st = self.state[key]
+            spare = st.spare
+            if spare is None or spare.shape != x.shape or spare.dtype != x.dtype:
+                spare = st.spare = np.empty_like(x)
         src = HOST.compensated(x, addend, spare)
         payload, idx, sent = self.codec._encode_source(src, key, int(step), out)
-        if src.nonfinite:  # c holds inf or NaN: the residual stays
+        if src.nonfinite or (not self.codec.sends_values
+                             and HOST.subtract_at(src.values, idx, sent)):
+            # c holds inf or NaN, or a decoded value overflowed (n/k): the residual stays
+            if first:  # (zeros, as addend() makes them)
+                self.state[key] = Residual(np.zeros_like(x))
             return payload
         if self.codec.sends_values:  # c - c at the sent indices: +0.0
             HOST.zero_at(spare, idx)
-        elif HOST.subtract_at(src.values, idx, sent):  # a decoded value overflowed (n/k)
+        if first:  # the next step makes its spare
+            self.state[key] = Residual(spare, steps=1)
             return payload
+        st = self.state[key]
         st.spare, st.error = st.error, spare
         st.steps += 1
         return payload

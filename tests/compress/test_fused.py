@@ -113,6 +113,55 @@ def test_error_feedback_fused_keeps_the_nonfinite_rule(label, bad, dtype):
     check_ef(label, xs)
 
 
+def signalling_nans(x, where):
+    """Signalling NaNs (every exponent bit, the quiet bit clear, payload 5) at ``x[where]``,
+    every other one negative."""
+    info = np.finfo(x.dtype)
+    word = {2: np.uint16, 4: np.uint32, 8: np.uint64}[x.itemsize]
+    bits = x.view(word)
+    at = np.arange(x.size)[where]
+    bits[at] = word((((1 << info.nexp) - 1) << info.nmant) | 5)
+    bits[at[1::2]] |= word(1 << (8 * x.itemsize - 1))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bad", [None, "snan", -np.inf], ids=["finite", "snan", "-inf"])
+@pytest.mark.parametrize("label", sorted(CODECS))
+def test_the_first_step_has_the_bits_of_x_plus_zeros(label, bad, dtype):
+    """A key's first step computes ``x + zeros`` into the zeros themselves and must give what
+    the reference's addition gives: -0.0 turns +0.0, a signalling NaN comes out as the addition
+    makes it, and a non-finite first step leaves a residual of zeros that the next step goes
+    on from."""
+    xs = steps(4097, dtype, seed=13)
+    xs[0][::9] = -0.0
+    xs[0][::1000] = -300.0  # large: sent by top-k and threshold
+    if bad == "snan":
+        signalling_nans(xs[0], slice(17, 4097, 601))
+    elif bad is not None:
+        xs[0][2048] = bad
+    ef = check_ef(label, xs)
+    assert ef.state["k"].steps == (3 if bad is not None else 4)
+
+
+def test_the_first_step_makes_one_buffer():
+    """The first fused step of a key allocates one tensor-sized buffer (its zeros, which it
+    computes ``x + zeros`` into), not a residual of zeros and a spare to compute into."""
+    import tracemalloc
+
+    x = sample(1 << 20, np.float32, seed=3)
+    ef = ErrorFeedback(make("topk"))
+    ef.encode(x[:4097], key="warm")  # scratch buffers and kernels, outside the measurement
+    tracemalloc.start()
+    try:
+        ef.encode(x, key="new")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert x.nbytes <= peak < 1.5 * x.nbytes
+    ef.encode(x, key="new", step=1)  # the second step makes the spare
+    assert ef.state["new"].spare is not None and ef.state["new"].steps == 2
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("label", ["topk", "topk-dense", "dgc", "threshold"])
 def test_many_nonfinite_elements_reach_the_sample(label, dtype):
