@@ -28,9 +28,10 @@ The fused path: for host arrays and a codec that speaks :class:`compress.protoco
 (top-k, DGC, threshold, random-k), the codec's selecting pass computes ``c`` (or ``u`` and ``v``)
 into buffers the memory keeps per key, and the memory then writes the sent elements' new state
 (zero, or ``c - decoded``) at the sent indices only: one pass over the tensor instead of a
-compensation, an encode, a decode and a finiteness check, and no allocation after the first step.
+compensation, an encode, a decode and a finiteness check, and no allocation after the second step.
 The state is double-buffered (the buffer written this step becomes the state; the state before
-becomes the next step's buffer), so a skipped step still has the state it had. Both paths give
+becomes the next step's buffer), so a skipped step still has the state it had. A key's first step
+computes ``x + zeros`` into its zeros (one new buffer); the second step makes the other one. Both paths give
 the same bits (``tests/compress/test_fused.py``); ``fused=False`` takes the generic one. Device
 arrays take the generic one.
 
