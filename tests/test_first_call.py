@@ -114,6 +114,34 @@ def test_warmup_fills_the_cache_for_the_first_calls(tmp_path):
         assert (case["compiled"], case["loaded"], case["during_calls"]) == (0, 0, 0), (name, case)
 
 
+def test_warmup_float16_compiles_the_half_reduction(tmp_path):
+    """``warmup --dtypes float16`` also fills the cache with the float16 reduction of the
+    message-based algorithms: a later process's first long float16 combine loads it and
+    compiles nothing (and a process without the warm-up compiles it: the check can fail)."""
+    code = """
+        import numpy as np
+        from collectives.ops import HALF_KERNEL_ELEMENTS, get_op
+        from collectives.warmup import kernel_stats
+        a = np.arange(HALF_KERNEL_ELEMENTS, dtype=np.float16)
+        out = np.empty_like(a)
+        get_op("max", a.dtype).combine(a, a[::-1].copy(), out)
+        assert (out == np.maximum(a, a[::-1])).all()
+        print(*kernel_stats())
+    """
+    cold = _python(code, _env(tmp_path / "cold"))
+    assert cold.returncode == 0, cold.stderr
+    assert int(cold.stdout.split()[0]) >= 1, cold.stdout
+    env = _env(tmp_path / "cache")
+    warm = subprocess.run([sys.executable, "-m", "collectives", "warmup", "--dtypes", "float16",
+                           "--paths", "allreduce"], env=env, capture_output=True, text=True,
+                          timeout=1200)
+    assert warm.returncode == 0, warm.stderr
+    run = _python(code, env)
+    assert run.returncode == 0, run.stderr
+    compiled, loaded = map(int, run.stdout.split())
+    assert compiled == 0 and loaded >= 1, run.stdout
+
+
 def test_preload_usage_errors():
     import collectives
 

@@ -8,6 +8,8 @@ if set, else ``__pycache__`` next to the kernels' sources): later processes load
 
 - ``allreduce``: the shm round driver (``run_rounds``, what ``algorithm="auto"`` runs on one
   node), through a one-rank team on ``COMM_SELF``: the same argument types as any team's call;
+  for float16 also the compiled reduction of the message-based algorithms
+  (:class:`collectives.ops.HalfOp`, from ``HALF_KERNEL_ELEMENTS`` elements);
 - ``compressed``: ``compressed_allreduce`` with top-k and error feedback and the sparse
   strategy's merges (:func:`collectives.compressed.warm.topk_with_feedback`).
 
@@ -46,6 +48,11 @@ def _allreduce(dtype: np.dtype) -> None:
         team.run(x, out, layout.OPCODES["sum"], layout.REPLICATED, 1, None)
     finally:
         team.free()
+    if dtype == np.float16:
+        from .ops import HALF_KERNEL_ELEMENTS, get_op
+
+        y = np.ones(HALF_KERNEL_ELEMENTS, dtype)
+        get_op("sum", dtype).combine(y, y, y)  # one compile serves every op
 
 
 def _compressed(dtype: np.dtype) -> None:
