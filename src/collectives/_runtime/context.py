@@ -3,16 +3,16 @@
 Like MPI libraries do internally, every collective talks on a private duplicate of the caller's
 communicator, so its point-to-point messages can never match the caller's own. The duplicate and
 anything derived from it (the node communicators of "hierarchical") hang off the caller's
-communicator as an MPI attribute, so they are created once, collectively, on first use, and are
+communicator as an MPI attribute (the library's one, :mod:`.slots`), so they are created once, collectively, on first use, and are
 freed when the caller frees that communicator.
 
 Communicators never freed (``COMM_WORLD`` above all) would keep their contexts, shared windows
 included, open into ``MPI_Finalize``: MPICH over OFI then fails to close its fabric ("OFI call
 fabricclose failed: Device or resource busy"). So every context still held is freed, newest
 first, before MPI finalizes: at interpreter exit (``atexit``: mpi4py finalizes MPI after it, too
-late to run Python callbacks) and, for an explicit ``MPI.Finalize()``, from a delete callback of
-``MPI_COMM_SELF`` (MPI calls them first, in reverse order of setting, so this one runs after
-those set later, such as the engines'). Every rank made its contexts in the same order
+late to run Python callbacks) and, for an explicit ``MPI.Finalize()``, from the deletion of
+``MPI_COMM_SELF``'s attributes, which MPI does first (:func:`.slots.at_finalize`: after the
+engines' hook). Every rank made its contexts in the same order
 (collectively), so every rank frees them in the same order.
 """
 
@@ -26,6 +26,7 @@ from mpi4py import MPI
 
 from ..options import Options
 from . import release as _release
+from . import slots as _slots
 from .guard import Guard
 
 __all__ = ["Context", "context", "reset"]
@@ -76,11 +77,11 @@ class Context:
             _release.release(self.comm, self._guard)
 
 
-#: the communicators holding a context (as ``_KEYVAL``), in the order the contexts were made
+#: the communicators holding a context (in their slots), in the order the contexts were made
 _HELD: dict[Context, MPI.Comm] = {}
 
 
-def _delete(comm: MPI.Comm, keyval: int, ctx: Context) -> None:
+def _free(comm: MPI.Comm, ctx: Context) -> None:
     _HELD.pop(ctx, None)
     try:
         ctx.free()
@@ -88,7 +89,7 @@ def _delete(comm: MPI.Comm, keyval: int, ctx: Context) -> None:
         pass
 
 
-_KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete)
+_slots.register("context", _free)
 
 
 def _duplicate(comm: MPI.Comm, timeout: float | None) -> MPI.Comm:
@@ -116,11 +117,11 @@ def context(comm: MPI.Comm, options: Any = None) -> Context:
     """The :class:`Context` of ``comm``; the first call on a communicator is collective, and
     waits at most ``Options.timeout`` for the other ranks (``options``, default: from the
     environment)."""
-    ctx = comm.Get_attr(_KEYVAL)
+    ctx = _slots.get(comm, "context")
     if ctx is None:
         opts = Options.from_env() if options is None else options
         ctx = Context(comm, timeout=getattr(opts, "timeout", None))
-        comm.Set_attr(_KEYVAL, ctx)
+        _slots.put(comm, "context", ctx)
         _HELD[ctx] = comm
     return ctx
 
@@ -130,14 +131,13 @@ def reset(comm: MPI.Comm) -> None:
     the same two calls): its duplicate is freed and the next call makes a fresh one. After a
     failure this brings the MPI library's own collectives ("native") back, which a failure
     retires on the communicator (``_runtime/guard.py``); it also frees cached sub-communicators."""
-    if comm.Get_attr(_KEYVAL) is not None:
-        comm.Delete_attr(_KEYVAL)
+    _slots.drop(comm, "context")
 
 
 def _free_all(*_: Any) -> None:
     """Free every context still held, newest first (see the module docstring); ``COMM_SELF``'s
     are left to MPI when it is already deleting that communicator's attributes."""
-    finalizing = bool(_)  # called as COMM_SELF's delete callback
+    finalizing = bool(_)  # called inside MPI_Finalize (slots.at_finalize)
     _release.mark_exiting()
     for ctx, comm in reversed(list(_HELD.items())):
         if MPI.Is_finalized():
@@ -145,7 +145,7 @@ def _free_all(*_: Any) -> None:
         if finalizing and comm == MPI.COMM_SELF:
             continue
         try:
-            comm.Delete_attr(_KEYVAL)  # runs _delete
+            _slots.drop(comm, "context")  # runs _free
         except MPI.Exception:  # pragma: no cover - the handle was freed behind our back
             _HELD.pop(ctx, None)
     if not MPI.Is_finalized():
@@ -153,4 +153,4 @@ def _free_all(*_: Any) -> None:
 
 
 atexit.register(_free_all)
-MPI.COMM_SELF.Set_attr(MPI.Comm.Create_keyval(delete_fn=_free_all), True)
+_slots.at_finalize("context", lambda: _free_all(True))

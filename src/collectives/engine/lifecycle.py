@@ -2,9 +2,9 @@
 
 - :func:`engine_of` gives a communicator's engine, creating it at the first non-blocking call,
   which is therefore collective: it returns once every rank has made its first non-blocking
-  call on the communicator (the engine duplicates it). The engine hangs off the communicator as
-  an MPI attribute, like the blocking functions' private duplicate, so freeing the communicator
-  shuts it down.
+  call on the communicator (the engine duplicates it). The engine hangs off the communicator in
+  the library's one MPI attribute there, beside the blocking functions' private duplicate
+  (:mod:`collectives._runtime.slots`), so freeing the communicator shuts it down first.
 - The MPI library must provide ``MPI_THREAD_MULTIPLE``: the engine's thread calls MPI while the
   caller's threads do. :func:`require_threads` says so clearly at the first non-blocking call
   when it does not (mpi4py asks for it unless ``mpi4py.rc.thread_level`` says otherwise; MPICH and
@@ -20,7 +20,8 @@
   lock from the start of ``MPI_Finalize``, through the delete callbacks of ``MPI_COMM_SELF``'s
   attributes (MPI's own finalize hook), so a thread still in MPI then can neither finish nor be
   waited for (it hangs, or MPICH aborts destroying a mutex in use). So ``mpi4py.MPI.Finalize``
-  is wrapped to shut the engines down first. An attribute of ``MPI_COMM_SELF`` stays as the
+  is wrapped to shut the engines down first. A hook run from the deletion of
+  ``MPI_COMM_SELF``'s attribute (:func:`collectives._runtime.slots.at_finalize`) stays as the
   safety net for code that kept the unwrapped function: there, nothing can be waited for, so
   idle engines are stopped without further MPI calls and busy ones are reported, then the job
   is aborted.
@@ -36,6 +37,7 @@ from typing import Any
 
 from mpi4py import MPI
 
+from .._runtime import slots
 from .._runtime.cli import abort_world
 from .._runtime.release import mark_exiting
 from .engine import Engine
@@ -69,7 +71,7 @@ def require_threads() -> None:
     _state["threads_ok"] = True
 
 
-def _delete(comm: MPI.Comm, keyval: int, engine: Engine) -> None:
+def _free(comm: MPI.Comm, engine: Engine) -> None:
     """The communicator is being freed: finish its operations, then free the engine's."""
     _LIVE.pop(id(engine), None)
     if engine.drain(_grace(engine)):
@@ -80,24 +82,24 @@ def _delete(comm: MPI.Comm, keyval: int, engine: Engine) -> None:
         _LIVE[id(engine)] = engine  # exit will deal with it
 
 
-_KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete)
+slots.register("engine", _free)
 
 
 def engine_of(comm: MPI.Intracomm, timeout: float | None = None) -> Engine:
     """The progress engine of ``comm``, created at the first call (thread-safe; the creation is
     collective: it waits up to ``timeout`` for every rank's first call)."""
-    engine = comm.Get_attr(_KEYVAL)
+    engine = slots.get(comm, "engine")
     if engine is None:
         require_threads()
         with _CREATE:  # held while initiating, not while waiting for the other ranks
-            engine = comm.Get_attr(_KEYVAL)
+            engine = slots.get(comm, "engine")
             created = engine is None
             if created:
                 if _state["shut"]:
                     raise RuntimeError("collectives: MPI is finalizing; no new non-blocking "
                                        "operations")
                 engine = Engine(comm)
-                comm.Set_attr(_KEYVAL, engine)
+                slots.put(comm, "engine", engine)
                 _LIVE[id(engine)] = engine
         if created:
             engine.complete_setup(timeout)
@@ -152,7 +154,7 @@ def _report(stuck: list[tuple[Engine, list[str]]], when: str, abort: bool) -> No
         abort_world(1, delay=0.5)  # mpiexec forwards the report before the job ends
 
 
-def _at_finalize(comm: MPI.Comm, keyval: int, value: Any) -> None:
+def _at_finalize() -> None:
     """Inside ``MPI_Finalize`` (the unwrapped one): stop what can stop, abort if anything is busy."""
     if _state["shut"]:
         return
@@ -184,4 +186,4 @@ MPI.Finalize = _wrapped_finalize
 atexit.register(shutdown)
 atexit.register(mark_exiting)  # runs first (last registered): engines stopped at exit free
 # their communicators at once (_runtime/release.py)
-MPI.COMM_SELF.Set_attr(MPI.Comm.Create_keyval(delete_fn=_at_finalize), True)
+slots.at_finalize("engine", _at_finalize)
