@@ -1,13 +1,14 @@
 """Float format conversion kernels (private).
 
-``f32_to_f16_bits`` rounds float32 to IEEE half precision to nearest-even entirely in integer
-arithmetic (no float16 support needed from Numba, and the loop vectorizes): normal results add the
-exponent rebias plus a rounding bias of ``0xFFF + odd`` before shifting out 13 mantissa bits; results in
-the half subnormal range shift the 24-bit significand right by ``126 - e`` and round by the remainder;
-overflow gives infinity and NaN stays a (quiet) NaN. Half-to-float goes through a 65536-entry table.
+``to_f16_word`` rounds a float32 or float64 to IEEE half precision to nearest-even entirely in
+integer arithmetic (no float16 support needed, so the device kernels use it too): normal results
+add the exponent rebias plus a rounding bias of ``0xFFF + odd`` before shifting out the extra
+mantissa bits; results in the half subnormal range shift the significand right and round by the
+remainder; overflow gives infinity and NaN the quiet NaN ``0x7E00`` with its sign. On the host,
+``f32_to_f16_bits`` gives the same words with the processor's conversion (F16C, several times
+faster), and ``f16_to_f32_bits`` widens with it, keeping a NaN's payload as NumPy's cast does.
 ``f32_to_bf16_bits`` is the usual round-to-nearest-even on the upper 16 bits of float32.
 """
-
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
@@ -15,8 +16,9 @@ from numba.extending import intrinsic
 
 from . import NJIT
 
-__all__ = ["to_f16_word", "to_bf16_word", "f16_to_f32_word", "f32_to_f16_bits", "f32_to_bf16_bits", "bf16_bits_to_f32",
-           "table_lookup", "half_to_float", "float_to_half", "combine_half", "HALF_OPS"]
+__all__ = ["to_f16_word", "to_bf16_word", "f16_to_f32_word", "f32_to_f16_bits", "f16_to_f32_bits",
+           "f32_to_bf16_bits", "bf16_bits_to_f32",
+           "half_to_float", "float_to_half", "combine_half", "HALF_OPS"]
 
 
 @njit(**NJIT)
@@ -45,10 +47,30 @@ def to_f16_word(f, mbits, bias):
 
 
 @njit(**NJIT)
-def f32_to_f16_bits(src, dst):
-    """Round float32 words ``src`` (uint32 view) to binary16 words ``dst`` (uint16)."""
-    for i in range(src.size):
-        dst[i] = to_f16_word(np.int64(src[i]), 23, 127)
+def f32_to_f16_bits(x, words, dst):
+    """Round float32 ``x`` (``words``: its uint32 view) to binary16 words ``dst`` (uint16): the
+    processor's conversion (nearest even, subnormals, overflow to infinity), and a NaN as the
+    quiet NaN ``0x7E00`` with its sign: the words of :func:`to_f16_word` (the device's), for
+    every input. The select instead of a branch keeps the loop SIMD code."""
+    for i in range(x.size):
+        w = words[i]
+        nan = np.uint16(((w >> np.uint32(16)) & np.uint32(0x8000)) | np.uint32(0x7E00))
+        h = float_to_half(x[i])
+        dst[i] = nan if (w & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000) else h
+
+
+@njit(**NJIT)
+def f16_to_f32_bits(half, dst):
+    """Widen binary16 words ``half`` to float32 words ``dst`` (uint32 view): the processor's
+    conversion (exact), except NaN, whose payload is kept as it is (a signalling NaN stays one;
+    the processor would quiet it): the bits of NumPy's cast, for every word."""
+    for i in range(half.size):
+        h = half[i]
+        wide = np.float32(half_to_float(h)).view(np.uint32)
+        nan = ((np.uint32(h & np.uint16(0x8000)) << np.uint32(16)) | np.uint32(0x7F800000)
+               | (np.uint32(h & np.uint16(0x3FF)) << np.uint32(13)))
+        isnan = (h & np.uint16(0x7C00)) == np.uint16(0x7C00) and (h & np.uint16(0x3FF)) != 0
+        dst[i] = nan if isnan else wide
 
 
 @njit(**NJIT)
@@ -92,13 +114,6 @@ def bf16_bits_to_f32(src, dst):
     """Widen bfloat16 words ``src`` (uint16) to float32 words ``dst`` (uint32 view); exact."""
     for i in range(src.size):
         dst[i] = np.uint32(src[i]) << np.uint32(16)
-
-
-@njit(**NJIT)
-def table_lookup(src, table, dst):
-    """``dst[i] = table[src[i]]`` for a table that covers every value of ``src``'s dtype."""
-    for i in range(src.size):
-        dst[i] = table[src[i]]
 
 
 

@@ -28,8 +28,6 @@ __all__ = ["float_work", "sign_stats", "pack_sign_bits", "pack_negative_bits", "
 
 compile_notice.install()  # a line on rank 0 while a first compile stalls a call
 
-#: float32 value of every binary16 word (decode by table lookup)
-_F16_TO_F32 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
 
 def float_work(x: np.ndarray) -> np.ndarray:
     """``x`` flat if float32/float64; a float32 copy of float16 ``x`` (kernels do no float16 math)."""
@@ -112,14 +110,14 @@ def to_f16(flat: np.ndarray, half: np.ndarray) -> None:
     """Binary16 words ``half`` of the flat float array ``flat``: an integer-only kernel for float32,
     NumPy's correctly rounded cast for float64, a copy for float16."""
     if flat.dtype == np.float32:
-        floats.f32_to_f16_bits(flat.view(np.uint32), half)
+        floats.f32_to_f16_bits(flat, flat.view(np.uint32), half)
     else:
         half.view(np.float16)[:] = flat
 
 
 def f16_to_f32(half: np.ndarray, out: np.ndarray) -> None:
-    """Float32 values ``out`` of the binary16 words ``half`` (exact; a table lookup)."""
-    floats.table_lookup(half, _F16_TO_F32, out)
+    """Float32 values ``out`` of the binary16 words ``half`` (exact, NumPy's bits)."""
+    floats.f16_to_f32_bits(half, out.view(np.uint32))
 
 
 def to_bf16(f32: np.ndarray, words: np.ndarray) -> None:

@@ -1,10 +1,11 @@
 """IEEE half-precision (binary16) codec.
 
 How it works: every element is rounded to the nearest binary16 value (ties to even; overflow to
-infinity, NaN stays NaN). float32 input goes through an integer-only Numba kernel
-(:func:`compress._kernels.floats.f32_to_f16_bits`, checked bit-exact against NumPy's cast over all 2**32
-inputs); float64 input uses NumPy's correctly rounded cast; float16 input is copied. Decoding widens
-through a 65536-entry lookup table. Mixed-precision training as in Micikevicius et al., "Mixed
+infinity, NaN to the quiet NaN ``0x7E00`` with its sign). float32 input goes through a Numba
+kernel of the processor's conversion (:func:`compress._kernels.floats.f32_to_f16_bits`: the
+words of NumPy's cast for every non-NaN input, and of the integer-only twin the device runs for
+every input); float64 input uses NumPy's correctly rounded cast; float16 input is copied.
+Decoding widens with the processor's conversion too, with NumPy's bits (NaN payloads kept). Mixed-precision training as in Micikevicius et al., "Mixed
 Precision Training", ICLR 2018.
 
 Wire size: ``header + 2 * n`` bytes, header ``= 16 + 8 * ndim``.
@@ -64,8 +65,8 @@ class FP16(ElementSummable, Codec):
         return half.view(np.float16)
 
     def summable_decode(self, rep, *, shape, dtype, key=None, step: int = 0) -> np.ndarray:
-        """The summed binary16 values as ``dtype`` (float32 through the decode's lookup table:
-        NumPy's cast, exactly, without its per-element software conversion)."""
+        """The summed binary16 values as ``dtype`` (float32 through the decode's kernel: NumPy's
+        cast, exactly, without its per-element software conversion)."""
         if np.dtype(dtype) != np.float32 or rep.dtype != np.float16 or rep.ndim != 1:
             return rep.astype(dtype).reshape(shape)
         ops = backend_of(rep)
