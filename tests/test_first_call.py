@@ -86,6 +86,17 @@ def test_warmup_fills_the_cache_for_the_first_calls(tmp_path):
     again = subprocess.run([sys.executable, "-m", "collectives", "warmup", "--dtypes", "float32"],
                            env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and ": 0 kernels compiled" in again.stdout, again.stdout
+    fp16 = _python("""
+        import numpy as np, compress
+        from collectives.warmup import kernel_stats
+        codec = compress.from_spec("fp16")
+        x = np.linspace(-3, 3, 1001, dtype=np.float32)
+        assert (codec.decode(codec.encode(x)) == x.astype(np.float16)).all()
+        print(*kernel_stats())
+    """, env)
+    assert fp16.returncode == 0, fp16.stderr
+    compiled, loaded = map(int, fp16.stdout.split())
+    assert compiled == 0 and loaded >= 2, fp16.stdout  # the fp16 codec's two kernels
     out = tmp_path / "first.json"
     run = subprocess.run([*mpiexec_command(), "-n", "2", sys.executable,
                           str(ROOT / "bench" / "first_call.py"), "--count", "5000", "--calls", "2",

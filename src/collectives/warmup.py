@@ -11,7 +11,8 @@ if set, else ``__pycache__`` next to the kernels' sources): later processes load
   for float16 also the compiled reduction of the message-based algorithms
   (:class:`collectives.ops.HalfOp`, from ``HALF_KERNEL_ELEMENTS`` elements);
 - ``compressed``: ``compressed_allreduce`` with top-k and error feedback and the sparse
-  strategy's merges (:func:`collectives.compressed.warm.topk_with_feedback`).
+  strategy's merges (:func:`collectives.compressed.warm.topk_with_feedback`); for float32 also
+  the fp16 codec's encode and decode.
 
 The kernels take any op in one compile (the op is an argument); each dtype is a compile of its own.
 
@@ -59,6 +60,11 @@ def _compressed(dtype: np.dtype) -> None:
     from .compressed.warm import topk_with_feedback
 
     topk_with_feedback(dtype)
+    if dtype == np.float32:  # the fp16 codec (Horovod's Compression.fp16): encode and decode
+        import compress
+
+        codec = compress.from_spec("fp16")
+        codec.decode(codec.encode(np.linspace(-1, 1, 8, dtype=dtype)))
 
 
 #: What ``warmup`` can compile, by name.
