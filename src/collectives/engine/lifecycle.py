@@ -33,7 +33,6 @@ import atexit
 import sys
 import threading
 import warnings
-from typing import Any
 
 from mpi4py import MPI
 
