@@ -40,7 +40,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 __all__ = ["ElementSummable", "LowRankSummable", "SparsePayload", "FusedFeedback", "Memory",
-           "SUMMABLE"]
+           "SUMMABLE", "decoded_into", "writes_into"]
 
 
 class ElementSummable(ABC):
@@ -56,8 +56,26 @@ class ElementSummable(ABC):
         """``out = a + b`` for two representations (NumPy's ufunc calling convention)."""
 
     @abstractmethod
-    def summable_decode(self, rep, *, shape, dtype, key=None, step: int = 0):
-        """A dense array of ``shape`` and ``dtype`` from a (summed) representation."""
+    def summable_decode(self, rep, *, shape, dtype, key=None, step: int = 0, out=None):
+        """A dense array of ``shape`` and ``dtype`` from a (summed) representation; with
+        ``out`` (an array of that many elements and ``dtype``, where ``rep`` is), written there
+        and returned in ``shape`` (:func:`decoded_into`)."""
+
+
+def decoded_into(result, out, shape):
+    """``result`` (a decoded array), or, with ``out``, ``result`` copied into ``out`` and
+    ``out`` returned in ``shape``: what a ``summable_decode`` returns where it cannot write
+    into ``out`` directly."""
+    if out is None:
+        return result
+    out[...] = result.reshape(out.shape)
+    return out.reshape(shape)
+
+
+def writes_into(out, dtype) -> bool:
+    """Whether a decode kernel may write into ``out`` directly: given, contiguous, of
+    ``dtype``."""
+    return out is not None and out.flags.c_contiguous and out.dtype == dtype
 
 
 class LowRankSummable(ABC):

@@ -222,3 +222,32 @@ def test_codec_state_dict_restores_the_private_generator():
     b = compress.get("qsgd", seed=99)
     b.load_state_dict(saved)
     np.testing.assert_array_equal(b.encode(np.linspace(-1, 1, 64, dtype=np.float32)), first)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("name", ["none", "fp16", "bf16", "randomk"])
+def test_summable_decode_into_out(name, dtype):
+    """``summable_decode(..., out=)`` writes the bits the call without ``out`` returns into
+    ``out`` (flat, in the tensor's shape, or a strided view) and returns ``out``'s memory in
+    ``shape``; the summable allreduce decodes into its result this way."""
+    codec = compress.from_spec("randomk:ratio=0.3,seed=4" if name == "randomk" else name)
+    if np.dtype(dtype) not in codec.dtypes:
+        pytest.skip(f"{name} takes no {np.dtype(dtype)}")
+    shape = (7, 11)
+    x = np.random.default_rng(2).standard_normal(shape).astype(dtype)
+    x[0, :3] = [-0.0, np.inf, np.nan]
+    rep = codec.summable_encode(x, key="k")
+    codec.summable_add(rep, rep, rep)  # a sum, as the allreduce decodes one
+    want = codec.summable_decode(rep, shape=shape, dtype=dtype, key="k")
+    flat = np.full(x.size, 7, dtype)
+    shaped = np.full(shape, 7, dtype)
+    strided = np.full((x.size, 2), 7, dtype)[:, 0]
+    for out in (flat, shaped, strided):
+        got = codec.summable_decode(rep, shape=shape, dtype=dtype, key="k", out=out)
+        assert got.shape == shape
+        assert np.array_equal(np.ascontiguousarray(got).view(np.uint8),
+                              want.view(np.uint8)), (name, out.shape)
+        assert np.array_equal(np.ascontiguousarray(out).reshape(shape).view(np.uint8),
+                              want.view(np.uint8))
+        if out.flags.c_contiguous:
+            assert np.shares_memory(got, out)

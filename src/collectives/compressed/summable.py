@@ -101,5 +101,5 @@ def allreduce(x: np.ndarray, out: np.ndarray, coding: TensorCoding, ctx: Context
         ef.remember(c.reshape(coding.shape), own * coding.world if coding.average else own,
                     key=coding.key)
     _sum(rep, base.summable_add, ctx, opts, algorithm)
-    out[...] = base.summable_decode(rep, shape=x.shape, dtype=x.dtype, key=coding.key,
-                                    step=coding.step).reshape(-1)
+    base.summable_decode(rep, shape=x.shape, dtype=x.dtype, key=coding.key, step=coding.step,
+                         out=out)

@@ -22,7 +22,7 @@ from .._backends import backend_of
 from .._layout import Section
 from ..base import Codec
 from ..bfloat16 import add_words
-from ..protocols import ElementSummable
+from ..protocols import ElementSummable, decoded_into, writes_into
 
 __all__ = ["BF16"]
 
@@ -60,8 +60,12 @@ class BF16(ElementSummable, Codec):
         ops.to_bf16(f32, words)
         return words
 
-    def summable_decode(self, rep, *, shape, dtype, key=None, step: int = 0) -> np.ndarray:
+    def summable_decode(self, rep, *, shape, dtype, key=None, step: int = 0,
+                        out=None) -> np.ndarray:
         ops = backend_of(rep)
-        out = ops.empty(rep.size, np.float32)
-        ops.bf16_to_f32(rep, out)
-        return out.astype(dtype, copy=False).reshape(shape)
+        if np.dtype(dtype) == np.float32 and writes_into(out, np.float32):
+            ops.bf16_to_f32(rep, out.reshape(-1))
+            return out.reshape(shape)
+        f32 = ops.empty(rep.size, np.float32)
+        ops.bf16_to_f32(rep, f32)
+        return decoded_into(f32.astype(dtype, copy=False).reshape(shape), out, shape)

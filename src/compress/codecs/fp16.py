@@ -23,7 +23,7 @@ import numpy as np
 from .._backends import backend_of
 from .._layout import Section
 from ..base import Codec
-from ..protocols import ElementSummable
+from ..protocols import ElementSummable, decoded_into, writes_into
 
 __all__ = ["FP16"]
 
@@ -64,12 +64,14 @@ class FP16(ElementSummable, Codec):
         ops.to_f16(x, half)
         return half.view(np.float16)
 
-    def summable_decode(self, rep, *, shape, dtype, key=None, step: int = 0) -> np.ndarray:
+    def summable_decode(self, rep, *, shape, dtype, key=None, step: int = 0,
+                        out=None) -> np.ndarray:
         """The summed binary16 values as ``dtype`` (float32 through the decode's kernel: NumPy's
-        cast, exactly, without its per-element software conversion)."""
+        cast, exactly, without its per-element software conversion), into ``out`` if given."""
         if np.dtype(dtype) != np.float32 or rep.dtype != np.float16 or rep.ndim != 1:
-            return rep.astype(dtype).reshape(shape)
+            return decoded_into(rep.astype(dtype).reshape(shape), out, shape)
         ops = backend_of(rep)
-        out = ops.empty(rep.size, np.float32)
-        ops.f16_to_f32(rep.view(np.uint16), out)
-        return out.reshape(shape)
+        direct = writes_into(out, np.float32)
+        dst = out.reshape(-1) if direct else ops.empty(rep.size, np.float32)
+        ops.f16_to_f32(rep.view(np.uint16), dst)
+        return dst.reshape(shape) if direct else decoded_into(dst.reshape(shape), out, shape)

@@ -16,7 +16,7 @@ import numpy as np
 
 from .._layout import Section
 from ..base import Codec
-from ..protocols import ElementSummable
+from ..protocols import ElementSummable, decoded_into
 
 __all__ = ["Identity"]
 
@@ -49,5 +49,6 @@ class Identity(ElementSummable, Codec):
     def summable_encode(self, x, *, key=None, step: int = 0) -> np.ndarray:
         return self._prepare_any(x).reshape(-1).copy()
 
-    def summable_decode(self, rep, *, shape, dtype, key=None, step: int = 0) -> np.ndarray:
-        return rep.astype(dtype, copy=False).reshape(shape)
+    def summable_decode(self, rep, *, shape, dtype, key=None, step: int = 0,
+                        out=None) -> np.ndarray:
+        return decoded_into(rep.astype(dtype, copy=False).reshape(shape), out, shape)

@@ -35,7 +35,7 @@ from .._seeding import shared_stream
 from .._util import check_ratio, k_for, nan_word, quiet, require, uint_view
 from ..base import Codec
 from ..arrays import namespace
-from ..protocols import ElementSummable, FusedFeedback
+from ..protocols import ElementSummable, FusedFeedback, decoded_into
 
 __all__ = ["RandomK"]
 
@@ -101,15 +101,16 @@ class RandomK(FusedFeedback, ElementSummable, Codec):
             rep.fill(np.nan)
         return rep
 
-    def summable_decode(self, rep, *, shape, dtype, key=None, step: int = 0) -> np.ndarray:
+    def summable_decode(self, rep, *, shape, dtype, key=None, step: int = 0,
+                        out=None) -> np.ndarray:
         n = int(np.prod(shape))
         xp = namespace(rep)
         idx = self.indices(n, key=key, step=step)
         if rep.shape != idx.shape:
             raise ValueError(f"representation has {rep.size} values, expected {idx.size}")
-        out = xp.zeros(n, dtype=rep.dtype)
-        out[xp.asarray(idx)] = rep * (n / idx.size if (self.unbiased_scaling and idx.size) else 1)
-        return out.astype(dtype, copy=False).reshape(shape)
+        dense = xp.zeros(n, dtype=rep.dtype)
+        dense[xp.asarray(idx)] = rep * (n / idx.size if (self.unbiased_scaling and idx.size) else 1)
+        return decoded_into(dense.astype(dtype, copy=False).reshape(shape), out, shape)
 
     def _sections(self, n, dtype, params):
         return [Section("values", dtype, params["nnz"])]
