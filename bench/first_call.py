@@ -215,14 +215,16 @@ def _print(result: dict) -> None:
         print(f"# collectives.preload{with_comm}: {result['preload_s']:.2f} s (before the first "
               "calls)")
     print(f"{'# case':<14}{'first(s)':>10}{'+import(s)':>12}{'cpu(s)':>9}{'warm(ms)':>10}"
-          f"{'first/warm':>11}{'second/warm':>12}{'faults':>8}{'compile(s)':>12}{'compiled':>10}{'loaded':>8}{'ready(s)':>10}{'meanwhile':>11}")
+          f"{'first/warm':>11}{'second/warm':>12}"
+          f"{'faults':>8}{'compile(s)':>12}{'compiled':>10}{'loaded':>8}{'ready(s)':>10}{'meanwhile':>11}")
     for name, r in result["cases"].items():
         meanwhile = (f"{r['during_calls']} x {r['during_s'] * 1e3:.1f} ms" if r["during_calls"]
                      else "-")
         second = "-" if r.get("second_s") is None else f"{r['second_s'] / r['warm_s']:.1f}x"
         print(f"{name:<14}{r['first_s']:>10.3f}{r['first_s'] + result['import_numba_s']:>12.2f}"
               f"{r['first_cpu_s']:>9.2f}{r['warm_s'] * 1e3:>10.2f}"
-              f"{r['first_s'] / r['warm_s']:>10.1f}x{second:>12}{r['first_faults']:>8}{r['compile_s']:>12.2f}"
+              f"{r['first_s'] / r['warm_s']:>10.1f}x{second:>12}"
+              f"{r['first_faults']:>8}{r['compile_s']:>12.2f}"
               f"{r['compiled']:>10}{r['loaded']:>8}{r['ready_s']:>10.2f}{meanwhile:>11}")
     for name, r in result["cases"].items():
         if not r["compiles"]:

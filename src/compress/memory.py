@@ -30,9 +30,9 @@ into buffers the memory keeps per key, and the memory then writes the sent eleme
 (zero, or ``c - decoded``) at the sent indices only: one pass over the tensor instead of a
 compensation, an encode, a decode and a finiteness check, and no allocation after the second step.
 The state is double-buffered (the buffer written this step becomes the state; the state before
-becomes the next step's buffer), so a skipped step still has the state it had. A key's first step
-computes ``x + zeros`` into its zeros (one new buffer); the second step makes the other one. Both paths give
-the same bits (``tests/compress/test_fused.py``); ``fused=False`` takes the generic one. Device
+becomes the next step's buffer), so a skipped step still has the state it had. A key's first
+step computes ``x + zeros`` into its zeros (one new buffer); the second step makes the other
+one. Both paths give the same bits (``tests/compress/test_fused.py``); ``fused=False`` takes the generic one. Device
 arrays take the generic one.
 
 Both keep state in small dataclasses, check their arguments, and are
@@ -171,7 +171,6 @@ class ErrorFeedback(Memory):
         if first:  # the next step makes its spare
             self.state[key] = Residual(spare, steps=1)
             return payload
-        st = self.state[key]
         st.spare, st.error = st.error, spare
         st.steps += 1
         return payload

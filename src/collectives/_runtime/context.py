@@ -3,8 +3,8 @@
 Like MPI libraries do internally, every collective talks on a private duplicate of the caller's
 communicator, so its point-to-point messages can never match the caller's own. The duplicate and
 anything derived from it (the node communicators of "hierarchical") hang off the caller's
-communicator as an MPI attribute (the library's one, :mod:`.slots`), so they are created once, collectively, on first use, and are
-freed when the caller frees that communicator.
+communicator as an MPI attribute (the library's one, :mod:`.slots`), so they are created once,
+collectively, on first use, and are freed when the caller frees that communicator.
 
 Communicators never freed (``COMM_WORLD`` above all) would keep their contexts, shared windows
 included, open into ``MPI_Finalize``: MPICH over OFI then fails to close its fabric ("OFI call
@@ -134,10 +134,10 @@ def reset(comm: MPI.Comm) -> None:
     _slots.drop(comm, "context")
 
 
-def _free_all(*_: Any) -> None:
+def _free_all(finalizing: bool = False) -> None:
     """Free every context still held, newest first (see the module docstring); ``COMM_SELF``'s
-    are left to MPI when it is already deleting that communicator's attributes."""
-    finalizing = bool(_)  # called inside MPI_Finalize (slots.at_finalize)
+    are left to MPI when ``finalizing`` (inside ``MPI_Finalize``, which is already deleting that
+    communicator's attributes)."""
     _release.mark_exiting()
     for ctx, comm in reversed(list(_HELD.items())):
         if MPI.Is_finalized():

@@ -9,6 +9,7 @@ remainder; overflow gives infinity and NaN the quiet NaN ``0x7E00`` with its sig
 faster), and ``f16_to_f32_bits`` widens with it, keeping a NaN's payload as NumPy's cast does.
 ``f32_to_bf16_bits`` is the usual round-to-nearest-even on the upper 16 bits of float32.
 """
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, types

@@ -107,8 +107,9 @@ def count_bad_scales(scales: np.ndarray) -> int:
 
 
 def to_f16(flat: np.ndarray, half: np.ndarray) -> None:
-    """Binary16 words ``half`` of the flat float array ``flat``: an integer-only kernel for float32,
-    NumPy's correctly rounded cast for float64, a copy for float16."""
+    """Binary16 words ``half`` of the flat float array ``flat``: the processor's conversion for
+    float32 (the integer-only kernel's words), NumPy's correctly rounded cast for float64, a copy
+    for float16."""
     if flat.dtype == np.float32:
         floats.f32_to_f16_bits(flat, flat.view(np.uint32), half)
     else:

@@ -5,8 +5,8 @@ infinity, NaN to the quiet NaN ``0x7E00`` with its sign). float32 input goes thr
 kernel of the processor's conversion (:func:`compress._kernels.floats.f32_to_f16_bits`: the
 words of NumPy's cast for every non-NaN input, and of the integer-only twin the device runs for
 every input); float64 input uses NumPy's correctly rounded cast; float16 input is copied.
-Decoding widens with the processor's conversion too, with NumPy's bits (NaN payloads kept). Mixed-precision training as in Micikevicius et al., "Mixed
-Precision Training", ICLR 2018.
+Decoding widens with the processor's conversion too, with NumPy's bits (NaN payloads kept).
+Mixed-precision training as in Micikevicius et al., "Mixed Precision Training", ICLR 2018.
 
 Wire size: ``header + 2 * n`` bytes, header ``= 16 + 8 * ndim``.
 
