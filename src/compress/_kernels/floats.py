@@ -5,8 +5,9 @@ integer arithmetic (no float16 support needed, so the device kernels use it too)
 add the exponent rebias plus a rounding bias of ``0xFFF + odd`` before shifting out the extra
 mantissa bits; results in the half subnormal range shift the significand right and round by the
 remainder; overflow gives infinity and NaN the quiet NaN ``0x7E00`` with its sign. On the host,
-``f32_to_f16_bits`` gives the same words with the processor's conversion (F16C, several times
-faster), and ``f16_to_f32_bits`` widens with it, keeping a NaN's payload as NumPy's cast does.
+``f32_to_f16_bits`` gives the same words with the processor's conversion (F16C; its speed:
+docs/benchmarks/codecs.md), and ``f16_to_f32_bits`` widens with it, keeping a NaN's payload as
+NumPy's cast does.
 ``f32_to_bf16_bits`` is the usual round-to-nearest-even on the upper 16 bits of float32.
 """
 
