@@ -38,7 +38,7 @@ from ._runtime.ranks import partition
 from ._runtime.fatal import runner
 from ._runtime.validate import check_comm, checked_call as _checked, pick as _pick, setup as _setup
 from ._runtime.validate import timeline_option
-from .algorithms import ALGORITHMS, FLAT, auto
+from .algorithms import ALGORITHMS, FLAT, auto, shm
 from .blocks import ALLGATHER, BCAST, REDUCE, REDUCE_SCATTER
 from .ops import Op, get_op
 from .options import Options
@@ -136,7 +136,9 @@ class _Repeat:
         self.shape, self.xstrides, self.ostrides, self.dtype = x.shape, x.strides, out.strides, \
             x.dtype
         self.opts, self.comm, self.ctx, self.run = opts, comm, ctx, runner(ctx, opts).run
-        self.op, self.fn, self.inplace = call.op, call.decide(ctx), call.dst is call.src
+        # the decided algorithm; shm's as a lane: every repeat passes arrays of this call's types
+        self.op, self.inplace = call.op, call.dst is call.src
+        self.fn = shm.lane(call.decide(ctx), call.src, call.dst, call.op, ctx, call.opts)
         # 1-D of a built-in dtype: flat() would return the arrays themselves
         self.vector = (x.ndim == 1 and x.dtype.isbuiltin == 1 and call.src is x
                        and call.dst is out)
@@ -146,12 +148,12 @@ class _Repeat:
 def _unchanged(e: Any, x: np.ndarray, out: np.ndarray, opts: Options) -> bool:
     """Whether a remembered call's checks still hold for ``x`` and ``out`` (the same objects)
     under ``opts``: what can change in place has not (shapes, strides, dtypes, ``out``'s write
-    flag, the options in force, the communicator not freed). ``e``: a remembered call with the
-    attributes ``shape``, ``xstrides``, ``ostrides``, ``dtype``, ``opts`` and ``comm``
-    (:class:`_Repeat`, ``nonblocking._Last``)."""
+    flag, the options in force); the caller checks that its communicator is still usable.
+    ``e``: a remembered call with the attributes ``shape``, ``xstrides``, ``ostrides``, ``dtype``
+    and ``opts`` (:class:`_Repeat`, ``nonblocking._Last``)."""
     return (opts is e.opts and x.shape == e.shape and out.shape == e.shape
             and x.dtype is e.dtype and out.dtype is e.dtype and x.strides == e.xstrides
-            and out.strides == e.ostrides and out.flags.writeable and e.comm != MPI.COMM_NULL)
+            and out.strides == e.ostrides and out.flags.writeable)
 
 
 class _Repeats:
@@ -162,7 +164,7 @@ class _Repeats:
     ("auto"'s algorithm) are remembered, keyed by the identity of ``x``, ``out``, ``comm`` and
     the names of op and algorithm; a later call with the same objects reuses them after
     re-checking what could have changed in place: the shapes, strides and dtypes, ``out``'s write
-    flag, the options in force, and that the communicator is not freed. Arrays are held by weak
+    flag, the options in force, and that the communicator is neither freed nor reset. Arrays are held by weak
     references only. NumPy arrays, string ops and ``validate`` off only; the last :data:`SIZE`
     argument sets.
     """
@@ -188,7 +190,10 @@ class _Repeats:
                 return False
             self._use(e)
         opts = e.opts
-        if not _unchanged(e, x, out, Options.from_env() if options is None else options):
+        # e.ctx.live: the communicator not freed, nor its context reset (the next call makes a
+        # new one)
+        if not (_unchanged(e, x, out, Options.from_env() if options is None else options)
+                and e.ctx.live):
             return False
         if e.vector:
             src, dst = x, out

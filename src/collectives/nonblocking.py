@@ -43,6 +43,7 @@ from ._runtime.flight import describe
 from ._runtime.validate import check_comm, checked_call as _checked, setup as _setup
 from .api import (_AUTO, AllgatherCall, AllreduceCall, BcastCall, OpLike, ReduceCall,
                   ReduceScatterCall, run_allreduce, _unchanged)
+from .algorithms import shm
 from .compressed.api import CompressedAllreduceCall
 from .engine import Request, engine_of
 from .engine.engine import INLINE_BYTES
@@ -141,17 +142,23 @@ def iallreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "su
 class _Remembered(AllreduceCall):
     """An :func:`iallreduce`'s checked call that also keeps the algorithm its run decides
     ("auto" resolved) in :attr:`decided`, a box that :class:`_Last` holds instead of the call
-    (which holds the arrays)."""
+    (which holds the arrays): ``[the algorithm function, what runs it]``, the second shm's
+    lane (``shm.lane``: the repeats pass arrays of this call's types) or the function itself,
+    None until the first run decides."""
 
     __slots__ = ("decided",)
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
-        self.decided = [self.fn]
+        self.decided = [self.fn, None]
 
     def decide(self, ctx: Any) -> Any:
-        fn = self.decided[0] = super().decide(ctx)
-        return fn
+        decided = self.decided
+        run = decided[1]
+        if run is None:
+            fn = decided[0] = super().decide(ctx)
+            run = decided[1] = shm.lane(fn, self.src, self.dst, self.op, ctx, self.opts)
+        return run
 
 
 class _Last:
@@ -183,7 +190,7 @@ class _Last:
         """Submit the call again on ``x`` and ``out`` (the remembered ones); None if anything has
         changed."""
         opts = Options.from_env() if options is None else options
-        if not _unchanged(self, x, out, opts):
+        if not (_unchanged(self, x, out, opts) and self.comm != MPI.COMM_NULL):
             return None
         call = _Remembered.__new__(_Remembered)
         call.src = x if self.vector else flat(x)
@@ -332,7 +339,7 @@ class Plan(_Persistent):
       Every rank must use the same form at the same point, as for any collective.
     """
 
-    __slots__ = ("_comm", "_device", "_allreduce", "_blocking", "_result")
+    __slots__ = ("_comm", "_device", "_allreduce", "_blocking", "_result", "_ctx")
 
     def __init__(self, call: AllreduceCall, comm: MPI.Intracomm, opts: Options,
                  device: Any = None) -> None:
@@ -344,6 +351,7 @@ class Plan(_Persistent):
         self._done = True
         self._active = False  # started, and not yet seen complete by wait() or test()
         self._blocking: Any = None
+        self._ctx: Any = None  # the context the blocking run was prepared on
         # read once, from the bare call: plan() returns it with no lookup through self.call
         # (_OnDevice's __getattr__ for CuPy arrays; docs/benchmarks.md, "Numbers behind the code")
         self._result: Any = call.result
@@ -367,25 +375,41 @@ class Plan(_Persistent):
         if self._active:
             raise RuntimeError(f"{self.describe()} is still running: wait() before running it")
         run = self._blocking
-        if run is None:
+        if run is None or not self._ctx.live:  # first run, or the communicator was reset
             run = self._blocking = self._prepare_blocking()
         run()
         return self._result
 
     def _prepare_blocking(self) -> Any:
         """The blocking run with its algorithm decided, under the communicator's guard like
-        every blocking call (``collectives._runtime.guard``)."""
+        every blocking call (``collectives._runtime.guard``), on the communicator's context
+        of now (:attr:`_ctx`)."""
         call = self._allreduce
         if call.trivial:
+            self._ctx = _NO_CONTEXT
             return partial(self.call.run, None)
-        ctx = context(self._comm)
+        ctx = self._ctx = context(self._comm)
         run = runner(ctx, self.opts).run  # the guard, or abort mode's (Options.on_error)
         if self._device is not None:  # under the caller's CuPy device
             return partial(run, "allreduce", self.call.run, ctx, timeout=self.opts.timeout,
                            what=describe(call))
-        return partial(run, "allreduce", run_allreduce, call.src, call.dst, call.op,
-                       call.decide(ctx), ctx, call.opts, timeout=self.opts.timeout,
-                       what=describe(call))
+        # views of the plan's own: no later change to the caller's arrays (a new shape or
+        # dtype set in place) reaches them, so shm's lane always gets the types it was made for
+        src = call.src.view()
+        dst = src if call.dst is call.src else call.dst.view()
+        return partial(run, "allreduce", run_allreduce, src, dst, call.op,
+                       shm.lane(call.decide(ctx), src, dst, call.op, ctx, call.opts), ctx,
+                       call.opts,
+                       timeout=self.opts.timeout, what=describe(call))
+
+
+class _Always:
+    """A stand-in context for a plan with nothing to run on one: always live."""
+
+    live = True
+
+
+_NO_CONTEXT = _Always()
 
 
 def allreduce_init(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum",

@@ -210,6 +210,32 @@ def test_repeated_calls_reuse_checks_safely(monkeypatch):
         collectives.allreduce(x, out=y, comm=comm)
 
 
+def test_reset_reaches_remembered_calls_and_plans():
+    """After ``collectives.reset(comm)`` a remembered allreduce and a plan run on the
+    communicator's new context. They kept the freed one, and filled it again: a new shared
+    window on a duplicate already released, and a closed guard."""
+    from collectives import api
+    from collectives._runtime.context import context
+
+    comm = MPI.COMM_WORLD.Dup()
+    x = make_input(1001, np.dtype(np.float64), "sum", comm.rank)
+    y = np.empty_like(x)
+    plan = collectives.allreduce_init(x, out=np.empty_like(x), comm=comm)
+    for _ in range(2):
+        collectives.allreduce(x, out=y, comm=comm)
+        plan()
+    old = context(comm)
+    collectives.reset(comm)
+    for _ in range(2):
+        assert_close(collectives.allreduce(x, out=y, comm=comm), x, "sum", comm, "after reset")
+        assert_close(plan(), x, "sum", comm, "plan after reset")
+    new = context(comm)
+    assert new is not old and not old.live and not old.cache, old.cache
+    if comm.size > 1:  # one process: a trivial call, never remembered
+        assert api._REPEATS.recent[0].ctx is new
+    comm.Free()
+
+
 @pytest.mark.parametrize("algorithm", list(collectives.ALGORITHMS))
 def test_abort_mode_matches_the_reference(algorithm):
     """Options.on_error="abort" runs the algorithms as plain blocking MPI (_runtime/fatal.py):

@@ -611,3 +611,46 @@ def test_abandoned_native_operation_never_writes_into_the_result(monkeypatch, pi
         assert (assert_identical == assert_identical[0]).all()
         comm.Free()
     MPI.Request.Waitall([s for s, _ in sends])
+
+
+def test_a_mismatch_or_a_failure_in_a_lane_raises_on_every_rank(monkeypatch):
+    """Repeated shm calls run the kernel's entry (``shm.Lane``); its waits end as the
+    dispatcher's do: an op that differs across ranks raises on every rank, and so does a rank
+    that fails before its part (the others get its notice); the next calls are right."""
+    from collectives._runtime.shmem.team import Team
+
+    comm = MPI.COMM_WORLD
+    if comm.size == 1:
+        pytest.skip("nothing to differ from")
+    last = comm.rank == comm.size - 1
+    for count in (3, 100_000):  # both modes
+        x = np.ones(count)
+        y = np.empty_like(x)
+        for op in ("sum", "max", "sum", "max"):  # a lane for each, on every rank
+            collectives.allreduce(x, out=y, op=op)
+        op = "max" if last else "sum"
+        error = _raises_everywhere(lambda: collectives.allreduce(x, out=y, op=op))
+        assert "the call differs (op or mode) across ranks" in str(error), str(error)
+        collectives.reset(comm)  # native is retired after a failure; the lanes made anew
+        for op in ("sum", "sum"):
+            collectives.allreduce(x, out=y, op=op)
+        original = Team.run_compiled
+
+        def failing(self, *args):
+            raise RuntimeError("injected")
+
+        if comm.rank == 0:
+            monkeypatch.setattr(Team, "run_compiled", failing)
+        error = _raises_everywhere(lambda: collectives.allreduce(x, out=y),
+                                   (RuntimeError, collectives.CollectiveError))
+        assert "injected" in str(error), str(error)
+        monkeypatch.setattr(Team, "run_compiled", original)
+        for k in range(2):
+            z = make_input(count, np.dtype(np.float64), "sum", comm.rank, seed=k)
+            w = np.empty_like(z)
+            for _ in range(2):
+                collectives.allreduce(z, out=w)
+                assert np.allclose(w, reference_allreduce(z, "sum", comm), rtol=1e-12,
+                                   atol=1e-12), (count, k)
+        collectives.reset(comm)
+    _still_works()

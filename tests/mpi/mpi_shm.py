@@ -340,3 +340,112 @@ def test_hierarchical_on_shared_buffers(node_size, shm_driver, comm):
         y = collectives.allreduce(x, out=out, op="avg", algorithm="hierarchical", comm=comm,
                                   options=opts)
         _check(y, before, "avg", comm, f"node_size={node_size} n={count} inplace={inplace}")
+
+
+def _count_entry_calls(monkeypatch):
+    """Count this rank's calls of shm's compiled entry (``Team.run_compiled``, what a lane
+    runs) and of ``Team.run`` (the dispatcher's path)."""
+    from collectives._runtime.shmem.team import Team
+
+    calls = {"entry": 0, "run": 0}
+    entry, run = Team.run_compiled, Team.run
+
+    def counted_entry(self, *args):
+        calls["entry"] += 1
+        return entry(self, *args)
+
+    def counted_run(self, *args, **kwargs):
+        calls["run"] += 1
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(Team, "run_compiled", counted_entry)
+    monkeypatch.setattr(Team, "run", counted_run)
+    return calls
+
+
+@pytest.mark.parametrize("dtype", [d for d in (np.dtype(c) for c in collectives.SUPPORTED_DTYPES)
+                                   if d != np.float16])
+def test_repeats_run_the_kernels_entry_with_the_same_bits(dtype, mode, monkeypatch, comm):
+    """Repeated calls on the same arrays (a remembered allreduce, plan(), a remembered
+    iallreduce) run shm through its lane: the kernel's compiled entry, not Numba's dispatcher
+    (``shm.Lane``); with the team and the kernel there (the first call made them), from the
+    first repeat and the first plan() on. Every op, in place and not, 2-D (flat views) and 1-D: the bits of a call on
+    new arrays (the dispatcher's path), and the reference."""
+    if comm.size == 1:
+        pytest.skip("one process: nothing to reduce (no shm call)")
+    calls = _count_entry_calls(monkeypatch)
+    for op in OPS:
+        if op == "avg" and dtype.kind != "f":
+            continue  # avg is for floating dtypes
+        for shape, inplace in (((7, 3), False), ((5,), True), ((1001,), False)):
+            before = make_input(int(np.prod(shape)), dtype, op, comm.rank).reshape(shape)
+            # "shm" named: waits for the kernel (loaded or compiled), so the repeats have it
+            fresh = collectives.allreduce(before.copy(), op=op, algorithm="shm", comm=comm)
+            what = f"{dtype} {op} {shape} inplace={inplace}"
+            _check(fresh, before, op, comm, what)
+            x = before.copy()
+            y = x if inplace else np.empty_like(x)
+            plan = collectives.allreduce_init(x, out=y, op=op, comm=comm)
+            for k in range(3):
+                x[...] = before
+                calls["entry"] = 0
+                got = collectives.allreduce(x, out=y, op=op, comm=comm)
+                assert got is y and calls["entry"] == (k > 0), (what, k, calls)
+                assert np.array_equal(y.view(np.uint8), fresh.view(np.uint8)), (what, k)
+                x[...] = before
+                calls["entry"] = 0
+                assert plan() is y and calls["entry"] == 1, (what, k, calls)
+                assert np.array_equal(y.view(np.uint8), fresh.view(np.uint8)), (what, k)
+                x[...] = before
+                calls["entry"] = 0
+                assert collectives.iallreduce(x, out=y, op=op, comm=comm).wait() is y
+                # (the first on the engine's own context may make its team)
+                assert calls["entry"] == 1 or k == 0, (what, k, calls)
+                assert np.array_equal(y.view(np.uint8), fresh.view(np.uint8)), (what, k)
+
+
+def test_a_lane_meets_every_change_safely(monkeypatch, comm):
+    """What a caller can change between repeats: a read-only input (the lane reads it only), a
+    new shape set in place on the arrays of a plan (which runs on views of its own) or of a
+    remembered call (checked again), the interpreted driver forced on some ranks (the lane
+    steps aside), other arrays at a recycled address."""
+    from collectives._runtime.shmem import team
+
+    if comm.size == 1:
+        pytest.skip("one process: no shm call")
+    p = comm.size
+    calls = _count_entry_calls(monkeypatch)
+    x = np.full(12, comm.rank + 1.0)
+    y = np.empty_like(x)
+    plan = collectives.allreduce_init(x, out=y, comm=comm)
+    for _ in range(2):
+        collectives.allreduce(x, out=y, comm=comm)
+        plan()
+    x.flags.writeable = False
+    calls["entry"] = 0
+    assert np.array_equal(collectives.allreduce(x, out=y, comm=comm), np.full(12, p * (p + 1) / 2))
+    assert calls["entry"] == 1
+    x.flags.writeable = True
+    x.shape = y.shape = (3, 4)
+    calls["entry"] = 0
+    assert plan().shape == (3, 4) and calls["entry"] == 1  # the plan's views: still flat
+    assert np.array_equal(y, np.full((3, 4), p * (p + 1) / 2))
+    y[...] = 0
+    assert collectives.allreduce(x, out=y, comm=comm).shape == (3, 4)  # checked again
+    assert np.array_equal(y, np.full((3, 4), p * (p + 1) / 2))
+    monkeypatch.setattr(team, "INTERPRET", comm.rank % 2 == 0)  # the even ranks interpreted
+    for _ in range(2):
+        calls["entry"] = calls["run"] = 0
+        y[...] = 0
+        collectives.allreduce(x, out=y, comm=comm)
+        plan()
+        assert np.array_equal(y, np.full((3, 4), p * (p + 1) / 2))
+        assert (calls["entry"], calls["run"]) == ((0, 2) if comm.rank % 2 == 0 else (2, 0))
+    monkeypatch.setattr(team, "INTERPRET", None)
+    for k in range(4):  # new arrays, perhaps at the addresses of freed ones: checked, right
+        a = np.full(3 + k % 2, float(k + comm.rank), np.float32 if k % 2 else np.float64)
+        b = np.empty_like(a)
+        for _ in range(2):
+            collectives.allreduce(a, out=b, comm=comm)
+            assert np.array_equal(b, np.full(a.size, p * k + p * (p - 1) / 2)), k
+        del a, b

@@ -50,6 +50,9 @@ class Context:
         #: objects derived from the communicator, by key (:meth:`cached` fills it)
         self.cache: dict[Any, Any] = {}
         self._guard: Guard | None = None
+        #: False once freed (the communicator freed, or :func:`reset`): whoever kept this
+        #: context (a remembered call, a plan) must look the communicator's current one up
+        self.live = True
 
     @property
     def guard(self) -> Guard:
@@ -66,6 +69,7 @@ class Context:
 
     def free(self) -> None:
         """Free what this context created (cached values free themselves via ``free()``)."""
+        self.live = False
         for value in self.cache.values():
             if hasattr(value, "free"):
                 value.free()

@@ -62,6 +62,8 @@ kept in its private context (freed with it), so later calls, and persistent plan
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .._runtime.context import Context
@@ -75,8 +77,8 @@ from ..ops import Op, elementwise
 from ..options import Options
 from .flat import FLAT
 
-__all__ = ["allreduce", "allreduce_without_waiting", "on_one_node", "prepare", "team",
-           "REPLICATE_BYTES"]
+__all__ = ["allreduce", "allreduce_without_waiting", "lane", "Lane", "on_one_node", "prepare",
+           "team", "REPLICATE_BYTES"]
 
 #: Up to this many bytes every rank reduces the whole vector itself from every input (one
 #: hand-off per round instead of two; the same operands in the same order, so the same bits).
@@ -150,3 +152,63 @@ def allreduce_without_waiting(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Con
     """What "auto" runs for "shm": with ``team.BACKGROUND``, on the interpreted round driver
     while the kernel compiles, not waiting for it; else :func:`allreduce` itself."""
     allreduce(src, buf, op, ctx, opts, not shm_team.BACKGROUND)
+
+
+class Lane:
+    """The repeats of one decided shm allreduce on the same arrays (a remembered call, a plan's
+    ``plan()``), as an algorithm function ``(src, dst, op, ctx, opts)``: what every call would
+    look up again (the team, the op's code, the mode) is resolved once, and the round driver's
+    kernel is called through its compiled entry (:meth:`Team.compiled`), without Numba's
+    dispatcher, which types all ten arguments at every call. Until this process has that entry
+    (the first calls, or while the kernel compiles: the interpreted driver), and while a test
+    forces the interpreted driver (``team.INTERPRET``), it runs ``fn``, as the call would.
+
+    Its callers keep the promise the entry needs: every call passes arrays of the Numba types of
+    the first one's (the same dtype, dimensions, strides and alignment: a remembered call's
+    re-checks, a plan's own views). The entry is taken only on the context it was found on
+    (another one, as after ``reset``, runs ``fn``), which its callers use only while it lives.
+    """
+
+    __slots__ = ("fn", "ctx", "team", "entry", "opcode", "mode", "m", "kind")
+
+    def __init__(self, fn: Any, opcode: int) -> None:
+        self.fn, self.opcode = fn, opcode
+        self.ctx = self.team = self.entry = None
+        self.mode = self.m = self.kind = 0
+
+    def __call__(self, src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context,
+                 opts: Options) -> None:
+        if ctx is self.ctx and not shm_team.INTERPRET:  # None or False: the kernel
+            self.team.run_compiled(self.entry, src, buf, self.opcode, self.mode, self.m,
+                                   self.kind, ctx.active)
+            return
+        self.fn(src, buf, op, ctx, opts)
+        if self.entry is None:
+            self._find(src, buf, ctx, opts)
+
+    def _find(self, src: np.ndarray, buf: np.ndarray, ctx: Context, opts: Options) -> None:
+        """After a call by ``fn``: the team it ran on and the kernel's entry, if compiled."""
+        found = ctx.cache.get(("shm", opts.node_size, opts.shm_segment_bytes))
+        if type(found) is not Team or shm_team.INTERPRET:
+            return
+        mode, m = ((layout.REPLICATED, 1) if buf.nbytes <= REPLICATE_BYTES
+                   else (layout.FUSED, found.size))
+        entry = found.compiled(src, buf, self.opcode, mode, m)
+        if entry is not None:
+            self.team, self.mode, self.m = found, mode, m
+            self.kind = buf.dtype.num | (self.opcode << 8 | mode << 16 | m << 24)
+            self.entry, self.ctx = entry, ctx
+
+
+def lane(fn: Any, src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context,
+         opts: Options) -> Any:
+    """``fn`` (an allreduce algorithm function decided for a call on ``ctx``) for the repeats of
+    that call on the same arrays: a :class:`Lane` where ``fn`` is this module's and the call
+    can take one (NumPy arrays, an op the kernels have, not float16), else ``fn`` itself. The
+    lane takes the kernel's entry at once if the team and the entry exist already."""
+    if (fn is not allreduce and fn is not allreduce_without_waiting) \
+            or type(buf) is not np.ndarray or not elementwise(op) or buf.dtype == np.float16:
+        return fn
+    made = Lane(fn, layout.OPCODES[op.name])
+    made._find(src, buf, ctx, opts)
+    return made

@@ -277,8 +277,40 @@ class Team:
         regions = self.regions()
         tab[L.T_PHASE] = 0  # a new call (run_rounds then keeps call and kind in the table)
         status = run_rounds(tab, regions, x, out, token, opcode, mode, m, seq, kind)
-        if status == _COMPLETE:
-            return
+        if status != _COMPLETE:
+            self._rest(status, run_rounds, regions, x, out, token, opcode, mode, m, seq, kind,
+                       guard)
+
+    def compiled(self, x: np.ndarray, out: np.ndarray, opcode: int, mode: int,
+                 m: int) -> Any:
+        """The kernel's compiled entry for a :meth:`run` on arrays of exactly the types of ``x``
+        and ``out`` (Numba's: dtype, dimensions, memory order, alignment, write flag), if this
+        process has it (compiled or loaded), else None. Calling it skips the dispatcher, which
+        types every argument at every call; it checks nothing: only for :meth:`run_compiled`
+        with arrays of those types. Not float16 (run's word views)."""
+        kernel = _kernels().run_rounds
+        args = (self.tab, self.regions(), x, out, out, opcode, mode, m, 0, 0)
+        found = kernel.overloads.get(tuple(kernel.typeof_pyval(a) for a in args))
+        return None if found is None else found.entry_point
+
+    def run_compiled(self, entry: Any, x: np.ndarray, out: np.ndarray, opcode: int, mode: int,
+                     m: int, kind: int, guard: Guard | None) -> None:
+        """:meth:`run` on the kernel's entry ``entry`` (:meth:`compiled`), given for arrays of
+        the types of ``x`` and ``out``, and ``kind`` as run computes it (``layout.D_KIND``)."""
+        tab = self.tab
+        regions = self.regions()
+        seq = -1 if guard is None else guard.seq
+        tab[L.T_PHASE] = 0
+        status = entry(tab, regions, x, out, out, opcode, mode, m, seq, kind)
+        if status != _COMPLETE:
+            self._rest(status, entry, regions, x, out, out, opcode, mode, m, seq, kind, guard)
+
+    def _rest(self, status: int, run_rounds: Any, regions: np.ndarray, x: np.ndarray,
+              out: np.ndarray, token: Any, opcode: int, mode: int, m: int, seq: int, kind: int,
+              guard: Guard | None) -> None:
+        """The rest of a call whose first ``run_rounds`` returned ``status``, not COMPLETE:
+        wait and call again while it is WAITING, then raise what a failed call raises."""
+        tab = self.tab
         since, cursor = time.perf_counter(), None  # waiting without progress since
         while status == L.WAITING:
             moved = tab[L.T_PHASE] + tab[L.T_TS] + tab[L.T_TF] + tab[L.T_TC]
