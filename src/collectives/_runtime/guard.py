@@ -225,17 +225,18 @@ class Guard:
         checked call, if known yet (its ``src`` names the caller's array in a size mismatch).
         ``what``: the call's description for the flight recorder (:func:`.flight.describe`),
         if the caller made it once; else the checked call's, taken when the call ends."""
-        self.seq += 1
-        self.tag = 1 + self.seq % _SPAN
+        seq = self.seq = self.seq + 1
+        self.tag = 1 + seq % _SPAN
         self.name = name
         self.call = call
         self.deadline = None
-        self.set_timeout(timeout)
+        if timeout is not None:
+            self.set_timeout(timeout)
         # -- flight recorder: the preallocated record of this call number, four stores
         records = self.records
         if records is not None:
-            rec = records[self.seq % self.nrecords]
-            rec.seq, rec.kind = self.seq, name
+            rec = records[seq % self.nrecords]
+            rec.seq, rec.kind = seq, name
             rec.what, rec.state = what, _STARTED
         # --
         span = _SPANS[0]  # -- timeline (collectives.timeline): off, this test only
@@ -250,7 +251,7 @@ class Guard:
                 if what is None and self.call is not None:
                     rec.what = flight.describe(self.call)
             if span is not None:  # -- timeline
-                span(name, t0, _clock(), self.seq, what, self.call, type(exc).__name__)
+                span(name, t0, _clock(), seq, what, self.call, type(exc).__name__)
             if not isinstance(exc, RaisedEverywhere):  # this rank's own: tell the others
                 self._notify(exc)
                 try:  # for the crash hook: which call it was (see first_reporter)
@@ -268,7 +269,7 @@ class Guard:
             if span is not None:  # -- timeline: the record's end and description
                 span(name, t0, rec.t1, rec.seq, rec.what, call, None)
         elif span is not None:
-            span(name, t0, _clock(), self.seq, what, call, None)
+            span(name, t0, _clock(), seq, what, call, None)
         return result
 
     def set_timeout(self, timeout: float | None) -> None:
