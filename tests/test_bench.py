@@ -518,3 +518,16 @@ def test_call_overhead_runs_every_variant(tmp_path):
     assert all(len(r) == 2 and min(r) > 0 for r in result["rounds"].values())
     rows = {line.split()[0]: line for line in stdout.splitlines()[2:]}
     assert rows["bare"].split()[-1] == "1.00"
+
+
+def test_numba_dispatch_times_both_calls():
+    """bench/numba_dispatch.py times a kernel of the round driver's arguments through Numba's
+    dispatcher and through its compiled entry (what shm's lane calls)."""
+    spec = importlib.util.spec_from_file_location("numba_dispatch",
+                                                  ROOT / "bench" / "numba_dispatch.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    results = bench.main(["--calls", "200", "--repeats", "2"])
+    assert set(results) == {"dispatcher, 10 arguments", "dispatcher, 1 array",
+                            "entry, 10 arguments", "entry, 1 array"}
+    assert all(v > 0 for v in results.values())

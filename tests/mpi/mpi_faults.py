@@ -2,8 +2,9 @@
 
 Each trial picks (the same on every rank, from the trial's seed) a collective with an algorithm or
 strategy, a failing rank and a step k; on the failing rank the k-th wait of the call raises: a
-wait for messages (``Guard.complete``) or a shared-memory call (``Team.run``, before or after
-its part), wrapped in this process only: real MPI, real messages, a real shared window. Then:
+wait for messages (``Guard.complete``) or a shared-memory call (``Team.run``, or
+``Team.run_compiled`` for a remembered call's lane; before or after its part), wrapped in this
+process only: real MPI, real messages, a real shared window. Then:
 
 - the failing rank raises the injected error; every other rank raises an error naming the failing
   rank, or (it had finished its part) returns a correct result; no rank hangs (the harness's
@@ -43,6 +44,7 @@ def _calls(p):
     for algorithm in collectives.ALGORITHMS:
         calls.append((f"allreduce {algorithm}",
                       lambda x, a=algorithm: collectives.allreduce(x, algorithm=a), "allreduce"))
+    calls.append(("allreduce auto, remembered", _remembered, "allreduce"))
     for algorithm in collectives.REDUCE_SCATTER:
         calls.append((f"reduce_scatter {algorithm}",
                       lambda x, a=algorithm: collectives.reduce_scatter(x, algorithm=a), None))
@@ -65,10 +67,24 @@ def _calls(p):
     return calls
 
 
+#: size -> the input and output arrays that :func:`_remembered` keeps from trial to trial
+_KEPT: dict = {}
+
+
+def _remembered(x):
+    """allreduce(a, out=b) on arrays kept from trial to trial (``x`` copied into ``a``): after
+    the test's first call of each size, a remembered call, which runs shm through its lane (the
+    kernel's compiled entry, ``Team.run_compiled``)."""
+    a, b = _KEPT.setdefault(x.size, (np.empty_like(x), np.empty_like(x)))
+    a[...] = x
+    return collectives.allreduce(a, out=b).copy()
+
+
 def _inject(rank_fails, k, fired):
-    """Wrapped Guard.complete and Team.run whose k-th call, together, raises on this rank (if
-    ``rank_fails``); a Team.run fails before its part on odd k, after it on even k."""
-    originals = (Guard.complete, Team.run)
+    """Wrapped Guard.complete, Team.run and Team.run_compiled whose k-th call, together,
+    raises on this rank (if ``rank_fails``); a shared-memory call fails before its part on odd
+    k, after it on even k."""
+    originals = (Guard.complete, Team.run, Team.run_compiled)
     count = [0]
 
     def fault():
@@ -81,14 +97,16 @@ def _inject(rank_fails, k, fired):
         fault()
         return originals[0](self, *args, **kwargs)
 
-    def run(self, *args):
-        if k % 2:
-            fault()
-        originals[1](self, *args)
-        if not k % 2:
-            fault()
+    def shm_call(original):
+        def call(self, *args):
+            if k % 2:
+                fault()
+            original(self, *args)
+            if not k % 2:
+                fault()
+        return call
 
-    return originals, (complete, run)
+    return originals, (complete, shm_call(originals[1]), shm_call(originals[2]))
 
 
 def _expected(kind, x, comm):
@@ -113,6 +131,9 @@ def test_fault_injection(monkeypatch):
         pytest.skip("fault injection runs at 3, 4 and 5 ranks")
     calls = _calls(p)
     rng = np.random.default_rng(1100 + p)
+    for n in (1, p + 1, 257, 5000):  # the remembered call's first calls: its trials repeat it
+        x = np.full(n, comm.rank + 1.0)
+        assert np.array_equal(_remembered(x), np.full(n, p * (p + 1) / 2))
     fired_total = 0
     for trial in range(TRIALS):
         what, fn, kind = calls[rng.integers(len(calls))]
@@ -125,6 +146,7 @@ def test_fault_injection(monkeypatch):
         originals, wrapped = _inject(comm.rank == victim, k, fired)
         monkeypatch.setattr(Guard, "complete", wrapped[0])
         monkeypatch.setattr(Team, "run", wrapped[1])
+        monkeypatch.setattr(Team, "run_compiled", wrapped[2])
         try:
             y, error = fn(x), None
         except Exception as exc:  # noqa: BLE001 - inspected below
@@ -132,6 +154,7 @@ def test_fault_injection(monkeypatch):
         finally:
             monkeypatch.setattr(Guard, "complete", originals[0])
             monkeypatch.setattr(Team, "run", originals[1])
+            monkeypatch.setattr(Team, "run_compiled", originals[2])
         label = f"trial {trial} p={p} {what} n={n} victim={victim} k={k}"
         went_off = any(comm.allgather(bool(fired)))  # MPI's own: not the library's
         expected = _expected(kind, x, comm)
