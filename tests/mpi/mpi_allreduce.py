@@ -131,6 +131,18 @@ def test_repeated_calls_reuse_checks_safely(monkeypatch):
     for k in range(3):
         assert collectives.allreduce(z, out=z, comm=comm) is z
         assert np.array_equal(z, np.full(5, p * (p + 1) // 2 * p ** k)), k
+    z[...] = comm.rank + 1  # in place, changed in place: checked again
+    z.shape = (5, 1)
+    assert collectives.allreduce(z, out=z, comm=comm).shape == (5, 1)
+    assert np.array_equal(z, np.full((5, 1), p * (p + 1) // 2))
+    z.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        collectives.allreduce(z, out=z, comm=comm)
+    z.flags.writeable = True
+    z.dtype = np.float64  # the same memory, another dtype: summed as floats
+    z[...] = 1.5
+    assert collectives.allreduce(z, out=z, comm=comm).dtype == np.float64
+    assert np.array_equal(z, np.full((5, 1), 1.5 * p))
     x.shape = y.shape = (7, 143)  # reshaped in place: checked again, right shape out
     assert collectives.allreduce(x, out=y, comm=comm).shape == (7, 143)
     for _ in range(2):  # repeats of a 2-D call: through flat views
