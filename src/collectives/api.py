@@ -150,7 +150,7 @@ def _unchanged(e: Any, x: np.ndarray, out: np.ndarray, opts: Options) -> bool:
     under ``opts``: what can change in place has not (shapes, strides, dtypes, ``out``'s write
     flag, the options in force); the caller checks that its communicator is still usable.
     ``e``: a remembered call with the attributes ``shape``, ``xstrides``, ``ostrides``, ``dtype``
-    and ``opts`` (:class:`_Repeat`, ``nonblocking._Last``)."""
+    and ``opts`` (``nonblocking._Last``; :meth:`_Repeats.run` makes the same checks in line)."""
     return (opts is e.opts and x.shape == e.shape and out.shape == e.shape
             and x.dtype is e.dtype and out.dtype is e.dtype and x.strides == e.xstrides
             and out.strides == e.ostrides and out.flags.writeable)
@@ -164,10 +164,9 @@ class _Repeats:
     ("auto"'s algorithm) are remembered, keyed by the identity of ``x``, ``out``, ``comm`` and
     the names of op and algorithm; a later call with the same objects reuses them after
     re-checking what could have changed in place: the shapes, strides and dtypes, ``out``'s write
-    flag, the options in force, and that the communicator is neither freed nor reset. Arrays are held by weak
-    references only. NumPy arrays, string ops and ``validate`` off only; the last :data:`SIZE`
-    argument sets.
-    """
+    flag, the options in force, and that the communicator is neither freed nor reset. Arrays
+    are held by weak references only. NumPy arrays, string ops and ``validate`` off only; the
+    last :data:`SIZE` argument sets. A decided "shm" runs through its lane (``shm.lane``)."""
 
     SIZE = 32
     #: entries compared by identity before the keyed lookup: a loop of a few calls builds no key

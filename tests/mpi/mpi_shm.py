@@ -369,8 +369,8 @@ def test_repeats_run_the_kernels_entry_with_the_same_bits(dtype, mode, monkeypat
     """Repeated calls on the same arrays (a remembered allreduce, plan(), a remembered
     iallreduce) run shm through its lane: the kernel's compiled entry, not Numba's dispatcher
     (``shm.Lane``); with the team and the kernel there (the first call made them), from the
-    first repeat and the first plan() on. Every op, in place and not, 2-D (flat views) and 1-D: the bits of a call on
-    new arrays (the dispatcher's path), and the reference."""
+    first repeat and the first plan() on. Every op, in place and not, 2-D (flat views) and
+    1-D: the bits of a call on new arrays (the dispatcher's path), and the reference."""
     if comm.size == 1:
         pytest.skip("one process: nothing to reduce (no shm call)")
     calls = _count_entry_calls(monkeypatch)
