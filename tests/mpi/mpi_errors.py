@@ -654,3 +654,40 @@ def test_a_mismatch_or_a_failure_in_a_lane_raises_on_every_rank(monkeypatch):
                                    atol=1e-12), (count, k)
         collectives.reset(comm)
     _still_works()
+
+
+def test_a_notice_that_came_before_its_call_is_raised_by_a_shared_memory_wait(monkeypatch):
+    """Rank 0, done with a call, fails the next one while rank 1 is still in the first: rank 1
+    reads that notice early and keeps it for the call it names. Its shared-memory wait in that
+    call must raise it. Only message waits looked at kept notices: the wait ran into its
+    timeout here, or, without one, waited for ever."""
+    from collectives._runtime.shmem.team import Team
+
+    comm = MPI.COMM_WORLD
+    if comm.size == 1:
+        pytest.skip("needs another rank")
+    original = Team.run
+
+    def lingering(self, *args):  # rank 1: after its part, still in the call a while, polling
+        original(self, *args)
+        guard, end = args[5], time.monotonic() + 1.0
+        while time.monotonic() < end:
+            guard.poll()
+            time.sleep(0.005)
+
+    def failing(self, *args):
+        raise RuntimeError("injected")
+
+    quick = collectives.Options(timeout=20.0)
+    x = np.ones(5)
+    if comm.rank == 1:
+        monkeypatch.setattr(Team, "run", lingering)
+    collectives.allreduce(x, algorithm="shm", options=quick)
+    monkeypatch.setattr(Team, "run", failing if comm.rank == 0 else original)
+    error = _raises_everywhere(lambda: collectives.allreduce(x, algorithm="shm", options=quick),
+                               (RuntimeError, collectives.CollectiveError, TimeoutError))
+    monkeypatch.setattr(Team, "run", original)
+    if comm.rank:
+        assert isinstance(error, collectives.CollectiveError), repr(error)
+        assert "failed on rank 0: RuntimeError: injected" in str(error), str(error)
+    _still_works()

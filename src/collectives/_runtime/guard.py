@@ -444,8 +444,11 @@ class Guard:
 
     def poll(self) -> None:
         """For waits that are not on MPI requests (the shared window's counters): handle a
-        notice that has arrived (one for this call raises), and raise TimeoutError once the
-        call's deadline has passed."""
+        notice that has arrived (one for this call raises, also one kept from before this call
+        began: a rank that raced ahead failed it while this one was finishing the last call),
+        and raise TimeoutError once the call's deadline has passed."""
+        if self.later and self.seq in self.later:
+            raise self.later.pop(self.seq)
         if self.notice.Test():
             self._read_notice()
         if self.deadline is not None and time.monotonic() > self.deadline:

@@ -52,8 +52,9 @@ SPIN_DEDICATED, SPIN_SHARED = 50_000, 200
 #: Waiting longer than this (seconds) in one call, yield by sleeping instead.
 YIELD_FOR = 2e-3
 NAP = 50e-6
-#: Seconds to wait for the notice of a rank that left a call unfinished.
-NOTICE_GRACE = 1.0
+#: Seconds to wait for the notice of a rank that left a call unfinished (its failure is certain:
+#: only a rank that never sends one, a killed process, makes a call wait this long).
+NOTICE_GRACE = 3.0
 #: Seconds :meth:`Team.ready` waits for the round driver of a new dtype where it cannot tell
 #: whether Numba's cache holds it (a load takes a fraction of a second, a compile seconds).
 READY_WAIT = 1.0
@@ -346,8 +347,10 @@ class Team:
                 self._descriptor(int(self.tab[L.T_BAD]))[1] <= self.tab[L.T_CALL]:
             return
         end = time.monotonic() + NOTICE_GRACE
-        while time.monotonic() < end:
-            guard.poll()
+        while True:  # and once more after the grace: this rank may have lost the processor
+            guard.poll()  # for all of it (more ranks than cores), polling only at its start
+            if time.monotonic() >= end:
+                return
             time.sleep(NAP)
 
     def _descriptor(self, q: int) -> tuple[np.ndarray, int]:
