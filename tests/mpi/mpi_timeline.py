@@ -77,6 +77,11 @@ def test_merged_timeline_of_every_kind_of_call():
                 assert ring_call["args"]["bytes"] == x.nbytes
                 assert ring_call["args"]["dtype"] == "float32"
                 assert sum(e["name"] == "allreduce" for e in calls) == 4
+                auto_calls = [e for e in calls if e["name"] == "allreduce"
+                              and e["args"].get("algorithm") != "ring"]
+                for c in auto_calls:  # the repeats too: a lane's pass through the window
+                    assert any(e["cat"] == "shm" and e["tid"] == c["tid"]
+                               and c["ts"] <= e["ts"] <= c["ts"] + c["dur"] for e in mine), c
                 rounds = [e for e in mine if e["cat"] == "message" and e["tid"] == 1
                           and ring_call["ts"] <= e["ts"] <= ring_call["ts"] + ring_call["dur"]]
                 assert len(rounds) >= 2 * (p - 1)  # reduce-scatter and allgather, in segments

@@ -32,8 +32,8 @@ message      ``_runtime.guard.Guard.complete``                 each exchange rou
                                                                its messages' wait (send, recv,
                                                                sendrecv; "native": an MPI
                                                                collective), peers and bytes
-shm          ``_runtime.shmem.team.Team.run``                  one pass through the node's
-                                                               shared window, by mode
+shm          ``_runtime.shmem.team.Team.run``,                 one pass through the node's
+             ``.run_compiled`` (a repeated call's lane)        shared window, by mode
 encode,      ``compressed._coding.TensorCoding.encode``,       a codec's work inside a compressed
 decode,      ``.decode``, ``.aggregate_into``                  allreduce
 aggregate
@@ -148,11 +148,15 @@ def _wait_for(plain: Callable) -> Callable:
     return wait_for
 
 
-def _team_run(plain: Callable) -> Callable:
+def _shm_modes() -> dict[int, str]:
     from .._runtime.shmem import layout
 
-    modes = {layout.FUSED: "shm allreduce", layout.REPLICATED: "shm allreduce (replicated)",
-             layout.REDUCE_SCATTER: "shm reduce-scatter", layout.ALLGATHER: "shm allgather"}
+    return {layout.FUSED: "shm allreduce", layout.REPLICATED: "shm allreduce (replicated)",
+            layout.REDUCE_SCATTER: "shm reduce-scatter", layout.ALLGATHER: "shm allgather"}
+
+
+def _team_run(plain: Callable) -> Callable:
+    modes = _shm_modes()
 
     def run(self, x, out, opcode, mode, *args, **kwargs):
         rec = ACTIVE
@@ -164,6 +168,23 @@ def _team_run(plain: Callable) -> Callable:
         finally:
             rec.add("shm", modes.get(mode, "shm"), t0, clock(), (x.nbytes, self.comm.size))
     return run
+
+
+def _team_run_compiled(plain: Callable) -> Callable:
+    """``Team.run_compiled`` (a repeated call's lane, ``algorithms/shm.py``): the span of
+    ``Team.run``."""
+    modes = _shm_modes()
+
+    def run_compiled(self, entry, x, out, opcode, mode, *args):
+        rec = ACTIVE
+        if rec is None:
+            return plain(self, entry, x, out, opcode, mode, *args)
+        t0 = clock()
+        try:
+            return plain(self, entry, x, out, opcode, mode, *args)
+        finally:
+            rec.add("shm", modes.get(mode, "shm"), t0, clock(), (x.nbytes, self.comm.size))
+    return run_compiled
 
 
 def _coding(category: str) -> Callable[[Callable], Callable]:
@@ -293,6 +314,7 @@ def _points() -> list[tuple[Any, str, Callable[[Callable], Callable]]]:
     return [(Guard, "complete", _guard_complete),
             (nonblocking, "_submit", _submit), (requests.Request, "complete", _request_complete),
             (requests, "wait_for", _wait_for), (Team, "run", _team_run),
+            (Team, "run_compiled", _team_run_compiled),
             (TensorCoding, "encode", _coding("encode")),
             (TensorCoding, "decode", _coding("decode")),
             (TensorCoding, "aggregate_into", _coding("aggregate"))]
