@@ -53,6 +53,20 @@ def test_recorder_is_off_outside_a_recording():
     assert events == []  # nothing recorded once the recording ended
 
 
+def test_repeated_shm_calls_are_recorded_each_time():
+    """A repeated call runs shm through its lane (``Team.run_compiled``): each pass through
+    the window is an event, as the first call's (``Team.run``)."""
+    comm = MPI.COMM_WORLD
+    x = np.ones(8)
+    y = np.empty_like(x)
+    collectives.allreduce(x, out=y)
+    with trace.recording(comm) as events:
+        for _ in range(3):
+            collectives.allreduce(x, out=y)
+    kinds = [e.kind for e in events]
+    assert kinds == ([] if comm.size == 1 else ["shm allreduce (replicated)"] * 3), kinds
+
+
 def test_ring():
     p = MPI.COMM_WORLD.size
     s = record("ring", MPI.COMM_WORLD)

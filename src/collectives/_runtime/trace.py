@@ -4,12 +4,14 @@ While :func:`recording` is active, every point-to-point operation of :mod:`.p2p`
 receive, or a send-receive pair) appends one :class:`Event` to this process's list, in program
 order, with the peers as ranks of the recording's communicator (messages on a node's or a
 position's sub-communicator are translated), and every round trip through a node's shared window
-(``shmem.team.Team.run``: the ``shm`` algorithm, and ``hierarchical``'s phases inside the node)
-appends one event naming its mode and the ranks of the node. ``collectives.bench.schedule`` turns
-the events of all ranks into steps and draws them (docs/algorithms.md).
+(``shmem.team.Team.run``, or ``Team.run_compiled`` for a repeated call's lane: the ``shm``
+algorithm, and ``hierarchical``'s phases inside the node) appends one event naming its mode and
+the ranks of the node. ``collectives.bench.schedule`` turns the events of all ranks into steps
+and draws them (docs/algorithms.md).
 
 Off, it costs one test of a module global per message (``ACTIVE is None``) and nothing on the
-shared-memory path: :func:`recording` wraps ``Team.run`` on the class only while it is active.
+shared-memory path: :func:`recording` wraps ``Team.run`` and ``Team.run_compiled`` on the class
+only while it is active.
 One recording at a time, on the thread that makes the calls (the progress engine's thread is not
 meant to run while recording).
 """
@@ -77,17 +79,21 @@ def recording(comm: MPI.Comm) -> Iterator[list[Event]]:
         raise RuntimeError("a recording is already active")
     names = {layout.FUSED: "allreduce", layout.REPLICATED: "allreduce (replicated)",
              layout.REDUCE_SCATTER: "reduce-scatter", layout.ALLGATHER: "allgather"}
-    plain = Team.run
+    plain, plain_compiled = Team.run, Team.run_compiled
     rec = Recorder(comm)
 
     def run(team, x, out, opcode, mode, *args, **kwargs):
         rec.window(team.comm, names[mode])
         return plain(team, x, out, opcode, mode, *args, **kwargs)
 
-    Team.run = run
+    def run_compiled(team, entry, x, out, opcode, mode, *args):  # a repeated call's lane
+        rec.window(team.comm, names[mode])
+        return plain_compiled(team, entry, x, out, opcode, mode, *args)
+
+    Team.run, Team.run_compiled = run, run_compiled
     ACTIVE = rec
     try:
         yield rec.events
     finally:
         ACTIVE = None
-        Team.run = plain
+        Team.run, Team.run_compiled = plain, plain_compiled
