@@ -216,7 +216,8 @@ def _print(result: dict) -> None:
               "calls)")
     print(f"{'# case':<14}{'first(s)':>10}{'+import(s)':>12}{'cpu(s)':>9}{'warm(ms)':>10}"
           f"{'first/warm':>11}{'second/warm':>12}"
-          f"{'faults':>8}{'compile(s)':>12}{'compiled':>10}{'loaded':>8}{'ready(s)':>10}{'meanwhile':>11}")
+          f"{'faults':>8}{'compile(s)':>12}{'compiled':>10}{'loaded':>8}{'ready(s)':>10}"
+          f"{'meanwhile':>11}")
     for name, r in result["cases"].items():
         meanwhile = (f"{r['during_calls']} x {r['during_s'] * 1e3:.1f} ms" if r["during_calls"]
                      else "-")

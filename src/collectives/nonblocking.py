@@ -397,9 +397,8 @@ class Plan(_Persistent):
         # dtype set in place) reaches them, so shm's lane always gets the types it was made for
         src = call.src.view()
         dst = src if call.dst is call.src else call.dst.view()
-        return partial(run, "allreduce", run_allreduce, src, dst, call.op,
-                       shm.lane(call.decide(ctx), src, dst, call.op, ctx, call.opts), ctx,
-                       call.opts,
+        fn = shm.lane(call.decide(ctx), src, dst, call.op, ctx, call.opts)
+        return partial(run, "allreduce", run_allreduce, src, dst, call.op, fn, ctx, call.opts,
                        timeout=self.opts.timeout, what=describe(call))
 
 

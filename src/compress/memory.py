@@ -32,8 +32,8 @@ compensation, an encode, a decode and a finiteness check, and no allocation afte
 The state is double-buffered (the buffer written this step becomes the state; the state before
 becomes the next step's buffer), so a skipped step still has the state it had. A key's first
 step computes ``x + zeros`` into its zeros (one new buffer); the second step makes the other
-one. Both paths give the same bits (``tests/compress/test_fused.py``); ``fused=False`` takes the generic one. Device
-arrays take the generic one.
+one. Both paths give the same bits (``tests/compress/test_fused.py``); ``fused=False`` takes the
+generic one. Device arrays take the generic one.
 
 Both keep state in small dataclasses, check their arguments, and are
 :class:`compress.protocols.Memory` (which gives them ``decode``, the codec's, and ``reset``):

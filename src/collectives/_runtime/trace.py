@@ -82,15 +82,13 @@ def recording(comm: MPI.Comm) -> Iterator[list[Event]]:
     plain, plain_compiled = Team.run, Team.run_compiled
     rec = Recorder(comm)
 
-    def run(team, x, out, opcode, mode, *args, **kwargs):
-        rec.window(team.comm, names[mode])
-        return plain(team, x, out, opcode, mode, *args, **kwargs)
+    def window(original, first):  # mode: argument first + 3 (run: 0; run_compiled: 1, the entry)
+        def method(team, *args, **kwargs):
+            rec.window(team.comm, names[args[first + 3]])
+            return original(team, *args, **kwargs)
+        return method
 
-    def run_compiled(team, entry, x, out, opcode, mode, *args):  # a repeated call's lane
-        rec.window(team.comm, names[mode])
-        return plain_compiled(team, entry, x, out, opcode, mode, *args)
-
-    Team.run, Team.run_compiled = run, run_compiled
+    Team.run, Team.run_compiled = window(plain, 0), window(plain_compiled, 1)
     ACTIVE = rec
     try:
         yield rec.events

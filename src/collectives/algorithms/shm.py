@@ -95,6 +95,11 @@ def on_one_node(ctx: Context, opts: Options) -> bool:
     return _why_not(ctx, opts) is None
 
 
+def _team_key(opts: Options) -> tuple:
+    """The key of the communicator's team for these options in its context's cache."""
+    return ("shm", opts.node_size, opts.shm_segment_bytes)
+
+
 def team(ctx: Context, opts: Options) -> Team:
     """The communicator's shm team for these options, created (collectively) on first use.
 
@@ -103,7 +108,7 @@ def team(ctx: Context, opts: Options) -> Team:
     ValueError
         Some ranks are not on rank 0's node (every rank raises it, with the same message).
     """
-    key = ("shm", opts.node_size, opts.shm_segment_bytes)  # as prepare's
+    key = _team_key(opts)
     found = ctx.cache.get(key)  # the per-call path: one lookup, no closure
     if found is None:
         found = ctx.cached(key, lambda comm: _make_team(ctx, opts))
@@ -123,7 +128,7 @@ def prepare(ctx: Context, opts: Options) -> None:
     """Make the communicator's team ahead of its first call, its pages written once
     (``collectives.preload(comm=...)``), if its ranks share a node and it has none yet
     (collective)."""
-    key = ("shm", opts.node_size, opts.shm_segment_bytes)
+    key = _team_key(opts)
     if key not in ctx.cache and on_one_node(ctx, opts):
         ctx.cached(key, lambda comm: _make_team(ctx, opts, touch=True))
 
@@ -141,10 +146,13 @@ def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Opti
         host = src.get()
         allreduce(host, host, op, ctx, opts, wait)
         buf.set(host)
-    elif buf.nbytes <= REPLICATE_BYTES:
-        shm.run(src, buf, opcode, layout.REPLICATED, 1, ctx.active, wait)
     else:
-        shm.run(src, buf, opcode, layout.FUSED, shm.size, ctx.active, wait)
+        shm.run(src, buf, opcode, *_mode(buf, shm), ctx.active, wait)
+
+
+def _mode(buf: np.ndarray, shm: Team) -> tuple[int, int]:
+    """The mode of an allreduce into ``buf`` on ``shm`` and its number of blocks."""
+    return (layout.REPLICATED, 1) if buf.nbytes <= REPLICATE_BYTES else (layout.FUSED, shm.size)
 
 
 def allreduce_without_waiting(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context,
@@ -188,16 +196,14 @@ class Lane:
 
     def _find(self, src: np.ndarray, buf: np.ndarray, ctx: Context, opts: Options) -> None:
         """After a call by ``fn``: the team it ran on and the kernel's entry, if compiled."""
-        found = ctx.cache.get(("shm", opts.node_size, opts.shm_segment_bytes))
+        found = ctx.cache.get(_team_key(opts))
         if type(found) is not Team or shm_team.INTERPRET:
             return
-        mode, m = ((layout.REPLICATED, 1) if buf.nbytes <= REPLICATE_BYTES
-                   else (layout.FUSED, found.size))
-        entry = found.compiled(src, buf, self.opcode, mode, m)
-        if entry is not None:
+        mode, m = _mode(buf, found)
+        compiled = found.compiled(src, buf, self.opcode, mode, m)
+        if compiled is not None:
             self.team, self.mode, self.m = found, mode, m
-            self.kind = buf.dtype.num | (self.opcode << 8 | mode << 16 | m << 24)
-            self.entry, self.ctx = entry, ctx
+            (self.entry, self.kind), self.ctx = compiled, ctx
 
 
 def lane(fn: Any, src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context,

@@ -148,43 +148,28 @@ def _wait_for(plain: Callable) -> Callable:
     return wait_for
 
 
-def _shm_modes() -> dict[int, str]:
-    from .._runtime.shmem import layout
+def _team_pass(first: int) -> Callable[[Callable], Callable]:
+    """``Team.run`` (``first`` 0) or ``Team.run_compiled`` (1: after the entry, a repeated
+    call's lane): one span per pass through the window, by mode. ``x`` and ``mode`` are the
+    arguments ``first`` and ``first + 3``, which every caller passes by position."""
+    def make(plain: Callable) -> Callable:
+        from .._runtime.shmem import layout
 
-    return {layout.FUSED: "shm allreduce", layout.REPLICATED: "shm allreduce (replicated)",
-            layout.REDUCE_SCATTER: "shm reduce-scatter", layout.ALLGATHER: "shm allgather"}
+        modes = {layout.FUSED: "shm allreduce", layout.REPLICATED: "shm allreduce (replicated)",
+                 layout.REDUCE_SCATTER: "shm reduce-scatter", layout.ALLGATHER: "shm allgather"}
 
-
-def _team_run(plain: Callable) -> Callable:
-    modes = _shm_modes()
-
-    def run(self, x, out, opcode, mode, *args, **kwargs):
-        rec = ACTIVE
-        if rec is None:
-            return plain(self, x, out, opcode, mode, *args, **kwargs)
-        t0 = clock()
-        try:
-            return plain(self, x, out, opcode, mode, *args, **kwargs)
-        finally:
-            rec.add("shm", modes.get(mode, "shm"), t0, clock(), (x.nbytes, self.comm.size))
-    return run
-
-
-def _team_run_compiled(plain: Callable) -> Callable:
-    """``Team.run_compiled`` (a repeated call's lane, ``algorithms/shm.py``): the span of
-    ``Team.run``."""
-    modes = _shm_modes()
-
-    def run_compiled(self, entry, x, out, opcode, mode, *args):
-        rec = ACTIVE
-        if rec is None:
-            return plain(self, entry, x, out, opcode, mode, *args)
-        t0 = clock()
-        try:
-            return plain(self, entry, x, out, opcode, mode, *args)
-        finally:
-            rec.add("shm", modes.get(mode, "shm"), t0, clock(), (x.nbytes, self.comm.size))
-    return run_compiled
+        def method(self, *args, **kwargs):
+            rec = ACTIVE
+            if rec is None:
+                return plain(self, *args, **kwargs)
+            t0 = clock()
+            try:
+                return plain(self, *args, **kwargs)
+            finally:
+                rec.add("shm", modes.get(args[first + 3], "shm"), t0, clock(),
+                        (args[first].nbytes, self.comm.size))
+        return method
+    return make
 
 
 def _coding(category: str) -> Callable[[Callable], Callable]:
@@ -313,8 +298,8 @@ def _points() -> list[tuple[Any, str, Callable[[Callable], Callable]]]:
     from ..engine import requests
     return [(Guard, "complete", _guard_complete),
             (nonblocking, "_submit", _submit), (requests.Request, "complete", _request_complete),
-            (requests, "wait_for", _wait_for), (Team, "run", _team_run),
-            (Team, "run_compiled", _team_run_compiled),
+            (requests, "wait_for", _wait_for), (Team, "run", _team_pass(0)),
+            (Team, "run_compiled", _team_pass(1)),
             (TensorCoding, "encode", _coding("encode")),
             (TensorCoding, "decode", _coding("decode")),
             (TensorCoding, "aggregate_into", _coding("aggregate"))]

@@ -34,7 +34,8 @@ from __future__ import annotations
 __all__ = [
     "SLOTS", "CTRL_BYTES", "FOLD_BLOCK", "MAX_TEAM", "SCRATCH_OFFSET", "SCRATCH_BYTES",
     "DATA_OFFSET", "X_REGION", "X_OFFSET", "OUT_REGION", "OUT_OFFSET", "D_BYTES",
-    "D_KIND", "D_SLOT0", "DESCRIPTOR", "D_CALLS", "READY", "DONE", "FREED", "ENTER", "ROUND_BITS",
+    "D_KIND", "kind", "D_SLOT0", "DESCRIPTOR", "D_CALLS", "READY", "DONE", "FREED", "ENTER",
+    "ROUND_BITS",
     "CALLS_PER_SEQ", "STAGED", "FUSED", "REDUCE_SCATTER", "ALLGATHER", "REPLICATED", "OPCODES",
     "COMPLETE", "WAITING", "MISMATCH", "TOO_LONG", "CMA_FAILED", "STREAM_BYTES", "CMA",
     "T_ME", "T_P", "T_SLOTS",
@@ -117,6 +118,11 @@ T_ERR = 27   # after CMA_FAILED: the errno (the rank is in T_BAD)
 T_BASE = 28  # T_BASE + q: address of rank q's segment in this process; T_BASE + p + q: the
 #             descriptor copy of rank q's current call (as found at the call's first read);
 #             T_BASE + 2 p + q: rank q's process id
+
+
+def kind(dtype_num: int, opcode: int, mode: int, m: int) -> int:
+    """A call's kind as its descriptor publishes it (``D_KIND``)."""
+    return dtype_num | (opcode << 8 | mode << 16 | m << 24)
 
 
 def segment_bytes(requested: int, p: int) -> int:

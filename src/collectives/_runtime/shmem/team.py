@@ -269,7 +269,7 @@ class Team:
         # run_rounds numbers the call: after its last one, and from seq * CALLS_PER_SEQ inside
         # public call number seq (agreed by every rank, also after a failure: docs/shm-protocol.md)
         seq = -1 if guard is None else guard.seq
-        kind = out.dtype.num | (opcode << 8 | mode << 16 | m << 24)  # layout.D_KIND
+        kind = L.kind(out.dtype.num, opcode, mode, m)
         if kind & 0xFF == _FLOAT16:  # Numba has no float16: uint16 words and a format token
             token = _kernels().FLOAT16
             x, out = x.view(np.uint16), out.view(np.uint16)
@@ -283,21 +283,23 @@ class Team:
                        guard)
 
     def compiled(self, x: np.ndarray, out: np.ndarray, opcode: int, mode: int,
-                 m: int) -> Any:
+                 m: int) -> tuple[Any, int] | None:
         """The kernel's compiled entry for a :meth:`run` on arrays of exactly the types of ``x``
-        and ``out`` (Numba's: dtype, dimensions, memory order, alignment, write flag), if this
-        process has it (compiled or loaded), else None. Calling it skips the dispatcher, which
-        types every argument at every call; it checks nothing: only for :meth:`run_compiled`
-        with arrays of those types. Not float16 (run's word views)."""
+        and ``out`` (Numba's: dtype, dimensions, memory order, alignment, write flag) and the
+        call's kind, if this process has the entry (compiled or loaded), else None. Calling it
+        skips the dispatcher, which types every argument at every call; it checks nothing: only
+        for :meth:`run_compiled` with arrays of those types. Not float16 (run's word views)."""
         kernel = _kernels().run_rounds
         args = (self.tab, self.regions(), x, out, out, opcode, mode, m, 0, 0)
         found = kernel.overloads.get(tuple(kernel.typeof_pyval(a) for a in args))
-        return None if found is None else found.entry_point
+        if found is None:
+            return None
+        return found.entry_point, L.kind(out.dtype.num, opcode, mode, m)
 
     def run_compiled(self, entry: Any, x: np.ndarray, out: np.ndarray, opcode: int, mode: int,
                      m: int, kind: int, guard: Guard | None) -> None:
-        """:meth:`run` on the kernel's entry ``entry`` (:meth:`compiled`), given for arrays of
-        the types of ``x`` and ``out``, and ``kind`` as run computes it (``layout.D_KIND``)."""
+        """:meth:`run` on the kernel's entry ``entry`` and the call's ``kind``, as
+        :meth:`compiled` gave them for arrays of the types of ``x`` and ``out``."""
         tab = self.tab
         regions = self.regions()
         seq = -1 if guard is None else guard.seq
