@@ -148,43 +148,39 @@ def _wait_for(plain: Callable) -> Callable:
     return wait_for
 
 
+def _method_span(category: str, name_args: Callable) -> Callable[[Callable], Callable]:
+    """A wrapper of a method: one span of ``category`` per call while a timeline records, named
+    with its arguments by ``name_args(self, args)`` (its name and its span's arguments)."""
+    def make(plain: Callable) -> Callable:
+        def method(self, *args, **kwargs):
+            rec = ACTIVE
+            if rec is None:
+                return plain(self, *args, **kwargs)
+            t0 = clock()
+            try:
+                return plain(self, *args, **kwargs)
+            finally:
+                t1 = clock()
+                name, span_args = name_args(self, args)
+                rec.add(category, name, t0, t1, span_args)
+        return method
+    return make
+
+
 def _team_pass(first: int) -> Callable[[Callable], Callable]:
     """``Team.run`` (``first`` 0) or ``Team.run_compiled`` (1: after the entry, a repeated
     call's lane): one span per pass through the window, by mode. ``x`` and ``mode`` are the
     arguments ``first`` and ``first + 3``, which every caller passes by position."""
-    def make(plain: Callable) -> Callable:
-        from .._runtime.shmem import layout
+    from .._runtime.shmem import layout
 
-        modes = {layout.FUSED: "shm allreduce", layout.REPLICATED: "shm allreduce (replicated)",
-                 layout.REDUCE_SCATTER: "shm reduce-scatter", layout.ALLGATHER: "shm allgather"}
-
-        def method(self, *args, **kwargs):
-            rec = ACTIVE
-            if rec is None:
-                return plain(self, *args, **kwargs)
-            t0 = clock()
-            try:
-                return plain(self, *args, **kwargs)
-            finally:
-                rec.add("shm", modes.get(args[first + 3], "shm"), t0, clock(),
-                        (args[first].nbytes, self.comm.size))
-        return method
-    return make
+    modes = {layout.FUSED: "shm allreduce", layout.REPLICATED: "shm allreduce (replicated)",
+             layout.REDUCE_SCATTER: "shm reduce-scatter", layout.ALLGATHER: "shm allgather"}
+    return _method_span("shm", lambda self, args: (modes.get(args[first + 3], "shm"),
+                                                   (args[first].nbytes, self.comm.size)))
 
 
 def _coding(category: str) -> Callable[[Callable], Callable]:
-    def make(plain: Callable) -> Callable:
-        def method(self, *args, **kwargs):
-            rec = ACTIVE
-            if rec is None:
-                return plain(self, *args, **kwargs)
-            t0 = clock()
-            try:
-                return plain(self, *args, **kwargs)
-            finally:
-                rec.add(category, category, t0, clock())
-        return method
-    return make
+    return _method_span(category, lambda self, args: (category, None))
 
 
 # -- what a call is --------------------------------------------------------------------------------
