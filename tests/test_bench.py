@@ -531,3 +531,14 @@ def test_numba_dispatch_times_both_calls():
     assert set(results) == {"dispatcher, 10 arguments", "dispatcher, 1 array",
                             "entry, 10 arguments", "entry, 1 array"}
     assert all(v > 0 for v in results.values())
+
+
+def test_repeat_lookup_runs_the_remembered_path():
+    """bench/repeat_lookup.py drives api._Repeats.run on a remembered entry (it stops if the
+    call is no longer taken as a repeat), in place and not."""
+    spec = importlib.util.spec_from_file_location("repeat_lookup",
+                                                  ROOT / "bench" / "repeat_lookup.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for argv in (["--calls", "50"], ["--calls", "50", "--in-place"]):
+        assert bench.main(argv) > 0
