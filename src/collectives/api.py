@@ -38,7 +38,7 @@ from ._runtime.ranks import partition
 from ._runtime.fatal import runner
 from ._runtime.validate import check_comm, checked_call as _checked, pick as _pick, setup as _setup
 from ._runtime.validate import timeline_option
-from .algorithms import ALGORITHMS, FLAT, auto, shm
+from .algorithms import ALGORITHMS, FLAT, auto, lanes
 from .blocks import ALLGATHER, BCAST, REDUCE, REDUCE_SCATTER
 from .ops import Op, get_op
 from .options import Options
@@ -136,9 +136,10 @@ class _Repeat:
         self.shape, self.xstrides, self.ostrides, self.dtype = x.shape, x.strides, out.strides, \
             x.dtype
         self.opts, self.comm, self.ctx, self.run = opts, comm, ctx, runner(ctx, opts).run
-        # the decided algorithm; shm's as a lane: every repeat passes arrays of this call's types
+        # the decided algorithm, as its lane if it has one: every repeat passes arrays of this
+        # call's types
         self.op, self.inplace = call.op, call.dst is call.src
-        self.fn = shm.lane(call.decide(ctx), call.src, call.dst, call.op, ctx, call.opts)
+        self.fn = lanes.lane(call.decide(ctx), call.src, call.dst, call.op, ctx, call.opts)
         # 1-D of a built-in dtype: flat() would return the arrays themselves
         self.vector = (x.ndim == 1 and x.dtype.isbuiltin == 1 and call.src is x
                        and call.dst is out)
@@ -166,7 +167,7 @@ class _Repeats:
     re-checking what could have changed in place: the shapes, strides and dtypes, ``out``'s write
     flag, the options in force, and that the communicator is neither freed nor reset. Arrays
     are held by weak references only. NumPy arrays, string ops and ``validate`` off only; the
-    last :data:`SIZE` argument sets. A decided "shm" runs through its lane (``shm.lane``)."""
+    last :data:`SIZE` argument sets. A decided algorithm that has a lane runs through it (``algorithms/lanes.py``)."""
 
     SIZE = 32
     #: entries compared by identity before the keyed lookup: a loop of a few calls builds no key

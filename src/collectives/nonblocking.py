@@ -43,7 +43,7 @@ from ._runtime.flight import describe
 from ._runtime.validate import check_comm, checked_call as _checked, setup as _setup
 from .api import (_AUTO, AllgatherCall, AllreduceCall, BcastCall, OpLike, ReduceCall,
                   ReduceScatterCall, run_allreduce, _unchanged)
-from .algorithms import shm
+from .algorithms import lanes
 from .compressed.api import CompressedAllreduceCall
 from .engine import Request, engine_of
 from .engine.engine import INLINE_BYTES
@@ -142,9 +142,9 @@ def iallreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "su
 class _Remembered(AllreduceCall):
     """An :func:`iallreduce`'s checked call that also keeps the algorithm its run decides
     ("auto" resolved) in :attr:`decided`, a box that :class:`_Last` holds instead of the call
-    (which holds the arrays): ``[the algorithm function, what runs it]``, the second shm's
-    lane (``shm.lane``: the repeats pass arrays of this call's types) or the function itself,
-    None until the first run decides."""
+    (which holds the arrays): ``[the algorithm function, what runs it]``, the second its lane
+    (``algorithms/lanes.py``: the repeats pass arrays of this call's types) or the function
+    itself, None until the first run decides."""
 
     __slots__ = ("decided",)
 
@@ -157,7 +157,7 @@ class _Remembered(AllreduceCall):
         run = decided[1]
         if run is None:
             fn = decided[0] = super().decide(ctx)
-            run = decided[1] = shm.lane(fn, self.src, self.dst, self.op, ctx, self.opts)
+            run = decided[1] = lanes.lane(fn, self.src, self.dst, self.op, ctx, self.opts)
         return run
 
 
@@ -394,10 +394,10 @@ class Plan(_Persistent):
             return partial(run, "allreduce", self.call.run, ctx, timeout=self.opts.timeout,
                            what=describe(call))
         # views of the plan's own: no later change to the caller's arrays (a new shape or
-        # dtype set in place) reaches them, so shm's lane always gets the types it was made for
+        # dtype set in place) reaches them, so a lane always gets the types it was made for
         src = call.src.view()
         dst = src if call.dst is call.src else call.dst.view()
-        fn = shm.lane(call.decide(ctx), src, dst, call.op, ctx, call.opts)
+        fn = lanes.lane(call.decide(ctx), src, dst, call.op, ctx, call.opts)
         return partial(run, "allreduce", run_allreduce, src, dst, call.op, fn, ctx, call.opts,
                        timeout=self.opts.timeout, what=describe(call))
 

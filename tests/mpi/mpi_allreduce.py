@@ -222,6 +222,61 @@ def test_repeated_calls_reuse_checks_safely(monkeypatch):
         collectives.allreduce(x, out=y, comm=comm)
 
 
+@pytest.mark.parametrize("on_error", ["raise", "abort"])
+def test_native_repeats_run_its_lane_with_the_same_bits(on_error, monkeypatch, comm):
+    """Repeated native calls on the same arrays (a remembered allreduce, plan(), a remembered
+    iallreduce) run through native's lane, with the MPI datatype and operation resolved once
+    (``native.Lane``; float16 by a user-defined op where MPI has no float16), in both failure
+    modes: every op, in place and not, 2-D (flat views) and 1-D, a long vector in pieces of a
+    256-byte landing buffer (raise mode); the bits of a call on new arrays, and the
+    reference."""
+    from collectives.algorithms import native
+
+    if comm.size == 1:
+        pytest.skip("one process: nothing to reduce (no native call)")
+    monkeypatch.setattr(native, "LANDING_BYTES", 256)
+    calls = [0]
+    lane = native.Lane.__call__
+
+    def counted(self, *args):
+        calls[0] += 1
+        return lane(self, *args)
+
+    monkeypatch.setattr(native.Lane, "__call__", counted)
+    opts = collectives.Options(on_error=on_error)
+    for dtype in (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.int64),
+                  np.dtype(np.uint8)):
+        for op in OPS:
+            if op == "avg" and dtype.kind != "f":
+                continue  # avg is for floating dtypes
+            for shape, inplace in (((7, 3), False), ((5,), True), ((1001,), False)):
+                what = f"{on_error} {dtype} {op} {shape} inplace={inplace}"
+                before = make_input(int(np.prod(shape)), dtype, op, comm.rank).reshape(shape)
+                fresh = collectives.allreduce(before.copy(), op=op, algorithm="native",
+                                              comm=comm, options=opts)
+                assert_close(fresh, before, op, comm, what, identical=True)
+                x = before.copy()
+                y = x if inplace else np.empty_like(x)
+                plan = collectives.allreduce_init(x, out=y, op=op, algorithm="native",
+                                                  comm=comm, options=opts)
+                runs = {
+                    "allreduce": lambda: collectives.allreduce(
+                        x, out=y, op=op, algorithm="native", comm=comm, options=opts),
+                    "plan()": plan,
+                    "iallreduce": lambda: collectives.iallreduce(
+                        x, out=y, op=op, algorithm="native", comm=comm, options=opts).wait()}
+                for k in range(3):
+                    for name, run in runs.items():
+                        x[...] = before
+                        calls[0] = 0
+                        assert run() is y, (what, name, k)
+                        # a remembered allreduce from its first repeat on; plan() and a
+                        # remembered iallreduce from their first run, which decides
+                        assert calls[0] == (k > 0 or name != "allreduce"), (what, name, k, calls)
+                        assert np.array_equal(y.view(np.uint8), fresh.view(np.uint8)), \
+                            (what, name, k)
+
+
 def test_reset_reaches_remembered_calls_and_plans():
     """After ``collectives.reset(comm)`` a remembered allreduce and a plan run on the
     communicator's new context. They kept the freed one, and filled it again: a new shared

@@ -36,6 +36,9 @@ from .cli import abort_world
 
 __all__ = ["Runner", "runner", "MODES"]
 
+# module globals read by every call (cheaper than the module's attributes)
+_clock, _SPANS, _STARTED, _FINISHED = flight.clock, flight.SPANS, flight.STARTED, flight.FINISHED
+
 #: the values of ``Options.on_error``
 MODES = ("raise", "abort")
 
@@ -43,10 +46,11 @@ MODES = ("raise", "abort")
 class Runner:
     """Runs the public calls of one context in abort mode (the counterpart of ``Guard.run``)."""
 
-    __slots__ = ("ctx", "name", "seq", "since", "timeout", "call", "__weakref__")
+    __slots__ = ("ctx", "guard", "name", "seq", "since", "timeout", "call", "__weakref__")
 
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
+        self.guard: Any = None  # ctx.guard, taken at the first call
         self.name = ""
         self.seq = 0
         self.since: float | None = None  # time.monotonic() the running call started, if timed
@@ -65,39 +69,40 @@ class Runner:
         """``fn(*args)`` with blocking MPI calls; any exception ends the job (module docstring).
         The call goes into the guard's flight recorder as ``Guard.run`` records it (``what``:
         its description, if the caller made one)."""
-        guard = self.ctx.guard
-        guard.seq += 1
-        self.name, self.seq = name, guard.seq
+        guard = self.guard
+        if guard is None:  # the first call: the context makes its guard (collectively)
+            guard = self.guard = self.ctx.guard
+        seq = guard.seq = guard.seq + 1
+        self.name, self.seq = name, seq
         if timeout is not None:
             self.set_timeout(timeout)
         records = guard.records  # -- flight recorder (collectives._runtime.flight)
         if records is not None:
-            rec = records[self.seq % len(records)]
-            rec.seq, rec.kind, rec.what, rec.state = self.seq, name, what, flight.STARTED
-        span = flight.SPANS[0]  # -- timeline (collectives.timeline): off, this test only
-        t0 = flight.clock() if span is not None else 0.0
+            rec = records[seq % guard.nrecords]
+            rec.seq, rec.kind, rec.what, rec.state = seq, name, what, _STARTED
+        span = _SPANS[0]  # -- timeline (collectives.timeline): off, this test only
+        t0 = _clock() if span is not None else 0.0
         try:
             result = fn(*args)
         except BaseException as exc:  # noqa: BLE001 - every error ends the job in this mode
             if records is not None:
-                rec.state, rec.t1, rec.error = flight.FAILED, flight.clock(), \
-                    flight.error_text(exc)
+                rec.state, rec.t1, rec.error = flight.FAILED, _clock(), flight.error_text(exc)
                 if what is None and self.call is not None:
                     rec.what = flight.describe(self.call)
             if span is not None:
-                span(name, t0, flight.clock(), self.seq, what, self.call, type(exc).__name__)
-            _end(f"{name} #{self.seq} failed on this rank{_truncated(exc, self.call)}", exc)
+                span(name, t0, _clock(), seq, what, self.call, type(exc).__name__)
+            _end(f"{name} #{seq} failed on this rank{_truncated(exc, self.call)}", exc)
         finally:
             self.since = None
             call, self.call = self.call, None  # the call's arrays are the caller's again
         if records is not None:  # -- flight recorder
-            rec.state, rec.t1 = flight.FINISHED, flight.clock()
+            rec.state, rec.t1 = _FINISHED, _clock()
             if what is None and call is not None:
                 rec.what = flight.describe(call)
             if span is not None:  # -- timeline: the record's end and description
                 span(name, t0, rec.t1, rec.seq, rec.what, call, None)
         elif span is not None:
-            span(name, t0, flight.clock(), self.seq, what, call, None)
+            span(name, t0, _clock(), seq, what, call, None)
         return result
 
 

@@ -19,6 +19,8 @@ docs/reliability.md). Outside a guard (``on_error="abort"``) the vector goes to
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from mpi4py import MPI
 
@@ -32,7 +34,7 @@ from ..options import Options
 from .._runtime.workspace import scratch
 from . import recursive_doubling
 
-__all__ = ["allreduce", "LANDING_BYTES"]
+__all__ = ["allreduce", "lane", "Lane", "LANDING_BYTES"]
 
 #: Under a guard, a vector longer than this goes through MPI in pieces of this many bytes, each
 #: landing in a buffer of this size and copied out while it is still in cache.
@@ -41,8 +43,12 @@ LANDING_BYTES = 1 << 20
 
 @_device.staged(0, 1)
 def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
-    dtype = native_type(buf.dtype)
-    mpi_op = native_op(op, buf.dtype)
+    _run(src, buf, op, ctx, opts, native_type(buf.dtype), native_op(op, buf.dtype))
+
+
+def _run(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options,
+         dtype: MPI.Datatype, mpi_op: MPI.Op) -> None:
+    """:func:`allreduce` with the MPI datatype and operation of ``buf``'s dtype and ``op``."""
     if ctx.active is None:  # outside a guard: native_call's blocking call, made here
         ctx.comm.Allreduce(MPI.IN_PLACE if src is buf else [src, dtype], [buf, dtype], mpi_op)
         return
@@ -69,3 +75,29 @@ def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Opti
                            ("native.landing", land)):
             return  # the fallback reduced the rest (every rank falls back at the same piece)
         copy_into(piece, buf[lo:hi])
+
+
+class Lane:
+    """The repeats of one decided native allreduce on the same arrays (a remembered call, a
+    plan's ``plan()``, a remembered ``iallreduce``), as an algorithm function ``(src, dst, op,
+    ctx, opts)``: the MPI datatype and operation are resolved once, and the device check of
+    :func:`allreduce` is skipped (NumPy arrays only). The callers pass arrays of the first
+    call's dtype (their re-checks); the count may differ (pieces are cut per call)."""
+
+    __slots__ = ("dtype", "mpi_op")
+
+    def __init__(self, buf: np.ndarray, op: Op) -> None:
+        self.dtype, self.mpi_op = native_type(buf.dtype), native_op(op, buf.dtype)
+
+    def __call__(self, src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context,
+                 opts: Options) -> None:
+        _run(src, buf, op, ctx, opts, self.dtype, self.mpi_op)
+
+
+def lane(fn: Any, src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context,
+         opts: Options) -> Any:
+    """:func:`allreduce` (``fn``) for the repeats of a call on the same arrays: a :class:`Lane`
+    for NumPy arrays, else ``fn`` itself."""
+    if type(buf) is not np.ndarray or type(src) is not np.ndarray:
+        return fn
+    return Lane(buf, op)

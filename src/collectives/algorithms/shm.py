@@ -208,12 +208,12 @@ class Lane:
 
 def lane(fn: Any, src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context,
          opts: Options) -> Any:
-    """``fn`` (an allreduce algorithm function decided for a call on ``ctx``) for the repeats of
-    that call on the same arrays: a :class:`Lane` where ``fn`` is this module's and the call
-    can take one (NumPy arrays, an op the kernels have, not float16), else ``fn`` itself. The
-    lane takes the kernel's entry at once if the team and the entry exist already."""
-    if (fn is not allreduce and fn is not allreduce_without_waiting) \
-            or type(buf) is not np.ndarray or not elementwise(op) or buf.dtype == np.float16:
+    """``fn`` (this module's :func:`allreduce` or :func:`allreduce_without_waiting`, decided for
+    a call on ``ctx``) for the repeats of that call on the same arrays (``lanes.lane``): a
+    :class:`Lane` where the call can take one (NumPy arrays, an op the kernels have, not
+    float16), else ``fn`` itself. The lane takes the kernel's entry at once if the team and the
+    entry exist already."""
+    if type(buf) is not np.ndarray or not elementwise(op) or buf.dtype == np.float16:
         return fn
     made = Lane(fn, layout.OPCODES[op.name])
     made._find(src, buf, ctx, opts)
