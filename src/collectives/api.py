@@ -115,8 +115,9 @@ _AUTO = ALGORITHMS["auto"]
 
 def run_allreduce(src: np.ndarray, dst: np.ndarray, op: Op, fn: Any, ctx: Any,
                   opts: Options) -> None:
-    """Reduce ``src`` into ``dst`` with the algorithm function ``fn`` on ``ctx``: the one run of
-    an allreduce, for blocking calls, the engine's operations, plans and repeated calls alike."""
+    """Reduce ``src`` into ``dst`` with the algorithm function ``fn`` on ``ctx``: the run of a
+    checked allreduce, blocking or the engine's (a repeated call, a plan's ``plan()`` and a
+    remembered ``iallreduce`` run what ``algorithms.lanes.lane`` made, the same work)."""
     fn(src, dst, op, ctx, opts)
     if op.average:
         _finish_avg(op, dst, ctx.comm.size)
@@ -136,8 +137,8 @@ class _Repeat:
         self.shape, self.xstrides, self.ostrides, self.dtype = x.shape, x.strides, out.strides, \
             x.dtype
         self.opts, self.comm, self.ctx, self.run = opts, comm, ctx, runner(ctx, opts).run
-        # the decided algorithm, as its lane if it has one: every repeat passes arrays of this
-        # call's types
+        # the run of a repeat: the decided algorithm, as its lane if it has one (every repeat
+        # passes arrays of this call's types), the division of "avg" included
         self.op, self.inplace = call.op, call.dst is call.src
         self.fn = lanes.lane(call.decide(ctx), call.src, call.dst, call.op, ctx, call.opts)
         # 1-D of a built-in dtype: flat() would return the arrays themselves
@@ -208,8 +209,7 @@ class _Repeats:
         else:
             src = flat(x)
             dst = src if e.inplace else flat(out)
-        e.run("allreduce", run_allreduce, src, dst, e.op, e.fn, e.ctx, opts,
-              timeout=opts.timeout, what=e.what)
+        e.run("allreduce", e.fn, src, dst, e.op, e.ctx, opts, timeout=opts.timeout, what=e.what)
         return True
 
     def remember(self, call: AllreduceCall, x: Any, out: Any, op: str, algorithm: str,

@@ -42,7 +42,7 @@ from ._runtime.fatal import runner
 from ._runtime.flight import describe
 from ._runtime.validate import check_comm, checked_call as _checked, setup as _setup
 from .api import (_AUTO, AllgatherCall, AllreduceCall, BcastCall, OpLike, ReduceCall,
-                  ReduceScatterCall, run_allreduce, _unchanged)
+                  ReduceScatterCall, _unchanged)
 from .algorithms import lanes
 from .compressed.api import CompressedAllreduceCall
 from .engine import Request, engine_of
@@ -142,9 +142,9 @@ def iallreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "su
 class _Remembered(AllreduceCall):
     """An :func:`iallreduce`'s checked call that also keeps the algorithm its run decides
     ("auto" resolved) in :attr:`decided`, a box that :class:`_Last` holds instead of the call
-    (which holds the arrays): ``[the algorithm function, what runs it]``, the second its lane
-    (``algorithms/lanes.py``: the repeats pass arrays of this call's types) or the function
-    itself, None until the first run decides."""
+    (which holds the arrays): ``[the algorithm function, what runs it]``, the second its run
+    from ``lanes.lane`` (the repeats pass arrays of this call's types), None until the first
+    run decides."""
 
     __slots__ = ("decided",)
 
@@ -152,13 +152,16 @@ class _Remembered(AllreduceCall):
         super().__init__(*args)
         self.decided = [self.fn, None]
 
-    def decide(self, ctx: Any) -> Any:
+    def run(self, ctx: Any) -> None:
+        if self.trivial:
+            super().run(ctx)
+            return
         decided = self.decided
         run = decided[1]
         if run is None:
-            fn = decided[0] = super().decide(ctx)
+            fn = decided[0] = self.decide(ctx)
             run = decided[1] = lanes.lane(fn, self.src, self.dst, self.op, ctx, self.opts)
-        return run
+        run(self.src, self.dst, self.op, ctx, self.opts)
 
 
 class _Last:
@@ -398,7 +401,7 @@ class Plan(_Persistent):
         src = call.src.view()
         dst = src if call.dst is call.src else call.dst.view()
         fn = lanes.lane(call.decide(ctx), src, dst, call.op, ctx, call.opts)
-        return partial(run, "allreduce", run_allreduce, src, dst, call.op, fn, ctx, call.opts,
+        return partial(run, "allreduce", fn, src, dst, call.op, ctx, call.opts,
                        timeout=self.opts.timeout, what=describe(call))
 
 
