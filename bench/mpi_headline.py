@@ -1,17 +1,21 @@
 """The headline of docs/benchmarks.md: our allreduce against a bare ``comm.Allreduce``, per MPI.
 
-Run ``python bench/mpi_headline.py LABEL=FILE [LABEL=FILE ...] [--figure PNG]``, each FILE a
-JSON of ``bench/allreduce_sweep.py`` (one MPI library, one or more world sizes; its ``mpi``
+Run ``python bench/mpi_headline.py LABEL=FILE[,FILE...] [LABEL=...] [--figure PNG]``, each FILE
+a JSON of ``bench/allreduce_sweep.py`` (one MPI library, one or more world sizes; its ``mpi``
 column is mpi4py's bare ``comm.Allreduce``). Prints a Markdown table, one row per message size
 and one column per (MPI, world size): the default call (``auto``) and the fastest of our
-hand-written algorithms as time ratios to ``mpi`` of the same run, with the bare call's median. ``--figure``
-draws the same ratios against size (matplotlib, the ``plot`` extra).
+hand-written algorithms as time ratios to ``mpi`` of the same run, with the bare call's median.
+Several files for one label are repeated runs (at other moments of a shared machine): each
+ratio is then the median of the runs' ratios, the default call's with its range across runs,
+and the bare call's time the median of its medians. ``--figure`` draws the ratios against size
+(matplotlib, the ``plot`` extra).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -35,12 +39,17 @@ def load(path: str) -> dict[tuple[int, int], dict[str, float]]:
     return table
 
 
-def ratios(cells: dict[str, float]) -> tuple[float, float, str, float]:
-    """(auto / mpi, best hand-written / mpi, which, mpi us) of one size."""
-    bare = cells["mpi"]
-    ours = {k: v for k, v in cells.items() if k not in OURS_SKIP}
+def ratios(runs: list[dict[str, float]]) -> tuple[float, float, str, float, float, float]:
+    """(auto / mpi, best hand-written / mpi, which, mpi us, lowest and highest auto / mpi) of
+    one size, from one or more runs (``{column: median us}`` each): the median over the runs of
+    each run's own ratios; "best" the hand-written column whose median ratio is lowest."""
+    each = [{k: v / cells["mpi"] for k, v in cells.items()} for cells in runs]
+    median = {k: statistics.median(r[k] for r in each) for k in each[0] if all(k in r for r in each)}
+    ours = {k: v for k, v in median.items() if k not in OURS_SKIP}
     best = min(ours, key=ours.get)
-    return cells["auto"] / bare, ours[best] / bare, best, bare
+    autos = [r["auto"] for r in each]
+    return (median["auto"], ours[best], best, statistics.median(c["mpi"] for c in runs),
+            min(autos), max(autos))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -51,11 +60,12 @@ def main(argv: list[str] | None = None) -> None:
     series: dict[str, dict[int, tuple[float, float, str, float]]] = {}
     sizes: set[int] = set()
     for spec in args.files:
-        label, _, path = spec.partition("=")
-        if not path:
-            ap.error(f"expected LABEL=FILE, got {spec!r}")
-        for (p, n), cells in sorted(load(path).items()):
-            series.setdefault(f"{label} p = {p}", {})[n] = ratios(cells)
+        label, _, paths = spec.partition("=")
+        if not paths:
+            ap.error(f"expected LABEL=FILE[,FILE...], got {spec!r}")
+        runs = [load(path) for path in paths.split(",")]
+        for p, n in sorted(set.intersection(*(set(run) for run in runs))):
+            series.setdefault(f"{label} p = {p}", {})[n] = ratios([run[p, n] for run in runs])
             sizes.add(n)
     names = list(series)
     print("| size | " + " | ".join(names) + " |")
@@ -66,8 +76,10 @@ def main(argv: list[str] | None = None) -> None:
             if n not in series[name]:
                 row.append("-")
                 continue
-            auto, best, which, bare = series[name][n]
-            row.append(f"**{auto:.2f}x**; best {best:.2f}x ({which}); mpi {bare:,.1f} us")
+            auto, best, which, bare, low, high = series[name][n]
+            spread = f" ({low:.2f}-{high:.2f})" if low != high else ""
+            row.append(f"**{auto:.2f}x**{spread}; best {best:.2f}x ({which}); "
+                       f"mpi {bare:,.1f} us")
         print(f"| {_size(n)} | " + " | ".join(row) + " |")
     if args.figure:
         _figure(series, args.figure)

@@ -501,6 +501,25 @@ def test_allreduce_sweep_and_the_headline_table(tmp_path):
                                f"**{med['auto', n] / med['mpi', n]:.2f}x**; best "
                                f"{med[best, n] / med['mpi', n]:.2f}x ({best}); mpi "), line
     assert not has_plot or png.stat().st_size > 0
+    # three runs of one label (the first, and copies with auto 1.5x and 2x as slow): the median
+    # of the runs' ratios, with the default call's range; the bare call's median time
+    data = json.loads(out.read_text())
+    files = [str(out)]
+    for k, scale in enumerate((2.0, 1.5)):
+        copy = json.loads(json.dumps(data))
+        for r in copy["records"]:
+            if r["algorithm"] == "auto":
+                r["median_us"] *= scale
+        files.append(str(tmp_path / f"run{k}.json"))
+        Path(files[-1]).write_text(json.dumps(copy))
+    run = subprocess.run([sys.executable, str(ROOT / "bench/mpi_headline.py"),
+                          "MPICH=" + ",".join(files)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    for line, n in zip(run.stdout.splitlines()[2:], (8, 65536)):
+        ratio = med["auto", n] / med["mpi", n]
+        assert line.startswith(f"| {'8 B' if n == 8 else '64 KiB'} | **{1.5 * ratio:.2f}x** "
+                               f"({ratio:.2f}-{2 * ratio:.2f}); best "), line
+        assert line.endswith(f"mpi {med['mpi', n]:,.1f} us |"), line
 
 
 def test_call_overhead_runs_every_variant(tmp_path):
