@@ -44,7 +44,8 @@ def ratios(runs: list[dict[str, float]]) -> tuple[float, float, str, float, floa
     one size, from one or more runs (``{column: median us}`` each): the median over the runs of
     each run's own ratios; "best" the hand-written column whose median ratio is lowest."""
     each = [{k: v / cells["mpi"] for k, v in cells.items()} for cells in runs]
-    median = {k: statistics.median(r[k] for r in each) for k in each[0] if all(k in r for r in each)}
+    median = {k: statistics.median(r[k] for r in each) for k in each[0]
+              if all(k in r for r in each)}
     ours = {k: v for k, v in median.items() if k not in OURS_SKIP}
     best = min(ours, key=ours.get)
     autos = [r["auto"] for r in each]

@@ -168,7 +168,8 @@ class _Repeats:
     re-checking what could have changed in place: the shapes, strides and dtypes, ``out``'s write
     flag, the options in force, and that the communicator is neither freed nor reset. Arrays
     are held by weak references only. NumPy arrays, string ops and ``validate`` off only; the
-    last :data:`SIZE` argument sets. A decided algorithm that has a lane runs through it (``algorithms/lanes.py``)."""
+    last :data:`SIZE` argument sets. A decided algorithm that has a lane runs through it
+    (``algorithms/lanes.py``)."""
 
     SIZE = 32
     #: entries compared by identity before the keyed lookup: a loop of a few calls builds no key
