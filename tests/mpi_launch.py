@@ -270,7 +270,9 @@ class _AbortOnFailure:
                          f"{world.size}:\n{report.longreprtext}\n")
         sys.stdout.flush()
         if world.size > 1 and not os.environ.get("COLLECTIVES_TEST_NO_ABORT"):
-            world.Abort(1)
+            from collectives._runtime.cli import abort_world
+
+            abort_world(1, delay=0)  # MPI_Abort, leaving no MPI file in /dev/shm
 
 
 # ------------------------------------------------------------------ the outer run

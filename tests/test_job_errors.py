@@ -145,8 +145,9 @@ def test_the_first_call_waits_at_most_the_timeout(tmp_path):
                              "                          options=collectives.Options(timeout=1))\n"
                              "except TimeoutError as exc:\n"
                              "    print('rank 0:', exc, flush=True)\n"
-                             "    time.sleep(0.5)  # the launcher's forwarder reads the line\n"
-                             "    MPI.COMM_WORLD.Abort(3)\n".replace("HANG", str(HANG_S)))
+                             "    from collectives._runtime.cli import abort_world\n"
+                             "    abort_world(3, delay=0.5)  # (MPI_Abort, no file left)\n"
+                             .replace("HANG", str(HANG_S)))
     status, output, seconds = _job(2, argv)
     assert status != 0 and seconds < HANG_S / 2, output[-3000:]
     assert "rank 0: the first collective call on this communicator timed out after 1 s" \
@@ -199,6 +200,31 @@ def test_abort_mode_ends_the_job_even_when_the_error_is_caught(tmp_path):
     assert output.count("Traceback") == 1, output
     assert "collectives: rank 1: allreduce #" in output and \
         "failed on this rank: TypeError: x has unsupported dtype" in output, output
+
+
+def test_ending_the_job_leaves_no_mpi_segment_in_dev_shm(tmp_path):
+    """MPI_Abort leaves the MPI library's shared-memory files in /dev/shm (MPICH's
+    ``mpich_shm_*``): memory held until the machine restarts. Ending the job removes the names
+    of those the ending rank maps first (``_runtime/segments.py``): the ranks list what they map
+    (the default allreduce's shared window too), rank 1 ends the job in abort mode, and none of
+    them is left."""
+    if not Path("/proc/self/maps").exists():
+        pytest.skip("no /proc/self/maps: segments are removed on Linux only")
+    argv = _script(tmp_path, "import numpy as np, collectives\nfrom mpi4py import MPI\n"
+                             "from collectives._runtime.segments import mapped\n"
+                             "rank = MPI.COMM_WORLD.rank\n"
+                             "collectives.allreduce(np.ones(4))\n"
+                             "with open(f'OUT/rank{rank}.txt', 'w') as f:\n"
+                             "    f.write('\\n'.join(mapped()))\n"
+                             "MPI.COMM_WORLD.Barrier()\n"
+                             "collectives.allreduce(np.array(['a'] * 4) if rank == 1 else "
+                             "np.ones(4))\n".replace("OUT", str(tmp_path)))
+    status, output, seconds = _job(2, argv, env={"COLLECTIVES_ON_ERROR": "abort"})
+    assert status != 0 and seconds < HANG_S, output[-3000:]
+    listed = {p for f in tmp_path.glob("rank*.txt") for p in f.read_text().split()}
+    if not listed:
+        pytest.skip("this MPI library keeps no segment in /dev/shm")
+    assert not [p for p in listed if os.path.exists(p)], (listed, output[-3000:])
 
 
 def test_abort_mode_names_a_size_mismatch(tmp_path):

@@ -304,3 +304,32 @@ def test_staged_passes_numpy_arrays_and_keywords_through():
     assert fn(x, x) == "done" and fn(x, None, c=3) == "done" and fn(x, x, c=4) == "done"
     assert [c for _, _, c in seen] == [None, 3, 4] and seen[1][1] is None
     assert staged(0, 1, 2)(lambda a, b, c: "three")(x, x, x) == "three"
+
+
+def test_only_the_mpi_libraries_segments_are_removed(tmp_path, monkeypatch):
+    """``segments.unlink_mapped`` (before MPI_Abort) reads the process's mappings and removes
+    the MPI libraries' files in /dev/shm only, each once, a name already gone skipped; another
+    program's file there (PyTorch's, a user's) is never touched."""
+    from collectives._runtime import segments
+
+    shm = tmp_path / "dev" / "shm"  # stands for /dev/shm: the paths are rewritten below
+    shm.mkdir(parents=True)
+    names = ["mpich_shm_1a2b_0", "sm_segment.vm.0.7.1", "torch_42_1", "mpich_shm_gone_0"]
+    for name in names[:3]:
+        (shm / name).write_text("")
+    maps = tmp_path / "maps"
+    maps.write_text("".join(
+        f"7f00{i:04x}000-7f00{i:04x}fff rw-s 00000000 00:1a {100 + i}  /dev/shm/{name}{tail}\n"
+        for i, (name, tail) in enumerate([(names[0], ""), (names[0], ""), (names[1], " (deleted)"),
+                                          (names[2], ""), (names[3], "")]))
+        + "7f0100000000-7f0100001000 r-xp 00000000 00:1a 7  /usr/lib/libmpi.so.12\n"
+        + "7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0  [stack]\n"
+        + "7ffd00100000-7ffd00101000 r--p 00000000 00:00 0\n")
+    assert segments.mapped(str(maps)) == [f"/dev/shm/{n}" for n in (names[0], names[1], names[3])]
+    real = os.unlink
+    monkeypatch.setattr(os, "unlink", lambda path: real(shm / os.path.basename(path)))
+    gone = segments.unlink_mapped(str(maps))  # removes inside tmp_path only
+    monkeypatch.undo()
+    assert gone == [f"/dev/shm/{names[0]}", f"/dev/shm/{names[1]}"]
+    assert sorted(p.name for p in shm.iterdir()) == ["torch_42_1"]
+    assert segments.mapped(str(tmp_path / "no-such-file")) == []

@@ -95,8 +95,13 @@ def abort_world(status: int = 1, delay: float = ABORT_DELAY_S) -> NoReturn:
     to end the job and goes on until the launcher's signal arrives. Code after it would run in
     that window (a caught error's rank could enter its next collective and match the others'
     pending call), so this process exits at once after the request (``os._exit``: no cleanup can
-    block); a nonzero exit ends the job under every launcher."""
+    block); a nonzero exit ends the job under every launcher.
+
+    The names of the MPI library's shared-memory files this process maps are removed first:
+    ``MPI_Abort`` leaves them in ``/dev/shm`` (``segments.py``)."""
     from mpi4py import MPI
+
+    from .segments import unlink_mapped
 
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -104,6 +109,7 @@ def abort_world(status: int = 1, delay: float = ABORT_DELAY_S) -> NoReturn:
         except (OSError, ValueError):  # closed or broken: nothing more to say on it
             pass
     time.sleep(delay)
+    unlink_mapped()
     MPI.COMM_WORLD.Abort(status)
     os._exit(status or 1)
 
