@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import compress
@@ -69,14 +69,25 @@ def test_every_truncation_and_extension(name):
 @pytest.mark.parametrize("name", NAMES)
 @FUZZ
 @given(flips=st.lists(st.integers(0, 10_000), min_size=1, max_size=3), shape2d=st.booleans())
+@example(flips=[64, 864], shape2d=False)  # count and shape 36 -> 37: randomk decodes 37
 def test_bit_flips(name, flips, shape2d):
     codec, payload = valid(name, n=36, shape=(6, 6) if shape2d else None)
     bad = payload.copy()
     for f in flips:
         bad[(f // 8) % bad.size] ^= np.uint8(1 << (f % 8))
     out = check_decode(codec, bad)
-    if out is not None:
-        assert out.shape == (36,) or out.shape == (6, 6) or out.size == 36
+    if out is not None:  # the size its header records: flips of both the count and the shape
+        # (bytes 8 and 16) make a well-formed payload of another size, as for a sparse codec,
+        # whose body's size does not depend on the count
+        count = int(np.frombuffer(bad[8:16].tobytes(), "<u8")[0])
+        shape = tuple(np.frombuffer(bad[16:16 + 8 * bad[7]].tobytes(), "<u8").tolist())
+        assert out.size == count and out.shape in ((count,), shape), (out.shape, count, shape)
+        assert count == 36 or flips_hit_the_count(flips, bad.size), (count, flips)
+
+
+def flips_hit_the_count(flips, size):
+    """Whether a flip of ``flips`` fell on the header's count (bytes 8-15)."""
+    return any(8 <= (f // 8) % size < 16 for f in flips)
 
 
 def test_misaligned_and_foreign_payloads():
