@@ -37,7 +37,8 @@ from .cli import abort_world
 __all__ = ["Runner", "runner", "MODES"]
 
 # module globals read by every call (cheaper than the module's attributes)
-_clock, _SPANS, _STARTED, _FINISHED = flight.clock, flight.SPANS, flight.STARTED, flight.FINISHED
+_clock, _SPANS = flight.clock, flight.SPANS
+_STARTED, _FINISHED, _FAILED = flight.STARTED, flight.FINISHED, flight.FAILED
 
 #: the values of ``Options.on_error``
 MODES = ("raise", "abort")
@@ -86,7 +87,7 @@ class Runner:
             result = fn(*args)
         except BaseException as exc:  # noqa: BLE001 - every error ends the job in this mode
             if records is not None:
-                rec.state, rec.t1, rec.error = flight.FAILED, _clock(), flight.error_text(exc)
+                rec.state, rec.t1, rec.error = _FAILED, _clock(), flight.error_text(exc)
                 if what is None and self.call is not None:
                     rec.what = flight.describe(self.call)
             if span is not None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["MPI_SEGMENTS", "unlink_mapped"]
+__all__ = ["MPI_SEGMENTS", "mapped", "unlink_mapped"]
 
 #: the beginnings of the names, in ``/dev/shm``, of the MPI libraries' shared-memory segments
 MPI_SEGMENTS = ("mpich_shm_", "sm_segment.", "vader_segment.")

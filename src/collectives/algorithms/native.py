@@ -82,7 +82,7 @@ class Lane:
     plan's ``plan()``, a remembered ``iallreduce``), as an algorithm function ``(src, dst, op,
     ctx, opts)``: the MPI datatype and operation are resolved once, and the device check of
     :func:`allreduce` is skipped (NumPy arrays only). The callers pass arrays of the first
-    call's dtype (their re-checks); the count may differ (pieces are cut per call)."""
+    call's dtype (their re-checks); nothing in the lane depends on the count."""
 
     __slots__ = ("dtype", "mpi_op")
 
