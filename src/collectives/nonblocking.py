@@ -172,16 +172,18 @@ class _Last:
     dtypes, ``out``'s write flag, the communicator not freed). A repeat is a new call built from
     what the first one checked and decided; the arrays are held by weak references only."""
 
-    __slots__ = ("x", "out", "op", "algorithm", "comm_arg", "comm", "opts", "inline", "what",
-                 "shape", "xstrides", "ostrides", "dtype", "reduction", "decided", "inplace",
-                 "vector")
+    __slots__ = ("x", "out", "op", "algorithm", "comm_arg", "comm", "engine", "opts", "inline",
+                 "what", "shape", "xstrides", "ostrides", "dtype", "reduction", "decided",
+                 "inplace", "vector")
 
     def __init__(self, request: Request, x: np.ndarray, out: np.ndarray, op: str,
                  algorithm: str, comm_arg: Any, comm: MPI.Comm) -> None:
         call = request.call
         self.x, self.out = weakref.ref(x), weakref.ref(out)
         self.op, self.algorithm, self.comm_arg, self.comm = op, algorithm, comm_arg, comm
-        self.opts, self.inline = request.opts, request.inline
+        # the communicator's engine is made once and never replaced; once shut down (the
+        # communicator freed, MPI finalizing) the repeats stop and the full call says why
+        self.engine, self.opts, self.inline = request.engine, request.opts, request.inline
         self.reduction, self.decided, self.inplace = call.op, call.decided, call.dst is call.src
         # 1-D of a built-in dtype: flat() gives the arrays themselves
         self.vector = call.src is x and call.dst is (x if self.inplace else out)
@@ -193,19 +195,21 @@ class _Last:
         """Submit the call again on ``x`` and ``out`` (the remembered ones); None if anything has
         changed."""
         opts = Options.from_env() if options is None else options
-        if not (_unchanged(self, x, out, opts) and self.comm != MPI.COMM_NULL):
+        engine = self.engine
+        if not (_unchanged(self, x, out, opts) and not engine.closed
+                and self.comm != MPI.COMM_NULL):
             return None
         call = _Remembered.__new__(_Remembered)
         call.src = x if self.vector else flat(x)
         call.dst = call.src if self.inplace else (out if self.vector else flat(out))
         call.op, call.fn, call.decided = self.reduction, self.decided[0], self.decided
         call.algorithm, call.opts, call.result, call.trivial = self.algorithm, opts, out, False
-        request = Request("iallreduce", call, engine_of(self.comm, opts.timeout), False, opts)
+        request = Request("iallreduce", call, engine, False, opts)
         request.inline = self.inline
         if self.what is None:
             self.what = _described(call)
         request.what = self.what
-        return request.engine.submit(request)
+        return engine.submit(request)
 
 
 def _described(call: AllreduceCall) -> tuple | None:

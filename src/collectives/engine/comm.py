@@ -65,9 +65,10 @@ class Waiter:
     def __init__(self, serve: Callable[[], None] | None = None) -> None:
         self.serve = serve
         self.stop = False
-        #: [time.perf_counter() value, function]: called once, between polls, after that time
-        #: (the stall warning of an operation run by its wait() on the caller's thread)
-        self.alarm: list | None = None
+        #: (time.perf_counter() value, function, *arguments): the function called once with the
+        #: arguments, between polls, after that time (the stall warning of an operation run by
+        #: its wait() on the caller's thread)
+        self.alarm: tuple | None = None
         #: test, yielding the processor between tests, and never nap: set while the caller's
         #: thread runs an operation its wait() would only wait for anyway (a nap would add its
         #: length to every step of an MPI non-blocking collective, which advances only in tests)
@@ -78,7 +79,7 @@ class Waiter:
         alarm = self.alarm
         if alarm is not None and time.perf_counter() > alarm[0]:
             self.alarm = None
-            alarm[1]()
+            alarm[1](*alarm[2:])
 
     def wait(self, requests: list[MPI.Request], nbytes: int = 0) -> None:
         """Return when every request has completed."""

@@ -126,13 +126,13 @@ class Engine:
         with self._lock:
             if self.closed:
                 raise EngineError(f"the engine of {self.label} is shut down")
-            request.seq = self.submitted
-            self.submitted += 1
-            self._outstanding[request.seq] = request
-            self._queue_deferred()  # it goes first, and to the thread
+            seq = request.seq = self.submitted
+            self.submitted = seq + 1
+            self._outstanding[seq] = request
             if request.inline and not self.pending and self._primed:
-                self._deferred = request
+                self._deferred = request  # (nothing pending: no deferred one before it)
             else:
+                self._queue_deferred()  # it goes first, and to the thread
                 self._queue.put(request)
             self.pending += 1
         return request
@@ -161,9 +161,10 @@ class Engine:
             if not self._exec.acquire(False):  # (not while deferred: the engine is idle)
                 self._queue.put(request)
                 return False
+        waiter = self.waiter
         if stall is not None:
-            self.waiter.alarm = [time.perf_counter() + stall, lambda: stalled(request, stall)]
-        self.waiter.eager = True  # this thread would only wait: no naps between tests
+            waiter.alarm = (time.perf_counter() + stall, stalled, request, stall)
+        waiter.eager = True  # this thread would only wait: no naps between tests
         error: BaseException | None = None
         try:
             error = self._execute(request)
@@ -175,10 +176,13 @@ class Engine:
             error = exc
             raise
         finally:
-            self.waiter.alarm = None
-            self.waiter.eager = False
+            waiter.alarm = None
+            waiter.eager = False
             self._exec.release()
-            self._finish(request, error)
+            with self._lock:  # _finish, in line
+                self.pending -= 1
+                del self._outstanding[request.seq]
+            request.complete(error)
         return True
 
     def _finish(self, request: Request, error: BaseException | None) -> None:

@@ -44,7 +44,8 @@ __all__ = ["Request", "StallWarning", "EngineError", "waitall", "waitany", "test
 
 #: Notified (under its lock) whenever any request completes and a thread waits on it
 #: (:func:`wait_done`).
-DONE = threading.Condition(threading.Lock())
+_DONE_LOCK = threading.Lock()
+DONE = threading.Condition(_DONE_LOCK)
 _WAITING = [0]  # threads inside wait_done: complete() notifies only if there are any
 
 
@@ -179,7 +180,7 @@ class Request:
     def complete(self, error: BaseException | None = None) -> None:
         """Mark the operation finished (with ``error`` if it failed), wake every waiter, then run
         the completion callbacks on this thread."""
-        with DONE:
+        with _DONE_LOCK:  # DONE's (a plain lock's with is cheaper than the condition's)
             self._error = error
             self._done = True
             callbacks, self._callbacks = self._callbacks, None
