@@ -32,6 +32,10 @@ a shared machine hits them alike. Reported: the median over rounds of the time p
   flag), the least a call that rejects bad input must do; and ``mpi Iallreduce+Wait``, the bare
   ``comm.Iallreduce(x, y).Wait()``, the floor of a call that must not block in MPI (the failure
   guard's native calls);
+- ``iallreduce() half``, ``.wait() half`` (``--split``): ``iallreduce+wait`` again, each half
+  timed apart (``time.perf_counter_ns`` around it, which adds its own cost to both): what
+  submitting costs (a small operation only makes and orders its request here) and what its
+  ``wait()`` costs (it runs the operation); the variant's own row is the whole call;
 - ``timeline on`` (``--timeline``): ``allreduce`` while a timeline records (``collectives.timeline``;
   its wrappers are installed for this variant's calls only, so every other variant runs with it
   off, as without ``--timeline``). Also printed: the spans each call records and
@@ -72,6 +76,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--floor", action="store_true",
                     help="add a bare Python wrapper of comm.Allreduce, without and with checks, "
                          "and the bare comm.Iallreduce(...).Wait()")
+    ap.add_argument("--split", action="store_true",
+                    help="add iallreduce+wait with its two halves timed apart")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     comm = MPI.COMM_WORLD
@@ -135,6 +141,19 @@ def main(argv: list[str] | None = None) -> dict:
     if not args.no_iallreduce:
         variants["iallreduce+wait"] = \
             lambda: collectives.iallreduce(x, out=y, algorithm=args.algorithm).wait()
+    halves = [0, 0]  # --split: ns in iallreduce() and in wait() during the variant's turn
+    if args.split:
+        clock = time.perf_counter_ns
+
+        def split() -> None:
+            t0 = clock()
+            request = collectives.iallreduce(x, out=y, algorithm=args.algorithm)
+            t1 = clock()
+            request.wait()
+            halves[0] += t1 - t0
+            halves[1] += clock() - t1
+
+        variants["iallreduce (split)"] = split
     recording = None
     if args.timeline:
         from collectives.timeline import hooks
@@ -149,7 +168,10 @@ def main(argv: list[str] | None = None) -> dict:
             f()
         if name == "timeline on":
             hooks.uninstall()
+    halves[:] = [0, 0]  # (the warm-up's)
     times = {name: [] for name in variants}
+    if args.split:
+        times["iallreduce() half"], times[".wait() half"] = [], []
     spans = calls_on = 0
     for _ in range(args.rounds):
         for name, f in variants.items():
@@ -165,6 +187,10 @@ def main(argv: list[str] | None = None) -> dict:
             for _ in range(calls):
                 f()
             times[name].append((time.perf_counter() - start) / calls * 1e6)
+            if name == "iallreduce (split)":
+                for half, ns in zip(("iallreduce() half", ".wait() half"), halves):
+                    times[half].append(ns / calls / 1e3)
+                halves[:] = [0, 0]
             if leave is not None:
                 leave()
             if name == "timeline on":

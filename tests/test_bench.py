@@ -527,14 +527,19 @@ def test_call_overhead_runs_every_variant(tmp_path):
     wrappers, abort mode, iallreduce), the bare call is the ratio's base."""
     out = tmp_path / "overhead.json"
     stdout = _bench_job(2, "call_overhead.py", "--calls", "50", "--rounds", "2", "--floor",
-                        "--abort", out=out)
+                        "--abort", "--split", out=out)
     result = json.loads(out.read_text())
     assert result["bytes"] == 8 and result["ranks"] == 2
     assert list(result["median_us"]) == [
         "bare", "plan()", "allreduce", "allreduce(options=)", "python wrapper",
         "python wrapper+checks", "mpi Iallreduce+Wait", "allreduce(abort)", "plan(abort)",
-        "iallreduce+wait"]
-    assert all(len(r) == 2 and min(r) > 0 for r in result["rounds"].values())
+        "iallreduce+wait", "iallreduce (split)", "iallreduce() half", ".wait() half"]
+    rounds = result["rounds"]
+    assert all(len(r) == 2 and min(r) > 0 for r in rounds.values())
+    # the halves are timed inside the split variant's turn: together, less than the turn
+    for k in range(2):
+        assert rounds["iallreduce() half"][k] + rounds[".wait() half"][k] \
+            < rounds["iallreduce (split)"][k]
     rows = {line.split()[0]: line for line in stdout.splitlines()[2:]}
     assert rows["bare"].split()[-1] == "1.00"
 
