@@ -17,6 +17,8 @@ a shared machine hits them alike. Reported: the median over rounds of the time p
 - ``unguarded`` (``--unguarded``): the same call's algorithm run outside the failure guard
   (``collectives._runtime.guard``: call numbering, notice-aware waits, exact receive sizes), i.e.
   what ``allreduce`` did per call before it; ``allreduce`` / ``unguarded`` is the guard's cost;
+- ``lane, unguarded`` (``--lane``): what a repeat of the call runs, its algorithm's lane
+  (``algorithms/lanes.py``), called directly: no guard, no checks, the algorithm alone;
 - ``no recorder`` (``--recorder``): ``allreduce`` with the flight recorder of its communicator
   switched off for the variant's turn (``collectives._runtime.flight``); ``allreduce`` / ``no
   recorder`` is the recorder's cost, measured in one process, turn by turn;
@@ -67,6 +69,8 @@ def main(argv: list[str] | None = None) -> dict:
                     help="add allreduce with validate=True (its cross-rank check)")
     ap.add_argument("--unguarded", action="store_true",
                     help="add the allreduce's algorithm run outside the failure guard")
+    ap.add_argument("--lane", action="store_true",
+                    help="add the call's lane (what a repeat runs) called with no guard")
     ap.add_argument("--recorder", action="store_true",
                     help="add allreduce with the flight recorder off (its cost)")
     ap.add_argument("--abort", action="store_true",
@@ -120,6 +124,15 @@ def main(argv: list[str] | None = None) -> dict:
         fn = call.decide(ctx)
         variants["unguarded"] = lambda: run_allreduce(call.src, call.dst, call.op, fn, ctx,
                                                       call.opts)
+    if args.lane:
+        from collectives._runtime.context import context
+        from collectives.algorithms import lanes
+        from collectives.api import AllreduceCall
+
+        ctx = context(comm)
+        call = AllreduceCall(comm, x, y, "sum", args.algorithm, collectives.Options.from_env())
+        lane = lanes.lane(call.decide(ctx), call.src, call.dst, call.op, ctx, call.opts)
+        variants["lane, unguarded"] = lambda: lane(call.src, call.dst, call.op, ctx, call.opts)
     switch = {}  # name -> what to do before and after the variant's turn
     if args.recorder:
         from collectives._runtime.context import context

@@ -527,13 +527,14 @@ def test_call_overhead_runs_every_variant(tmp_path):
     wrappers, abort mode, iallreduce), the bare call is the ratio's base."""
     out = tmp_path / "overhead.json"
     stdout = _bench_job(2, "call_overhead.py", "--calls", "50", "--rounds", "2", "--floor",
-                        "--abort", "--split", out=out)
+                        "--abort", "--split", "--lane", out=out)
     result = json.loads(out.read_text())
     assert result["bytes"] == 8 and result["ranks"] == 2
     assert list(result["median_us"]) == [
         "bare", "plan()", "allreduce", "allreduce(options=)", "python wrapper",
-        "python wrapper+checks", "mpi Iallreduce+Wait", "allreduce(abort)", "plan(abort)",
-        "iallreduce+wait", "iallreduce (split)", "iallreduce() half", ".wait() half"]
+        "python wrapper+checks", "mpi Iallreduce+Wait", "lane, unguarded", "allreduce(abort)",
+        "plan(abort)", "iallreduce+wait", "iallreduce (split)", "iallreduce() half",
+        ".wait() half"]
     rounds = result["rounds"]
     assert all(len(r) == 2 and min(r) > 0 for r in rounds.values())
     # the halves are timed inside the split variant's turn: together, less than the turn
@@ -542,6 +543,25 @@ def test_call_overhead_runs_every_variant(tmp_path):
             < rounds["iallreduce (split)"][k]
     rows = {line.split()[0]: line for line in stdout.splitlines()[2:]}
     assert rows["bare"].split()[-1] == "1.00"
+
+
+def test_call_lines_counts_the_work_around_the_algorithm(tmp_path):
+    """bench/call_lines.py at 2 ranks: each variant's traced call went through the failure guard
+    once and ran none of its algorithm (swapped for a no-op), and the counts order the paths as
+    they are built: a plan's run inside a remembered allreduce's, inside a small iallreduce's."""
+    out = tmp_path / "lines.json"
+    stdout = _bench_job(2, "call_lines.py", "--detail", out=out, timeout=120)
+    counts = json.loads(out.read_text())["counts"]
+    assert list(counts) == ["plan()", "allreduce", "iallreduce+wait"]
+    for where in counts.values():
+        assert where["guard.py:run"] == [1, where["guard.py:run"][1]]
+        assert not any(k.startswith(("shm.py", "team.py", "lanes.py")) for k in where), where
+    lines = {name: sum(n for _, n in where.values()) for name, where in counts.items()}
+    assert 0 < lines["plan()"] < lines["allreduce"] < lines["iallreduce+wait"], lines
+    assert "engine.py:run_deferred" in counts["iallreduce+wait"]  # run by its wait(), inline
+    rows = {r.split()[0]: r.split()[1:] for r in stdout.splitlines()[2:] if not r[0].isspace()}
+    assert rows == {name: [str(sum(c for c, _ in where.values())), str(lines[name])]
+                    for name, where in counts.items()}
 
 
 def test_numba_dispatch_times_both_calls():
