@@ -115,23 +115,19 @@ def main(argv: list[str] | None = None) -> dict:
     if args.validate:
         variants["validate=True"] = \
             lambda: collectives.allreduce(x, out=y, algorithm=args.algorithm, validate=True)
-    if args.unguarded:
+    if args.unguarded or args.lane:  # the checked call and its decided algorithm, unguarded
         from collectives._runtime.context import context
+        from collectives.algorithms import lanes
         from collectives.api import AllreduceCall, run_allreduce
 
         ctx = context(comm)
         call = AllreduceCall(comm, x, y, "sum", args.algorithm, collectives.Options.from_env())
         fn = call.decide(ctx)
+    if args.unguarded:
         variants["unguarded"] = lambda: run_allreduce(call.src, call.dst, call.op, fn, ctx,
                                                       call.opts)
     if args.lane:
-        from collectives._runtime.context import context
-        from collectives.algorithms import lanes
-        from collectives.api import AllreduceCall
-
-        ctx = context(comm)
-        call = AllreduceCall(comm, x, y, "sum", args.algorithm, collectives.Options.from_env())
-        lane = lanes.lane(call.decide(ctx), call.src, call.dst, call.op, ctx, call.opts)
+        lane = lanes.lane(fn, call.src, call.dst, call.op, ctx, call.opts)
         variants["lane, unguarded"] = lambda: lane(call.src, call.dst, call.op, ctx, call.opts)
     switch = {}  # name -> what to do before and after the variant's turn
     if args.recorder:

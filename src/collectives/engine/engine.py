@@ -179,10 +179,7 @@ class Engine:
             waiter.alarm = None
             waiter.eager = False
             self._exec.release()
-            with self._lock:  # _finish, in line
-                self.pending -= 1
-                del self._outstanding[request.seq]
-            request.complete(error)
+            self._finish(request, error)
         return True
 
     def _finish(self, request: Request, error: BaseException | None) -> None:
