@@ -578,8 +578,8 @@ def test_numba_dispatch_times_both_calls():
 
 
 def test_repeat_lookup_runs_the_remembered_path():
-    """bench/repeat_lookup.py drives api._Repeats.run on a remembered entry (it stops if the
-    call is no longer taken as a repeat), in place and not."""
+    """bench/repeat_lookup.py drives collectives.allreduce on a remembered entry (it stops if
+    the call is no longer taken as a repeat), in place and not."""
     spec = importlib.util.spec_from_file_location("repeat_lookup",
                                                   ROOT / "bench" / "repeat_lookup.py")
     bench = importlib.util.module_from_spec(spec)

@@ -152,7 +152,7 @@ def _unchanged(e: Any, x: np.ndarray, out: np.ndarray, opts: Options) -> bool:
     under ``opts``: what can change in place has not (shapes, strides, dtypes, ``out``'s write
     flag, the options in force); the caller checks that its communicator is still usable.
     ``e``: a remembered call with the attributes ``shape``, ``xstrides``, ``ostrides``, ``dtype``
-    and ``opts`` (``nonblocking._Last``; :meth:`_Repeats.run` makes the same checks in line)."""
+    and ``opts`` (``nonblocking._Last``; :func:`allreduce` makes the same checks in line)."""
     return (opts is e.opts and x.shape == e.shape and out.shape == e.shape
             and x.dtype is e.dtype and out.dtype is e.dtype and x.strides == e.xstrides
             and out.strides == e.ostrides and out.flags.writeable)
@@ -179,39 +179,21 @@ class _Repeats:
         self.entries: dict[tuple, _Repeat] = {}
         self.recent: list[_Repeat] = []  # the last entries used, most recent first
 
-    def run(self, x: Any, out: Any, op: str, algorithm: str, comm: Any,
-            options: Options | None) -> bool:
-        """Run the call if it repeats a remembered one; False if it does not."""
-        for e in self.recent:
+    def find(self, x: Any, out: Any, op: Any, algorithm: str, comm: Any) -> _Repeat | None:
+        """The remembered call of these arguments, or None: the recent entries but the first
+        (which :func:`allreduce` compares in line, its names by identity), then the keyed
+        lookup, which makes the entry found the most recent."""
+        if type(op) is not str or type(algorithm) is not str or type(out) is not np.ndarray:
+            return None
+        for e in self.recent[1:]:
             if (e.out() is out and e.x() is x and e.opname == op and e.algorithm == algorithm
                     and e.comm_arg is comm):
-                break
-        else:
-            e = self.entries.get((_identity(x), _identity(out), op, algorithm, _identity(comm)))
-            if e is None or e.x() is not x or e.out() is not out:
-                return False
-            self._use(e)
-        opts = e.opts
-        if options is None:
-            options = Options.from_env()
-        # _unchanged in line (a training loop's every step), out's half only where out is not x
-        # (in place: the same object, found by identity above); e.ctx.live: the communicator
-        # neither freed nor its context reset (the next call makes a new one)
-        if (options is not opts or x.shape != e.shape or x.dtype is not e.dtype
-                or x.strides != e.xstrides or not e.ctx.live):
-            return False
-        if not e.inplace and (out.shape != e.shape or out.dtype is not e.dtype
-                              or out.strides != e.ostrides):
-            return False
-        if not out.flags.writeable:
-            return False
-        if e.vector:
-            src, dst = x, out
-        else:
-            src = flat(x)
-            dst = src if e.inplace else flat(out)
-        e.run("allreduce", e.fn, src, dst, e.op, e.ctx, opts, timeout=opts.timeout, what=e.what)
-        return True
+                return e
+        e = self.entries.get((_identity(x), _identity(out), op, algorithm, _identity(comm)))
+        if e is None or e.x() is not x or e.out() is not out:
+            return None
+        self._use(e)
+        return e
 
     def remember(self, call: AllreduceCall, x: Any, out: Any, op: str, algorithm: str,
                  comm_arg: Any, comm: MPI.Comm, options: Options | None) -> None:
@@ -422,11 +404,36 @@ def allreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum
     numpy.ndarray
         ``out``, holding the reduction; bitwise identical on every rank.
     """
-    repeatable = validate is None and type(op) is str and type(out) is np.ndarray
-    if repeatable and _REPEATS.run(x, out, op, algorithm, comm, options):
-        return out
+    # a repeat of a remembered call (_Repeats), in line: a training loop's every step
+    recent = _REPEATS.recent
+    e = recent[0] if recent else None
+    if (e is None or e.out() is not out or e.x() is not x or e.opname is not op
+            or e.algorithm is not algorithm or e.comm_arg is not comm):  # (names: a loop's
+        # literals, the same objects at every call; find() compares them by value)
+        e = None if validate is not None else _REPEATS.find(x, out, op, algorithm, comm)
+    if e is not None and validate is None:
+        opts = e.opts
+        if options is None:
+            options = Options.from_env()
+        # what can change in place has not: shapes, strides, dtypes, out's write flag (out's
+        # half only where out is not x), the options in force; e.ctx.live: the communicator
+        # neither freed nor its context reset (the call below then makes a new one)
+        if (options is opts and x.shape == e.shape and x.dtype is e.dtype
+                and x.strides == e.xstrides and e.ctx.live
+                and (e.inplace or (out.shape == e.shape and out.dtype is e.dtype
+                                   and out.strides == e.ostrides))
+                and out.flags.writeable):
+            if e.vector:
+                src, dst = x, out
+            else:
+                src = flat(x)
+                dst = src if e.inplace else flat(out)
+            e.run("allreduce", e.fn, src, dst, e.op, e.ctx, opts, timeout=opts.timeout,
+                  what=e.what)
+            return out
     call = _call(AllreduceCall, comm, options, validate, x, out, op, algorithm)
-    if repeatable and not (call.opts.validate if validate is None else validate):
+    if (validate is None and type(op) is str and type(out) is np.ndarray
+            and not call.opts.validate):
         _REPEATS.remember(call, x, out, op, algorithm, comm,
                           MPI.COMM_WORLD if comm is None else comm, options)
     return call.result

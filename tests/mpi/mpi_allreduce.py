@@ -209,6 +209,16 @@ def test_repeated_calls_reuse_checks_safely(monkeypatch):
                 assert np.array_equal(b, np.full(b.size, want)), (k, op)
         assert len(checked) == 4 and not looked_up, (checked, looked_up)
         assert len(_REPEATS.recent) == _REPEATS.RECENT
+        # the names equal in value but other objects (made at run time): still a repeat
+        checked.clear()
+        for _ in range(3):
+            name, how = "".join(["s", "um"]), "".join(["au", "to"])
+            d[...] = 0
+            assert collectives.allreduce(c, out=d, op=name, algorithm=how, comm=comm) is d
+            assert np.array_equal(d, np.full(4, p * (p + 1) // 2))
+        assert not checked
+        with pytest.raises((TypeError, ValueError), match="op"):  # not a name: the full check
+            collectives.allreduce(c, out=d, op=np.array([1, 2]), comm=comm)
         monkeypatch.setattr(api, "_call", original)
     monkeypatch.setenv("COLLECTIVES_VALIDATE", "1")  # options in force changed: validated
     if p > 1:
