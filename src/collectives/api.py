@@ -183,7 +183,8 @@ class _Repeats:
         """The remembered call of these arguments, or None: the recent entries but the first
         (which :func:`allreduce` compares in line, its names by identity), then the keyed
         lookup, which makes the entry found the most recent."""
-        if type(op) is not str or type(algorithm) is not str or type(out) is not np.ndarray:
+        if (type(op) is not str or type(algorithm) is not str or type(out) is not np.ndarray
+                or type(x) is not np.ndarray):
             return None
         for e in self.recent[1:]:
             if (e.out() is out and e.x() is x and e.opname == op and e.algorithm == algorithm
@@ -408,8 +409,9 @@ def allreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum
     recent = _REPEATS.recent
     e = recent[0] if recent else None
     if (e is None or e.out() is not out or e.x() is not x or e.opname is not op
-            or e.algorithm is not algorithm or e.comm_arg is not comm):  # (names: a loop's
-        # literals, the same objects at every call; find() compares them by value)
+            or e.algorithm is not algorithm or e.comm_arg is not comm  # (names: a loop's
+            or x is None or out is None):  # literals; find() compares them by value. None:
+        # what a remembered array's weak reference gives once the array is gone)
         e = None if validate is not None else _REPEATS.find(x, out, op, algorithm, comm)
     if e is not None and validate is None:
         opts = e.opts

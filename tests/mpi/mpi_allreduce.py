@@ -8,6 +8,7 @@ needs one node, runs on the real one).
 """
 
 import dataclasses
+import gc
 
 import numpy as np
 import pytest
@@ -220,6 +221,17 @@ def test_repeated_calls_reuse_checks_safely(monkeypatch):
         with pytest.raises((TypeError, ValueError), match="op"):  # not a name: the full check
             collectives.allreduce(c, out=d, op=np.array([1, 2]), comm=comm)
         monkeypatch.setattr(api, "_call", original)
+    for x_gone in (True, False):  # a remembered call's arrays gone: None is not taken for them
+        a, b = np.ones(3), np.ones(3)
+        for _ in range(2):  # remembered, then the most recent entry
+            collectives.allreduce(a, out=b, comm=comm)
+        kept = b if x_gone else a
+        del a, b
+        gc.collect()
+        with pytest.raises(TypeError, match="must be a numpy.ndarray"):
+            collectives.allreduce(None, out=None if not x_gone else kept, comm=comm)
+        if not x_gone:  # out gone, x alive: a new array in out's place is not out
+            assert collectives.allreduce(kept, out=None, comm=comm) is not kept
     monkeypatch.setenv("COLLECTIVES_VALIDATE", "1")  # options in force changed: validated
     if p > 1:
         bad = np.ones(3 + (comm.rank == 0))
