@@ -5,8 +5,8 @@
 Calls ``collectives.allreduce(x, out=...)`` ``N`` times with one remembered entry of 8 B of
 float32 (``api._REPEATS``) whose run is a no-op, so what is left is the public call's repeat
 path: the lookup (weak references, names), the options in force and the re-checks of what can
-change in place. No MPI call is made. Meant for counting
-instructions, which no other job on the machine moves, as the difference of two runs::
+change in place. No MPI call is made. Meant for counting instructions, which no other job on
+the machine moves, as the difference of two runs::
 
     export OPENBLAS_NUM_THREADS=1   # OpenBLAS's idle threads spin inside the count otherwise
     for n in 0 20000; do
@@ -23,6 +23,7 @@ import argparse
 import time
 import types
 import weakref
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
@@ -32,18 +33,18 @@ from collectives import api
 from collectives.options import Options
 
 
-def _nothing(*args: object, **kwargs: object) -> None:
+def _nothing(*args: Any, **kwargs: Any) -> None:
     """The entry's run in the timed calls."""
 
 
-def _entry(x: np.ndarray, out: np.ndarray) -> types.SimpleNamespace:
-    """What ``api._Repeat`` keeps that a repeat reads, with a run that does nothing."""
+def _entry(x: np.ndarray, out: np.ndarray, run: Any) -> types.SimpleNamespace:
+    """What ``api._Repeat`` keeps that a repeat reads, with ``run`` as its run."""
     return types.SimpleNamespace(
         x=weakref.ref(x), out=weakref.ref(out), opname="sum", algorithm="auto", comm_arg=None,
         comm=MPI.COMM_WORLD,
         shape=x.shape, xstrides=x.strides, ostrides=out.strides, dtype=x.dtype,
         opts=Options.from_env(), ctx=types.SimpleNamespace(live=True),
-        run=_nothing, vector=True, inplace=out is x, op=None, fn=None,
+        run=run, vector=True, inplace=out is x, op=None, fn=None,
         what=None)
 
 
@@ -54,9 +55,8 @@ def main(argv: list[str] | None = None) -> float:
     args = ap.parse_args(argv)
     x = np.ones(2, np.float32)
     out = x if args.in_place else np.ones(2, np.float32)
-    entry = _entry(x, out)
     ran = []
-    entry.run = lambda *args, **kwargs: ran.append(1)  # one call first: is it a repeat?
+    entry = _entry(x, out, lambda *args, **kwargs: ran.append(1))  # one call: is it a repeat?
     kept = api._REPEATS.recent
     api._REPEATS.recent = [entry]
     try:

@@ -405,14 +405,15 @@ def allreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum
     numpy.ndarray
         ``out``, holding the reduction; bitwise identical on every rank.
     """
-    # a repeat of a remembered call (_Repeats), in line: a training loop's every step
+    # a repeat of a remembered call (_Repeats), in line: a training loop's every step. The most
+    # recent entry's names are compared by identity (a loop's literals), find() compares by
+    # value; None is what a remembered array's weak reference gives once the array is gone
     recent = _REPEATS.recent
     e = recent[0] if recent else None
     if (e is None or e.out() is not out or e.x() is not x or e.opname is not op
-            or e.algorithm is not algorithm or e.comm_arg is not comm  # (names: a loop's
-            or x is None or out is None):  # literals; find() compares them by value. None:
-        # what a remembered array's weak reference gives once the array is gone)
-        e = None if validate is not None else _REPEATS.find(x, out, op, algorithm, comm)
+            or e.algorithm is not algorithm or e.comm_arg is not comm
+            or x is None or out is None):
+        e = _REPEATS.find(x, out, op, algorithm, comm)
     if e is not None and validate is None:
         opts = e.opts
         if options is None:
