@@ -33,7 +33,8 @@ import numpy as np
 from mpi4py import MPI
 
 import collectives
-from collectives import api, nonblocking
+from collectives import api
+from collectives.engine import nonblocking
 
 
 def _nothing(*args: Any) -> None:

@@ -165,8 +165,8 @@ def main(argv: list[str] | None = None) -> dict:
         variants["iallreduce (split)"] = split
     recording = None
     if args.timeline:
-        from collectives.timeline import hooks
-        from collectives.timeline.recorder import Recorder
+        from collectives.diagnostics.timeline import hooks
+        from collectives.diagnostics.timeline.recorder import Recorder
 
         recording = Recorder()
         variants["timeline on"] = variants["allreduce"]

@@ -510,7 +510,7 @@ def up(c: Cluster, quiet: bool = False) -> bool:
 # ------------------------------------------------------------------ running on it
 def _mpiexec(path: str | None) -> tuple[str, str]:
     """(mpiexec path, vendor): ``path`` or collectives' choice (COLLECTIVES_MPIEXEC, the venv's)."""
-    from collectives.launch import find_mpiexec, mpiexec_vendor
+    from collectives.tools.launch import find_mpiexec, mpiexec_vendor
 
     try:
         found = path or find_mpiexec()

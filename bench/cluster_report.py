@@ -20,8 +20,8 @@ import argparse
 import sys
 
 
-from collectives.bench.options import parse_bytes
-from collectives.bench.results import read_records
+from collectives.tools.osu.options import parse_bytes
+from collectives.tools.osu.results import read_records
 from collectives.algorithms.auto import algorithm_for
 from collectives.selection.cost_model import from_tuning_file
 

@@ -28,10 +28,10 @@ on collectives-tune -o "$out/tuning_$tag.json"
 COLLECTIVES_TUNING_FILE=$out/tuning_$tag.json on osu_allreduce --algorithm all --busbw -T mpi_float --no-progress \
   --sizes 8,64,512,4K,32K,256K,1M,4M,16M,64M -i 50 -x 5 --iterations-large 5 --warmup-large 1 \
   --json "$out/allreduce_$tag.json"
-"$py" -m collectives.bench.plot "$out/allreduce_$tag.json" --model "$out/tuning_$tag.json" \
+"$py" -m collectives.tools.osu.plot "$out/allreduce_$tag.json" --model "$out/tuning_$tag.json" \
   --errors > "$out/errors_$tag.md"
-"$py" -m collectives.bench.plot "$out/allreduce_$tag.json" --table > "$out/table_$tag.md"
+"$py" -m collectives.tools.osu.plot "$out/allreduce_$tag.json" --table > "$out/table_$tag.md"
 "$py" bench/cluster_report.py "$out/allreduce_$tag.json" --model "$out/tuning_$tag.json" \
   > "$out/summary_$tag.md"
-"$py" -m collectives.bench.plot "$out/allreduce_$tag.json" --model "$out/tuning_$tag.json" \
+"$py" -m collectives.tools.osu.plot "$out/allreduce_$tag.json" --model "$out/tuning_$tag.json" \
   -o "$out/allreduce_$tag.png" --title "allreduce on $hosts hosts x $per ranks, $rate links"

@@ -50,7 +50,7 @@ step "codec tests" 170 $py -m pytest -q -rs -p no:cacheprovider --durations=10 -
 COLLECTIVES_TEST_NO_ABORT=1 step "mpi tests (staged)" 120 $mpiexec -n 2 $py tests/mpi/runner.py "$out/tests_staged" -rs -k cupy \
   > /dev/null 2>&1
 # 3. OSU allreduce with device buffers, every algorithm in one interleaved run
-step "osu -d cuda" 80 $mpiexec -n 2 $py bench/osu_allreduce.py -d cuda -T mpi_float -m 8:16777216 \
+step "osu -d cuda" 80 $mpiexec -n 2 $py -m collectives.tools.osu.allreduce -d cuda -T mpi_float -m 8:16777216 \
   --algorithm all --busbw -c --iterations-large 20 --json "$out/osu_allreduce_cuda.json" \
   > "$out/osu_allreduce_cuda.txt" 2>&1
 # 4. codec throughput: device kernels on a large and a small tensor (launch overhead), then the host

@@ -26,15 +26,15 @@ import numpy as np
 from mpi4py import MPI
 
 import collectives
-from collectives import topology as T
-from collectives.bench.options import parse_sizes
+from collectives.decentralized import topology as T
+from collectives.tools.osu.options import parse_sizes
 
 
 def _variants(graphs: list[T.Topology], comm: MPI.Comm) -> dict:
     """name -> fn(x, out, iteration)."""
     out: dict = {}
     for t in graphs:
-        for backend in collectives.neighbor.BACKENDS:
+        for backend in collectives.decentralized.neighbor.BACKENDS:
             out[f"{t.name.split('(')[0]} {backend}"] = (
                 lambda x, y, i, t=t, b=backend:
                 collectives.neighbor_allreduce(x, t, out=y, step=i, comm=comm, backend=b), t)

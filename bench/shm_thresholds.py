@@ -27,7 +27,7 @@ import collectives
 from collectives._runtime.context import context
 from collectives._runtime.shmem import layout
 from collectives.algorithms import shm
-from collectives.bench.options import parse_sizes
+from collectives.tools.osu.options import parse_sizes
 
 DEFAULT_SIZES = "256K,512K,1M,2M,4M,8M,16M,64M"
 

@@ -45,7 +45,7 @@ def worker(sizes: list[int], output: str) -> None:
     from mpi4py import MPI
 
     import collectives
-    from collectives.bench.timing import time_interleaved
+    from collectives.tools.osu.timing import time_interleaved
 
     comm = MPI.COMM_WORLD
     bare = comm.Dup()
@@ -83,8 +83,8 @@ def worker(sizes: list[int], output: str) -> None:
 
 
 def _mpiexec(python: str) -> list[str]:
-    """The launcher of the MPI that ``python``'s mpi4py uses (collectives.launch's choice)."""
-    code = ("import json; from collectives.launch import mpiexec_command as m; "
+    """The launcher of the MPI that ``python``'s mpi4py uses (collectives.tools.launch's choice)."""
+    code = ("import json; from collectives.tools.launch import mpiexec_command as m; "
             "print(json.dumps(m()))")
     out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -113,7 +113,7 @@ def _table(results: list[dict]) -> str:
 
 
 def _sizes(text: str) -> list[int]:
-    from collectives.bench.options import parse_sizes
+    from collectives.tools.osu.options import parse_sizes
 
     return parse_sizes(text)
 

@@ -41,8 +41,8 @@ import collectives
 from collectives._runtime.context import context
 from collectives.api import AllreduceCall
 from collectives.ops import OPS
-from collectives.timeline import hooks
-from collectives.timeline.recorder import Recorder
+from collectives.diagnostics.timeline import hooks
+from collectives.diagnostics.timeline.recorder import Recorder
 
 
 def nothing() -> None:

@@ -40,7 +40,7 @@ import numpy as np
 from mpi4py import MPI
 
 import collectives
-from collectives import flight_recorder
+from collectives.diagnostics import flight_recorder
 
 flight_recorder.QUIET_S = 0.0  # every scenario's automatic dump writes
 WORLD = MPI.COMM_WORLD

@@ -318,7 +318,7 @@ class _Job:
 
     def __init__(self, config, size: int, nodeids: list[str], files: list[str], logdir: Path,
                  known: set[str]):
-        from collectives.launch import mpiexec_command
+        from collectives.tools.launch import mpiexec_command
 
         self.size, self.nodeids, self.logdir = size, nodeids, logdir
         logdir.mkdir(parents=True)

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from collectives._runtime.cli import UsageError
-from collectives.bench import report
-from collectives.bench.collective import column_label
-from collectives.bench.options import (DATATYPES, LARGE_MESSAGE_SIZE, device_error,
+from collectives.tools.osu import report
+from collectives.tools.osu.collective import column_label
+from collectives.tools.osu.options import (DATATYPES, LARGE_MESSAGE_SIZE, device_error,
                                        iterations_for, make_parser, message_sizes, parse_range,
                                        parse_sizes)
-from collectives.bench.plot import ratio_table
-from collectives.bench.results import Record, read_records, write_csv, write_json
-from collectives.launch import mpiexec_command
+from collectives.tools.osu.plot import ratio_table
+from collectives.tools.osu.results import Record, read_records, write_csv, write_json
+from collectives.tools.launch import mpiexec_command
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -139,14 +139,14 @@ def test_ratio_table():
 
 def test_plot_writes_png(tmp_path):
     pytest.importorskip("matplotlib")
-    from collectives.bench.plot import plot
+    from collectives.tools.osu.plot import plot
     from collectives.selection.cost_model import Network
     out = plot(_records(), tmp_path / "f.png", Network(1e-5, 1e-9, 1e-10))
     assert out.stat().st_size > 1000
 
 
 def test_error_table_compares_model_and_measurement():
-    from collectives.bench.plot import error_table
+    from collectives.tools.osu.plot import error_table
     from collectives.selection.cost_model import Network, predict
 
     net = Network(1e-6, 1e-9, 1e-10)
@@ -251,7 +251,7 @@ def _sweep(tmp_path, *args, fail_at=None, monkeypatch=None):
 
     from mpi4py import MPI
 
-    from collectives.bench import allreduce, collective
+    from collectives.tools.osu import allreduce, collective
 
     if fail_at is not None:
         real, calls = collective.time_interleaved, []
@@ -299,7 +299,7 @@ def test_sweep_shows_progress_on_stderr(tmp_path, capsys):
 def test_bench_errors_are_one_line(capsys):
     from mpi4py import MPI
 
-    from collectives.bench import allreduce
+    from collectives.tools.osu import allreduce
 
     with pytest.raises(SystemExit) as info:
         allreduce.main(["-m", "8:64Q"], comm=MPI.COMM_SELF)
@@ -312,7 +312,7 @@ def test_bench_errors_are_one_line(capsys):
 def test_plot_without_matplotlib_says_how_to_get_it(tmp_path, monkeypatch, capsys):
     import importlib.util as util
 
-    from collectives.bench import plot
+    from collectives.tools.osu import plot
 
     path = tmp_path / "r.json"
     write_json(path, _records())

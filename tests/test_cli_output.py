@@ -9,8 +9,8 @@ from mpi4py import MPI
 
 import collectives
 from collectives._runtime.cli import UsageError
-from collectives.bench import allreduce
-from collectives.bench.options import make_parser
+from collectives.tools.osu import allreduce
+from collectives.tools.osu.options import make_parser
 from collectives.sgd.report import final_report
 
 
@@ -110,7 +110,7 @@ def test_an_error_during_training_starts_on_a_line_of_its_own(monkeypatch, capsy
 
 
 def test_an_error_during_a_sweep_starts_on_a_line_of_its_own(monkeypatch, capsys):
-    from collectives.bench import collective
+    from collectives.tools.osu import collective
 
     calls = []
 

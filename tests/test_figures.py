@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from collectives._runtime.trace import Event
-from collectives.bench.schedule import place, schedule
+from collectives.tools.osu.schedule import place, schedule
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -79,7 +79,7 @@ def test_records_of_no_completed_call_are_refused(events, why):
 
 def test_schedule_diagram_renders(tmp_path):
     pytest.importorskip("matplotlib")
-    from collectives.bench.schedule import draw
+    from collectives.tools.osu.schedule import draw
 
     s = schedule("recursive_doubling", 8, _folded_doubling_p3())
     assert [(m.step, m.src, m.dst) for m in s.messages] == [(0, 0, 1), (1, 1, 2), (1, 2, 1),

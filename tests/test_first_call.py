@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from collectives.launch import mpiexec_command
+from collectives.tools.launch import mpiexec_command
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTICE = "collectives: compiling Numba kernel"
@@ -88,7 +88,7 @@ def test_warmup_fills_the_cache_for_the_first_calls(tmp_path):
     assert again.returncode == 0 and ": 0 kernels compiled" in again.stdout, again.stdout
     fp16 = _python("""
         import numpy as np, compress
-        from collectives.warmup import kernel_stats
+        from collectives.tools.warmup import kernel_stats
         codec = compress.from_spec("fp16")
         x = np.linspace(-3, 3, 1001, dtype=np.float32)
         assert (codec.decode(codec.encode(x)) == x.astype(np.float16)).all()
@@ -132,7 +132,7 @@ def test_warmup_float16_compiles_the_half_reduction(tmp_path):
     code = """
         import numpy as np
         from collectives.ops import HALF_KERNEL_ELEMENTS, get_op
-        from collectives.warmup import kernel_stats
+        from collectives.tools.warmup import kernel_stats
         a = np.arange(HALF_KERNEL_ELEMENTS, dtype=np.float16)
         out = np.empty_like(a)
         get_op("max", a.dtype).combine(a, a[::-1].copy(), out)

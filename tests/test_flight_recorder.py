@@ -1,4 +1,4 @@
-"""The flight recorder and ``python -m collectives.doctor`` (issue 28).
+"""The flight recorder and ``python -m collectives doctor`` (issue 28).
 
 Hangs run for real: ``tests/flight_hangs.py`` on 3 ranks under mpiexec (one job for every
 scenario, killed if it hangs), then the doctor reads each scenario's dumps and must print the
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from collectives import doctor, flight_recorder
+from collectives.diagnostics import doctor, flight_recorder
 from collectives._runtime import flight
-from collectives.launch import mpiexec_command as mpiexec
+from collectives.tools.launch import mpiexec_command as mpiexec
 
 HERE = Path(__file__).resolve().parent
 HANG_S = 90
@@ -183,7 +183,7 @@ def test_doctor_exit_status(tmp_path, capsys):
     assert doctor.main([str(tmp_path)]) == 0
     assert capsys.readouterr().out == "no problem found (2 of 2 ranks' dumps)\n"
     (tmp_path / "rank-1.json").unlink()
-    out = subprocess.run([sys.executable, "-m", "collectives.doctor", str(tmp_path)],
+    out = subprocess.run([sys.executable, "-m", "collectives", "doctor", str(tmp_path)],
                          capture_output=True, text=True, timeout=60)
     assert (out.returncode, out.stdout) == (1, "rank 1 has no dump\n"), out.stderr
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from collectives.launch import mpiexec_command as mpiexec
+from collectives.tools.launch import mpiexec_command as mpiexec
 
 BIN = Path(sys.executable).parent
 #: a job that does not end within this many seconds hangs (a healthy one ends in 2-5 s)
@@ -63,14 +63,12 @@ def test_sgd_error_on_rank_0_aborts_the_job(not_a_dir):
     _assert_aborted(result, "collectives.sgd", "rank 0: NotADirectoryError: [Errno 20]")
 
 
-def test_benchmark_console_script_and_bench_script_abort(not_a_dir):
+def test_benchmark_console_script_and_module_abort(not_a_dir):
     tiny = ["-m", "8:64", "-i", "2", "-x", "1"]
     _assert_aborted(_job(3, [str(BIN / "osu_allreduce"), *tiny, "--json", f"{not_a_dir}.json"]),
                     "osu_allreduce", "rank 0: NotADirectoryError")
-    repo = Path(__file__).resolve().parents[1]
-    _assert_aborted(_job(2, [sys.executable, "bench/osu_bcast.py", *tiny, "--csv",
-                             f"{not_a_dir}.csv"], cwd=repo), "osu_bcast",
-                    "rank 0: NotADirectoryError")
+    _assert_aborted(_job(2, [sys.executable, "-m", "collectives.tools.osu.bcast", *tiny, "--csv",
+                             f"{not_a_dir}.csv"]), "osu_bcast", "rank 0: NotADirectoryError")
 
 
 def test_tools_end_with_one_line(tmp_path):

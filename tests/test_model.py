@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from collectives.selection.cost_model import COSTS, Network, best, predict, predict_all
-from collectives.tuning.fit import fit_alpha_beta, fit_line, fit_network
-from collectives.tuning.projection import main as project_main
-from collectives.tuning.projection import project
+from collectives.tools.tuning.fit import fit_alpha_beta, fit_line, fit_network
+from collectives.tools.tuning.projection import main as project_main
+from collectives.tools.tuning.projection import project
 
 A, B, G = 2e-6, 1e-9, 5e-10
 NET = Network(alpha=A, beta=B, gamma=G, segment_bytes=1 << 40)  # one segment: textbook forms

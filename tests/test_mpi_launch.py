@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from collectives.launch import mpiexec_command
+from collectives.tools.launch import mpiexec_command
 
 TESTS = Path(__file__).resolve().parent
 

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from collectives.launch import mpiexec_command
+from collectives.tools.launch import mpiexec_command
 
 TIMEOUT_S = 120
 

@@ -60,7 +60,7 @@ def test_digits_ship_in_the_package_without_scikit_learn():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split() == ["(1797,", "64)", "float32", "int64"]
-    from collectives import datasets
+    from collectives.sgd import datasets
 
     x, y = datasets.digits()
     x[:] = -1  # a fresh copy: the next call is untouched
@@ -71,7 +71,7 @@ def test_digits_ship_in_the_package_without_scikit_learn():
     assert hashlib.sha256(y.tobytes()).hexdigest() == \
         "a3c91c262eddcf7ba8f0e37507c30284493c9b20412ffe4af30d536401f7ba21"
     assert np.bincount(y).tolist() == [178, 182, 177, 183, 181, 182, 181, 179, 174, 180]
-    licence = (ROOT / "src/collectives/datasets/LICENSE-digits.txt").read_text()
+    licence = (ROOT / "src/collectives/sgd/datasets/LICENSE-digits.txt").read_text()
     assert "CC BY 4.0" in licence and "Alpaydin" in licence
 
 

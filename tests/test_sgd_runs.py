@@ -17,7 +17,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from collectives.launch import mpiexec_command as mpiexec
+from collectives.tools.launch import mpiexec_command as mpiexec
 
 TIMEOUT_S = 180
 #: the accuracy comparisons: digits, 15 epochs, base lr 0.1 (peak 0.05 at 128 samples a step)

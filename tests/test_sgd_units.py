@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from collectives import datasets
+from collectives.sgd import datasets
 from collectives.sgd import checkpoint, codecs, data
 from collectives.sgd.cli import UsageError, parse
 from collectives.sgd.exchange import (parse_gossip, parse_server, parse_sgp, parse_sync,

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from collectives import timeline
+from collectives.diagnostics import timeline
 from collectives._runtime.context import context
 from collectives._runtime.guard import Guard
-from collectives.launch import mpiexec_command
-from collectives.timeline import chrome, hooks
-from collectives.timeline.__main__ import main as merge_main
-from collectives.timeline.recorder import Recorder
+from collectives.tools.launch import mpiexec_command
+from collectives.diagnostics.timeline import chrome, hooks
+from collectives.diagnostics.timeline.__main__ import main as merge_main
+from collectives.diagnostics.timeline.recorder import Recorder
 
 
 def _meta(pid, tids=(1,)):
@@ -130,7 +130,7 @@ def test_start_stop_installs_and_removes_every_wrapper(tmp_path):
 
 def test_plot_draws_a_png_and_the_cli_checks_its_window(tmp_path, capsys):
     pytest.importorskip("matplotlib")
-    from collectives.bench.plot import main as plot_main
+    from collectives.tools.osu.plot import main as plot_main
 
     doc = chrome.document([*_meta(0, (1, 2)), *_meta(1), _x("call", 0.0, 500.0),
                            {**_x("round", 10.0, 100.0), "cat": "message"},

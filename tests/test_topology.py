@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from collectives import topology as T
+from collectives.decentralized import topology as T
 
 SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16]
 

@@ -173,7 +173,7 @@ def test_comm_rules_reads_file(tmp_path, use):
 
 
 def test_tune_keeps_builtin_choice_within_margin():
-    from collectives.tuning.tune import pick
+    from collectives.tools.tuning.tune import pick
     times = {"native": 10.4, "ring": 20.0, "recursive_doubling": 10.0}
     assert pick(times, "native", 0.05) == "native"
     assert pick(times, "native", 0.01) == "recursive_doubling"

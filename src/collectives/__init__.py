@@ -4,6 +4,8 @@
 conventions and :data:`ALGORITHMS` for the catalogue.
 """
 
+import sys as _sys
+
 from ._runtime.mpilib import mpi_library  # first: a clear ImportError when there is no MPI library
 from ._runtime.arrays import SUPPORTED_DTYPES
 from ._runtime.shmem import empty, zeros
@@ -15,20 +17,20 @@ from .compressed import (STRATEGIES, AutoCompression, CompressionState, CodecSpe
 from ._runtime.context import reset
 from ._runtime.guard import CollectiveError
 from .engine import EngineError, Request, StallWarning, testall, waitall, waitany
-from .neighbor import neighbor_allgather, neighbor_allreduce
-from .nonblocking import (NeighborPlan, Plan, allreduce_init, iallgather, iallreduce, ibcast,
+from .decentralized.neighbor import neighbor_allgather, neighbor_allreduce
+from .engine.nonblocking import (NeighborPlan, Plan, allreduce_init, iallgather, iallreduce, ibcast,
                           icompressed_allreduce, ineighbor_allgather, ineighbor_allreduce, ireduce,
                           ireduce_scatter,
                           neighbor_allreduce_init)
-from . import topology
+from .decentralized import topology
 from .ops import OPS
 from .options import Options
 from ._runtime.traffic import TRAFFIC
-from .ssp import ParameterServer
-from .window import Window
-from .adpsgd import PairwiseAveraging
-from .choco import ChocoGossip
-from .warmup import preload
+from .decentralized.ssp import ParameterServer
+from .decentralized.window import Window
+from .decentralized.adpsgd import PairwiseAveraging
+from .decentralized.choco import ChocoGossip
+from .tools.warmup import preload
 
 __all__ = [
     "allreduce", "reduce_scatter", "allgather", "bcast", "reduce", "compressed_allreduce",
@@ -50,10 +52,17 @@ from ._runtime import crash as _crash  # noqa: E402 - an unhandled error on any 
 
 _crash.install()
 
-from . import flight_recorder  # noqa: E402 - a dump on SIGUSR1 (where no handler is set)
+from .diagnostics import flight_recorder  # noqa: E402 - a dump on SIGUSR1 (where no handler is set)
 
 flight_recorder.install_signal()
 
-from . import timeline  # noqa: E402 - COLLECTIVES_TIMELINE starts one (docs/timeline.md)
+from .diagnostics import timeline  # noqa: E402 - COLLECTIVES_TIMELINE starts one (docs/timeline.md)
 
 timeline.start_from_env()
+
+#: The modules users import by the short paths (``from collectives.topology import ring``): the
+#: package's folders hold them (``decentralized/``, ``diagnostics/``), and these names are theirs too.
+PUBLIC_MODULES = {"topology": topology, "timeline": timeline, "flight_recorder": flight_recorder}
+for _name, _module in PUBLIC_MODULES.items():
+    _sys.modules.setdefault(f"{__name__}.{_name}", _module)
+del _name, _module

@@ -1,4 +1,4 @@
-"""``python -m collectives [report | warmup]``: what this installation runs on; fill the JIT cache.
+"""``python -m collectives [report | warmup | doctor | timeline | demo]``: the library's commands.
 
 ``report`` (the default, also with no command): one ``name: value`` line each (MPI library,
 mpiexec, versions), and a warning when the ``mpiexec`` that would launch jobs belongs to another
@@ -6,13 +6,18 @@ MPI than the library mpi4py loaded (e.g. the MPICH wheel's ``mpiexec`` shadowing
 MPI): ranks started by the wrong one each run alone as rank 0 of 1.
 
 ``warmup [--dtypes float32,float64] [--paths allreduce,compressed]``: compile the Numba kernels of
-the common call paths into Numba's cache (:mod:`collectives.warmup`), so that no
+the common call paths into Numba's cache (:mod:`collectives.tools.warmup`), so that no
 process's first call waits for them; one line per path and dtype. Run it once after installing
 (and after upgrading), as the user whose programs run, without mpiexec.
+
+``doctor DIR``, ``timeline merge ...`` and ``demo`` run the tools of :data:`TOOLS` (the flight
+recorder's explanation, the timeline's merge, the demo under ``mpiexec``), each with its own
+arguments.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from importlib.metadata import PackageNotFoundError, version
@@ -20,7 +25,7 @@ from importlib.metadata import PackageNotFoundError, version
 from . import __version__
 from ._runtime.cli import Parser, UsageError
 from ._runtime.mpilib import mpi_library
-from .launch import find_mpiexec, mpiexec_vendor
+from .tools.launch import find_mpiexec, mpiexec_vendor
 
 __all__ = ["report", "main", "COMMANDS"]
 
@@ -67,7 +72,7 @@ def _report(args) -> int:
 
 def _warmup(args) -> int:
     os.environ.setdefault("COLLECTIVES_JIT_NOTICE", "off")  # it prints its own lines
-    from .warmup import warmup
+    from .tools.warmup import warmup
 
     def names(text: str) -> list[str]:
         return [t.strip() for t in text.split(",") if t.strip()]
@@ -92,14 +97,24 @@ def _warmup(args) -> int:
 #: The subcommands, by name.
 COMMANDS = {"report": _report, "warmup": _warmup}
 
+#: The tools run as ``python -m collectives NAME ARGS...``: the module whose ``main(argv)`` takes
+#: ARGS (each parses its own), and what it does.
+TOOLS = {
+    "doctor": ("collectives.diagnostics.doctor", "explain the flight recorder's dumps of a job"),
+    "timeline": ("collectives.diagnostics.timeline.__main__", "merge a timeline's rank files"),
+    "demo": ("collectives.tools.demo", "every allreduce algorithm once, checked and timed "
+                                       "(under mpiexec)"),
+}
+
 
 def _parser() -> Parser:
-    from .warmup import DTYPES, PATHS
+    from .tools.warmup import DTYPES, PATHS
 
     ap = Parser(prog="python -m collectives",
                 description="What this installation runs on (report, the default), or compile "
-                            "the Numba kernels of the common paths ahead (warmup).")
-    sub = ap.add_subparsers(dest="command", metavar="{report,warmup}")
+                            "the Numba kernels of the common paths ahead (warmup); the tools "
+                            "(doctor, timeline, demo) take their own arguments.")
+    sub = ap.add_subparsers(dest="command", metavar="{" + ",".join([*COMMANDS, *TOOLS]) + "}")
     sub.add_parser("report", help="MPI library, mpiexec and versions (the default)")
     warm = sub.add_parser("warmup", help="compile the kernels of the common paths into Numba's "
                                          "cache, so that first calls load them")
@@ -107,10 +122,16 @@ def _parser() -> Parser:
                       help=f"comma-separated (default {','.join(DTYPES)})")
     warm.add_argument("--paths", default=",".join(PATHS),
                       help=f"comma-separated, from {', '.join(PATHS)} (default all)")
+    for name, (_, what) in TOOLS.items():
+        sub.add_parser(name, help=what, add_help=False)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in TOOLS:
+        status = importlib.import_module(TOOLS[argv[0]][0]).main(argv[1:])
+        return status if isinstance(status, int) else 0
     args = _parser().parse_args(argv)
     return COMMANDS[args.command or "report"](args)
 

@@ -18,7 +18,7 @@ Conventions shared by every function here (those of ``MPI_Allreduce`` and mpi4py
 Each collective is a small *call* class (``AllreduceCall`` ...): its constructor checks the
 arguments and fixes everything a run needs (flat views, the op, the algorithm, block offsets, the
 result array); ``run(ctx)`` communicates on ``ctx.comm``. The blocking functions here build one
-and run it at once; the non-blocking ones (:mod:`collectives.nonblocking`) hand it to the
+and run it at once; the non-blocking ones (:mod:`collectives.engine.nonblocking`) hand it to the
 communicator's progress engine, and persistent plans keep one and run it at every ``start()``;
 so all three check the same way and compute the same bits.
 """
@@ -32,12 +32,12 @@ import numpy as np
 from mpi4py import MPI
 
 from ._runtime.arrays import check_input, check_out, copy_into, flat, new_like, returned, writeable
+from ._runtime.blocking import run_call
 from ._runtime.context import context
+from ._runtime.fatal import runner
 from ._runtime.flight import describe
 from ._runtime.ranks import partition
-from ._runtime.fatal import runner
-from ._runtime.validate import check_comm, checked_call as _checked, pick as _pick, setup as _setup
-from ._runtime.validate import timeline_option
+from ._runtime.validate import pick as _pick
 from .algorithms import ALGORITHMS, FLAT, auto, lanes
 from .blocks import ALLGATHER, BCAST, REDUCE, REDUCE_SCATTER
 from .ops import Op, get_op
@@ -145,17 +145,6 @@ class _Repeat:
         self.vector = (x.ndim == 1 and x.dtype.isbuiltin == 1 and call.src is x
                        and call.dst is out)
         self.what = describe(call)  # for the flight recorder, made once (_runtime/flight.py)
-
-
-def _unchanged(e: Any, x: np.ndarray, out: np.ndarray, opts: Options) -> bool:
-    """Whether a remembered call's checks still hold for ``x`` and ``out`` (the same objects)
-    under ``opts``: what can change in place has not (shapes, strides, dtypes, ``out``'s write
-    flag, the options in force); the caller checks that its communicator is still usable.
-    ``e``: a remembered call with the attributes ``shape``, ``xstrides``, ``ostrides``, ``dtype``
-    and ``opts`` (``nonblocking._Last``; :func:`allreduce` makes the same checks in line)."""
-    return (opts is e.opts and x.shape == e.shape and out.shape == e.shape
-            and x.dtype is e.dtype and out.dtype is e.dtype and x.strides == e.xstrides
-            and out.strides == e.ostrides and out.flags.writeable)
 
 
 class _Repeats:
@@ -348,36 +337,6 @@ class ReduceCall:
             _finish_avg(self.op, self.dst, ctx.comm.size)
 
 
-def _call(cls: type, comm: MPI.Comm | None, options: Options | None, validate: bool | None,
-          *args: Any) -> Any:
-    """Check and run one blocking call (``args``: the call's arguments but the options, which
-    come last): under the communicator's guard (``_runtime/guard.py``) from before any check on, so
-    that an error on any rank becomes an error on every rank that still needs it, and the ranks
-    number their calls alike whether they fail or not."""
-    comm = MPI.COMM_WORLD if comm is None else comm
-    check_comm(cls.kind, comm)
-    if options is not None:
-        timeline_option(options, comm)
-    if comm.size == 1:
-        return _check_and_run(cls, comm, options, validate, None, args)
-    ctx = context(comm, options)
-    by = runner(ctx, options)
-    return by.run(cls.kind, _check_and_run, cls, comm, options, validate, ctx, args, by)
-
-
-def _check_and_run(cls: type, comm: MPI.Comm, options: Options | None, validate: bool | None,
-                   ctx: Any, args: tuple, by: Any = None) -> Any:
-    """``by``: what runs the call (:func:`runner`), None with one rank."""
-    comm, opts, validate = _setup(comm, options, validate)
-    if by is not None:
-        by.set_timeout(opts.timeout)
-    call = _checked(cls, comm, validate, *args, opts)
-    if by is not None:
-        by.call = call
-    call.run(None if call.trivial else ctx)
-    return call
-
-
 def allreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum",
               algorithm: str = "auto", comm: MPI.Comm | None = None,
               validate: bool | None = None, options: Options | None = None) -> np.ndarray:
@@ -434,7 +393,7 @@ def allreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum
             e.run("allreduce", e.fn, src, dst, e.op, e.ctx, opts, timeout=opts.timeout,
                   what=e.what)
             return out
-    call = _call(AllreduceCall, comm, options, validate, x, out, op, algorithm)
+    call = run_call(AllreduceCall, comm, options, validate, x, out, op, algorithm)
     if (validate is None and type(op) is str and type(out) is np.ndarray
             and not call.opts.validate):
         _REPEATS.remember(call, x, out, op, algorithm, comm,
@@ -452,7 +411,7 @@ def reduce_scatter(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike =
     default ``x.size`` is split into near-equal blocks, the first ``x.size % p`` one longer.
     ``algorithm``: "ring" or "native".
     """
-    return _call(ReduceScatterCall, comm, options, validate, x, out, op, counts, algorithm).result
+    return run_call(ReduceScatterCall, comm, options, validate, x, out, op, counts, algorithm).result
 
 
 def allgather(x: np.ndarray, *, out: np.ndarray | None = None,
@@ -465,7 +424,7 @@ def allgather(x: np.ndarray, *, out: np.ndarray | None = None,
     ``counts`` (one per rank, ``counts[rank] == x.size``) blocks may differ (``MPI_Allgatherv``).
     ``algorithm``: "ring" or "native".
     """
-    return _call(AllgatherCall, comm, options, validate, x, out, counts, algorithm).result
+    return run_call(AllgatherCall, comm, options, validate, x, out, counts, algorithm).result
 
 
 def bcast(x: np.ndarray, *, root: int = 0, algorithm: str = "binomial",
@@ -475,7 +434,7 @@ def bcast(x: np.ndarray, *, root: int = 0, algorithm: str = "binomial",
 
     ``algorithm``: "binomial" (pipelined in segments) or "native".
     """
-    return _call(BcastCall, comm, options, validate, x, root, algorithm).result
+    return run_call(BcastCall, comm, options, validate, x, root, algorithm).result
 
 
 def reduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum", root: int = 0,
@@ -486,4 +445,4 @@ def reduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum", 
     Returns the result on ``root`` (a new array when ``out`` is None; ``out=x`` works in place)
     and None on every other rank, where ``out`` is ignored. ``algorithm``: "binomial" or "native".
     """
-    return _call(ReduceCall, comm, options, validate, x, out, op, root, algorithm).result
+    return run_call(ReduceCall, comm, options, validate, x, out, op, root, algorithm).result

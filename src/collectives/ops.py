@@ -27,7 +27,7 @@ from mpi4py import MPI
 __all__ = ["Op", "OPS", "get_op", "elementwise", "HALF_KERNEL_ELEMENTS"]
 
 
-#: The recorder of the timeline while one records (``collectives.timeline.hooks`` sets it),
+#: The recorder of the timeline while one records (``collectives.diagnostics.timeline.hooks`` sets it),
 #: else None: the span of a local reduction is taken here, with no wrapper around the method.
 RECORDER: list = [None]
 _clock = time.perf_counter

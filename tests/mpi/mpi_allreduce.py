@@ -180,8 +180,8 @@ def test_repeated_calls_reuse_checks_safely(monkeypatch):
         from collectives import api
 
         checked = []
-        original = api._call
-        monkeypatch.setattr(api, "_call", lambda *a: checked.append(a[0]) or original(*a))
+        original = api.run_call
+        monkeypatch.setattr(api, "run_call", lambda *a: checked.append(a[0]) or original(*a))
         for options in (collectives.Options(), collectives.Options(segment_bytes=4096)):
             for _ in range(3):
                 collectives.allreduce(c, out=d, comm=comm, options=options)

@@ -16,7 +16,7 @@ import compress
 from collectives import selection
 from collectives._runtime.context import context
 from collectives.algorithms import auto
-from collectives.bench import allgather, allreduce, bcast, bw, latency, reduce_scatter
+from collectives.tools.osu import allgather, allreduce, bcast, bw, latency, reduce_scatter
 
 TINY = ["--sizes", "8,1024", "-i", "2", "-x", "1", "-T", "mpi_float"]
 
@@ -257,7 +257,7 @@ def test_allreduce_codec_columns_report_bytes_on_the_wire(capsys):
 def test_osu_iallreduce_blocks_and_overlap():
     """osu_iallreduce: one OSU non-blocking block per algorithm (MPI_Iallreduce included),
     validated results, and OSU's overlap formula applied to the measured times."""
-    from collectives.bench import iallreduce
+    from collectives.tools.osu import iallreduce
 
     comm = MPI.COMM_WORLD
     args = ["--sizes", "8,4096", "-i", "2", "-x", "1", "-T", "mpi_float", "-c", "-f",
@@ -296,7 +296,7 @@ def test_osu_iallreduce_blocks_and_overlap():
 def test_the_baseline_is_the_bare_mpi_call_where_mpi_has_the_type():
     """float16 has no MPI type: no "mpi" column then (the library's own still run); the ratio
     table takes "mpi" as its reference where a run has it."""
-    from collectives.bench.plot import ratio_table
+    from collectives.tools.osu.plot import ratio_table
 
     records, _ = _run(allreduce, "--algorithm", "all", "--sizes", "8", "-T", "float16")
     assert "mpi" not in {r.algorithm for r in records} and "native" in {r.algorithm for r in records}

@@ -6,7 +6,7 @@ import pytest
 from mpi4py import MPI
 
 import collectives
-from collectives import topology
+from collectives.decentralized import topology
 
 
 def _start(comm, n, dtype=np.float64):

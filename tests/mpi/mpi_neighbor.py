@@ -15,10 +15,10 @@ import pytest
 from mpi4py import MPI
 
 import collectives
-from collectives import topology as T
+from collectives.decentralized import topology as T
 from reference import gather_all
 
-BACKENDS = list(collectives.neighbor.BACKENDS)
+BACKENDS = list(collectives.decentralized.neighbor.BACKENDS)
 try:
     import ml_dtypes
     BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -13,7 +13,7 @@ import pytest
 from mpi4py import MPI
 
 import collectives
-from collectives import topology as T
+from collectives.decentralized import topology as T
 from collectives._runtime.nodes import node_ids
 from reference import gather_all
 

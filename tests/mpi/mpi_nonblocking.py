@@ -802,7 +802,7 @@ def test_repeated_iallreduce_reuses_checks_safely(monkeypatch):
     """iallreduce(x, out=y) repeated with the same arrays submits the last call's checked call
     again (nonblocking._Last), with the blocking call's bits; what can change in place between
     calls is noticed: shape, dtype, write flag, options, a freed communicator."""
-    from collectives import nonblocking
+    from collectives.engine import nonblocking
 
     world = MPI.COMM_WORLD
     comm = world.Dup()

@@ -1,4 +1,4 @@
-"""Recorded message patterns (``collectives.bench.schedule``) against each algorithm's definition.
+"""Recorded message patterns (``collectives.tools.osu.schedule``) against each algorithm's definition.
 
 One allreduce of 840 float32 (every block split even at p <= 8) per algorithm, recorded on every
 rank and placed in steps; the checks are the algorithms' own descriptions (docs/algorithms.md): who
@@ -16,7 +16,7 @@ import collectives
 from collectives._runtime import trace
 from collectives._runtime.ranks import real_rank
 from collectives._runtime.shmem.team import Team
-from collectives.bench.schedule import COUNT, record
+from collectives.tools.osu.schedule import COUNT, record
 
 N = COUNT * 4  # bytes per rank
 
@@ -169,7 +169,7 @@ def test_hierarchical():
 
 def test_diagrams_render(tmp_path):
     pytest.importorskip("matplotlib")
-    from collectives.bench.schedule import draw
+    from collectives.tools.osu.schedule import draw
 
     s = record("rabenseifner", MPI.COMM_WORLD)
     if MPI.COMM_WORLD.rank == 0:

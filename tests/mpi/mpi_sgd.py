@@ -10,7 +10,8 @@ import pytest
 from mpi4py import MPI
 
 import compress
-from collectives import datasets, topology
+from collectives import topology
+from collectives.sgd import datasets
 from collectives.sgd import checkpoint, data, main, train
 from collectives.sgd.cli import parse
 from collectives.sgd.driver import STATE_PREFIX, Trainer
@@ -144,7 +145,7 @@ def test_timeline_of_an_overlapped_compressed_run():
     running on the engine's lane inside the step, and passes the trace-event checks."""
     import tempfile
 
-    from collectives import timeline
+    from collectives.diagnostics import timeline
 
     path = WORLD.bcast(tempfile.mkdtemp() if WORLD.rank == 0 else None, root=0) + "/t.json"
     s = train([*TINY, "--overlap", "--codec", "topk:ratio=0.1", "--timeline", path], WORLD)

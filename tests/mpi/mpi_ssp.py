@@ -24,7 +24,8 @@ def _synchronous(x0, p, steps, lr):
 def test_staleness_zero_is_synchronous_sgd():
     comm = MPI.COMM_WORLD
     x0 = np.arange(1003, dtype=np.float64) * 4
-    with collectives.ParameterServer(x0, staleness=0, lr=1.0, comm=comm, timeout=60) as ps:
+    with collectives.ParameterServer(x0, staleness=0, lr=1.0, comm=comm,
+                                     options=collectives.Options(timeout=60)) as ps:
         for t in range(6):
             params = ps.pull()
             if comm.rank == comm.size - 1:
@@ -42,7 +43,7 @@ def test_no_worker_runs_more_than_s_steps_ahead(staleness):
     x0 = np.zeros(11)
     ahead = []
     with collectives.ParameterServer(x0, staleness=staleness, lr=0.1, comm=comm,
-                                     timeout=60) as ps:
+                                     options=collectives.Options(timeout=60)) as ps:
         for t in range(8):
             params = ps.pull()
             ahead.append(t - ps.slowest)
@@ -64,7 +65,8 @@ def test_bad_input_and_timeout():
                                     comm=comm)
     with pytest.raises(TypeError, match="float32 or float64"):
         collectives.ParameterServer(np.zeros(4, np.int32), staleness=0, lr=0.1, comm=comm)
-    ps = collectives.ParameterServer(np.zeros(4), staleness=1, lr=0.1, comm=comm, timeout=0.2)
+    ps = collectives.ParameterServer(np.zeros(4), staleness=1, lr=0.1, comm=comm,
+                                     options=collectives.Options(timeout=0.2))
     with pytest.raises(ValueError, match="shape"):
         ps.push(np.zeros(5))
     if comm.size > 1:

@@ -18,7 +18,7 @@ import pytest
 from mpi4py import MPI
 
 import collectives
-from collectives import timeline
+from collectives.diagnostics import timeline
 from collectives._runtime.guard import Guard
 
 RING = collectives.Options(segment_bytes=1024)  # ring in segments (4 KB arrays)

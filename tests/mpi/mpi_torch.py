@@ -525,7 +525,7 @@ def test_gossip_hook_is_a_neighbor_round_of_the_bucket(comm):
     """The gossip hook replaces the bucket, in place, by neighbor_allreduce of it: bit for bit on
     the ring and on the one-peer exponential graph (the iteration as its step, two iterations);
     on the full graph it is the allreduce hook's average, to rounding."""
-    from collectives import topology
+    from collectives.decentralized import topology
 
     p = comm.size
     for graph in (topology.ring(p), topology.one_peer_exponential(p)):
@@ -633,7 +633,7 @@ def test_trainer_overlap_and_blocking_agree():
     file has the trainer's phases on every rank."""
     import tempfile
 
-    from collectives import timeline
+    from collectives.diagnostics import timeline
     from collectives.torch.train import main
 
     comm = MPI.COMM_WORLD
@@ -753,7 +753,7 @@ def test_timeline_names_the_buckets(tmp_path):
     """A DistributedOptimizer step under collectives.timeline: every parameter's bucket appears
     by name (``collectives.torch.grad.<name>``) among the requests of every rank, in a merged
     file that passes the trace-event checks."""
-    from collectives import timeline
+    from collectives.diagnostics import timeline
 
     comm = MPI.COMM_WORLD
     path = comm.bcast(str(tmp_path / "run.json"), root=0)
@@ -784,7 +784,7 @@ def test_neighbor_optimizer_mixes_the_locally_stepped_parameters(graph):
     (the reference: plain optimizers, all ranks' parameters gathered, W @ X); over 3 steps of a
     graph that changes every step. On the full graph the replicas agree (to rounding: each rank
     adds the terms in its own order)."""
-    from collectives import topology
+    from collectives.decentralized import topology
 
     comm = MPI.COMM_WORLD
     p = comm.size

@@ -6,7 +6,7 @@ order, with the peers as ranks of the recording's communicator (messages on a no
 position's sub-communicator are translated), and every round trip through a node's shared window
 (``shmem.team.Team.run``, or ``Team.run_compiled`` for a repeated call's lane: the ``shm``
 algorithm, and ``hierarchical``'s phases inside the node) appends one event naming its mode and
-the ranks of the node. ``collectives.bench.schedule`` turns the events of all ranks into steps
+the ranks of the node. ``collectives.tools.osu.schedule`` turns the events of all ranks into steps
 and draws them (docs/algorithms.md).
 
 Off, it costs one test of a module global per message (``ACTIVE is None``) and nothing on the

@@ -16,7 +16,7 @@ from .context import context
 from .guard import everywhere
 from ..options import Options
 
-__all__ = ["check_comm", "checked", "checked_call", "pick", "setup", "verdict"]
+__all__ = ["check_comm", "checked", "checked_call", "pick", "resolve", "setup", "verdict"]
 
 T = TypeVar("T")
 _ERRORS = {"TypeError": TypeError, "ValueError": ValueError}
@@ -29,14 +29,26 @@ def pick(table: dict[str, Any], name: object, what: str) -> Any:
     return table[name]
 
 
+def resolve(options: Any) -> tuple[Options, TypeError | None]:
+    """The options a call runs under (``None``: the environment's) and the error to raise for
+    options of the wrong type (the environment's stand in until it is raised), or None."""
+    if options is None:
+        return Options.from_env(), None
+    if isinstance(options, Options):
+        return options, None
+    return Options.from_env(), TypeError(f"options must be a collectives.Options, got "
+                                         f"{type(options).__name__}")
+
+
 def setup(comm: MPI.Comm | None, options: Options | None,
           validate: bool | None) -> tuple[MPI.Comm, Options, bool]:
     """The communicator (default ``COMM_WORLD``), options (default: from the environment) and
-    whether to cross-check, of a public call."""
+    whether to cross-check, of a public non-blocking call (the blocking ones:
+    :func:`.blocking.run_call`)."""
     comm = MPI.COMM_WORLD if comm is None else comm
-    opts = Options.from_env() if options is None else options
-    if not isinstance(opts, Options):
-        raise TypeError(f"options must be a collectives.Options, got {type(opts).__name__}")
+    opts, problem = resolve(options)
+    if problem is not None:
+        raise problem
     timeline_option(opts, comm)
     return comm, opts, opts.validate if validate is None else bool(validate)
 

@@ -10,9 +10,9 @@ from compress.protocols import Memory
 from mpi4py import MPI
 
 from .._runtime.arrays import check_input, check_out, flat, new_like, returned
+from .._runtime.blocking import run_call
 from .._runtime.context import context
-from .._runtime.fatal import runner
-from .._runtime.validate import check_comm, checked_call, pick, setup, timeline_option
+from .._runtime.validate import pick
 from ..algorithms import ALGORITHMS
 from ..ops import get_op
 from ..options import Options
@@ -85,27 +85,10 @@ def compressed_allreduce(x: np.ndarray, codec: str | Codec | Memory | Compressio
         and decode on the device and messages go from device buffers; only the sparse strategies'
         merge of (index, value) lists runs on the host.
     """
-    comm = MPI.COMM_WORLD if comm is None else comm
-    check_comm(CompressedAllreduceCall.kind, comm)
-    timeline_option(options, comm)
-    ctx = context(comm, options)
-    # under the communicator's guard (collectives._runtime.guard): a decode failure, a state
-    # mismatch, any error on one rank becomes the same error on every rank still in the call
-    # (Options.on_error "abort": plain blocking MPI, and an error ends the job; _runtime/fatal.py)
-    by = runner(ctx, options)
-    return by.run(CompressedAllreduceCall.kind, _check_and_run, comm, ctx, options, validate,
-                  (x, codec, out, op, strategy, key, step, algorithm), by).result
-
-
-def _check_and_run(comm: MPI.Comm, ctx: Any, options: Options | None, validate: bool | None,
-                   args: tuple, by: Any) -> "CompressedAllreduceCall":
-    """The checked call, run (its ``result`` is the caller's; a timeline describes the call)."""
-    comm, opts, validate = setup(comm, options, validate)
-    by.set_timeout(opts.timeout)
-    call = checked_call(CompressedAllreduceCall, comm, validate, *args, opts)
-    by.call = call
-    call.run(None if call.src.size == 0 else ctx)
-    return call
+    # the one blocking-call path (_runtime/blocking.py): a decode failure, a state mismatch, any
+    # error on one rank becomes the same error on every rank still in the call
+    return run_call(CompressedAllreduceCall, comm, options, validate, x, codec, out, op,
+                    strategy, key, step, algorithm).result
 
 
 class CompressedAllreduceCall:

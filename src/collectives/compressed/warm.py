@@ -4,7 +4,7 @@
 elements (top-k's exact and sampled selections) and on ``COMM_SELF``: two steps of ``compress.ErrorFeedback`` around top-k (the fused path: the first
 step and one with a residual), then the sparse strategy's merges of two ranks' (index, value)
 lists, sparse with sparse and sparse into dense, as the ranks of a job do. ``python -m
-collectives warmup`` calls it per dtype (``collectives.warmup``) to fill Numba's cache.
+collectives warmup`` calls it per dtype (``collectives.tools.warmup``) to fill Numba's cache.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 ``comm`` (communicators whose waits poll), ``control`` (status queries and the stall report),
 ``requests`` (requests and waiting), ``engine`` (one thread per communicator), ``named`` (named
 operations, negotiated in rounds), ``lifecycle`` (creation, thread level, shutdown). The public
-functions are in :mod:`collectives.nonblocking`.
+functions are in :mod:`collectives.engine.nonblocking`.
 """
 
 from .engine import Engine

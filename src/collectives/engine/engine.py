@@ -26,7 +26,7 @@ algorithms):
 - **Small operations on the caller's thread.** Handing an operation to the thread and its
   completion back costs two thread wake-ups, several times what a small operation takes. A
   request marked ``inline`` (a non-blocking call of at most :data:`INLINE_BYTES`, chosen by
-  :mod:`collectives.nonblocking`) submitted while the engine is idle is *deferred*: queued in
+  :mod:`collectives.engine.nonblocking`) submitted while the engine is idle is *deferred*: queued in
   order but without waking the thread. The request's own ``wait()`` then runs it on the
   caller's thread (:meth:`Engine.run_deferred`; an execution lock keeps the engine's
   operations one at a time, in order). Anything else that needs it done hands it to the thread

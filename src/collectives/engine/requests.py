@@ -154,7 +154,7 @@ class Request:
         ``collectives.engine.requests``, with its traceback, as ``concurrent.futures`` does)
         and ignored: later callbacks and operations go on.
 
-        A persistent :class:`~collectives.nonblocking.Plan` completes once per
+        A persistent :class:`~collectives.engine.nonblocking.Plan` completes once per
         ``plan.start()``, and a callback, as a future's, fires once: it belongs to the run under
         way and fires when that run completes; add it again after each ``start()``. Added when
         no run is under way (before the first ``start()``, or once the run has completed) it

@@ -2,7 +2,7 @@
 
 - :mod:`~collectives.selection.tuning_file`: the per-machine tuning file (where it is, its format,
   reading and writing it); its names are re-exported here (``collectives.selection.entry_for``,
-  ...). ``collectives-tune`` (:mod:`collectives.tuning`) writes it.
+  ...). ``collectives-tune`` (:mod:`collectives.tools.tuning`) writes it.
 - :mod:`~collectives.selection.cost_model`: the alpha-beta-gamma cost model of every allreduce
   algorithm, on one level or two; :func:`~collectives.selection.cost_model.from_tuning_file`
   gives the parameters ``collectives-tune`` fitted.

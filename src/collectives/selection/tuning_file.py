@@ -1,6 +1,6 @@
 """Per-machine tuning files: for each world size, message-size thresholds -> algorithm.
 
-``collectives-tune`` (``python -m collectives.tuning.tune``) measures and writes one;
+``collectives-tune`` (``python -m collectives.tools.tuning.tune``) measures and writes one;
 ``algorithm="auto"`` reads it; these names are also ``collectives.selection.<name>``. Where it is
 looked for, in order:
 

@@ -17,7 +17,7 @@ import compress
 
 from .._runtime.cli import PLOT_INSTALL, Parser, UsageError
 
-from .. import datasets
+from . import datasets
 from ..compressed.auto import split_spec
 from .codecs import parse_spec
 from .exchange import parse_adpsgd, parse_gossip, parse_server, parse_sgp, parse_sync

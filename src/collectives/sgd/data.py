@@ -1,4 +1,4 @@
-"""The training set's deterministic split across ranks (the data sets: :mod:`collectives.datasets`).
+"""The training set's deterministic split across ranks (the data sets: :mod:`collectives.sgd.datasets`).
 
 Sharding follows PyTorch's ``DistributedSampler``: at the start of epoch ``e`` every rank draws the
 same permutation of the training set from ``default_rng((seed, e))``, drops the tail that does not

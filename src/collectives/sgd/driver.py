@@ -38,7 +38,8 @@ import collectives
 
 from ..compressed import CompressionState
 from ..compressed.strategies import incompatibility
-from .. import datasets, timeline
+from . import datasets
+from ..diagnostics import timeline
 from . import checkpoint, data, report
 from .._runtime.cli import program
 from .cli import PROG, Config, UsageError, parse

@@ -72,8 +72,8 @@ import compress
 
 from ..compressed import CompressionState
 from ..options import Options
-from ..topology import Topology, hierarchical, hierarchical_for, one_peer_exponential
-from ..topology import parse as parse_topology
+from ..decentralized.topology import Topology, hierarchical, hierarchical_for, one_peer_exponential
+from ..decentralized.topology import parse as parse_topology
 from .codecs import seeded
 from .fusion import FusionBuffer
 from .timing import Clock, time_methods

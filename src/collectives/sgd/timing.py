@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from functools import wraps
 from typing import Any, Iterable
 
-from ..timeline import hooks as _timeline
+from ..diagnostics.timeline import hooks as _timeline
 
 __all__ = ["Clock", "time_methods", "CODEC_METHODS", "CODEC_PARTS"]
 

@@ -2,7 +2,7 @@
 
 A bucket is a contiguous tensor (a fusion buffer, or DDP's ``GradBucket.buffer()``); its
 allreduce is a non-blocking request on the communicator's progress engine
-(:mod:`collectives.nonblocking`), dense or compressed, reducing the tensor in place.
+(:mod:`collectives.engine.nonblocking`), dense or compressed, reducing the tensor in place.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 from compress import Codec, from_spec
 from compress.protocols import LowRankSummable, Memory
 
-from .. import nonblocking
+from ..engine import nonblocking
 from ..compressed.auto import AutoCompression, split_spec
 from ..compressed.state import CompressionState
 

@@ -31,8 +31,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .. import nonblocking
-from ..topology import Topology
+from ..engine import nonblocking
+from ..decentralized.topology import Topology
 from .basics import default_comm
 from .ddp import _future_of
 

@@ -19,7 +19,7 @@ import torch
 
 import collectives
 
-from ..topology import Topology
+from ..decentralized.topology import Topology
 from .basics import default_comm
 
 __all__ = ["DistributedNeighborAllreduceOptimizer"]

@@ -13,7 +13,7 @@ engine, so communication overlaps with the rest of backward. ``step()`` calls
 are started with zeros for the missing gradients, every request is waited for, and the averaged
 gradients are copied back into ``p.grad``; then the wrapped optimizer steps.
 
-Requests are *named* (``name=`` of :mod:`collectives.nonblocking`), so ranks whose backward
+Requests are *named* (``name=`` of :mod:`collectives.engine.nonblocking`), so ranks whose backward
 produces buckets in different orders (data-dependent graphs, parameters unused on some ranks)
 still pair the same buckets. As Horovod's, a bucket is named after its parameters: the name of
 its first parameter (``named_parameters``, e.g. ``model.named_parameters()``; without them, its

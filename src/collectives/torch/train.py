@@ -31,7 +31,7 @@ import torch
 from mpi4py import MPI
 
 import collectives
-from collectives.datasets import DATASETS, load
+from collectives.sgd.datasets import DATASETS, load
 from collectives.sgd.data import shard, steps_per_epoch
 from collectives.sgd.driver import limit_threads
 from collectives.sgd.report import WRITERS, write_log

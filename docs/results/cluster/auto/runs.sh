@@ -17,7 +17,7 @@ echo "== $what $TAG $(date -u +%T) $(uptime)"
 case $what in
 tune)
   up
-  cluster run --name h24 -- $PY -m collectives.tuning.tune --sizes 1M,16M \
+  cluster run --name h24 -- $PY -m collectives.tools.tuning.tune --sizes 1M,16M \
     --codec topk:ratio=0.01 -o "$COLLECTIVES_TUNING_FILE" > "$OUT/tune_$TAG.log" 2>&1
   tail -4 "$OUT/tune_$TAG.log"
   cluster down --name h24;;

@@ -1,0 +1,86 @@
+"""The one path of a blocking public call: options once, the guard once, check, run.
+
+Every blocking collective (``api.py``'s allreduce family, ``compressed_allreduce``, the neighbor
+collectives) is a *call* class: its constructor checks the arguments and fixes what a run needs,
+``run(ctx)`` communicates. :func:`run_call` runs one:
+
+1. the options are resolved once (:func:`.validate.resolve`: ``None`` reads the environment) and
+   type-checked; options of the wrong type are not raised yet: the environment's stand in for
+   the guard's timeout and failure mode, and the ``TypeError`` is raised inside the guard, as
+   every other bad argument is;
+2. a timeline that the options ask for starts (``Options.timeline``), before the guard, so that
+   the call is its first span;
+3. the call runs under the runner of the options' failure mode (:func:`.fatal.runner`: the
+   communicator's guard, or abort mode's runner): the arguments are checked there (with
+   ``validate``, across ranks too), then the call runs, so that an error on any rank becomes an
+   error on every rank that still needs it, and the ranks number their calls alike whether they
+   fail or not.
+
+With one rank there is nobody to wait for: the call is checked and run in place, without a
+context. The objects that hold MPI resources across calls (the decentralized classes) are built by
+:func:`construct`: options the same way, their checks agreed across ranks. The non-blocking forms hand the same call classes to the progress engine
+(:mod:`collectives.engine.nonblocking`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from mpi4py import MPI
+
+from ..options import Options
+from .context import context
+from .fatal import runner
+from .validate import check_comm, checked, checked_call, resolve, timeline_option
+
+__all__ = ["construct", "run_call"]
+
+
+def run_call(cls: type, comm: MPI.Comm | None, options: Any, validate: bool | None,
+             *args: Any) -> Any:
+    """Check and run ``cls(comm, *args, opts)`` as one blocking call on ``comm`` (default
+    ``COMM_WORLD``); returns the call (its ``result`` is the caller's)."""
+    comm = MPI.COMM_WORLD if comm is None else comm
+    check_comm(cls.kind, comm)
+    opts, problem = resolve(options)
+    timeline_option(opts, comm)
+    if comm.size == 1:
+        return _checked_run(cls, comm, opts, problem, validate, None, None, args)
+    ctx = context(comm, opts)
+    by = runner(ctx, opts)
+    return by.run(cls.kind, _checked_run, cls, comm, opts, problem, validate, ctx, by, args)
+
+
+def _checked_run(cls: type, comm: MPI.Comm, opts: Options, problem: TypeError | None,
+                 validate: bool | None, ctx: Any, by: Any, args: tuple) -> Any:
+    """The body :func:`run_call` runs under ``by`` (None with one rank)."""
+    if problem is not None:
+        raise problem
+    if by is not None:
+        by.set_timeout(opts.timeout)
+    call = checked_call(cls, comm, opts.validate if validate is None else bool(validate),
+                        *args, opts)
+    if by is not None:
+        by.call = call
+    call.run(None if call.trivial else ctx)
+    return call
+
+
+def construct(name: str, comm: MPI.Comm | None, options: Any,
+              check: Callable[[], tuple[Any, dict[str, Any]]]) -> tuple[Any, Options]:
+    """The collective constructor of an object that holds MPI resources (the decentralized
+    classes: ``Window``, ``ParameterServer``, ``PairwiseAveraging``, ``ChocoGossip``): the
+    options resolved once as :func:`run_call` resolves them, ``check()`` (local checks, returning
+    a value and a signature) agreed across ranks, so that every rank raises the same error
+    together, then the communicator's context. Returns ``(context, options)``."""
+    comm = MPI.COMM_WORLD if comm is None else comm
+    check_comm(name, comm)
+    opts, problem = resolve(options)
+
+    def checks() -> tuple[Any, dict[str, Any]]:
+        if problem is not None:
+            raise problem
+        return check()
+
+    checked(name, comm, True, checks)
+    return context(comm, opts), opts

@@ -1,0 +1,252 @@
+"""``python -m collectives doctor DIR``: every rank's flight-recorder dump, explained in one line
+per problem.
+
+Reads ``rank-<R>.json`` of every rank (:mod:`collectives.flight_recorder`) and compares, per
+communicator, the calls the ranks recorded under the same call number (every rank numbers its
+calls on a communicator alike, so call ``#s`` must be the same collective on every rank):
+
+- a rank without a dump: ``rank 2 has no dump``;
+- the first call number at which the ranks' calls differ: another collective (``rank 1 called
+  bcast #12 where the others called allreduce #12``), another count (``count mismatch at
+  allreduce #40: 1024 on ranks 0, 1; 1000 on rank 2``), dtype or op;
+- a hang: the ranks that wait in (or timed out in) the latest call (and for which ranks, where
+  their last wait says), and where each other rank is: still in an earlier call (``ranks 0, 1, 3
+  wait in allreduce #58 (grad.fc1, 4 MiB); rank 2 is still in allreduce #57``), or outside the
+  library since its last call ended (``rank 3 is in compute: its last call #57 finished 12.0 s
+  before the others' dumps``), or gone on to later calls;
+- a failed call, with the first error: ``allreduce #7 failed on ranks 0, 1, 2: ...``;
+- non-blocking operations that some ranks have not submitted (a name, or a place in the order).
+
+Exit status 1 if it found a problem, 0 (``no problem found``) if not, 2 if there are no dumps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["load", "diagnose", "main"]
+
+_ROLES = {"blocking": 0, "engine": 1, "named": 2}
+
+
+def load(directory: str | Path) -> dict[int, dict[str, Any]]:
+    """Every ``rank-<R>.json`` in ``directory``, by rank (files that do not parse are skipped
+    with a line on stderr)."""
+    dumps = {}
+    for path in sorted(Path(directory).glob("rank-*.json")):
+        try:
+            data = json.loads(path.read_text())
+            dumps[int(data["rank"])] = data
+        except (ValueError, KeyError, OSError) as exc:
+            print(f"collectives.diagnostics.doctor: skipping {path}: {exc}", file=sys.stderr)
+    return dumps
+
+
+def _ranks(ranks: Any) -> str:
+    ranks = sorted(ranks)
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+def _size(nbytes: int | None) -> str:
+    if nbytes is None:
+        return ""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            value = nbytes / scale
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+    return f"{nbytes} B"
+
+
+def _call(rec: dict[str, Any], detail: bool = False) -> str:
+    """``allreduce #58``, with ``(grad.fc1, 4 MiB)`` if ``detail``."""
+    text = f"{rec['kind']} #{rec['seq']}"
+    if detail:
+        parts = [p for p in (rec.get("name"), _size(rec.get("bytes"))) if p]
+        if parts:
+            text += f" ({', '.join(parts)})"
+    return text
+
+
+def _waiting(rec: dict[str, Any]) -> bool:
+    """The call was waiting when the dump was made, or gave up waiting (a timeout)."""
+    return rec["state"] == "started" or (rec["state"] == "failed"
+                                         and str(rec.get("error")).startswith("TimeoutError"))
+
+
+def _group(values: dict[int, Any]) -> list[tuple[Any, list[int]]]:
+    """``{rank: value}`` as (value, ranks), the value most ranks have first."""
+    by: dict[Any, list[int]] = {}
+    for rank, value in sorted(values.items()):
+        by.setdefault(value, []).append(rank)
+    return sorted(by.items(), key=lambda item: (-len(item[1]), item[1]))
+
+
+def _mismatch(seq: int, recs: dict[int, dict[str, Any]]) -> str | None:
+    """The line for the first field in which the ranks' calls number ``seq`` differ, or None."""
+    kinds = _group({r: rec["kind"] for r, rec in recs.items()})
+    if len(kinds) > 1:
+        common, _ = kinds[0]
+        if len(kinds[0][1]) > len(kinds[1][1]):
+            return "; ".join(f"{_ranks(ranks)} called {kind} #{seq} where the others called "
+                             f"{common} #{seq}" for kind, ranks in kinds[1:])
+        return f"the ranks called different collectives as #{seq}: " + "; ".join(
+            f"{kind} on {_ranks(ranks)}" for kind, ranks in kinds)
+    kind = kinds[0][0]
+    for field in ("count", "dtype", "op", "name"):
+        known = {r: rec[field] for r, rec in recs.items() if rec.get(field) is not None}
+        values = _group(known)
+        if len(values) > 1:
+            return f"{field} mismatch at {kind} #{seq}: " + "; ".join(
+                f"{value} on {_ranks(ranks)}" for value, ranks in values)
+    return None
+
+
+def _communicator(cid: str, views: dict[int, dict[str, Any]], dumps: dict[int, dict[str, Any]],
+                  world: int) -> list[str]:
+    """The problems of one communicator (``views``: its dump on each rank that has one)."""
+    lines: list[str] = []
+    members = next(iter(views.values()))["members"]
+    where = "" if members == list(range(world)) and cid.startswith("blocking 0 ") \
+        else f" (communicator {cid})"
+    records = {r: {rec["seq"]: rec for rec in v["records"]} for r, v in views.items()}
+    # 1. the first call number where the ranks' calls differ
+    mismatch_at = None
+    common = sorted(set().union(*(set(recs) for recs in records.values())))
+    for seq in common:
+        recs = {r: records[r][seq] for r in records if seq in records[r]}
+        if len(recs) < 2:
+            continue
+        line = _mismatch(seq, recs)
+        if line is not None:
+            lines.append(line + where)
+            mismatch_at = seq
+            break
+    # 2. a hang: who waits in the latest call, and where the others are
+    last = {r: recs[max(recs)] for r, recs in records.items() if recs}
+    waiting = {r: rec for r, rec in last.items() if _waiting(rec)}
+    if waiting:
+        top = max(rec["seq"] for rec in waiting.values())
+        group = sorted(r for r, rec in waiting.items() if rec["seq"] == top)
+        head = waiting[group[0]]
+        times = [dumps[r]["time"] for r in group]
+        when = statistics.median(times)
+        parts = []
+        for rank in sorted(set(m for m in members if m in dumps) - set(group)):
+            rec = last.get(rank)
+            if rec is None:
+                parts.append(f"rank {rank} has made no call on it")
+            elif rec["seq"] > top:
+                parts.append(f"rank {rank} has gone on to {_call(rec)}")
+            elif _waiting(rec):
+                parts.append(f"rank {rank} is still in {_call(rec)}")
+            elif rec["state"] == "failed":
+                parts.append(f"rank {rank}'s last call {_call(rec)} failed ({rec['error']})")
+            else:
+                ago = when - rec["end"]
+                parts.append(f"rank {rank} is in compute: its last call {_call(rec)} finished "
+                             f"{ago:.1f} s before the others' dumps")
+        waits = "waits" if len(group) == 1 else "wait"
+        peers = set()  # whom the group's last waits waited for, outside the group
+        for rank in group:
+            if isinstance(views[rank].get("waiting_for"), list):
+                peers.update(views[rank]["waiting_for"])
+        peers -= set(group)
+        whom = f" for {_ranks(peers)}" if peers else ""
+        if parts:
+            lines.append(f"{_ranks(group)} {waits} in {_call(head, True)}{whom}{where}; "
+                         + "; ".join(parts))
+        elif mismatch_at != top and len(group) > 1:
+            lines.append(f"{_ranks(group)} all {waits} in {_call(head, True)}{whom}{where}: "
+                         "every rank made the call and it did not complete (a difference the recorder "
+                         "does not see, such as the root or the counts of each rank, or a rank "
+                         "outside the library)")
+    # 3. failures that are not timeouts
+    failed = {r: rec for r, rec in last.items() if rec["state"] == "failed" and not _waiting(rec)}
+    for seq in sorted({rec["seq"] for rec in failed.values()}):
+        if seq == mismatch_at:
+            continue
+        ranks = sorted(r for r, rec in failed.items() if rec["seq"] == seq)
+        rec = failed[ranks[0]]
+        lines.append(f"{_call(rec, True)} failed on {_ranks(ranks)}{where}: {rec['error']}")
+    return lines
+
+
+def _engines(dumps: dict[int, dict[str, Any]]) -> list[str]:
+    """Non-blocking operations that some ranks submitted and others did not."""
+    lines = []
+    labels = sorted({e["label"] for d in dumps.values() for e in d.get("engines", [])})
+    for label in labels:
+        engines = {r: e for r, d in dumps.items() for e in d.get("engines", [])
+                   if e["label"] == label and e.get("outstanding") is not None}
+        named: dict[str, list[int]] = {}
+        for rank, engine in engines.items():
+            for op in engine["outstanding"]:
+                if op["name"] is not None:
+                    named.setdefault(op["name"], []).append(rank)
+        for name, ranks in sorted(named.items()):
+            others = sorted(set(engines) - set(ranks))
+            if others:
+                lines.append(f"{_ranks(ranks)} wait for the non-blocking operation {name!r} on "
+                             f"{label}, which {_ranks(others)} "
+                             f"{'has' if len(others) == 1 else 'have'} not submitted")
+        ordered = {r: [op for op in e["outstanding"] if op["name"] is None]
+                   for r, e in engines.items()}
+        pending = [op for ops in ordered.values() for op in ops]
+        if pending:
+            first = min(pending, key=lambda op: op["seq"])
+            behind = sorted(r for r, e in engines.items() if e["submitted"] <= first["seq"])
+            if behind:
+                lines.append(f"{_ranks(behind)} {'has' if len(behind) == 1 else 'have'} not "
+                             f"submitted {first['description']} on {label} (the others have)")
+    return lines
+
+
+def diagnose(dumps: dict[int, dict[str, Any]]) -> list[str]:
+    """One line per problem found in the dumps (empty: none)."""
+    if not dumps:
+        return []
+    lines = []
+    sizes = sorted({d["size"] for d in dumps.values()})
+    if len(sizes) > 1:
+        lines.append(f"the dumps come from jobs of different sizes ({', '.join(map(str, sizes))}"
+                     " ranks): clear the directory between jobs, or give each its own "
+                     "COLLECTIVES_DUMP_DIR")
+    world = sizes[-1]
+    missing = [r for r in range(world) if r not in dumps]
+    if missing:
+        lines.append(f"{_ranks(missing)} {'has' if len(missing) == 1 else 'have'} no dump")
+    comms: dict[str, dict[int, dict[str, Any]]] = {}
+    for rank, d in sorted(dumps.items()):
+        for comm in d["communicators"]:
+            comms.setdefault(comm["id"], {})[rank] = comm
+    for cid in sorted(comms, key=lambda c: (_ROLES.get(c.split()[0], 3), c)):
+        lines.extend(_communicator(cid, comms[cid], dumps, world))
+    lines.extend(_engines(dumps))
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m collectives doctor",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("directory", help="where the ranks' dumps are (COLLECTIVES_DUMP_DIR)")
+    args = ap.parse_args(argv)
+    dumps = load(args.directory)
+    if not dumps:
+        print(f"collectives.diagnostics.doctor: no dumps (rank-*.json) in {args.directory}", file=sys.stderr)
+        return 2
+    lines = diagnose(dumps)
+    for line in lines:
+        print(line)
+    if not lines:
+        world = max(d["size"] for d in dumps.values())
+        print(f"no problem found ({len(dumps)} of {world} ranks' dumps)")
+    return 1 if lines else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""Dumps of the flight recorder: what every communicator of this rank did last, one file per rank.
+
+Every communicator keeps its last calls in a ring (:mod:`collectives._runtime.flight`;
+``COLLECTIVES_FLIGHT_RECORDER=N``, default 2000, 0 off). A dump writes them, with what the
+running call waits for, to ``rank-<R>.json`` (R: the rank in ``COMM_WORLD``) in
+``COLLECTIVES_DUMP_DIR`` (default :data:`DEFAULT_DIR`, under the working directory: on a cluster
+usually a shared file system, so that ``python -m collectives doctor`` finds every rank's file
+in one place). A rank dumps:
+
+- when a call times out (``Options.timeout``), on the rank whose deadline passed and on every
+  rank its notice reaches; when a non-blocking wait times out or its stall warning fires
+  (``Options.stall_warning``);
+- on an unhandled exception (the crash hook of :mod:`collectives._runtime.crash`), before the job
+  ends;
+- on ``SIGUSR1`` (``kill -USR1 <pid>``), when :func:`install_signal` could install its handler:
+  ``import collectives`` does, from the main thread, where no handler of the user's is there;
+  Python runs it between bytecodes of the main thread, so a rank inside the library's waits (which
+  poll) or in Python code answers, one blocked inside a plain MPI call does not;
+- when asked: :func:`dump`.
+
+The automatic dumps (timeouts, stalls, the crash hook) write only when this process has not
+dumped in the last :data:`QUIET_S` seconds, so the file keeps the state of the first hang, not
+of the errors that follow it; :func:`dump` and the signal always write. A dump never raises: a
+file that cannot be written is one line on stderr.
+
+The file is JSON: ``rank``, ``size``, ``host``, ``pid``, ``reason``, ``error``, ``time`` (wall
+clock), and per communicator its identity (``id``, the same on every rank: its ``role``,
+"blocking", "engine" or "named", its place among the communicators over the same ranks that the
+thread made, and ``members``, its ranks in ``COMM_WORLD``), its current call number ``seq``,
+whether a call is running (``active``) and whom its last wait waited for (``waiting_for``), and
+its ``records``, oldest first (``seq``, ``kind``, ``name``, ``count``, ``dtype``, ``bytes``,
+``op``, ``algorithm``, ``state``, ``error``, ``end``, and ``start`` for a running call under a
+deadline); per progress engine, its operations submitted and not finished (``outstanding``).
+The format is described for users in docs/debugging.md.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from .._runtime import flight
+from .._runtime.guard import Guard, live_guards
+from ..engine.lifecycle import live_engines
+
+__all__ = ["dump", "snapshot", "install_signal", "DIR_ENV", "DEFAULT_DIR", "QUIET_S", "FORMAT"]
+
+#: Where dumps go.
+DIR_ENV = "COLLECTIVES_DUMP_DIR"
+DEFAULT_DIR = "collectives-dump"
+#: Automatic dumps of one process are at least this many seconds apart.
+QUIET_S = 60.0
+FORMAT = "collectives-flight-recorder/1"
+
+_last_auto = [float("-inf")]
+_serial = itertools.count()
+_lock = threading.Lock()
+
+
+def _world() -> tuple[int, int]:
+    if not MPI.Is_initialized() or MPI.Is_finalized():
+        return 0, 1
+    return MPI.COMM_WORLD.rank, MPI.COMM_WORLD.size
+
+
+def dump(directory: str | os.PathLike | None = None, reason: str = "request",
+         error: BaseException | None = None) -> Path | None:
+    """Write this rank's dump to ``directory`` (default ``COLLECTIVES_DUMP_DIR``, else
+    :data:`DEFAULT_DIR`) as ``rank-<R>.json``; return its path, or None if it could not be
+    written (said in one line on stderr). Not collective: every rank dumps on its own."""
+    rank, _ = _world()
+    where = Path(directory or os.environ.get(DIR_ENV) or DEFAULT_DIR)
+    _last_auto[0] = time.monotonic()  # the automatic dumps that follow keep this one
+    try:
+        text = json.dumps(snapshot(reason, error), indent=None, separators=(",", ":"))
+        where.mkdir(parents=True, exist_ok=True)
+        path = where / f"rank-{rank}.json"
+        tmp = where / f".rank-{rank}.json.{os.getpid()}.{next(_serial)}"  # one per writer
+        tmp.write_text(text + "\n")
+        os.replace(tmp, path)  # whole or not at all, for a doctor reading at the same time
+    except Exception as exc:  # noqa: BLE001 - a dump must never fail the job
+        print(f"collectives: rank {rank}: the flight recorder could not write its dump to "
+              f"{where}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return None
+    return path
+
+
+def auto(reason: str, error: BaseException | None = None) -> None:
+    """An automatic dump (a timeout, a stall warning, the crash hook): at most one per
+    :data:`QUIET_S` seconds, none while the recorder is off, and a line on stderr saying where
+    it went."""
+    if not live_guards() or flight.ring_size() == 0 or not _lock.acquire(blocking=False):
+        return  # nothing recorded yet, the recorder is off, or another thread is dumping
+    try:
+        now = time.monotonic()
+        if now - _last_auto[0] < QUIET_S:
+            return
+        path = dump(reason=reason, error=error)
+    finally:
+        _lock.release()
+    if path is not None:
+        rank, _ = _world()
+        print(f"collectives: rank {rank}: flight recorder dumped to {path} ({reason}); "
+              f"explain with: python -m collectives doctor {path.parent}", file=sys.stderr,
+              flush=True)
+
+
+def snapshot(reason: str = "request", error: BaseException | None = None) -> dict[str, Any]:
+    """This rank's dump as a dict (what :func:`dump` writes)."""
+    rank, size = _world()
+    offset = time.time() - flight.clock()  # the records' clock -> wall clock
+    roles = _roles()
+    comms = []
+    for guard in sorted(live_guards(), key=lambda g: (g.members, g.ordinal)):
+        comms.append(_communicator(guard, roles.get(id(guard), "blocking"), offset))
+    return {"format": FORMAT, "rank": rank, "size": size, "host": socket.gethostname(),
+            "pid": os.getpid(), "reason": reason, "thread": threading.current_thread().name,
+            "error": None if error is None else flight.error_text(error),
+            "time": time.time(), "recorder": flight.ring_size(), "communicators": comms,
+            "engines": _engines()}
+
+
+def _roles() -> dict[int, str]:
+    """id(guard) -> "engine" or "named" for the guards of the progress engines."""
+    roles: dict[int, str] = {}
+    for engine in live_engines():
+        for ctx, role in ((engine.ctx, "engine"), (engine.named.ctx, "named")):
+            if ctx._guard is not None:
+                roles[id(ctx._guard)] = role
+    return roles
+
+
+def _communicator(guard: Guard, role: str, offset: float) -> dict[str, Any]:
+    ring = guard.ring
+    records = [] if ring is None else [_record(r, offset) for r in ring.last()]
+    running = guard.owner.active is guard
+    if running and records and records[-1]["seq"] == guard.seq and records[-1]["count"] is None \
+            and guard.call is not None:  # the running call's description, from its arguments
+        records[-1].update(_what(flight.describe(guard.call)))
+    if running and records and records[-1]["seq"] == guard.seq and guard.deadline is not None:
+        records[-1]["start"] = guard.deadline - guard.timeout + offset
+    members = guard.members
+    waiting = None
+    waits = guard.waits
+    if running and waits is not None and waits[0] == guard.seq:
+        waiting = sorted({members[p] if 0 <= p < len(members) else p for p in waits[1]})
+        waiting = "all" if waiting == [-1] else waiting  # a native collective: every rank
+    return {"id": f"{role} {guard.ordinal} of ranks {_span(members)}", "members": members,
+            "role": role, "first": guard.first, "rank": guard.rank,
+            "size": guard.size, "seq": guard.seq, "active": running, "waiting_for": waiting,
+            "retired": guard.retired, "records": records}
+
+
+def _span(ranks: list[int]) -> str:
+    """``0-3`` for 0, 1, 2, 3; else the ranks with commas."""
+    if ranks and ranks == list(range(ranks[0], ranks[0] + len(ranks))):
+        return f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else str(ranks[0])
+    return ",".join(map(str, ranks))
+
+
+def _what(what: tuple | None) -> dict[str, Any]:
+    if what is None:
+        return {"name": None, "count": None, "dtype": None, "bytes": None, "op": None,
+                "algorithm": None}
+    name, count, dtype, op, algorithm = what
+    nbytes = None
+    if count is not None and dtype is not None:
+        nbytes = int(count) * int(np.dtype(dtype).itemsize)
+    return {"name": name, "count": count, "dtype": None if dtype is None else str(dtype),
+            "bytes": nbytes, "op": op, "algorithm": algorithm}
+
+
+def _record(rec: flight.Record, offset: float) -> dict[str, Any]:
+    ended = rec.state != flight.STARTED
+    out = {"seq": rec.seq, "kind": rec.kind, "state": rec.state,
+           "error": rec.error if rec.state == flight.FAILED else None, "start": None,
+           "end": rec.t1 + offset if ended else None}
+    out.update(_what(rec.what))
+    return out
+
+
+def _engines() -> list[dict[str, Any]]:
+    """Per engine: its operations submitted and not finished. Read without the engine's locks
+    (the signal handler may run on a thread that holds one); a list that changes meanwhile is
+    skipped."""
+    out = []
+    for engine in live_engines():
+        try:
+            ordered = [engine._outstanding[k] for k in sorted(list(engine._outstanding))]
+            ordered += list(engine.named._pending.values())
+            pending = [{"kind": r.kind, "name": r.name, "seq": r.seq,
+                        "state": "started" if r.started is not None else "submitted",
+                        "description": r.describe()} for r in ordered if not r.test()]
+        except Exception:  # noqa: BLE001 - changed while read
+            pending = None
+        out.append({"label": engine.label, "submitted": engine.submitted,
+                    "completed": engine.completed, "running": engine.running,
+                    "outstanding": pending})
+    return out
+
+
+flight.DUMPER[:] = [auto]
+
+
+def install_signal(signum: int = getattr(signal, "SIGUSR1", 0)) -> bool:
+    """Dump on ``signum`` (SIGUSR1): installed only from the main thread, only where the
+    signal still has its default disposition (a handler of the user's stays), only while the
+    recorder is on. True if installed."""
+    if not signum or flight.ring_size() == 0 \
+            or threading.current_thread() is not threading.main_thread():
+        return False
+    try:
+        if signal.getsignal(signum) is not signal.SIG_DFL:
+            return False
+        signal.signal(signum, _on_signal)
+    except (ValueError, OSError):  # pragma: no cover - not allowed here
+        return False
+    return True
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    path = dump(reason="signal")
+    if path is not None:
+        rank, _ = _world()
+        print(f"collectives: rank {rank}: flight recorder dumped to {path} (signal {signum})",
+              file=sys.stderr, flush=True)
