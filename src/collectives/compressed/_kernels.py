@@ -13,8 +13,7 @@ from compress.stream import BLOCK, store_fence, stream_block
 from numba import njit, types
 from numba.extending import overload
 
-__all__ = ["NJIT", "CHUNK", "merge_sum", "add_sparse_into_dense", "split_points",
-           "sum_in_rank_order"]
+__all__ = ["NJIT", "CHUNK", "merge_sum", "add_sparse_into_dense", "sum_in_rank_order"]
 
 NJIT = dict(cache=True, nogil=True)
 
@@ -66,16 +65,6 @@ def add_sparse_into_dense(dense, idx, vals, sparse_first):  # pragma: no cover -
             dense[idx[t]] = vals[t] + dense[idx[t]]
         else:
             dense[idx[t]] = dense[idx[t]] + vals[t]
-
-
-@njit(**NJIT)
-def split_points(idx, bounds, out):  # pragma: no cover - compiled
-    """``out[b]`` = position of the first index >= ``bounds[b]`` in sorted ``idx``."""
-    k = 0
-    for b in range(bounds.size):
-        while k < idx.size and idx[k] < bounds[b]:
-            k += 1
-        out[b] = k
 
 
 #: Elements of the dense result summed at a time: the chunk (32 KiB of float32) stays in L1

@@ -19,31 +19,23 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._backends import backend_of
-from .._layout import Section
-from ..base import Codec
 from ..bfloat16 import add_words
-from ..protocols import ElementSummable, decoded_into, writes_into
+from ..protocols import decoded_into, writes_into
+from ._words16 import Words16
 
 __all__ = ["BF16"]
 
 
 @dataclass(eq=False)
-class BF16(ElementSummable, Codec):
+class BF16(Words16):
     """Round to bfloat16."""
 
     name = "bf16"
     codec_id = 3
+    SECTION = "bf16"
 
-    def body_nbytes(self, n, dtype):
-        return 2 * n
-
-    def _sections(self, n, dtype, params):
-        return [Section("bf16", np.uint16, n)]
-
-    def _encode(self, x, ops, key, step, out):
-        buf, body = self._new_payload(x, out, {}, ops)
-        ops.to_bf16(ops.astype(x.reshape(-1), np.float32), body["bf16"])
-        return buf
+    def _words(self, ops, x, words):
+        ops.to_bf16(ops.astype(x, np.float32), words)
 
     def _decode(self, hdr, body, ops):
         out = ops.empty(hdr.count, np.float32)
@@ -52,13 +44,6 @@ class BF16(ElementSummable, Codec):
 
     # summable protocol (compress.protocols.ElementSummable): bf16 words, added by add_words
     summable_add = staticmethod(add_words)
-
-    def summable_encode(self, x, *, key=None, step: int = 0) -> np.ndarray:
-        ops = backend_of(x)
-        f32 = ops.astype(self._prepare(x, ops).reshape(-1), np.float32)
-        words = ops.empty(f32.size, np.uint16)
-        ops.to_bf16(f32, words)
-        return words
 
     def summable_decode(self, rep, *, shape, dtype, key=None, step: int = 0,
                         out=None) -> np.ndarray:

@@ -21,30 +21,25 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._backends import backend_of
-from .._layout import Section
-from ..base import Codec
-from ..protocols import ElementSummable, decoded_into, writes_into
+from ..protocols import decoded_into, writes_into
+from ._words16 import Words16
 
 __all__ = ["FP16"]
 
 
 @dataclass(eq=False)
-class FP16(ElementSummable, Codec):
+class FP16(Words16):
     """Round to IEEE binary16."""
 
     name = "fp16"
     codec_id = 2
+    SECTION = "half"
 
-    def body_nbytes(self, n, dtype):
-        return 2 * n
+    def _words(self, ops, x, words):
+        ops.to_f16(x, words)
 
-    def _sections(self, n, dtype, params):
-        return [Section("half", np.uint16, n)]
-
-    def _encode(self, x, ops, key, step, out):
-        buf, body = self._new_payload(x, out, {}, ops)
-        ops.to_f16(x.reshape(-1), body["half"])
-        return buf
+    def _rep(self, words):
+        return words.view(np.float16)
 
     def _decode(self, hdr, body, ops):
         half = body["half"]
@@ -56,13 +51,6 @@ class FP16(ElementSummable, Codec):
 
     # summable protocol (compress.protocols.ElementSummable): binary16 values, added in binary16
     summable_add = np.add
-
-    def summable_encode(self, x, *, key=None, step: int = 0) -> np.ndarray:
-        ops = backend_of(x)
-        x = self._prepare(x, ops).reshape(-1)
-        half = ops.empty(x.size, np.uint16)
-        ops.to_f16(x, half)
-        return half.view(np.float16)
 
     def summable_decode(self, rep, *, shape, dtype, key=None, step: int = 0,
                         out=None) -> np.ndarray:
