@@ -12,7 +12,7 @@ microseconds, averaged over ranks, and each column's ratio to ``mpi``.
   a user calls it (``native`` is the same MPI call through the library's dispatcher and failure
   guard; ``hierarchical`` alone gets ``Options(node_size=...)``, its emulated nodes).
 
-``--json FILE`` adds this run's records (``collectives.bench.results.Record``, benchmark
+``--json FILE`` adds this run's records (``collectives.tools.osu.results.Record``, benchmark
 ``allreduce_sweep``) to FILE, replacing any of the same world size, so runs at several ``P`` make
 one file (with each run's command, MPI library and the machine's load average before and after);
 ``collectives-plot FILE`` draws it (a row of panels per world size). The OSU-compatible
@@ -33,9 +33,9 @@ import numpy as np
 from mpi4py import MPI
 
 import collectives
-from collectives._runtime.mpilib import mpi_library
-from collectives.bench.report import algbw_gbs, busbw_gbs
-from collectives.bench.results import Record, read_records, write_json
+from collectives import mpi_library
+from collectives.tools.osu.report import algbw_gbs, busbw_gbs
+from collectives.tools.osu.results import Record, read_records, write_json
 
 DEFAULT = ["mpi", "native", "ring", "tree", "recursive_doubling", "rabenseifner", "hierarchical"]
 
@@ -129,6 +129,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from collectives._runtime.cli import program
+    from collectives.tools import program
 
     sys.exit(program("allreduce_sweep", main)())

@@ -162,6 +162,6 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     import sys
 
-    from collectives._runtime.cli import program
+    from collectives.tools import program
 
     sys.exit(program("codec_pipeline", main)())

@@ -24,7 +24,7 @@ import numpy as np
 from mpi4py import MPI
 
 import collectives
-from collectives.bench.compressed import make_codec
+from collectives.tools.osu.compressed import make_codec
 from collectives.compressed.strategies import strategy_for, incompatibility
 from compress.protocols import SparsePayload
 
@@ -152,6 +152,6 @@ def main(argv: list[str] | None = None) -> None:
 if __name__ == "__main__":
     import sys
 
-    from collectives._runtime.cli import program
+    from collectives.tools import program
 
     sys.exit(program("compressed_allreduce", main)())

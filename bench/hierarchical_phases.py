@@ -23,11 +23,9 @@ import numpy as np
 from mpi4py import MPI
 
 import collectives
-from collectives._runtime.ranks import partition
 from collectives.algorithms.flat import FLAT
-from collectives._runtime.nodes import node_sizes
 from collectives.algorithms.hierarchical import layout
-from collectives.bench.options import parse_sizes
+from collectives.tools.osu.options import parse_sizes
 from collectives.blocks import ring
 from collectives.ops import get_op
 
@@ -47,8 +45,8 @@ def main(argv: list[str] | None = None) -> None:
     opts = collectives.Options.from_env()
     node_size = args.node_size if args.node_size is not None else opts.node_size
     lay = layout(comm, node_size)
-    sizes = node_sizes(comm, node_size)
-    if min(sizes) != max(sizes):
+    sizes = sorted(set(comm.allgather(lay.node.size)))
+    if len(sizes) > 1:
         raise SystemExit(f"hierarchical_phases.py: nodes of unequal size {sizes} (extras) "
                          "are not timed")
     opts = collectives.Options(inter_algorithm=args.inter, segment_bytes=opts.segment_bytes)
@@ -58,7 +56,8 @@ def main(argv: list[str] | None = None) -> None:
         buf = np.ones(max(nbytes // 4, 1), np.float32)
         nbytes = buf.nbytes
         op = get_op("sum", buf.dtype)
-        off = partition(buf.size, lay.m)
+        # the algorithm's blocks: near-equal, the first size % m one element longer
+        off = np.cumsum([0] + [b.size for b in np.array_split(buf, lay.m)]).tolist()
         block = buf[off[lay.node.rank]:off[lay.node.rank + 1]]
         phases: dict[str, list[float]] = {name: [] for name in PHASES}
         wrong = 0

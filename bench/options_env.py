@@ -71,6 +71,6 @@ def main(argv: list[str] | None = None) -> None:
 if __name__ == "__main__":
     import sys
 
-    from collectives._runtime.cli import program
+    from collectives.tools import program
 
     sys.exit(program("options_env", main)())

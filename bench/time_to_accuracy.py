@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                         "points (default 0)")
     a = p.parse_args(argv)
     if a.plot and importlib.util.find_spec("matplotlib") is None:
-        from collectives._runtime.cli import PLOT_INSTALL
+        from collectives.tools import PLOT_INSTALL
 
         p.error(f"--plot needs matplotlib: {PLOT_INSTALL}")
     if not 0 <= a.within < 100:
