@@ -45,8 +45,9 @@ def main(argv: list[str] | None = None) -> None:
     opts = collectives.Options.from_env()
     node_size = args.node_size if args.node_size is not None else opts.node_size
     lay = layout(comm, node_size)
-    sizes = sorted(set(comm.allgather(lay.node.size)))
-    if len(sizes) > 1:
+    # every node's size, nodes in the order of their first rank (node rank 0 is its lowest)
+    sizes = [size for first, size in comm.allgather((lay.node.rank == 0, lay.node.size)) if first]
+    if min(sizes) != max(sizes):
         raise SystemExit(f"hierarchical_phases.py: nodes of unequal size {sizes} (extras) "
                          "are not timed")
     opts = collectives.Options(inter_algorithm=args.inter, segment_bytes=opts.segment_bytes)

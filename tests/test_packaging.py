@@ -54,7 +54,7 @@ def test_metadata_and_licence():
 def test_digits_ship_in_the_package_without_scikit_learn():
     """The data set loads with scikit-learn unimportable, bit for bit what load_digits() gave."""
     code = ("import sys; sys.modules['sklearn'] = None\n"
-            "from collectives import datasets\n"
+            "from collectives.sgd import datasets\n"
             "x, y = datasets.digits()\n"
             "print(x.shape, x.dtype, y.dtype)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -220,7 +220,7 @@ def test_repeated_calls_reuse_checks_safely(monkeypatch):
         assert not checked
         with pytest.raises((TypeError, ValueError), match="op"):  # not a name: the full check
             collectives.allreduce(c, out=d, op=np.array([1, 2]), comm=comm)
-        monkeypatch.setattr(api, "_call", original)
+        monkeypatch.setattr(api, "run_call", original)
     for x_gone in (True, False):  # a remembered call's arrays gone: None is not taken for them
         a, b = np.ones(3), np.ones(3)
         for _ in range(2):  # remembered, then the most recent entry

@@ -5,7 +5,7 @@
 (``python -m collectives.sgd``) and the PyTorch trainer (``python -m collectives.torch.train``)
 use them:
 
->>> from collectives import datasets
+>>> from collectives.sgd import datasets
 >>> x, y = datasets.digits()                  # (1797, 64) float32 in [0, 1], int64 labels
 >>> ds = datasets.load("digits")              # ds.x_train, ds.y_train, ds.x_test, ds.y_test
 
