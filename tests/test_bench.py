@@ -4,6 +4,7 @@ import argparse
 import importlib.util
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -358,7 +359,13 @@ def test_neighbor_allreduce_bench_checks_and_times_every_variant(tmp_path):
     names = ["ring p2p", "ring mpi", "one_peer_exponential p2p", "one_peer_exponential mpi",
              "comm.Allreduce", "allreduce ring"]
     assert all(set(r) == {"bytes", *names} and min(r[n] for n in names) > 0 for r in data["rows"])
-    assert stdout.count("( 1.00x)") == 2  # comm.Allreduce against itself, each size
+    header = next(line for line in stdout.splitlines() if line.lstrip().startswith("bytes"))
+    order = sorted(names, key=header.index)  # the columns, as the header names them
+    column = order.index("comm.Allreduce")
+    rows = [line for line in stdout.splitlines() if "x)" in line]
+    ratios = [re.findall(r"\(\s*([0-9.]+)x\)", line) for line in rows]
+    assert len(rows) == 2 and all(len(r) == len(names) for r in ratios), stdout
+    assert [r[column] for r in ratios] == ["1.00", "1.00"], stdout  # against itself, each size
 
 
 def test_shm_vs_native_runs_and_prints_one_table(tmp_path):
