@@ -16,6 +16,9 @@ import collectives
 from reference import make_input, reference_allreduce
 
 SENTINEL = -7.0
+#: Options.timeout of the tests that wait for one: short, yet long enough that a rank of a
+#: loaded machine (more ranks than cores) does not miss the calls before it
+TIMEOUT_S = 2.0
 #: per collective, the call with algorithm="native" on x (1-D), out filled with SENTINEL
 CALLS = {
     "allreduce": lambda x, out, **kw: collectives.allreduce(x, out=out, **kw),
@@ -105,7 +108,7 @@ def _raises_timeout(call):
     with pytest.raises(TimeoutError) as info:
         call()
     text = str(info.value)
-    assert "timed out after 0.5 s" in text or "failed on rank" in text, text
+    assert f"timed out after {TIMEOUT_S:g} s" in text or "failed on rank" in text, text
 
 
 def test_a_rank_that_changes_its_array_while_another_repeats():
@@ -117,7 +120,7 @@ def test_a_rank_that_changes_its_array_while_another_repeats():
     comm = MPI.COMM_WORLD
     if comm.size == 1:
         pytest.skip("nothing to differ from")
-    quick = collectives.Options(timeout=0.5)
+    quick = collectives.Options(timeout=TIMEOUT_S)
     last = comm.rank == comm.size - 1
     x = make_input(10, np.dtype(np.float32), "sum", comm.rank)
     y = np.empty_like(x)
@@ -146,7 +149,7 @@ def test_ranks_that_repeat_two_different_remembered_calls():
     comm = MPI.COMM_WORLD
     if comm.size == 1:
         pytest.skip("nothing to differ from")
-    quick = collectives.Options(timeout=0.5)
+    quick = collectives.Options(timeout=TIMEOUT_S)
     a, b = np.ones(10, np.float32), np.ones(11, np.float32)
     ya, yb = np.empty_like(a), np.empty_like(b)
     for _ in range(2):
