@@ -248,3 +248,16 @@ def test_abort_mode_watchdog_ends_a_call_past_its_timeout(tmp_path):
     status, output, seconds = _job(3, argv)
     assert status != 0 and seconds < HANG_S / 2, output[-3000:]
     assert "timed out after 1 s (Options.timeout)" in output, output
+
+
+def test_abort_mode_names_a_native_mismatch(tmp_path):
+    """Abort mode checks native's signature too (docs/reliability.md): a count that differs ends
+    the job with the message naming every rank's count, not a wrong answer."""
+    argv = _script(tmp_path, "import numpy as np, collectives\nfrom mpi4py import MPI\n"
+                             "o = collectives.Options(on_error='abort')\n"
+                             "x = np.ones(10 + (MPI.COMM_WORLD.rank > 0), np.float32)\n"
+                             "y = collectives.allreduce(x, algorithm='native', options=o)\n"
+                             "print('returned', y, flush=True)\n")
+    status, output, seconds = _job(2, argv)
+    assert status != 0 and seconds < HANG_S and "returned" not in output, output[-3000:]
+    assert "arguments differ across ranks (count: rank 0: 10, rank 1: 11)" in output, output

@@ -43,6 +43,12 @@ class Context:
         #: where MPI's own collectives run under a guard: not on ``comm``, whose other
         #: collectives (validate's allgather, node splits) must never meet one a failure left
         self.native_comm: MPI.Comm = self.comm.Dup() if dup else comm
+        #: where the ranks agree on a native operation's signature before it runs
+        #: (:mod:`.agree`): nothing else runs there, so a check left behind by a failure can
+        #: never pair with another collective; None (no check) without a duplicate of our own
+        self.control_comm: MPI.Comm | None = self.comm.Dup() if dup else None
+        #: the signature of a native operation that every rank agreed on last (:mod:`.agree`)
+        self.agreed: tuple | None = None
         self._owned = dup
         #: the guard of the public call now running on this context (:meth:`Guard.run` sets
         #: it), None outside one: the algorithms hand it to every message they send
@@ -78,6 +84,7 @@ class Context:
             self._guard.close()
         if self._owned:
             self.native_comm.Free()
+            self.control_comm.Free()
             _release.release(self.comm, self._guard)
 
 

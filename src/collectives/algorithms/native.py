@@ -14,7 +14,9 @@ element within its piece in an order of MPI's choosing for that piece's size (as
 call, the same bits on every rank). Falling back reduces the rest of the vector by recursive
 doubling, from the piece where native turned out retired (the first piece, on every rank:
 docs/reliability.md). Outside a guard (``on_error="abort"``) the vector goes to
-``MPI_Allreduce`` whole, as the caller's own call would.
+``MPI_Allreduce`` whole, as the caller's own call would. Either way the ranks first agree on the
+count, dtype and op whenever they differ from the last ones agreed on (``_runtime/agree.py``): a
+mismatch is a ``ValueError`` on every rank, never a truncated MPI collective.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .._runtime import device as _device
+from .._runtime.agree import agree, key
 from .._runtime.arrays import copy_into
 from .._runtime.context import Context
 from .._runtime.guard import native_call
@@ -43,12 +46,16 @@ LANDING_BYTES = 1 << 20
 
 @_device.staged(0, 1)
 def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
-    _run(src, buf, op, ctx, opts, native_type(buf.dtype), native_op(op, buf.dtype))
+    _run(src, buf, op, ctx, opts, native_type(buf.dtype), native_op(op, buf.dtype),
+         key("allreduce", buf.size, buf.dtype, op.name))
 
 
 def _run(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options,
-         dtype: MPI.Datatype, mpi_op: MPI.Op) -> None:
-    """:func:`allreduce` with the MPI datatype and operation of ``buf``'s dtype and ``op``."""
+         dtype: MPI.Datatype, mpi_op: MPI.Op, sig: tuple) -> None:
+    """:func:`allreduce` with the MPI datatype and operation of ``buf``'s dtype and ``op``, and
+    the call's signature ``sig`` (``_runtime/agree.py``)."""
+    if ctx.agreed is not sig:  # a signature not yet agreed on: the ranks check it together
+        agree(ctx, sig)
     if ctx.active is None:  # outside a guard: native_call's blocking call, made here
         ctx.comm.Allreduce(MPI.IN_PLACE if src is buf else [src, dtype], [buf, dtype], mpi_op)
         return
@@ -82,16 +89,20 @@ class Lane:
     plan's ``plan()``, a remembered ``iallreduce``), as an algorithm function ``(src, dst, op,
     ctx, opts)``: the MPI datatype and operation are resolved once, and the device check of
     :func:`allreduce` is skipped (NumPy arrays only). The callers pass arrays of the first
-    call's dtype (their re-checks); nothing in the lane depends on the count."""
+    call's dtype (their re-checks); the signature (``_runtime/agree.py``) is made once too, for
+    the first call's count, and made again for any other count."""
 
-    __slots__ = ("dtype", "mpi_op")
+    __slots__ = ("dtype", "mpi_op", "count", "sig")
 
     def __init__(self, buf: np.ndarray, op: Op) -> None:
         self.dtype, self.mpi_op = native_type(buf.dtype), native_op(op, buf.dtype)
+        self.count, self.sig = buf.size, key("allreduce", buf.size, buf.dtype, op.name)
 
     def __call__(self, src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context,
                  opts: Options) -> None:
-        _run(src, buf, op, ctx, opts, self.dtype, self.mpi_op)
+        sig = self.sig if buf.size == self.count else key("allreduce", buf.size, buf.dtype,
+                                                          op.name)
+        _run(src, buf, op, ctx, opts, self.dtype, self.mpi_op, sig)
 
 
 def lane(fn: Any, src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context,

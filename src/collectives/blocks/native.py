@@ -4,6 +4,8 @@ Same signatures as the hand-written blocks (``handwritten.py``), which replace t
 has retired native on the communicator (``_runtime/guard.py``); offsets are element offsets of each
 rank's block. Under a guard each receives into a landing buffer of its own and copies it out
 (see ``algorithms/native.py``: an abandoned operation must never write into the caller's array).
+Each first makes sure that every rank passes the same signature (count, dtype, op, root, block
+counts: ``_runtime/agree.py``), checked together whenever it differs from the last one agreed on.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .._runtime import device as _device
+from .._runtime.agree import agree, key
 from .._runtime.context import Context
 from .._runtime.arrays import copy_into
 from .._runtime.guard import native_call
@@ -33,6 +36,12 @@ def _landing(out: np.ndarray | None, ctx: Context) -> np.ndarray | None:
     return scratch("native.landing", out.size, out)
 
 
+def _agreed(ctx: Context, sig: tuple) -> None:
+    """Check ``sig`` with the other ranks unless it is the one agreed on last."""
+    if ctx.agreed is not sig:
+        agree(ctx, sig)
+
+
 def _land(ran: bool, land: np.ndarray | None, out: np.ndarray | None) -> None:
     if ran and land is not out:
         copy_into(land, out)
@@ -43,6 +52,7 @@ def reduce_scatter(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], op:
                    opts: Options) -> None:
     dtype = native_type(src.dtype)
     counts = [b - a for a, b in zip(offsets[:-1], offsets[1:])]
+    _agreed(ctx, key("reduce_scatter", src.size, src.dtype, op.name, counts=tuple(counts)))
     land = _landing(out, ctx)
     _land(native_call(ctx, "Reduce_scatter",
                       ([src, dtype], [land, dtype], counts, native_op(op, src.dtype)),
@@ -54,6 +64,8 @@ def reduce_scatter(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], op:
 def allgather(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], ctx: Context,
               opts: Options) -> None:
     size = out.itemsize
+    _agreed(ctx, key("allgather", src.size, src.dtype,
+                     counts=tuple(b - a for a, b in zip(offsets[:-1], offsets[1:]))))
     counts = [(b - a) * size for a, b in zip(offsets[:-1], offsets[1:])]
     displs = [a * size for a in offsets[:-1]]
     land = _landing(out, ctx)
@@ -64,6 +76,7 @@ def allgather(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], ctx: Con
 
 @_device.staged(0)
 def bcast(buf: np.ndarray, root: int, ctx: Context, opts: Options) -> None:
+    _agreed(ctx, key("bcast", buf.size, buf.dtype, root=root))
     land = buf if ctx.comm.rank == root else _landing(buf, ctx)
     _land(native_call(ctx, "Bcast", ([land, MPI.BYTE], root),
                       lambda: binomial_bcast(buf, root, ctx, opts),
@@ -73,6 +86,7 @@ def bcast(buf: np.ndarray, root: int, ctx: Context, opts: Options) -> None:
 @_device.staged(0, 1)
 def reduce(src: np.ndarray, out: np.ndarray | None, op: Op, root: int, ctx: Context,
            opts: Options) -> None:
+    _agreed(ctx, key("reduce", src.size, src.dtype, op.name, root))
     dtype = native_type(src.dtype)
     land = _landing(out, ctx)
     recv = [land, dtype] if land is not None else None

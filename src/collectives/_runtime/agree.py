@@ -1,0 +1,107 @@
+"""The signature check of the MPI library's own collectives ("native"): a count, dtype or op
+that differs across ranks is an error on every rank, never a matched, truncated MPI collective.
+
+MPI leaves a collective whose ranks pass different counts, datatypes or operations undefined,
+and MPICH returns a silent wrong answer. The hand-written algorithms receive exact sizes (the
+guard's check, ``guard.py``); a native operation cannot. So before a native operation runs, each
+rank makes sure that its *signature* (the collective, count, dtype, op, root, block counts:
+:func:`key`) is the one every rank agreed on last on this context (``Context.agreed``); if not,
+the ranks agree on it first: one ``MPI_Iallreduce`` (MAX) of ``[h, -h]``, two int64 where ``h``
+is a 62-bit hash of the signature, on the context's control communicator (``Context.control_comm``,
+a duplicate of its own on which nothing else runs). Equal maxima mean one signature everywhere,
+which becomes the agreed one; otherwise the ranks exchange their signatures (an ``allgather`` on
+the same communicator, every rank being there) and each raises the same ``ValueError`` naming
+every rank's values, as ``validate=True`` would (``validate.verdict``).
+
+Why this can never let a mismatch through: a rank skips the check only for the signature that
+every rank agreed on at the last check (checks are collectives, so the *k*-th check is the same
+on every rank and so is its verdict). If all ranks skip, they all run that signature. If one rank
+skips and runs the native operation while another checks, the two wait on different
+communicators and neither finishes: each waits until the call's deadline (``Options.timeout``)
+and the call fails with ``TimeoutError`` on every rank (a rank that times out tells the others),
+after which native is retired on the communicator (``guard.py``) and the hand-written
+replacements, with their exact sizes, run instead; a retired communicator skips the check. A
+repeat of a remembered call (``api._Repeats``, a plan, the lanes) compares one reference
+(``ctx.agreed is key``) and skips the check; a loop that alternates between two signatures checks
+at every call (docs/reliability.md, docs/benchmarks/overhead.md).
+
+Under a guard (``on_error="raise"``) the check is non-blocking and waited for like every message
+(notices, the deadline); outside one (``on_error="abort"``, an algorithm called directly) it is a
+blocking ``MPI_Allreduce``, and a mismatch raises there (in abort mode: the job ends). Contexts
+without a control communicator of their own (the engine's, hierarchical's cross-node ones) skip
+the check.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from .validate import verdict
+
+__all__ = ["key", "agree", "FIELDS"]
+
+#: the fields of a signature after the collective's name, in :func:`key`'s order
+FIELDS = ("count", "dtype", "op", "root", "counts")
+#: every signature made, by itself: equal signatures are one object, compared by identity
+_KEYS: dict[tuple, tuple] = {}
+#: each signature's hash (:func:`_hash`), made once
+_HASHES: dict[tuple, int] = {}
+
+
+def key(kind: str, count: int, dtype: np.dtype, op: str | None = None, root: int | None = None,
+        counts: tuple | None = None) -> tuple:
+    """The signature of one native operation, as one shared object for equal values (so that
+    ``ctx.agreed is key(...)`` says whether it was agreed)."""
+    t = (kind, count, dtype, op, root, counts)
+    return _KEYS.setdefault(t, t)
+
+
+def _hash(sig: tuple) -> int:
+    """A 62-bit hash of ``sig``, the same in every process (Python's ``hash`` of a string is
+    not), so that both it and its negation fit an int64."""
+    h = _HASHES.get(sig)
+    if h is None:
+        import hashlib
+
+        digest = hashlib.blake2b(repr(sig).encode("utf-8"), digest_size=8).digest()
+        h = _HASHES[sig] = int.from_bytes(digest, "little") >> 2
+    return h
+
+
+def _fields(sig: tuple) -> dict[str, Any]:
+    """``sig`` as the signature dictionary of ``validate.verdict`` (its unset fields left out)."""
+    named = {"collective": sig[0]}
+    named.update((f, v) for f, v in zip(FIELDS, sig[1:]) if v is not None)
+    return named
+
+
+def agree(ctx: Any, sig: tuple) -> None:
+    """Make ``sig`` the signature every rank of ``ctx`` agreed on, or raise the ``ValueError``
+    that every rank raises (the module docstring). Collective on ``ctx.control_comm``; a no-op
+    on a context without one, and under a guard that has retired native."""
+    control = ctx.control_comm
+    if control is None:
+        return
+    ctx.agreed = None  # until this check says otherwise
+    h = _hash(sig)
+    buf = np.array([h, -h], dtype=np.int64)
+    guard = ctx.active
+    if guard is None:  # abort mode, or an algorithm called directly: blocking
+        control.Allreduce(MPI.IN_PLACE, [buf, MPI.INT64_T], MPI.MAX)
+    elif not guard.native(lambda: control.Iallreduce(MPI.IN_PLACE, [buf, MPI.INT64_T], MPI.MAX),
+                          _nothing, (buf,)):
+        return  # native is retired: the hand-written replacement checks sizes itself
+    if int(buf[0]) == h and -int(buf[1]) == h:
+        ctx.agreed = sig
+        return
+    everyone = control.allgather(_fields(sig))  # every rank saw the same maxima
+    error = verdict(everyone[0]["collective"], [(s, None) for s in everyone])
+    raise error if error is not None else ValueError(  # pragma: no cover - a hash collision
+        f"{sig[0]}: arguments differ across ranks (their hashes differ)")
+
+
+def _nothing() -> None:
+    """The check's "fallback" under a retired guard: none is needed."""

@@ -1,0 +1,192 @@
+"""The MPI library's own collectives ("native") with arguments that differ across ranks.
+
+MPI leaves a collective whose ranks pass different counts, dtypes or ops undefined (MPICH
+returns a wrong answer, silently). ``algorithm="native"`` of every public collective checks the
+signature across ranks whenever it is not the one agreed on last (``_runtime/agree.py``): a
+mismatch is the same ``ValueError`` on every rank, naming each rank's values, and the caller's
+arrays are left alone; a rank that changes its arguments while another repeats a remembered call
+ends in a ``TimeoutError`` on every rank (Options.timeout), never a wrong answer.
+"""
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import collectives
+from reference import make_input, reference_allreduce
+
+SENTINEL = -7.0
+#: Options.timeout of the tests that wait for one: short, yet long enough that a rank of a
+#: loaded machine (more ranks than cores) does not miss the calls before it
+TIMEOUT_S = 2.0
+#: per collective, the call with algorithm="native" on x (1-D), out filled with SENTINEL
+CALLS = {
+    "allreduce": lambda x, out, **kw: collectives.allreduce(x, out=out, **kw),
+    "reduce_scatter": lambda x, out, **kw: collectives.reduce_scatter(x, **kw),
+    "allgather": lambda x, out, **kw: collectives.allgather(x, **kw),
+    "bcast": lambda x, out, **kw: collectives.bcast(x, **kw),
+    "reduce": lambda x, out, **kw: collectives.reduce(x, out=out, **kw),
+}
+#: which fields each collective has (op: the reducing ones; root: bcast and reduce)
+FIELDS = {"allreduce": ("count", "dtype", "op"), "reduce_scatter": ("count", "dtype", "op"),
+          "allgather": ("count", "dtype"), "bcast": ("count", "dtype", "root"),
+          "reduce": ("count", "dtype", "op", "root")}
+CASES = [(name, field) for name, fields in FIELDS.items() for field in (*fields, "same-bytes")]
+
+
+def _arguments(field, odd, p):
+    """(count, dtype, op, root) of a rank: ``odd`` for the one rank that differs; "same-bytes":
+    another dtype of the same size (MPI would read the bytes as the other type)."""
+    count = 2 * p + 3 + (field == "count" and odd)
+    dtype = np.dtype(np.float32)
+    if field == "dtype" and odd:
+        dtype = np.dtype(np.float64)
+    if field == "same-bytes" and odd:
+        dtype = np.dtype(np.int32)
+    op = "max" if field == "op" and odd else "sum"
+    root = p - 1 if field == "root" and odd else 0
+    return count, dtype, op, root
+
+
+def _value(field, count, dtype, op, root):
+    return {"count": count, "dtype": dtype, "same-bytes": dtype, "op": op, "root": root}[field]
+
+
+@pytest.mark.parametrize("odd_rank", ["first", "last"])
+@pytest.mark.parametrize("name,field", CASES)
+def test_native_mismatch_raises_on_every_rank(name, field, odd_rank):
+    comm = MPI.COMM_WORLD
+    p = comm.size
+    if p == 1:
+        pytest.skip("nothing to differ from")
+    odd = (comm.rank == 0) if odd_rank == "first" else (comm.rank == p - 1)
+    count, dtype, op, root = _arguments(field, odd, p)
+    x = np.ones(count, dtype)
+    out = np.full(count, SENTINEL, dtype)
+    kw = {"algorithm": "native"}
+    if "op" in FIELDS[name]:
+        kw["op"] = op
+    if "root" in FIELDS[name]:
+        kw["root"] = root
+    with pytest.raises(ValueError) as info:
+        CALLS[name](x, out, **kw)
+    message = str(info.value)
+    everyone = comm.allgather((count, dtype, op, root))
+    shown = "dtype" if field == "same-bytes" else field
+    values = ", ".join(f"rank {r}: {_value(field, *a)}" for r, a in enumerate(everyone))
+    assert message.startswith(f"{name}: arguments differ across ranks ("), message
+    assert f"{shown}: {values}" in message, message
+    messages = comm.allgather(message)
+    assert all(m == messages[0] for m in messages), "ranks raised different errors"
+    # no wrong answer: nothing was written (bcast's x and the results stay as they were)
+    assert (out == SENTINEL).all() and (x == 1).all(), (out, x)
+    _native_still_works()
+
+
+def _native_still_works(comm=MPI.COMM_WORLD):
+    """Right answers from every native collective after the error; native was not retired (an
+    error every rank reached together sends no notice)."""
+    from collectives._runtime.context import context
+
+    assert not context(comm).guard.retired
+    x = make_input(2 * comm.size + 1, np.dtype(np.float64), "sum", comm.rank)
+    expected = reference_allreduce(x, "sum", comm)
+    assert np.allclose(collectives.allreduce(x, algorithm="native"), expected, rtol=1e-12)
+    assert np.allclose(collectives.reduce_scatter(np.ones(comm.size), algorithm="native"),
+                       [float(comm.size)])
+    assert np.array_equal(collectives.allgather(np.full(2, comm.rank), algorithm="native"),
+                          np.repeat(np.arange(comm.size), 2))
+    b = np.full(3, float(comm.rank))
+    assert np.array_equal(collectives.bcast(b, algorithm="native"), np.zeros(3))
+    y = collectives.reduce(x, algorithm="native")
+    if comm.rank == 0:
+        assert np.allclose(y, expected, rtol=1e-12)
+
+
+def _raises_timeout(call):
+    """Run ``call`` on every rank: it must raise TimeoutError (its own or another rank's)."""
+    with pytest.raises(TimeoutError) as info:
+        call()
+    text = str(info.value)
+    assert f"timed out after {TIMEOUT_S:g} s" in text or "failed on rank" in text, text
+
+
+def test_a_rank_that_changes_its_array_while_another_repeats():
+    """Every rank repeats ``allreduce(x, out=y, algorithm="native")`` (remembered: its lane
+    runs with no check), then the last rank passes an array of another count while the others
+    repeat: the last rank checks the new signature while the others run MPI's allreduce, on
+    other communicators, so neither finishes: TimeoutError on every rank, never a truncated
+    result; the repeaters' ``y`` keeps its last result."""
+    comm = MPI.COMM_WORLD
+    if comm.size == 1:
+        pytest.skip("nothing to differ from")
+    quick = collectives.Options(timeout=TIMEOUT_S)
+    last = comm.rank == comm.size - 1
+    x = make_input(10, np.dtype(np.float32), "sum", comm.rank)
+    y = np.empty_like(x)
+    for _ in range(3):
+        collectives.allreduce(x, out=y, algorithm="native", options=quick)
+    assert np.allclose(y, reference_allreduce(x, "sum", comm), rtol=1e-6)
+    before = y.copy()
+    z = np.ones(11, np.float32)
+    w = np.full(11, SENTINEL, np.float32)
+    if last:
+        _raises_timeout(lambda: collectives.allreduce(z, out=w, algorithm="native",
+                                                      options=quick))
+        assert (w == SENTINEL).all(), w
+    else:
+        _raises_timeout(lambda: collectives.allreduce(x, out=y, algorithm="native",
+                                                      options=quick))
+        assert np.array_equal(y, before), y
+    collectives.reset(comm)  # native is retired after a failure
+    _native_still_works()
+
+
+def test_ranks_that_repeat_two_different_remembered_calls():
+    """Both calls remembered on every rank (a loop over two arrays of different counts); then
+    the last rank repeats the second while the others repeat the first: only the signature
+    agreed on last runs without a check, so the two meet nowhere and time out on every rank."""
+    comm = MPI.COMM_WORLD
+    if comm.size == 1:
+        pytest.skip("nothing to differ from")
+    quick = collectives.Options(timeout=TIMEOUT_S)
+    a, b = np.ones(10, np.float32), np.ones(11, np.float32)
+    ya, yb = np.empty_like(a), np.empty_like(b)
+    for _ in range(2):
+        collectives.allreduce(a, out=ya, algorithm="native", options=quick)
+        collectives.allreduce(b, out=yb, algorithm="native", options=quick)
+    assert (ya == comm.size).all() and (yb == comm.size).all()
+    ya[:], yb[:] = SENTINEL, SENTINEL
+    if comm.rank == comm.size - 1:
+        _raises_timeout(lambda: collectives.allreduce(b, out=yb, algorithm="native",
+                                                      options=quick))
+    else:
+        _raises_timeout(lambda: collectives.allreduce(a, out=ya, algorithm="native",
+                                                      options=quick))
+    assert (ya == SENTINEL).all() and (yb == SENTINEL).all(), (ya, yb)
+    collectives.reset(comm)
+    _native_still_works()
+
+
+def test_a_repeat_after_a_mismatch_is_checked_again():
+    """A mismatch (every rank checking: a new array everywhere) clears the agreed signature on
+    every rank: the next call, a repeat of a remembered call on every rank, checks again and is
+    right."""
+    comm = MPI.COMM_WORLD
+    if comm.size == 1:
+        pytest.skip("nothing to differ from")
+    x = np.ones(6)
+    y = np.empty_like(x)
+    collectives.allreduce(x, out=y, algorithm="native")
+    collectives.allreduce(x, out=y, algorithm="native")
+    z = np.ones(7)
+    with pytest.raises(ValueError, match=r"op: rank 0: (max|sum)"):
+        collectives.allreduce(z, out=z, algorithm="native",
+                              op="max" if comm.rank == 1 else "sum")
+    from collectives._runtime.context import context
+
+    assert context(comm).agreed is None
+    y[:] = 0
+    collectives.allreduce(x, out=y, algorithm="native")
+    assert (y == comm.size).all(), y
+    assert context(comm).agreed is not None
