@@ -25,9 +25,21 @@ From a plain ``python -m pytest`` (no ``--with-mpi``, not under ``mpiexec``)
     size, so the jobs run one after another; starting a job per test would cost hundreds of
     launches), and each item reports what its ranks reported: passed, skipped, or failed with each
     failing rank's traceback. A job that aborts after a failure, or crashes, is started again for
-    the tests it did not reach. A test during which no rank finishes anything for
+    the tests it did not reach. ``--durations=0`` gives each item's time (the first item of a
+    job includes the job's start). A test during which no rank finishes anything for
     ``--mpi-timeout`` seconds (default 300) fails as a hang, naming the test each rank was in, and
     the job is killed. Logs of a failing job stay in the directory its failure message names.
+
+Which world sizes a test runs at
+    ``@pytest.mark.world_sizes(1, 2, 4)`` on a test, or as a module's ``pytestmark``, restricts it
+    to those of ``--mpi-world-sizes`` (the closest mark wins: a test's own over its module's;
+    ``world_sizes()`` with no sizes: every size); pytest-mpi's ``@pytest.mark.mpi(min_size=2)``
+    leaves out the sizes below. A test that no size of the run allows is deselected. Inside the
+    ranks a test that is not allowed at this world size is deselected too, so
+    ``mpiexec -n 3 python -m pytest --with-mpi tests/mpi`` runs what the outer run runs at 3 ranks.
+    ``--mpi-every-size`` (or ``COLLECTIVES_TEST_EVERY_SIZE=1``) ignores the ``world_sizes`` marks
+    (not ``min_size``): every multi-rank test at every size of ``--mpi-world-sizes``. Which
+    properties need which sizes: docs/testing.md.
 """
 
 from __future__ import annotations
@@ -67,6 +79,10 @@ def pytest_addoption(parser):
                     default=float(os.environ.get("COLLECTIVES_TEST_TIMEOUT", TIMEOUT_S)),
                     help="fail a multi-rank test as a hang when no rank finishes anything for "
                          "S seconds (default 300)")
+    group.addoption("--mpi-every-size", action="store_true",
+                    default=bool(os.environ.get("COLLECTIVES_TEST_EVERY_SIZE")),
+                    help="run every multi-rank test at every size of --mpi-world-sizes, "
+                         "ignoring the tests' world_sizes marks")
     group.addoption("--mpi-log-dir", metavar="DIR",
                     help="inside the ranks: write each rank's progress and outcomes in DIR")
     group.addoption("--mpi-select", metavar="FILE",
@@ -97,10 +113,25 @@ def pytest_generate_tests(metafunc):
 
         sizes = [MPI.COMM_WORLD.size]
     else:
-        mark = metafunc.definition.get_closest_marker("mpi")
-        least = (mark.kwargs.get("min_size") or 1) if mark else 1
-        sizes = [n for n in metafunc.config.getoption("mpi_world_sizes") if n >= least]
+        sizes = [n for n in metafunc.config.getoption("mpi_world_sizes")
+                 if _allowed(metafunc.definition, n)]
+        if not sizes:  # no size of --mpi-world-sizes allowed: deselected (collection_modifyitems)
+            metafunc.parametrize(FIXTURE, [None], ids=["no-size"])
+            return
     metafunc.parametrize(FIXTURE, sizes, ids=[f"np{n}" for n in sizes])
+
+
+def _allowed(node, size: int) -> bool:
+    """Whether the test runs at ``size`` ranks: at least pytest-mpi's ``mpi(min_size=...)``, and
+    one of its closest ``world_sizes`` mark's sizes (none named: every size) unless
+    ``--mpi-every-size``."""
+    least = next((m.kwargs["min_size"] for m in node.iter_markers("mpi")
+                  if m.kwargs.get("min_size")), 1)
+    if size < least:
+        return False
+    mark = node.get_closest_marker("world_sizes")
+    return (mark is None or not mark.args or size in mark.args
+            or node.config.getoption("mpi_every_size"))
 
 
 def pytest_itemcollected(item):
@@ -124,6 +155,8 @@ class _Known:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "mpi: a multi-rank test (pytest-mpi's marker)")
+    config.addinivalue_line("markers", "world_sizes(*sizes): run this multi-rank test (or "
+                            "module, as pytestmark) only at these of --mpi-world-sizes")
     if _inside(config):
         if config.getoption("mpi_log_dir"):
             config.pluginmanager.register(_RankRecorder(Path(config.getoption("mpi_log_dir"))),
@@ -165,6 +198,12 @@ def pytest_terminal_summary(terminalreporter, config):
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection, --lf, and pytest-mpi's own hook
 def pytest_collection_modifyitems(session, config, items):
     if _inside(config):
+        size = _world().size
+        other = [i for i in items if FIXTURE in getattr(i, "fixturenames", ())
+                 and not _allowed(i, size)]
+        if other:  # what the outer run would not run at this world size (world_sizes marks)
+            config.hook.pytest_deselected(items=other)
+            items[:] = [i for i in items if i not in other]
         select = config.getoption("mpi_select")
         if select:
             wanted = {line for line in Path(select).read_text().split("\n") if line}
@@ -175,16 +214,21 @@ def pytest_collection_modifyitems(session, config, items):
         return
     if _under_mpiexec():
         return
-    serial, multi = [], []
+    serial, multi, unsized = [], [], []
     for item in items:
-        size = getattr(getattr(item, "callspec", None), "params", {}).get(FIXTURE)
-        if size is None:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        size = params.get(FIXTURE)
+        if FIXTURE in params and size is None:
+            unsized.append(item)  # no world size of this run is one its mark allows
+        elif size is None:
             serial.append(item)
         else:
             multi.append(MpiItem.from_parent(item.parent, name=item.name, function=item,
                                              world_size=size,
                                              nodeid=getattr(item, "id", item.nodeid)))
     multi.sort(key=lambda i: i.world_size)  # stable: each size's tests in collection order
+    if unsized:
+        config.hook.pytest_deselected(items=unsized)
     items[:] = serial + multi
 
 
@@ -328,6 +372,8 @@ class _Job:
                "-o", "addopts=", "--rootdir", str(config.rootpath),
                f"--tb={config.option.tbstyle or 'auto'}",
                "--mpi-select", str(logdir / "selected.txt")]
+        if config.getoption("mpi_every_size"):
+            cmd.append("--mpi-every-size")
         if config.inipath:
             cmd += ["-c", str(config.inipath)]
         if config.option.showlocals:

@@ -2,8 +2,9 @@
 
 The outer run must give each multi-rank test its own item and outcome, report a failure on one
 rank with that rank's traceback and go on with the next test, fail a hang with the test each rank
-was in, refuse tests that exist only inside the ranks, and honour -k and -x; and the real
-tests/mpi must run directly under mpiexec with pytest-mpi's --with-mpi.
+was in, refuse tests that exist only inside the ranks, honour -k and -x, run a test only at the
+world sizes its ``world_sizes`` mark allows (all of them with --mpi-every-size), inside the ranks
+too; and the real tests/mpi must run directly under mpiexec with pytest-mpi's --with-mpi.
 """
 
 import os
@@ -38,6 +39,10 @@ def test_by_root(root):
     MPI.COMM_WORLD.Barrier()
 
 def test_ok():
+    MPI.COMM_WORLD.Barrier()
+
+@pytest.mark.world_sizes(1, 3)
+def test_not_at_two():
     MPI.COMM_WORLD.Barrier()
 
 def test_hang():
@@ -80,12 +85,15 @@ def test_each_test_is_an_item_and_a_failing_or_hanging_rank_fails_only_its_test(
     # a test whose parameters depend on the world size cannot hide inside the ranks
     assert "exist only inside the ranks (NOT run)" in run.stdout
     assert "test_probe.py::test_by_root[1-np2]" in run.stdout
+    # world_sizes(1, 3) at --mpi-world-sizes 2: deselected outside, and inside the ranks too
+    assert "test_not_at_two" not in run.stdout and "1 deselected" in run.stdout
 
 
-def test_k_and_x_reach_the_ranks(tmp_path):
-    run, outcomes = _outer(tmp_path, "-k", "not hang and not by_root", "-x")
-    assert outcomes == {"test_ok": "PASSED", "test_fails_on_rank_1": "FAILED"}, run.stdout
-    assert "1 failed, 1 passed, 2 deselected" in run.stdout  # -x: test_ok_after never ran
+def test_k_and_x_and_every_size_reach_the_ranks(tmp_path):
+    run, outcomes = _outer(tmp_path, "-k", "not hang and not by_root", "-x", "--mpi-every-size")
+    assert outcomes == {"test_ok": "PASSED", "test_not_at_two": "PASSED",
+                        "test_fails_on_rank_1": "FAILED"}, run.stdout
+    assert "1 failed, 2 passed, 2 deselected" in run.stdout  # -x: test_ok_after never ran
 
 
 def test_the_suite_runs_directly_under_mpiexec_with_pytest_mpi():

@@ -104,6 +104,7 @@ def test_native_float16_user_op_fallback():
         assert_close(y, x, op, comm, f"user op {op}")
 
 
+@pytest.mark.world_sizes(1, 2, 3)  # the repeat cache
 def test_repeated_calls_reuse_checks_safely(monkeypatch):
     """allreduce(x, out=y) repeated with the same arrays skips its checks (api._Repeats); what
     can change in place between calls is noticed: shape, dtype, write flag, options, a freed
@@ -244,6 +245,8 @@ def test_repeated_calls_reuse_checks_safely(monkeypatch):
         collectives.allreduce(x, out=y, comm=comm)
 
 
+@pytest.mark.world_sizes(2, 3, 4)  # the lane: MPI_Allreduce resolved once
+@pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("on_error", ["raise", "abort"])
 def test_native_repeats_run_its_lane_with_the_same_bits(on_error, monkeypatch, comm):
     """Repeated native calls on the same arrays (a remembered allreduce, plan(), a remembered
@@ -254,8 +257,6 @@ def test_native_repeats_run_its_lane_with_the_same_bits(on_error, monkeypatch, c
     reference."""
     from collectives.algorithms import native
 
-    if comm.size == 1:
-        pytest.skip("one process: nothing to reduce (no native call)")
     monkeypatch.setattr(native, "LANDING_BYTES", 256)
     calls = [0]
     lane = native.Lane.__call__
@@ -299,6 +300,7 @@ def test_native_repeats_run_its_lane_with_the_same_bits(on_error, monkeypatch, c
                             (what, name, k)
 
 
+@pytest.mark.world_sizes(1, 2, 3)  # the repeat cache
 def test_reset_reaches_remembered_calls_and_plans():
     """After ``collectives.reset(comm)`` a remembered allreduce and a plan run on the
     communicator's new context. They kept the freed one, and filled it again: a new shared

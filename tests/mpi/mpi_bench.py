@@ -18,6 +18,10 @@ from collectives._runtime.context import context
 from collectives.algorithms import auto
 from collectives.tools.osu import allgather, allreduce, bcast, bw, latency, reduce_scatter
 
+# The benchmark commands and auto's tuning file: plumbing over collectives that run at every size
+# elsewhere; one rank, two and an odd number (docs/testing.md)
+pytestmark = pytest.mark.world_sizes(1, 2, 3)
+
 TINY = ["--sizes", "8,1024", "-i", "2", "-x", "1", "-T", "mpi_float"]
 
 

@@ -35,6 +35,7 @@ def test_identity_codec_with_gamma_one_is_neighbor_averaging(comm, graph):
         assert np.allclose(choco.hats[0], before, rtol=0, atol=1e-12)  # all was sent
 
 
+@pytest.mark.world_sizes(1, 2, 3, 5)  # 5: a ring that is not a full graph, odd
 def test_topk_keeps_the_mean_and_reaches_consensus(comm):
     """top-k (10 %) on the ring: the mean over ranks of x is the same after every round (W is
     doubly stochastic and symmetric), to float64 rounding; after 100 rounds with gamma 0.2 the

@@ -17,6 +17,10 @@ import compress
 from collectives.compressed.strategies import strategy_for, incompatibility
 from reference import assert_identical_everywhere, gather_all
 
+# The strategies' oracles (every codec x strategy, summable) at every size; the codecs' state,
+# bytes and errors at one to four ranks (docs/testing.md)
+pytestmark = pytest.mark.world_sizes(1, 2, 3, 4)
+
 SHARED = {"randomk": dict(ratio=0.2, seed=1), "powersgd": dict(rank=2, seed=3)}
 PARAMS = {"topk": dict(ratio=0.1), "threshold": dict(tau=0.5), "dgc": dict(density=0.1,
                                                                              sample_ratio=0.5)}
@@ -73,6 +77,7 @@ def two_phase_reference(name, x, comm, op, key):
     return np.concatenate([decoder.decode(r) for r in comm.allgather(reply)])
 
 
+@pytest.mark.world_sizes()  # every size: an oracle of the strategies
 @pytest.mark.parametrize("name", list(compress.CODECS))
 def test_every_strategy_matches_reference(name, comm):
     for strategy in STRATEGIES_FOR[name]:
@@ -95,6 +100,7 @@ def test_every_strategy_matches_reference(name, comm):
                     f"{what}: max diff {np.abs(y - ref).max(initial=0)}"
 
 
+@pytest.mark.world_sizes()  # every size: an oracle of the strategies
 @pytest.mark.parametrize("name", ["none", "fp16", "bf16", "randomk"])
 def test_summable_strategy(name, comm):
     tol = {"none": 1e-6, "fp16": 2e-3, "bf16": 2e-2, "randomk": 1e-6}[name]
@@ -193,11 +199,10 @@ def test_allgather_bytes_on_the_wire_are_exact():
     assert sent == expected, (sent, expected)
 
 
+@pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("strategy", ["sparse_recursive_doubling", "sparse_split", "two_phase"])
 def test_compression_cuts_bytes(strategy):
     comm = MPI.COMM_WORLD
-    if comm.size == 1:
-        return
     n = 200_001
     codec = compress.get("topk", ratio=0.01) if strategy != "two_phase" else \
         compress.get("efsignsgd")
@@ -248,10 +253,9 @@ def test_bad_input_raises_on_every_rank(case):
     assert text in str(info.value)
 
 
+@pytest.mark.mpi(min_size=2)
 def test_validate_catches_codec_mismatch():
     comm = MPI.COMM_WORLD
-    if comm.size == 1:
-        return
     codec = compress.get("topk" if comm.rank == 0 else "signsgd")
     with pytest.raises(ValueError, match="arguments differ across ranks"):
         collectives.compressed_allreduce(np.ones(8, np.float32), codec, validate=True)
@@ -418,6 +422,7 @@ def _unbiased_codec(name, rank):
     return make_codec(name, rank)
 
 
+@pytest.mark.world_sizes(2, 3)
 @pytest.mark.parametrize("name", sorted(UNBIASED) + ["randomk"])
 def test_unbiased_codecs_stay_unbiased_through_every_strategy(name):
     """E[result] = the exact mean, through every strategy the codec can take (two_phase once
@@ -425,8 +430,6 @@ def test_unbiased_codecs_stay_unbiased_through_every_strategy(name):
     compared with the exact mean, per element, in standard errors (seeds are fixed: the verdict
     is deterministic)."""
     comm = MPI.COMM_WORLD
-    if comm.size not in (2, 3):
-        pytest.skip("statistics at p = 2 and 3 (a power of two and not) keep this test cheap")
     n = 2 * comm.size + 3
     x = 1 + data(n, comm.rank, 7) / 2  # mostly positive: a wrong scale shows as a bias
     exact = gather_all(x, comm).astype(np.float64).mean(axis=0)
@@ -445,6 +448,7 @@ def test_unbiased_codecs_stay_unbiased_through_every_strategy(name):
                 f"{name} {strategy} p={comm.size}: biased, z = {np.round(z, 1)}"
 
 
+@pytest.mark.world_sizes()  # every size: an oracle of the strategies
 @pytest.mark.parametrize("inter", ["ring", "native"])
 def test_summable_runs_on_every_dense_algorithm(inter):
     """algorithm= of the summable strategy takes every name collectives.ALGORITHMS has:

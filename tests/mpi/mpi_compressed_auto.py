@@ -22,6 +22,10 @@ from collectives.selection import clear_cache
 from collectives.selection.cost_model import Network
 from reference import assert_identical_everywhere
 
+# One decision per tensor, agreed by rank 0's inputs: one rank, two, and an odd number cover it
+# (docs/testing.md)
+pytestmark = pytest.mark.world_sizes(1, 2, 3)
+
 FREE = CodecSpeed(0.0, 0.0, 0.0)
 SLOW_LINK = Network(alpha=1e-6, beta=1e-8, gamma=0.0)    # 100 MB/s: compressing pays
 FAST_LINK = Network(alpha=1e-6, beta=1e-13, gamma=0.0)   # 10 TB/s: it never does

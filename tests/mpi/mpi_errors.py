@@ -15,6 +15,10 @@ from mpi4py import MPI
 import collectives
 from reference import gather_all, make_input, reference_allreduce
 
+# Error paths: one rank, two, and an odd number (more ranks than a 2-core machine's cores) cover
+# them; the collectives underneath run at every size elsewhere (docs/testing.md)
+pytestmark = pytest.mark.world_sizes(1, 2, 3)
+
 ALL_CALLS = {
     "allreduce": lambda x, **kw: collectives.allreduce(x, **kw),
     "reduce_scatter": lambda x, **kw: collectives.reduce_scatter(x, **kw),
@@ -257,6 +261,7 @@ COUNT_MISMATCH = {
 }
 
 
+@pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("case", list(COUNT_MISMATCH))
 def test_count_or_dtype_mismatch_raises_on_every_rank(case):
     """Issue 11, item 10: without validate=True, a count or dtype that differs across ranks
@@ -264,8 +269,6 @@ def test_count_or_dtype_mismatch_raises_on_every_rank(case):
     with the exact size expected, so a longer or shorter message raises ValueError, and every
     rank still waiting gets it; the next call is right."""
     comm = MPI.COMM_WORLD
-    if comm.size == 1:
-        pytest.skip("nothing to differ from")
     x = COUNT_MISMATCH[case](comm.rank)
     # message sizes for the message-based algorithms; for "shm" and hierarchical's phases in a
     # node (one shared window) the descriptor each rank publishes, which the others compare
@@ -293,13 +296,12 @@ def test_count_or_dtype_mismatch_raises_on_every_rank(case):
     _still_works()
 
 
+@pytest.mark.mpi(min_size=2)
 def test_shm_op_mismatch_raises_on_every_rank(shm_driver):
     """The shared window's descriptors also carry the op: "sum" on one rank and "max" on
     another is an error on every rank for "shm", not a silent mix (the message-based algorithms
     need validate=True for that)."""
     comm = MPI.COMM_WORLD
-    if comm.size == 1:
-        pytest.skip("nothing to differ from")
     for count in (3, 100_000):  # both modes: every rank reduces all / its block
         x = np.ones(count)
         op = "max" if comm.rank == comm.size - 1 else "sum"
@@ -308,6 +310,7 @@ def test_shm_op_mismatch_raises_on_every_rank(shm_driver):
     _still_works()
 
 
+@pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_failed_shm_call_never_corrupts_the_next(monkeypatch, when, shm_driver):
     """A rank that fails before its part of a shared-memory call (the others wait in the window
@@ -317,8 +320,6 @@ def test_failed_shm_call_never_corrupts_the_next(monkeypatch, when, shm_driver):
     from collectives._runtime.shmem.team import Team
 
     comm = MPI.COMM_WORLD
-    if comm.size == 1:
-        pytest.skip("needs another rank")
     original = Team.run
 
     def failing(self, *args):
@@ -345,6 +346,7 @@ def test_failed_shm_call_never_corrupts_the_next(monkeypatch, when, shm_driver):
                                    atol=1e-12), (algorithm, options, count, k)
 
 
+@pytest.mark.mpi(min_size=2)
 def test_a_rank_that_never_arrives_makes_the_others_time_out():
     """Options.timeout in blocking calls: the last rank arrives late (after the others'
     deadline); the others raise TimeoutError naming the call instead of waiting for ever, and
@@ -355,8 +357,6 @@ def test_a_rank_that_never_arrives_makes_the_others_time_out():
     import time
 
     comm = MPI.COMM_WORLD
-    if comm.size == 1:
-        pytest.skip("nothing to wait for")
     quick = collectives.Options(timeout=0.3)
     late = comm.rank == comm.size - 1
     algorithms = ("ring", "tree", "recursive_doubling", "native", "shm", "hierarchical")
@@ -453,6 +453,7 @@ def _notices_anywhere(world, dups=32):
     return int(queued[0])
 
 
+@pytest.mark.mpi(min_size=2)
 def test_a_notice_to_a_rank_that_frees_the_communicator_is_received_first():
     """A failure's notice that reaches a rank after it withdrew its notice receive, or queues
     behind another, used to stay in MPI after the communicator was freed, for the next
@@ -464,8 +465,6 @@ def test_a_notice_to_a_rank_that_frees_the_communicator_is_received_first():
     from collectives._runtime.context import context
 
     world = MPI.COMM_WORLD
-    if world.size < 2:
-        pytest.skip("needs another rank")
     for trial in range(3):
         comm = world.Dup()
         collectives.allreduce(np.ones(3), comm=comm, algorithm="ring")
@@ -527,6 +526,7 @@ def test_notice_left_on_a_freed_communicator_never_reaches_its_successor():
     assert _reclaim(world, owed, since) == owed
 
 
+@pytest.mark.mpi(min_size=2)
 def test_a_notice_queued_on_a_freed_communicator_never_breaks_a_new_guard():
     """A notice-sized message left queued on a freed communicator waits in MPI for whatever
     communicator gets its context id next. A new guard agreed on its first call number with
@@ -539,8 +539,6 @@ def test_a_notice_queued_on_a_freed_communicator_never_breaks_a_new_guard():
     from collectives._runtime.guard import _NOTICE_BYTES, NOTICE_TAG
 
     world = MPI.COMM_WORLD
-    if world.size < 2:
-        pytest.skip("needs another rank")
     owed, since = 0, _accounted()
     for trial in range(3):
         comm = world.Dup()
@@ -613,6 +611,7 @@ def test_abandoned_native_operation_never_writes_into_the_result(monkeypatch, pi
     MPI.Request.Waitall([s for s, _ in sends])
 
 
+@pytest.mark.mpi(min_size=2)
 def test_a_mismatch_or_a_failure_in_a_lane_raises_on_every_rank(monkeypatch):
     """Repeated shm calls run the kernel's entry (``shm.Lane``); its waits end as the
     dispatcher's do: an op that differs across ranks raises on every rank, and so does a rank
@@ -620,8 +619,6 @@ def test_a_mismatch_or_a_failure_in_a_lane_raises_on_every_rank(monkeypatch):
     from collectives._runtime.shmem.team import Team
 
     comm = MPI.COMM_WORLD
-    if comm.size == 1:
-        pytest.skip("nothing to differ from")
     last = comm.rank == comm.size - 1
     for count in (3, 100_000):  # both modes
         x = np.ones(count)
@@ -656,6 +653,7 @@ def test_a_mismatch_or_a_failure_in_a_lane_raises_on_every_rank(monkeypatch):
     _still_works()
 
 
+@pytest.mark.mpi(min_size=2)
 def test_a_notice_that_came_before_its_call_is_raised_by_a_shared_memory_wait(monkeypatch):
     """Rank 0, done with a call, fails the next one while rank 1 is still in the first: rank 1
     reads that notice early and keeps it for the call it names. Its shared-memory wait in that
@@ -664,8 +662,6 @@ def test_a_notice_that_came_before_its_call_is_raised_by_a_shared_memory_wait(mo
     from collectives._runtime.shmem.team import Team
 
     comm = MPI.COMM_WORLD
-    if comm.size == 1:
-        pytest.skip("needs another rank")
     original = Team.run
 
     def lingering(self, *args):  # rank 1: after its part, still in the call a while, polling

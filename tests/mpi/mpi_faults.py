@@ -124,11 +124,10 @@ def _check(y, expected, label):
     assert expected is None or np.allclose(y, expected), f"{label}: wrong result"
 
 
+@pytest.mark.world_sizes(3, 4, 5)
 def test_fault_injection(monkeypatch):
     comm = MPI.COMM_WORLD
     p = comm.size
-    if p not in (3, 4, 5):
-        pytest.skip("fault injection runs at 3, 4 and 5 ranks")
     calls = _calls(p)
     rng = np.random.default_rng(1100 + p)
     for n in (1, p + 1, 257, 5000):  # the remembered call's first calls: its trials repeat it

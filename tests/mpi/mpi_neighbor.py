@@ -231,6 +231,7 @@ def test_bad_arguments_raise_on_every_rank():
     _still_works()
 
 
+@pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_bad_weights_on_one_rank_reach_its_neighbors(backend):
     """The last rank alone passes weights that do not sum to 1 (or name other ranks): it raises
@@ -240,8 +241,6 @@ def test_bad_weights_on_one_rank_reach_its_neighbors(backend):
     waiting for the failed rank."""
     comm = MPI.COMM_WORLD
     p = comm.size
-    if p == 1:
-        pytest.skip("no neighbors")
     bad = p - 1
     fresh = T.from_weights(0.5 * np.eye(p) + 0.5 / p, name=f"fresh-{backend}")
     for topology in (fresh, T.ring(p)):
@@ -285,13 +284,12 @@ def test_own_weights_override_the_row():
     assert np.allclose(y, (1 - 0.1 * len(srcs)) * x + sum(0.1 * rows[j] for j in srcs))
 
 
+@pytest.mark.mpi(min_size=2)
 def test_count_mismatch_and_differing_steps_raise():
     """A count that differs on one rank: the ranks that receive its message raise "count or
     dtype differs"; validate=True catches a step that differs across ranks on every rank."""
     comm = MPI.COMM_WORLD
     p = comm.size
-    if p == 1:
-        pytest.skip("nothing to differ from")
     topology = T.full(p)
     x = np.ones(5 if comm.rank == 0 else 3)
     error = _raises(lambda: collectives.neighbor_allreduce(x, topology))
@@ -307,14 +305,12 @@ def test_count_mismatch_and_differing_steps_raise():
         _still_works()
 
 
+@pytest.mark.world_sizes(2, 3, 4)  # each size costs the late rank's sleep; the guard is the same
+@pytest.mark.mpi(min_size=2)
 def test_a_late_rank_makes_its_neighbors_time_out():
     """Options.timeout: the last rank arrives after the others' deadline; on the full graph
     every other rank raises TimeoutError instead of waiting for ever; the next call is right."""
     comm = MPI.COMM_WORLD
-    if comm.size == 1:
-        pytest.skip("nothing to wait for")
-    if comm.size > 4:  # each size costs the late rank's sleep; the guard is the same at any size
-        pytest.skip("a late rank is tested at 2 to 4 ranks")
     topology = T.full(comm.size)
     _still_works()  # set-up without a deadline
     late = comm.rank == comm.size - 1

@@ -25,6 +25,10 @@ from collectives._runtime.ranks import partition
 from reference import (assert_close, assert_identical_everywhere, counts_for, for_algorithm,
                        gather_all, make_input, reference_allreduce)
 
+# The engine (threads, deferral, callbacks, timeouts) at one to four ranks (two per core on the
+# 2-core CI machine); the algorithm oracles through the engine at every size (docs/testing.md)
+pytestmark = pytest.mark.world_sizes(1, 2, 3, 4)
+
 SMALL = collectives.Options(segment_bytes=256, node_size=2)  # several segments, fewer messages
 WAIT_S = 120  # no single wait in these tests may hang the suite
 
@@ -34,6 +38,7 @@ def _same_bits(a, b):
         np.array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8))
 
 
+@pytest.mark.world_sizes()  # every size: the algorithms through the engine
 @pytest.mark.parametrize("algorithm", list(collectives.ALGORITHMS))
 def test_iallreduce_matches_reference_and_blocking(algorithm, comm):
     """Every allreduce algorithm through the engine: reference, identical everywhere, and the
@@ -93,6 +98,7 @@ def _block_reference(name, x, comm, root):
     return total[offsets[comm.rank]:offsets[comm.rank + 1]]
 
 
+@pytest.mark.world_sizes()  # every size: the algorithms through the engine
 @pytest.mark.parametrize("name,algorithm", BLOCKS)
 def test_blocks_nonblocking_equal_blocking(name, algorithm, comm):
     root = comm.size - 1
@@ -254,10 +260,9 @@ def test_exception_surfaces_at_that_ranks_wait():
     comm.Free()
 
 
+@pytest.mark.mpi(min_size=2)
 def test_skipped_operation_times_out_and_names_the_rank():
     world = MPI.COMM_WORLD
-    if world.size == 1:
-        return
     comm = world.Dup()
     collectives.iallreduce(np.ones(4), comm=comm).wait(timeout=WAIT_S)  # engines exist
     opts = collectives.Options(timeout=0.5, stall_warning=0.2)
@@ -281,10 +286,9 @@ def test_skipped_operation_times_out_and_names_the_rank():
     comm.Free()
 
 
+@pytest.mark.mpi(min_size=2)
 def test_validate_catches_mismatched_order_on_every_rank():
     world = MPI.COMM_WORLD
-    if world.size == 1:
-        return
     comm = world.Dup()
     x = np.ones(6)
     first = [lambda: collectives.iallreduce(x, comm=comm, validate=True),
@@ -448,11 +452,10 @@ def test_named_operations_in_different_orders_agree_on_one(comm):
             assert _same_bits(got, expected), f"{kind} op{k} differs from the blocking result"
 
 
+@pytest.mark.mpi(min_size=2)
 def test_named_mismatch_and_late_rank():
     comm = MPI.COMM_WORLD
     r = comm.rank
-    if comm.size == 1:
-        return
     with pytest.raises(ValueError) as info:
         collectives.iallreduce(np.ones(3 + (r == 0)), name="bad").wait(timeout=WAIT_S)
     assert "iallreduce 'bad': arguments differ across ranks (count: rank 0: 4, rank 1: 3" \
@@ -692,13 +695,12 @@ def _threads_that_run(engine):
 @pytest.mark.parametrize("count_of, small", [(lambda p: 1, True), (lambda p: p + 1, True),
                                              (lambda p: 1024, True), (lambda p: 1025, False),
                                              (lambda p: 40_001, False)])
+@pytest.mark.mpi(min_size=2)
 def test_a_small_operation_on_an_idle_engine_is_run_by_its_wait(count_of, small, quiet_engine):
     """At most INLINE_BYTES (4 KiB), submitted to an idle engine: deferred, then run by wait()
     on the caller's thread; larger: the engine's thread. Results against the reference, every
     rank the same bits, plans too."""
     comm = quiet_engine
-    if comm.size == 1:
-        return
     engine = engine_of(comm)
     ran = _threads_that_run(engine)
     x = make_input(count_of(comm.size), np.dtype(np.float32), "sum", comm.rank)
@@ -715,12 +717,11 @@ def test_a_small_operation_on_an_idle_engine_is_run_by_its_wait(count_of, small,
     comm.Barrier()
 
 
+@pytest.mark.mpi(min_size=2)
 def test_a_deferred_operation_nobody_waits_for_still_completes():
     """The engine's thread starts a deferred operation by itself at its next idle poll: a rank
     that never calls wait() or test() still lets the others finish theirs."""
     world = MPI.COMM_WORLD
-    if world.size == 1:
-        return
     comm = world.Dup()
     collectives.iallreduce(np.ones(4), comm=comm).wait(timeout=WAIT_S)
     x = np.full(3, float(comm.rank + 1))
@@ -733,12 +734,11 @@ def test_a_deferred_operation_nobody_waits_for_still_completes():
     comm.Free()
 
 
+@pytest.mark.mpi(min_size=2)
 def test_what_hands_a_deferred_operation_to_the_engine_thread(quiet_engine):
     """test(), a callback, a wait with a time limit, waitall and the next submission give a
     deferred operation to the engine's thread, in submission order; the results stay right."""
     comm = quiet_engine
-    if comm.size == 1:
-        return
     engine = engine_of(comm)
     ran = _threads_that_run(engine)
     here = threading.current_thread().name
@@ -774,12 +774,11 @@ def test_what_hands_a_deferred_operation_to_the_engine_thread(quiet_engine):
     comm.Barrier()
 
 
+@pytest.mark.mpi(min_size=2)
 def test_a_small_operation_run_by_its_wait_warns_when_it_stalls():
     """The caller's thread gives the stall warning a wait would, while it runs the operation
     itself: the last rank submits late, the others warn naming it, and all finish."""
     world = MPI.COMM_WORLD
-    if world.size == 1:
-        return
     comm = world.Dup()
     collectives.iallreduce(np.ones(4), comm=comm).wait(timeout=WAIT_S)
     late = comm.size - 1

@@ -16,6 +16,10 @@ from collectives.sgd import checkpoint, data, main, train
 from collectives.sgd.cli import parse
 from collectives.sgd.driver import STATE_PREFIX, Trainer
 
+# The driver in-process: its sync modes and checkpoints over collectives that run at every size
+# elsewhere; one rank, two and an odd number (docs/testing.md)
+pytestmark = pytest.mark.world_sizes(1, 2, 3)
+
 TINY = ["--subset", "128", "--epochs", "1", "--hidden", "16", "--batch-size", "4", "--quiet"]
 
 
@@ -376,6 +380,7 @@ def _trainer(argv, comm):
     return t
 
 
+@pytest.mark.world_sizes(1, 2, 3, 4)  # one node, unequal and equal nodes
 @pytest.mark.parametrize("inter", ["ring", "full"])
 def test_gossip_between_nodes_is_the_flat_round_with_one_replica_per_node(monkeypatch, inter):
     """--sync gossip:nodes:INTER over emulated nodes of 2 ranks (COLLECTIVES_NODE_SIZE): every
@@ -406,14 +411,13 @@ def test_gossip_between_nodes_is_the_flat_round_with_one_replica_per_node(monkey
         assert spread > 0
 
 
+@pytest.mark.mpi(min_size=2)
 def test_consensus_distance_from_sampled_coordinates():
     """The consensus distance estimated from K coordinates (``--consensus-coords``): the same
     on every rank; averaged over many draws of the coordinates, the estimated square equals the
     square from all coordinates (unbiased, within 3 standard errors); from K >= n coordinates,
     or 0, it is the exact one."""
     comm = WORLD
-    if comm.size == 1:
-        pytest.skip("one replica: the distance is 0")
     t = _trainer([*TINY, "--sync", "gossip:ring", "--consensus-coords", "0"], comm)
     assert t.coords is None
     n = t.model.params.flat.size

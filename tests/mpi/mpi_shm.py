@@ -260,10 +260,9 @@ def test_dropped_buffers_are_freed():
     assert kept.base is not None and any(w.alive() is not None for w in registry.windows)
 
 
+@pytest.mark.mpi(min_size=2)
 def test_two_emulated_nodes_give_a_clear_error(monkeypatch):
     comm = MPI.COMM_WORLD
-    if comm.size < 2:
-        pytest.skip("needs two ranks")
     x = np.ones(10)
     others = ", ".join(str(r) for r in range(1, comm.size))
     with pytest.raises(ValueError, match=f"rank.? {others} of {comm.size} (is|are) not on "
@@ -289,12 +288,13 @@ def _usage():
         return rss, sum(1 for _ in f)
 
 
+# what leaks does not depend on the size, and with 5-8 ranks on 2 cores every call is a round of
+# the scheduler (bench/shm_soak.py runs a longer soak at any size); one rank never reaches the window
+@pytest.mark.world_sizes(2, 3, 4)
+@pytest.mark.mpi(min_size=2)
 def test_soak_without_growth():
     """Thousands of calls, and communicators (each with its window) created and freed."""
     world = MPI.COMM_WORLD
-    if not 2 <= world.size <= 4:  # (bench/shm_soak.py runs a longer soak at any size)
-        pytest.skip("one rank never reaches the window; with 5-8 ranks on 2 cores every call is "
-                    "a round of the scheduler, and what leaks does not depend on the size")
     x = np.ones(4096, np.float32)
     y = np.empty_like(x)
 
@@ -365,14 +365,14 @@ def _count_entry_calls(monkeypatch):
 
 @pytest.mark.parametrize("dtype", [d for d in (np.dtype(c) for c in collectives.SUPPORTED_DTYPES)
                                    if d != np.float16])
+@pytest.mark.world_sizes(2, 3, 4)  # the lane (the kernel's entry, found once)
+@pytest.mark.mpi(min_size=2)
 def test_repeats_run_the_kernels_entry_with_the_same_bits(dtype, mode, monkeypatch, comm):
     """Repeated calls on the same arrays (a remembered allreduce, plan(), a remembered
     iallreduce) run shm through its lane: the kernel's compiled entry, not Numba's dispatcher
     (``shm.Lane``); with the team and the kernel there (the first call made them), from the
     first repeat and the first plan() on. Every op, in place and not, 2-D (flat views) and
     1-D: the bits of a call on new arrays (the dispatcher's path), and the reference."""
-    if comm.size == 1:
-        pytest.skip("one process: nothing to reduce (no shm call)")
     calls = _count_entry_calls(monkeypatch)
     for op in OPS:
         if op == "avg" and dtype.kind != "f":
@@ -404,6 +404,8 @@ def test_repeats_run_the_kernels_entry_with_the_same_bits(dtype, mode, monkeypat
                 assert np.array_equal(y.view(np.uint8), fresh.view(np.uint8)), (what, k)
 
 
+@pytest.mark.world_sizes(2, 3, 4)  # the lane (the kernel's entry, found once)
+@pytest.mark.mpi(min_size=2)
 def test_a_lane_meets_every_change_safely(monkeypatch, comm):
     """What a caller can change between repeats: a read-only input (the lane reads it only), a
     new shape set in place on the arrays of a plan (which runs on views of its own) or of a
@@ -411,8 +413,6 @@ def test_a_lane_meets_every_change_safely(monkeypatch, comm):
     steps aside), other arrays at a recycled address."""
     from collectives._runtime.shmem import team
 
-    if comm.size == 1:
-        pytest.skip("one process: no shm call")
     p = comm.size
     calls = _count_entry_calls(monkeypatch)
     x = np.full(12, comm.rank + 1.0)

@@ -21,6 +21,10 @@ import collectives
 from collectives.diagnostics import timeline
 from collectives._runtime.guard import Guard
 
+# What the timeline records does not depend on the world size beyond one rank, two and an odd
+# number (docs/testing.md)
+pytestmark = pytest.mark.world_sizes(1, 2, 3)
+
 RING = collectives.Options(segment_bytes=1024)  # ring in segments (4 KB arrays)
 
 

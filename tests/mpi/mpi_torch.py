@@ -26,6 +26,11 @@ torch = pytest.importorskip("torch")
 ml_dtypes = pytest.importorskip("ml_dtypes")
 import collectives.torch as ct  # noqa: E402
 
+# Tensors through the collectives and the PyTorch integration's plumbing: the algorithms under
+# them run at every size in mpi_allreduce.py; one rank, two and an odd number here
+# (docs/testing.md)
+pytestmark = pytest.mark.world_sizes(1, 2, 3)
+
 torch.set_num_threads(1)
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16,
           torch.int32, torch.int64, torch.uint8]
