@@ -94,7 +94,7 @@ def test_gossip_in_float16_sends_half_the_bytes_and_keeps_its_own_part():
     for step in (1, 2):
         x[...] = np.random.default_rng(comm.rank + 10 * step).standard_normal(x.size) * 0.3
         xs = comm.allgather(x.copy())
-        mine, weights = t.exchange.gossip.recv_weights(comm.rank, step)
+        mine, weights = t.exchange.topology.recv_weights(comm.rank, step)
         want = xs[comm.rank].copy()
         if weights:
             (q, w), = weights.items()
@@ -259,15 +259,15 @@ def test_compressed_overlap_equals_the_blocking_exchange_of_each_bucket(spec, st
     and order), over two steps, and leaves the same codec state."""
     import collectives
     from collectives.sgd.codecs import build
-    from collectives.sgd.exchange import Exchange
+    from collectives.sgd.sync import Synchronous
     from collectives.sgd.model import MLP
     from collectives.sgd.timing import Clock
 
     comm = WORLD
     m = MLP((9, 6, 4), seed=0)
     ours, reference = (build(spec, error_feedback=None, seed=3, rank=comm.rank) for _ in "ab")
-    overlap = Exchange(m.grads, m.params, ours, "ring", strategy, 0, comm, Clock(),
-                       bucket_bytes=3 * 6 * 4)
+    overlap = Synchronous(m.grads, m.params, comm, Clock(), state=ours, algorithm="ring",
+                          strategy=strategy, bucket_bytes=3 * 6 * 4)
     buckets = overlap.buckets
     order = [(layer, block) for layer in reversed(range(len(buckets.parts)))
              for block in range(len(buckets.parts[layer]))]
@@ -385,7 +385,7 @@ def test_gossip_between_nodes_is_the_flat_round_with_one_replica_per_node(monkey
     monkeypatch.setenv("COLLECTIVES_NODE_SIZE", "2")
     argv = [*TINY, "--sync", f"gossip:nodes:{inter}"]
     t = _trainer(argv, comm)
-    assert t.exchange.by_nodes and t.exchange.gossip.name.startswith("hierarchical(")
+    assert t.exchange.by_nodes and t.exchange.topology.name.startswith("hierarchical(")
     assert t.train() is True
     flat = _trainer(argv, comm)
     flat.exchange.by_nodes = False  # the same topology, every round the flat one
