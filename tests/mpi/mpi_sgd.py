@@ -434,3 +434,59 @@ def test_consensus_distance_from_sampled_coordinates():
     some = _trainer([*TINY, "--sync", "gossip:ring", "--consensus-coords", "50"], comm)
     assert some.coords.size == 50 and np.all(np.diff(some.coords) > 0)
     assert comm.allgather(some.coords.tobytes()) == [some.coords.tobytes()] * comm.size
+
+
+#: one command line per mode of the table (and the variants that run another round), and what
+#: one step leaves each rank: "average" (every rank the exact average), "own" (the own update:
+#: --overlap mixes x0, equal everywhere) or "mixed" (something of the neighbors')
+ONE_STEP = [
+    (["--sync", "sync"], "average"),
+    (["--sync", "sync", "--overlap", "--bucket-mb", "0.0002"], "average"),
+    (["--sync", "local:1"], "average"),
+    (["--sync", "gossip:ring"], "mixed"),
+    (["--sync", "gossip:full"], "average"),
+    (["--sync", "gossip:ring", "--overlap"], "own"),
+    (["--sync", "gossip:ring", "--codec", "topk:ratio=0.5", "--gamma", "0.5"], "mixed"),
+    (["--sync", "gossip:nodes"], "mixed"),
+    (["--sync", "sgp"], "mixed"),
+    (["--sync", "adpsgd"], "mixed"),
+    (["--sync", "ssp:0"], "average"),
+    (["--sync", "async"], "average"),
+]
+
+
+@pytest.mark.parametrize("argv, kept_is", ONE_STEP, ids=[" ".join(a) for a, _ in ONE_STEP])
+def test_one_step_of_every_mode_moves_the_mean_by_the_averaged_update(argv, kept_is):
+    """Every mode of the table, one step from the same parameters x0 on every rank: the mean of
+    the parameters the ranks keep (the server's, or each rank's own: what a checkpoint saves) is
+    x0 - lr * mean(g), g each rank's gradient of its first batch computed apart (each mode's
+    mixing is doubly stochastic, or its sums conserve the total); where the exchange is an exact
+    average every rank keeps exactly that, where it mixes x0 every rank keeps its own update,
+    and where it mixes the updated parameters some rank keeps another value than its own."""
+    from collectives.sgd import sync
+    from collectives.sgd.model import MLP
+
+    comm = WORLD
+    t = _trainer([*TINY, "--warmup-epochs", "0", "--lr", "5", *argv], comm)
+    assert type(t.exchange) is sync.MODES[argv[1].partition(":")[0]]
+    x0 = t.model.params.flat.astype(np.float64)
+    assert comm.allgather(x0.tobytes()) == [x0.tobytes()] * comm.size
+    order = data.shard(len(t.ds.y_train), comm.size, comm.rank, t.args.seed, 0)
+    batch = order[:t.args.batch_size]
+    reference = MLP(t.sizes, seed=t.args.seed)
+    reference.loss_and_grad(t.ds.x_train[batch], t.ds.y_train[batch])
+    own = -t.schedule(0) * reference.grads.flat.astype(np.float64)
+    update = comm.allreduce(own) / comm.size
+    tol = 8 * np.finfo(np.float32).eps * np.abs(x0).max()
+    assert np.abs(update).max() > 1000 * tol  # a step far above rounding
+    t.one_step(order)
+    kept = t.exchange.saved_params().astype(np.float64)
+    mean = comm.allreduce(kept) / comm.size
+    assert np.allclose(mean - x0, update, rtol=1e-3, atol=tol), np.abs(mean - x0 - update).max()
+    if kept_is == "average":
+        assert np.allclose(kept - x0, update, rtol=1e-3, atol=tol)
+    elif kept_is == "own":
+        assert np.allclose(kept - x0, own, rtol=1e-3, atol=tol)
+    elif comm.size > 1:
+        assert comm.allreduce(np.abs(kept - x0 - own).max(), op=MPI.MAX) > 100 * tol
+    t.exchange.close()
