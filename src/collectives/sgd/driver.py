@@ -1,13 +1,13 @@
 """The training loop of ``python -m collectives.sgd``: set up, train, checkpoint, report.
 
 Each step: forward and backward on this rank's batch (gradient into the fusion buffer), the
-exchange (the sync mode's, :mod:`collectives.sgd.sync`), the momentum-SGD update with the scheduled learning
-rate (:mod:`collectives.sgd.optim`); local SGD averages parameters every H steps instead, gossip
-(D-PSGD) mixes them with the graph neighbors' after every update. At each epoch's end the test set
-is evaluated (split across ranks, counts summed; under gossip each rank evaluates its own
-replica, and the record also holds the consensus distance, :meth:`Trainer.consensus`) and a line
-printed; every ``--checkpoint-every`` steps a checkpoint is written
-(:mod:`collectives.sgd.checkpoint`).
+sync mode's exchange (:mod:`collectives.sgd.sync`), the momentum-SGD update with the scheduled
+learning rate (:mod:`collectives.sgd.optim`); local SGD averages parameters every H steps
+instead, gossip (D-PSGD) mixes them with the graph neighbors' after every update. At each epoch's
+end the test set is evaluated (split across ranks, counts summed; under gossip each rank
+evaluates its own replica, and the record also holds the consensus distance,
+:meth:`Trainer.consensus`) and a line printed; every ``--checkpoint-every`` steps a checkpoint
+is written (:mod:`collectives.sgd.checkpoint`).
 
 Which state a checkpoint carries, and why resuming gives the same bits as never stopping: the
 parameters and momentum, the step, which fixes the data order and the learning rate, and, with a
@@ -39,11 +39,10 @@ import collectives
 from ..compressed import CompressionState
 from ..compressed.strategies import incompatibility
 from .. import datasets, timeline
-from . import checkpoint, data, report
+from . import checkpoint, data, report, sync
 from .._runtime.cli import program
 from .cli import PROG, Config, UsageError, parse
 from .codecs import build
-from . import sync
 from .fusion import FusionBuffer
 from .model import MLP
 from .optim import SGD, Schedule

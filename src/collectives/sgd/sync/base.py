@@ -125,10 +125,10 @@ class SyncMode:
 
     Class attributes say what the mode is: ``name`` (the ``--sync`` word), ``forms`` (its
     syntax, for the message that lists every mode), ``label`` (how the other modes' messages
-    name it), ``help`` (its forms and what they do, for ``--help``), ``own_params`` (every rank keeps its own parameters: the replicas differ),
-    ``own_momentum`` (every rank's momentum is its own) and ``refuses`` (the flags it does not
-    take). Instances hold the model's fusion buffers ``grads`` and ``params``, the
-    communicator, the clock and :attr:`stats`."""
+    name it), ``help`` (its forms and what they do, for ``--help``), ``own_params`` (every rank
+    keeps its own parameters: the replicas differ), ``own_momentum`` (every rank's momentum is
+    its own) and ``refuses`` (the flags it does not take). Instances hold the model's fusion
+    buffers ``grads`` and ``params``, the communicator, the clock and :attr:`stats`."""
 
     name: ClassVar[str]
     forms: ClassVar[str]
