@@ -458,11 +458,13 @@ ONE_STEP = [
 @pytest.mark.parametrize("argv, kept_is", ONE_STEP, ids=[" ".join(a) for a, _ in ONE_STEP])
 def test_one_step_of_every_mode_moves_the_mean_by_the_averaged_update(argv, kept_is):
     """Every mode of the table, one step from the same parameters x0 on every rank: the mean of
-    the parameters the ranks keep (the server's, or each rank's own: what a checkpoint saves) is
-    x0 - lr * mean(g), g each rank's gradient of its first batch computed apart (each mode's
-    mixing is doubly stochastic, or its sums conserve the total); where the exchange is an exact
-    average every rank keeps exactly that, where it mixes x0 every rank keeps its own update,
-    and where it mixes the updated parameters some rank keeps another value than its own."""
+    the parameters the ranks keep (the server's, or each rank's own: what a checkpoint saves)
+    moves by the mean of the ranks' updates -lr * g, g each rank's gradient of its first batch
+    computed apart, at x0 or, where the mode reads the parameters before the step (a server or
+    window peers may have written already: async, adpsgd), at what it read (each mode's mixing
+    is doubly stochastic, or its sums conserve the total). Where the exchange is an exact
+    average every rank keeps exactly that; where it mixes x0 every rank keeps its own update;
+    where it mixes the updated parameters some rank keeps another value than its own."""
     from collectives.sgd import sync
     from collectives.sgd.model import MLP
 
@@ -473,13 +475,15 @@ def test_one_step_of_every_mode_moves_the_mean_by_the_averaged_update(argv, kept
     assert comm.allgather(x0.tobytes()) == [x0.tobytes()] * comm.size
     order = data.shard(len(t.ds.y_train), comm.size, comm.rank, t.args.seed, 0)
     batch = order[:t.args.batch_size]
+    t.one_step(order)
     reference = MLP(t.sizes, seed=t.args.seed)
+    if t.exchange.pulled is not None:
+        reference.params.flat[...] = t.exchange.pulled
     reference.loss_and_grad(t.ds.x_train[batch], t.ds.y_train[batch])
     own = -t.schedule(0) * reference.grads.flat.astype(np.float64)
     update = comm.allreduce(own) / comm.size
     tol = 8 * np.finfo(np.float32).eps * np.abs(x0).max()
     assert np.abs(update).max() > 1000 * tol  # a step far above rounding
-    t.one_step(order)
     kept = t.exchange.saved_params().astype(np.float64)
     mean = comm.allreduce(kept) / comm.size
     assert np.allclose(mean - x0, update, rtol=1e-3, atol=tol), np.abs(mean - x0 - update).max()

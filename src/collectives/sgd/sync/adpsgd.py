@@ -44,7 +44,6 @@ class PairwiseGossip(SyncMode):
         #: every rank's parameters, in a window
         self.pairwise = collectives.PairwiseAveraging(params.flat, topology, comm=comm,
                                                       seed=seed)
-        self._pulled: np.ndarray | None = None
 
     @classmethod
     def from_config(cls, cfg, value, grads, params, state, comm, clock) -> "PairwiseGossip":
@@ -63,7 +62,7 @@ class PairwiseGossip(SyncMode):
     def pull(self, step: int) -> None:
         """Read this rank's parameters from its window (peers' averages since the last step
         included)."""
-        self._pulled = self._timed_pull(lambda: self.pairwise.value)
+        self.pulled = self._timed_pull(lambda: self.pairwise.value)
 
     def average_params(self, step: int) -> None:
         self._timed(self.params, step, self._pairwise)
@@ -72,7 +71,7 @@ class PairwiseGossip(SyncMode):
         """This rank's and a random neighbor's parameters become their mean, atomically, and
         this step's update (``updated - pulled``) is added to this rank's."""
         pw = self.pairwise
-        buf.flat[...] = pw.average(pw.peer(step), buf.flat - self._pulled)
+        buf.flat[...] = pw.average(pw.peer(step), buf.flat - self.pulled)
 
     def _mark(self) -> int:
         return self.pairwise.elements_moved

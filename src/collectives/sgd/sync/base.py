@@ -143,6 +143,9 @@ class SyncMode:
     mix_ahead: bool = False
     #: --gossip-dtype: the dtype the parameters travel in (None: their own)
     wire: np.dtype | None = None
+    #: the parameters this step's gradient is computed at, where :meth:`pull` reads or keeps
+    #: them (the update is what the step moves them by); None: the model's own
+    pulled: np.ndarray | None = None
 
     def __init__(self, grads: FusionBuffer, params: FusionBuffer, comm: MPI.Comm,
                  clock: Clock | None = None) -> None:

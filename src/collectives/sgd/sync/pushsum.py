@@ -47,7 +47,6 @@ class PushSum(SyncMode):
         #: the push-sum window (value z, weight w; parameters z / w)
         self.window = collectives.Window(params.flat, comm=comm)
         self.graph = one_peer_exponential(comm.size)
-        self._pulled: np.ndarray | None = None  # the parameters before this step's update
 
     @classmethod
     def from_config(cls, cfg, value, grads, params, state, comm, clock) -> "PushSum":
@@ -62,7 +61,7 @@ class PushSum(SyncMode):
 
     def pull(self, step: int) -> None:
         """Keep the parameters as they are before the update (the update is added to ``z``)."""
-        self._pulled = self.params.flat.copy()
+        self.pulled = self.params.flat.copy()
 
     def average_params(self, step: int) -> None:
         self._timed(self.params, step, self._push_sum)
@@ -71,7 +70,7 @@ class PushSum(SyncMode):
         """Add this step's update to ``z``, send half of ``(z, w)`` to this step's peer and keep
         half; the parameters become ``z / w``."""
         win = self.window
-        win.assign(win.value + (buf.flat - self._pulled))
+        win.assign(win.value + (buf.flat - self.pulled))
         peer = (self.graph.out_neighbors(self.comm.rank, step) or (self.comm.rank,))[0]
         win.accumulate(win.estimate, peer, weight=0.5 * win.weight)
         if not self.overlap:

@@ -42,7 +42,6 @@ class StaleSynchronous(SyncMode):
         super().__init__(grads, params, comm, clock)
         self.server = collectives.ParameterServer(params.flat, staleness=staleness, lr=1.0,
                                                   comm=comm)
-        self._pulled: np.ndarray | None = None  # the parameters this step pulled
 
     @classmethod
     def from_config(cls, cfg, value, grads, params, state, comm, clock) -> "StaleSynchronous":
@@ -56,7 +55,7 @@ class StaleSynchronous(SyncMode):
 
     def pull(self, step: int) -> None:
         """Read the server's parameters into ``params`` (waiting for the staleness bound)."""
-        self._pulled = self._timed_pull(self.server.pull)
+        self.pulled = self._timed_pull(self.server.pull)
 
     def average_params(self, step: int) -> None:
         self._timed(self.params, step, self._push)
@@ -64,7 +63,7 @@ class StaleSynchronous(SyncMode):
     def _push(self, buf: FusionBuffer, step: int) -> None:
         """Add this rank's update, averaged over the ranks, to the server's parameters:
         ``(pulled - updated) / p`` with the server's lr of 1."""
-        self.server.push((self._pulled - buf.flat) / self.comm.size)
+        self.server.push((self.pulled - buf.flat) / self.comm.size)
 
     def _sent(self, buf: FusionBuffer, mark: int) -> int:
         return ring_bytes(buf.flat.nbytes, self.comm.size) // 2  # the other ranks' shards
