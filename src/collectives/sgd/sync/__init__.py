@@ -29,7 +29,7 @@ from ...compressed import CompressionState
 from ..fusion import FusionBuffer
 from ..timing import Clock
 from .adpsgd import PairwiseGossip
-from .base import FLAGS, BadSyntax, SyncMode, Flag, Refusal, Stats, ring_bytes
+from .base import FLAGS, BadSyntax, Flag, Refusal, Stats, SyncMode, ring_bytes
 from .dense import LAYERWISE, Buckets, Synchronous
 from .gossip import Gossip
 from .local import Local
