@@ -6,8 +6,7 @@ import pytest
 from collectives.sgd import datasets
 from collectives.sgd import checkpoint, codecs, data
 from collectives.sgd.cli import UsageError, parse
-from collectives.sgd.exchange import (parse_gossip, parse_server, parse_sgp, parse_sync,
-                                     ring_bytes)
+from collectives.sgd import sync
 from collectives.sgd.fusion import FusionBuffer
 from collectives.sgd.model import MLP
 from collectives.sgd.optim import SGD, Schedule
@@ -139,7 +138,7 @@ def test_seeding_private_differs_shared_agrees():
 
 
 def test_overlap_buckets_cover_the_gradient_in_backward_order():
-    from collectives.sgd.exchange import Buckets
+    from collectives.sgd.sync import Buckets
     from collectives.sgd.model import MLP
 
     m = MLP((5, 7, 3), seed=0)
@@ -176,20 +175,73 @@ def test_overlap_buckets_cover_the_gradient_in_backward_order():
 
 
 def test_sync_and_bytes():
-    assert parse_sync("sync") == 0 and parse_sync("local:8") == 8
-    assert parse_sync("gossip:ring") == 0 and parse_gossip("sync", 4) is None
-    assert parse_gossip("gossip:one_peer_exponential", 5).period == 3
-    assert parse_gossip("gossip:torus:metropolis", 6).name == "torus(2x3)"
+    def value(text, world=4):
+        cls, v = sync.parse(text, world)
+        return cls.name, v
+
+    assert value("sync") == ("sync", None) and value("local:8") == ("local", 8)
+    assert sync.Local.every(8) == 8 and sync.Synchronous.every(None) == 0
+    assert value("gossip:ring")[0] == "gossip"
+    assert value("gossip:one_peer_exponential", 5)[1].period == 3
+    assert value("gossip:torus:metropolis", 6)[1].name == "torus(2x3)"
     assert parse(["--sync", "gossip:ring:metropolis"], 5, 1437).gossip == "ring(5)"
-    assert parse_sync("ssp:0") == 0 and parse_sync("async") == 0 and parse_sync("sgp") == 0
-    assert parse_sgp("sgp") is False and parse_sgp("sgp:overlap") is True
-    assert parse_sgp("sync") is None and parse_sgp("sgp:x") is None
-    assert parse_server("ssp:3") == (3,) and parse_server("async") == (None,)
-    assert parse_server("sync") is None and parse_server("ssp:-1") is None
-    for bad in ("local", "local:0", "asynchronous", "ssp:-1", "ssp:x", "ssp"):
-        with pytest.raises(ValueError):
-            parse_sync(bad)
-    assert ring_bytes(400, 4) == 600 and ring_bytes(400, 1) == 0
+    assert value("ssp:0") == ("ssp", 0) and value("async") == ("async", None)
+    assert value("sgp") == ("sgp", False) and value("sgp:overlap") == ("sgp", True)
+    assert value("adpsgd")[1].name == "ring(4)"
+    for bad in ("local", "local:0", "asynchronous", "ssp:-1", "ssp:x", "ssp", "sgp:x", "sync:1",
+                "async:", "gossip", "local:2x"):
+        with pytest.raises(ValueError, match="--sync must be 'sync', 'local:H'"):
+            sync.parse(bad, 4)
+    with pytest.raises(ValueError, match="^--sync adpsgd:one_peer_exponential: .* changes every"):
+        sync.parse("adpsgd:one_peer_exponential", 4)
+    assert sync.ring_bytes(400, 4) == 600 and sync.ring_bytes(400, 1) == 0
+
+
+#: argument lists that select each mode (and its variants); the table must cover them all
+MODE_EXAMPLES = {
+    "sync": [[], ["--codec", "topk"], ["--overlap"]],
+    "local": [["--sync", "local:2"]],
+    "gossip": [["--sync", "gossip:ring"], ["--sync", "gossip:ring", "--codec", "topk"],
+               ["--sync", "gossip:nodes"], ["--sync", "gossip:ring", "--overlap"]],
+    "sgp": [["--sync", "sgp"], ["--sync", "sgp:overlap"]],
+    "adpsgd": [["--sync", "adpsgd"], ["--sync", "adpsgd:torus"]],
+    "ssp": [["--sync", "ssp:0"], ["--sync", "ssp:3"]],
+    "async": [["--sync", "async"]],
+}
+
+
+def test_the_mode_table_and_the_parser_agree():
+    """Every mode of the table is accepted by --sync (and selects its class); every flag a mode
+    refuses, added to an accepted command line, raises that mode's message; every flag the
+    table knows that a mode does not refuse is accepted (by its plain form); the syntax
+    message names every mode."""
+    assert sorted(MODE_EXAMPLES) == sorted(sync.MODES)
+    with pytest.raises(UsageError) as bad:
+        parse(["--sync", "nope"], 4, 1437)
+    assert all(cls.forms in str(bad.value) for cls in sync.MODES.values())
+    refused_somewhere = set()
+    for name, examples in MODE_EXAMPLES.items():
+        for argv in examples:
+            cfg = parse(argv, 4, 1437)
+            assert cfg.mode is sync.MODES[name], argv
+            _, value = sync.parse(cfg.args.sync, 4)
+            refusals = sync.refusals(cfg.mode, value, cfg.choco)
+            refused = {flag for r in refusals for flag in r.flags}
+            refused_somewhere |= refused
+            for r in refusals:
+                for flag in r.flags:
+                    extra = list(sync.FLAGS[flag].example)
+                    with pytest.raises(UsageError) as e:
+                        parse([*argv, *extra], 4, 1437)
+                    want = r.message.format(sync=cfg.args.sync)
+                    assert str(e.value) == want, (argv, flag)
+            for flag in set(sync.FLAGS) - refused if argv[2:] == [] else ():  # (not variants)
+                cfg2 = parse([*argv, *sync.FLAGS[flag].example], 4, 1437)  # accepted
+                assert cfg2.mode is cfg.mode
+    assert refused_somewhere == set(sync.FLAGS)  # every flag of the table is refused somewhere
+    # a mode's value errors name the --sync value; a mode's own check has its message
+    with pytest.raises(UsageError, match="multiple of 2"):
+        parse(["--sync", "local:2", "--checkpoint-dir", "d", "--checkpoint-every", "3"], 4, 1437)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -10,7 +10,7 @@ import pytest
 from mpi4py import MPI
 
 import compress
-from collectives import topology
+from collectives.decentralized import topology
 from collectives.sgd import datasets
 from collectives.sgd import checkpoint, data, main, train
 from collectives.sgd.cli import parse
@@ -99,7 +99,7 @@ def test_gossip_in_float16_sends_half_the_bytes_and_keeps_its_own_part():
     for step in (1, 2):
         x[...] = np.random.default_rng(comm.rank + 10 * step).standard_normal(x.size) * 0.3
         xs = comm.allgather(x.copy())
-        mine, weights = t.exchange.gossip.recv_weights(comm.rank, step)
+        mine, weights = t.exchange.topology.recv_weights(comm.rank, step)
         want = xs[comm.rank].copy()
         if weights:
             (q, w), = weights.items()
@@ -264,15 +264,15 @@ def test_compressed_overlap_equals_the_blocking_exchange_of_each_bucket(spec, st
     and order), over two steps, and leaves the same codec state."""
     import collectives
     from collectives.sgd.codecs import build
-    from collectives.sgd.exchange import Exchange
+    from collectives.sgd.sync import Synchronous
     from collectives.sgd.model import MLP
     from collectives.sgd.timing import Clock
 
     comm = WORLD
     m = MLP((9, 6, 4), seed=0)
     ours, reference = (build(spec, error_feedback=None, seed=3, rank=comm.rank) for _ in "ab")
-    overlap = Exchange(m.grads, m.params, ours, "ring", strategy, 0, comm, Clock(),
-                       bucket_bytes=3 * 6 * 4)
+    overlap = Synchronous(m.grads, m.params, comm, Clock(), state=ours, algorithm="ring",
+                          strategy=strategy, bucket_bytes=3 * 6 * 4)
     buckets = overlap.buckets
     order = [(layer, block) for layer in reversed(range(len(buckets.parts)))
              for block in range(len(buckets.parts[layer]))]
@@ -391,7 +391,7 @@ def test_gossip_between_nodes_is_the_flat_round_with_one_replica_per_node(monkey
     monkeypatch.setenv("COLLECTIVES_NODE_SIZE", "2")
     argv = [*TINY, "--sync", f"gossip:nodes:{inter}"]
     t = _trainer(argv, comm)
-    assert t.exchange.by_nodes and t.exchange.gossip.name.startswith("hierarchical(")
+    assert t.exchange.by_nodes and t.exchange.topology.name.startswith("hierarchical(")
     assert t.train() is True
     flat = _trainer(argv, comm)
     flat.exchange.by_nodes = False  # the same topology, every round the flat one
@@ -439,3 +439,63 @@ def test_consensus_distance_from_sampled_coordinates():
     some = _trainer([*TINY, "--sync", "gossip:ring", "--consensus-coords", "50"], comm)
     assert some.coords.size == 50 and np.all(np.diff(some.coords) > 0)
     assert comm.allgather(some.coords.tobytes()) == [some.coords.tobytes()] * comm.size
+
+
+#: one command line per mode of the table (and the variants that run another round), and what
+#: one step leaves each rank: "average" (every rank the exact average), "own" (the own update:
+#: --overlap mixes x0, equal everywhere) or "mixed" (something of the neighbors')
+ONE_STEP = [
+    (["--sync", "sync"], "average"),
+    (["--sync", "sync", "--overlap", "--bucket-mb", "0.0002"], "average"),
+    (["--sync", "local:1"], "average"),
+    (["--sync", "gossip:ring"], "mixed"),
+    (["--sync", "gossip:full"], "average"),
+    (["--sync", "gossip:ring", "--overlap"], "own"),
+    (["--sync", "gossip:ring", "--codec", "topk:ratio=0.5", "--gamma", "0.5"], "mixed"),
+    (["--sync", "gossip:nodes"], "mixed"),
+    (["--sync", "sgp"], "mixed"),
+    (["--sync", "adpsgd"], "mixed"),
+    (["--sync", "ssp:0"], "average"),
+    (["--sync", "async"], "average"),
+]
+
+
+@pytest.mark.parametrize("argv, kept_is", ONE_STEP, ids=[" ".join(a) for a, _ in ONE_STEP])
+def test_one_step_of_every_mode_moves_the_mean_by_the_averaged_update(argv, kept_is):
+    """Every mode of the table, one step from the same parameters x0 on every rank: the mean of
+    the parameters the ranks keep (the server's, or each rank's own: what a checkpoint saves)
+    moves by the mean of the ranks' updates -lr * g, g each rank's gradient of its first batch
+    computed apart, at x0 or, where the mode reads the parameters before the step (a server or
+    window peers may have written already: async, adpsgd), at what it read (each mode's mixing
+    is doubly stochastic, or its sums conserve the total). Where the exchange is an exact
+    average every rank keeps exactly that; where it mixes x0 every rank keeps its own update;
+    where it mixes the updated parameters some rank keeps another value than its own."""
+    from collectives.sgd import sync
+    from collectives.sgd.model import MLP
+
+    comm = WORLD
+    t = _trainer([*TINY, "--warmup-epochs", "0", "--lr", "5", *argv], comm)
+    assert type(t.exchange) is sync.MODES[argv[1].partition(":")[0]]
+    x0 = t.model.params.flat.astype(np.float64)
+    assert comm.allgather(x0.tobytes()) == [x0.tobytes()] * comm.size
+    order = data.shard(len(t.ds.y_train), comm.size, comm.rank, t.args.seed, 0)
+    batch = order[:t.args.batch_size]
+    t.one_step(order)
+    reference = MLP(t.sizes, seed=t.args.seed)
+    if t.exchange.pulled is not None:
+        reference.params.flat[...] = t.exchange.pulled
+    reference.loss_and_grad(t.ds.x_train[batch], t.ds.y_train[batch])
+    own = -t.schedule(0) * reference.grads.flat.astype(np.float64)
+    update = comm.allreduce(own) / comm.size
+    tol = 8 * np.finfo(np.float32).eps * np.abs(x0).max()
+    assert np.abs(update).max() > 1000 * tol  # a step far above rounding
+    kept = t.exchange.saved_params().astype(np.float64)
+    mean = comm.allreduce(kept) / comm.size
+    assert np.allclose(mean - x0, update, rtol=1e-3, atol=tol), np.abs(mean - x0 - update).max()
+    if kept_is == "average":
+        assert np.allclose(kept - x0, update, rtol=1e-3, atol=tol)
+    elif kept_is == "own":
+        assert np.allclose(kept - x0, own, rtol=1e-3, atol=tol)
+    elif comm.size > 1:
+        assert comm.allreduce(np.abs(kept - x0 - own).max(), op=MPI.MAX) > 100 * tol
+    t.exchange.close()

@@ -20,7 +20,7 @@ from .._runtime.cli import PLOT_INSTALL, Parser, UsageError
 from . import datasets
 from ..compressed.auto import split_spec
 from .codecs import parse_spec
-from .exchange import parse_adpsgd, parse_gossip, parse_server, parse_sgp, parse_sync
+from . import sync
 from .model import MODELS
 
 __all__ = ["UsageError", "Config", "parser", "parse"]
@@ -96,22 +96,7 @@ def parser() -> argparse.ArgumentParser:
                    help="with --codec: the first N steps exchange dense gradients (PyTorch's "
                         "start_powerSGD_iter); the memory starts at step N")
     c.add_argument("--strategy", choices=_STRATEGIES, default="auto")
-    c.add_argument("--sync", default="sync",
-                   help="'sync' (gradients averaged every step), 'local:H' (local SGD), "
-                        "'gossip:GRAPH[:WEIGHTS]' (D-PSGD: parameters mixed with the neighbors' "
-                        "every step; graphs: " + ", ".join(collectives.topology.GRAPHS) +
-                        "; weights: " + ", ".join(collectives.topology.WEIGHTS) + "), "
-                        "'gossip:nodes[:INTER]' (gossip between nodes, joined by ring, torus "
-                        "or full: a node's mean through shared memory, one message per "
-                        "neighbor node; COLLECTIVES_NODE_SIZE emulates nodes), "
-                        "'sgp' or 'sgp:overlap' (push-sum over the one-peer exponential graph "
-                        "through one-sided windows; overlap: without waiting for a round's "
-                        "messages), 'adpsgd[:GRAPH]' (AD-PSGD: after each step, atomically "
-                        "average the parameters with one random neighbor of the static graph, "
-                        "ring by default, through one-sided windows; no global step), "
-                        "'ssp:S' (a parameter server over one-sided windows: no rank "
-                        "more than S steps ahead of the slowest; ssp:0 is synchronous) or "
-                        "'async' (no bound)")
+    c.add_argument("--sync", default="sync", help=sync.help_text())
     c.add_argument("--gamma", type=float, default=0.1,
                    help="with --sync gossip:GRAPH and --codec: CHOCO-SGD's consensus step size "
                         "in (0, 1] (default 0.1; the more the codec drops, the smaller it must "
@@ -166,6 +151,8 @@ class Config:
     gossip: str | None = None
     #: ``--sync gossip:GRAPH --codec SPEC``: the codec spec of CHOCO-SGD's gossip, else None
     choco: str | None = None
+    #: the sync mode's class (:data:`collectives.sgd.sync.MODES`)
+    mode: type[sync.SyncMode] = sync.Synchronous
 
     def fingerprint_fields(self) -> dict:
         """What fixes the trajectory (a checkpoint must match it to be resumed)."""
@@ -195,12 +182,9 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
     """Parse ``argv`` and check it against the world size and data; raises UsageError."""
     a = parser().parse_args(argv)
     try:
-        local_every = parse_sync(a.sync)
-        gossip = parse_gossip(a.sync, world)
-        adpsgd = parse_adpsgd(a.sync, world)
+        mode, value = sync.parse(a.sync, world)
     except ValueError as e:
-        raise UsageError(f"--sync {a.sync}: {e}" if a.sync.startswith(("gossip:", "adpsgd:"))
-                         else str(e)) from None
+        raise UsageError(str(e)) from None
     try:
         inner = split_spec(a.codec)  # "auto:<spec>": the codec where it pays, else dense
         name, params = parse_spec(a.codec if inner is None else inner)
@@ -210,45 +194,15 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
     except ValueError as e:
         raise UsageError(f"--codec {a.codec}: {e}") from None
     codec_name = None if name == "none" and a.codec == "none" else name
-    choco = None
-    if gossip is not None and codec_name:  # CHOCO-SGD: the codec compresses the gossip
-        if inner is not None or a.error_feedback or a.strategy != "auto" \
-                or a.momentum_correction or a.dense_steps:
-            raise UsageError("--sync gossip with --codec is CHOCO-SGD (compressed gossip of the "
-                             "parameters): auto:, --error-feedback, --strategy, "
-                             "--momentum-correction and --dense-steps do not apply")
-        if not 0 < a.gamma <= 1:
-            raise UsageError(f"--gamma must be in (0, 1], got {a.gamma}")
-        try:
-            compress.from_spec(a.codec).payload_nbytes((8,))
-        except TypeError:
-            raise UsageError(f"--codec {a.codec}: CHOCO-SGD needs a codec whose payload size "
-                             "the shape fixes (topk, randomk, qsgd, fp16, ...)") from None
-        choco, codec_name = a.codec, None
-    if a.eval_model == "average" and gossip is None and adpsgd is None \
-            and parse_sgp(a.sync) is None:
-        raise UsageError("--eval-model average applies where every rank keeps its own "
-                         "parameters: --sync gossip:GRAPH, sgp or adpsgd")
-    if codec_name and local_every:
-        raise UsageError("--codec compresses gradients, which --sync local:H does not exchange")
-    if gossip is not None and a.check_replicas:
-        raise UsageError("--sync gossip exchanges parameters, not gradients, and its replicas "
-                         "differ: --check-replicas does not apply")
-    if gossip is not None and a.overlap and (choco or gossip.name.startswith("hierarchical(")):
-        raise UsageError("--sync gossip:GRAPH --overlap mixes the parameters during forward and "
-                         "backward with a plain gossip round: not with --codec (CHOCO-SGD) or "
-                         "gossip:nodes")
-    if a.gossip_dtype != "float32" and (gossip is None or choco
-                                        or gossip.name.startswith("hierarchical(")):
-        raise UsageError("--gossip-dtype sends the parameters of a plain gossip round in another "
-                         "dtype: only with --sync gossip:GRAPH, not with --codec (CHOCO-SGD) or "
-                         "gossip:nodes")
-    if parse_server(a.sync) is not None and (codec_name or a.overlap or a.check_replicas):
-        raise UsageError(f"--sync {a.sync} pushes updates to a parameter server and its "
-                         "replicas differ: --codec, --overlap and --check-replicas do not apply")
-    if (parse_sgp(a.sync) is not None or adpsgd is not None) and (codec_name or a.overlap or a.check_replicas):
-        raise UsageError(f"--sync {a.sync} exchanges parameters, not gradients, and its replicas "
-                         "differ: --codec, --overlap and --check-replicas do not apply")
+    # a mode may compress its own rounds with the codec (CHOCO-SGD), not the gradients
+    choco = mode.mixing_codec(a, value, inner) if codec_name else None
+    if choco:
+        codec_name = None
+    for refusal in sync.refusals(mode, value, choco):
+        message = refusal.check(a, codec_name)
+        if message:
+            raise UsageError(message)
+    local_every = mode.every(value)
     n = min(n_train, a.subset or n_train)
     if world > n:
         raise UsageError(f"world size {world} exceeds the {n} training samples")
@@ -260,12 +214,9 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
                          "--weight-decay >= 0")
     if (a.resume or a.checkpoint_every) and not a.checkpoint_dir:
         raise UsageError("--resume and --checkpoint-every need --checkpoint-dir")
-    if local_every and a.checkpoint_every % local_every:
-        raise UsageError(f"with --sync local:{local_every}, --checkpoint-every must be a multiple "
-                         f"of {local_every} (checkpoints are taken right after averaging)")
-    if a.overlap and local_every:
-        raise UsageError("--overlap starts gradient allreduces during backward: --sync local:H "
-                         "exchanges none")
+    message = mode.check(a, value)  # what else the mode cannot run with
+    if message:
+        raise UsageError(message)
     if not a.bucket_mb > 0:
         raise UsageError(f"--bucket-mb must be positive, got {a.bucket_mb}")
     if codec_name is None and (a.error_feedback or a.strategy != "auto"
@@ -287,4 +238,4 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
     if a.plot and importlib.util.find_spec("matplotlib") is None:
         raise UsageError(f"--plot needs matplotlib: {PLOT_INSTALL}")
     return Config(a, a.hidden or MODELS[a.model], local_every, codec_name,
-                  None if gossip is None else gossip.name, choco)
+                  value.name if mode is sync.Gossip else None, choco, mode)

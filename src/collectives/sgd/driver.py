@@ -1,13 +1,13 @@
 """The training loop of ``python -m collectives.sgd``: set up, train, checkpoint, report.
 
 Each step: forward and backward on this rank's batch (gradient into the fusion buffer), the
-exchange (:mod:`collectives.sgd.exchange`), the momentum-SGD update with the scheduled learning
-rate (:mod:`collectives.sgd.optim`); local SGD averages parameters every H steps instead, gossip
-(D-PSGD) mixes them with the graph neighbors' after every update. At each epoch's end the test set
-is evaluated (split across ranks, counts summed; under gossip each rank evaluates its own
-replica, and the record also holds the consensus distance, :meth:`Trainer.consensus`) and a line
-printed; every ``--checkpoint-every`` steps a checkpoint is written
-(:mod:`collectives.sgd.checkpoint`).
+sync mode's exchange (:mod:`collectives.sgd.sync`), the momentum-SGD update with the scheduled
+learning rate (:mod:`collectives.sgd.optim`); local SGD averages parameters every H steps
+instead, gossip (D-PSGD) mixes them with the graph neighbors' after every update. At each epoch's
+end the test set is evaluated (split across ranks, counts summed; under gossip each rank
+evaluates its own replica, and the record also holds the consensus distance,
+:meth:`Trainer.consensus`) and a line printed; every ``--checkpoint-every`` steps a checkpoint
+is written (:mod:`collectives.sgd.checkpoint`).
 
 Which state a checkpoint carries, and why resuming gives the same bits as never stopping: the
 parameters and momentum, the step, which fixes the data order and the learning rate, and, with a
@@ -38,13 +38,11 @@ import collectives
 
 from ..compressed import CompressionState
 from ..compressed.strategies import incompatibility
-from . import datasets
+from . import checkpoint, data, datasets, report, sync
 from ..diagnostics import timeline
-from . import checkpoint, data, report
 from .._runtime.cli import program
 from .cli import PROG, Config, UsageError, parse
 from .codecs import build
-from .exchange import Exchange, parse_adpsgd, parse_gossip, parse_server, parse_sgp
 from .fusion import FusionBuffer
 from .model import MLP
 from .optim import SGD, Schedule
@@ -54,7 +52,8 @@ __all__ = ["train", "main", "script"]
 
 #: checkpoint entries (per rank) holding ``state.state_dict()``
 STATE_PREFIX = "compression/"
-#: checkpoint members of CHOCO-SGD's state (``ChocoGossip.state_dict()``: the public copies)
+#: checkpoint members of the sync mode's own state (``SyncMode.state_dict()``: CHOCO-SGD's
+#: public copies and codec state)
 CHOCO_PREFIX = "choco/"
 #: the fields of an epoch record (``Trainer.evaluate``, the history a checkpoint holds)
 HISTORY_KEYS = ("epoch", "step", "loss", "train_acc", "test_loss", "test_acc", "wall_s",
@@ -99,21 +98,11 @@ class Trainer:
                        a.weight_decay)
         self.clock = Clock()
         self.step_seconds: list[float] = []  # each step's wall time on this rank (the median)
-        self.exchange = Exchange(self.model.grads, self.model.params, self.state, a.algorithm,
-                                 a.strategy, cfg.local_every, comm, self.clock,
-                                 int(a.bucket_mb * 2**20)
-                                 if a.overlap and cfg.gossip is None else None,
-                                 parse_gossip(a.sync, self.world, comm), parse_server(a.sync),
-                                 parse_sgp(a.sync), parse_adpsgd(a.sync, self.world), a.seed,
-                                 None if cfg.choco is None else (cfg.choco, a.gamma),
-                                 mix_ahead=a.overlap and cfg.gossip is not None,
-                                 wire=a.gossip_dtype)
+        self.exchange = sync.build(cfg, self.model.grads, self.model.params, self.state, comm,
+                                   self.clock)
         #: where each kind of state is kept in a checkpoint: the same on every rank or its own
-        self.own_params = cfg.gossip is not None or self.exchange.window is not None or \
-            self.exchange.pairwise is not None
-        # (--sync ssp/async: the parameters are the server's, read at the checkpoint)
-        self.own_momentum = bool(cfg.local_every) or self.own_params or \
-            self.exchange.server is not None
+        self.own_params = self.exchange.own_params
+        self.own_momentum = self.exchange.own_momentum
         self.history_keys = HISTORY_KEYS + (("consensus",) if self.own_params else ())
         n, k = self.model.params.flat.size, a.consensus_coords
         #: the coordinates the consensus distance is estimated from (None: all of them, or no
@@ -144,20 +133,12 @@ class Trainer:
         shared: dict[str, np.ndarray] = {}
         mine: dict[str, np.ndarray] = {"epoch_loss": self.epoch_loss,
                                        "stats": self.exchange.stats.as_array()}
-        if self.exchange.server is not None:  # the server's parameters, after every push
-            self.comm.Barrier()
-            shared["params"] = self.exchange.server.read()
-        elif self.exchange.pairwise is not None:  # every rank's window once no average is on
-            self.comm.Barrier()
-            mine["params"] = self.exchange.pairwise.value
-        else:
-            (mine if self.own_params else shared)["params"] = self.model.params.flat
+        (mine if self.own_params else shared)["params"] = self.exchange.saved_params()
         (mine if self.own_momentum else shared)["momentum"] = self.opt.velocity
         if self.state is not None:  # all of the compression's state, and nothing else of it
             mine.update({STATE_PREFIX + k: v for k, v in self.state.state_dict().items()})
-        if self.exchange.choco is not None:  # CHOCO-SGD: the public copies, the codec's state
-            choco = self.exchange.choco.state_dict()
-            mine.update({CHOCO_PREFIX + k: v for k, v in choco.items()})
+        # the mode's own state (CHOCO-SGD: the public copies, the codec's state)
+        mine.update({CHOCO_PREFIX + k: v for k, v in self.exchange.state_dict().items()})
         meta = {"version": checkpoint.VERSION, "step": self.step, "world": self.world,
                 "fingerprint": self.fingerprint, "config": self.config_text,
                 "history": self.history, "elapsed": self.elapsed + self.run_seconds(),
@@ -182,7 +163,8 @@ class Trainer:
                 members[f"shared/{name}"] = checkpoint.Member("<f4", (n,))
         for r in range(self.world):
             members.update({f"rank{r}/{k}": v for k, v in mine.items()})
-            members.update({f"rank{r}/{k}": v for k, v in self._choco_layout(r).items()})
+            members.update({f"rank{r}/{CHOCO_PREFIX}{k}": v
+                            for k, v in self.exchange.state_layout(r).items()})
 
         def with_state(step: int) -> dict[str, checkpoint.Member]:
             layouts = self.comm.gather(self._state_layout(step), root=0) or [{}] * self.world
@@ -200,17 +182,6 @@ class Trainer:
         early, late = with_state(0), with_state(dense)
         return (lambda saved: late if saved["step"] > dense else early), meta
 
-    def _choco_layout(self, rank: int) -> dict[str, checkpoint.Member]:
-        """The layout of ``rank``'s CHOCO-SGD state: one public copy per in-neighbor and its
-        own, and the codec's state (the same names on every rank)."""
-        choco = self.exchange.choco
-        if choco is None:
-            return {}
-        hats = (1 + len(choco.topology.in_neighbors(rank)), choco.size)
-        return {CHOCO_PREFIX + "hats": checkpoint.Member(choco.hats.dtype.str, hats),
-                **{f"{CHOCO_PREFIX}codec.{k}": checkpoint.Member.like(v)
-                   for k, v in choco.codec.state_dict().items()}}
-
     def _state_layout(self, step: int) -> dict[str, checkpoint.Member]:
         """The layout of this rank's compression state after an exchange at ``step``."""
         if self.state is None:
@@ -219,8 +190,9 @@ class Trainer:
         state = self.build(self.rank)
         grads = FusionBuffer(self.model.grads.shapes)
         grads.flat[...] = np.random.default_rng(self.rank).standard_normal(grads.size)
-        exchange = Exchange(grads, grads, state, a.algorithm, a.strategy, 0, self.comm, Clock(),
-                            self.exchange.bucket_bytes)
+        exchange = sync.Synchronous(grads, grads, self.comm, Clock(), state=state,
+                                    algorithm=a.algorithm, strategy=a.strategy,
+                                    bucket_bytes=self.exchange.bucket_bytes)
         hooks = exchange.backward_hooks(step)  # --overlap: every bucket, as backward starts them
         for layer in range(len(grads.shapes) // 2 if hooks else 0):
             for block in range(len(hooks["row_blocks"](layer))):
@@ -255,20 +227,12 @@ class Trainer:
         self.opt.velocity[...] = (mine if self.own_momentum else shared)["momentum"]
         self.epoch_loss[...] = mine["epoch_loss"]
         self.exchange.stats.load(mine["stats"])
-        if self.exchange.server is not None:  # the saved parameters, every clock at this step
-            self.exchange.server.reset(self.model.params.flat, self.step)
-        if self.exchange.window is not None:  # push-sum restarts from the own parameters
-            self.exchange.window.assign(self.model.params.flat, weight=1.0)
-            self.comm.Barrier()
-        if self.exchange.pairwise is not None:  # AD-PSGD: the saved parameters in the window
-            self.exchange.pairwise.assign(self.model.params.flat)
-            self.comm.Barrier()
+        self.exchange.restore(self.step)  # parameters kept elsewhere (server, windows)
         if self.state is not None:
             self.state.load_state_dict({k[len(STATE_PREFIX):]: v for k, v in mine.items()
                                         if k.startswith(STATE_PREFIX)})
-        if self.exchange.choco is not None:
-            self.exchange.choco.load_state_dict({k[len(CHOCO_PREFIX):]: v for k, v in mine.items()
-                                                 if k.startswith(CHOCO_PREFIX)})
+        self.exchange.load_state_dict({k[len(CHOCO_PREFIX):]: v for k, v in mine.items()
+                                       if k.startswith(CHOCO_PREFIX)})
 
     # ------------------------------------------------------------------ training
     def run_seconds(self) -> float:
