@@ -11,40 +11,42 @@ sees either the old tuple or the new one, never one that changes under it.
 The points, what the library does there, and what each observer is called with
 (:data:`POINTS` holds the same table, each point's observer type below it):
 
-=================  ===========================================  ====================================
-point              where                                        observer(...)
-=================  ===========================================  ====================================
-``call``           a public call ends: ``Guard.run``, abort     ``(name, t0, t1, seq, what, call,
-                   mode's ``Runner.run``                        error)``: the flight recorder's
-                                                                description ``what`` (or None),
-                                                                the checked call, the error's type
-                                                                name (or None)
-``submit``         a non-blocking call returns (its checks      ``(kind, name, t0, t1)``
-                   and its queueing: ``nonblocking._submit``)
-``request``        the engine completes a request               ``(request, error)``
-                   (``Request.complete``, before its waiters
-                   wake)
-``wait``           a ``wait()``/``waitall()`` that blocks       ``(requests, t0, t1)``
-                   (``engine.requests.wait_for``)
-``message``        a guarded wait for one exchange round        ``(native, peers, expect, t0, t1)``
-                   (``Guard.complete``; ``native``: an MPI
-                   collective)
-``p2p``            a point-to-point operation is posted         ``(comm, dest, sent, source,
-                   (``_runtime/p2p.py``)                        received)``: -1 and 0 for no send
-                                                                or no receive
-``shm``            a pass through a node's shared window        ``(comm, mode, nbytes, t0, t1)``:
-                   (``Team.run``, ``Team.run_compiled``)        ``mode`` one of ``shmem.layout``'s
-``codec``          a codec's work inside a compressed           ``(phase, t0, t1)``: ``"encode"``,
-                   allreduce (``TensorCoding.encode``,          ``"decode"`` or ``"aggregate"``
-                   ``.decode``, ``.aggregate_into``)
-``reduce``         a local reduction (``ops.Op.combine``)       ``(op, nbytes, t0, t1)``
-``timeline_option``  a call made with ``Options.timeline``      ``(path, comm)``
-                   (``validate.setup``)
-``dump``           a timeout, a stall or a crash that warrants  ``(reason, error)``: ``"timeout"``,
-                   a dump of what led to it                     ``"stall"`` or ``"crash"``
-=================  ===========================================  ====================================
+===================  ======================================  =====================================
+point                where                                   observer(...)
+===================  ======================================  =====================================
+``call``             a public call ends: ``Guard.run``,      ``(name, t0, t1, seq, what, call,
+                     abort mode's ``Runner.run``             error)``: the flight recorder's
+                                                             description ``what`` (or None), the
+                                                             checked call, the error's type name
+                                                             (or None)
+``submit``           a non-blocking call returns             ``(kind, name, t0, t1)``
+                     (``nonblocking._submit``: its checks
+                     and its queueing)
+``request``          the engine completes a request          ``(request, error)``
+                     (``Request.complete``, before its
+                     waiters wake)
+``wait``             a ``wait()``/``waitall()`` that blocks  ``(requests, t0, t1)``
+                     (``engine.requests.wait_for``)
+``message``          a guarded wait for one exchange round   ``(native, peers, expect, t0, t1)``
+                     (``Guard.complete``; ``native``: an
+                     MPI collective)
+``p2p``              a point-to-point operation is posted    ``(comm, dest, sent, source,
+                     (``_runtime/p2p.py``)                   received)``: -1 and 0 for no send or
+                                                             no receive
+``shm``              a pass through a node's shared window   ``(comm, mode, nbytes, t0, t1)``:
+                     (``Team.run``, ``Team.run_compiled``)   ``mode`` one of ``shmem.layout``'s
+``codec``            a codec's work inside a compressed      ``(phase, t0, t1)``: ``"encode"``,
+                     allreduce (``TensorCoding.encode``,     ``"decode"`` or ``"aggregate"``
+                     ``.decode``, ``.aggregate_into``)
+``reduce``           a local reduction (``ops.Op.combine``)  ``(op, nbytes, t0, t1)``
+``timeline_option``  a call made with ``Options.timeline``   ``(path, comm)``
+                     (``validate.setup``)
+``dump``             a timeout, a stall or a crash that      ``(reason, error)``: ``"timeout"``,
+                     warrants a dump of what led to it       ``"stall"`` or ``"crash"``
+                     (``flight.auto_dump``)
+===================  ======================================  =====================================
 
-Times are ``time.perf_counter()`` seconds (:data:`clock`). Observers run on the thread that
+Times are ``time.perf_counter()`` seconds (the flight recorder's clock). Observers run on the thread that
 reaches the point (the caller's, or a progress engine's), inside the library's call: they
 must be quick and must not raise (what one raises propagates into the call, except at
 ``dump``, whose errors are printed and dropped). Who registers where: the timeline
@@ -60,13 +62,9 @@ from __future__ import annotations
 
 import inspect
 import threading
-import time
 from typing import Any, Callable, Protocol, Sequence
 
-__all__ = ["OBSERVERS", "POINTS", "Observers", "register", "unregister", "clock"]
-
-#: The clock of every observed time (monotonic; the flight recorder's too).
-clock = time.perf_counter
+__all__ = ["OBSERVERS", "POINTS", "Observers", "register", "unregister"]
 
 
 class CallObserver(Protocol):
