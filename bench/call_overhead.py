@@ -39,8 +39,8 @@ a shared machine hits them alike. Reported: the median over rounds of the time p
   submitting costs (a small operation only makes and orders its request here) and what its
   ``wait()`` costs (it runs the operation); the variant's own row is the whole call;
 - ``timeline on`` (``--timeline``): ``allreduce`` while a timeline records (``collectives.timeline``;
-  its wrappers are installed for this variant's calls only, so every other variant runs with it
-  off, as without ``--timeline``). Also printed: the spans each call records and
+  its observers are registered for this variant's calls only, so every other variant runs with
+  it off, as without ``--timeline``). Also printed: the spans each call records and
   (``timeline on`` - ``allreduce``) / spans, the cost of one span.
 
 ``--json FILE`` writes the medians.

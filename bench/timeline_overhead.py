@@ -1,11 +1,12 @@
-"""What one timeline span costs: each wrapper of ``collectives.timeline`` around a no-op, on and off.
+"""What one timeline span costs: each observation point of the timeline around a no-op, on and off.
 
 ``python bench/timeline_overhead.py [--calls 100000] [--rounds 7]`` (one process, no mpiexec)
 
-Each hook point is called ``--calls`` times with the timeline off (the library's own method,
-nothing installed) and on (the wrapper installed, recording), in turns within each round so that
-load on a shared machine hits both alike; the work inside is next to nothing, so on minus off is
-the cost of one span: the wrapper, two clock reads, the span's arguments and the append. Times
+Each observation point (``observe.py``) is reached ``--calls`` times with the timeline
+off (no observer registered: the point's test alone) and on (the timeline's observers
+registered, recording), in turns within each round so that load on a shared machine hits both
+alike; the work inside is next to nothing, so on minus off is the cost of one span: the
+observer's call, two clock reads, the span's arguments and the append. Times
 are the process's CPU time (``time.process_time``), not the wall clock, so that the time other
 processes of a loaded machine take from this one does not count.
 
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> dict:
         point, state = args.only.split(":")
         f = points[point]
         f()
-        hooks.install(rec)  # the imports installing makes, in both states
+        hooks.install(rec)  # the imports registering makes, in both states
         hooks.uninstall()
         if state == "on":
             hooks.install(rec)

@@ -22,7 +22,8 @@ PACKAGES = ("compress", "collectives")
 #: so a module at the root that is not listed here is on no floor and fails the test.
 LAYERS = (
     ("compress",),
-    ("collectives.options", "collectives.ops"),  # the root's leaf modules, used by every floor
+    # the root's leaf modules, used by every floor (observe: ops.Op.combine reads it too)
+    ("collectives.options", "collectives.ops", "collectives.observe"),
     ("collectives._runtime",),
     ("collectives.selection",),
     ("collectives.blocks",),
@@ -40,7 +41,7 @@ LAYERS = (
 )
 #: The modules of the package root: ``__init__`` (re-exports), ``__main__``, the public blocking
 #: collectives and the leaves every floor uses; everything else lives in the folder of its floor.
-ROOT_MODULES = {"__init__.py", "__main__.py", "api.py", "options.py", "ops.py"}
+ROOT_MODULES = {"__init__.py", "__main__.py", "api.py", "options.py", "ops.py", "observe.py"}
 
 # Imports every module of both packages in one fresh interpreter, watching every import statement:
 # it is a cycle when a module is imported while it is still being executed by its own import, from
@@ -402,3 +403,106 @@ def test_selection_names_are_the_catalogues():
 
     assert set(FLAT_NAMES) == set(FLAT)
     assert set(TUNABLE) == set(ALGORITHMS) - {"auto"}
+
+
+#: Modules that call ``setattr`` on objects other than ``self``, and why that patches nothing:
+#: each names attributes of its own records by a variable.
+SETATTR_ALLOWED = {
+    "collectives/_runtime/slots.py": "the fields of its own Slots record, named by a variable",
+    "collectives/sgd/timing.py": "instance attributes of the driver's own codec objects (a "
+                                 "stopwatch per method of this run's instances; no class or "
+                                 "module changes)",
+}
+
+
+def _patches(tree: ast.AST) -> list[str]:
+    """Where a module changes attributes of the library's other modules or classes at run
+    time: a ``setattr``/``delattr`` (also ``object.__setattr__``) on anything but ``self``, or
+    an assignment (plain, augmented, annotated; through a subscript too: ``mod.HOOK[0] = f``)
+    or deletion whose target hangs off a name imported from the library."""
+    ours = set()  # names bound by imports of the library (relative, collectives, compress)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (
+                node.level or (node.module or "").split(".")[0] in PACKAGES):
+            ours.update(a.asname or a.name for a in node.names)
+        elif isinstance(node, ast.Import):
+            ours.update((a.asname or a.name).split(".")[0] for a in node.names
+                        if a.name.split(".")[0] in PACKAGES)
+    found = []
+
+    def check(target: ast.AST, line: int) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            for t in target.elts:
+                check(t, line)
+            return
+        base = target
+        while isinstance(base, (ast.Attribute, ast.Subscript)):
+            base = base.value
+        if base is not target and isinstance(base, ast.Name) and base.id in ours:
+            found.append(f"line {line}: assigns {ast.unparse(target)}")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args:
+            func = node.func
+            builtin = isinstance(func, ast.Name) and func.id in ("setattr", "delattr")
+            dunder = isinstance(func, ast.Attribute) and func.attr in ("__setattr__",
+                                                                       "__delattr__")
+            first = node.args[0]
+            if (builtin or dunder) and not (isinstance(first, ast.Name) and first.id == "self"):
+                found.append(f"line {node.lineno}: {ast.unparse(node)[:70]}")
+        elif isinstance(node, (ast.Assign, ast.Delete)):
+            for t in node.targets:
+                check(t, node.lineno)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            check(node.target, node.lineno)
+    return found
+
+
+def test_no_module_patches_another_at_run_time():
+    """Observers, not patches (STYLE 19): the timeline, the schedule trace and the flight
+    recorder register on the observation points of ``observe.py``; no module of the
+    library wraps or replaces an attribute of another module or class, or fills a hook slot
+    kept in one (``mod.HOOK[0] = f``)."""
+    found = []
+    for path in sorted((SRC / "collectives").rglob("*.py")):
+        rel = str(path.relative_to(SRC))
+        if rel in SETATTR_ALLOWED:
+            continue
+        found += [f"{rel}: {f}" for f in _patches(ast.parse(path.read_text()))]
+    assert not found, "\n".join(found)
+
+
+def test_patch_check_can_fail():
+    """The check above sees each way the timeline, the schedule trace and the flight recorder
+    used to patch the library, and lets a module's own state, an instance's attributes and
+    the environment be."""
+    bad = ast.parse(textwrap.dedent("""
+        from .. import ops
+        from .._runtime import flight, validate as _validate
+        from .._runtime.shmem.team import Team
+        import collectives.nonblocking
+        for owner, attr, wrapper in points:
+            setattr(owner, attr, wrapper)
+        Team.run, Team.run_compiled = a, b
+        flight.SPANS[0] = f
+        _validate.TIMELINE_START[0] = g
+        flight.DUMPER[:] = [g]
+        ops.RECORDER[0] += 1
+        del Team.run
+        collectives.nonblocking._submit = h
+    """))
+    assert len(_patches(bad)) == 9, _patches(bad)
+    good = ast.parse(textwrap.dedent("""
+        import os
+        from mpi4py import MPI
+        from .observe import register
+        _STATE = [None]
+        _STATE[0] = 1
+        os.environ["X"] = "1"
+        self.x = 1
+        setattr(self, "x", 1)
+        object.__setattr__(self, "timeline", path)
+        obj.attr = 2
+        register("call", f)
+    """))
+    assert _patches(good) == [], _patches(good)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
+from collectives import observe
 from collectives.diagnostics import timeline
 from collectives._runtime.context import context
 from collectives._runtime.guard import Guard
@@ -99,24 +100,43 @@ def test_merge_orders_ranks_rejects_duplicates_and_the_cli_writes(tmp_path):
     assert timeline.rank_path("out/run.json", 3) == os.path.join("out", "run.rank3.json")
 
 
-def test_start_stop_installs_and_removes_every_wrapper(tmp_path):
-    """Off, the library's own functions are in place (nothing to pay); on, wrappers record;
-    stop() puts the originals back and writes the file (one process: no messages)."""
-    originals = [(owner, attr, owner.__dict__[attr] if isinstance(owner, type)
-                  else getattr(owner, attr)) for owner, attr, _ in hooks._points()]
+def _library_attributes():
+    """Every attribute of the classes and modules that the timeline observes, as they are."""
+    from collectives import nonblocking, ops
+    from collectives._runtime import guard, p2p
+    from collectives._runtime.shmem import team
+    from collectives.compressed import _coding
+    from collectives.engine import requests
+
+    owners = [Guard, team.Team, _coding.TensorCoding, requests.Request, ops.Op, nonblocking,
+              requests, guard, p2p, team]
+    return {(repr(owner), name): value for owner in owners for name, value in vars(owner).items()}
+
+
+def test_start_stop_registers_and_unregisters_every_observer(tmp_path):
+    """Off, no point has the timeline's observers (nothing to pay but a test); on, each of
+    them is registered on its point; stop() unregisters them and writes the file (one process:
+    no messages). No attribute of the library changes meanwhile: observers, not wrappers."""
+    before = _library_attributes()
+    timed = set(hooks.OBSERVERS)
+    assert timed == set(observe.POINTS) - {"p2p", "timeline_option", "dump"}
+    for point, observer in hooks.OBSERVERS.items():
+        assert observer not in getattr(observe.OBSERVERS, point)
     path = tmp_path / "one.json"
     timeline.start(path)
     with pytest.raises(RuntimeError, match="already recording"):
         timeline.start(path)
-    assert Guard.__dict__["run"] is not originals[0][2]
+    for point, observer in hooks.OBSERVERS.items():
+        assert getattr(observe.OBSERVERS, point).count(observer) == 1, point
     with timeline.span("phase", step=1):
         guard = context(MPI.COMM_SELF).guard
         guard.run("allreduce", lambda: None)
         guard.complete([], [], [])
+    assert _library_attributes() == before
     assert timeline.stop() == str(path)
-    for owner, attr, plain in originals:
-        now = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
-        assert now is plain, (owner, attr)
+    for point, observer in hooks.OBSERVERS.items():
+        assert observer not in getattr(observe.OBSERVERS, point), point
+    assert _library_attributes() == before
     with pytest.raises(RuntimeError, match="no timeline"):
         timeline.stop()
     doc = chrome.read(path)

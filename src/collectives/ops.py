@@ -24,23 +24,20 @@ from compress.bfloat16 import divide_words, on_words
 from compress.float16 import combine as half_combine
 from mpi4py import MPI
 
+from .observe import OBSERVERS as _OBSERVED
+
 __all__ = ["Op", "OPS", "get_op", "elementwise", "HALF_KERNEL_ELEMENTS"]
 
 
-#: The recorder of the timeline while one records (``collectives.diagnostics.timeline.hooks`` sets it),
-#: else None: the span of a local reduction is taken here, with no wrapper around the method.
-RECORDER: list = [None]
 _clock = time.perf_counter
 
 
-def _record(rec, name: str, t0: float, nbytes: int) -> None:
-    """A "reduce" span from ``t0`` to now on the calling thread's lane of the timeline ``rec``."""
+def _reduced(observers: tuple, name: str, nbytes: int, t0: float) -> None:
+    """Tell the observers of ``reduce`` (``observe.py``: the timeline) of a local
+    reduction of ``nbytes`` bytes from ``t0`` to now."""
     t1 = _clock()
-    try:
-        events = rec.local.events
-    except AttributeError:  # the thread's first span
-        events = rec.lane().events
-    events.append(("reduce", "reduce", t0, t1, (name, nbytes), None))
+    for observe in observers:
+        observe(name, nbytes, t0, t1)
 
 
 @dataclass(frozen=True)
@@ -55,15 +52,15 @@ class Op:
     words: bool = False
 
     def combine(self, lower: np.ndarray, higher: np.ndarray, out: np.ndarray) -> None:
-        """``out = lower (op) higher`` elementwise; ``out`` may alias either operand. While a
-        timeline records (:data:`RECORDER`), a "reduce" span on the calling thread's lane."""
-        rec = RECORDER[0]
-        if rec is None:
+        """``out = lower (op) higher`` elementwise; ``out`` may alias either operand. Observed
+        at the point ``reduce`` (``observe.py``: the timeline's "reduce" spans)."""
+        observers = _OBSERVED.reduce  # off, this test only
+        if not observers:
             self.ufunc(lower, higher, out=out)
             return
         t0 = _clock()
         self.ufunc(lower, higher, out=out)
-        _record(rec, self.name, t0, out.nbytes)
+        _reduced(observers, self.name, out.nbytes, t0)
 
     def divide(self, result: np.ndarray, p: int) -> None:
         """``result /= p`` in place ("avg"), on values or (``words``) on bfloat16 words."""
@@ -100,11 +97,11 @@ class HalfOp(Op):
                 or type(lower) is not np.ndarray or type(higher) is not np.ndarray):
             Op.combine(self, lower, higher, out)
             return
-        rec = RECORDER[0]
-        t0 = _clock() if rec is not None else 0.0
+        observers = _OBSERVED.reduce
+        t0 = _clock() if observers else 0.0
         half_combine(self.ufunc, lower, higher, out)
-        if rec is not None:
-            _record(rec, self.name, t0, out.nbytes)
+        if observers:
+            _reduced(observers, self.name, out.nbytes, t0)
 
 
 _HALF: dict[str, Op] = {}

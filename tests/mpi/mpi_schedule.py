@@ -14,6 +14,7 @@ from mpi4py import MPI
 
 import collectives
 from collectives._runtime import trace
+from collectives.observe import OBSERVERS
 from collectives._runtime.ranks import real_rank
 from collectives._runtime.shmem.team import Team
 from collectives.tools.osu.schedule import COUNT, record
@@ -40,14 +41,20 @@ def _steps(s):
 
 
 def test_recorder_is_off_outside_a_recording():
-    plain = Team.run
+    """A recording observes the points ``p2p`` and ``shm`` while it lasts, and replaces nothing."""
+    plain = Team.__dict__["run"], Team.__dict__["run_compiled"]
     assert trace.ACTIVE is None
+    assert OBSERVERS.p2p == () and OBSERVERS.shm == ()
     with trace.recording(MPI.COMM_WORLD) as events:
-        assert trace.ACTIVE is not None and Team.run is not plain
+        assert trace.ACTIVE is not None
+        assert OBSERVERS.p2p == (trace.ACTIVE.message,)
+        assert OBSERVERS.shm == (trace.ACTIVE.window,)
         with pytest.raises(RuntimeError):
             with trace.recording(MPI.COMM_WORLD):
                 pass
-    assert trace.ACTIVE is None and Team.run is plain
+        assert (Team.__dict__["run"], Team.__dict__["run_compiled"]) == plain
+    assert trace.ACTIVE is None
+    assert OBSERVERS.p2p == () and OBSERVERS.shm == ()
     assert events == []
     collectives.allreduce(np.ones(4), algorithm="ring")
     assert events == []  # nothing recorded once the recording ended

@@ -33,11 +33,12 @@ from typing import Any, Callable
 from ..options import Options
 from . import flight
 from .cli import abort_world
+from ..observe import OBSERVERS as _OBSERVED
 
 __all__ = ["Runner", "runner", "MODES"]
 
 # module globals read by every call (cheaper than the module's attributes)
-_clock, _SPANS = flight.clock, flight.SPANS
+_clock = flight.clock
 _STARTED, _FINISHED, _FAILED = flight.STARTED, flight.FINISHED, flight.FAILED
 
 #: the values of ``Options.on_error``
@@ -81,8 +82,8 @@ class Runner:
         if records is not None:
             rec = records[seq % guard.nrecords]
             rec.seq, rec.kind, rec.what, rec.state = seq, name, what, _STARTED
-        span = _SPANS[0]  # -- timeline (collectives.timeline): off, this test only
-        t0 = _clock() if span is not None else 0.0
+        observers = _OBSERVED.call  # -- observers (observe.py: the timeline): off, this test only
+        t0 = _clock() if observers else 0.0
         try:
             result = fn(*args)
         except BaseException as exc:  # noqa: BLE001 - every error ends the job in this mode
@@ -90,8 +91,10 @@ class Runner:
                 rec.state, rec.t1, rec.error = _FAILED, _clock(), flight.error_text(exc)
                 if what is None and self.call is not None:
                     rec.what = flight.describe(self.call)
-            if span is not None:
-                span(name, t0, _clock(), seq, what, self.call, type(exc).__name__)
+            if observers:
+                t1, error = _clock(), type(exc).__name__
+                for observe in observers:
+                    observe(name, t0, t1, seq, what, self.call, error)
             _end(f"{name} #{seq} failed on this rank{_truncated(exc, self.call)}", exc)
         finally:
             self.since = None
@@ -100,10 +103,13 @@ class Runner:
             rec.state, rec.t1 = _FINISHED, _clock()
             if what is None and call is not None:
                 rec.what = flight.describe(call)
-            if span is not None:  # -- timeline: the record's end and description
-                span(name, t0, rec.t1, rec.seq, rec.what, call, None)
-        elif span is not None:
-            span(name, t0, _clock(), seq, what, call, None)
+            if observers:  # -- observers: the record's end and description
+                for observe in observers:
+                    observe(name, t0, rec.t1, rec.seq, rec.what, call, None)
+        elif observers:
+            t1 = _clock()
+            for observe in observers:
+                observe(name, t0, t1, seq, what, call, None)
         return result
 
 

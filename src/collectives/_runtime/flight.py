@@ -16,7 +16,8 @@ end (``time.perf_counter()``, a monotonic clock; a dump turns it into wall-clock
 gives the running call's start where a deadline says it (``Options.timeout``).
 Nothing here formats or allocates per call but the description tuple of a first call. Dumps,
 their triggers and the file format are :mod:`collectives.flight_recorder`'s; :func:`auto_dump`
-is the hook the guard, the crash hook and the engine's waits call.
+is what the guard, the crash hook and the engine's waits call: it tells the observers of
+``dump`` (:mod:`.observe`), where the flight recorder registers its dumps.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Callable
+from typing import Any
+
+from ..observe import OBSERVERS
 
 __all__ = ["Record", "Ring", "ENV", "DEFAULT_SIZE", "ring_size", "new_ring", "release_ring",
            "describe",
-           "error_text", "auto_dump", "DUMPER", "STARTED", "FINISHED", "FAILED"]
+           "error_text", "auto_dump", "STARTED", "FINISHED", "FAILED"]
 
 #: The number of calls each communicator keeps (0: off).
 ENV = "COLLECTIVES_FLIGHT_RECORDER"
@@ -148,17 +151,14 @@ def error_text(exc: BaseException) -> str:
         return type(exc).__name__
 
 
-#: ``dumper(reason, error)``: writes the dumps; :mod:`collectives.flight_recorder` sets it when it
-#: is imported (``import collectives`` does), so that this floor does not import that one.
-DUMPER: list[Callable[[str, BaseException | None], None]] = []
-
-
 def auto_dump(reason: str, error: BaseException | None = None) -> None:
-    """Dump every communicator's records (:data:`DUMPER`) because of ``reason`` ("timeout",
-    "stall", "crash"); never raises."""
+    """Ask for a dump of every communicator's records because of ``reason`` ("timeout",
+    "stall", "crash"): the observers of ``dump`` (:mod:`.observe`; the flight recorder's,
+    registered when :mod:`collectives.flight_recorder` is imported, as ``import collectives``
+    does) write it; never raises."""
     try:
-        for dumper in DUMPER:
-            dumper(reason, error)
+        for observe in OBSERVERS.dump:
+            observe(reason, error)
     except Exception as exc:  # noqa: BLE001 - a dump must never hide the original error
         try:
             print(f"collectives: the flight recorder's dump failed: {type(exc).__name__}: {exc}",
@@ -166,12 +166,6 @@ def auto_dump(reason: str, error: BaseException | None = None) -> None:
         except Exception:  # noqa: BLE001
             pass
 
-
-#: ``span(name, t0, t1, seq, what, call, error)``: the timeline's recorder of call spans while
-#: one records (``collectives.timeline`` sets it), else None. ``Guard.run`` and abort mode's
-#: ``Runner.run`` call it at the end of each call with its times, number, flight description
-#: (or None), checked call and error type (or None); off, they test it and nothing more.
-SPANS: list[Callable[..., None] | None] = [None]
 
 #: ``time.perf_counter`` (monotonic), the clock of the records, and of the timeline's spans
 #: (``collectives.timeline``), which take a call's end from its record.

@@ -56,6 +56,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import flight
+from ..observe import OBSERVERS as _OBSERVED
 from .workspace import forget
 
 __all__ = ["CollectiveError", "RaisedEverywhere", "everywhere", "Guard", "native_call",
@@ -149,7 +150,6 @@ _HIGH = [0]
 DROPPED = [0]
 
 _clock = flight.clock
-_SPANS = flight.SPANS
 _STARTED, _FINISHED, _FAILED = flight.STARTED, flight.FINISHED, flight.FAILED
 
 
@@ -239,8 +239,8 @@ class Guard:
             rec.seq, rec.kind = seq, name
             rec.what, rec.state = what, _STARTED
         # --
-        span = _SPANS[0]  # -- timeline (collectives.timeline): off, this test only
-        t0 = _clock() if span is not None else 0.0
+        observers = _OBSERVED.call  # -- observers (observe.py: the timeline): off, this test only
+        t0 = _clock() if observers else 0.0
         owner = self.owner
         outer, owner.active = owner.active, self
         try:
@@ -250,8 +250,10 @@ class Guard:
                 rec.state, rec.t1, rec.error = _FAILED, _clock(), flight.error_text(exc)
                 if what is None and self.call is not None:
                     rec.what = flight.describe(self.call)
-            if span is not None:  # -- timeline
-                span(name, t0, _clock(), seq, what, self.call, type(exc).__name__)
+            if observers:
+                t1, error = _clock(), type(exc).__name__
+                for observe in observers:
+                    observe(name, t0, t1, seq, what, self.call, error)
             if not isinstance(exc, RaisedEverywhere):  # this rank's own: tell the others
                 self._notify(exc)
                 try:  # for the crash hook: which call it was (see first_reporter)
@@ -266,10 +268,13 @@ class Guard:
             rec.state, rec.t1 = _FINISHED, _clock()
             if what is None and call is not None:
                 rec.what = flight.describe(call)
-            if span is not None:  # -- timeline: the record's end and description
-                span(name, t0, rec.t1, rec.seq, rec.what, call, None)
-        elif span is not None:
-            span(name, t0, _clock(), seq, what, call, None)
+            if observers:  # -- observers: the record's end and description
+                for observe in observers:
+                    observe(name, t0, rec.t1, rec.seq, rec.what, call, None)
+        elif observers:
+            t1 = _clock()
+            for observe in observers:
+                observe(name, t0, t1, seq, what, call, None)
         return result
 
     def set_timeout(self, timeout: float | None) -> None:
@@ -354,41 +359,50 @@ class Guard:
     def complete(self, reqs: list[Any], expect: list[int | None], peers: list[int],
                  native: bool = False, keep: tuple = ()) -> None:
         """Wait for every request in ``reqs`` (receives expecting ``expect[i]`` bytes, None for
-        sends; ``native``: one collective), or raise what a notice says (module docstring)."""
-        if self.later and self.seq in self.later:
-            self._abandon(reqs, expect, keep)
-            raise self.later.pop(self.seq)
-        self.waits = (self.seq, peers)  # flight recorder: whom this call waits for
-        todo = [self.notice] + reqs  # first: a notice that has arrived is handled first
-        left = len(reqs)
-        status = self._status
-        while left:
-            try:
-                i = self._waitany(todo, status, native)
-            except TimeoutError:
-                self._abandon(todo[1:], expect, keep)
-                raise
-            except MPI.Exception as exc:
-                self._abandon(todo[1:], expect, keep)
-                if exc.Get_error_class() != MPI.ERR_TRUNCATE:
-                    raise
-                peer = next((p for p, e in zip(peers, expect) if e is not None), None)
-                raise self._mismatch(max(e or 0 for e in expect), peer, None) from None
-            if i == 0:
+        sends; ``native``: one collective), or raise what a notice says (module docstring).
+        The observers of ``message`` (observe.py: the timeline) hear of the round at its end."""
+        observers = _OBSERVED.message  # -- observers: off, this and the test at the end
+        t0 = _clock() if observers else 0.0
+        try:
+            if self.later and self.seq in self.later:
+                self._abandon(reqs, expect, keep)
+                raise self.later.pop(self.seq)
+            self.waits = (self.seq, peers)  # flight recorder: whom this call waits for
+            todo = [self.notice] + reqs  # first: a notice that has arrived is handled first
+            left = len(reqs)
+            status = self._status
+            while left:
                 try:
-                    older = self._read_notice()
-                except BaseException:
+                    i = self._waitany(todo, status, native)
+                except TimeoutError:
                     self._abandon(todo[1:], expect, keep)
                     raise
-                if older and native:  # it can never finish: run the fallback instead
-                    raise _Retire()
-                todo[0] = self.notice
-                continue
-            left -= 1
-            want = expect[i - 1]
-            if want is not None and status.Get_count(MPI.BYTE) != want:
-                self._abandon(todo[1:], expect, keep)
-                raise self._mismatch(want, peers[i - 1], status.Get_count(MPI.BYTE))
+                except MPI.Exception as exc:
+                    self._abandon(todo[1:], expect, keep)
+                    if exc.Get_error_class() != MPI.ERR_TRUNCATE:
+                        raise
+                    peer = next((p for p, e in zip(peers, expect) if e is not None), None)
+                    raise self._mismatch(max(e or 0 for e in expect), peer, None) from None
+                if i == 0:
+                    try:
+                        older = self._read_notice()
+                    except BaseException:
+                        self._abandon(todo[1:], expect, keep)
+                        raise
+                    if older and native:  # it can never finish: run the fallback instead
+                        raise _Retire()
+                    todo[0] = self.notice
+                    continue
+                left -= 1
+                want = expect[i - 1]
+                if want is not None and status.Get_count(MPI.BYTE) != want:
+                    self._abandon(todo[1:], expect, keep)
+                    raise self._mismatch(want, peers[i - 1], status.Get_count(MPI.BYTE))
+        finally:
+            if observers:
+                t1 = _clock()
+                for observe in observers:
+                    observe(native, peers, expect, t0, t1)
 
     def _mismatch(self, want: int, peer: int | None, got: int | None) -> ValueError:
         """The error of a receive of another size than expected: it names this rank's array

@@ -10,8 +10,8 @@ Inside a public call every message carries the call's tag and every wait is the 
 (``_runtime/guard.py``): it also ends on a notice that another rank's call failed, and a receive of
 another size than expected raises ValueError ("count or dtype differs across ranks").
 
-While a recording of ``_runtime/trace.py`` is active, each function also logs its operation there
-(off, the cost is one test of ``trace.ACTIVE``).
+Each operation is observed at the point ``p2p`` (:mod:`.observe`; ``_runtime/trace.py``'s recording
+registers there) before it is posted; with no observer the cost is one test.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from compress.arrays import is_numpy as _host
 from mpi4py import MPI
 
 from . import device as _device
-from . import trace as _trace
 from .guard import Guard
+from ..observe import OBSERVERS as _OBSERVED
 from .traffic import TRAFFIC
 
 __all__ = ["send", "recv", "sendrecv", "exchange"]
@@ -30,10 +30,17 @@ __all__ = ["send", "recv", "sendrecv", "exchange"]
 TAG = 7117  # outside a public call (algorithms run directly); inside, the call's own tag
 
 
+def _observed(comm: MPI.Comm, dest: int, sent: int, source: int, received: int) -> None:
+    """Tell the observers of ``p2p`` of a send of ``sent`` bytes to ``dest`` and/or a receive
+    of ``received`` bytes from ``source`` (-1: none) on ``comm``."""
+    for observe in _OBSERVED.p2p:
+        observe(comm, dest, sent, source, received)
+
+
 def send(comm: MPI.Comm, a: np.ndarray, dest: int, guard: Guard | None) -> None:
     TRAFFIC.add(a.nbytes)
-    if _trace.ACTIVE is not None:
-        _trace.ACTIVE.message(comm, dest, a.nbytes, -1, 0)
+    if _OBSERVED.p2p:
+        _observed(comm, dest, a.nbytes, -1, 0)
     buf = a if _host(a) else _device.to_mpi(a, "send")  # device: CUDA-aware or staged
     if guard is None:
         comm.Send([buf, MPI.BYTE], dest, TAG)
@@ -42,8 +49,8 @@ def send(comm: MPI.Comm, a: np.ndarray, dest: int, guard: Guard | None) -> None:
 
 
 def recv(comm: MPI.Comm, a: np.ndarray, source: int, guard: Guard | None) -> None:
-    if _trace.ACTIVE is not None:
-        _trace.ACTIVE.message(comm, -1, 0, source, a.nbytes)
+    if _OBSERVED.p2p:
+        _observed(comm, -1, 0, source, a.nbytes)
     target = a if _host(a) else _device.from_mpi(a, "recv")
     if guard is None:
         comm.Recv([target, MPI.BYTE], source, TAG)
@@ -58,8 +65,8 @@ def sendrecv(comm: MPI.Comm, a: np.ndarray, dest: int, b: np.ndarray, source: in
              guard: Guard | None) -> None:
     """Send ``a`` to ``dest`` while receiving ``b`` from ``source``."""
     TRAFFIC.add(a.nbytes)
-    if _trace.ACTIVE is not None:
-        _trace.ACTIVE.message(comm, dest, a.nbytes, source, b.nbytes)
+    if _OBSERVED.p2p:
+        _observed(comm, dest, a.nbytes, source, b.nbytes)
     if _host(a) and _host(b):
         if guard is None:
             comm.Sendrecv([a, MPI.BYTE], dest, TAG, [b, MPI.BYTE], source, TAG)
@@ -87,11 +94,11 @@ def exchange(comm: MPI.Comm, sends: list[tuple[np.ndarray, int]],
     NumPy arrays only; an array may be sent to several ranks."""
     for a, dest in sends:
         TRAFFIC.add(a.nbytes)
-        if _trace.ACTIVE is not None:
-            _trace.ACTIVE.message(comm, dest, a.nbytes, -1, 0)
-    if _trace.ACTIVE is not None:
+        if _OBSERVED.p2p:
+            _observed(comm, dest, a.nbytes, -1, 0)
+    if _OBSERVED.p2p:
         for b, source in recvs:
-            _trace.ACTIVE.message(comm, -1, 0, source, b.nbytes)
+            _observed(comm, -1, 0, source, b.nbytes)
     tag = TAG if guard is None else guard.tag
     reqs = [comm.Irecv([b, MPI.BYTE], source, tag) for b, source in recvs] + \
         [comm.Isend([a, MPI.BYTE], dest, tag) for a, dest in sends]

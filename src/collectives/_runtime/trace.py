@@ -9,11 +9,11 @@ algorithm, and ``hierarchical``'s phases inside the node) appends one event nami
 the ranks of the node. ``collectives.tools.osu.schedule`` turns the events of all ranks into steps
 and draws them (docs/algorithms.md).
 
-Off, it costs one test of a module global per message (``ACTIVE is None``) and nothing on the
-shared-memory path: :func:`recording` wraps ``Team.run`` and ``Team.run_compiled`` on the class
-only while it is active.
-One recording at a time, on the thread that makes the calls (the progress engine's thread is not
-meant to run while recording).
+The recorder is an observer (:mod:`.observe`): :func:`recording` registers it on the points
+``p2p`` (before each message is posted) and ``shm`` (at the end of each pass, inside which no
+message is sent) and unregisters it when the block ends; off, each point costs one test of an
+empty tuple. One recording at a time, on the thread that makes the calls (the progress
+engine's thread is not meant to run while recording).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from mpi4py import MPI
+
+from ..observe import register, unregister
 
 __all__ = ["Event", "Recorder", "ACTIVE", "recording"]
 
@@ -59,12 +61,24 @@ class Recorder:
         self.events.append(Event("p2p", self._rank(comm, dest) if dest >= 0 else -1, sent,
                                  self._rank(comm, source) if source >= 0 else -1, received))
 
-    def window(self, comm: MPI.Comm, mode: str) -> None:
+    def window(self, comm: MPI.Comm, mode: int, nbytes: int, t0: float, t1: float) -> None:
+        """A pass through ``comm``'s shared window in ``mode`` (``shmem.layout``'s constants;
+        ``nbytes`` and the times are not recorded)."""
         ranks = MPI.Group.Translate_ranks(comm.Get_group(), list(range(comm.size)), self.group)
-        self.events.append(Event(f"shm {mode}", group=tuple(ranks)))
+        self.events.append(Event(f"shm {_MODES[mode]}", group=tuple(ranks)))
 
 
-#: The recorder in use, or None (the default): what ``p2p`` tests before recording.
+def _modes() -> dict[int, str]:
+    from .shmem import layout
+
+    return {layout.FUSED: "allreduce", layout.REPLICATED: "allreduce (replicated)",
+            layout.REDUCE_SCATTER: "reduce-scatter", layout.ALLGATHER: "allgather"}
+
+
+_MODES: dict[int, str] = {}
+
+
+#: The recording in progress, or None (the default).
 ACTIVE: Recorder | None = None
 
 
@@ -72,26 +86,16 @@ ACTIVE: Recorder | None = None
 def recording(comm: MPI.Comm) -> Iterator[list[Event]]:
     """Record this process's operations until the block ends; yields the list that fills up."""
     global ACTIVE
-    from .shmem import layout
-    from .shmem.team import Team
-
     if ACTIVE is not None:
         raise RuntimeError("a recording is already active")
-    names = {layout.FUSED: "allreduce", layout.REPLICATED: "allreduce (replicated)",
-             layout.REDUCE_SCATTER: "reduce-scatter", layout.ALLGATHER: "allgather"}
-    plain, plain_compiled = Team.run, Team.run_compiled
-    rec = Recorder(comm)
-
-    def window(original, first):  # mode: argument first + 3 (run: 0; run_compiled: 1, the entry)
-        def method(team, *args, **kwargs):
-            rec.window(team.comm, names[args[first + 3]])
-            return original(team, *args, **kwargs)
-        return method
-
-    Team.run, Team.run_compiled = window(plain, 0), window(plain_compiled, 1)
-    ACTIVE = rec
+    if not _MODES:
+        _MODES.update(_modes())
+    rec = ACTIVE = Recorder(comm)
+    register("p2p", rec.message)
+    register("shm", rec.window)
     try:
         yield rec.events
     finally:
+        unregister("shm", rec.window)
+        unregister("p2p", rec.message)
         ACTIVE = None
-        Team.run, Team.run_compiled = plain, plain_compiled

@@ -14,6 +14,7 @@ from mpi4py import MPI
 
 from .context import context
 from .guard import everywhere
+from ..observe import OBSERVERS
 from ..options import Options
 
 __all__ = ["check_comm", "checked", "checked_call", "pick", "resolve", "setup", "verdict"]
@@ -53,17 +54,15 @@ def setup(comm: MPI.Comm | None, options: Options | None,
     return comm, opts, opts.validate if validate is None else bool(validate)
 
 
-#: ``collectives.timeline.start_for_option``, set when that package is imported (with
-#: ``collectives``): this module sits below it
-TIMELINE_START: list[Callable[[str, MPI.Comm], None] | None] = [None]
-
-
 def timeline_option(options: Any, comm: MPI.Comm) -> None:
-    """``Options.timeline``: the first call made with it starts the recording, over ``comm``
-    (before the call's guard runs, so that the call is its first span)."""
+    """``Options.timeline``: tell the observers of ``timeline_option`` (:mod:`.observe`;
+    ``collectives.timeline`` registers there when imported: the first call made with it starts
+    the recording over ``comm``, before the call's guard runs, so that the call is its first
+    span)."""
     path = getattr(options, "timeline", None)
-    if path is not None and TIMELINE_START[0] is not None:
-        TIMELINE_START[0](path, comm)
+    if path is not None:
+        for observe in OBSERVERS.timeline_option:
+            observe(path, comm)
 
 
 def check_comm(name: str, comm: object) -> None:

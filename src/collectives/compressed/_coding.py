@@ -10,10 +10,15 @@ aggregates the same contributions gets the same bits.
 contribution: sparse payloads (``compress.protocols.SparsePayload``) are added into the dense
 result chunk by chunk, each chunk written once (``_kernels.sum_in_rank_order``, the bits of the
 dense sum), others are decoded one at a time into a running sum.
+
+Encoding, decoding and aggregating are observed at the point ``codec``
+(``observe.py``: the timeline's "encode", "decode" and "aggregate" spans; a decode
+inside an aggregation is observed too).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -22,9 +27,19 @@ from compress import Codec
 from compress.protocols import SparsePayload
 
 from .._runtime.arrays import xp
+from ..observe import OBSERVERS as _OBSERVED
 from .state import CompressionState
 
 __all__ = ["TensorCoding"]
+
+_clock = time.perf_counter
+
+
+def _observed(observers: tuple, phase: str, t0: float) -> None:
+    """Tell the observers of ``codec`` of ``phase`` from ``t0`` to now."""
+    t1 = _clock()
+    for observe in observers:
+        observe(phase, t0, t1)
 
 
 @dataclass
@@ -50,8 +65,14 @@ class TensorCoding:
         """Payload of flat ``x`` (through the state's memory, if any): the whole tensor (in its
         shape, so per-key state such as an error-feedback residual has the tensor's shape), or
         chunk ``part`` of it."""
-        whole = x.reshape(self.shape) if part is None else x
-        return self.state.encoder.encode(whole, key=self.subkey(part), step=self.step)
+        observers = _OBSERVED.codec
+        t0 = _clock() if observers else 0.0
+        try:
+            whole = x.reshape(self.shape) if part is None else x
+            return self.state.encoder.encode(whole, key=self.subkey(part), step=self.step)
+        finally:
+            if observers:
+                _observed(observers, "encode", t0)
 
     def subkey(self, part: int | None) -> Any:
         return self.key if part is None else f"{self.key}#chunk{part}"
@@ -59,7 +80,13 @@ class TensorCoding:
     def decode(self, payload: np.ndarray, count: int) -> np.ndarray:
         """Dense flat contents of a payload that must hold ``count`` elements (payloads come
         from other ranks: a wrong count is rejected before the decoder allocates anything)."""
-        return self.codec.decode(payload, count=count).reshape(-1)
+        observers = _OBSERVED.codec
+        t0 = _clock() if observers else 0.0
+        try:
+            return self.codec.decode(payload, count=count).reshape(-1)
+        finally:
+            if observers:
+                _observed(observers, "decode", t0)
 
     def finish(self, acc: np.ndarray, count: int, out: np.ndarray) -> None:
         """Turn a rank-order sum of ``count`` contributions into the result, written to ``out``
@@ -85,19 +112,26 @@ class TensorCoding:
         least float32), ``acc += d_r`` for each later rank, in one dense vector: host sparse
         payloads of one dtype are added into it at their indices (the same bits); any other
         payload is decoded and added, one at a time."""
-        if isinstance(self.codec, SparsePayload) and all(type(pl) is np.ndarray for pl in payloads):
-            parts = [self.codec.sparse_views(pl, count=count) for pl in payloads]  # validated
-            if len({vals.dtype for _, vals in parts}) == 1:
-                self._sparse_sum_into(parts, count, out)
-                return
-        acc = None
-        for pl in payloads:
-            d = self.decode(pl, count)
-            if acc is None:
-                acc = d.astype(np.result_type(d.dtype, np.float32), copy=True)
-            else:
-                acc += d
-        self.finish(acc, self.world, out)
+        observers = _OBSERVED.codec
+        t0 = _clock() if observers else 0.0
+        try:
+            if isinstance(self.codec, SparsePayload) \
+                    and all(type(pl) is np.ndarray for pl in payloads):
+                parts = [self.codec.sparse_views(pl, count=count) for pl in payloads]  # validated
+                if len({vals.dtype for _, vals in parts}) == 1:
+                    self._sparse_sum_into(parts, count, out)
+                    return
+            acc = None
+            for pl in payloads:
+                d = self.decode(pl, count)
+                if acc is None:
+                    acc = d.astype(np.result_type(d.dtype, np.float32), copy=True)
+                else:
+                    acc += d
+            self.finish(acc, self.world, out)
+        finally:
+            if observers:
+                _observed(observers, "aggregate", t0)
 
     def _sparse_sum_into(self, parts: list[tuple[np.ndarray, np.ndarray]], count: int,
                          out: np.ndarray) -> None:

@@ -51,6 +51,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .._runtime import flight
+from .. import observe as _observe
 from .._runtime.guard import Guard, live_guards
 from ..engine.lifecycle import live_engines
 
@@ -210,7 +211,7 @@ def _engines() -> list[dict[str, Any]]:
     return out
 
 
-flight.DUMPER[:] = [auto]
+_observe.register("dump", auto)  # timeouts, stalls and crashes dump (flight.auto_dump)
 
 
 def install_signal(signum: int = getattr(signal, "SIGUSR1", 0)) -> bool:

@@ -38,6 +38,7 @@ import warnings
 from typing import Any, Callable, Sequence
 
 from .._runtime import flight
+from ..observe import OBSERVERS as _OBSERVED
 
 __all__ = ["Request", "StallWarning", "EngineError", "waitall", "waitany", "testall", "watch",
            "wait_for", "wait_done", "DONE"]
@@ -58,6 +59,7 @@ def wait_done(timeout: float | None) -> None:
         _WAITING[0] -= 1
 
 LOG = logging.getLogger(__name__)
+_clock = time.perf_counter
 
 
 class StallWarning(RuntimeWarning):
@@ -179,7 +181,12 @@ class Request:
     # -- the engine's side --------------------------------------------------------------------
     def complete(self, error: BaseException | None = None) -> None:
         """Mark the operation finished (with ``error`` if it failed), wake every waiter, then run
-        the completion callbacks on this thread."""
+        the completion callbacks on this thread. The observers of ``request``
+        (``observe.py``: the timeline) hear of it first."""
+        observers = _OBSERVED.request  # off, this test only
+        if observers:
+            for observe in observers:
+                observe(self, error)
         with _DONE_LOCK:  # DONE's (a plain lock's with is cheaper than the condition's)
             self._error = error
             self._done = True
@@ -241,39 +248,48 @@ def _limits(requests: Sequence[Request], timeout: float | None) -> tuple[float, 
 
 def wait_for(requests: Sequence[Request], timeout: float | None,
              satisfied: Callable[[Any], bool]) -> None:
-    """Block until ``satisfied(r.test() for r in requests)`` (``all`` or ``any``)."""
-    for r in requests:
-        if not r._done:
-            _kick(r)
-    limit, stall = _limits(requests, timeout)
-    start = time.monotonic()
-    warned = stall == float("inf")
-    while True:
-        with DONE:
-            while not satisfied(r._done for r in requests):
-                waited = time.monotonic() - start
-                until = limit if warned else min(limit, stall)
-                if waited >= until:
-                    break
-                # no limit left (warned, no timeout): an infinite wait overflows time_t
-                wait_done(None if until == float("inf") else until - waited)
-            else:
-                return
-        waited = time.monotonic() - start
-        stuck = [r for r in requests if not r._done]
-        if not stuck:
-            continue
-        report = "; ".join(r.engine.report(r) for r in stuck[:4])
-        if len(stuck) > 4:
-            report += f"; and {len(stuck) - 4} more"
-        if waited >= limit:
-            error = TimeoutError(f"timed out after {limit:g} s waiting for {report}")
-            flight.auto_dump("timeout", error)  # -- flight recorder
-            raise error
-        warning = StallWarning(f"waited {waited:.1f} s for {report}")
-        flight.auto_dump("stall", warning)  # -- flight recorder
-        warnings.warn(warning, stacklevel=3)
-        warned = True
+    """Block until ``satisfied(r.test() for r in requests)`` (``all`` or ``any``); the observers
+    of ``wait`` (``observe.py``: the timeline) hear of the wait at its end."""
+    observers = _OBSERVED.wait  # off, this and the test at the end
+    t0 = _clock() if observers else 0.0
+    try:
+        for r in requests:
+            if not r._done:
+                _kick(r)
+        limit, stall = _limits(requests, timeout)
+        start = time.monotonic()
+        warned = stall == float("inf")
+        while True:
+            with DONE:
+                while not satisfied(r._done for r in requests):
+                    waited = time.monotonic() - start
+                    until = limit if warned else min(limit, stall)
+                    if waited >= until:
+                        break
+                    # no limit left (warned, no timeout): an infinite wait overflows time_t
+                    wait_done(None if until == float("inf") else until - waited)
+                else:
+                    return
+            waited = time.monotonic() - start
+            stuck = [r for r in requests if not r._done]
+            if not stuck:
+                continue
+            report = "; ".join(r.engine.report(r) for r in stuck[:4])
+            if len(stuck) > 4:
+                report += f"; and {len(stuck) - 4} more"
+            if waited >= limit:
+                error = TimeoutError(f"timed out after {limit:g} s waiting for {report}")
+                flight.auto_dump("timeout", error)  # -- flight recorder
+                raise error
+            warning = StallWarning(f"waited {waited:.1f} s for {report}")
+            flight.auto_dump("stall", warning)  # -- flight recorder
+            warnings.warn(warning, stacklevel=3)
+            warned = True
+    finally:
+        if observers:
+            t1 = _clock()
+            for observe in observers:
+                observe(requests, t0, t1)
 
 
 def waitall(requests: Sequence[Request], timeout: float | None = None) -> list[Any]:

@@ -25,6 +25,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..guard import CollectiveError, Guard
+from ...observe import OBSERVERS as _OBSERVED
 from . import layout as L
 
 __all__ = ["Team", "OPCODES"]
@@ -69,12 +70,22 @@ BACKGROUND = os.environ.get("COLLECTIVES_JIT_BACKGROUND", "1").strip() != "0"
 INTERPRET: bool | None = None
 
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
+_clock = time.perf_counter
+
 _DTYPES = {np.dtype(c).num: np.dtype(c).name for c in np.typecodes["All"] if c not in "OMmV"}
 _OPS = {0: "sum", 1: "prod", 2: "min", 3: "max"}
 _COMPLETE, _FLOAT16 = L.COMPLETE, np.dtype(np.float16).num
 _MODES = {L.FUSED: "allreduce", L.REDUCE_SCATTER: "reduce-scatter", L.ALLGATHER: "allgather",
           L.REPLICATED: "allreduce"}
 _KERNELS: Any = None
+
+
+def _observed(observers: tuple, comm: MPI.Comm, mode: int, nbytes: int, t0: float) -> None:
+    """Tell the observers of ``shm`` (``observe.py``: the timeline, the schedule
+    trace) of a pass in ``mode`` over ``nbytes`` bytes from ``t0`` to now."""
+    t1 = _clock()
+    for observe in observers:
+        observe(comm, mode, nbytes, t0, t1)
 
 
 def _cma_bytes(dedicated: bool) -> int:
@@ -261,26 +272,33 @@ class Team:
             Another rank's call differs (count, dtype, op, mode), or it needs more rounds than
             a call may have.
         """
-        if INTERPRET is None and (wait or out.dtype is self.last_warm):
-            run_rounds = _kernels().run_rounds
-        else:
-            run_rounds = self._driver(x, out, wait)
-        tab = self.tab
-        # run_rounds numbers the call: after its last one, and from seq * CALLS_PER_SEQ inside
-        # public call number seq (agreed by every rank, also after a failure: docs/shm-protocol.md)
-        seq = -1 if guard is None else guard.seq
-        kind = L.kind(out.dtype.num, opcode, mode, m)
-        if kind & 0xFF == _FLOAT16:  # Numba has no float16: uint16 words and a format token
-            token = _kernels().FLOAT16
-            x, out = x.view(np.uint16), out.view(np.uint16)
-        else:
-            token = out
-        regions = self.regions()
-        tab[L.T_PHASE] = 0  # a new call (run_rounds then keeps call and kind in the table)
-        status = run_rounds(tab, regions, x, out, token, opcode, mode, m, seq, kind)
-        if status != _COMPLETE:
-            self._rest(status, run_rounds, regions, x, out, token, opcode, mode, m, seq, kind,
-                       guard)
+        observers = _OBSERVED.shm  # -- observers (observe.py): off, this and the last test
+        t0 = _clock() if observers else 0.0
+        try:
+            if INTERPRET is None and (wait or out.dtype is self.last_warm):
+                run_rounds = _kernels().run_rounds
+            else:
+                run_rounds = self._driver(x, out, wait)
+            tab = self.tab
+            # run_rounds numbers the call: after its last one, and from seq * CALLS_PER_SEQ
+            # inside public call number seq (agreed by every rank, also after a failure:
+            # docs/shm-protocol.md)
+            seq = -1 if guard is None else guard.seq
+            kind = L.kind(out.dtype.num, opcode, mode, m)
+            if kind & 0xFF == _FLOAT16:  # Numba has no float16: uint16 words, a format token
+                token = _kernels().FLOAT16
+                x, out = x.view(np.uint16), out.view(np.uint16)
+            else:
+                token = out
+            regions = self.regions()
+            tab[L.T_PHASE] = 0  # a new call (run_rounds then keeps call and kind in the table)
+            status = run_rounds(tab, regions, x, out, token, opcode, mode, m, seq, kind)
+            if status != _COMPLETE:
+                self._rest(status, run_rounds, regions, x, out, token, opcode, mode, m, seq,
+                           kind, guard)
+        finally:
+            if observers:
+                _observed(observers, self.comm, mode, x.nbytes, t0)
 
     def compiled(self, x: np.ndarray, out: np.ndarray, opcode: int, mode: int,
                  m: int) -> tuple[Any, int] | None:
@@ -300,13 +318,20 @@ class Team:
                      m: int, kind: int, guard: Guard | None) -> None:
         """:meth:`run` on the kernel's entry ``entry`` and the call's ``kind``, as
         :meth:`compiled` gave them for arrays of the types of ``x`` and ``out``."""
-        tab = self.tab
-        regions = self.regions()
-        seq = -1 if guard is None else guard.seq
-        tab[L.T_PHASE] = 0
-        status = entry(tab, regions, x, out, out, opcode, mode, m, seq, kind)
-        if status != _COMPLETE:
-            self._rest(status, entry, regions, x, out, out, opcode, mode, m, seq, kind, guard)
+        observers = _OBSERVED.shm  # -- observers: off, this and the test at the end
+        t0 = _clock() if observers else 0.0
+        try:
+            tab = self.tab
+            regions = self.regions()
+            seq = -1 if guard is None else guard.seq
+            tab[L.T_PHASE] = 0
+            status = entry(tab, regions, x, out, out, opcode, mode, m, seq, kind)
+            if status != _COMPLETE:
+                self._rest(status, entry, regions, x, out, out, opcode, mode, m, seq, kind,
+                           guard)
+        finally:
+            if observers:
+                _observed(observers, self.comm, mode, x.nbytes, t0)
 
     def _rest(self, status: int, run_rounds: Any, regions: np.ndarray, x: np.ndarray,
               out: np.ndarray, token: Any, opcode: int, mode: int, m: int, seq: int, kind: int,

@@ -12,9 +12,10 @@ run, and inside them the exchange rounds, shared-memory passes, codec work and r
 (:mod:`.hooks` lists them). Clocks are aligned to rank 0's at the start (:mod:`.clock`).
 Guide: docs/timeline.md.
 
-Off (the default) the library runs untouched: the wrappers that record are installed by
-:func:`start` and removed by :func:`stop`. On, each span costs a wrapper, two clock reads and an
-append to the thread's own list (bench/timeline_overhead.py).
+The spans come from observers (:mod:`.hooks`) that :func:`start` registers on the library's
+observation points (``observe.py``) and :func:`stop` unregisters. Off (the default)
+each point costs one test of an empty tuple; on, each span costs a call of the observer, a
+clock read or two and an append to the thread's own list (bench/timeline_overhead.py).
 
 With the environment variable, recording starts when ``collectives`` is imported (a collective
 step: every rank imports it) and ends at exit, where each rank writes ``run.rank<R>.json`` and
@@ -37,7 +38,7 @@ from typing import Any, Iterator
 
 from mpi4py import MPI
 
-from ..._runtime import validate as _validate
+from ... import observe as _observe
 from . import hooks
 from .chrome import check, document, merge, rank_events, read, write
 from .clock import align
@@ -228,5 +229,5 @@ def start_from_env() -> None:
         start(path)
 
 
-_validate.TIMELINE_START[0] = start_for_option
+_observe.register("timeline_option", start_for_option)  # Options.timeline (validate.setup)
 atexit.register(_at_exit)

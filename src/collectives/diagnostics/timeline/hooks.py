@@ -1,73 +1,73 @@
-"""Where the timeline's spans come from: wrappers installed on the library only while it records.
+"""Where the timeline's spans come from: observers of the library's observation points.
 
-As ``_runtime/trace.py`` does for the shared-memory rounds, :func:`install` replaces a few
-functions and methods with timing wrappers and :func:`uninstall` puts them back, so that with no
-timeline the library runs its own code, untouched. Each wrapper reads :data:`ACTIVE` once,
-times the original and appends one span to the calling thread's lane (:mod:`.recorder`). Call
-spans are the exception: ``Guard.run`` and abort mode's ``Runner.run`` already read the clock
-at each call's end and describe the call for the flight recorder (``_runtime/flight.py``), so
-they give the timeline those (``flight.SPANS``, which :func:`install` sets to :func:`_call`)
-and a wrapper around them would only add a second Python frame per call; off, that costs them
-one test of the slot per call. Local reductions likewise: ``ops.Op.combine`` appends its own
-span while ``ops.RECORDER`` holds the recorder. The hook points, by span category:
+The library calls the observers registered on its observation points (``observe.py``)
+where things happen: a call's end, a message round, a pass through a shared window ... .
+:func:`install` registers the observers below on those points (once) and :func:`uninstall`
+unregisters them, so that with no timeline each point costs the library one test of an empty
+tuple, and no function of the library is ever replaced. Each observer reads :data:`ACTIVE`
+once and appends one span to the calling thread's lane (:mod:`.recorder`); the point gives it
+the times it measured. The observers, by span category:
 
-===========  ================================================  ===================================
-category     wrapped                                           span
-===========  ================================================  ===================================
-call         (given by ``_runtime.guard.Guard.run`` and        one public call (blocking, or an
-             ``_runtime.fatal.Runner.run``, abort mode's)      engine's run of a request): kind,
-                                                               seq, count, dtype, bytes,
-                                                               algorithm, strategy, codec
-submit       ``nonblocking._submit``                           ``iallreduce(...)`` and the others
-                                                               up to their return (checks,
-                                                               queueing)
-request      ``engine.requests.Request.complete``              the engine's run of a request
-                                                               (``started`` to ``finished``), on
-                                                               the thread that ran it: kind,
-                                                               name (``name=``, the buckets of
-                                                               ``DistributedOptimizer``), seq
-wait         ``engine.requests.wait_for``                      a ``wait()``/``waitall()`` that
-                                                               blocks
-message      ``_runtime.guard.Guard.complete``                 each exchange round inside a call:
-                                                               its messages' wait (send, recv,
-                                                               sendrecv; "native": an MPI
-                                                               collective), peers and bytes
-shm          ``_runtime.shmem.team.Team.run``,                 one pass through the node's
-             ``.run_compiled`` (a repeated call's lane)        shared window, by mode
-encode,      ``compressed._coding.TensorCoding.encode``,       a codec's work inside a compressed
-decode,      ``.decode``, ``.aggregate_into``                  allreduce
+===========  =================================================  =================================
+category     observation point (where)                          span
+===========  =================================================  =================================
+call         ``call`` (``_runtime.guard.Guard.run``, abort       one public call (blocking, or an
+             mode's ``_runtime.fatal.Runner.run``, at the end)  engine's run of a request): kind,
+                                                                seq, count, dtype, bytes,
+                                                                algorithm, strategy, codec
+submit       ``submit`` (``nonblocking._submit``)               ``iallreduce(...)`` and the
+                                                                others up to their return
+                                                                (checks, queueing)
+request      ``request`` (``engine.requests.Request.complete``) the engine's run of a request
+                                                                (``started`` to ``finished``),
+                                                                on the thread that ran it: kind,
+                                                                name (``name=``, the buckets of
+                                                                ``DistributedOptimizer``), seq
+wait         ``wait`` (``engine.requests.wait_for``)            a ``wait()``/``waitall()`` that
+                                                                blocks
+message      ``message`` (``_runtime.guard.Guard.complete``)    each exchange round inside a
+                                                                call: its messages' wait (send,
+                                                                recv, sendrecv; "native": an MPI
+                                                                collective), peers and bytes
+shm          ``shm`` (``_runtime.shmem.team.Team.run``,          one pass through the node's
+             ``.run_compiled``: a repeated call's lane)         shared window, by mode
+encode,      ``codec`` (``compressed._coding.TensorCoding``'s    a codec's work inside a
+decode,      ``encode``, ``decode``, ``aggregate_into``)         compressed allreduce
 aggregate
-reduce       (taken by ``ops.Op.combine`` itself)              a local reduction (a block of a
-                                                               round)
-user, codec  (:func:`collectives.timeline.record`)             the program's own phases (the SGD
-                                                               driver's and the PyTorch trainer's
-                                                               compute, step, update; the
-                                                               driver's codec methods)
-===========  ================================================  ===================================
+reduce       ``reduce`` (``ops.Op.combine``)                    a local reduction (a block of a
+                                                                round)
+user, codec  (:func:`collectives.timeline.record`)              the program's own phases (the
+                                                                SGD driver's and the PyTorch
+                                                                trainer's compute, step, update;
+                                                                the driver's codec methods)
+===========  =================================================  =================================
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-from ... import ops
-from ..._runtime import flight
-from .recorder import Recorder, clock
+from ... import observe
+from .recorder import Recorder
 
-__all__ = ["ACTIVE", "install", "uninstall"]
+__all__ = ["ACTIVE", "OBSERVERS", "install", "uninstall"]
 
-#: The recorder in use, or None: what every wrapper reads first.
+#: The recorder in use, or None: what every observer reads first.
 ACTIVE: Recorder | None = None
 
-#: (owner, attribute, original, wrapper) of every installed wrapper
-_INSTALLED: list[tuple[Any, str, Any, Any]] = []
+
+# -- the observers ---------------------------------------------------------------------------------
+def _events(rec: Recorder) -> list:
+    """The calling thread's list of spans in ``rec`` (its lane's, made at its first span)."""
+    try:
+        return rec.local.events
+    except AttributeError:
+        return rec.lane().events
 
 
-# -- the wrappers ----------------------------------------------------------------------------------
 def _call(name: str, t0: float, t1: float, seq: int, what: tuple | None, call: Any,
           error: str | None) -> None:
-    """A call's span, given by ``Guard.run`` and abort mode's ``Runner.run`` at its end
-    (``_runtime.flight.SPANS``): its times, number, the flight recorder's description of it
+    """A call's span, at its end: its times, number, the flight recorder's description of it
     (``what``, or None) and its error's type. Compressed calls are read here instead
     (:func:`_summary`: codec, strategy and step, which the description does not hold)."""
     rec = ACTIVE
@@ -77,110 +77,80 @@ def _call(name: str, t0: float, t1: float, seq: int, what: tuple | None, call: A
         what = _summary(call)
     if error is not None:
         what = (None, error, what)
-    try:
-        events = rec.local.events
-    except AttributeError:
-        events = rec.lane().events
-    events.append(("call", name, t0, t1, what, seq))
+    _events(rec).append(("call", name, t0, t1, what, seq))
 
 
 #: call kinds whose span needs what the flight record does not hold (codec, strategy, step)
 _SIGNED = frozenset({"compressed_allreduce"})
 
 
-def _guard_complete(plain: Callable) -> Callable:
-    def complete(self, reqs, expect, peers, native=False, keep=()):
-        rec = ACTIVE
-        if rec is None:
-            return plain(self, reqs, expect, peers, native, keep)
-        t0 = clock()
-        try:
-            return plain(self, reqs, expect, peers, native, keep)
-        finally:
-            t1 = clock()
-            try:
-                events = rec.local.events
-            except AttributeError:
-                events = rec.lane().events
-            # named at write time (send, recv, sendrecv: .chrome) unless native; the peers,
-            # then what each expected, in one tuple of numbers (which the collector stops
-            # tracking, where lists would stay tracked and every full collection would walk them)
-            events.append(("message", "native" if native else "", t0, t1, (*peers, *expect),
-                           None))
-    return complete
+def _message(native: bool, peers: list[int], expect: list[int | None], t0: float,
+             t1: float) -> None:
+    rec = ACTIVE
+    if rec is None:
+        return
+    # named at write time (send, recv, sendrecv: .chrome) unless native; the peers, then what
+    # each expected, in one tuple of numbers (which the collector stops tracking, where lists
+    # would stay tracked and every full collection would walk them)
+    _events(rec).append(("message", "native" if native else "", t0, t1, (*peers, *expect),
+                         None))
 
 
-def _submit(plain: Callable) -> Callable:
-    def submit(kind, cls, x, comm, validate, opts, name, *args):
-        rec = ACTIVE
-        if rec is None:
-            return plain(kind, cls, x, comm, validate, opts, name, *args)
-        t0 = clock()
-        try:
-            return plain(kind, cls, x, comm, validate, opts, name, *args)
-        finally:
-            rec.add("submit", kind, t0, clock(), None if name is None else {"name": name})
-    return submit
+def _submit(kind: str, name: str | None, t0: float, t1: float) -> None:
+    rec = ACTIVE
+    if rec is not None:
+        rec.add("submit", kind, t0, t1, None if name is None else {"name": name})
 
 
-def _request_complete(plain: Callable) -> Callable:
-    def complete(self, error=None):
-        rec = ACTIVE
-        if rec is not None and self.started is not None and self.finished is not None:
-            rec.add("request", self.kind, self.started, self.finished,
-                    (self.name, None if error is None else type(error).__name__,
-                     _summary(self.call)), self.seq)
-        return plain(self, error)
-    return complete
+def _request(request: Any, error: BaseException | None) -> None:
+    rec = ACTIVE
+    if rec is not None and request.started is not None and request.finished is not None:
+        rec.add("request", request.kind, request.started, request.finished,
+                (request.name, None if error is None else type(error).__name__,
+                 _summary(request.call)), request.seq)
 
 
-def _wait_for(plain: Callable) -> Callable:
-    def wait_for(requests, timeout, satisfied):
-        rec = ACTIVE
-        if rec is None:
-            return plain(requests, timeout, satisfied)
-        t0 = clock()
-        try:
-            return plain(requests, timeout, satisfied)
-        finally:
-            names = [r.name if r.name is not None else f"{r.kind} #{r.seq}" for r in requests]
-            rec.add("wait", "wait", t0, clock(), {"requests": tuple(names)})
-    return wait_for
+def _wait(requests: Sequence[Any], t0: float, t1: float) -> None:
+    rec = ACTIVE
+    if rec is not None:
+        names = [r.name if r.name is not None else f"{r.kind} #{r.seq}" for r in requests]
+        rec.add("wait", "wait", t0, t1, {"requests": tuple(names)})
 
 
-def _method_span(category: str, name_args: Callable) -> Callable[[Callable], Callable]:
-    """A wrapper of a method: one span of ``category`` per call while a timeline records, named
-    with its arguments by ``name_args(self, args)`` (its name and its span's arguments)."""
-    def make(plain: Callable) -> Callable:
-        def method(self, *args, **kwargs):
-            rec = ACTIVE
-            if rec is None:
-                return plain(self, *args, **kwargs)
-            t0 = clock()
-            try:
-                return plain(self, *args, **kwargs)
-            finally:
-                t1 = clock()
-                name, span_args = name_args(self, args)
-                rec.add(category, name, t0, t1, span_args)
-        return method
-    return make
+_SHM_MODES: dict[int, str] = {}  # shmem.layout's modes -> span names
 
 
-def _team_pass(first: int) -> Callable[[Callable], Callable]:
-    """``Team.run`` (``first`` 0) or ``Team.run_compiled`` (1: after the entry, a repeated
-    call's lane): one span per pass through the window, by mode. ``x`` and ``mode`` are the
-    arguments ``first`` and ``first + 3``, which every caller passes by position."""
-    from ..._runtime.shmem import layout
+def _shm(comm: Any, mode: int, nbytes: int, t0: float, t1: float) -> None:
+    rec = ACTIVE
+    if rec is None:
+        return
+    if not _SHM_MODES:
+        from ..._runtime.shmem import layout
 
-    modes = {layout.FUSED: "shm allreduce", layout.REPLICATED: "shm allreduce (replicated)",
-             layout.REDUCE_SCATTER: "shm reduce-scatter", layout.ALLGATHER: "shm allgather"}
-    return _method_span("shm", lambda self, args: (modes.get(args[first + 3], "shm"),
-                                                   (args[first].nbytes, self.comm.size)))
+        _SHM_MODES.update({layout.FUSED: "shm allreduce",
+                           layout.REPLICATED: "shm allreduce (replicated)",
+                           layout.REDUCE_SCATTER: "shm reduce-scatter",
+                           layout.ALLGATHER: "shm allgather"})
+    rec.add("shm", _SHM_MODES.get(mode, "shm"), t0, t1, (nbytes, comm.size))
 
 
-def _coding(category: str) -> Callable[[Callable], Callable]:
-    return _method_span(category, lambda self, args: (category, None))
+def _codec(phase: str, t0: float, t1: float) -> None:
+    rec = ACTIVE
+    if rec is not None:
+        rec.add(phase, phase, t0, t1, None)
+
+
+def _reduce(op: str, nbytes: int, t0: float, t1: float) -> None:
+    rec = ACTIVE
+    if rec is not None:
+        _events(rec).append(("reduce", "reduce", t0, t1, (op, nbytes), None))
+
+
+#: The timeline's observer of each observation point (``observe.py``).
+OBSERVERS: dict[str, Callable[..., None]] = {
+    "call": _call, "submit": _submit, "request": _request, "wait": _wait,
+    "message": _message, "shm": _shm, "codec": _codec, "reduce": _reduce,
+}
 
 
 # -- what a call is --------------------------------------------------------------------------------
@@ -286,45 +256,24 @@ def describe(seq: int | None, args: tuple | None) -> dict[str, Any]:
 
 
 # -- installing ------------------------------------------------------------------------------------
-def _points() -> list[tuple[Any, str, Callable[[Callable], Callable]]]:
-    from ...engine import nonblocking
-    from ..._runtime.guard import Guard
-    from ..._runtime.shmem.team import Team
-    from ...compressed.api import TensorCoding  # (defined in compressed._coding)
-    from ...engine import requests
-    return [(Guard, "complete", _guard_complete),
-            (nonblocking, "_submit", _submit), (requests.Request, "complete", _request_complete),
-            (requests, "wait_for", _wait_for), (Team, "run", _team_pass(0)),
-            (Team, "run_compiled", _team_pass(1)),
-            (TensorCoding, "encode", _coding("encode")),
-            (TensorCoding, "decode", _coding("decode")),
-            (TensorCoding, "aggregate_into", _coding("aggregate"))]
+_registered = False  # whether OBSERVERS are registered
 
 
 def install(recorder: Recorder) -> None:
-    """Record into ``recorder`` from now on (installs the wrappers, once)."""
-    global ACTIVE
-    if not _INSTALLED:
-        for owner, attr, make in _points():
-            plain = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
-            wrapper = make(plain)
-            setattr(owner, attr, wrapper)
-            _INSTALLED.append((owner, attr, plain, wrapper))
+    """Record into ``recorder`` from now on (registers the observers, once)."""
+    global ACTIVE, _registered
     ACTIVE = recorder
-    flight.SPANS[0] = _call
-    ops.RECORDER[0] = recorder  # reduce spans: Op.combine takes them itself
+    if not _registered:
+        for point, observer in OBSERVERS.items():
+            observe.register(point, observer)
+        _registered = True
 
 
 def uninstall() -> None:
-    """Stop recording and put the originals back (a wrapper that something else has replaced
-    since, such as ``trace.recording``'s, is left in place: it sees ACTIVE None and passes
-    through)."""
-    global ACTIVE
+    """Stop recording and unregister the observers."""
+    global ACTIVE, _registered
     ACTIVE = None
-    flight.SPANS[0] = None
-    ops.RECORDER[0] = None
-    for owner, attr, plain, wrapper in reversed(_INSTALLED):
-        current = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr)
-        if current is wrapper:
-            setattr(owner, attr, plain)
-    _INSTALLED.clear()
+    if _registered:
+        for point, observer in OBSERVERS.items():
+            observe.unregister(point, observer)
+        _registered = False
