@@ -74,6 +74,9 @@ def test_native_mismatch_raises_on_every_rank(name, field, odd_rank):
     everyone = comm.allgather((count, dtype, op, root))
     shown = "dtype" if field == "same-bytes" else field
     values = ", ".join(f"rank {r}: {_value(field, *a)}" for r, a in enumerate(everyone))
+    if name == "allgather" and field == "count":  # its blocks' counts, one per rank
+        shown = "counts"
+        values = ", ".join(f"rank {r}: {(a[0],) * p}" for r, a in enumerate(everyone))
     assert message.startswith(f"{name}: arguments differ across ranks ("), message
     assert f"{shown}: {values}" in message, message
     messages = comm.allgather(message)

@@ -51,7 +51,7 @@ _KEYS: dict[tuple, tuple] = {}
 _HASHES: dict[tuple, int] = {}
 
 
-def key(kind: str, count: int, dtype: np.dtype, op: str | None = None, root: int | None = None,
+def key(kind: str, count: int | None, dtype: np.dtype, op: str | None = None, root: int | None = None,
         counts: tuple | None = None) -> tuple:
     """The signature of one native operation, as one shared object for equal values (so that
     ``ctx.agreed is key(...)`` says whether it was agreed)."""

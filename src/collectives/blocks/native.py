@@ -64,7 +64,8 @@ def reduce_scatter(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], op:
 def allgather(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], ctx: Context,
               opts: Options) -> None:
     size = out.itemsize
-    _agreed(ctx, key("allgather", src.size, src.dtype,
+    # the blocks' counts, not this rank's own count: the blocks may differ (Allgatherv)
+    _agreed(ctx, key("allgather", None, src.dtype,
                      counts=tuple(b - a for a, b in zip(offsets[:-1], offsets[1:]))))
     counts = [(b - a) * size for a, b in zip(offsets[:-1], offsets[1:])]
     displs = [a * size for a in offsets[:-1]]
