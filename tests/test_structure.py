@@ -480,7 +480,7 @@ def test_patch_check_can_fail():
         from .. import ops
         from .._runtime import flight, validate as _validate
         from .._runtime.shmem.team import Team
-        import collectives.nonblocking
+        import collectives.engine.nonblocking
         for owner, attr, wrapper in points:
             setattr(owner, attr, wrapper)
         Team.run, Team.run_compiled = a, b
@@ -489,7 +489,7 @@ def test_patch_check_can_fail():
         flight.DUMPER[:] = [g]
         ops.RECORDER[0] += 1
         del Team.run
-        collectives.nonblocking._submit = h
+        collectives.engine.nonblocking._submit = h
     """))
     assert len(_patches(bad)) == 9, _patches(bad)
     good = ast.parse(textwrap.dedent("""

@@ -102,7 +102,8 @@ def test_merge_orders_ranks_rejects_duplicates_and_the_cli_writes(tmp_path):
 
 def _library_attributes():
     """Every attribute of the classes and modules that the timeline observes, as they are."""
-    from collectives import nonblocking, ops
+    from collectives import ops
+    from collectives.engine import nonblocking
     from collectives._runtime import guard, p2p
     from collectives._runtime.shmem import team
     from collectives.compressed import _coding
