@@ -71,10 +71,10 @@ import collectives
 import compress
 
 from ..compressed import CompressionState
+from ..compressed.state import seeded_codec
 from ..options import Options
 from ..topology import Topology, hierarchical, hierarchical_for, one_peer_exponential
 from ..topology import parse as parse_topology
-from .codecs import seeded
 from .fusion import FusionBuffer
 from .timing import Clock, time_methods
 
@@ -275,7 +275,7 @@ class Exchange:
         self._pulled = None
         #: --sync gossip:GRAPH --codec SPEC: CHOCO-SGD's public copies
         self.choco = None if choco is None else collectives.ChocoGossip(
-            params.flat, gossip, seeded(choco[0], seed=seed, rank=comm.rank), choco[1],
+            params.flat, gossip, seeded_codec(choco[0], seed=seed, rank=comm.rank), choco[1],
             comm=comm)
         #: --sync adpsgd: every rank's parameters, in a window
         self.pairwise = None if adpsgd is None else collectives.PairwiseAveraging(
