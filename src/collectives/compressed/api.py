@@ -47,9 +47,10 @@ def compressed_allreduce(x: np.ndarray, codec: str | Codec | Memory | Compressio
         ``CompressionState.from_spec(spec, rank=comm.rank)`` at every call (its codec bare, and
         seeded from this rank, so a codec with private randomness draws the same noise at every
         call), so no per-tensor state (error feedback, a generator) carries over from one call
-        to the next: pass a ``CompressionState`` for that. The same on every rank. ``"auto:<spec>"`` (``"auto:topk:ratio=0.01"``) compresses only where
-        the cost model predicts it pays, else sends dense (:mod:`collectives.compressed.auto`;
-        a state does the same with ``CompressionState(..., auto=AutoCompression())``).
+        to the next: pass a ``CompressionState`` for that. The same on every rank.
+        ``"auto:<spec>"`` (``"auto:topk:ratio=0.01"``) compresses only where the cost model
+        predicts it pays, else sends dense (:mod:`collectives.compressed.auto`; a state does the
+        same with ``CompressionState(..., auto=AutoCompression())``).
     out
         Result array (``x``'s shape and dtype); ``out=x`` works in place.
     op
