@@ -24,8 +24,8 @@ import numpy as np
 from mpi4py import MPI
 
 import collectives
-from collectives.tools.osu.compressed import make_codec
-from collectives.compressed.strategies import strategy_for, incompatibility
+from collectives.tools.osu.compressed import codec_state
+from collectives.compressed.strategies import STRATEGIES, strategy_for
 from compress.protocols import SparsePayload
 
 DEFAULT_CODECS = ["topk:ratio=0.01", "efsignsgd", "qsgd:levels=7"]
@@ -33,19 +33,18 @@ DEFAULT_CODECS = ["topk:ratio=0.01", "efsignsgd", "qsgd:levels=7"]
 _SPARSE = ("sparse", "sparse_recursive_doubling", "sparse_split")
 
 
-def strategies_for(codec) -> list[str]:
-    """Every strategy that takes ``codec`` (a codec or a memory around one): "summable" where it
-    can apply it, the sparse ones for sparse codecs, "two_phase" for those that are not
-    summable (DeepSpeed's scheme, made for 1-bit and sign codecs), "allgather" for all."""
-    base = getattr(codec, "codec", codec)
-    memory = codec if base is not codec else None
+def strategies_for(state: collectives.CompressionState) -> list[str]:
+    """Every strategy that takes the state's codec and memory (each strategy's own rule) and is
+    made for it: the sparse ones for sparse codecs, "two_phase" for those that are not summable
+    (DeepSpeed's scheme, made for 1-bit and sign codecs)."""
+    base, memory, auto = state.codec, state.memory, state.auto is not None
     names = []
-    for name in collectives.STRATEGIES:
+    for name, strategy in STRATEGIES.items():
         if name in _SPARSE and not isinstance(base, SparsePayload):
             continue
-        if name == "two_phase" and incompatibility("summable", base, memory) is None:
+        if name == "two_phase" and STRATEGIES["summable"].applies(base, memory):
             continue
-        if incompatibility(name, base, memory) is None:
+        if strategy.applies(base, memory, auto=auto):
             names.append(name)
     return names
 
@@ -88,13 +87,13 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"--dense: unknown algorithm(s) {', '.join(unknown) or '(none given)'}; valid: "
                  + ", ".join(collectives.ALGORITHMS))
     configs: dict[str, object] = {f"dense {name}": None for name in dense}
-    codecs = {spec: make_codec(spec, rank) for spec in args.codecs or DEFAULT_CODECS}
+    codecs = {spec: codec_state(spec, rank) for spec in args.codecs or DEFAULT_CODECS}
     for spec, codec in codecs.items():
         if args.strategy == "all":
             chosen = strategies_for(codec)
         else:
-            chosen = [strategy_for(getattr(codec, "codec", codec)) if args.strategy == "auto"
-                      else args.strategy]
+            chosen = [strategy_for(codec.codec, codec.memory, auto=codec.auto is not None)
+                      if args.strategy == "auto" else args.strategy]
         for strategy in chosen:
             configs[f"{spec} [{strategy}]"] = (codec, strategy)
     times: dict[str, list[float]] = {k: [] for k in configs}
@@ -126,8 +125,7 @@ def main(argv: list[str] | None = None) -> None:
         if estimated and cfg is None:  # what a bandwidth-optimal MPI_Allreduce sends
             b = dense_bytes
         elif estimated:  # "summable" over native: the same, on the codec's payload
-            base_codec = getattr(cfg[0], "codec", cfg[0])
-            b = 2 * base_codec.payload_nbytes(shape, x.dtype) * (p - 1) / p
+            b = 2 * cfg[0].codec.payload_nbytes(shape, x.dtype) * (p - 1) / p
         rows.append({"config": label, "time_s": t, "bytes_per_rank": b,
                      "bytes_estimated": estimated})
     if rank == 0:

@@ -13,7 +13,6 @@ import compress
 from collectives import AutoCompression, CompressionState
 from collectives.compressed.auto import AUTO_FORMS, DEFAULT_SPEEDS, _speed_for, split_spec
 from collectives.selection import tuning_file
-from collectives.sgd import codecs
 from collectives.sgd.cli import UsageError, parse
 
 
@@ -130,7 +129,7 @@ def test_one_rank_sends_dense_and_reports_it():
 def test_the_driver_takes_auto():
     cfg = parse(["--codec", "auto:topk:ratio=0.01"], 2, 1000)
     assert cfg.codec_name == "topk"
-    state = codecs.build(cfg.args.codec, error_feedback=None, seed=0, rank=0)
+    state = CompressionState.from_spec(cfg.args.codec, error_feedback=None, seed=0, rank=0)
     assert isinstance(state.auto, AutoCompression) and state.error_feedback is not None
     with pytest.raises(UsageError, match="valid forms"):
         parse(["--codec", "auto"], 2, 1000)
@@ -140,10 +139,10 @@ def test_the_torch_entry_points_take_auto():
     pytest.importorskip("torch")
     from collectives.torch._common import make_state
 
-    state = make_state("auto:topk:ratio=0.01", None)
+    state = make_state("auto:topk:ratio=0.01", None, rank=0)
     assert isinstance(state.auto, AutoCompression) and state.error_feedback is not None
     with pytest.raises(ValueError, match="valid forms"):
-        make_state("auto:", None)
+        make_state("auto:", None, rank=0)
 
 
 @pytest.mark.parametrize("spec", ["topk:ratio=0.1", "fp16"])

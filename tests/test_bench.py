@@ -167,12 +167,20 @@ def test_compressed_bench_strategies_per_codec():
                                                   ROOT / "bench" / "compressed_allreduce.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    ef = compress.ErrorFeedback
+    from collectives import CompressionState
+
+    def ef(codec):
+        return CompressionState.of(codec, error_feedback=True)
+
     assert bench.strategies_for(ef(compress.get("topk", ratio=0.01))) == [
         "allgather", "sparse", "sparse_recursive_doubling", "sparse_split", "two_phase"]
     assert bench.strategies_for(ef(compress.get("efsignsgd"))) == ["allgather", "two_phase"]
     assert bench.strategies_for(ef(compress.get("powersgd", rank=4))) == ["summable", "allgather"]
-    assert bench.strategies_for(compress.get("fp16")) == ["summable", "allgather"]
+    assert bench.strategies_for(CompressionState.of(compress.get("fp16"))) == [
+        "summable", "allgather"]
+    # under auto compression "two_phase" does not apply (its own rule says so)
+    auto = CompressionState.from_spec("auto:efsignsgd", error_feedback=True)
+    assert bench.strategies_for(auto) == ["allgather"]
 
 
 def test_netem_commands():

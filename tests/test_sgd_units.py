@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from collectives.sgd import datasets
-from collectives.sgd import checkpoint, codecs, data
+import compress
+from collectives import CompressionState
+from collectives.sgd import checkpoint, data, datasets
 from collectives.sgd.cli import UsageError, parse
 from collectives.sgd import sync
 from collectives.sgd.fusion import FusionBuffer
@@ -120,21 +121,24 @@ def test_synthetic_data_is_generated_the_same_everywhere():
     ("topk:ratio=1", ("topk", {"ratio": 1.0})),
 ])
 def test_parse_spec(spec, expected):
-    assert codecs.parse_spec(spec) == expected
+    assert compress.parse_spec(spec) == expected
 
 
 def test_parse_spec_rejects_garbage():
     with pytest.raises(ValueError, match="key=value"):
-        codecs.parse_spec("topk:ratio")
+        compress.parse_spec("topk:ratio")
 
 
 def test_seeding_private_differs_shared_agrees():
-    q = [codecs.build("qsgd", error_feedback=None, seed=0, rank=r) for r in range(2)]
+    q = [CompressionState.from_spec("qsgd", error_feedback=None, seed=0, rank=r)
+         for r in range(2)]
     assert q[0].generator.integers(1 << 30) != q[1].generator.integers(1 << 30)
     assert q[0].error_feedback is None
-    k = [codecs.build("randomk:ratio=0.1", error_feedback=None, seed=4, rank=r) for r in range(2)]
+    k = [CompressionState.from_spec("randomk:ratio=0.1", error_feedback=None, seed=4,
+                                    rank=r) for r in range(2)]
     assert k[0].codec.seed == k[1].codec.seed == 4 and k[0].error_feedback is not None
-    assert codecs.build("topk", error_feedback=False, seed=0, rank=0).error_feedback is None
+    topk = CompressionState.from_spec("topk", error_feedback=False, seed=0, rank=0)
+    assert topk.error_feedback is None
 
 
 def test_overlap_buckets_cover_the_gradient_in_backward_order():

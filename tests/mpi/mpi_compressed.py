@@ -6,6 +6,8 @@ fixes them, and below dense fp32 where compression should cut them.
 """
 
 import gc
+import re
+import types
 import weakref
 
 import numpy as np
@@ -14,7 +16,8 @@ from mpi4py import MPI
 
 import collectives
 import compress
-from collectives.compressed.strategies import strategy_for, incompatibility
+from collectives.compressed.api import CompressedAllreduceCall
+from collectives.compressed.strategies import AUTO_ORDER, STRATEGIES, strategy_for
 from reference import assert_identical_everywhere, gather_all
 
 # The strategies' oracles (every codec x strategy, summable) at every size; the codecs' state,
@@ -45,9 +48,11 @@ def data(n, rank, salt=0):
     return np.random.default_rng([rank, n, salt]).standard_normal(n).astype(np.float32)
 
 
-def reference(name, x, comm, op, key, step=0):
-    """Decode every rank's payload (from a fresh, identical codec) and aggregate in float64."""
-    payload = make_codec(name, comm.rank).encode(x, key=key, step=step)
+def reference(name, x, comm, op, key, step=0, encoder=None):
+    """Decode every rank's payload (from a fresh, identical codec, or ``encoder``: a fresh
+    memory around one) and aggregate in float64."""
+    encoder = make_codec(name, comm.rank) if encoder is None else encoder
+    payload = encoder.encode(x, key=key, step=step)
     decoded = [make_codec(name, 0).decode(pl).astype(np.float64)
                for pl in comm.allgather(payload)]
     total = np.sum(decoded, axis=0)
@@ -56,12 +61,14 @@ def reference(name, x, comm, op, key, step=0):
     return total / comm.size if op == "avg" else total
 
 
-def two_phase_reference(name, x, comm, op, key):
-    """The two-phase schedule simulated with plain calls: chunk payloads, server re-encode."""
+def two_phase_reference(name, x, comm, op, key, encoder=None):
+    """The two-phase schedule simulated with plain calls: chunk payloads (from ``encoder``, a
+    fresh memory, if given), server re-encode."""
     p = comm.size
-    codec = make_codec(name, comm.rank)
+    encoder = make_codec(name, comm.rank) if encoder is None else encoder
+    codec = getattr(encoder, "codec", encoder)  # a memory's codec draws the server's noise too
     bounds = np.cumsum([0] + [len(a) for a in np.array_split(np.empty(x.size), p)])
-    chunks = [codec.encode(x[bounds[i]:bounds[i + 1]], key=f"{key}#chunk{i}", step=0)
+    chunks = [encoder.encode(x[bounds[i]:bounds[i + 1]], key=f"{key}#chunk{i}", step=0)
               for i in range(p)]
     everyone = comm.allgather(chunks)
     decoder = make_codec(name, 0)
@@ -394,7 +401,7 @@ def test_nonfinite_on_one_rank_reaches_every_rank(name, bad):
     comm = MPI.COMM_WORLD
     for strategy in collectives.STRATEGIES:
         state = collectives.CompressionState.of(make_codec(name, comm.rank), error_feedback=None)
-        if incompatibility(strategy, state.codec, state.memory):
+        if not STRATEGIES[strategy].applies(state.codec, state.memory):
             continue
         what = f"{name} {strategy} {bad} p={comm.size}"
         x = data(6 * 40, comm.rank, 40).reshape(6, 40)  # a matrix PowerSGD factors
@@ -435,7 +442,7 @@ def test_unbiased_codecs_stay_unbiased_through_every_strategy(name):
     exact = gather_all(x, comm).astype(np.float64).mean(axis=0)
     for strategy in collectives.STRATEGIES:
         codec = _unbiased_codec(name, comm.rank)
-        if incompatibility(strategy, codec):
+        if not STRATEGIES[strategy].applies(codec):
             continue
         runs = np.array([collectives.compressed_allreduce(x, codec, key="u", step=t,
                                                           strategy=strategy)
@@ -473,11 +480,14 @@ def test_summable_runs_on_every_dense_algorithm(inter):
 
 @pytest.mark.parametrize("spec", ["fp16", "topk:ratio=0.5", "qsgd:levels=7,bucket=16,seed=3"])
 def test_codec_specs_through_every_compressed_entry_point(spec):
-    """A codec spec (what DistributedOptimizer, the DDP hook and --codec take) is the codec it
-    names, bare: blocking and non-blocking calls give what that codec object gives."""
+    """A codec spec (what DistributedOptimizer, the DDP hook and --codec take) is the state
+    ``CompressionState.from_spec(spec, rank=rank)`` builds (its codec bare; private randomness
+    seeded from (seed, rank)), new at every call: blocking and non-blocking calls give what
+    that state gives."""
     comm = MPI.COMM_WORLD
     x = data(1001, comm.rank, 41)
-    expected = collectives.compressed_allreduce(x, compress.from_spec(spec), key="s")
+    expected = collectives.compressed_allreduce(
+        x, collectives.CompressionState.from_spec(spec, rank=comm.rank), key="s")
     got = collectives.compressed_allreduce(x, spec, key="s")
     np.testing.assert_array_equal(got, expected)
     got = collectives.icompressed_allreduce(x, spec, key="s").wait(timeout=120)
@@ -531,3 +541,150 @@ def test_start_step_must_be_a_count():
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="start_step"):
             collectives.CompressionState(codec, start_step=bad)
+
+
+# -- each strategy's rule against what running it does ---------------------------------------------
+#: the summable strategy's error bound per codec (times p and the largest input), as above
+SUMMABLE_TOL = {"none": 1e-6, "fp16": 2e-3, "bf16": 2e-2, "randomk": 1e-6, "powersgd": 1e-6}
+MEMORIES = {"bare": None, "error_feedback": compress.ErrorFeedback,
+            "dgc_memory": lambda codec: compress.DGCMemory(codec, momentum=0.5)}
+
+
+def _state(name, rank, memory, auto):
+    codec = make_codec(name, rank)
+    wrap = MEMORIES[memory]
+    return collectives.CompressionState(codec, None if wrap is None else wrap(codec),
+                                        auto=collectives.AutoCompression() if auto else None)
+
+
+@pytest.mark.parametrize("auto", [False, True], ids=["plain", "auto"])
+@pytest.mark.parametrize("memory", list(MEMORIES))
+@pytest.mark.parametrize("name", list(compress.CODECS))
+def test_every_strategy_runs_exactly_where_its_rule_says(name, memory, auto):
+    """For every codec x memory x auto setting and every entry of STRATEGIES: where the entry's
+    rule says it applies, the call runs and gives the decode-and-aggregate reference (or, where
+    auto chose dense, the mean), bitwise the same on every rank; where it says it does not,
+    compressed_allreduce raises ValueError with that reason on every rank. strategy="auto" runs
+    the first entry of AUTO_ORDER that applies and suits the codec, with the same bits."""
+    comm = MPI.COMM_WORLD
+    x = data(1001, comm.rank, 50)
+    ran = []
+    for strategy in STRATEGIES.values():
+        state = _state(name, comm.rank, memory, auto)
+        key = f"rule/{name}/{memory}/{auto}/{strategy.name}"
+        what = f"{key} p={comm.size}"
+        reason = strategy.why_not(state.codec, state.memory, auto=auto)
+        assert strategy.applies(state.codec, state.memory, auto=auto) == (reason is None), what
+        assert comm.allgather(reason) == [reason] * comm.size, what
+        if reason is not None:
+            with pytest.raises(ValueError, match=re.escape(reason)):
+                collectives.compressed_allreduce(x, state, key=key, strategy=strategy.name)
+            assert not state.memory or not state.memory.state_dict(), what  # nothing ran
+            continue
+        ran.append(strategy.name)
+        y = collectives.compressed_allreduce(x, state, key=key, strategy=strategy.name)
+        assert_identical_everywhere(y, comm, what)
+        if auto and not state.auto.decisions[key].compress:  # the cost model chose dense
+            mean = gather_all(x, comm).astype(np.float64).mean(axis=0)
+            assert np.allclose(y, mean, rtol=1e-5, atol=1e-6), what
+            continue
+        fresh = _state(name, comm.rank, memory, False).encoder
+        if strategy.name == "two_phase" and comm.size > 1:
+            ref = two_phase_reference(name, x, comm, "avg", key, encoder=fresh)
+        else:
+            ref = reference(name, x, comm, "avg", key, encoder=fresh)
+        scale = max(1.0, float(np.abs(gather_all(x, comm)).max()))
+        if strategy.name == "summable":  # scaled by 1/p before encoding
+            assert np.abs(y - ref).max() <= SUMMABLE_TOL[name] * comm.size * scale, what
+        else:
+            assert np.allclose(y, ref, rtol=1e-5, atol=1e-5 * scale), \
+                f"{what}: max diff {np.abs(y - ref).max()}"
+    assert "allgather" in ran and ("two_phase" in ran) == (not auto)
+    base = _state(name, comm.rank, memory, auto)
+    chosen = strategy_for(base.codec, base.memory, auto=auto)
+    assert chosen in AUTO_ORDER and STRATEGIES[chosen].applies(base.codec, base.memory, auto=auto)
+    assert all(not (STRATEGIES[s].applies(base.codec, base.memory, auto=auto)
+                    and STRATEGIES[s].suits(base.codec))
+               for s in AUTO_ORDER[:AUTO_ORDER.index(chosen)])
+    by_auto = collectives.compressed_allreduce(x, base, key="auto-pick")
+    named = collectives.compressed_allreduce(x, _state(name, comm.rank, memory, auto),
+                                             key="auto-pick", strategy=chosen)
+    np.testing.assert_array_equal(by_auto, named)
+
+
+# -- one spec builder ------------------------------------------------------------------------------
+BUILDER_SPECS = ["qsgd:levels=7", "terngrad:seed=5", "dgc:density=0.1", "natural",
+                 "randomk:ratio=0.1", "powersgd:rank=2", "topk:ratio=0.1", "auto:qsgd",
+                 "auto:randomk:ratio=0.2,seed=9"]
+
+
+def _site_states(spec, comm):
+    """The state each entry point makes of ``spec`` on this rank: compressed_allreduce's spec
+    path, the PyTorch integration, the SGD driver and the benchmark tools; None for the PyTorch
+    one where torch is not installed."""
+    from collectives.bench.compressed import codec_state
+    from collectives.sgd.cli import parse
+    from collectives.sgd.driver import Trainer
+
+    x = np.zeros(8, np.float32)
+    api = CompressedAllreduceCall(comm, x, spec, None, "avg", "auto", None, None, "auto",
+                                  collectives.Options()).codec
+    try:
+        from collectives.torch._common import make_state
+    except ImportError:
+        torch = None
+    else:
+        torch = make_state(spec, None, rank=comm.rank)
+    args = parse(["--codec", spec], comm.size, 1000).args
+    sgd = Trainer.build(types.SimpleNamespace(args=args, world=comm.size, spe=10), comm.rank)
+    return {"api": api, "torch": torch, "sgd": sgd, "bench": codec_state(spec, comm.rank)}
+
+
+def _params(codec):
+    """The codec's parameters, its seed (an int, or a per-rank generator) left out."""
+    names = compress.registry.parameters(codec.name)
+    return {k: v for k, v in vars(codec).items() if k in names and k != "seed"}
+
+
+def _payload(state, x):
+    return np.asarray(state.codec.encode(x, key="w", step=3)).tobytes()
+
+
+@pytest.mark.parametrize("spec", BUILDER_SPECS)
+def test_every_entry_point_builds_the_same_state_from_a_spec(spec):
+    """compressed_allreduce's spec path, the PyTorch integration, the SGD driver (--seed 0) and
+    the benchmark tools all make CompressionState.from_spec's state: the same codec, parameters,
+    generator and payloads, the same auto setting, error feedback as each asks; private
+    randomness from SeedSequence((seed, rank)) (a spec's seed= replacing the base seed), shared
+    randomness from the seed, the same on every rank."""
+    comm = MPI.COMM_WORLD
+    states = {site: s for site, s in _site_states(spec, comm).items() if s is not None}
+    want = collectives.CompressionState.from_spec(spec, rank=comm.rank, error_feedback=None)
+    x = data(1001, comm.rank, 60)
+    for site, state in states.items():
+        what = f"{spec} {site} rank {comm.rank}"
+        assert type(state.codec) is type(want.codec), what
+        assert _params(state.codec) == _params(want.codec), what
+        assert (state.auto is None) == (want.auto is None) and state.start_step == 0, what
+        got, expected = state.codec.state_dict(), want.codec.state_dict()
+        assert sorted(got) == sorted(expected), what
+        assert all(np.array_equal(got[k], expected[k]) for k in got), what
+        # the api's spec path keeps the codec bare; the others wrap it where it needs it
+        wrapped = want.codec.needs_error_feedback and site != "api"
+        assert isinstance(state.memory, compress.ErrorFeedback) if wrapped \
+            else state.memory is None, what
+    payloads = {site: _payload(state, x) for site, state in states.items()}
+    assert len(set(payloads.values())) == 1, f"{spec}: {sorted(payloads)} differ"
+    codec = want.codec
+    name, params = compress.parse_spec(spec.removeprefix("auto:"))
+    seed = params.get("seed", 0)
+    everyone = comm.allgather(_payload(collectives.CompressionState.from_spec(
+        spec, rank=comm.rank), np.ones(1001, np.float32)))
+    if codec.randomness == "private":
+        mine = np.random.default_rng(np.random.SeedSequence((seed, comm.rank)))
+        assert codec.generator.bit_generator.state == mine.bit_generator.state, spec
+        states_everywhere = comm.allgather(codec.generator.bit_generator.state)
+        assert len({repr(s) for s in states_everywhere}) == comm.size, spec
+    elif codec.randomness == "shared":
+        assert codec.seed == seed, spec
+        assert everyone == [everyone[0]] * comm.size, spec  # the same draw on every rank

@@ -263,14 +263,14 @@ def test_compressed_overlap_equals_the_blocking_exchange_of_each_bucket(spec, st
     icompressed_allreduce gives the bits compressed_allreduce gives that bucket (same key, step
     and order), over two steps, and leaves the same codec state."""
     import collectives
-    from collectives.sgd.codecs import build
     from collectives.sgd.sync import Synchronous
     from collectives.sgd.model import MLP
     from collectives.sgd.timing import Clock
 
     comm = WORLD
     m = MLP((9, 6, 4), seed=0)
-    ours, reference = (build(spec, error_feedback=None, seed=3, rank=comm.rank) for _ in "ab")
+    ours, reference = (collectives.CompressionState.from_spec(spec, error_feedback=None, seed=3,
+                                                             rank=comm.rank) for _ in "ab")
     overlap = Synchronous(m.grads, m.params, comm, Clock(), state=ours, algorithm="ring",
                           strategy=strategy, bucket_bytes=3 * 6 * 4)
     buckets = overlap.buckets

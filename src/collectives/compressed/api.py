@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from compress import Codec, from_spec
+from compress import Codec
 from compress.protocols import Memory
 from mpi4py import MPI
 
@@ -17,26 +17,12 @@ from ..algorithms import ALGORITHMS
 from ..ops import get_op
 from ..options import Options
 from ._coding import TensorCoding
-from .auto import AutoCompression, split_spec
 from .state import CompressionState, base_codec, state_of
-from .strategies import STRATEGIES, strategy_for, incompatibility
+from .strategies import STRATEGIES, strategy_for
 
-__all__ = ["compressed_allreduce", "CompressedAllreduceCall", "state_from_spec"]
+__all__ = ["compressed_allreduce", "CompressedAllreduceCall"]
 
 _OPS = ("avg", "sum")
-
-
-def state_from_spec(spec: str) -> Codec | CompressionState:
-    """The codec a spec names (``compress.from_spec``), or for ``"auto:<spec>"`` a
-    :class:`CompressionState` of that codec (bare, as a plain spec's) with
-    :class:`~collectives.compressed.auto.AutoCompression`. Raises ValueError for a bad spec;
-    for an auto one, the message lists the valid forms."""
-    inner = split_spec(spec)
-    if inner is None:
-        return from_spec(spec)
-    state = CompressionState.of(from_spec(inner))
-    state.auto = AutoCompression()
-    return state
 
 
 def compressed_allreduce(x: np.ndarray, codec: str | Codec | Memory | CompressionState, *,
@@ -57,12 +43,14 @@ def compressed_allreduce(x: np.ndarray, codec: str | Codec | Memory | Compressio
         ``compress`` codec (``compress.get("topk", ratio=0.01)``) or a memory wrapping one
         (``compress.ErrorFeedback(codec)``, ``compress.DGCMemory(...)``): then a state for that
         object is kept on the communicator; or a codec spec, as ``DistributedOptimizer``, the DDP
-        hook and ``--codec`` take them (``"topk:ratio=0.01"``; ``compress.from_spec`` reads it):
-        the codec it names, bare and new at every call, so no per-tensor state (error feedback)
-        carries over from one call to the next: pass a ``CompressionState`` for that. The same
-        on every rank. ``"auto:<spec>"`` (``"auto:topk:ratio=0.01"``) compresses only where
-        the cost model predicts it pays, else sends dense (:mod:`collectives.compressed.auto`;
-        a state does the same with ``CompressionState(..., auto=AutoCompression())``).
+        hook and ``--codec`` take them (``"topk:ratio=0.01"``): a new
+        ``CompressionState.from_spec(spec, rank=comm.rank)`` at every call (its codec bare, and
+        seeded from this rank, so a codec with private randomness draws the same noise at every
+        call), so no per-tensor state (error feedback, a generator) carries over from one call
+        to the next: pass a ``CompressionState`` for that. The same on every rank.
+        ``"auto:<spec>"`` (``"auto:topk:ratio=0.01"``) compresses only where the cost model
+        predicts it pays, else sends dense (:mod:`collectives.compressed.auto`; a state does the
+        same with ``CompressionState(..., auto=AutoCompression())``).
     out
         Result array (``x``'s shape and dtype); ``out=x`` works in place.
     op
@@ -104,7 +92,7 @@ class CompressedAllreduceCall:
                  opts: Options) -> None:
         a = check_input(x)
         if isinstance(codec, str):  # a spec: a bad one raises ValueError here, before any message
-            codec = state_from_spec(codec)
+            codec = CompressionState.from_spec(codec, rank=comm.rank)
         base = base_codec(codec)
         if not isinstance(base, Codec):
             raise TypeError(f"codec must be a codec spec (\"topk:ratio=0.01\"), a compress codec, "
@@ -121,15 +109,13 @@ class CompressedAllreduceCall:
         the_step = (codec.step if isinstance(codec, CompressionState) else 0) if step is None else step
         if not isinstance(the_step, (int, np.integer)) or the_step < 0:
             raise ValueError(f"step must be a non-negative integer, got {step!r}")
-        name = strategy_for(base, memory) if strategy == "auto" else strategy
+        auto = isinstance(codec, CompressionState) and codec.auto is not None
+        name = strategy_for(base, memory, auto=auto) if strategy == "auto" else strategy
         self.fn = pick(STRATEGIES, name, "strategy")
         pick(ALGORITHMS, algorithm, "algorithm")
-        problem = incompatibility(name, base, memory)
+        problem = self.fn.why_not(base, memory, auto=auto)
         if problem:
             raise ValueError(problem)
-        if isinstance(codec, CompressionState) and codec.auto is not None and name == "two_phase":
-            raise ValueError("auto compression cannot run strategy 'two_phase' (its residuals "
-                             "are kept per chunk, on the server too); use another strategy")
         res = new_like(a) if out is None else check_out(out, a)
         self.sig = {"count": a.size, "dtype": a.dtype, "codec": base.name, "op": op,
                     "strategy": name, "step": int(the_step)}

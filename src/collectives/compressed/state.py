@@ -32,6 +32,20 @@ checkpoint that saves ``state.state_dict()`` on every rank resumes bit for bit (
 ``compressed_allreduce`` takes a state, or a bare codec or memory: then it makes a state around it
 and keeps that object's server-side residuals on the communicator (:func:`state_of`), so they
 persist across calls.
+
+From a spec. :meth:`CompressionState.from_spec` is the one builder from a codec spec
+(``"topk:ratio=0.01"``, ``"auto:<spec>"``) to a state: ``compressed_allreduce`` given a spec, the
+PyTorch integration, the SGD driver and the benchmark tools all call it. Its codec is seeded by
+what the codec declares (``randomness``, :func:`seeded_codec`):
+
+- *private* randomness (QSGD, TernGrad, natural compression, DGC's sampling) must draw
+  independent noise on every rank: the codec gets its own ``numpy.random.Generator`` from
+  ``SeedSequence((seed, rank))``, kept in its ``state_dict()``;
+- *shared* randomness (random-k's indices, PowerSGD's initial Q) must agree across ranks: the
+  codec gets the integer ``seed``, the same on every rank (and draws from ``(seed, key, step)``);
+- a ``seed=`` in the spec replaces the ``seed`` argument as the base seed.
+
+So the same spec, seed and rank give the same state, bit for bit, whoever builds it.
 """
 
 from __future__ import annotations
@@ -40,15 +54,33 @@ import weakref
 from dataclasses import dataclass
 
 import numpy as np
+import compress
 from compress import Codec, ErrorFeedback
 from compress.arrays import namespace
 from compress.memory import Residual
 from compress.protocols import Memory
 
 from .._runtime.context import Context
-from .auto import AutoCompression
+from .auto import AutoCompression, split_spec
 
-__all__ = ["CompressionState", "ServerFeedback", "base_codec", "state_of"]
+__all__ = ["CompressionState", "ServerFeedback", "base_codec", "seeded_codec", "state_of"]
+
+
+def seeded_codec(spec: str, *, seed: int = 0, rank: int = 0) -> Codec:
+    """The codec of ``spec`` (no ``"auto:"``) for ``rank``, seeded as the module docstring says
+    (also CHOCO-SGD's codec); ValueError/TypeError on a bad name or parameter."""
+    name, params = compress.parse_spec(spec)
+    if name not in compress.CODECS:
+        raise ValueError(f"unknown codec {name!r}; valid names: {', '.join(compress.CODECS)}")
+    base_seed = params.pop("seed", seed)
+    if not isinstance(base_seed, (int, np.integer)) or isinstance(base_seed, bool):
+        raise ValueError(f"seed must be an integer, got {base_seed!r}")
+    randomness = compress.CODECS[name].randomness
+    if randomness == "private":
+        params["seed"] = np.random.default_rng(np.random.SeedSequence((int(base_seed), rank)))
+    elif randomness == "shared":
+        params["seed"] = int(base_seed)
+    return compress.get(name, **params)
 
 
 def base_codec(obj: object) -> object:
@@ -157,6 +189,47 @@ class CompressionState:
         if memory is None and wanted:
             memory = ErrorFeedback(codec)
         return cls(codec, memory)
+
+    @classmethod
+    def from_spec(cls, spec: str, *, seed: int = 0, rank: int = 0,
+                  error_feedback: bool | None = False, momentum_correction: dict | None = None,
+                  start_step: int = 0) -> "CompressionState":
+        """The state of a codec spec for ``rank``: the one builder from a spec to a state.
+
+        Parameters
+        ----------
+        spec : str
+            ``"name:k=v,..."`` (``compress.parse_spec``), or ``"auto:<spec>"``: the same state
+            with an :class:`~collectives.compressed.auto.AutoCompression`.
+        seed, rank : int
+            The codec's seeding (the module docstring): private randomness from
+            ``(seed, rank)``, shared randomness from ``seed``, the same on every rank.
+        error_feedback : bool or None
+            Wrap the codec in ``compress.ErrorFeedback`` (True), keep it bare (False), or do so
+            where the codec declares ``needs_error_feedback`` (None).
+        momentum_correction : dict, optional
+            The keyword arguments of a ``compress.DGCMemory`` around the codec (DGC's momentum
+            correction, warm-up and clipping), in place of error feedback.
+        start_step : int
+            Calls at a step below it are dense.
+
+        Raises
+        ------
+        ValueError, TypeError
+            For a bad spec (an auto one's message lists the valid forms), seed or setting.
+        """
+        if not isinstance(spec, str):
+            raise TypeError(f"spec must be a codec spec (\"topk:ratio=0.01\"), "
+                            f"got {type(spec).__name__}")
+        inner = split_spec(spec)
+        codec = seeded_codec(spec if inner is None else inner, seed=seed, rank=rank)
+        if momentum_correction is not None:
+            memory: Memory | None = compress.DGCMemory(codec, **momentum_correction)
+        else:
+            wanted = codec.needs_error_feedback if error_feedback is None else error_feedback
+            memory = ErrorFeedback(codec) if wanted else None
+        return cls(codec, memory, start_step=start_step,
+                   auto=None if inner is None else AutoCompression())
 
     @property
     def encoder(self):

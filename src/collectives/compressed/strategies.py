@@ -1,57 +1,126 @@
-"""The compressed-allreduce strategies by name, and the rule "auto" follows.
+"""The compressed-allreduce strategies by name, each with the rule of when it applies.
 
 - "summable": allreduce the compressed representation (fp16, bf16, randomk, powersgd, none);
 - "allgather": gather every payload, decode and aggregate (every codec);
-- "sparse": SparCML sparse allreduce for codecs that declare ``sparse`` output (topk, threshold,
-  dgc), with the explicit variants "sparse_recursive_doubling" and "sparse_split";
+- "sparse": SparCML sparse allreduce, made for codecs that declare ``sparse`` output (topk,
+  threshold, dgc; any other codec's decoded payload travels as its nonzeros), with the explicit
+  variants "sparse_recursive_doubling" and "sparse_split";
 - "two_phase": DeepSpeed's all-to-all + server compression + allgather (1-bit / sign codecs).
 
-Every strategy is ``fn(x, out, coding, ctx, opts, algorithm)`` over flat arrays; ``coding.state`` is
-the call's :class:`~collectives.compressed.state.CompressionState` and ``algorithm`` the dense
-allreduce that "summable" runs on the representation. What a strategy can run follows from the
-protocols a codec subclasses (:mod:`compress.protocols`), never from probing its methods.
+Each entry of :data:`STRATEGIES` is a :class:`Strategy`: its run function and its one
+applicability rule, :meth:`Strategy.why_not` (Horovod's ``Enabled`` beside ``Execute``).
+``compressed_allreduce``'s checks, its error messages, the SGD driver's and the benchmarks' checks
+and :func:`strategy_for` (what ``strategy="auto"`` runs) all read that rule.
+
+Every run function is ``fn(x, out, coding, ctx, opts, algorithm)`` over flat arrays;
+``coding.state`` is the call's :class:`~collectives.compressed.state.CompressionState` and
+``algorithm`` the dense allreduce that "summable" runs on the representation. What a strategy can
+run follows from the protocols a codec subclasses (:mod:`compress.protocols`), never from probing
+its methods.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
+from typing import Any, Callable
 
-from compress import Codec
-from compress.protocols import Memory, SparsePayload
+from compress import Codec, ErrorFeedback
+from compress.protocols import SUMMABLE, Memory, SparsePayload
 
 from . import allgather, sparse, summable, two_phase
 
-__all__ = ["STRATEGIES", "strategy_for", "incompatibility"]
+__all__ = ["Strategy", "STRATEGIES", "AUTO_ORDER", "strategy_for"]
 
-STRATEGIES: dict[str, Callable[..., None]] = {
-    "summable": summable.allreduce,
-    "allgather": allgather.allreduce,
-    "sparse": sparse.allreduce,
-    "sparse_recursive_doubling": sparse.allreduce_recursive_doubling,
-    "sparse_split": sparse.allreduce_split,
-    "two_phase": two_phase.allreduce,
-}
+#: ``why_not(codec, memory, auto)``: the reason a strategy cannot run, or None
+Rule = Callable[[Codec, "Memory | None", bool], "str | None"]
 
 
-def strategy_for(codec: Codec, memory: Memory | None = None) -> str:
-    """The strategy "auto" uses for ``codec`` (the codec itself) with the client-side ``memory``.
-
-    Sign codecs stay on "allgather" although "two_phase" sends fewer bytes and is faster on a slow
-    link: its second compression, at the server, costs accuracy in training. Ask for it by name
-    where the network decides (docs/benchmarks.md, "Numbers behind the code").
-    """
-    if summable.supports(codec, memory):
-        return "summable"
-    if isinstance(codec, SparsePayload):
-        return "sparse"
-    return "allgather"
+def _any(codec: Codec, memory: Memory | None, auto: bool) -> str | None:
+    return None
 
 
-def incompatibility(strategy: str, codec: Codec, memory: Memory | None = None) -> str | None:
-    """Why ``strategy`` cannot run ``codec`` with ``memory``, or None if it can."""
-    if strategy == "summable" and not summable.supports(codec):
+def _summable(codec: Codec, memory: Memory | None, auto: bool) -> str | None:
+    # the representation itself is summed, and the residual is kept by error feedback's
+    # compensate/remember pair (summable.py)
+    if not isinstance(codec, SUMMABLE):
         return f"codec {codec.name!r} is not summable; use strategy 'allgather'"
-    if strategy == "summable" and not summable.supports(codec, memory):
+    if memory is not None and not isinstance(memory, ErrorFeedback):
         return (f"strategy 'summable' cannot apply {type(memory).__name__} (only "
                 "compress.ErrorFeedback); use strategy 'allgather'")
     return None
+
+
+def _two_phase(codec: Codec, memory: Memory | None, auto: bool) -> str | None:
+    if auto:
+        return ("auto compression cannot run strategy 'two_phase' (its residuals are kept per "
+                "chunk, on the server too); use another strategy")
+    return None
+
+
+@dataclass(frozen=True, eq=False)
+class Strategy:
+    """One compressed-allreduce strategy: how it runs and when it applies.
+
+    Parameters
+    ----------
+    name : str
+        Its name in :data:`STRATEGIES`.
+    run : callable
+        ``run(x, out, coding, ctx, opts, algorithm)``; calling the strategy calls it.
+    rule : callable
+        ``rule(codec, memory, auto)``: why it cannot run ``codec`` with the client-side
+        ``memory`` (``auto``: under :class:`~collectives.AutoCompression`), or None.
+    suits : callable
+        ``suits(codec)``: whether ``strategy="auto"`` takes it for a codec it applies to (read
+        for the entries of :data:`AUTO_ORDER` only: the others are never "auto"'s).
+    """
+
+    name: str
+    run: Callable[..., None]
+    rule: Rule = _any
+    suits: Callable[[Codec], bool] = lambda codec: True
+
+    def why_not(self, codec: Codec, memory: Memory | None = None, *,
+                auto: bool = False) -> str | None:
+        """Why this strategy cannot run ``codec`` (the codec itself) with ``memory``, or None."""
+        return self.rule(codec, memory, auto)
+
+    def applies(self, codec: Codec, memory: Memory | None = None, *, auto: bool = False) -> bool:
+        """Whether this strategy can run ``codec`` with ``memory``."""
+        return self.rule(codec, memory, auto) is None
+
+    def __call__(self, *args: Any) -> None:
+        self.run(*args)
+
+    def __repr__(self) -> str:
+        return f"Strategy({self.name!r})"
+
+
+def _sparse_output(codec: Codec) -> bool:
+    return isinstance(codec, SparsePayload)
+
+
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
+    Strategy("summable", summable.allreduce, _summable),
+    Strategy("allgather", allgather.allreduce),
+    Strategy("sparse", sparse.allreduce, suits=_sparse_output),
+    Strategy("sparse_recursive_doubling", sparse.allreduce_recursive_doubling),
+    Strategy("sparse_split", sparse.allreduce_split),
+    Strategy("two_phase", two_phase.allreduce, _two_phase),
+)}
+
+#: what ``strategy="auto"`` tries, in order: the first that applies and suits the codec.
+#: Sign codecs stay on "allgather" although "two_phase" sends fewer bytes and is faster on a
+#: slow link: its second compression, at the server, costs accuracy in training. Ask for it by
+#: name where the network decides (docs/benchmarks.md, "Numbers behind the code").
+AUTO_ORDER = ("summable", "sparse", "allgather")
+
+
+def strategy_for(codec: Codec, memory: Memory | None = None, *, auto: bool = False) -> str:
+    """The strategy ``strategy="auto"`` runs for ``codec`` (the codec itself) with the
+    client-side ``memory`` (``auto``: under :class:`~collectives.AutoCompression`)."""
+    for name in AUTO_ORDER:
+        s = STRATEGIES[name]
+        if s.applies(codec, memory, auto=auto) and s.suits(codec):
+            return name
+    raise AssertionError("'allgather' applies to every codec")  # pragma: no cover

@@ -25,10 +25,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-from compress import Codec, ErrorFeedback
 from compress.arrays import same_memory
 from compress.codecs.none import Identity
-from compress.protocols import SUMMABLE, ElementSummable, LowRankSummable, Memory
+from compress.protocols import ElementSummable, LowRankSummable
 from mpi4py import MPI
 
 from .._runtime.arrays import xp
@@ -38,16 +37,10 @@ from ..ops import Op, get_op
 from ..options import Options
 from ._coding import TensorCoding
 
-__all__ = ["allreduce", "supports"]
+__all__ = ["allreduce"]
 
 #: how a tensor that a low-rank codec does not compress travels: its values, summed
 _RAW = Identity()
-
-
-def supports(codec: Codec, memory: Memory | None = None) -> bool:
-    """Whether ``codec`` speaks one of the summable protocols (``compress.protocols``) and the
-    memory around it, if any, is error feedback (whose compensate/remember this strategy uses)."""
-    return isinstance(codec, SUMMABLE) and (memory is None or isinstance(memory, ErrorFeedback))
 
 
 def _sum(rep: np.ndarray, ufunc: np.ufunc, ctx: Context, opts: Options, algorithm: str) -> None:

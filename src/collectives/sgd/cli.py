@@ -19,7 +19,6 @@ from .._runtime.cli import PLOT_INSTALL, Parser, UsageError
 
 from . import datasets
 from ..compressed.auto import split_spec
-from .codecs import parse_spec
 from . import sync
 from .model import MODELS
 
@@ -187,7 +186,7 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
         raise UsageError(str(e)) from None
     try:
         inner = split_spec(a.codec)  # "auto:<spec>": the codec where it pays, else dense
-        name, params = parse_spec(a.codec if inner is None else inner)
+        name, params = compress.parse_spec(a.codec if inner is None else inner)
         compress.registry.check_params(name, params)  # also: unknown codec name
         if not isinstance(params.get("seed", 0), int) or isinstance(params.get("seed"), bool):
             raise ValueError(f"{name} parameter 'seed' takes an integer, got {params['seed']!r}")

@@ -37,12 +37,11 @@ from mpi4py import MPI
 import collectives
 
 from ..compressed import CompressionState
-from ..compressed.strategies import incompatibility
+from ..compressed.strategies import STRATEGIES
 from . import checkpoint, data, datasets, report, sync
 from ..diagnostics import timeline
 from .._runtime.cli import program
 from .cli import PROG, Config, UsageError, parse
-from .codecs import build
 from .fusion import FusionBuffer
 from .model import MLP
 from .optim import SGD, Schedule
@@ -88,7 +87,8 @@ class Trainer:
                 self.state = self.build(self.rank)
             except (ValueError, TypeError) as e:
                 raise UsageError(f"--codec {a.codec}: {e}") from None
-            problem = incompatibility(a.strategy, self.state.codec, self.state.memory) \
+            problem = STRATEGIES[a.strategy].why_not(
+                self.state.codec, self.state.memory, auto=self.state.auto is not None) \
                 if a.strategy != "auto" else None
             if problem:
                 raise UsageError(problem)
@@ -124,8 +124,9 @@ class Trainer:
                    "clip": None if a.clip is None else a.clip / math.sqrt(self.world),
                    "warmup": SparsityWarmup(self.spe, a.sparsity_warmup)
                    if a.sparsity_warmup else None}
-        return build(a.codec, error_feedback=a.error_feedback, seed=a.seed, rank=rank,
-                     momentum_correction=dgc, start_step=a.dense_steps)
+        return CompressionState.from_spec(a.codec, seed=a.seed, rank=rank,
+                                          error_feedback=a.error_feedback,
+                                          momentum_correction=dgc, start_step=a.dense_steps)
 
     # ------------------------------------------------------------------ checkpoint state
     def capture(self) -> tuple[dict, dict, dict]:

@@ -11,11 +11,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from compress import Codec, from_spec
+from compress import Codec
 from compress.protocols import LowRankSummable, Memory
 
 from ..engine import nonblocking
-from ..compressed.auto import AutoCompression, split_spec
 from ..compressed.state import CompressionState
 
 __all__ = ["Compression", "codec_of", "make_state", "start", "low_rank", "state_tensors",
@@ -44,25 +43,24 @@ def codec_of(codec: Any, compression: Any) -> Any:
                     f"codec='topk:ratio=0.01' (got {compression!r})")
 
 
-def make_state(codec: Any, error_feedback: bool | None,
-               start_step: int | None = None) -> CompressionState | None:
+def make_state(codec: Any, error_feedback: bool | None, start_step: int | None = None, *,
+               rank: int) -> CompressionState | None:
     """The compression state of ``codec`` (None, a spec such as ``"topk:ratio=0.01"``, a codec,
-    a memory around one, or a ``CompressionState``). ``error_feedback``: wrap the codec in
-    ``compress.ErrorFeedback`` (True), keep it bare (False), or do so where the codec needs it
-    (None). ``start_step``: the state's (dense before it), if given."""
+    a memory around one, or a ``CompressionState``); a spec's is
+    ``CompressionState.from_spec(spec, rank=rank)`` (seed 0). ``error_feedback``: wrap the codec
+    in ``compress.ErrorFeedback`` (True), keep it bare (False), or do so where the codec needs
+    it (None). ``start_step``: the state's (dense before it), if given."""
     if codec is None:
         if error_feedback or start_step:
             raise ValueError("error_feedback and start_step need a codec")
         return None
-    inner = split_spec(codec) if isinstance(codec, str) else None  # "auto:<spec>"
     if isinstance(codec, str):
-        codec = from_spec(codec if inner is None else inner)
+        return CompressionState.from_spec(codec, rank=rank, error_feedback=error_feedback,
+                                          start_step=0 if start_step is None else start_step)
     if not isinstance(codec, (Codec, Memory, CompressionState)):
         raise TypeError(f"codec must be None, a codec spec, a compress codec, a memory or a "
                         f"CompressionState, got {type(codec).__name__}")
     state = CompressionState.of(codec, error_feedback=error_feedback)
-    if inner is not None:
-        state.auto = AutoCompression()
     if start_step is not None:
         if not isinstance(start_step, int) or isinstance(start_step, bool) or start_step < 0:
             raise ValueError(f"start_step must be a non-negative integer, got {start_step!r}")

@@ -61,7 +61,7 @@ class CommHookState:
             raise ValueError(f"op must be 'avg' or 'sum', got {op!r}")
         self.comm = default_comm() if comm is None else comm
         self.op, self.algorithm, self.strategy = op, algorithm, strategy
-        self.codec_state = make_state(codec, error_feedback, start_step)
+        self.codec_state = make_state(codec, error_feedback, start_step, rank=self.comm.rank)
         self.iteration = 0
 
     def state_dict(self) -> dict:

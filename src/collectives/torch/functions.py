@@ -88,7 +88,7 @@ def allreduce_(tensor: torch.Tensor, *, op: str = "avg", algorithm: str = "auto"
     if codec is None:
         api.allreduce(buf, out=buf, op=op, algorithm=algorithm, comm=comm)
     else:
-        compressed_allreduce(buf, make_state(codec, error_feedback), out=buf, op=op,
+        compressed_allreduce(buf, make_state(codec, error_feedback, rank=comm.rank), out=buf, op=op,
                              strategy=strategy, key=name if key is None else key,
                              algorithm=algorithm, comm=comm)
     return tensor

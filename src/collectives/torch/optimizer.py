@@ -148,7 +148,7 @@ class _DistributedOptimizer:
         names = _names(self.param_groups, named_parameters, own)
         self._op, self._algorithm, self._strategy = op, algorithm, strategy
         self._comm = default_comm() if comm is None else comm
-        self._codec_state = make_state(codec, error_feedback)
+        self._codec_state = make_state(codec, error_feedback, rank=self._comm.rank)
         self._passes = backward_passes_per_step
         self._buckets = _buckets(own, names, bucket_bytes, low_rank(self._codec_state))
         self._bucket_of = {id(p): b for b in self._buckets for p in b.params}

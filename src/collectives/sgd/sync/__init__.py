@@ -15,8 +15,8 @@ why, and runs its exchange through the hooks the training loop calls (:mod:`.bas
 The command line (:mod:`collectives.sgd.cli`) reads the modes from here: :func:`parse` turns
 ``--sync`` into a class and its value, :func:`refusals` lists the flags the mode does not take
 with its messages, and :func:`build` makes the run's exchange from the checked settings.
-Shared machinery stays outside the classes: fusion buffers (:mod:`..fusion`), codecs
-(:mod:`..codecs`), the clock (:mod:`..timing`) and the statistics (:class:`base.Stats`).
+Shared machinery stays outside the classes: fusion buffers (:mod:`..fusion`), codec states
+(:meth:`collectives.CompressionState.from_spec`), the clock (:mod:`..timing`) and the statistics (:class:`base.Stats`).
 """
 
 from __future__ import annotations

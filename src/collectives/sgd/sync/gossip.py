@@ -38,11 +38,11 @@ import collectives
 import compress
 
 from ..._runtime.cli import UsageError
+from ...compressed.state import seeded_codec
 from ...options import Options
 from ...decentralized.topology import GRAPHS, WEIGHTS, Topology, hierarchical, hierarchical_for
 from ...decentralized.topology import parse as parse_topology
 from ..checkpoint_check import Member
-from ..codecs import seeded
 from ..fusion import FusionBuffer
 from ..timing import Clock
 from .base import GOSSIP_DTYPE, BadSyntax, SyncMode, Refusal, ring_bytes
@@ -93,7 +93,7 @@ class Gossip(SyncMode):
         self.by_nodes = topology.name.startswith(_HIERARCHICAL)
         #: --codec SPEC: CHOCO-SGD's public copies
         self.choco = None if choco is None else collectives.ChocoGossip(
-            params.flat, topology, seeded(choco[0], seed=seed, rank=comm.rank), choco[1],
+            params.flat, topology, seeded_codec(choco[0], seed=seed, rank=comm.rank), choco[1],
             comm=comm)
         #: --overlap: the round of x_t under way, and where it lands
         self.mix_ahead = mix_ahead

@@ -2,13 +2,12 @@
 
 Each ``--codec NAME[:k=v,...]`` becomes a column labelled by its spec that times
 :func:`collectives.compressed_allreduce` (op "avg", the ``--strategy`` given or the codec's
-automatic one, error feedback where the codec declares it needs it, per-rank seeds for codecs
-with private randomness). Bytes on the wire (kB per rank and call) come from one untimed call per
-column measured with :data:`collectives.TRAFFIC` (averaged over ranks); what MPI's own
-``MPI_Allreduce`` sends is not counted by the library, so a dense column that sent nothing through
-it (``native``, or ``auto`` where it picked native) reports the ring's ``2 S (p-1) / p``, what a
-bandwidth-optimal MPI_Allreduce sends. A lossy column's ``-c`` check is that every rank holds the
-same bits.
+automatic one) on the state :func:`codec_state` builds. Bytes on the wire (kB per rank and call)
+come from one untimed call per column measured with :data:`collectives.TRAFFIC` (averaged over
+ranks); what MPI's own ``MPI_Allreduce`` sends is not counted by the library, so a dense column
+that sent nothing through it (``native``, or ``auto`` where it picked native) reports the ring's
+``2 S (p-1) / p``, what a bandwidth-optimal MPI_Allreduce sends. A lossy column's ``-c`` check is
+that every rank holds the same bits.
 """
 
 from __future__ import annotations
@@ -18,30 +17,18 @@ from typing import Callable
 import numpy as np
 from mpi4py import MPI
 
-import compress
-
 from ..._runtime.cli import UsageError
-from ...compressed import AutoCompression, CompressionState, compressed_allreduce
-from ...compressed.auto import split_spec
+from ...compressed import CompressionState, compressed_allreduce
 from ..._runtime.traffic import TRAFFIC
 
-__all__ = ["make_codec", "codec_calls", "bytes_per_call", "identical_everywhere"]
+__all__ = ["codec_state", "codec_calls", "bytes_per_call", "identical_everywhere"]
 
 
-def make_codec(spec: str, rank: int):
-    """The codec a spec names for ``rank``: private seeds per rank, error feedback if needed;
-    for ``"auto:<spec>"`` a :class:`~collectives.CompressionState` of that with
-    :class:`~collectives.AutoCompression` (compressed only where the cost model says it pays)."""
-    inner = split_spec(spec)
-    if inner is not None:
-        state = CompressionState.of(make_codec(inner, rank))
-        state.auto = AutoCompression()
-        return state
-    name, params = compress.parse_spec(spec)
-    if name in compress.CODECS and compress.CODECS[name].randomness == "private":
-        params.setdefault("seed", 1000 + rank)  # independent noise on every rank
-    codec = compress.get(name, **params)
-    return compress.ErrorFeedback(codec) if codec.needs_error_feedback else codec
+def codec_state(spec: str, rank: int) -> CompressionState:
+    """The state a ``--codec`` spec is timed with on ``rank``: ``CompressionState.from_spec``
+    with error feedback where the codec declares it needs it (seed 0: private randomness from
+    ``(0, rank)``)."""
+    return CompressionState.from_spec(spec, rank=rank, error_feedback=None)
 
 
 def codec_calls(specs: list[str], strategy: str,
@@ -50,7 +37,7 @@ def codec_calls(specs: list[str], strategy: str,
     calls = {}
     for spec in specs:
         try:
-            codec = make_codec(spec, comm.rank)
+            codec = codec_state(spec, comm.rank)
         except (ValueError, TypeError) as exc:
             raise UsageError(f"--codec {spec}: {exc}") from None
         steps = iter(range(1 << 62))
