@@ -622,7 +622,7 @@ def _site_states(spec, comm):
     """The state each entry point makes of ``spec`` on this rank: compressed_allreduce's spec
     path, the PyTorch integration, the SGD driver and the benchmark tools; None for the PyTorch
     one where torch is not installed."""
-    from collectives.bench.compressed import codec_state
+    from collectives.tools.osu.compressed import codec_state
     from collectives.sgd.cli import parse
     from collectives.sgd.driver import Trainer
 
