@@ -284,12 +284,20 @@ def allreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum
     validate
         Cross-check arguments across ranks first (default: ``Options.validate``).
     options
-        Segment size, emulated node size, inter-node algorithm (default: from the environment).
+        Segment size, emulated node size, inter-node algorithm (default: from the environment,
+        :meth:`Options.from_env`; a repeat keeps its first call's, see below).
 
     Returns
     -------
     numpy.ndarray
         ``out``, holding the reduction; bitwise identical on every rank.
+
+    A call repeated with the same ``x``, ``out`` (given), ``comm``, op and algorithm names and
+    ``options=`` argument, ``validate`` left unset, is *remembered* (``_runtime/repeats.py``,
+    NumPy and CuPy arrays and PyTorch tensors): it skips the checks and decisions of its first
+    call after re-checking what could have changed in place (shape, strides, dtype, data
+    pointer of a tensor, the write flag, the communicator freed or reset). Made without
+    ``options=``, it keeps the options its first call read from the environment.
     """
     # a repeat of a remembered call (_runtime/repeats.py): a training loop's every step
     e = REPEATS.find("allreduce", x, out, op, algorithm, comm, options)

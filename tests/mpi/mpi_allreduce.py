@@ -310,7 +310,8 @@ def test_a_remembered_call_keeps_the_options_of_its_first_call(monkeypatch):
     collectives.allreduce(x, out=y, comm=comm)
     monkeypatch.setenv("COLLECTIVES_SEGMENT_BYTES", "4096")
     for _ in range(2):
-        assert np.array_equal(collectives.allreduce(x, out=y, comm=comm), np.full(8, p * (p + 1) / 2))
+        assert np.array_equal(collectives.allreduce(x, out=y, comm=comm),
+                              np.full(8, p * (p + 1) / 2))
     assert len(checked) == 1
     assert REPEATS.recent[0].opts.segment_bytes == collectives.Options.segment_bytes
     for _ in range(2):  # the environment of now, explicitly: checked once, then remembered

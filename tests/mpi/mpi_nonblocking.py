@@ -800,8 +800,9 @@ def test_a_small_operation_run_by_its_wait_warns_when_it_stalls():
 
 def test_repeated_iallreduce_reuses_checks_safely(monkeypatch):
     """iallreduce(x, out=y) repeated with the same arrays submits the last call's checked call
-    again (its remembered call, _runtime/repeats.py), with the blocking call's bits; what can change in place between
-    calls is noticed: shape, dtype, write flag, options, a freed communicator."""
+    again (its remembered call, _runtime/repeats.py), with the blocking call's bits; what can
+    change in place between calls is noticed: shape, dtype, write flag, options, a freed
+    communicator."""
     from collectives.engine import nonblocking
 
     world = MPI.COMM_WORLD

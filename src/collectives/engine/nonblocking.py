@@ -118,7 +118,9 @@ def iallreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "su
                name: str | None = None) -> Request:
     """Start :func:`collectives.allreduce`; ``wait()`` returns ``out``.
 
-    Same parameters as the blocking function.
+    Same parameters as the blocking function. A call repeated on the same host arrays (NumPy,
+    CPU tensors) is remembered as the blocking one is, in the same cache
+    (``_runtime/repeats.py``), and keeps the options of its first call.
     """
     # a repeat of a remembered call (_runtime/repeats.py): a training loop's every step
     e = REPEATS.find("iallreduce", x, out, op, algorithm, comm, options)
