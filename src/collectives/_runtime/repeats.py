@@ -186,11 +186,6 @@ class Repeats:
             e.x() is x and e.out() is out and e.op == entry.op and e.form is entry.form
             and e.algorithm == entry.algorithm and e.comm_arg is entry.comm_arg))][:self.RECENT]
 
-    def forget(self) -> None:
-        """Drop every entry (tests; the next call of each is checked afresh)."""
-        self.entries.clear()
-        self.recent = []
-
 
 #: the process's one cache of remembered calls
 REPEATS = Repeats()
