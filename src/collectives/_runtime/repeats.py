@@ -26,8 +26,8 @@ call on a pair of arrays checked and decided, in :data:`REPEATS`, and repeat it 
 
 What an entry runs differs by form (the subclasses in ``api.py`` and ``engine/nonblocking.py``);
 finding, keeping, evicting and re-checking are this module's. Persistent plans
-(``allreduce_init``) are the caller's own objects and need no cache (``docs/STYLE.md`` habit
-17): they hold their arrays and re-check the same communicator state (``live``).
+(``allreduce_init``) are the caller's own objects and need no cache (the call object is the
+plan, as Gloo's): they hold their arrays and re-check the same communicator state (``live``).
 """
 
 from __future__ import annotations
