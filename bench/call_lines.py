@@ -33,8 +33,7 @@ import numpy as np
 from mpi4py import MPI
 
 import collectives
-from collectives import api
-from collectives.engine import nonblocking
+from collectives._runtime.repeats import REPEATS
 
 
 def _nothing(*args: Any) -> None:
@@ -49,14 +48,22 @@ def _swap(variant: str, plan: Any) -> None:
             raise SystemExit("plan()'s prepared run is not the partial this script expects")
         plan._blocking = partial(run.func, run.args[0], _nothing, *run.args[2:], **run.keywords)
     elif variant == "allreduce":
-        api._REPEATS.recent[0].fn = _nothing
+        _remembered("allreduce").fn = _nothing
     elif variant == "iallreduce+wait":
-        last = nonblocking._LAST[0]
-        if last is None or last.decided[1] is None:
+        last = _remembered("iallreduce")
+        if last.decided[1] is None:
             raise SystemExit("no remembered iallreduce with a decided run to swap")
         last.decided[1] = _nothing
     else:
         raise ValueError(variant)
+
+
+def _remembered(form: str) -> Any:
+    """The most recently used remembered call of ``form`` ("allreduce", "iallreduce")."""
+    for entry in REPEATS.recent:
+        if entry.form == form:
+            return entry
+    raise SystemExit(f"no remembered {form} to swap")
 
 
 def _count(fn: Callable[[], Any]) -> dict[str, list[int]]:

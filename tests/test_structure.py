@@ -8,6 +8,7 @@ root holds public modules only, no module is a shim that re-exports another, and
 
 import ast
 import subprocess
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -506,3 +507,15 @@ def test_patch_check_can_fail():
         register("call", f)
     """))
     assert _patches(good) == [], _patches(good)
+
+
+def test_no_audit_hook_and_one_repeat_cache():
+    """The library installs no audit hook (it would be a Python call on every audited event of
+    the whole process, ``id()`` included), and remembers repeated calls in one cache: only
+    ``_runtime/repeats.py`` defines one (the blocking and non-blocking forms subclass its
+    entry)."""
+    texts = {p.relative_to(SRC).as_posix(): p.read_text() for p in SRC.rglob("*.py")}
+    assert not [name for name, text in texts.items() if "addaudithook" in text]
+    caches = sorted(name for name, text in texts.items()
+                    if re.search(r"^class \w*Repeats\b|^REPEATS = ", text, re.M))
+    assert caches == ["collectives/_runtime/repeats.py"], caches

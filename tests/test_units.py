@@ -197,9 +197,9 @@ def test_options_from_environment(monkeypatch):
 
 
 def test_options_see_every_change_of_the_environment(monkeypatch):
-    """Options.from_env reads the variables again after every change to the environment (an
-    audit hook counts them; the C environment on POSIX): each way of changing it from Python shows
-    at the next call, and what it reads is what os.environb holds."""
+    """Options.from_env reads the variables at every call (the C environment on POSIX): each
+    way of changing it from Python shows at the next call, and what it reads is what
+    os.environb holds."""
     name = ENV["segment_bytes"]
     monkeypatch.setenv(name, "64")  # register the variable for restoring
     changes = [

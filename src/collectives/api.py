@@ -25,7 +25,6 @@ so all three check the same way and compute the same bits.
 
 from __future__ import annotations
 
-import weakref
 from typing import Any, Sequence
 
 import numpy as np
@@ -37,6 +36,7 @@ from ._runtime.context import context
 from ._runtime.fatal import runner
 from ._runtime.flight import describe
 from ._runtime.ranks import partition
+from ._runtime.repeats import REPEATS, Kind, Repeat, kind_of
 from ._runtime.validate import pick as _pick
 from .algorithms import ALGORITHMS, FLAT, auto, lanes
 from .blocks import ALLGATHER, BCAST, REDUCE, REDUCE_SCATTER
@@ -123,96 +123,23 @@ def run_allreduce(src: np.ndarray, dst: np.ndarray, op: Op, fn: Any, ctx: Any,
         _finish_avg(op, dst, ctx.comm.size)
 
 
-class _Repeat:
-    """What :class:`_Repeats` remembers of one blocking allreduce."""
+class _Repeat(Repeat):
+    """A remembered blocking allreduce (``_runtime/repeats.py``): its repeat runs the decided
+    algorithm, as its lane if it has one (every repeat passes arrays of this call's types), the
+    division of "avg" included, under the runner of its options (the guard, or abort mode's),
+    on the context ``where``."""
 
-    __slots__ = ("x", "out", "shape", "xstrides", "ostrides", "dtype", "opts", "comm", "ctx",
-                 "run", "op", "fn", "inplace", "vector", "what", "opname", "algorithm",
-                 "comm_arg")
+    __slots__ = ("run", "fn", "reduction", "what")
 
-    def __init__(self, call: AllreduceCall, x: np.ndarray, out: np.ndarray, comm: MPI.Comm,
-                 ctx: Any, opts: Options, opname: str, algorithm: str, comm_arg: Any) -> None:
-        self.x, self.out = weakref.ref(x), weakref.ref(out)  # never keeps the arrays alive
-        self.opname, self.algorithm, self.comm_arg = opname, algorithm, comm_arg
-        self.shape, self.xstrides, self.ostrides, self.dtype = x.shape, x.strides, out.strides, \
-            x.dtype
-        self.opts, self.comm, self.ctx, self.run = opts, comm, ctx, runner(ctx, opts).run
-        # the run of a repeat: the decided algorithm, as its lane if it has one (every repeat
-        # passes arrays of this call's types), the division of "avg" included
-        self.op, self.inplace = call.op, call.dst is call.src
-        self.fn = lanes.lane(call.decide(ctx), call.src, call.dst, call.op, ctx, call.opts)
-        # 1-D of a built-in dtype: flat() would return the arrays themselves
-        self.vector = (x.ndim == 1 and x.dtype.isbuiltin == 1 and call.src is x
-                       and call.dst is out)
+    def __init__(self, call: AllreduceCall, x: Any, out: Any, op: str, algorithm: str,
+                 comm_arg: Any, options: Any, ctx: Any, xkind: Kind, okind: Kind) -> None:
+        super().__init__("allreduce", call, x, out, op, algorithm, comm_arg, options, ctx,
+                         xkind, okind)
+        self.run, self.reduction = runner(ctx, call.opts).run, call.op
+        src = call.src if self.src is None else self.src
+        dst = src if self.inplace else (call.dst if self.dst is None else self.dst)
+        self.fn = lanes.lane(call.decide(ctx), src, dst, call.op, ctx, call.opts)
         self.what = describe(call)  # for the flight recorder, made once (_runtime/flight.py)
-
-
-class _Repeats:
-    """Blocking ``allreduce`` calls that repeat the last arguments skip their checks.
-
-    A training loop calls ``allreduce(grads, out=grads)`` with the same arrays every step. The
-    checks of the first call (types, dtype, shape, memory order, overlap) and its decision
-    ("auto"'s algorithm) are remembered, keyed by the identity of ``x``, ``out``, ``comm`` and
-    the names of op and algorithm; a later call with the same objects reuses them after
-    re-checking what could have changed in place: the shapes, strides and dtypes, ``out``'s write
-    flag, the options in force, and that the communicator is neither freed nor reset. Arrays
-    are held by weak references only. NumPy arrays, string ops and ``validate`` off only; the
-    last :data:`SIZE` argument sets. A decided algorithm that has a lane runs through it
-    (``algorithms/lanes.py``)."""
-
-    SIZE = 32
-    #: entries compared by identity before the keyed lookup: a loop of a few calls builds no key
-    RECENT = 4
-
-    def __init__(self) -> None:
-        self.entries: dict[tuple, _Repeat] = {}
-        self.recent: list[_Repeat] = []  # the last entries used, most recent first
-
-    def find(self, x: Any, out: Any, op: Any, algorithm: str, comm: Any) -> _Repeat | None:
-        """The remembered call of these arguments, or None: the recent entries but the first
-        (which :func:`allreduce` compares in line, its names by identity), then the keyed
-        lookup, which makes the entry found the most recent."""
-        if (type(op) is not str or type(algorithm) is not str or type(out) is not np.ndarray
-                or type(x) is not np.ndarray):
-            return None
-        for e in self.recent[1:]:
-            if (e.out() is out and e.x() is x and e.opname == op and e.algorithm == algorithm
-                    and e.comm_arg is comm):
-                return e
-        e = self.entries.get((_identity(x), _identity(out), op, algorithm, _identity(comm)))
-        if e is None or e.x() is not x or e.out() is not out:
-            return None
-        self._use(e)
-        return e
-
-    def remember(self, call: AllreduceCall, x: Any, out: Any, op: str, algorithm: str,
-                 comm_arg: Any, comm: MPI.Comm, options: Options | None) -> None:
-        if call.trivial or type(out) is not np.ndarray or type(x) is not np.ndarray:
-            return
-        entries = self.entries
-        if len(entries) >= self.SIZE:
-            try:  # the oldest; another thread may be at it too
-                entries.pop(next(iter(entries)), None)
-            except (RuntimeError, StopIteration):
-                pass
-        entry = _Repeat(call, x, out, comm, context(comm),
-                        call.opts if options is None else options, op, algorithm, comm_arg)
-        entries[(_identity(x), _identity(out), op, algorithm, _identity(comm_arg))] = entry
-        self._use(entry)
-
-    def _use(self, entry: _Repeat) -> None:
-        """Put ``entry`` first among the recent ones, dropping any other of the same arguments
-        (new options: that one is stale); a new list, as other threads may be reading."""
-        x, out = entry.x(), entry.out()
-        self.recent = [entry, *(e for e in self.recent if not (
-            e.x() is x and e.out() is out and e.opname == entry.opname
-            and e.algorithm == entry.algorithm and e.comm_arg is entry.comm_arg))][:self.RECENT]
-
-
-_REPEATS = _Repeats()
-#: an object's identity as a number (unique among live objects), as id() gives it but without
-#: id()'s audit event, which options.py's audit hook turns into a Python call
-_identity = object.__hash__
 
 
 class ReduceScatterCall:
@@ -357,47 +284,37 @@ def allreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum
     validate
         Cross-check arguments across ranks first (default: ``Options.validate``).
     options
-        Segment size, emulated node size, inter-node algorithm (default: from the environment).
+        Segment size, emulated node size, inter-node algorithm (default: from the environment,
+        :meth:`Options.from_env`; a repeat keeps its first call's, see below).
 
     Returns
     -------
     numpy.ndarray
         ``out``, holding the reduction; bitwise identical on every rank.
+
+    A call repeated with the same ``x``, ``out`` (given), ``comm``, op and algorithm names and
+    ``options=`` argument, ``validate`` left unset, is *remembered* (``_runtime/repeats.py``,
+    NumPy and CuPy arrays and PyTorch tensors): it skips the checks and decisions of its first
+    call after re-checking what could have changed in place (shape, strides, dtype, data
+    pointer of a tensor, the write flag, the communicator freed or reset). Made without
+    ``options=``, it keeps the options its first call read from the environment.
     """
-    # a repeat of a remembered call (_Repeats), in line: a training loop's every step. The most
-    # recent entry's names are compared by identity (a loop's literals), find() compares by
-    # value; None is what a remembered array's weak reference gives once the array is gone
-    recent = _REPEATS.recent
-    e = recent[0] if recent else None
-    if (e is None or e.out() is not out or e.x() is not x or e.opname is not op
-            or e.algorithm is not algorithm or e.comm_arg is not comm
-            or x is None or out is None):
-        e = _REPEATS.find(x, out, op, algorithm, comm)
+    # a repeat of a remembered call (_runtime/repeats.py): a training loop's every step
+    e = REPEATS.find("allreduce", x, out, op, algorithm, comm, options)
     if e is not None and validate is None:
+        src, dst = (x, out) if e.vector else e.views(x, out)
         opts = e.opts
-        if options is None:
-            options = Options.from_env()
-        # what can change in place has not: shapes, strides, dtypes, out's write flag (out's
-        # half only where out is not x), the options in force; e.ctx.live: the communicator
-        # neither freed nor its context reset (the call below then makes a new one)
-        if (options is opts and x.shape == e.shape and x.dtype is e.dtype
-                and x.strides == e.xstrides and e.ctx.live
-                and (e.inplace or (out.shape == e.shape and out.dtype is e.dtype
-                                   and out.strides == e.ostrides))
-                and out.flags.writeable):
-            if e.vector:
-                src, dst = x, out
-            else:
-                src = flat(x)
-                dst = src if e.inplace else flat(out)
-            e.run("allreduce", e.fn, src, dst, e.op, e.ctx, opts, timeout=opts.timeout,
-                  what=e.what)
-            return out
+        e.run("allreduce", e.fn, src, dst, e.reduction, e.where, opts, timeout=opts.timeout,
+              what=e.what)
+        return out
     call = run_call(AllreduceCall, comm, options, validate, x, out, op, algorithm)
-    if (validate is None and type(op) is str and type(out) is np.ndarray
+    if (validate is None and type(op) is str and out is not None and not call.trivial
             and not call.opts.validate):
-        _REPEATS.remember(call, x, out, op, algorithm, comm,
-                          MPI.COMM_WORLD if comm is None else comm, options)
+        xkind, okind = kind_of(x), kind_of(out)
+        if xkind is not None and okind is not None:
+            ctx = context(MPI.COMM_WORLD if comm is None else comm)
+            REPEATS.remember(_Repeat(call, x, out, op, algorithm, comm, options, ctx, xkind,
+                                     okind))
     return call.result
 
 

@@ -7,7 +7,6 @@ here, not in function signatures, following Gloo's ``AllreduceOptions``.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -151,20 +150,16 @@ class Options:
     def from_env(cls) -> "Options":
         """Defaults, overridden by the ``COLLECTIVES_*`` environment variables in :data:`ENV`.
 
-        Every call without ``options=`` lands here. Changing a variable (``os.environ``,
-        ``os.putenv``, ``monkeypatch``) takes effect at the next call: the variables are read
-        again only after a change to the environment, which an audit hook counts (every such
-        change raises the ``os.putenv`` or ``os.unsetenv`` audit event); a change made from C
-        (``setenv`` in an extension module) is not seen. What a read costs: bench/options_env.py.
+        The variables are read at every call of this method (through the C library's
+        ``getenv``: a change made through ``os.environ``, ``os.putenv`` or ``monkeypatch`` is
+        seen at once), and every collective called without ``options=`` calls it, except one:
+        a *remembered* call, an ``allreduce`` or ``iallreduce`` repeated on the same arrays
+        (``collectives._runtime.repeats``), keeps the options its first call read, as NCCL and
+        MPI read their environment once, at initialisation. To make such a repeat see a new
+        environment, pass ``options=Options.from_env()``, or ``collectives.reset(comm)``.
+        What a read costs: bench/options_env.py.
         """
-        last = _LAST
-        if _CHANGES[0] == last[2]:  # the common case: no change to the environment since
-            return last[1]
-        seen = _CHANGES[0]  # before the read: a change during it makes the next call read again
-        raw = _raw_values()
-        options = last[1] if raw == last[0] else _from_values(raw)
-        _LAST[:] = [raw, options, seen]
-        return options
+        return _from_values(_raw_values())
 
 
 def _c_getenv():
@@ -197,21 +192,6 @@ if os.supports_bytes_environ:
 else:  # pragma: no cover - Windows
     _KEYS = tuple(ENV.values())
     _GET = os.environ.get
-
-
-_LAST: list = [None, None, -1]  # the last raw values, their Options, and _CHANGES[0] then
-#: changes to the process's environment so far (counted by :func:`_count_changes`)
-_CHANGES = [0]
-
-
-def _count_changes(event: str, _args: tuple) -> None:
-    """An audit hook (``sys.addaudithook``): count the events every change to the environment
-    through Python raises (``os.environ[...] = ``, ``del``, ``os.putenv``, ``os.unsetenv``)."""
-    if event == "os.putenv" or event == "os.unsetenv":
-        _CHANGES[0] += 1
-
-
-sys.addaudithook(_count_changes)
 
 
 def _raw_values() -> tuple:

@@ -106,10 +106,10 @@ def test_native_float16_user_op_fallback():
 
 @pytest.mark.world_sizes(1, 2, 3)  # the repeat cache
 def test_repeated_calls_reuse_checks_safely(monkeypatch):
-    """allreduce(x, out=y) repeated with the same arrays skips its checks (api._Repeats); what
-    can change in place between calls is noticed: shape, dtype, write flag, options, a freed
-    communicator, a new array at a recycled address."""
-    from collectives.api import _REPEATS
+    """allreduce(x, out=y) repeated with the same arrays skips its checks (the cache of
+    _runtime/repeats.py); what can change in place between calls is noticed: shape, dtype,
+    write flag, options, a freed communicator, a new array at a recycled address."""
+    from collectives._runtime.repeats import REPEATS as _REPEATS
 
     world = MPI.COMM_WORLD
     comm = world.Dup()
@@ -245,6 +245,89 @@ def test_repeated_calls_reuse_checks_safely(monkeypatch):
         collectives.allreduce(x, out=y, comm=comm)
 
 
+@pytest.mark.world_sizes(2, 3)  # the repeat cache: no odd-size dependence
+@pytest.mark.mpi(min_size=2)
+def test_allreduce_and_iallreduce_share_one_repeat_cache(monkeypatch):
+    """The blocking and the non-blocking repeats are entries of one cache (_runtime/repeats.py):
+    each form finds its own entry of the same arrays, and the SIZE entries are shared, the least
+    recently used evicted whichever form made it: SIZE iallreduce calls on other arrays evict a
+    remembered allreduce, whose next call is checked again (with a cache per form it would not
+    be)."""
+    from collectives import api
+    from collectives._runtime.repeats import REPEATS
+
+    comm = MPI.COMM_WORLD.Dup()
+    if comm.size == 1:
+        comm.Free()
+        pytest.skip("one process: calls are trivial, never remembered")
+    p = comm.size
+    x = np.full(8, comm.rank + 1.0)
+    y = np.empty_like(x)
+    checked = []
+    original = api.run_call
+    monkeypatch.setattr(api, "run_call", lambda *a: checked.append(a[0]) or original(*a))
+    for _ in range(2):
+        y[...] = 0
+        assert collectives.allreduce(x, out=y, comm=comm) is y
+        assert np.array_equal(y, np.full(8, p * (p + 1) / 2))
+        y[...] = 0
+        assert collectives.iallreduce(x, out=y, comm=comm).wait() is y
+        assert np.array_equal(y, np.full(8, p * (p + 1) / 2))
+    assert len(checked) == 1  # the blocking call's first; its repeat found its entry
+    mine = [e for e in REPEATS.entries.values() if e.x() is x and e.out() is y]
+    assert sorted(e.form for e in mine) == ["allreduce", "iallreduce"]
+    kept = []
+    for k in range(REPEATS.SIZE):
+        a = np.full(4, float(k + comm.rank))
+        kept.append((a, np.empty_like(a)))
+        collectives.iallreduce(a, out=kept[-1][1], comm=comm).wait()
+    assert len(REPEATS.entries) == REPEATS.SIZE
+    assert not [e for e in REPEATS.entries.values() if e.x() is x]
+    checked.clear()
+    y[...] = 0
+    assert collectives.allreduce(x, out=y, comm=comm) is y
+    assert np.array_equal(y, np.full(8, p * (p + 1) / 2))
+    assert checked == [api.AllreduceCall]  # evicted by the iallreduce calls: checked again
+    comm.Free()
+
+
+@pytest.mark.world_sizes(2, 3)  # the repeat cache: no odd-size dependence
+@pytest.mark.mpi(min_size=2)
+def test_a_remembered_call_keeps_the_options_of_its_first_call(monkeypatch):
+    """A call made without options= reads the environment (Options.from_env, at every call);
+    once remembered, its repeats keep the options its first call read, as NCCL and MPI read
+    their environment at initialisation: a change of COLLECTIVES_* reaches the next call on
+    other arrays, and a repeat through options=Options.from_env(), which is checked again."""
+    from collectives import api
+    from collectives._runtime.repeats import REPEATS
+
+    comm = MPI.COMM_WORLD.Dup()
+    if comm.size == 1:
+        comm.Free()
+        pytest.skip("one process: calls are trivial, never remembered")
+    p = comm.size
+    x = np.full(8, comm.rank + 1.0)
+    y = np.empty_like(x)
+    checked = []
+    original = api.run_call
+    monkeypatch.setattr(api, "run_call", lambda *a: checked.append(a[0]) or original(*a))
+    monkeypatch.delenv("COLLECTIVES_SEGMENT_BYTES", raising=False)
+    collectives.allreduce(x, out=y, comm=comm)
+    monkeypatch.setenv("COLLECTIVES_SEGMENT_BYTES", "4096")
+    for _ in range(2):
+        assert np.array_equal(collectives.allreduce(x, out=y, comm=comm),
+                              np.full(8, p * (p + 1) / 2))
+    assert len(checked) == 1
+    assert REPEATS.recent[0].opts.segment_bytes == collectives.Options.segment_bytes
+    for _ in range(2):  # the environment of now, explicitly: checked once, then remembered
+        collectives.allreduce(x, out=y, comm=comm, options=collectives.Options.from_env())
+    assert len(checked) == 2 and REPEATS.recent[0].opts.segment_bytes == 4096
+    z = np.empty_like(x)  # other arrays: a first call, which reads the environment
+    collectives.allreduce(x, out=z, comm=comm)
+    assert len(checked) == 3 and REPEATS.recent[0].opts.segment_bytes == 4096
+    comm.Free()
+
+
 @pytest.mark.world_sizes(2, 3, 4)  # the lane: MPI_Allreduce resolved once
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("on_error", ["raise", "abort"])
@@ -305,8 +388,8 @@ def test_reset_reaches_remembered_calls_and_plans():
     """After ``collectives.reset(comm)`` a remembered allreduce and a plan run on the
     communicator's new context. They kept the freed one, and filled it again: a new shared
     window on a duplicate already released, and a closed guard."""
-    from collectives import api
     from collectives._runtime.context import context
+    from collectives._runtime.repeats import REPEATS
 
     comm = MPI.COMM_WORLD.Dup()
     x = make_input(1001, np.dtype(np.float64), "sum", comm.rank)
@@ -323,7 +406,7 @@ def test_reset_reaches_remembered_calls_and_plans():
     new = context(comm)
     assert new is not old and not old.live and not old.cache, old.cache
     if comm.size > 1:  # one process: a trivial call, never remembered
-        assert api._REPEATS.recent[0].ctx is new
+        assert REPEATS.recent[0].where is new
     comm.Free()
 
 

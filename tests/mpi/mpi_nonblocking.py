@@ -799,8 +799,9 @@ def test_a_small_operation_run_by_its_wait_warns_when_it_stalls():
 
 def test_repeated_iallreduce_reuses_checks_safely(monkeypatch):
     """iallreduce(x, out=y) repeated with the same arrays submits the last call's checked call
-    again (nonblocking._Last), with the blocking call's bits; what can change in place between
-    calls is noticed: shape, dtype, write flag, options, a freed communicator."""
+    again (its remembered call, _runtime/repeats.py), with the blocking call's bits; what can
+    change in place between calls is noticed: shape, dtype, write flag, options, a freed
+    communicator."""
     from collectives.engine import nonblocking
 
     world = MPI.COMM_WORLD
@@ -854,7 +855,7 @@ def test_repeated_iallreduce_reuses_checks_safely(monkeypatch):
 
 
 def test_a_remembered_iallreduce_keeps_no_array_alive():
-    """The repeat of iallreduce (nonblocking._Last) holds its arrays by weak references only: once
+    """The repeat of iallreduce (_runtime/repeats.py) holds its arrays by weak references only: once
     the caller drops them (and the requests), they are freed; a new pair is checked afresh."""
     import gc
     import weakref

@@ -124,6 +124,83 @@ def test_in_place_through_another_view(comm):
         collectives.allreduce(buf[:5], out=buf[1:], comm=comm)
 
 
+def test_tensor_repeats_are_remembered_and_checked_again_when_changed(monkeypatch):
+    """``allreduce(t, out=o)`` repeated on the same CPU tensors runs its remembered call (views
+    of the tensors' memory made once, _runtime/repeats.py), with the bits of its first call and
+    of the same call on NumPy arrays: out of place and in place, float32 and bfloat16, and
+    ``iallreduce`` too. A tensor changed in place is checked again, never repeated onto memory
+    it left: ``resize_`` (a new shape), a new storage through ``set_`` (the old one
+    untouched), ``.data =`` a tensor of another dtype, ``requires_grad_`` (refused)."""
+    from collectives import api
+    from collectives._runtime.repeats import REPEATS
+
+    comm = MPI.COMM_WORLD.Dup()
+    if comm.size == 1:
+        comm.Free()
+        pytest.skip("one process: calls are trivial, never remembered")
+    checked = []
+    original = api.run_call
+    monkeypatch.setattr(api, "run_call", lambda *a: checked.append(a[0]) or original(*a))
+    for dtype in (torch.float32, torch.bfloat16):
+        before = _input(dtype, 1001, comm.rank)
+        as_numpy = before.view(torch.int16).numpy().view(BF16) if dtype == torch.bfloat16 \
+            else before.numpy()
+        want = collectives.allreduce(as_numpy.copy(), comm=comm)
+        want = want.view(np.int16) if dtype == torch.bfloat16 else want
+        x, o, z = before.clone(), torch.empty_like(before), before.clone()
+        checked.clear()
+        for _ in range(3):
+            o.zero_()
+            assert collectives.allreduce(x, out=o, comm=comm) is o
+            assert _bits(o) == want.tobytes(), dtype
+            o.zero_()
+            assert collectives.iallreduce(x, out=o, comm=comm).wait() is o
+            assert _bits(o) == want.tobytes(), dtype
+            z.copy_(before)
+            assert collectives.allreduce(z, out=z, comm=comm) is z
+            assert _bits(z) == want.tobytes(), dtype
+        assert checked == [api.AllreduceCall] * 2, (dtype, checked)  # the first calls only
+        entry = next(e for e in REPEATS.recent if e.x() is z)
+        assert entry.form == "allreduce" and entry.src is not None and entry.dst is entry.src
+    p = comm.size
+    x, o = before.float(), torch.empty(1001)  # float32 from here
+    want = collectives.allreduce(x.numpy().copy(), comm=comm)
+    for _ in range(2):
+        collectives.allreduce(x, out=o, comm=comm)
+    checked.clear()
+    x.resize_(1000)  # a new shape (in the same storage: DLPack made it not resizable)
+    with pytest.raises(ValueError, match="shape"):
+        collectives.allreduce(x, out=o, comm=comm)
+    o.resize_(1000)
+    shorter = collectives.allreduce(x.numpy().copy(), comm=comm)
+    for _ in range(2):
+        o.zero_()
+        assert collectives.allreduce(x, out=o, comm=comm) is o
+        assert _bits(o) == shorter.tobytes()
+    assert len(checked) == 3  # the error, the first call of the new shape, the NumPy call
+    old = o.view(-1)  # o's storage of now, which set_ leaves
+    x.set_(before.float().clone())
+    o.set_(torch.empty(1001))
+    old.zero_()
+    for _ in range(2):
+        assert collectives.allreduce(x, out=o, comm=comm) is o
+        assert _bits(o) == want.tobytes()
+    assert not old.any()  # never written: the repeat follows o to its new storage
+    x.data = before.double()  # another dtype, through .data: the same objects
+    o.data = torch.empty(1001, dtype=torch.float64)
+    want64 = collectives.allreduce(before.double().numpy(), comm=comm)
+    for _ in range(2):
+        assert collectives.allreduce(x, out=o, comm=comm) is o
+        assert _bits(o) == want64.tobytes()
+    x.requires_grad_()
+    with pytest.raises(TypeError, match="requires grad"):
+        collectives.allreduce(x, out=o, comm=comm)
+    x.requires_grad_(False)
+    assert np.array_equal(collectives.allreduce(x, out=o, comm=comm).numpy(),
+                          want64) and p > 1
+    comm.Free()
+
+
 def test_non_contiguous_rejected_on_every_rank(comm):
     """Every rank gets the clear error; with validate=True through the cross-check too."""
     t = torch.zeros(4, 6)[:, ::2]

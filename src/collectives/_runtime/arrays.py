@@ -20,7 +20,7 @@ import numpy as np
 from compress.arrays import as_array, framework, is_bfloat16, is_cupy, like, namespace, same_memory
 
 __all__ = ["SUPPORTED_DTYPES", "check_input", "check_out", "writeable", "flat", "new_like",
-           "copy_into", "xp", "returned"]
+           "copy_into", "xp", "returned", "unowned"]
 
 #: Every dtype a collective accepts, by NumPy name.
 SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(
@@ -159,3 +159,26 @@ def copy_into(src: np.ndarray, dst: np.ndarray) -> None:
         dst[...] = src  # the common case, without np.copyto's argument parsing
     elif src.size:
         xp(dst).copyto(dst, src)
+
+
+class _Memory:
+    """What :func:`unowned` gives NumPy to view: an address and a layout, no owner."""
+
+    __slots__ = ("__array_interface__",)
+
+    def __init__(self, interface: dict) -> None:
+        self.__array_interface__ = interface
+
+
+def unowned(a: np.ndarray) -> np.ndarray:
+    """A view of ``a``'s memory that keeps nothing alive (NumPy or CuPy, same shape, strides
+    and dtype): for a remembered call on a tensor (``_runtime/repeats.py``), which uses it only
+    while the tensor is alive and still reports the same memory. (A view through DLPack would
+    keep the tensor's storage alive as long as the cache keeps the entry.)"""
+    if type(a) is not np.ndarray:  # CuPy (CUDA tensors)
+        cp = xp(a)
+        memory = cp.cuda.UnownedMemory(a.data.ptr, a.nbytes, None, a.device.id)
+        return cp.ndarray(a.shape, a.dtype, cp.cuda.MemoryPointer(memory, 0), a.strides)
+    return np.asarray(_Memory({"data": (a.__array_interface__["data"][0], not writeable(a)),
+                               "shape": a.shape, "strides": a.strides,
+                               "typestr": a.dtype.str, "version": 3}))

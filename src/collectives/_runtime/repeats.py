@@ -1,25 +1,191 @@
-"""What a remembered call re-checks before it repeats: the one "nothing changed" test.
+"""The one cache of remembered calls, and its one "nothing changed" test.
 
 A training loop calls the same collective on the same arrays every step. The blocking
-``allreduce`` (``api._Repeats``) and ``iallreduce`` (``engine.nonblocking``) remember a call's
-checks and decision, keyed by the identity of its arrays, and repeat it after :func:`unchanged`
-says that nothing that could change in place has (``allreduce`` makes the same test in line, on
-its fast path).
+``allreduce`` (``api.py``) and ``iallreduce`` (``engine/nonblocking.py``) remember what the first
+call on a pair of arrays checked and decided, in :data:`REPEATS`, and repeat it while
+:func:`unchanged` says that nothing that could change in place has:
+
+- an entry (:class:`Repeat`) is keyed by the call's form ("allreduce", "iallreduce"), the
+  identities of ``x``, ``out`` and ``comm``, and the names of op and algorithm; it holds the
+  arrays by weak references only, and the ``options=`` argument it was made with (``None``
+  included: a remembered call made without options keeps the environment's options of its
+  first call, as NCCL and MPI read their environment once, at initialisation);
+- what each array kind could change in place is read by its fingerprint function, from the
+  explicit table :data:`KINDS` (NumPy: shape, strides, dtype, write flag; a PyTorch tensor:
+  data pointer, shape, strides, dtype, device, ``requires_grad``; CuPy: data pointer, shape,
+  strides, dtype), the same code for every form;
+- the views a run reads and writes are the arrays themselves (1-D NumPy or CuPy of a built-in
+  dtype), their flat views made again at each repeat (NumPy, CuPy), or, for tensors, views of
+  their memory made once (:func:`.arrays.unowned`: keeping nothing alive, used only while the
+  tensor still reports the same memory);
+- the communicator's state: the entry's ``where`` (the blocking call's context, the engine) is
+  ``live``, neither freed nor reset;
+- the last :attr:`Repeats.RECENT` entries used are compared by identity before the keyed
+  lookup, so that a loop of a few calls builds no key; the :attr:`Repeats.SIZE` most recently
+  used entries are kept.
+
+What an entry runs differs by form (the subclasses in ``api.py`` and ``engine/nonblocking.py``);
+finding, keeping, evicting and re-checking are this module's. Persistent plans
+(``allreduce_init``) are the caller's own objects and need no cache (the call object is the
+plan, as Gloo's): they hold their arrays and re-check the same communicator state (``live``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+import weakref
+from operator import attrgetter
+from typing import Any, Callable
 
-__all__ = ["unchanged"]
+import numpy as np
+
+from .arrays import flat, unowned
+
+__all__ = ["Kind", "KINDS", "kind_of", "Repeat", "Repeats", "REPEATS", "unchanged"]
 
 
-def unchanged(e: Any, x: Any, out: Any, opts: Any) -> bool:
-    """Whether a remembered call's checks still hold for ``x`` and ``out`` (the same objects)
-    under ``opts``: what can change in place has not (shapes, strides, dtypes, ``out``'s write
-    flag, the options in force); the caller checks that its communicator is still usable.
-    ``e``: a remembered call with the attributes ``shape``, ``xstrides``, ``ostrides``, ``dtype``
-    and ``opts``."""
-    return (opts is e.opts and x.shape == e.shape and out.shape == e.shape
-            and x.dtype is e.dtype and out.dtype is e.dtype and x.strides == e.xstrides
-            and out.strides == e.ostrides and out.flags.writeable)
+class Kind:
+    """An array kind a remembered call can take: its fingerprint (what could change in place
+    without the object changing) and whether a repeat keeps the first call's views of its
+    memory (tensors: making them again is what costs)."""
+
+    __slots__ = ("name", "fingerprint", "keeps_views")
+
+    def __init__(self, name: str, fingerprint: Callable[[Any], tuple], keeps_views: bool) -> None:
+        self.name, self.fingerprint, self.keeps_views = name, fingerprint, keeps_views
+
+
+def _tensor(t: Any) -> tuple:
+    """A PyTorch tensor's fingerprint: ``set_``, ``resize_``, ``as_strided_``, ``.data = ``
+    and ``requires_grad_`` change it; ``data_ptr()`` includes the storage offset."""
+    return (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
+
+
+_NUMPY = Kind("numpy", attrgetter("shape", "strides", "dtype", "flags.writeable"), False)
+
+#: the array kinds a call is remembered for, by (module, type name): exact types only (a
+#: subclass may redefine what its attributes mean); torch and cupy are looked up in
+#: ``sys.modules``, never imported
+KINDS: dict[tuple[str, str], Kind] = {
+    ("numpy", "ndarray"): _NUMPY,
+    ("torch", "Tensor"): Kind("torch", _tensor, True),
+    ("cupy", "ndarray"): Kind("cupy", attrgetter("data.ptr", "shape", "strides", "dtype"), False),
+}
+
+
+def kind_of(a: Any) -> Kind | None:
+    """The :class:`Kind` of ``a`` from :data:`KINDS`, or None (not remembered)."""
+    t = type(a)
+    if t is np.ndarray:
+        return _NUMPY
+    for (module, name), kind in KINDS.items():
+        found = sys.modules.get(module)
+        if found is not None and t is getattr(found, name, None):
+            return kind
+    return None
+
+
+class Repeat:
+    """One remembered call: its arguments (weakly), the fingerprints of its arrays, its views,
+    and where it runs (``where.live``). The forms subclass it with what their repeat runs."""
+
+    __slots__ = ("x", "out", "form", "op", "algorithm", "comm_arg", "options", "opts", "where",
+                 "xprint", "oprint", "xseen", "oseen", "inplace", "vector", "src", "dst",
+                 "__weakref__")
+
+    def __init__(self, form: str, call: Any, x: Any, out: Any, op: str, algorithm: str,
+                 comm_arg: Any, options: Any, where: Any, xkind: Kind, okind: Kind) -> None:
+        self.form, self.op, self.algorithm, self.comm_arg = form, op, algorithm, comm_arg
+        self.x, self.out = weakref.ref(x), weakref.ref(out)  # never keeps the arrays alive
+        self.options, self.opts, self.where = options, call.opts, where
+        self.xprint, self.oprint = xkind.fingerprint, okind.fingerprint
+        self.xseen, self.oseen = self.xprint(x), self.oprint(out)
+        self.inplace = call.dst is call.src
+        # views: kept (tensors), else made from the arrays at each repeat (None); 1-D of a
+        # built-in dtype: the arrays themselves
+        self.src = unowned(call.src) if xkind.keeps_views else None
+        self.dst = self.src if self.inplace else (unowned(call.dst) if okind.keeps_views
+                                                  else None)
+        self.vector = call.src is x and call.dst is out
+
+    def views(self, x: Any, out: Any) -> tuple[Any, Any]:
+        """The flat views a repeat on ``x`` and ``out`` runs on."""
+        if self.vector:
+            return x, out
+        src = self.src if self.src is not None else flat(x)
+        if self.inplace:
+            return src, src
+        return src, self.dst if self.dst is not None else flat(out)
+
+
+def unchanged(e: Repeat, x: Any, out: Any) -> bool:
+    """Whether the remembered call ``e`` may repeat on ``x`` and ``out`` (the same objects):
+    nothing its first call checked has changed in place (the fingerprints of :data:`KINDS`;
+    ``out``'s too unless it is ``x``), and its communicator is neither freed nor reset."""
+    return (e.xprint(x) == e.xseen and (out is x or e.oprint(out) == e.oseen)
+            and e.where.live)
+
+
+class Repeats:
+    """The remembered calls (see the module docstring): :meth:`find`, :meth:`remember`."""
+
+    #: entries kept, the least recently used dropped first
+    SIZE = 32
+    #: entries compared by identity before the keyed lookup: a loop of a few calls builds no key
+    RECENT = 4
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple, Repeat] = {}  # least recently used first
+        self.recent: list[Repeat] = []  # the last entries used, most recent first
+
+    def find(self, form: str, x: Any, out: Any, op: Any, algorithm: Any, comm: Any,
+             options: Any) -> Any:
+        """The remembered ``form`` call of these arguments if it may repeat (:func:`unchanged`
+        and the same ``options=`` argument), else None. The recent entries are compared by
+        identity, names included (a loop's literals); the keyed lookup compares names by value
+        and makes the entry found the most recent."""
+        if out is None or x is None:  # a gone array's weak reference gives None
+            return None
+        for e in self.recent:
+            if (e.x() is x and e.out() is out and e.op is op and e.algorithm is algorithm
+                    and e.comm_arg is comm and e.form is form):
+                break
+        else:
+            if type(op) is not str or type(algorithm) is not str:
+                return None
+            key = (form, id(x), id(out), op, algorithm, id(comm))
+            e = self.entries.get(key)
+            if e is None or e.x() is not x or e.out() is not out:
+                return None
+            self._use(key, e)
+        if e.options is not options or not unchanged(e, x, out):
+            return None
+        return e
+
+    def remember(self, entry: Repeat) -> None:
+        """Keep ``entry`` as the most recent, in place of any of the same arguments."""
+        x, out = entry.x(), entry.out()
+        key = (entry.form, id(x), id(out), entry.op, entry.algorithm, id(entry.comm_arg))
+        entries = self.entries
+        if key not in entries and len(entries) >= self.SIZE:
+            try:  # the least recently used; another thread may be at it too
+                entries.pop(next(iter(entries)), None)
+            except (RuntimeError, StopIteration):
+                pass
+        self._use(key, entry)
+
+    def _use(self, key: tuple, entry: Repeat) -> None:
+        """Make ``entry`` the most recently used: last among the entries, first among the
+        recent ones, dropping any other of the same arguments (new options: that one is stale);
+        a new list, as other threads may be reading."""
+        entries = self.entries
+        entries.pop(key, None)
+        entries[key] = entry
+        x, out = entry.x(), entry.out()
+        self.recent = [entry, *(e for e in self.recent if not (
+            e.x() is x and e.out() is out and e.op == entry.op and e.form is entry.form
+            and e.algorithm == entry.algorithm and e.comm_arg is entry.comm_arg))][:self.RECENT]
+
+
+#: the process's one cache of remembered calls
+REPEATS = Repeats()

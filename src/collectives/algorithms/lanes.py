@@ -1,7 +1,7 @@
 """Lanes: an allreduce algorithm made once for the repeats of one call on the same arrays.
 
 A training loop calls the same allreduce on the same arrays at every step: a remembered
-``allreduce(x, out=y)`` (``api._Repeats``), a plan's ``plan()``, a remembered ``iallreduce``.
+``allreduce(x, out=y)`` (``_runtime/repeats.py``), a plan's ``plan()``, a remembered ``iallreduce``.
 Their first run decides the algorithm; what that algorithm would look up again at every call
 (shm's team, op code and compiled kernel entry; native's MPI datatype and operation) can then
 be resolved once, into a *lane*: an object called like the algorithm function, ``(src, dst,

@@ -115,6 +115,13 @@ class Engine:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
+    @property
+    def live(self) -> bool:
+        """False once shut down (the communicator freed, MPI finalizing): what a remembered
+        ``iallreduce`` re-checks of its engine (``_runtime/repeats.py``), as a remembered
+        blocking call re-checks its context's ``live``."""
+        return not self.closed
+
     # -- submission ------------------------------------------------------------------------------
     def submit(self, request: Request) -> Request:
         """Queue ``request`` behind everything submitted before it (thread-safe); a named one

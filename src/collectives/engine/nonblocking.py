@@ -28,7 +28,6 @@ Semantics (MPI's):
 from __future__ import annotations
 
 import time
-import weakref
 from functools import partial
 from typing import Any, Sequence
 
@@ -36,13 +35,12 @@ import numpy as np
 from mpi4py import MPI
 
 from .._runtime import device as _device
-from .._runtime.arrays import flat
 from .._runtime.context import context
 from .._runtime.fatal import runner
 from .._runtime.flight import describe
 from ..observe import OBSERVERS as _OBSERVED
 from .._runtime.validate import check_comm, checked_call as _checked, setup as _setup
-from .._runtime.repeats import unchanged
+from .._runtime.repeats import REPEATS, Kind, Repeat, kind_of
 from ..api import (AllgatherCall, AllreduceCall, BcastCall, OpLike, ReduceCall,
                   ReduceScatterCall)
 from ..algorithms import ALGORITHMS, lanes
@@ -131,29 +129,30 @@ def iallreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "su
                name: str | None = None) -> Request:
     """Start :func:`collectives.allreduce`; ``wait()`` returns ``out``.
 
-    Same parameters as the blocking function.
+    Same parameters as the blocking function. A call repeated on the same host arrays (NumPy,
+    CPU tensors) is remembered as the blocking one is, in the same cache
+    (``_runtime/repeats.py``), and keeps the options of its first call.
     """
-    last = _LAST[0]  # a loop of one call: its checks were made by the last one
-    if (last is not None and last.x() is x and last.out() is out and last.comm_arg is comm
-            and last.op == op and last.algorithm == algorithm and name is None
-            and validate is None):
-        request = last.repeat(x, out, options)
-        if request is not None:
-            return request
+    # a repeat of a remembered call (_runtime/repeats.py): a training loop's every step
+    e = REPEATS.find("iallreduce", x, out, op, algorithm, comm, options)
+    if e is not None and name is None and validate is None:
+        return e.submit(x, out)
     comm_arg = comm
     comm, opts, validate = _setup(comm, options, validate)
-    remember = (not validate and name is None and isinstance(op, str)
-                and type(x) is np.ndarray and type(out) is np.ndarray)
+    remember = not validate and name is None and type(op) is str and out is not None
     request = _submit("iallreduce", _Remembered if remember else AllreduceCall, x, comm,
                       validate, opts, name, out, op, algorithm, opts)
-    if remember and request.engine is not None:
-        _LAST[0] = _Last(request, x, out, op, algorithm, comm_arg, comm)
+    if remember and request.engine is not None and type(request.call) is _Remembered:
+        xkind, okind = kind_of(x), kind_of(out)  # (device arrays: the call is _OnDevice)
+        if xkind is not None and okind is not None:
+            REPEATS.remember(_Resubmit(request, x, out, op, algorithm, comm_arg, options,
+                                       xkind, okind))
     return request
 
 
 class _Remembered(AllreduceCall):
     """An :func:`iallreduce`'s checked call that also keeps the algorithm its run decides
-    ("auto" resolved) in :attr:`decided`, a box that :class:`_Last` holds instead of the call
+    ("auto" resolved) in :attr:`decided`, a box that :class:`_Resubmit` holds instead of the call
     (which holds the arrays): ``[the algorithm function, what runs it]``, the second its run
     from ``lanes.lane`` (the repeats pass arrays of this call's types), None until the first
     run decides."""
@@ -176,52 +175,36 @@ class _Remembered(AllreduceCall):
         run(self.src, self.dst, self.op, ctx, self.opts)
 
 
-class _Last:
-    """The last :func:`iallreduce` (NumPy arrays, ``out=`` given, string op, no ``name=`` or
-    ``validate``), whose checks the next one with the same arguments reuses (as ``api._Repeats``
-    does for the blocking call): the same objects ``x``, ``out`` and ``comm``, the same op and
-    algorithm names, the same options in force, and nothing changed in place (shapes, strides,
-    dtypes, ``out``'s write flag, the communicator not freed). A repeat is a new call built from
-    what the first one checked and decided; the arrays are held by weak references only."""
+class _Resubmit(Repeat):
+    """A remembered :func:`iallreduce` (``_runtime/repeats.py``; host arrays: NumPy, CPU
+    tensors): its repeat is a new call built from what the first one checked and decided,
+    submitted to the communicator's engine (``where``; made once and never replaced: once shut
+    down, the communicator freed or MPI finalizing, it is not ``live`` and the full call says
+    why)."""
 
-    __slots__ = ("x", "out", "op", "algorithm", "comm_arg", "comm", "engine", "opts", "inline",
-                 "what", "shape", "xstrides", "ostrides", "dtype", "reduction", "decided",
-                 "inplace", "vector")
+    __slots__ = ("inline", "reduction", "decided", "what")
 
-    def __init__(self, request: Request, x: np.ndarray, out: np.ndarray, op: str,
-                 algorithm: str, comm_arg: Any, comm: MPI.Comm) -> None:
+    def __init__(self, request: Request, x: Any, out: Any, op: str, algorithm: str,
+                 comm_arg: Any, options: Any, xkind: Kind, okind: Kind) -> None:
         call = request.call
-        self.x, self.out = weakref.ref(x), weakref.ref(out)
-        self.op, self.algorithm, self.comm_arg, self.comm = op, algorithm, comm_arg, comm
-        # the communicator's engine is made once and never replaced; once shut down (the
-        # communicator freed, MPI finalizing) the repeats stop and the full call says why
-        self.engine, self.opts, self.inline = request.engine, request.opts, request.inline
-        self.reduction, self.decided, self.inplace = call.op, call.decided, call.dst is call.src
-        # 1-D of a built-in dtype: flat() gives the arrays themselves
-        self.vector = call.src is x and call.dst is (x if self.inplace else out)
+        super().__init__("iallreduce", call, x, out, op, algorithm, comm_arg, options,
+                         request.engine, xkind, okind)
+        self.inline, self.reduction, self.decided = request.inline, call.op, call.decided
         self.what = None  # the flight recorder's description, made once "auto" is resolved
-        self.shape, self.xstrides, self.ostrides, self.dtype = \
-            x.shape, x.strides, out.strides, x.dtype
 
-    def repeat(self, x: np.ndarray, out: np.ndarray, options: Options | None) -> Request | None:
-        """Submit the call again on ``x`` and ``out`` (the remembered ones); None if anything has
-        changed."""
-        opts = Options.from_env() if options is None else options
-        engine = self.engine
-        if not (unchanged(self, x, out, opts) and not engine.closed
-                and self.comm != MPI.COMM_NULL):
-            return None
+    def submit(self, x: Any, out: Any) -> Request:
+        """Submit the call again on ``x`` and ``out`` (the remembered ones, unchanged)."""
         call = _Remembered.__new__(_Remembered)
-        call.src = x if self.vector else flat(x)
-        call.dst = call.src if self.inplace else (out if self.vector else flat(out))
+        call.src, call.dst = self.views(x, out)
         call.op, call.fn, call.decided = self.reduction, self.decided[0], self.decided
-        call.algorithm, call.opts, call.result, call.trivial = self.algorithm, opts, out, False
-        request = Request("iallreduce", call, engine, False, opts)
+        call.algorithm, call.opts, call.result, call.trivial = self.algorithm, self.opts, out, \
+            False
+        request = Request("iallreduce", call, self.where, False, self.opts)
         request.inline = self.inline
         if self.what is None:
             self.what = _described(call)
         request.what = self.what
-        return engine.submit(request)
+        return self.where.submit(request)
 
 
 def _described(call: AllreduceCall) -> tuple | None:
@@ -231,9 +214,6 @@ def _described(call: AllreduceCall) -> tuple | None:
 
 
 _AUTO = ALGORITHMS["auto"]
-
-
-_LAST: list[_Last | None] = [None]
 
 
 def ineighbor_allreduce(x: np.ndarray, topology: Any, *, self_weight: float | None = None,
