@@ -24,7 +24,7 @@ a shared machine hits them alike. Reported: the median over rounds of the time p
   recorder`` is the recorder's cost, measured in one process, turn by turn;
 - ``allreduce(abort)``, ``plan(abort)`` (``--abort``): the same calls with
   ``Options(on_error="abort")``: plain blocking MPI, an error ends the job
-  (``collectives._runtime.fatal``);
+  (``collectives._runtime.abort_mode``);
 - ``iallreduce+wait``: ``collectives.iallreduce(x, out=y).wait()`` (at most 4 KiB: run by its
   ``wait()`` on this thread; larger: a hand-off to the engine's thread and back, the latency of
   a non-blocking call, not its cost to overlapped work);

@@ -179,7 +179,7 @@ def test_ending_the_job_never_returns_to_the_program(tmp_path, attempt):
     assert "returned" not in output, output
 
 
-# -- Options.on_error="abort" (collectives._runtime.fatal): any error in a call ends the job ------
+# -- Options.on_error="abort" (collectives._runtime.abort_mode): any error in a call ends the job ------
 def test_abort_mode_ends_the_job_even_when_the_error_is_caught(tmp_path):
     """In abort mode the other ranks wait in blocking MPI and cannot be told: rank 1's bad
     dtype ends the job although rank 1 catches it, with its traceback and one line."""
@@ -203,13 +203,13 @@ def test_abort_mode_ends_the_job_even_when_the_error_is_caught(tmp_path):
 def test_ending_the_job_leaves_no_mpi_segment_in_dev_shm(tmp_path):
     """MPI_Abort leaves the MPI library's shared-memory files in /dev/shm (MPICH's
     ``mpich_shm_*``): memory held until the machine restarts. Ending the job removes the names
-    of those the ending rank maps first (``_runtime/segments.py``): the ranks list what they map
+    of those the ending rank maps first (``_runtime/mpi_shm_files.py``): the ranks list what they map
     (the default allreduce's shared window too), rank 1 ends the job in abort mode, and none of
     them is left."""
     if not Path("/proc/self/maps").exists():
         pytest.skip("no /proc/self/maps: segments are removed on Linux only")
     argv = _script(tmp_path, "import numpy as np, collectives\nfrom mpi4py import MPI\n"
-                             "from collectives._runtime.segments import mapped\n"
+                             "from collectives._runtime.mpi_shm_files import mapped\n"
                              "rank = MPI.COMM_WORLD.rank\n"
                              "collectives.allreduce(np.ones(4))\n"
                              "with open(f'OUT/rank{rank}.txt', 'w') as f:\n"

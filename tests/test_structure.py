@@ -409,7 +409,7 @@ def test_selection_names_are_the_catalogues():
 #: Modules that call ``setattr`` on objects other than ``self``, and why that patches nothing:
 #: each names attributes of its own records by a variable.
 SETATTR_ALLOWED = {
-    "collectives/_runtime/slots.py": "the fields of its own Slots record, named by a variable",
+    "collectives/_runtime/comm_state.py": "the fields of its own Slots record, named by a variable",
     "collectives/sgd/timing.py": "instance attributes of the driver's own codec objects (a "
                                  "stopwatch per method of this run's instances; no class or "
                                  "module changes)",

@@ -173,11 +173,11 @@ def test_comm_rules_reads_file(tmp_path, use):
 
 
 def test_tune_keeps_builtin_choice_within_margin():
-    from collectives.tools.tuning.tune import pick
+    from collectives.tools.tuning.tune import fastest
     times = {"native": 10.4, "ring": 20.0, "recursive_doubling": 10.0}
-    assert pick(times, "native", 0.05) == "native"
-    assert pick(times, "native", 0.01) == "recursive_doubling"
-    assert pick({"native": 30.0, "rabenseifner": 20.0}, "native", 0.05) == "rabenseifner"
+    assert fastest(times, "native", 0.05) == "native"
+    assert fastest(times, "native", 0.01) == "recursive_doubling"
+    assert fastest({"native": 30.0, "rabenseifner": 20.0}, "native", 0.05) == "rabenseifner"
 
 
 def test_entries_keep_nodes_and_model(tmp_path, use):

@@ -307,10 +307,10 @@ def test_staged_passes_numpy_arrays_and_keywords_through():
 
 
 def test_only_the_mpi_libraries_segments_are_removed(tmp_path, monkeypatch):
-    """``segments.unlink_mapped`` (before MPI_Abort) reads the process's mappings and removes
+    """``mpi_shm_files.unlink_mapped`` (before MPI_Abort) reads the process's mappings and removes
     the MPI libraries' files in /dev/shm only, each once, a name already gone skipped; another
     program's file there (PyTorch's, a user's) is never touched."""
-    from collectives._runtime import segments
+    from collectives._runtime import mpi_shm_files
 
     shm = tmp_path / "dev" / "shm"  # stands for /dev/shm: the paths are rewritten below
     shm.mkdir(parents=True)
@@ -325,11 +325,11 @@ def test_only_the_mpi_libraries_segments_are_removed(tmp_path, monkeypatch):
         + "7f0100000000-7f0100001000 r-xp 00000000 00:1a 7  /usr/lib/libmpi.so.12\n"
         + "7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0  [stack]\n"
         + "7ffd00100000-7ffd00101000 r--p 00000000 00:00 0\n")
-    assert segments.mapped(str(maps)) == [f"/dev/shm/{n}" for n in (names[0], names[1], names[3])]
+    assert mpi_shm_files.mapped(str(maps)) == [f"/dev/shm/{n}" for n in (names[0], names[1], names[3])]
     real = os.unlink
     monkeypatch.setattr(os, "unlink", lambda path: real(shm / os.path.basename(path)))
-    gone = segments.unlink_mapped(str(maps))  # removes inside tmp_path only
+    gone = mpi_shm_files.unlink_mapped(str(maps))  # removes inside tmp_path only
     monkeypatch.undo()
     assert gone == [f"/dev/shm/{names[0]}", f"/dev/shm/{names[1]}"]
     assert sorted(p.name for p in shm.iterdir()) == ["torch_42_1"]
-    assert segments.mapped(str(tmp_path / "no-such-file")) == []
+    assert mpi_shm_files.mapped(str(tmp_path / "no-such-file")) == []

@@ -33,15 +33,16 @@ from mpi4py import MPI
 from ._runtime.arrays import check_input, check_out, copy_into, flat, new_like, returned, writeable
 from ._runtime.blocking import run_call
 from ._runtime.context import context
-from ._runtime.fatal import runner
+from ._runtime.abort_mode import runner
 from ._runtime.flight import describe
 from ._runtime.ranks import partition
 from ._runtime.repeats import REPEATS, Kind, Repeat, kind_of
-from ._runtime.validate import pick as _pick
+from ._runtime.validate import lookup
 from .algorithms import ALGORITHMS, FLAT, auto, lanes
 from .blocks import ALLGATHER, BCAST, REDUCE, REDUCE_SCATTER
 from .ops import Op, get_op
 from .options import Options
+from ._runtime.context import Context
 
 __all__ = ["allreduce", "reduce_scatter", "allgather", "bcast", "reduce", "AllreduceCall",
            "ReduceScatterCall", "AllgatherCall", "BcastCall", "ReduceCall", "run_allreduce"]
@@ -82,9 +83,9 @@ class AllreduceCall:
                  algorithm: str, opts: Options) -> None:
         a = check_input(x)
         self.op = get_op(op, a.dtype)
-        self.fn = _pick(ALGORITHMS, algorithm, "algorithm")
+        self.fn = lookup(ALGORITHMS, algorithm, "algorithm")
         if opts.inter_algorithm not in FLAT:
-            _pick(FLAT, opts.inter_algorithm, "inter_algorithm")
+            lookup(FLAT, opts.inter_algorithm, "inter_algorithm")
         res = new_like(a) if out is None else check_out(out, a)
         self.src = flat(a)
         self.dst = self.src if res is a else flat(res)
@@ -95,13 +96,13 @@ class AllreduceCall:
         return {"count": self.src.size, "dtype": self.src.dtype, "op": self.op.name,
                 "algorithm": self.algorithm}
 
-    def run(self, ctx: Any) -> None:
+    def run(self, ctx: Context) -> None:
         if self.trivial:  # trivial cases, here only
             copy_into(self.src, self.dst)
             return
         run_allreduce(self.src, self.dst, self.op, self.decide(ctx), ctx, self.opts)
 
-    def decide(self, ctx: Any) -> Any:
+    def decide(self, ctx: Context) -> Any:
         """The algorithm function of this and every later run: "auto" resolved for this size on
         ``ctx`` at the first run (collective the first time on a communicator), then kept, so a
         persistent plan or a repeated call decides once. Returns the function."""
@@ -113,7 +114,7 @@ class AllreduceCall:
 _AUTO = ALGORITHMS["auto"]
 
 
-def run_allreduce(src: np.ndarray, dst: np.ndarray, op: Op, fn: Any, ctx: Any,
+def run_allreduce(src: np.ndarray, dst: np.ndarray, op: Op, fn: Any, ctx: Context,
                   opts: Options) -> None:
     """Reduce ``src`` into ``dst`` with the algorithm function ``fn`` on ``ctx``: the run of a
     checked allreduce, blocking or the engine's (a repeated call, a plan's ``plan()`` and a
@@ -132,7 +133,7 @@ class _Repeat(Repeat):
     __slots__ = ("run", "fn", "reduction", "what")
 
     def __init__(self, call: AllreduceCall, x: Any, out: Any, op: str, algorithm: str,
-                 comm_arg: Any, options: Any, ctx: Any, xkind: Kind, okind: Kind) -> None:
+                 comm_arg: Any, options: Any, ctx: Context, xkind: Kind, okind: Kind) -> None:
         super().__init__("allreduce", call, x, out, op, algorithm, comm_arg, options, ctx,
                          xkind, okind)
         self.run, self.reduction = runner(ctx, call.opts).run, call.op
@@ -152,7 +153,7 @@ class ReduceScatterCall:
                  counts: Sequence[int] | None, algorithm: str, opts: Options) -> None:
         a = check_input(x)
         self.op = get_op(op, a.dtype)
-        self.fn = _pick(REDUCE_SCATTER, algorithm, "algorithm")
+        self.fn = lookup(REDUCE_SCATTER, algorithm, "algorithm")
         self.offsets = offsets = _offsets(counts, a.size, comm.size)
         n = int(offsets[comm.rank + 1] - offsets[comm.rank])
         res = new_like(a, (n,)) if out is None else check_out(out, a, (n,))
@@ -164,7 +165,7 @@ class ReduceScatterCall:
         return {"count": self.src.size, "dtype": self.src.dtype, "op": self.op.name,
                 "algorithm": self.algorithm, "counts": tuple(np.diff(self.offsets).tolist())}
 
-    def run(self, ctx: Any) -> None:
+    def run(self, ctx: Context) -> None:
         if self.trivial:
             copy_into(self.src, self.dst)
             return
@@ -181,7 +182,7 @@ class AllgatherCall:
     def __init__(self, comm: MPI.Comm, x: np.ndarray, out: np.ndarray | None,
                  counts: Sequence[int] | None, algorithm: str, opts: Options) -> None:
         a = check_input(x)
-        self.fn = _pick(ALLGATHER, algorithm, "algorithm")
+        self.fn = lookup(ALLGATHER, algorithm, "algorithm")
         sizes = [a.size] * comm.size if counts is None else counts
         self.offsets = offsets = _offsets(sizes, int(np.sum(sizes)), comm.size)
         if int(offsets[comm.rank + 1] - offsets[comm.rank]) != a.size:
@@ -197,7 +198,7 @@ class AllgatherCall:
         return {"dtype": self.src.dtype, "algorithm": self.algorithm,
                 "counts": tuple(np.diff(self.offsets).tolist())}
 
-    def run(self, ctx: Any) -> None:
+    def run(self, ctx: Context) -> None:
         if self.trivial:
             copy_into(self.src, self.dst)
             return
@@ -214,7 +215,7 @@ class BcastCall:
                  opts: Options) -> None:
         a = check_input(x)
         self.root = _check_root(root, comm)
-        self.fn = _pick(BCAST, algorithm, "algorithm")
+        self.fn = lookup(BCAST, algorithm, "algorithm")
         if not writeable(a):
             raise ValueError("x is read-only; bcast writes into it on every rank but the root")
         self.buf, self.algorithm, self.opts = flat(a), algorithm, opts
@@ -225,7 +226,7 @@ class BcastCall:
         return {"count": self.buf.size, "dtype": self.buf.dtype, "root": self.root,
                 "algorithm": self.algorithm}
 
-    def run(self, ctx: Any) -> None:
+    def run(self, ctx: Context) -> None:
         if not self.trivial:
             self.fn(self.buf, self.root, ctx, self.opts)
 
@@ -241,7 +242,7 @@ class ReduceCall:
         a = check_input(x)
         self.op = get_op(op, a.dtype)
         self.root = r = _check_root(root, comm)
-        self.fn = _pick(REDUCE, algorithm, "algorithm")
+        self.fn = lookup(REDUCE, algorithm, "algorithm")
         res = None
         if comm.rank == r:
             res = new_like(a) if out is None else check_out(out, a)
@@ -254,7 +255,7 @@ class ReduceCall:
         return {"count": self.src.size, "dtype": self.src.dtype, "op": self.op.name,
                 "root": self.root, "algorithm": self.algorithm}
 
-    def run(self, ctx: Any) -> None:
+    def run(self, ctx: Context) -> None:
         if self.trivial:
             if self.dst is not None:
                 copy_into(self.src, self.dst)

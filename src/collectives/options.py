@@ -101,7 +101,7 @@ class Options:
         watches for other ranks' failures, a few microseconds a call). ``"abort"``: the call runs
         plain blocking MPI, as Horovod and DDP do, and an error on any rank, or a call longer than
         ``timeout``, prints that rank's error and ends the whole job (``MPI_Abort``;
-        ``collectives._runtime.fatal``). Non-blocking operations keep ``"raise"``'s semantics.
+        ``collectives._runtime.abort_mode``). Non-blocking operations keep ``"raise"``'s semantics.
         docs/reliability.md says when to use which.
     timeline
         A file to record a timeline to (:mod:`collectives.timeline`), or None (default). The

@@ -53,9 +53,9 @@ def fresh_native():
     retired on COMM_WORLD (docs/reliability.md): collectives.reset brings them back, so that
     later tests see native where they ask for it."""
     yield
-    from collectives._runtime import slots
+    from collectives._runtime import comm_state
 
-    ctx = slots.get(MPI.COMM_WORLD, "context")
+    ctx = comm_state.get(MPI.COMM_WORLD, "context")
     retired = ctx is not None and ctx._guard is not None and ctx._guard.retired
     if any(MPI.COMM_WORLD.allgather(retired)):
         collectives.reset(MPI.COMM_WORLD)

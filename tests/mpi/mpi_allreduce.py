@@ -414,7 +414,7 @@ def test_reset_reaches_remembered_calls_and_plans():
 
 @pytest.mark.parametrize("algorithm", list(collectives.ALGORITHMS))
 def test_abort_mode_matches_the_reference(algorithm):
-    """Options.on_error="abort" runs the algorithms as plain blocking MPI (_runtime/fatal.py):
+    """Options.on_error="abort" runs the algorithms as plain blocking MPI (_runtime/abort_mode.py):
     the same results, every count, blocking, repeated (the remembered-call path) and as a plan;
     and the blocks and the compressed allreduce in that mode too."""
     comm = MPI.COMM_WORLD

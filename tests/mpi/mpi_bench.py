@@ -314,7 +314,7 @@ def test_the_mpi_column_calls_no_library_code(module, monkeypatch):
     public collective of the library and both of its call runners made to raise, it still runs,
     and its results validate."""
     from collectives import api
-    from collectives._runtime import fatal, guard
+    from collectives._runtime import abort_mode, guard
 
     def refuse(*args, **kwargs):
         raise AssertionError("the mpi column called the library")
@@ -323,7 +323,7 @@ def test_the_mpi_column_calls_no_library_code(module, monkeypatch):
         monkeypatch.setattr(api, name, refuse)
         monkeypatch.setattr(collectives, name, refuse)
     monkeypatch.setattr(guard.Guard, "run", refuse)
-    monkeypatch.setattr(fatal.Runner, "run", refuse)
+    monkeypatch.setattr(abort_mode.Runner, "run", refuse)
     records, text = _run(module, "--algorithm", "mpi", "-c")
     assert records and {r.algorithm for r in records} == {"mpi"}
     if MPI.COMM_WORLD.rank == 0:
@@ -339,7 +339,7 @@ def test_the_sweeps_mpi_column_calls_no_library_code(monkeypatch, capsys):
     import sys
 
     from collectives import api
-    from collectives._runtime import fatal, guard
+    from collectives._runtime import abort_mode, guard
 
     path = Path(__file__).resolve().parents[2] / "bench" / "allreduce_sweep.py"
     spec = importlib.util.spec_from_file_location("allreduce_sweep", path)
@@ -352,7 +352,7 @@ def test_the_sweeps_mpi_column_calls_no_library_code(monkeypatch, capsys):
     monkeypatch.setattr(api, "allreduce", refuse)
     monkeypatch.setattr(collectives, "allreduce", refuse)
     monkeypatch.setattr(guard.Guard, "run", refuse)
-    monkeypatch.setattr(fatal.Runner, "run", refuse)
+    monkeypatch.setattr(abort_mode.Runner, "run", refuse)
     args = ["allreduce_sweep.py", "--sizes", "8,4096", "--iterations", "3",
             "--iterations-large", "1"]
     monkeypatch.setattr(sys, "argv", [*args, "--algorithms", "mpi"])

@@ -121,7 +121,7 @@ def test_nonblocking_allgather_equals_blocking(comm):
     in-neighbors' arrays in ascending source rank, as the blocking call gives them, into
     ``out`` when given; counts 0, 1 and large odd ones; both backends. (The "mpi" backend's
     distributed-graph communicators once made a later free of a communicator holding two of
-    the library's attributes crash: tests/test_slots.py.)"""
+    the library's attributes crash: tests/test_comm_state.py.)"""
     topology = T.one_peer_exponential(comm.size)
     rng = np.random.default_rng(comm.rank)
     for n in (0, 1, 1001):

@@ -399,7 +399,7 @@ def test_soak_leaves_no_threads_requests_or_engines():
             collectives.waitall(outstanding[:8], timeout=WAIT_S)
             del outstanding[:8]
     collectives.waitall(outstanding, timeout=WAIT_S)
-    engine = collectives._runtime.slots.get(comm, "engine")
+    engine = collectives._runtime.comm_state.get(comm, "engine")
     if engine is not None:
         assert engine.outstanding() == [] and engine.pending == 0
         assert engine.submitted == engine.completed

@@ -101,7 +101,7 @@ def test_merged_timeline_of_every_kind_of_call():
 
 
 def test_abort_mode_calls_are_spans_too():
-    """Options.on_error="abort" runs calls through its own runner (_runtime/fatal.py): they are
+    """Options.on_error="abort" runs calls through its own runner (_runtime/abort_mode.py): they are
     call spans of the timeline as well."""
     comm = MPI.COMM_WORLD
     path = _shared_dir(comm) / "abort.json"

@@ -40,6 +40,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .validate import verdict
+from .context import Context
 
 __all__ = ["key", "agree", "FIELDS"]
 
@@ -78,7 +79,7 @@ def _fields(sig: tuple) -> dict[str, Any]:
     return named
 
 
-def agree(ctx: Any, sig: tuple) -> None:
+def agree(ctx: Context, sig: tuple) -> None:
     """Make ``sig`` the signature every rank of ``ctx`` agreed on, or raise the ``ValueError``
     that every rank raises (the module docstring). Collective on ``ctx.control_comm``; a no-op
     on a context without one, and under a guard that has retired native."""

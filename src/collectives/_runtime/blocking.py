@@ -10,7 +10,7 @@ collectives) is a *call* class: its constructor checks the arguments and fixes w
    every other bad argument is;
 2. a timeline that the options ask for starts (``Options.timeline``), before the guard, so that
    the call is its first span;
-3. the call runs under the runner of the options' failure mode (:func:`.fatal.runner`: the
+3. the call runs under the runner of the options' failure mode (:func:`.abort_mode.runner`: the
    communicator's guard, or abort mode's runner): the arguments are checked there (with
    ``validate``, across ranks too), then the call runs, so that an error on any rank becomes an
    error on every rank that still needs it, and the ranks number their calls alike whether they
@@ -29,8 +29,8 @@ from typing import Any, Callable
 from mpi4py import MPI
 
 from ..options import Options
-from .context import context
-from .fatal import runner
+from .context import Context, context
+from .abort_mode import runner
 from .validate import check_comm, checked, checked_call, resolve, timeline_option
 
 __all__ = ["construct", "run_call"]
@@ -52,7 +52,7 @@ def run_call(cls: type, comm: MPI.Comm | None, options: Any, validate: bool | No
 
 
 def _checked_run(cls: type, comm: MPI.Comm, opts: Options, problem: TypeError | None,
-                 validate: bool | None, ctx: Any, by: Any, args: tuple) -> Any:
+                 validate: bool | None, ctx: Context, by: Any, args: tuple) -> Any:
     """The body :func:`run_call` runs under ``by`` (None with one rank)."""
     if problem is not None:
         raise problem

@@ -98,10 +98,10 @@ def abort_world(status: int = 1, delay: float = ABORT_DELAY_S) -> NoReturn:
     block); a nonzero exit ends the job under every launcher.
 
     The names of the MPI library's shared-memory files this process maps are removed first:
-    ``MPI_Abort`` leaves them in ``/dev/shm`` (``segments.py``)."""
+    ``MPI_Abort`` leaves them in ``/dev/shm`` (``mpi_shm_files.py``)."""
     from mpi4py import MPI
 
-    from .segments import unlink_mapped
+    from .mpi_shm_files import unlink_mapped
 
     for stream in (sys.stdout, sys.stderr):
         try:

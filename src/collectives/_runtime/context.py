@@ -26,7 +26,7 @@ from mpi4py import MPI
 
 from ..options import Options
 from . import release as _release
-from . import slots as _slots
+from . import comm_state as _slots
 from .guard import Guard
 
 __all__ = ["Context", "context", "reset"]

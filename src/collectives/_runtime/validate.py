@@ -17,13 +17,13 @@ from .guard import everywhere
 from ..observe import OBSERVERS
 from ..options import Options
 
-__all__ = ["check_comm", "checked", "checked_call", "pick", "resolve", "setup", "verdict"]
+__all__ = ["check_comm", "checked", "checked_call", "lookup", "resolve", "setup", "verdict"]
 
 T = TypeVar("T")
 _ERRORS = {"TypeError": TypeError, "ValueError": ValueError}
 
 
-def pick(table: dict[str, Any], name: object, what: str) -> Any:
+def lookup(table: dict[str, Any], name: object, what: str) -> Any:
     """``table[name]``, or a ``ValueError`` that lists the valid names (the catalogues' lookup)."""
     if not isinstance(name, str) or name not in table:
         raise ValueError(f"unknown {what} {name!r}; valid choices: {', '.join(table)}")

@@ -21,6 +21,7 @@ import numpy as np
 from ..ops import Op
 from ..options import Options
 from . import native, shm
+from .._runtime.context import Context
 
 __all__ = ["lane", "LANES"]
 
@@ -33,7 +34,7 @@ LANES: dict[Any, Callable[..., Any]] = {
 }
 
 
-def lane(fn: Any, src: np.ndarray, dst: np.ndarray, op: Op, ctx: Any, opts: Options) -> Any:
+def lane(fn: Any, src: np.ndarray, dst: np.ndarray, op: Op, ctx: Context, opts: Options) -> Any:
     """The run of a repeat of a call on ``src`` and ``dst`` whose algorithm function ``fn`` was
     decided on ``ctx``, called as ``fn``: its lane where it has one and the call can take it,
     else ``fn`` itself; for "avg" followed by the division."""
@@ -50,6 +51,6 @@ class _Averaged:
     def __init__(self, fn: Any) -> None:
         self.fn = fn
 
-    def __call__(self, src: np.ndarray, dst: np.ndarray, op: Op, ctx: Any, opts: Options) -> None:
+    def __call__(self, src: np.ndarray, dst: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
         self.fn(src, dst, op, ctx, opts)
         op.divide(dst, ctx.comm.size)  # repeats have two ranks or more (trivial ones aside)

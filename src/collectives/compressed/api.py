@@ -12,13 +12,14 @@ from mpi4py import MPI
 from .._runtime.arrays import check_input, check_out, flat, new_like, returned
 from .._runtime.blocking import run_call
 from .._runtime.context import context
-from .._runtime.validate import pick
+from .._runtime.validate import lookup
 from ..algorithms import ALGORITHMS
 from ..ops import get_op
 from ..options import Options
 from ._coding import TensorCoding
 from .state import CompressionState, base_codec, state_of
 from .strategies import STRATEGIES, strategy_for
+from .._runtime.context import Context
 
 __all__ = ["compressed_allreduce", "CompressedAllreduceCall"]
 
@@ -111,8 +112,8 @@ class CompressedAllreduceCall:
             raise ValueError(f"step must be a non-negative integer, got {step!r}")
         auto = isinstance(codec, CompressionState) and codec.auto is not None
         name = strategy_for(base, memory, auto=auto) if strategy == "auto" else strategy
-        self.fn = pick(STRATEGIES, name, "strategy")
-        pick(ALGORITHMS, algorithm, "algorithm")
+        self.fn = lookup(STRATEGIES, name, "strategy")
+        lookup(ALGORITHMS, algorithm, "algorithm")
         problem = self.fn.why_not(base, memory, auto=auto)
         if problem:
             raise ValueError(problem)
@@ -130,7 +131,7 @@ class CompressedAllreduceCall:
     def signature(self) -> dict[str, Any]:
         return self.sig
 
-    def _dense(self, ctx: Any, src: np.ndarray | None = None) -> None:
+    def _dense(self, ctx: Context, src: np.ndarray | None = None) -> None:
         """A plain allreduce of the tensor (sum or average) with ``algorithm``; ``src``: what
         to send in place of the tensor (flat, as long)."""
         src = self.src if src is None else src
@@ -152,7 +153,7 @@ class CompressedAllreduceCall:
             sent = state.memory.flush(self.whole, key=self.key)
         return self.src if sent is self.whole else sent.reshape(-1)
 
-    def run(self, ctx: Any) -> None:
+    def run(self, ctx: Context) -> None:
         if self.src.size == 0:
             return
         if ctx is None:  # a trivial call, run where it was made

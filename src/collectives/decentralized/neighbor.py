@@ -49,11 +49,12 @@ from mpi4py import MPI
 from .._runtime import p2p
 from .._runtime.arrays import check_input, check_out, copy_into, flat, new_like, returned
 from .._runtime.blocking import run_call
-from .._runtime.validate import pick as _pick
+from .._runtime.validate import lookup
 from .._runtime.workspace import forget, scratch
 from .neighbor_hierarchical import DTYPES as _HIER_DTYPES, HierarchicalRound
 from ..options import Options
 from .topology import Topology
+from .._runtime.context import Context
 
 __all__ = ["neighbor_allreduce", "neighbor_allgather", "NeighborAllreduceCall",
            "NeighborAllgatherCall", "BACKENDS"]
@@ -64,7 +65,7 @@ _TOL = 1e-6  # weights given by the caller must sum to 1 within this
 
 # -- backends: fill recv[k] with the array of sources[k]; return the buffer that holds them --------
 def _p2p(src: np.ndarray, recv: np.ndarray, sources: tuple[int, ...], dests: tuple[int, ...],
-         ctx: Any, key: tuple) -> np.ndarray:
+         ctx: Context, key: tuple) -> np.ndarray:
     p2p.exchange(ctx.comm, [(src, d) for d in dests],
                  [(recv[k], s) for k, s in enumerate(sources)], ctx.active)
     return recv
@@ -81,7 +82,7 @@ class _DistGraph:
             self.comm.Free()
 
 
-def _graph(ctx: Any, key: tuple, sources: tuple[int, ...], dests: tuple[int, ...]) -> MPI.Comm:
+def _graph(ctx: Context, key: tuple, sources: tuple[int, ...], dests: tuple[int, ...]) -> MPI.Comm:
     """The distributed-graph communicator of ``key`` (topology, step), made at its first use.
     Making it is an MPI collective, which no notice can interrupt: under a guard, every rank
     first trades a one-byte token with every other through guarded messages, so a rank that
@@ -97,7 +98,7 @@ def _graph(ctx: Any, key: tuple, sources: tuple[int, ...], dests: tuple[int, ...
 
 
 def _mpi(src: np.ndarray, recv: np.ndarray, sources: tuple[int, ...], dests: tuple[int, ...],
-         ctx: Any, key: tuple) -> np.ndarray:
+         ctx: Context, key: tuple) -> np.ndarray:
     graph = _graph(ctx, key, sources, dests)
     args = ([src, MPI.BYTE], [recv, MPI.BYTE])
     guard = ctx.active
@@ -129,7 +130,7 @@ def _round(comm: MPI.Comm, x: Any, topology: object, step: int | None, backend: 
                         f"collectives.topology.ring(p)), got {type(topology).__name__}")
     topology.check_size(comm.size, what)
     t = topology.phase(step)
-    fn = _pick(BACKENDS, backend, "backend")
+    fn = lookup(BACKENDS, backend, "backend")
     a = check_input(x)
     if not is_numpy(a):
         raise TypeError(f"{what}: x must be a host array (NumPy or a CPU tensor); device "
@@ -221,7 +222,7 @@ class NeighborAllreduceCall:
                 "topology": f"{self.topology.name} {self.key[0]}", "step % period": self.key[1],
                 "hierarchical": self.hierarchical is not None}
 
-    def run(self, ctx: Any) -> None:
+    def run(self, ctx: Context) -> None:
         if self.trivial:  # one process (W = [[1]]) or nothing to send
             copy_into(self.src, self.dst)
             return
@@ -271,7 +272,7 @@ class NeighborAllgatherCall:
         return {"count": self.src.size, "dtype": self.src.dtype, "backend": self.backend,
                 "topology": f"{self.topology.name} {self.key[0]}", "step % period": self.key[1]}
 
-    def run(self, ctx: Any) -> None:
+    def run(self, ctx: Context) -> None:
         if self.trivial:
             return
         n = self.src.size

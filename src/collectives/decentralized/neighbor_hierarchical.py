@@ -58,6 +58,7 @@ from .._runtime.workspace import scratch
 from ..algorithms.hierarchical import Layout, layout
 from ..options import Options
 from .topology import Topology
+from .._runtime.context import Context
 
 __all__ = ["node_matrix", "Nodes", "HierarchicalRound", "DTYPES"]
 
@@ -119,7 +120,7 @@ class Nodes:
         pass
 
 
-def _nodes(ctx: Any, opts: Options) -> Nodes:
+def _nodes(ctx: Context, opts: Options) -> Nodes:
     """This rank's :class:`Nodes` on ``ctx``, made at the first use (collective): first a guarded
     token exchange with every rank (a rank that failed its checks before makes the others raise
     here, not wait in an MPI collective), then the layout and two allgathers."""
@@ -157,7 +158,7 @@ class HierarchicalRound:
         self.topology, self.t, self.opts = topology, t, opts
         self._v: tuple[tuple[int, ...], np.ndarray] | None = None  # (node ids, V), checked once
 
-    def run(self, src: np.ndarray, dst: np.ndarray, ctx: Any) -> None:
+    def run(self, src: np.ndarray, dst: np.ndarray, ctx: Context) -> None:
         nodes = _nodes(ctx, self.opts)
         ids = tuple(nodes.ids)
         if self._v is None or self._v[0] != ids:  # the same error on every rank

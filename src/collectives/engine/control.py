@@ -6,7 +6,7 @@ of the caller's communicator, so these messages never meet an operation's). A ra
 long sends a query (a round number) to every other rank; each engine answers, from its thread,
 with four counters of its communicator: operations submitted, operations finished, the one
 running (-1 if none), and named operations pending (:mod:`.named`), and four words of its flight
-recorder saying what the rank did last (:mod:`collectives._runtime.recent`: the call it is in,
+recorder saying what the rank did last (:mod:`collectives._runtime.last_call`: the call it is in,
 or the last one and how long ago it ended). From those the asker names the ranks that have not
 submitted the operation it waits for, what they did last, and those still busy with earlier
 ones (:meth:`Control.report`: what a stall warning, a ``TimeoutError`` and the report at exit
@@ -26,7 +26,7 @@ from typing import Any, Callable
 import numpy as np
 from mpi4py import MPI
 
-from .._runtime import recent
+from .._runtime import last_call
 
 __all__ = ["Control", "Status", "IDLE_POLL_S"]
 
@@ -47,7 +47,7 @@ class Control:
     def __init__(self, comm: MPI.Intracomm, status: Callable[[], Status]) -> None:
         self.comm = comm
         self.status = status
-        #: every other rank's last call (:func:`recent.encode`'s words) at the last :meth:`ask`
+        #: every other rank's last call (:func:`last_call.encode`'s words) at the last :meth:`ask`
         self.last_calls: dict[int, tuple[int, ...]] = {}
         self._inbox = np.zeros(1, dtype=np.int64)
         self._posted: MPI.Request | None = None
@@ -77,7 +77,7 @@ class Control:
         try:
             status = MPI.Status()
             while self._posted is not None and self._posted.Test(status):
-                answer = np.array([self._inbox[0], *self.status(), *recent.encode()],
+                answer = np.array([self._inbox[0], *self.status(), *last_call.encode()],
                                   dtype=np.int64)
                 self.comm.Send(answer, status.Get_source(), _REPLY)  # 72 bytes: sent eagerly
                 self._posted = self.comm.Irecv(self._inbox, MPI.ANY_SOURCE, _QUERY)
@@ -161,7 +161,7 @@ class Control:
         if not known:
             return ""
         return "; what they did last (flight recorder): " + ", ".join(
-            f"rank {r}: {recent.describe(self.last_calls[r])}" for r in known)
+            f"rank {r}: {last_call.describe(self.last_calls[r])}" for r in known)
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -4,7 +4,7 @@
   which is therefore collective: it returns once every rank has made its first non-blocking
   call on the communicator (the engine duplicates it). The engine hangs off the communicator in
   the library's one MPI attribute there, beside the blocking functions' private duplicate
-  (:mod:`collectives._runtime.slots`), so freeing the communicator shuts it down first.
+  (:mod:`collectives._runtime.comm_state`), so freeing the communicator shuts it down first.
 - The MPI library must provide ``MPI_THREAD_MULTIPLE``: the engine's thread calls MPI while the
   caller's threads do. :func:`require_threads` says so clearly at the first non-blocking call
   when it does not (mpi4py asks for it unless ``mpi4py.rc.thread_level`` says otherwise; MPICH and
@@ -21,7 +21,7 @@
   attributes (MPI's own finalize hook), so a thread still in MPI then can neither finish nor be
   waited for (it hangs, or MPICH aborts destroying a mutex in use). So ``mpi4py.MPI.Finalize``
   is wrapped to shut the engines down first. A hook run from the deletion of
-  ``MPI_COMM_SELF``'s attribute (:func:`collectives._runtime.slots.at_finalize`) stays as the
+  ``MPI_COMM_SELF``'s attribute (:func:`collectives._runtime.comm_state.at_finalize`) stays as the
   safety net for code that kept the unwrapped function: there, nothing can be waited for, so
   idle engines are stopped without further MPI calls and busy ones are reported, then the job
   is aborted.
@@ -36,7 +36,7 @@ import warnings
 
 from mpi4py import MPI
 
-from .._runtime import slots
+from .._runtime import comm_state
 from .._runtime.cli import abort_world
 from .._runtime.release import mark_exiting
 from .engine import Engine
@@ -81,24 +81,24 @@ def _free(comm: MPI.Comm, engine: Engine) -> None:
         _LIVE[id(engine)] = engine  # exit will deal with it
 
 
-slots.register("engine", _free)
+comm_state.register("engine", _free)
 
 
 def engine_of(comm: MPI.Intracomm, timeout: float | None = None) -> Engine:
     """The progress engine of ``comm``, created at the first call (thread-safe; the creation is
     collective: it waits up to ``timeout`` for every rank's first call)."""
-    engine = slots.get(comm, "engine")
+    engine = comm_state.get(comm, "engine")
     if engine is None:
         require_threads()
         with _CREATE:  # held while initiating, not while waiting for the other ranks
-            engine = slots.get(comm, "engine")
+            engine = comm_state.get(comm, "engine")
             created = engine is None
             if created:
                 if _state["shut"]:
                     raise RuntimeError("collectives: MPI is finalizing; no new non-blocking "
                                        "operations")
                 engine = Engine(comm)
-                slots.put(comm, "engine", engine)
+                comm_state.put(comm, "engine", engine)
                 _LIVE[id(engine)] = engine
         if created:
             engine.complete_setup(timeout)
@@ -185,4 +185,4 @@ MPI.Finalize = _wrapped_finalize
 atexit.register(shutdown)
 atexit.register(mark_exiting)  # runs first (last registered): engines stopped at exit free
 # their communicators at once (_runtime/release.py)
-slots.at_finalize("engine", _at_finalize)
+comm_state.at_finalize("engine", _at_finalize)

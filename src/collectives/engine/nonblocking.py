@@ -36,7 +36,7 @@ from mpi4py import MPI
 
 from .._runtime import device as _device
 from .._runtime.context import context
-from .._runtime.fatal import runner
+from .._runtime.abort_mode import runner
 from .._runtime.flight import describe
 from ..observe import OBSERVERS as _OBSERVED
 from .._runtime.validate import check_comm, checked_call as _checked, setup as _setup
@@ -49,6 +49,7 @@ from . import Request, engine_of
 from .engine import INLINE_BYTES
 from ..decentralized.neighbor import NeighborAllgatherCall, NeighborAllreduceCall
 from ..options import Options
+from .._runtime.context import Context
 
 __all__ = ["iallreduce", "ireduce_scatter", "iallgather", "ibcast", "ireduce",
            "icompressed_allreduce", "ineighbor_allreduce", "ineighbor_allgather",
@@ -68,7 +69,7 @@ class _OnDevice:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def run(self, ctx: Any) -> None:
+    def run(self, ctx: Context) -> None:
         with self.device:
             self.inner.run(ctx)
 
@@ -163,7 +164,7 @@ class _Remembered(AllreduceCall):
         super().__init__(*args)
         self.decided = [self.fn, None]
 
-    def run(self, ctx: Any) -> None:
+    def run(self, ctx: Context) -> None:
         if self.trivial:
             super().run(ctx)
             return

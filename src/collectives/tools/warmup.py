@@ -11,7 +11,7 @@ if set, else ``__pycache__`` next to the kernels' sources): later processes load
   for float16 also the compiled reduction of the message-based algorithms
   (:class:`collectives.ops.HalfOp`, from ``HALF_KERNEL_ELEMENTS`` elements);
 - ``compressed``: ``compressed_allreduce`` with top-k and error feedback and the sparse
-  strategy's merges (:func:`collectives.compressed.warm.topk_with_feedback`); for float32 also
+  strategy's merges (:func:`collectives.compressed.precompile.topk_with_feedback`); for float32 also
   the fp16 codec's encode and decode.
 
 The kernels take any op in one compile (the op is an argument); each dtype is a compile of its own.
@@ -29,6 +29,7 @@ import time
 from typing import Any, Callable
 
 import numpy as np
+from .._runtime.context import Context
 
 __all__ = ["PATHS", "DTYPES", "warmup", "preload", "kernel_stats"]
 
@@ -57,7 +58,7 @@ def _allreduce(dtype: np.dtype) -> None:
 
 
 def _compressed(dtype: np.dtype) -> None:
-    from ..compressed.warm import topk_with_feedback
+    from ..compressed.precompile import topk_with_feedback
 
     topk_with_feedback(dtype)
     if dtype == np.float32:  # the fp16 codec (Horovod's Compression.fp16): encode and decode
@@ -159,7 +160,7 @@ def _set_up(comm: Any, options: Any, kinds: list[np.dtype]) -> None:
     """What the first call on ``comm`` sets up, as call number 1 of its guard (so that an error
     on any rank is one on every rank), then one small allreduce per dtype (collective)."""
     from .._runtime.context import context
-    from .._runtime.fatal import runner
+    from .._runtime.abort_mode import runner
     from ..api import allreduce
     from ..options import Options
 
@@ -170,7 +171,7 @@ def _set_up(comm: Any, options: Any, kinds: list[np.dtype]) -> None:
         allreduce(np.zeros(1, dtype), comm=comm, options=options)
 
 
-def _prepare(ctx: Any, opts: Any) -> None:
+def _prepare(ctx: Context, opts: Any) -> None:
     """What "auto" may run on ``ctx`` at any size: on one node the shm team; across nodes with
     several ranks on a node, hierarchical's layout (the cost model may pick it)."""
     from ..algorithms import auto, hierarchical, shm

@@ -18,6 +18,7 @@ from .. import api
 from ..compressed.api import compressed_allreduce
 from ._common import codec_of, make_state
 from .basics import default_comm
+from .._runtime.context import Context
 
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state", "allreduce", "allreduce_"]
 
@@ -99,13 +100,13 @@ class _Allreduce(torch.autograd.Function):
     is the same reduction of the output's gradients (Horovod's ``HorovodAllreduce``)."""
 
     @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, op: str, algorithm: str, comm: Any) -> torch.Tensor:
+    def forward(ctx: Context, tensor: torch.Tensor, op: str, algorithm: str, comm: Any) -> torch.Tensor:
         ctx.args = (op, algorithm, comm)
         out = tensor.detach().clone(memory_format=torch.contiguous_format)
         return allreduce_(out, op=op, algorithm=algorithm, comm=comm)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple:
+    def backward(ctx: Context, grad: torch.Tensor) -> tuple:
         op, algorithm, comm = ctx.args
         out = grad.detach().clone(memory_format=torch.contiguous_format)
         return allreduce_(out, op=op, algorithm=algorithm, comm=comm), None, None, None

@@ -12,7 +12,7 @@ the times it measured. The observers, by span category:
 category     observation point (where)                          span
 ===========  =================================================  =================================
 call         ``call`` (``_runtime.guard.Guard.run``, abort       one public call (blocking, or an
-             mode's ``_runtime.fatal.Runner.run``, at the end)  engine's run of a request): kind,
+             mode's ``_runtime.abort_mode.Runner.run``, at the end)  engine's run of a request): kind,
                                                                 seq, count, dtype, bytes,
                                                                 algorithm, strategy, codec
 submit       ``submit`` (``nonblocking._submit``)               ``iallreduce(...)`` and the

@@ -49,7 +49,7 @@ from typing import Sequence
 from ..._runtime.cli import program
 from ..launch import mpiexec_command
 
-__all__ = ["DEFAULT_SIZES", "DEFAULT_CODECS", "main", "script", "pick", "tune_world",
+__all__ = ["DEFAULT_SIZES", "DEFAULT_CODECS", "main", "script", "fastest", "tune_world",
            "tune_codecs"]
 
 DEFAULT_SIZES = [8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
@@ -71,10 +71,10 @@ def _iterations(nbytes: int, quick: bool) -> tuple[int, int]:
     raise AssertionError
 
 
-def pick(times: dict[str, float], builtin: str, margin: float) -> str:
+def fastest(times: dict[str, float], builtin: str, margin: float) -> str:
     """The fastest of ``times``, unless ``builtin`` is within ``margin`` (relative) of it."""
-    fastest = min(times, key=times.__getitem__)
-    return builtin if times[builtin] <= (1 + margin) * times[fastest] else fastest
+    best = min(times, key=times.__getitem__)
+    return builtin if times[builtin] <= (1 + margin) * times[best] else best
 
 
 def tune_world(sizes: Sequence[int], quick: bool = False, verbose: bool = True,
@@ -109,7 +109,7 @@ def tune_world(sizes: Sequence[int], quick: bool = False, verbose: bool = True,
                   for _ in range(ROUNDS)]
         row = {n: round(min(r[n].median for r in rounds), 3) for n in names}
         measured[str(x.nbytes)] = row
-        winners[x.nbytes] = pick(row, builtin_choice(x.nbytes, x.size, comm.size, one_node),
+        winners[x.nbytes] = fastest(row, builtin_choice(x.nbytes, x.size, comm.size, one_node),
                                  margin)
         if verbose and comm.rank == 0:
             print(f"p={comm.size} {x.nbytes:>10} B: {winners[x.nbytes]:<18} " +

@@ -34,6 +34,7 @@ from ..options import Options
 from . import flight
 from .cli import abort_world
 from ..observe import OBSERVERS as _OBSERVED
+from .context import Context
 
 __all__ = ["Runner", "runner", "MODES"]
 
@@ -50,7 +51,7 @@ class Runner:
 
     __slots__ = ("ctx", "guard", "name", "seq", "since", "timeout", "call", "__weakref__")
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.guard: Any = None  # ctx.guard, taken at the first call
         self.name = ""
@@ -113,7 +114,7 @@ class Runner:
         return result
 
 
-def runner(ctx: Any, options: Any) -> Any:
+def runner(ctx: Context, options: Any) -> Any:
     """What runs a blocking public call on ``ctx`` under ``options`` (None: the environment's):
     the communicator's guard (``on_error="raise"``) or the context's :class:`Runner` (``"abort"``,
     made on first use). Both have ``run``, ``set_timeout`` and ``call``. Options of the wrong type

@@ -1,4 +1,4 @@
-"""The library's state on a communicator under one MPI attribute (collectives._runtime.slots).
+"""The library's state on a communicator under one MPI attribute (collectives._runtime.comm_state).
 
 MPICH frees a communicator's attributes one by one and empties the list only at the end; mpi4py
 calls ``MPI_Topo_test`` on the handle before each Python delete callback, which, once any
@@ -50,23 +50,23 @@ def test_fields_free_with_the_communicator_and_reset_drops_the_context():
     from mpi4py import MPI
 
     from collectives._runtime import context as ctxmod
-    from collectives._runtime import slots
+    from collectives._runtime import comm_state
     from collectives.engine import lifecycle
 
     c = MPI.COMM_SELF.Dup()
     ctx = ctxmod.context(c)
     engine = lifecycle.engine_of(c)
-    assert slots.get(c, "context") is ctx and slots.get(c, "engine") is engine
+    assert comm_state.get(c, "context") is ctx and comm_state.get(c, "engine") is engine
     assert ctxmod.context(c) is ctx and lifecycle.engine_of(c) is engine  # kept, not remade
     ctxmod.reset(c)  # the context only: the engine stays
-    assert slots.get(c, "context") is None and ctx not in ctxmod._HELD
-    assert slots.get(c, "engine") is engine and engine in lifecycle.live_engines()
+    assert comm_state.get(c, "context") is None and ctx not in ctxmod._HELD
+    assert comm_state.get(c, "engine") is engine and engine in lifecycle.live_engines()
     again = ctxmod.context(c)
-    assert again is not ctx and slots.get(c, "context") is again
+    assert again is not ctx and comm_state.get(c, "context") is again
     c.Free()  # both, the engine first
     assert engine not in lifecycle.live_engines() and again not in ctxmod._HELD
-    assert slots.get(MPI.COMM_SELF, "engine") is None  # COMM_SELF's slots, set at import
-    for bad in (lambda: slots.register("x", print), lambda: slots.at_finalize("x", print)):
+    assert comm_state.get(MPI.COMM_SELF, "engine") is None  # COMM_SELF's slots, set at import
+    for bad in (lambda: comm_state.register("x", print), lambda: comm_state.at_finalize("x", print)):
         try:
             bad()
         except ValueError as exc:

@@ -15,7 +15,7 @@ communicator has existed in the process (a distributed graph of ``neighbor_allga
 backend, a caller's Cartesian one), ``MPI_Topo_test`` looks the topology up in that same list: a
 second callback walks the entry freed before it, and crashes when the freed entry's keyval
 pointer was reset (a segmentation fault in ``Comm.Free()``, depending on MPICH's pool of
-attribute objects; ``tests/test_slots.py`` makes it happen). With a single attribute of ours
+attribute objects; ``tests/test_comm_state.py`` makes it happen). With a single attribute of ours
 there is no entry of ours freed before our callback. (An attribute the caller sets on the same
 communicator after the library's first call there is deleted before ours, and can still make
 mpi4py's wrapping of our callback crash: that one is MPICH's and mpi4py's to fix.)
