@@ -43,7 +43,7 @@ def load(directory: str | Path) -> dict[int, dict[str, Any]]:
             data = json.loads(path.read_text())
             dumps[int(data["rank"])] = data
         except (ValueError, KeyError, OSError) as exc:
-            print(f"collectives.diagnostics.doctor: skipping {path}: {exc}", file=sys.stderr)
+            print(f"collectives doctor: skipping {path}: {exc}", file=sys.stderr)
     return dumps
 
 
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     dumps = load(args.directory)
     if not dumps:
-        print(f"collectives.diagnostics.doctor: no dumps (rank-*.json) in {args.directory}", file=sys.stderr)
+        print(f"collectives doctor: no dumps (rank-*.json) in {args.directory}", file=sys.stderr)
         return 2
     lines = diagnose(dumps)
     for line in lines:
