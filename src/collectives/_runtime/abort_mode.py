@@ -40,7 +40,7 @@ __all__ = ["Runner", "runner", "MODES"]
 
 # module globals read by every call (cheaper than the module's attributes)
 _clock = flight.clock
-_STARTED, _FINISHED, _FAILED = flight.STARTED, flight.FINISHED, flight.FAILED
+_STARTED = flight.STARTED
 
 #: the values of ``Options.on_error``
 MODES = ("raise", "abort")
@@ -88,29 +88,16 @@ class Runner:
         try:
             result = fn(*args)
         except BaseException as exc:  # noqa: BLE001 - every error ends the job in this mode
-            if records is not None:
-                rec.state, rec.t1, rec.error = _FAILED, _clock(), flight.error_text(exc)
-                if what is None and self.call is not None:
-                    rec.what = flight.describe(self.call)
-            if observers:
-                t1, error = _clock(), type(exc).__name__
-                for observe in observers:
-                    observe(name, t0, t1, seq, what, self.call, error)
+            if records is not None or observers:
+                flight.failed(rec if records is not None else None, exc, what, self.call,
+                              observers, name, t0, seq)
             _end(f"{name} #{seq} failed on this rank{_truncated(exc, self.call)}", exc)
         finally:
             self.since = None
             call, self.call = self.call, None  # the call's arrays are the caller's again
-        if records is not None:  # -- flight recorder
-            rec.state, rec.t1 = _FINISHED, _clock()
-            if what is None and call is not None:
-                rec.what = flight.describe(call)
-            if observers:  # -- observers: the record's end and description
-                for observe in observers:
-                    observe(name, t0, rec.t1, rec.seq, rec.what, call, None)
-        elif observers:
-            t1 = _clock()
-            for observe in observers:
-                observe(name, t0, t1, seq, what, call, None)
+        if records is not None or observers:  # -- flight recorder, observers
+            flight.finished(rec if records is not None else None, what, call, observers, name,
+                            t0, seq)
         return result
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..observe import OBSERVERS
 
-__all__ = ["Record", "Ring", "ENV", "DEFAULT_SIZE", "ring_size", "new_ring", "release_ring",
+__all__ = ["Record", "Ring", "failed", "finished", "ENV", "DEFAULT_SIZE", "ring_size", "new_ring", "release_ring",
            "describe",
            "error_text", "auto_dump", "STARTED", "FINISHED", "FAILED"]
 
@@ -141,6 +141,36 @@ def describe(call: Any, name: str | None = None) -> tuple | None:
                 None if src is None else src.dtype, getattr(op, "name", op), algorithm)
     except Exception:  # noqa: BLE001 - a description must never fail the call
         return None
+
+
+def failed(rec: Any, exc: BaseException, what: tuple | None, call: Any, observers: tuple,
+           name: str, t0: float, seq: int) -> None:
+    """A call number ``seq`` ended by ``exc``: its record (``rec``, or None with the recorder
+    off) and the observers of ``call`` (``observe.py``) told, as the guard and abort mode's
+    runner both tell them."""
+    if rec is not None:
+        rec.state, rec.t1, rec.error = FAILED, clock(), error_text(exc)
+        if what is None and call is not None:
+            rec.what = describe(call)
+    if observers:
+        t1, error = clock(), type(exc).__name__
+        for observe in observers:
+            observe(name, t0, t1, seq, what, call, error)
+
+
+def finished(rec: Any, what: tuple | None, call: Any, observers: tuple, name: str, t0: float,
+             seq: int) -> None:
+    """A call number ``seq`` ended well: its record and the observers of ``call`` told (these
+    with the record's end and description where there is a record)."""
+    if rec is not None:
+        rec.state, rec.t1 = FINISHED, clock()
+        if what is None and call is not None:
+            rec.what = describe(call)
+        t1, what = rec.t1, rec.what
+    elif observers:
+        t1 = clock()
+    for observe in observers:
+        observe(name, t0, t1, seq, what, call, None)
 
 
 def error_text(exc: BaseException) -> str:

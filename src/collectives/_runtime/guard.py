@@ -150,7 +150,7 @@ _HIGH = [0]
 DROPPED = [0]
 
 _clock = flight.clock
-_STARTED, _FINISHED, _FAILED = flight.STARTED, flight.FINISHED, flight.FAILED
+_STARTED = flight.STARTED
 
 
 def _world_ranks(comm: MPI.Comm) -> list[int]:
@@ -246,14 +246,9 @@ class Guard:
         try:
             result = fn(*args)
         except BaseException as exc:
-            if records is not None:  # -- flight recorder
-                rec.state, rec.t1, rec.error = _FAILED, _clock(), flight.error_text(exc)
-                if what is None and self.call is not None:
-                    rec.what = flight.describe(self.call)
-            if observers:
-                t1, error = _clock(), type(exc).__name__
-                for observe in observers:
-                    observe(name, t0, t1, seq, what, self.call, error)
+            if records is not None or observers:  # -- flight recorder, observers
+                flight.failed(rec if records is not None else None, exc, what, self.call,
+                              observers, name, t0, seq)
             if not isinstance(exc, RaisedEverywhere):  # this rank's own: tell the others
                 self._notify(exc)
                 try:  # for the crash hook: which call it was (see first_reporter)
@@ -264,17 +259,9 @@ class Guard:
         finally:
             owner.active = outer
             call, self.call = self.call, None  # the call's arrays are the caller's again
-        if records is not None:  # -- flight recorder
-            rec.state, rec.t1 = _FINISHED, _clock()
-            if what is None and call is not None:
-                rec.what = flight.describe(call)
-            if observers:  # -- observers: the record's end and description
-                for observe in observers:
-                    observe(name, t0, rec.t1, rec.seq, rec.what, call, None)
-        elif observers:
-            t1 = _clock()
-            for observe in observers:
-                observe(name, t0, t1, seq, what, call, None)
+        if records is not None or observers:  # -- flight recorder, observers
+            flight.finished(rec if records is not None else None, what, call, observers, name,
+                            t0, seq)
         return result
 
     def set_timeout(self, timeout: float | None) -> None:
