@@ -355,6 +355,21 @@ def _bench_job(ranks, script, *args, out, timeout=300):
     return proc.stdout
 
 
+def test_tensor_repeat_times_both_kinds(tmp_path):
+    """bench/tensor_repeat.py at 2 ranks: tensors and NumPy arrays each timed at every size
+    (their results checked by the script), the ratio theirs."""
+    pytest.importorskip("torch")
+    out = tmp_path / "tensor.json"
+    stdout = _bench_job(2, "tensor_repeat.py", "--sizes", "8,4K", "--calls", "20", "--rounds",
+                        "2", out=out, timeout=180)
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["bytes"] for r in rows] == [8, 4096]
+    for r in rows:
+        assert r["numpy_us"] > 0 and r["torch_us"] > 0
+        assert r["ratio"] == pytest.approx(r["torch_us"] / r["numpy_us"])
+    assert stdout.count("x\n") == 2, stdout
+
+
 def test_neighbor_allreduce_bench_checks_and_times_every_variant(tmp_path):
     """bench/neighbor_allreduce.py at 3 ranks (the one-peer graph changes every round): every
     variant checked against W @ X (the allreduces against the sum) and timed; the table's
