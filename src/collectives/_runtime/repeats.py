@@ -46,13 +46,17 @@ __all__ = ["Kind", "KINDS", "kind_of", "Repeat", "Repeats", "REPEATS", "unchange
 
 class Kind:
     """An array kind a remembered call can take: its fingerprint (what could change in place
-    without the object changing) and whether a repeat keeps the first call's views of its
-    memory (tensors: making them again is what costs)."""
+    without the object changing), the fingerprint of an array the call only reads (``read``:
+    the same, or less where what changed matters to a write only, as NumPy's write flag), and
+    whether a repeat keeps the first call's views of its memory (tensors: making them again is
+    what costs)."""
 
-    __slots__ = ("name", "fingerprint", "keeps_views")
+    __slots__ = ("name", "fingerprint", "read", "keeps_views")
 
-    def __init__(self, name: str, fingerprint: Callable[[Any], tuple], keeps_views: bool) -> None:
+    def __init__(self, name: str, fingerprint: Callable[[Any], tuple], keeps_views: bool,
+                 read: Callable[[Any], tuple] | None = None) -> None:
         self.name, self.fingerprint, self.keeps_views = name, fingerprint, keeps_views
+        self.read = fingerprint if read is None else read
 
 
 def _tensor(t: Any) -> tuple:
@@ -61,7 +65,8 @@ def _tensor(t: Any) -> tuple:
     return (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
 
 
-_NUMPY = Kind("numpy", attrgetter("shape", "strides", "dtype", "flags.writeable"), False)
+_NUMPY = Kind("numpy", attrgetter("shape", "strides", "dtype", "flags.writeable"), False,
+              read=attrgetter("shape", "strides", "dtype"))
 
 #: the array kinds a call is remembered for, by (module, type name): exact types only (a
 #: subclass may redefine what its attributes mean); torch and cupy are looked up in
@@ -98,9 +103,11 @@ class Repeat:
         self.form, self.op, self.algorithm, self.comm_arg = form, op, algorithm, comm_arg
         self.x, self.out = weakref.ref(x), weakref.ref(out)  # never keeps the arrays alive
         self.options, self.opts, self.where = options, call.opts, where
-        self.xprint, self.oprint = xkind.fingerprint, okind.fingerprint
-        self.xseen, self.oseen = self.xprint(x), self.oprint(out)
         self.inplace = call.dst is call.src
+        # x is written too where the call runs in place: then its write flag counts
+        self.xprint = xkind.fingerprint if self.inplace else xkind.read
+        self.oprint = okind.fingerprint
+        self.xseen, self.oseen = self.xprint(x), self.oprint(out)
         # views: kept (tensors), else made from the arrays at each repeat (None); 1-D of a
         # built-in dtype: the arrays themselves
         self.src = unowned(call.src) if xkind.keeps_views else None
