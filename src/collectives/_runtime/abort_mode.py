@@ -40,7 +40,7 @@ __all__ = ["Runner", "runner", "MODES"]
 
 # module globals read by every call (cheaper than the module's attributes)
 _clock = flight.clock
-_STARTED = flight.STARTED
+_STARTED, _FINISHED = flight.STARTED, flight.FINISHED
 
 #: the values of ``Options.on_error``
 MODES = ("raise", "abort")
@@ -95,9 +95,13 @@ class Runner:
         finally:
             self.since = None
             call, self.call = self.call, None  # the call's arrays are the caller's again
-        if records is not None or observers:  # -- flight recorder, observers
-            flight.finished(rec if records is not None else None, what, call, observers, name,
-                            t0, seq)
+        if records is not None:  # -- flight recorder: the record's end
+            rec.state, rec.t1 = _FINISHED, _clock()
+            if what is None and call is not None:
+                rec.what = flight.describe(call)
+        if observers:  # -- observers
+            flight.tell_finished(rec if records is not None else None, what, call, observers,
+                                 name, t0, seq)
         return result
 
 

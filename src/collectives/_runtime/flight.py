@@ -29,7 +29,7 @@ from typing import Any
 
 from ..observe import OBSERVERS
 
-__all__ = ["Record", "Ring", "failed", "finished", "ENV", "DEFAULT_SIZE", "ring_size", "new_ring", "release_ring",
+__all__ = ["Record", "Ring", "failed", "tell_finished", "ENV", "DEFAULT_SIZE", "ring_size", "new_ring", "release_ring",
            "describe",
            "error_text", "auto_dump", "STARTED", "FINISHED", "FAILED"]
 
@@ -158,16 +158,14 @@ def failed(rec: Any, exc: BaseException, what: tuple | None, call: Any, observer
             observe(name, t0, t1, seq, what, call, error)
 
 
-def finished(rec: Any, what: tuple | None, call: Any, observers: tuple, name: str, t0: float,
-             seq: int) -> None:
-    """A call number ``seq`` ended well: its record and the observers of ``call`` told (these
-    with the record's end and description where there is a record)."""
+def tell_finished(rec: Any, what: tuple | None, call: Any, observers: tuple, name: str,
+                  t0: float, seq: int) -> None:
+    """A call number ``seq`` ended well: its observers told, with the end and description of
+    its record ``rec`` where there is one (its caller ended the record: that is in line, as
+    every call does it; this runs only where something observes)."""
     if rec is not None:
-        rec.state, rec.t1 = FINISHED, clock()
-        if what is None and call is not None:
-            rec.what = describe(call)
         t1, what = rec.t1, rec.what
-    elif observers:
+    else:
         t1 = clock()
     for observe in observers:
         observe(name, t0, t1, seq, what, call, None)

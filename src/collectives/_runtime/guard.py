@@ -150,7 +150,7 @@ _HIGH = [0]
 DROPPED = [0]
 
 _clock = flight.clock
-_STARTED = flight.STARTED
+_STARTED, _FINISHED = flight.STARTED, flight.FINISHED
 
 
 def _world_ranks(comm: MPI.Comm) -> list[int]:
@@ -259,9 +259,13 @@ class Guard:
         finally:
             owner.active = outer
             call, self.call = self.call, None  # the call's arrays are the caller's again
-        if records is not None or observers:  # -- flight recorder, observers
-            flight.finished(rec if records is not None else None, what, call, observers, name,
-                            t0, seq)
+        if records is not None:  # -- flight recorder: the record's end
+            rec.state, rec.t1 = _FINISHED, _clock()
+            if what is None and call is not None:
+                rec.what = flight.describe(call)
+        if observers:  # -- observers
+            flight.tell_finished(rec if records is not None else None, what, call, observers,
+                                 name, t0, seq)
         return result
 
     def set_timeout(self, timeout: float | None) -> None:

@@ -3,7 +3,7 @@
 A training loop calls the same collective on the same arrays every step. The blocking
 ``allreduce`` (``api.py``) and ``iallreduce`` (``engine/nonblocking.py``) remember what the first
 call on a pair of arrays checked and decided, in :data:`REPEATS`, and repeat it while
-:func:`unchanged` says that nothing that could change in place has:
+:meth:`Repeats.find` finds that nothing that could change in place has:
 
 - an entry (:class:`Repeat`) is keyed by the call's form ("allreduce", "iallreduce"), the
   identities of ``x``, ``out`` and ``comm``, and the names of op and algorithm; it holds the
@@ -11,7 +11,8 @@ call on a pair of arrays checked and decided, in :data:`REPEATS`, and repeat it 
   included: a remembered call made without options keeps the environment's options of its
   first call, as NCCL and MPI read their environment once, at initialisation);
 - what each array kind could change in place is read by its fingerprint function, from the
-  explicit table :data:`KINDS` (NumPy: shape, strides, dtype, write flag; a PyTorch tensor:
+  explicit table :data:`KINDS` (NumPy: shape, strides, dtype, write flag -- the flag for the
+  arrays the call writes only; a PyTorch tensor:
   data pointer, shape, strides, dtype, device, ``requires_grad``; CuPy: data pointer, shape,
   strides, dtype), the same code for every form;
 - the views a run reads and writes are the arrays themselves (1-D NumPy or CuPy of a built-in
@@ -41,7 +42,7 @@ import numpy as np
 
 from .arrays import flat, unowned
 
-__all__ = ["Kind", "KINDS", "kind_of", "Repeat", "Repeats", "REPEATS", "unchanged"]
+__all__ = ["Kind", "KINDS", "kind_of", "Repeat", "Repeats", "REPEATS"]
 
 
 class Kind:
@@ -125,14 +126,6 @@ class Repeat:
         return src, self.dst if self.dst is not None else flat(out)
 
 
-def unchanged(e: Repeat, x: Any, out: Any) -> bool:
-    """Whether the remembered call ``e`` may repeat on ``x`` and ``out`` (the same objects):
-    nothing its first call checked has changed in place (the fingerprints of :data:`KINDS`;
-    ``out``'s too unless it is ``x``), and its communicator is neither freed nor reset."""
-    return (e.xprint(x) == e.xseen and (out is x or e.oprint(out) == e.oseen)
-            and e.where.live)
-
-
 class Repeats:
     """The remembered calls (see the module docstring): :meth:`find`, :meth:`remember`."""
 
@@ -147,13 +140,31 @@ class Repeats:
 
     def find(self, form: str, x: Any, out: Any, op: Any, algorithm: Any, comm: Any,
              options: Any) -> Any:
-        """The remembered ``form`` call of these arguments if it may repeat (:func:`unchanged`
-        and the same ``options=`` argument), else None. The recent entries are compared by
+        """The remembered ``form`` call of these arguments if it may repeat (nothing that
+        could change in place has, and the same ``options=`` argument), else None. The recent entries are compared by
         identity, names included (a loop's literals); the keyed lookup compares names by value
         and makes the entry found the most recent."""
         if out is None or x is None:  # a gone array's weak reference gives None
             return None
-        for e in self.recent:
+        recent = self.recent
+        e = recent[0] if recent else None  # a training loop's call: the most recent entry
+        if e is None or not (e.out() is out and e.x() is x and e.op is op
+                             and e.algorithm is algorithm and e.comm_arg is comm
+                             and e.form is form):
+            e = self._lookup(form, x, out, op, algorithm, comm)
+            if e is None:
+                return None
+        # the one "nothing changed" check (the module docstring), in line: every repeat runs it
+        if (e.options is options and e.xprint(x) == e.xseen
+                and (out is x or e.oprint(out) == e.oseen) and e.where.live):
+            return e
+        return None
+
+    def _lookup(self, form: str, x: Any, out: Any, op: Any, algorithm: Any,
+                comm: Any) -> Repeat | None:
+        """The entry of these arguments among the other recent ones, else by key (which makes
+        it the most recent), or None."""
+        for e in self.recent[1:]:
             if (e.x() is x and e.out() is out and e.op is op and e.algorithm is algorithm
                     and e.comm_arg is comm and e.form is form):
                 break
@@ -165,8 +176,6 @@ class Repeats:
             if e is None or e.x() is not x or e.out() is not out:
                 return None
             self._use(key, e)
-        if e.options is not options or not unchanged(e, x, out):
-            return None
         return e
 
     def remember(self, entry: Repeat) -> None:
