@@ -48,6 +48,8 @@ __all__ = ["allreduce", "reduce_scatter", "allgather", "bcast", "reduce", "Allre
            "ReduceScatterCall", "AllgatherCall", "BcastCall", "ReduceCall", "run_allreduce"]
 
 OpLike = str | MPI.Op | Op
+#: the one cache's lookup, bound once (every repeat of a training loop calls it)
+_find = REPEATS.find
 
 
 def _check_root(root: object, comm: MPI.Comm) -> int:
@@ -301,7 +303,7 @@ def allreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum
     ``options=``, it keeps the options its first call read from the environment.
     """
     # a repeat of a remembered call (_runtime/repeats.py): a training loop's every step
-    e = REPEATS.find("allreduce", x, out, op, algorithm, comm, options)
+    e = _find("allreduce", x, out, op, algorithm, comm, options)
     if e is not None and validate is None:
         src, dst = (x, out) if e.vector else e.views(x, out)
         opts = e.opts
