@@ -245,9 +245,23 @@ def test_repeated_calls_reuse_checks_safely(monkeypatch):
         collectives.allreduce(x, out=y, comm=comm)
 
 
+@pytest.fixture
+def checked_calls(monkeypatch):
+    """A duplicate of the world and the list of the call classes that blocking calls check in
+    full (``api.run_call``): a repeat found in the cache adds none."""
+    from collectives import api
+
+    comm = MPI.COMM_WORLD.Dup()
+    checked = []
+    original = api.run_call
+    monkeypatch.setattr(api, "run_call", lambda *a: checked.append(a[0]) or original(*a))
+    yield comm, checked
+    comm.Free()
+
+
 @pytest.mark.world_sizes(2, 3)  # the repeat cache: no odd-size dependence
 @pytest.mark.mpi(min_size=2)
-def test_allreduce_and_iallreduce_share_one_repeat_cache(monkeypatch):
+def test_allreduce_and_iallreduce_share_one_repeat_cache(checked_calls):
     """The blocking and the non-blocking repeats are entries of one cache (_runtime/repeats.py):
     each form finds its own entry of the same arrays, and the SIZE entries are shared, the least
     recently used evicted whichever form made it: SIZE iallreduce calls on other arrays evict a
@@ -256,16 +270,10 @@ def test_allreduce_and_iallreduce_share_one_repeat_cache(monkeypatch):
     from collectives import api
     from collectives._runtime.repeats import REPEATS
 
-    comm = MPI.COMM_WORLD.Dup()
-    if comm.size == 1:
-        comm.Free()
-        pytest.skip("one process: calls are trivial, never remembered")
+    comm, checked = checked_calls
     p = comm.size
     x = np.full(8, comm.rank + 1.0)
     y = np.empty_like(x)
-    checked = []
-    original = api.run_call
-    monkeypatch.setattr(api, "run_call", lambda *a: checked.append(a[0]) or original(*a))
     for _ in range(2):
         y[...] = 0
         assert collectives.allreduce(x, out=y, comm=comm) is y
@@ -288,29 +296,21 @@ def test_allreduce_and_iallreduce_share_one_repeat_cache(monkeypatch):
     assert collectives.allreduce(x, out=y, comm=comm) is y
     assert np.array_equal(y, np.full(8, p * (p + 1) / 2))
     assert checked == [api.AllreduceCall]  # evicted by the iallreduce calls: checked again
-    comm.Free()
 
 
 @pytest.mark.world_sizes(2, 3)  # the repeat cache: no odd-size dependence
 @pytest.mark.mpi(min_size=2)
-def test_a_remembered_call_keeps_the_options_of_its_first_call(monkeypatch):
+def test_a_remembered_call_keeps_the_options_of_its_first_call(checked_calls, monkeypatch):
     """A call made without options= reads the environment (Options.from_env, at every call);
     once remembered, its repeats keep the options its first call read, as NCCL and MPI read
     their environment at initialisation: a change of COLLECTIVES_* reaches the next call on
     other arrays, and a repeat through options=Options.from_env(), which is checked again."""
-    from collectives import api
     from collectives._runtime.repeats import REPEATS
 
-    comm = MPI.COMM_WORLD.Dup()
-    if comm.size == 1:
-        comm.Free()
-        pytest.skip("one process: calls are trivial, never remembered")
+    comm, checked = checked_calls
     p = comm.size
     x = np.full(8, comm.rank + 1.0)
     y = np.empty_like(x)
-    checked = []
-    original = api.run_call
-    monkeypatch.setattr(api, "run_call", lambda *a: checked.append(a[0]) or original(*a))
     monkeypatch.delenv("COLLECTIVES_SEGMENT_BYTES", raising=False)
     collectives.allreduce(x, out=y, comm=comm)
     monkeypatch.setenv("COLLECTIVES_SEGMENT_BYTES", "4096")
@@ -325,7 +325,6 @@ def test_a_remembered_call_keeps_the_options_of_its_first_call(monkeypatch):
     z = np.empty_like(x)  # other arrays: a first call, which reads the environment
     collectives.allreduce(x, out=z, comm=comm)
     assert len(checked) == 3 and REPEATS.recent[0].opts.segment_bytes == 4096
-    comm.Free()
 
 
 @pytest.mark.world_sizes(2, 3, 4)  # the lane: MPI_Allreduce resolved once
