@@ -333,3 +333,23 @@ def test_only_the_mpi_libraries_segments_are_removed(tmp_path, monkeypatch):
     assert gone == [f"/dev/shm/{names[0]}", f"/dev/shm/{names[1]}"]
     assert sorted(p.name for p in shm.iterdir()) == ["torch_42_1"]
     assert mpi_shm_files.mapped(str(tmp_path / "no-such-file")) == []
+
+
+def test_native_signatures_are_one_object_each_and_bounded(monkeypatch):
+    """_runtime/agree.key: equal signatures are one object (a repeat compares by identity), and
+    a workload of ever new counts does not keep every signature: past the bound the table starts
+    again, and an equal signature made anew is a new object (checked once more, never wrong)."""
+    from collectives._runtime import agree
+
+    monkeypatch.setattr(agree, "_MAX_KEYS", 8)
+    monkeypatch.setattr(agree, "_KEYS", {})
+    monkeypatch.setattr(agree, "_HASHES", {})
+    f32 = np.dtype(np.float32)
+    first = agree.key("allreduce", 10, f32, "sum")
+    assert agree.key("allreduce", 10, f32, "sum") is first
+    assert agree._hash(first) == agree._hash(("allreduce", 10, f32, "sum", None, None))
+    for n in range(100):
+        agree.key("allreduce", 1000 + n, f32, "sum")
+        assert len(agree._KEYS) <= 8 and len(agree._HASHES) <= 8
+    again = agree.key("allreduce", 10, f32, "sum")
+    assert again == first and again is not first

@@ -50,6 +50,8 @@ FIELDS = ("count", "dtype", "op", "root", "counts")
 _KEYS: dict[tuple, tuple] = {}
 #: each signature's hash (:func:`_hash`), made once
 _HASHES: dict[tuple, int] = {}
+#: signatures kept at most (sequence lengths that change at every step make new ones)
+_MAX_KEYS = 4096
 
 
 def key(kind: str, count: int | None, dtype: np.dtype, op: str | None = None, root: int | None = None,
@@ -57,6 +59,9 @@ def key(kind: str, count: int | None, dtype: np.dtype, op: str | None = None, ro
     """The signature of one native operation, as one shared object for equal values (so that
     ``ctx.agreed is key(...)`` says whether it was agreed)."""
     t = (kind, count, dtype, op, root, counts)
+    if len(_KEYS) >= _MAX_KEYS and t not in _KEYS:  # a workload of ever new counts: start
+        _KEYS.clear()                                 # again (an equal signature made anew
+        _HASHES.clear()                               # is agreed again: one more check)
     return _KEYS.setdefault(t, t)
 
 
