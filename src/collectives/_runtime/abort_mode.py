@@ -105,13 +105,12 @@ class Runner:
         return result
 
 
-def runner(ctx: Context, options: Any) -> Any:
-    """What runs a blocking public call on ``ctx`` under ``options`` (None: the environment's):
-    the communicator's guard (``on_error="raise"``) or the context's :class:`Runner` (``"abort"``,
-    made on first use). Both have ``run``, ``set_timeout`` and ``call``. Options of the wrong type
-    go to the guard, whose call then reports them."""
-    mode = getattr(Options.from_env() if options is None else options, "on_error", "raise")
-    if mode == "raise":
+def runner(ctx: Context, options: Options) -> Any:
+    """What runs a blocking public call on ``ctx`` under ``options`` (resolved already:
+    ``validate.resolve``): the communicator's guard (``on_error="raise"``) or the context's
+    :class:`Runner` (``"abort"``, made on first use). Both have ``run``, ``set_timeout`` and
+    ``call``."""
+    if options.on_error == "raise":
         return ctx.guard
     r = ctx.cache.get(Runner)
     if r is None:

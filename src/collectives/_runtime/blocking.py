@@ -17,9 +17,9 @@ collectives) is a *call* class: its constructor checks the arguments and fixes w
    fail or not.
 
 With one rank there is nobody to wait for: the call is checked and run in place, without a
-context. The objects that hold MPI resources across calls (the decentralized classes) are built by
-:func:`construct`: options the same way, their checks agreed across ranks. The non-blocking forms hand the same call classes to the progress engine
-(:mod:`collectives.engine.nonblocking`).
+context. The objects that hold MPI resources across calls (the decentralized classes) are built
+by :func:`construct`: options the same way, their checks agreed across ranks. The non-blocking
+forms hand the same call classes to the progress engine (:mod:`collectives.engine.nonblocking`).
 """
 
 from __future__ import annotations

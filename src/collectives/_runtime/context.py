@@ -124,14 +124,14 @@ def _duplicate(comm: MPI.Comm, timeout: float | None) -> MPI.Comm:
 _NAP_S = 1e-4
 
 
-def context(comm: MPI.Comm, options: Any = None) -> Context:
+def context(comm: MPI.Comm, options: Options | None = None) -> Context:
     """The :class:`Context` of ``comm``; the first call on a communicator is collective, and
     waits at most ``Options.timeout`` for the other ranks (``options``, default: from the
     environment)."""
     ctx = _slots.get(comm, "context")
     if ctx is None:
         opts = Options.from_env() if options is None else options
-        ctx = Context(comm, timeout=getattr(opts, "timeout", None))
+        ctx = Context(comm, timeout=opts.timeout)
         _slots.put(comm, "context", ctx)
         _HELD[ctx] = comm
     return ctx

@@ -164,7 +164,7 @@ def _set_up(comm: Any, options: Any, kinds: list[np.dtype]) -> None:
     from ..api import allreduce
     from ..options import Options
 
-    opts = Options.from_env() if options is None else options
+    opts = Options.from_env() if options is None else options  # (preload checked its type)
     ctx = context(comm, opts)
     runner(ctx, opts).run("preload", _prepare, ctx, opts, timeout=opts.timeout)
     for dtype in kinds:
