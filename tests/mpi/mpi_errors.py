@@ -55,6 +55,14 @@ LOCAL_ERRORS = [
      "overlaps"),
     (lambda: collectives.allreduce(np.ones(4), options=collectives.Options(inter_algorithm="x")),
      ValueError, "unknown inter_algorithm"),
+    # options of the wrong type: raised inside the guard by the one blocking-call path
+    (lambda: collectives.allreduce(np.ones(4), options={"timeout": 1}), TypeError,
+     "options must be a collectives.Options, got dict"),
+    (lambda: collectives.compressed_allreduce(np.ones(4), "fp16", options="fast"), TypeError,
+     "options must be a collectives.Options, got str"),
+    (lambda: collectives.neighbor_allreduce(
+        np.ones(4), collectives.topology.ring(MPI.COMM_WORLD.size), options=3), TypeError,
+     "options must be a collectives.Options, got int"),
     (lambda: collectives.bcast(np.ones(4), root=MPI.COMM_WORLD.size), ValueError, "root must be"),
     (lambda: collectives.reduce(np.ones(4), root=-1), ValueError, "root must be"),
     (lambda: collectives.reduce_scatter(np.ones(4), counts=[4] * (MPI.COMM_WORLD.size + 1)),
