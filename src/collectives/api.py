@@ -305,7 +305,7 @@ def allreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum
     # a repeat of a remembered call (_runtime/repeats.py): a training loop's every step
     e = _find("allreduce", x, out, op, algorithm, comm, options)
     if e is not None and validate is None:
-        src, dst = (x, out) if e.vector else e.views(x, out)
+        src, dst = (x, out) if e.vector else (e.pair or e.views(x, out))
         opts = e.opts
         e.run("allreduce", e.fn, src, dst, e.reduction, e.where, opts, timeout=opts.timeout,
               what=e.what)
