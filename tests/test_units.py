@@ -16,7 +16,7 @@ from collectives.algorithms.pof2 import doubling, fold, halving
 from collectives.algorithms.auto import algorithm_for
 from collectives.blocks.binomial import tree
 from collectives.ops import get_op
-from collectives.options import ENV, Options, _raw_values
+from collectives.options import ENV, Options, raw_values
 
 
 @given(st.integers(0, 10_000), st.integers(1, 64))
@@ -218,7 +218,7 @@ def test_options_see_every_change_of_the_environment(monkeypatch):
         assert Options.from_env().segment_bytes == expected
         assert Options.from_env().segment_bytes == expected  # and again, from the cache
         if not {"putenv", "unsetenv"} & set(change.__code__.co_names):  # C only
-            assert _raw_values() == tuple(map(os.environb.get, map(os.fsencode, ENV.values())))
+            assert raw_values() == tuple(map(os.environb.get, map(os.fsencode, ENV.values())))
 
 
 @pytest.mark.parametrize("algorithm", list(ALGORITHMS))

@@ -2,6 +2,11 @@
 
 Settings that tests shrink (segment sizes) or that describe the machine (emulated node size) live
 here, not in function signatures, following Gloo's ``AllreduceOptions``.
+
+- :class:`Options`: the settings of one call; :meth:`Options.from_env` makes them from the
+  environment variables of :data:`ENV`;
+- :func:`raw_values`: those variables' values as read, before any parsing (what
+  :meth:`Options.from_env` reads at every call, and its cache key; bench/options_env.py times it).
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 
-__all__ = ["Options", "ENV"]
+__all__ = ["Options", "ENV", "raw_values"]
 
 #: Environment variables read by :meth:`Options.from_env`, by field.
 ENV = {
@@ -159,7 +164,7 @@ class Options:
         environment, pass ``options=Options.from_env()``, or ``collectives.reset(comm)``.
         What a read costs: bench/options_env.py.
         """
-        return _from_values(_raw_values())
+        return _from_values(raw_values())
 
 
 def _c_getenv():
@@ -194,9 +199,11 @@ else:  # pragma: no cover - Windows
     _GET = os.environ.get
 
 
-def _raw_values() -> tuple:
-    """The variables' raw values (bytes or str; None where unset): the cache key of
-    :func:`_from_values`."""
+def raw_values() -> tuple:
+    """The raw values of the variables of :data:`ENV`, in its order: bytes on POSIX (str where
+    the platform has no bytes environment), None where a variable is unset, nothing parsed or
+    checked. This is the read that :meth:`Options.from_env` makes at every call (through the C
+    library's ``getenv`` where there is one), and the key of its cache of parsed options."""
     return tuple(map(_GET, _KEYS))
 
 
