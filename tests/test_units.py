@@ -184,6 +184,13 @@ def test_array_checks():
     assert np.shares_memory(flat(f), f) and flat(f).shape == (12,)
 
 
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "0"])
+def test_shm_cma_bytes_checks_itself(bad):
+    assert Options(shm_cma_bytes=0).shm_cma_bytes == 0 and Options().shm_cma_bytes is None
+    with pytest.raises(ValueError, match="shm_cma_bytes must be a non-negative integer"):
+        Options(shm_cma_bytes=bad)
+
+
 def test_options_from_environment(monkeypatch):
     monkeypatch.setenv(ENV["segment_bytes"], "64")
     monkeypatch.setenv(ENV["node_size"], "2")

@@ -116,6 +116,13 @@ class Options:
         file, as with ``COLLECTIVES_TIMELINE``. Once per file and process: after a stop, later
         calls with the same file record nothing more. Like every option, the same on every
         rank of the call.
+    shm_cma_bytes
+        Bytes from which the "shm" allreduce reads the other ranks' private buffers by
+        cross-memory attach (``process_vm_readv``) instead of staging them through the slots,
+        where the kernel allows it. None (default): the team's own threshold for the MPI library
+        and the machine (``collectives/algorithms/shm.py``); 0: at every size; a size above any
+        call: never. A team is made per value (a window each), so that tests and
+        bench/shm_thresholds.py can compare both transfers; "hierarchical" keeps the default.
     """
 
     segment_bytes: int = 1 << 20
@@ -127,6 +134,7 @@ class Options:
     stall_warning: float | None = 60.0
     on_error: str = "raise"
     timeline: str | None = None
+    shm_cma_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.segment_bytes, int) or self.segment_bytes < 1:
@@ -135,6 +143,11 @@ class Options:
                                                    or self.shm_segment_bytes < 1):
             raise ValueError("shm_segment_bytes must be a positive integer or None, got "
                              f"{self.shm_segment_bytes!r}")
+        if self.shm_cma_bytes is not None and (not isinstance(self.shm_cma_bytes, int)
+                                               or isinstance(self.shm_cma_bytes, bool)
+                                               or self.shm_cma_bytes < 0):
+            raise ValueError("shm_cma_bytes must be a non-negative integer or None, got "
+                             f"{self.shm_cma_bytes!r}")
         if self.node_size is not None and (not isinstance(self.node_size, int)
                                            or self.node_size < 1):
             raise ValueError(f"node_size must be a positive integer or None, got {self.node_size!r}")
