@@ -15,13 +15,15 @@ a shared machine hits them alike. Reported: the median over rounds of the time p
   what reading them costs per call;
 - ``validate=True`` (``--validate``): ``allreduce`` with its cross-rank argument check;
 - ``unguarded`` (``--unguarded``): the same call's algorithm run outside the failure guard
-  (``collectives._runtime.guard``: call numbering, notice-aware waits, exact receive sizes), i.e.
+  (``collectives._runtime.guard``: call numbering, notice-aware waits, exact receive sizes; the
+  communicator's context from ``collectives.diagnostics.probe``, which exists for this), i.e.
   what ``allreduce`` did per call before it; ``allreduce`` / ``unguarded`` is the guard's cost;
 - ``lane, unguarded`` (``--lane``): what a repeat of the call runs, its algorithm's lane
   (``algorithms/lanes.py``), called directly: no guard, no checks, the algorithm alone;
-- ``no recorder`` (``--recorder``): ``allreduce`` with the flight recorder of its communicator
-  switched off for the variant's turn (``collectives._runtime.flight``); ``allreduce`` / ``no
-  recorder`` is the recorder's cost, measured in one process, turn by turn;
+- ``no recorder`` (``--recorder``): ``allreduce`` on a second duplicate of COMM_WORLD made
+  with the flight recorder off (``COLLECTIVES_FLIGHT_RECORDER=0`` while its first call makes
+  its guard; docs/debugging.md); ``allreduce`` / ``no recorder`` is the recorder's cost,
+  measured in one process, turn by turn;
 - ``allreduce(abort)``, ``plan(abort)`` (``--abort``): the same calls with
   ``Options(on_error="abort")``: plain blocking MPI, an error ends the job
   (``collectives._runtime.abort_mode``);
@@ -50,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import numpy as np
@@ -116,9 +119,9 @@ def main(argv: list[str] | None = None) -> dict:
         variants["validate=True"] = \
             lambda: collectives.allreduce(x, out=y, algorithm=args.algorithm, validate=True)
     if args.unguarded or args.lane:  # the checked call and its decided algorithm, unguarded
-        from collectives._runtime.context import context
         from collectives.algorithms import lanes
         from collectives.api import AllreduceCall, run_allreduce
+        from collectives.diagnostics.probe import context
 
         ctx = context(comm)
         call = AllreduceCall(comm, x, y, "sum", args.algorithm, collectives.Options.from_env())
@@ -129,18 +132,19 @@ def main(argv: list[str] | None = None) -> dict:
     if args.lane:
         lane = lanes.lane(fn, call.src, call.dst, call.op, ctx, call.opts)
         variants["lane, unguarded"] = lambda: lane(call.src, call.dst, call.op, ctx, call.opts)
-    switch = {}  # name -> what to do before and after the variant's turn
-    if args.recorder:
-        from collectives._runtime.context import context
-
-        guard = context(comm).guard
-        kept = guard.records
-
-        def recorder(on: bool) -> None:
-            guard.records = kept if on else None
-
-        variants["no recorder"] = variants["allreduce"]
-        switch["no recorder"] = (lambda: recorder(False), lambda: recorder(True))
+    if args.recorder:  # the recorder's switch is read when a communicator's guard is made
+        quiet = comm.Dup()
+        kept = os.environ.get("COLLECTIVES_FLIGHT_RECORDER")
+        os.environ["COLLECTIVES_FLIGHT_RECORDER"] = "0"
+        try:
+            collectives.allreduce(x, out=y, algorithm=args.algorithm, comm=quiet)
+        finally:
+            if kept is None:
+                del os.environ["COLLECTIVES_FLIGHT_RECORDER"]
+            else:
+                os.environ["COLLECTIVES_FLIGHT_RECORDER"] = kept
+        variants["no recorder"] = \
+            lambda: collectives.allreduce(x, out=y, algorithm=args.algorithm, comm=quiet)
     if args.abort:
         fatal = collectives.Options(on_error="abort")
         abort_plan = collectives.allreduce_init(x, out=y, algorithm=args.algorithm, options=fatal)
@@ -185,9 +189,6 @@ def main(argv: list[str] | None = None) -> dict:
     for _ in range(args.rounds):
         for name, f in variants.items():
             calls = args.calls
-            enter, leave = switch.get(name, (None, None))
-            if enter is not None:
-                enter()
             if name == "timeline on":
                 before = recording.count()
                 hooks.install(recording)
@@ -200,8 +201,6 @@ def main(argv: list[str] | None = None) -> dict:
                 for half, ns in zip(("iallreduce() half", ".wait() half"), halves):
                     times[half].append(ns / calls / 1e3)
                 halves[:] = [0, 0]
-            if leave is not None:
-                leave()
             if name == "timeline on":
                 hooks.uninstall()
                 spans += recording.count() - before
@@ -222,6 +221,8 @@ def main(argv: list[str] | None = None) -> dict:
                 json.dump({"bytes": int(x.nbytes), "ranks": comm.size, "rounds": times,
                            "median_us": medians}, fh, indent=1)
     bare_comm.Free()
+    if args.recorder:
+        quiet.Free()
     return medians
 
 

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 import compress
-from collectives.compressed._coding import TensorCoding
+from collectives.compressed.coding import TensorCoding
 from collectives.compressed.state import CompressionState
 
 DEFAULT_CODECS = ["topk:ratio=0.01", "topk:ratio=0.001", "dgc:density=0.001,seed=0",

@@ -58,9 +58,7 @@ def reference(name, codec, x, payload):
         "threshold": naive.ref_threshold, "signsgd": naive.ref_signsgd, "natural": naive.ref_natural,
         "randomk": naive.ref_randomk, "efsignsgd": naive.ref_efsignsgd, "onebit": naive.ref_onebit,
     }
-    from compress._header import read_header
-
-    params = read_header(payload, codec.codec_id, codec.PARAMS).params
+    params = compress.header.read_header(payload, codec.codec_id, codec.PARAMS).params
     if name in simple:
         return lambda: simple[name](x, params)
     if name in ("qsgd", "eightbit", "terngrad"):

@@ -22,7 +22,7 @@ import numpy as np
 from mpi4py import MPI
 
 import collectives
-from collectives.options import ENV, Options, _raw_values
+from collectives.options import ENV, Options, raw_values
 
 _STR = tuple(ENV.values())
 _BYTES = tuple(os.fsencode(name) for name in _STR)
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     x = np.ones(8, np.float32)
     cases = {
-        "C getenv (now)": _raw_values,
+        "C getenv (now)": raw_values,
         "os.environb (before)": _environb,
         "os.environ": _environ,
         "os.environ._data (private)": _private,

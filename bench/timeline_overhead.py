@@ -11,7 +11,9 @@ are the process's CPU time (``time.process_time``), not the wall clock, so that 
 processes of a loaded machine take from this one does not count.
 
 - ``call``: ``Guard.run`` of a function that returns at once, with a checked ``AllreduceCall``
-  on the guard (its count, dtype, bytes and algorithm are what the span records);
+  on the guard (its count, dtype, bytes and algorithm are what the span records); the guard is
+  ``COMM_SELF``'s, from ``collectives.diagnostics.probe``, which exists for such measurements
+  (a public call on one rank skips the guard);
 - ``message``: ``Guard.complete`` of no requests (one exchange round's span);
 - ``reduce``: ``Op.combine`` of two 1-element arrays (one local reduction's span);
 - ``append``: ``Recorder.add`` alone;
@@ -39,11 +41,11 @@ import numpy as np
 from mpi4py import MPI
 
 import collectives
-from collectives._runtime.context import context
 from collectives.api import AllreduceCall
-from collectives.ops import OPS
+from collectives.diagnostics.probe import context
 from collectives.diagnostics.timeline import hooks
 from collectives.diagnostics.timeline.recorder import Recorder
+from collectives.ops import OPS
 
 
 def nothing() -> None:

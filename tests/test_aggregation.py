@@ -1,4 +1,4 @@
-"""Aggregating p payloads into one dense sum (collectives/compressed/_coding.TensorCoding) against
+"""Aggregating p payloads into one dense sum (collectives/compressed/coding.TensorCoding) against
 the dense reference, bit for bit, in one process.
 
 The reference decodes every payload to a dense vector and adds them in rank order with NumPy
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import compress
-from collectives.compressed._coding import TensorCoding
+from collectives.compressed.coding import TensorCoding
 from collectives.compressed._sparsevec import SparseVec, combine
 
 DTYPES = [np.float32, np.float64, np.float16]

@@ -106,10 +106,10 @@ def _library_attributes():
     from collectives.engine import nonblocking
     from collectives._runtime import guard, p2p
     from collectives._runtime.shmem import team
-    from collectives.compressed import _coding
+    from collectives.compressed import coding
     from collectives.engine import requests
 
-    owners = [Guard, team.Team, _coding.TensorCoding, requests.Request, ops.Op, nonblocking,
+    owners = [Guard, team.Team, coding.TensorCoding, requests.Request, ops.Op, nonblocking,
               requests, guard, p2p, team]
     return {(repr(owner), name): value for owner in owners for name, value in vars(owner).items()}
 

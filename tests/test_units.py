@@ -16,7 +16,7 @@ from collectives.algorithms.pof2 import doubling, fold, halving
 from collectives.algorithms.auto import algorithm_for
 from collectives.blocks.binomial import tree
 from collectives.ops import get_op
-from collectives.options import ENV, Options, _raw_values
+from collectives.options import ENV, Options, raw_values
 
 
 @given(st.integers(0, 10_000), st.integers(1, 64))
@@ -184,6 +184,13 @@ def test_array_checks():
     assert np.shares_memory(flat(f), f) and flat(f).shape == (12,)
 
 
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "0"])
+def test_shm_cma_bytes_checks_itself(bad):
+    assert Options(shm_cma_bytes=0).shm_cma_bytes == 0 and Options().shm_cma_bytes is None
+    with pytest.raises(ValueError, match="shm_cma_bytes must be a non-negative integer"):
+        Options(shm_cma_bytes=bad)
+
+
 def test_options_from_environment(monkeypatch):
     monkeypatch.setenv(ENV["segment_bytes"], "64")
     monkeypatch.setenv(ENV["node_size"], "2")
@@ -218,7 +225,7 @@ def test_options_see_every_change_of_the_environment(monkeypatch):
         assert Options.from_env().segment_bytes == expected
         assert Options.from_env().segment_bytes == expected  # and again, from the cache
         if not {"putenv", "unsetenv"} & set(change.__code__.co_names):  # C only
-            assert _raw_values() == tuple(map(os.environb.get, map(os.fsencode, ENV.values())))
+            assert raw_values() == tuple(map(os.environb.get, map(os.fsencode, ENV.values())))
 
 
 @pytest.mark.parametrize("algorithm", list(ALGORITHMS))

@@ -2,6 +2,11 @@
 
 Settings that tests shrink (segment sizes) or that describe the machine (emulated node size) live
 here, not in function signatures, following Gloo's ``AllreduceOptions``.
+
+- :class:`Options`: the settings of one call; :meth:`Options.from_env` makes them from the
+  environment variables of :data:`ENV`;
+- :func:`raw_values`: those variables' values as read, before any parsing (what
+  :meth:`Options.from_env` reads at every call, and its cache key; bench/options_env.py times it).
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 
-__all__ = ["Options", "ENV"]
+__all__ = ["Options", "ENV", "raw_values"]
 
 #: Environment variables read by :meth:`Options.from_env`, by field.
 ENV = {
@@ -111,6 +116,13 @@ class Options:
         file, as with ``COLLECTIVES_TIMELINE``. Once per file and process: after a stop, later
         calls with the same file record nothing more. Like every option, the same on every
         rank of the call.
+    shm_cma_bytes
+        Bytes from which the "shm" allreduce reads the other ranks' private buffers by
+        cross-memory attach (``process_vm_readv``) instead of staging them through the slots,
+        where the kernel allows it. None (default): the team's own threshold for the MPI library
+        and the machine (``collectives/algorithms/shm.py``); 0: at every size; a size above any
+        call: never. A team is made per value (a window each), so that tests and
+        bench/shm_thresholds.py can compare both transfers; "hierarchical" keeps the default.
     """
 
     segment_bytes: int = 1 << 20
@@ -122,6 +134,7 @@ class Options:
     stall_warning: float | None = 60.0
     on_error: str = "raise"
     timeline: str | None = None
+    shm_cma_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.segment_bytes, int) or self.segment_bytes < 1:
@@ -130,6 +143,11 @@ class Options:
                                                    or self.shm_segment_bytes < 1):
             raise ValueError("shm_segment_bytes must be a positive integer or None, got "
                              f"{self.shm_segment_bytes!r}")
+        if self.shm_cma_bytes is not None and (not isinstance(self.shm_cma_bytes, int)
+                                               or isinstance(self.shm_cma_bytes, bool)
+                                               or self.shm_cma_bytes < 0):
+            raise ValueError("shm_cma_bytes must be a non-negative integer or None, got "
+                             f"{self.shm_cma_bytes!r}")
         if self.node_size is not None and (not isinstance(self.node_size, int)
                                            or self.node_size < 1):
             raise ValueError(f"node_size must be a positive integer or None, got {self.node_size!r}")
@@ -159,7 +177,7 @@ class Options:
         environment, pass ``options=Options.from_env()``, or ``collectives.reset(comm)``.
         What a read costs: bench/options_env.py.
         """
-        return _from_values(_raw_values())
+        return _from_values(raw_values())
 
 
 def _c_getenv():
@@ -194,9 +212,11 @@ else:  # pragma: no cover - Windows
     _GET = os.environ.get
 
 
-def _raw_values() -> tuple:
-    """The variables' raw values (bytes or str; None where unset): the cache key of
-    :func:`_from_values`."""
+def raw_values() -> tuple:
+    """The raw values of the variables of :data:`ENV`, in its order: bytes on POSIX (str where
+    the platform has no bytes environment), None where a variable is unset, nothing parsed or
+    checked. This is the read that :meth:`Options.from_env` makes at every call (through the C
+    library's ``getenv`` where there is one), and the key of its cache of parsed options."""
     return tuple(map(_GET, _KEYS))
 
 

@@ -8,7 +8,7 @@
 See ``docs/compression.md`` for the wire formats, properties and papers of every codec.
 """
 
-from . import arrays, bfloat16, protocols
+from . import arrays, bfloat16, header, protocols
 from .base import DECODE_MAX_ELEMENTS, Codec
 from .memory import DGCMemory, ErrorFeedback
 from .protocols import ElementSummable, LowRankSummable, Memory, SparsePayload
@@ -34,6 +34,7 @@ __all__ = [
     "Memory",
     "arrays",
     "bfloat16",
+    "header",
     "protocols",
     *sorted(cls.__name__ for cls in CODECS.values()),
 ]

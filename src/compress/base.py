@@ -7,7 +7,7 @@ A codec turns a float array into one self-describing ``np.uint8`` payload and ba
 
 Subclasses describe their body as typed sections (:mod:`compress._layout`) and implement
 ``_encode`` / ``_decode``; this base class owns everything common: input checks, header writing and
-validation (:mod:`compress._header`), the exact-length check and the size formula. Codecs declare what
+validation (:mod:`compress.header`), the exact-length check and the size formula. Codecs declare what
 a collective may do with them as class attributes:
 
 ``summable``
@@ -51,7 +51,7 @@ from typing import ClassVar, Sequence
 import numpy as np
 
 from ._backends import backend_of
-from ._header import MAX_COUNT, MAX_NDIM, Header, header_nbytes, read_header, write_header
+from .header import MAX_COUNT, MAX_NDIM, Header, header_nbytes, read_header, write_header
 from ._layout import Section, body_nbytes, split_body
 from ._util import quiet
 from .arrays import as_array, like

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from compress._header import header_nbytes, read_header, write_header
+from compress.header import header_nbytes, read_header, write_header
 from compress._layout import body_nbytes, split_body
 
 DTYPES = [np.float32, np.float64, np.float16]

@@ -79,6 +79,25 @@ def test_many_rounds(op, mode, shm_driver, comm):
             _check(y, x, op, comm, f"{op} {dtype} n={count}")
 
 
+@pytest.mark.parametrize("transfer", list(TRANSFERS))
+def test_cma_threshold_option(transfer, comm):
+    """``Options.shm_cma_bytes`` makes a team of its own with that threshold (the default
+    team's stays), whose results are the default's bits, in place and not."""
+    default = shm.team(context(comm), SMALL)
+    opts = collectives.Options(shm_segment_bytes=256, shm_cma_bytes=TRANSFERS[transfer])
+    x = make_input(50_001, np.dtype(np.float32), "sum", comm.rank)
+    expected = collectives.allreduce(x, algorithm="shm", comm=comm, options=SMALL)
+    assert np.array_equal(collectives.allreduce(x, algorithm="shm", comm=comm, options=opts),
+                          expected)
+    inplace = x.copy()
+    collectives.allreduce(inplace, out=inplace, algorithm="shm", comm=comm, options=opts)
+    assert np.array_equal(inplace, expected)
+    team = shm.team(context(comm), opts)
+    assert team is not default and shm.team(context(comm), SMALL) is default
+    if team.cma:  # (without cross-memory attach the threshold is never read)
+        assert int(team.tab[layout.T_CMA]) == TRANSFERS[transfer]
+
+
 @pytest.mark.parametrize("op", OPS)
 def test_cross_memory_attach_many_rounds(op, monkeypatch, shm_driver, comm):
     """Private buffers read by cross-memory attach over tens to hundreds of rounds, in place

@@ -24,6 +24,7 @@ kernel allows it: the reducer reads the other ranks' segments of its block strai
 memory with ``process_vm_readv`` (cross-memory attach, as MPICH's and Open MPI's single-copy
 transports do), and each rank then reads the other blocks straight from their reducers'
 outputs; every rank writes only its own memory (``_runtime/shmem/team.py``).
+``Options.shm_cma_bytes`` sets that threshold instead (0: every size; one above any call: never).
 
 Ranks hand rounds to each other through counters in the window (``_runtime/shmem/team.py``; the
 protocol and why it is correct under MPI's memory model: docs/shm-protocol.md), never through MPI
@@ -97,7 +98,7 @@ def on_one_node(ctx: Context, opts: Options) -> bool:
 
 def _team_key(opts: Options) -> tuple:
     """The key of the communicator's team for these options in its context's cache."""
-    return ("shm", opts.node_size, opts.shm_segment_bytes)
+    return ("shm", opts.node_size, opts.shm_segment_bytes, opts.shm_cma_bytes)
 
 
 def team(ctx: Context, opts: Options) -> Team:
@@ -121,7 +122,7 @@ def _make_team(ctx: Context, opts: Options, touch: bool = False) -> Team | str:
     """The team, or the reason there is none (cached like a team, raised at every call)."""
     why = _why_not(ctx, opts)
     return why if why is not None else Team(ctx.comm, opts.shm_segment_bytes, registry(ctx),
-                                            touch)
+                                            touch, opts.shm_cma_bytes)
 
 
 def prepare(ctx: Context, opts: Options) -> None:

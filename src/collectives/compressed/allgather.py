@@ -19,7 +19,7 @@ import numpy as np
 from .._runtime.context import Context
 from ..options import Options
 from ._exchange import allgatherv
-from ._coding import TensorCoding
+from .coding import TensorCoding
 
 __all__ = ["allreduce"]
 

@@ -16,7 +16,7 @@ from .._runtime.validate import lookup
 from ..algorithms import ALGORITHMS
 from ..ops import get_op
 from ..options import Options
-from ._coding import TensorCoding
+from .coding import TensorCoding
 from .state import CompressionState, base_codec, state_of
 from .strategies import STRATEGIES, strategy_for
 from .._runtime.context import Context

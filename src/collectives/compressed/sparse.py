@@ -32,7 +32,7 @@ from .._runtime.p2p import recv, send, sendrecv
 from .._runtime.ranks import partition
 from ..algorithms.pof2 import doubling, fold
 from ._exchange import allgatherv, alltoallv
-from ._coding import TensorCoding
+from .coding import TensorCoding
 from ._sparsevec import SparseVec, combine, pack, unpack
 
 __all__ = ["allreduce", "allreduce_recursive_doubling", "allreduce_split", "SPLIT_BYTES"]

@@ -17,7 +17,7 @@ import numpy as np
 
 import compress
 
-from ._coding import TensorCoding
+from .coding import TensorCoding
 from .auto import CodecSpeed
 from .state import CompressionState
 

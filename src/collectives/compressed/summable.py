@@ -35,7 +35,7 @@ from .._runtime.context import Context
 from ..algorithms import ALGORITHMS, FLAT, auto
 from ..ops import Op, get_op
 from ..options import Options
-from ._coding import TensorCoding
+from .coding import TensorCoding
 
 __all__ = ["allreduce"]
 

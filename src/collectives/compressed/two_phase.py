@@ -23,7 +23,7 @@ from .._runtime.context import Context
 from .._runtime.ranks import partition
 from ..options import Options
 from ._exchange import allgatherv, alltoallv
-from ._coding import TensorCoding
+from .coding import TensorCoding
 
 __all__ = ["allreduce"]
 

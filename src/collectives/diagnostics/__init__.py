@@ -5,4 +5,6 @@
 - :mod:`.flight_recorder`: each communicator's last calls, dumped on a crash, a timeout or
   ``SIGUSR1`` (``collectives.flight_recorder``; docs/debugging.md).
 - :mod:`.doctor`: the dumps of every rank, explained (``python -m collectives doctor DIR``).
+- :mod:`.probe`: a communicator's private context, for the benchmarks that measure the library
+  itself (``bench/call_overhead.py``, ``bench/timeline_overhead.py``); not for programs.
 """

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._header import MAX_COUNT
+from ..header import MAX_COUNT
 from .._layout import Section
 from .._seeding import draw_stream, split_stream
 from .._util import check_padding, require

@@ -162,11 +162,13 @@ class Team:
     registry of ``collectives.empty`` arrays whose ranks' buffers this team may read and write
     in place (None: every buffer is staged). ``touch``: write this rank's slots and bounce
     buffer once here, so that no call pays their first touch (page faults; what
-    ``collectives.preload(comm=...)`` asks for). Collective; :meth:`free` releases the window.
+    ``collectives.preload(comm=...)`` asks for). ``cma_bytes``: the allreduce's cross-memory
+    attach threshold (``Options.shm_cma_bytes``; None: :func:`_cma_bytes`'s default; unused
+    where cross-memory attach does not work). Collective; :meth:`free` releases the window.
     """
 
     def __init__(self, comm: MPI.Comm, slot_bytes: int | None, buffers: Any = None,
-                 touch: bool = False) -> None:
+                 touch: bool = False, cma_bytes: int | None = None) -> None:
         p, me = comm.size, comm.rank
         if p > L.MAX_TEAM:
             raise ValueError(f"shared-memory collectives take at most {L.MAX_TEAM} ranks per "
@@ -207,7 +209,7 @@ class Team:
             if touch:
                 self._bounce.fill(0)  # np.zeros of this size maps pages it has not written
             self.tab[L.T_BOUNCE] = self._bounce.ctypes.data + 64
-            self.tab[L.T_CMA] = _cma_bytes(dedicated)
+            self.tab[L.T_CMA] = _cma_bytes(dedicated) if cma_bytes is None else cma_bytes
         self._ranks = (None if buffers is None else
                        buffers.translate(comm))  # team rank -> rank in the buffers' node
         self._regions = np.zeros((0, 1 + p), np.int64)

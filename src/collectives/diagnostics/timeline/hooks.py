@@ -31,7 +31,7 @@ message      ``message`` (``_runtime.guard.Guard.complete``)    each exchange ro
                                                                 collective), peers and bytes
 shm          ``shm`` (``_runtime.shmem.team.Team.run``,          one pass through the node's
              ``.run_compiled``: a repeated call's lane)         shared window, by mode
-encode,      ``codec`` (``compressed._coding.TensorCoding``'s    a codec's work inside a
+encode,      ``codec`` (``compressed.coding.TensorCoding``'s     a codec's work inside a
 decode,      ``encode``, ``decode``, ``aggregate_into``)         compressed allreduce
 aggregate
 reduce       ``reduce`` (``ops.Op.combine``)                    a local reduction (a block of a

@@ -14,6 +14,12 @@ dense sum), others are decoded one at a time into a running sum.
 Encoding, decoding and aggregating are observed at the point ``codec``
 (``observe.py``: the timeline's "encode", "decode" and "aggregate" spans; a decode
 inside an aggregation is observed too).
+
+Public: a ``TensorCoding`` is the ``coding`` argument of every run function of
+:data:`~collectives.compressed.strategies.STRATEGIES` (``fn(x, out, coding, ctx, opts,
+algorithm)``), and ``TensorCoding(CompressionState(codec), key, step, average, world,
+shape).aggregate_into(payloads, count, out)`` is the aggregation a compressed allreduce runs,
+in one process (bench/codec_pipeline.py and :func:`.speed.measure_speed` time it).
 """
 
 from __future__ import annotations

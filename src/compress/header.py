@@ -1,4 +1,4 @@
-"""Payload header: packing and validation (private).
+"""Payload header: packing and validation.
 
 Every payload is one contiguous ``np.uint8`` array: a header followed by the codec's body. All fields
 are little-endian; every field after the first 16 bytes is 8 bytes wide, so the body starts 8-byte
@@ -18,6 +18,12 @@ offset   field                  meaning
 =======  =====================  ==========================================================
 
 So ``header_nbytes = 16 + 8 * ndim + 8 * P``.
+
+Public, for reading what a payload says about itself: ``read_header(payload, codec.codec_id,
+codec.PARAMS)`` checks the framing and returns a :class:`Header` (dtype, shape, count, the
+codec's parameters as written: a quantizer's levels and bucket, a random codec's stream), as
+``Codec.decode`` does before it reads the body. :func:`write_header` is the codecs' own
+(``compress.base``). The wire format of every codec: docs/compression.md.
 """
 
 from __future__ import annotations
