@@ -277,11 +277,11 @@ def test_an_unhandled_error_dumps(hangs):
 
 
 # -- abort mode (Options.on_error="abort"): each scenario ends its job, so one job each ----------
-def _abort_job(tmp_path, scenario):
+def _abort_job(tmp_path, scenario, **env):
     cmd = [*mpiexec(), "-n", "3", sys.executable, str(HERE / "flight_hangs.py"), str(tmp_path),
            scenario]
     out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         timeout=HANG_S, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                         timeout=HANG_S, env=dict(os.environ, PYTHONUNBUFFERED="1", **env))
     assert out.returncode != 0, out.stdout[-3000:]  # MPI_Abort
     return tmp_path / scenario, out.stdout
 
@@ -307,11 +307,14 @@ def test_abort_mode_timeout_dumps_then_ends_the_job(tmp_path):
 
 def test_abort_mode_error_dumps_then_ends_the_job(tmp_path):
     """An error in an abort-mode call (rank 1's bool array) dumps that rank's recorder, with
-    the call failed and its error, then ends the job with one line."""
-    where, output = _abort_job(tmp_path, "abort-error")
+    the call failed and its error, then ends the job with one line. The error is a bad argument
+    that the checks found before any message: it dumps only when asked
+    (``COLLECTIVES_DUMP_ON_ARGUMENT_ERROR=1``; the default is tested in test_job_errors.py)."""
+    where, output = _abort_job(tmp_path, "abort-error", COLLECTIVES_DUMP_ON_ARGUMENT_ERROR="1")
     assert re.search(r"collectives: rank 1: allreduce #\d+ failed on this rank: TypeError: .*"
                      r"ending the job", output), output[-3000:]
     data = json.loads((where / "rank-1.json").read_text())
-    assert data["reason"] == "crash" and data["error"].startswith("TypeError: "), data["error"]
+    assert data["reason"] == "argument error" and data["error"].startswith("TypeError: "), \
+        data["error"]
     comm = next(c for c in data["communicators"] if c["role"] == "blocking")
     assert [r["state"] for r in comm["records"]] == ["finished"] * 3 + ["failed"]

@@ -11,7 +11,9 @@ in one place). A rank dumps:
   rank its notice reaches; when a non-blocking wait times out or its stall warning fires
   (``Options.stall_warning``);
 - on an unhandled exception (the crash hook of :mod:`collectives._runtime.crash`), before the job
-  ends;
+  ends; not for a bad argument that a call's checks found before it sent anything (reason
+  "argument error": the traceback says all the dump would), unless
+  ``COLLECTIVES_DUMP_ON_ARGUMENT_ERROR=1`` (:data:`ARGUMENT_ERROR_ENV`) asks for it;
 - on ``SIGUSR1`` (``kill -USR1 <pid>``), when :func:`install_signal` could install its handler:
   ``import collectives`` does, from the main thread, where no handler of the user's is there;
   Python runs it between bytecodes of the main thread, so a rank inside the library's waits (which
@@ -41,7 +43,6 @@ import json
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 from pathlib import Path
@@ -51,15 +52,19 @@ import numpy as np
 from mpi4py import MPI
 
 from .._runtime import flight
+from .._runtime.cli import say
 from .. import observe as _observe
 from .._runtime.guard import Guard, live_guards
 from ..engine.lifecycle import live_engines
 
-__all__ = ["dump", "snapshot", "install_signal", "DIR_ENV", "DEFAULT_DIR", "QUIET_S", "FORMAT"]
+__all__ = ["dump", "snapshot", "install_signal", "DIR_ENV", "DEFAULT_DIR", "QUIET_S", "FORMAT",
+           "ARGUMENT_ERROR_ENV"]
 
 #: Where dumps go.
 DIR_ENV = "COLLECTIVES_DUMP_DIR"
 DEFAULT_DIR = "collectives-dump"
+#: Set to 1 to dump on an unhandled bad argument too (found before the call sent anything).
+ARGUMENT_ERROR_ENV = "COLLECTIVES_DUMP_ON_ARGUMENT_ERROR"
 #: Automatic dumps of one process are at least this many seconds apart.
 QUIET_S = 60.0
 FORMAT = "collectives-flight-recorder/1"
@@ -91,16 +96,19 @@ def dump(directory: str | os.PathLike | None = None, reason: str = "request",
         tmp.write_text(text + "\n")
         os.replace(tmp, path)  # whole or not at all, for a doctor reading at the same time
     except Exception as exc:  # noqa: BLE001 - a dump must never fail the job
-        print(f"collectives: rank {rank}: the flight recorder could not write its dump to "
-              f"{where}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        say(f"collectives: rank {rank}: the flight recorder could not write its dump to "
+            f"{where}: {type(exc).__name__}: {' '.join(str(exc).split())}\n")
         return None
     return path
 
 
 def auto(reason: str, error: BaseException | None = None) -> None:
     """An automatic dump (a timeout, a stall warning, the crash hook): at most one per
-    :data:`QUIET_S` seconds, none while the recorder is off, and a line on stderr saying where
-    it went."""
+    :data:`QUIET_S` seconds, none while the recorder is off, none for an "argument error"
+    unless :data:`ARGUMENT_ERROR_ENV` asks, and a line on stderr saying where it went."""
+    if reason == "argument error" and \
+            os.environ.get(ARGUMENT_ERROR_ENV, "").strip().lower() not in ("1", "yes", "on", "true"):
+        return
     if not live_guards() or flight.ring_size() == 0 or not _lock.acquire(blocking=False):
         return  # nothing recorded yet, the recorder is off, or another thread is dumping
     try:
@@ -112,9 +120,8 @@ def auto(reason: str, error: BaseException | None = None) -> None:
         _lock.release()
     if path is not None:
         rank, _ = _world()
-        print(f"collectives: rank {rank}: flight recorder dumped to {path} ({reason}); "
-              f"explain with: python -m collectives doctor {path.parent}", file=sys.stderr,
-              flush=True)
+        say(f"collectives: rank {rank}: flight recorder dumped to {path} ({reason}); "
+            f"explain with: python -m collectives doctor {path.parent}\n")
 
 
 def snapshot(reason: str = "request", error: BaseException | None = None) -> dict[str, Any]:
@@ -234,5 +241,4 @@ def _on_signal(signum: int, frame: Any) -> None:
     path = dump(reason="signal")
     if path is not None:
         rank, _ = _world()
-        print(f"collectives: rank {rank}: flight recorder dumped to {path} (signal {signum})",
-              file=sys.stderr, flush=True)
+        say(f"collectives: rank {rank}: flight recorder dumped to {path} (signal {signum})\n")
