@@ -2,7 +2,8 @@
 ``mpiexec -n 3 python tests/flight_hangs.py OUTDIR``.
 
 Each scenario runs on a communicator of its own (freed at its end, so the next scenario's dumps
-hold only its own calls) and dumps into ``OUTDIR/<scenario>``; rank 0 prints ``done`` at the end.
+hold only its own calls) and dumps into ``OUTDIR/<scenario>`` (in the job's folder there,
+``OUTDIR/<scenario>/<job id>/rank-<R>.json``); rank 0 prints ``done`` at the end.
 Every call after the first three has ``Options(timeout=1)``: a hang is a timeout, and the
 timeout dumps.
 
@@ -59,10 +60,9 @@ def settle(comm):
 
 def signal_rank(rank, scenario):
     """Rank 0: make ``rank`` dump (SIGUSR1) and wait until its file is there."""
-    path = OUT / scenario / f"rank-{rank}.json"
     os.kill(PIDS[rank], signal.SIGUSR1)
     end = time.monotonic() + 20
-    while not path.exists() and time.monotonic() < end:
+    while not list((OUT / scenario).glob(f"*/rank-{rank}.json")) and time.monotonic() < end:
         time.sleep(0.01)
 
 

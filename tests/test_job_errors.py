@@ -175,11 +175,14 @@ def test_an_argument_error_on_one_rank_is_printed_once_and_not_dumped(tmp_path, 
             output
     assert len(aborts) <= 1, output  # rank 0's: the others wait for it to end the job
     assert len(lines) == len(traceback) + 1 + len(said) + len(announced) + len(aborts), output
-    files = sorted(p.name for p in dumps.glob("rank-*.json"))
+    jobs = list(dumps.glob("*")) if dumps.exists() else []
     if not asked:
-        assert not announced and not files, (output, files)
-    else:  # every rank's dump
-        assert announced and files == [f"rank-{r}.json" for r in range(4)], (output, files)
+        assert not announced and not jobs, (output, jobs)
+    else:  # one folder for the job, every rank's dump in it, said once
+        assert len(jobs) == 1 and len(announced) == 1, (output, jobs)
+        assert sorted(p.name for p in jobs[0].glob("rank-*.json")) == \
+            [f"rank-{r}.json" for r in range(4)], output
+        assert f"to {jobs[0]}/" in output, output
 
 
 @pytest.mark.parametrize("algorithm", ["recursive_doubling", "ring", "tree"])

@@ -57,7 +57,7 @@ from typing import Any, Callable
 import numpy as np
 from mpi4py import MPI
 
-from . import flight
+from . import flight, job
 from ..observe import OBSERVERS as _OBSERVED
 from .workspace import forget
 
@@ -201,9 +201,11 @@ class Guard:
         # For the same reason the agreement is an MPI collective, which no point-to-point
         # message can match (mpi4py's allreduce of a Python object sends point-to-point
         # messages with tag 0, on a duplicate that may get a freed communicator's context id
-        # and take a notice left queued there: MPI_ERR_TRUNCATE).
-        high = np.array([_HIGH[0]], dtype=np.int64)
+        # and take a notice left queued there: MPI_ERR_TRUNCATE). The job's id rides along
+        # (:mod:`.job`: the flight recorder's dumps go to a folder of the job's own).
+        high = np.array([_HIGH[0], job.proposal()], dtype=np.int64)
         comm.Allreduce(MPI.IN_PLACE, high, op=MPI.MAX)
+        job.agreed(comm, int(high[1]))
         self.seq = int(high[0]) - 1
         self.first = self.seq + 1  # a notice numbered below: from an earlier incarnation
         self.tag = 0
