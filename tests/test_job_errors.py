@@ -185,6 +185,31 @@ def test_an_argument_error_on_one_rank_is_printed_once_and_not_dumped(tmp_path, 
         assert f"to {jobs[0]}/" in output, output
 
 
+@pytest.mark.parametrize("attempt", range(3))
+def test_the_rank_named_as_printing_in_full_is_the_one_that_does(tmp_path, attempt):
+    """Every rank of 4 fails on its own in one call (an op whose combine raises): each that
+    learns of a lower rank's failure in time prints one line naming the rank that prints the
+    traceback. It named the first lower rank whose notice came, which may itself defer to a
+    still lower one ("rank 1 failed in this call too and prints it in full" where rank 0
+    printed it: 3 runs in 10 before); now the lowest."""
+    argv = _script(tmp_path, "import numpy as np, collectives\nfrom mpi4py import MPI\n"
+                             "from collectives.ops import Op\n"
+                             "def broken(lower, higher, out=None):\n"
+                             "    raise RuntimeError(f'combine failed on rank "
+                             "{MPI.COMM_WORLD.rank}')\n"
+                             "collectives.allreduce(np.ones(4))  # contexts set up everywhere\n"
+                             "collectives.allreduce(np.ones(4), op=Op('broken', broken, "
+                             "MPI.SUM), algorithm='recursive_doubling')\n")
+    status, output, seconds = _job(4, argv, merged=True)
+    assert status != 0 and seconds < HANG_S, output[-3000:]
+    assert output.count("Traceback") == 1, output
+    full = re.findall(r"^collectives: rank (\d): unhandled RuntimeError: ending the job", output,
+                      re.M)
+    named = set(re.findall(r"\(rank (\d) failed in this call too and prints it in full\)",
+                           output))
+    assert len(full) == 1 and named <= set(full), output
+
+
 @pytest.mark.parametrize("algorithm", ["recursive_doubling", "ring", "tree"])
 def test_a_size_mismatch_two_ranks_find_is_printed_in_full_once(tmp_path, algorithm):
     """Both ends of a message of the wrong size fail on their own in the same call: the lower
