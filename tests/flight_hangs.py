@@ -26,8 +26,9 @@ Two more end the job, so they run only when named (``... OUTDIR abort-timeout``)
 
 - ``abort-timeout``: ``Options(on_error="abort", timeout=1)``; rank 2 skips a call: the watchdog
   of ranks 0 and 1 dumps (reason "timeout") and ends the job.
-- ``abort-error``: ``Options(on_error="abort")``; rank 1 passes a bool array (TypeError): its abort-mode
-  runner dumps (reason "crash") and ends the job.
+- ``abort-error``: ``Options(on_error="abort")``; rank 1 passes a bool array (TypeError): its
+  abort-mode runner dumps (reason "argument error", with COLLECTIVES_DUMP_ON_ARGUMENT_ERROR=1)
+  and ends the job.
 """
 
 import os

@@ -2,8 +2,9 @@
 per problem.
 
 Reads ``rank-<R>.json`` of every rank of one job (:mod:`collectives.flight_recorder`) and
-compares, per communicator, the calls the ranks recorded under the same call number (every rank numbers its
-calls on a communicator alike, so call ``#s`` must be the same collective on every rank):
+compares, per communicator, the calls the ranks recorded under the same call number (every rank
+numbers its calls on a communicator alike, so call ``#s`` must be the same collective on every
+rank):
 
 - a rank without a dump: ``rank 2 has no dump``;
 - the first call number at which the ranks' calls differ: another collective (``rank 1 called

@@ -29,8 +29,8 @@ file that cannot be written is one line on stderr. Where the dumps went is said 
 not once per rank: by the first rank whose automatic dump creates the job folder's marker
 (:data:`MARKER`).
 
-The file is JSON: ``job``, ``rank``, ``size``, ``host``, ``pid``, ``reason``, ``error``, ``time`` (wall
-clock), and per communicator its identity (``id``, the same on every rank: its ``role``,
+The file is JSON: ``job``, ``rank``, ``size``, ``host``, ``pid``, ``reason``, ``error``,
+``time`` (wall clock), and per communicator its identity (``id``, the same on every rank: its ``role``,
 "blocking", "engine" or "named", its place among the communicators over the same ranks that the
 thread made, and ``members``, its ranks in ``COMM_WORLD``), its current call number ``seq``,
 whether a call is running (``active``) and whom its last wait waited for (``waiting_for``), and
@@ -114,8 +114,8 @@ def auto(reason: str, error: BaseException | None = None) -> None:
     :data:`QUIET_S` seconds, none while the recorder is off, none for an "argument error"
     unless :data:`ARGUMENT_ERROR_ENV` asks, and, from the job's first rank to dump, one line on
     stderr saying where every rank's dump goes."""
-    if reason == "argument error" and \
-            os.environ.get(ARGUMENT_ERROR_ENV, "").strip().lower() not in ("1", "yes", "on", "true"):
+    asked = os.environ.get(ARGUMENT_ERROR_ENV, "").strip().lower() in ("1", "yes", "on", "true")
+    if reason == "argument error" and not asked:
         return
     if not live_guards() or flight.ring_size() == 0 or not _lock.acquire(blocking=False):
         return  # nothing recorded yet, the recorder is off, or another thread is dumping
