@@ -2,7 +2,8 @@
 ``mpiexec -n 3 python tests/flight_hangs.py OUTDIR``.
 
 Each scenario runs on a communicator of its own (freed at its end, so the next scenario's dumps
-hold only its own calls) and dumps into ``OUTDIR/<scenario>``; rank 0 prints ``done`` at the end.
+hold only its own calls) and dumps into ``OUTDIR/<scenario>`` (in the job's folder there,
+``OUTDIR/<scenario>/<job id>/rank-<R>.json``); rank 0 prints ``done`` at the end.
 Every call after the first three has ``Options(timeout=1)``: a hang is a timeout, and the
 timeout dumps.
 
@@ -25,8 +26,9 @@ Two more end the job, so they run only when named (``... OUTDIR abort-timeout``)
 
 - ``abort-timeout``: ``Options(on_error="abort", timeout=1)``; rank 2 skips a call: the watchdog
   of ranks 0 and 1 dumps (reason "timeout") and ends the job.
-- ``abort-error``: ``Options(on_error="abort")``; rank 1 passes a bool array (TypeError): its abort-mode
-  runner dumps (reason "crash") and ends the job.
+- ``abort-error``: ``Options(on_error="abort")``; rank 1 passes a bool array (TypeError): its
+  abort-mode runner dumps (reason "argument error", with COLLECTIVES_DUMP_ON_ARGUMENT_ERROR=1)
+  and ends the job.
 """
 
 import os
@@ -59,10 +61,9 @@ def settle(comm):
 
 def signal_rank(rank, scenario):
     """Rank 0: make ``rank`` dump (SIGUSR1) and wait until its file is there."""
-    path = OUT / scenario / f"rank-{rank}.json"
     os.kill(PIDS[rank], signal.SIGUSR1)
     end = time.monotonic() + 20
-    while not path.exists() and time.monotonic() < end:
+    while not list((OUT / scenario).glob(f"*/rank-{rank}.json")) and time.monotonic() < end:
         time.sleep(0.01)
 
 

@@ -172,8 +172,8 @@ def test_doctor_reports_a_failure_and_dumps_of_different_jobs():
     assert doctor.diagnose(dumps) == [f"allreduce #7 (4 KiB) failed on ranks 0, 1: {error}"]
     dumps[2] = dict(dumps[0], rank=2, size=4)
     assert doctor.diagnose(dumps)[:2] == [
-        "the dumps come from jobs of different sizes (2, 4 ranks): clear the directory between "
-        "jobs, or give each its own COLLECTIVES_DUMP_DIR", "rank 3 has no dump"]
+        "the dumps come from jobs of different sizes (2, 4 ranks): they are not one job's; keep "
+        "each job's dumps in a folder of its own", "rank 3 has no dump"]
 
 
 def test_doctor_exit_status(tmp_path, capsys):
@@ -206,7 +206,15 @@ def hangs(tmp_path_factory):
     return out, output
 
 
+def _file(directory, rank):
+    """``directory/<job id>/rank-<rank>.json``: the dump of one job, the only one there."""
+    found = list(directory.glob(f"*/rank-{rank}.json"))
+    assert len(found) == 1, found
+    return found[0]
+
+
 def _doctor(directory):
+    assert len(doctor.jobs(directory)) == 1, sorted(doctor.jobs(directory))
     dumps = doctor.load(directory)
     assert sorted(dumps) == [0, 1, 2], f"a rank did not dump into {directory}"
     return dumps, doctor.diagnose(dumps)
@@ -269,7 +277,7 @@ def test_with_the_recorder_off_a_timeout_dumps_nothing(hangs):
 
 
 def test_an_unhandled_error_dumps(hangs):
-    path = hangs[0] / "crash" / "rank-1.json"
+    path = _file(hangs[0] / "crash", 1)
     data = json.loads(path.read_text())
     assert data["reason"] == "crash" and data["error"] == "RuntimeError: boom on rank 1"
     comm = next(c for c in data["communicators"] if c["role"] == "blocking")
@@ -277,11 +285,11 @@ def test_an_unhandled_error_dumps(hangs):
 
 
 # -- abort mode (Options.on_error="abort"): each scenario ends its job, so one job each ----------
-def _abort_job(tmp_path, scenario):
+def _abort_job(tmp_path, scenario, **env):
     cmd = [*mpiexec(), "-n", "3", sys.executable, str(HERE / "flight_hangs.py"), str(tmp_path),
            scenario]
     out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         timeout=HANG_S, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                         timeout=HANG_S, env=dict(os.environ, PYTHONUNBUFFERED="1", **env))
     assert out.returncode != 0, out.stdout[-3000:]  # MPI_Abort
     return tmp_path / scenario, out.stdout
 
@@ -295,7 +303,7 @@ def test_abort_mode_timeout_dumps_then_ends_the_job(tmp_path):
     assert re.search(r"allreduce #\d+ timed out after 1 s \(Options.timeout\).*ending the job",
                      output), output[-3000:]
     dumps = {int(p.stem.split("-")[1]): json.loads(p.read_text())
-             for p in where.glob("rank-*.json")}
+             for p in where.glob("*/rank-*.json")}
     assert dumps and set(dumps) <= {0, 1}, sorted(dumps)  # the first abort may beat the other
     for rank, data in dumps.items():
         assert data["reason"] == "timeout", (rank, data["reason"])
@@ -307,11 +315,77 @@ def test_abort_mode_timeout_dumps_then_ends_the_job(tmp_path):
 
 def test_abort_mode_error_dumps_then_ends_the_job(tmp_path):
     """An error in an abort-mode call (rank 1's bool array) dumps that rank's recorder, with
-    the call failed and its error, then ends the job with one line."""
-    where, output = _abort_job(tmp_path, "abort-error")
+    the call failed and its error, then ends the job with one line. The error is a bad argument
+    that the checks found before any message: it dumps only when asked
+    (``COLLECTIVES_DUMP_ON_ARGUMENT_ERROR=1``; the default is tested in test_job_errors.py)."""
+    where, output = _abort_job(tmp_path, "abort-error", COLLECTIVES_DUMP_ON_ARGUMENT_ERROR="1")
     assert re.search(r"collectives: rank 1: allreduce #\d+ failed on this rank: TypeError: .*"
                      r"ending the job", output), output[-3000:]
-    data = json.loads((where / "rank-1.json").read_text())
-    assert data["reason"] == "crash" and data["error"].startswith("TypeError: "), data["error"]
+    data = json.loads(_file(where, 1).read_text())
+    assert data["reason"] == "argument error" and data["error"].startswith("TypeError: "), \
+        data["error"]
     comm = next(c for c in data["communicators"] if c["role"] == "blocking")
     assert [r["state"] for r in comm["records"]] == ["finished"] * 3 + ["failed"]
+
+
+# -- dumps per job: two real jobs dump into one directory (issue 50, item 3) -----------------------
+#: 2 ranks, ``count`` elements: rank 1 comes late to the second call, rank 0 times out there
+#: (and dumps); rank 1 then meets its notice (and dumps): one job's dumps, both of that count.
+#: "ring", whose second step rank 1 cannot finish without rank 0 (MPI's own allreduce, which
+#: rank 0 posted before it gave up, can complete without it).
+_LATE = """
+import sys, time, numpy as np, collectives
+from mpi4py import MPI
+x = np.ones(int(sys.argv[1]), np.float32)
+collectives.allreduce(x)  # every rank: the communicator set up, the job's id agreed
+if MPI.COMM_WORLD.rank == 1:
+    time.sleep(2.0)
+try:
+    collectives.allreduce(x, algorithm="ring", options=collectives.Options(timeout=1))
+except TimeoutError:
+    pass
+"""
+
+
+def test_the_doctor_never_mixes_two_jobs_dumps(tmp_path):
+    """Two jobs of 2 ranks, of counts 1024 and 1000, dump into one COLLECTIVES_DUMP_DIR: each
+    into a folder of its own, named by an id its ranks agreed on. The doctor explains the newest
+    and names the other; ``--all`` explains each apart; neither reports the count mismatch that
+    comparing one job's rank 0 with the other's rank 1 would (checked too: the jobs differ)."""
+    script = tmp_path / "late.py"
+    script.write_text(_LATE)
+    dumps = tmp_path / "dumps"
+    for count in (1024, 1000):
+        out = subprocess.run([*mpiexec(), "-n", "2", sys.executable, str(script), str(count)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             timeout=HANG_S, env=dict(os.environ, PYTHONUNBUFFERED="1",
+                                                      COLLECTIVES_DUMP_DIR=str(dumps)))
+        assert out.returncode == 0, out.stdout[-3000:]
+        assert out.stdout.count("flight recorder dumped") == 1, out.stdout  # said once
+    jobs = doctor.jobs(dumps)
+    assert len(jobs) == 2 and sorted(p.name for p in dumps.iterdir()) == sorted(jobs), jobs
+    (old, first), (new, second) = jobs.items()  # oldest first
+    for job, count in ((first, 1024), (second, 1000)):
+        assert sorted(job) == [0, 1], job
+        assert len({d["job"] for d in job.values()}) == 1
+        assert {d["reason"] for d in job.values()} == {"timeout"}
+        counts = {r["count"] for d in job.values() for c in d["communicators"]
+                  for r in c["records"]}
+        assert counts == {count}, counts
+    mixed = doctor.diagnose({0: second[0], 1: first[1]})  # what a mixed folder showed before
+    assert any(line.startswith("count mismatch") for line in mixed), mixed
+    # the newest by default, with a word on the other
+    run = subprocess.run([sys.executable, "-m", "collectives", "doctor", str(dumps)],
+                         capture_output=True, text=True, timeout=60)
+    lines = run.stdout.splitlines()
+    assert run.returncode == 1 and lines[0].startswith(f"job {new}: the newest of 2 jobs' "
+                                                       f"dumps in {dumps} (older: {old};"), lines
+    assert lines[1:] == doctor.diagnose(second) and lines[1:], lines
+    # every job apart
+    run = subprocess.run([sys.executable, "-m", "collectives", "doctor", "--all", str(dumps)],
+                         capture_output=True, text=True, timeout=60)
+    assert run.stdout.splitlines() == [f"job {old}:", *("  " + x for x in doctor.diagnose(first)),
+                                       f"job {new}:", *("  " + x for x in doctor.diagnose(second))]
+    assert not any("mismatch" in x for x in run.stdout.splitlines()), run.stdout
+    # a job's own folder: that job alone
+    assert doctor.load(dumps / old) == first and doctor.load(dumps) == second

@@ -8,6 +8,7 @@ arguments) stay one line and exit status 2, without an abort.
 """
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,12 +24,14 @@ BIN = Path(sys.executable).parent
 HANG_S = 60
 
 
-def _job(n, argv, cwd=None, env=None):
-    """Run ``argv`` on ``n`` ranks (no mpiexec for n = 0); (exit status, stderr, seconds).
+def _job(n, argv, cwd=None, env=None, merged=False):
+    """Run ``argv`` on ``n`` ranks (no mpiexec for n = 0); (exit status, output, seconds): the
+    output is stdout then stderr, or (``merged``) both in the order they came, in one pipe.
     A hang is killed, with every process of the job, and fails the test."""
     cmd = [*mpiexec(), "-n", str(n), *argv] if n else argv
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT if merged else subprocess.PIPE, text=True,
                             cwd=cwd, start_new_session=True,
                             env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})))
     try:
@@ -36,8 +39,8 @@ def _job(n, argv, cwd=None, env=None):
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        pytest.fail(f"{' '.join(cmd)} hung (killed after {HANG_S} s): {err[-2000:]}")
-    return proc.returncode, out + err, time.monotonic() - t0
+        pytest.fail(f"{' '.join(cmd)} hung (killed after {HANG_S} s): {(err or out)[-2000:]}")
+    return proc.returncode, out + (err or ""), time.monotonic() - t0
 
 
 def _assert_aborted(result, prog, line):
@@ -115,6 +118,96 @@ def test_an_error_every_rank_raises_is_printed_in_full_once(tmp_path):
     assert status != 0 and seconds < HANG_S, output[-3000:]
     assert output.count("Traceback") == 1, output
     assert "collectives: rank 2: unhandled TypeError" in output, output
+
+
+#: rank 0 misspells the algorithm; the others wait in the call for it (issue 50, item 2)
+_TYPO = ("import numpy as np, collectives\nfrom mpi4py import MPI\n"
+         "x = np.ones(10)\n"
+         "alg = 'rnig' if MPI.COMM_WORLD.rank == 0 else 'ring'\n"
+         "collectives.allreduce(x, algorithm=alg)\n")
+_RANK_LINE = re.compile(r"collectives: rank (\d+): (.*)")
+_BAD_NAME = "ValueError: unknown algorithm 'rnig'; valid choices: ring, tree,"
+
+
+@pytest.mark.parametrize("asked", [False, True], ids=["default", "dump-asked"])
+def test_an_argument_error_on_one_rank_is_printed_once_and_not_dumped(tmp_path, asked):
+    """A bad argument on rank 0 of 4 (a misspelled algorithm): rank 0's traceback once, with
+    the line that ends the job; at most one line on each other rank, naming rank 0 as the
+    origin; MPICH's abort line (which the launcher, ending the job, does not always forward);
+    nothing else. Every line is whole (written in one piece: never two
+    ranks' lines run together; another rank's whole line may land between two lines of the
+    traceback). The flight recorder does not dump for it (the traceback says it all) unless
+    asked, and then says where once, not once per rank."""
+    dumps = tmp_path / "dumps"
+    env = {"COLLECTIVES_DUMP_DIR": str(dumps),
+           "COLLECTIVES_DUMP_ON_ARGUMENT_ERROR": "1" if asked else "0"}
+    status, output, seconds = _job(4, _script(tmp_path, _TYPO), cwd=tmp_path, env=env,
+                                   merged=True)
+    assert status != 0 and seconds < HANG_S, output[-3000:]
+    lines = output.splitlines()
+    assert all(line.count("collectives: rank") <= 1 for line in lines), output
+    said: dict[int, list[str]] = {}
+    traceback, aborts, other = [], [], []
+    for line in lines:
+        found = _RANK_LINE.fullmatch(line)
+        if found:
+            said.setdefault(int(found[1]), []).append(found[2])
+        elif line.startswith("Abort(1) on node"):  # MPICH's, for the rank that calls MPI_Abort
+            aborts.append(line)
+        elif line == "Traceback (most recent call last):" or line.startswith("  ") \
+                or line.startswith(_BAD_NAME):
+            traceback.append(line)
+        else:
+            other.append(line)
+    assert not other, output
+    assert traceback[0].startswith("Traceback") and traceback[-1].startswith(_BAD_NAME), output
+    assert sum(t.startswith("Traceback") for t in traceback) == 1, output
+    assert sum(t.startswith(_BAD_NAME) for t in traceback) == 1, output
+    announced = [r for r, texts in said.items() for t in texts if "flight recorder" in t]
+    for rank, texts in said.items():
+        said[rank] = [t for t in texts if "flight recorder" not in t]
+    assert set(said) <= {0, 1, 2, 3} and 0 in said and len(said) > 1, output
+    assert said.pop(0) == ["unhandled ValueError: ending the job (MPI_Abort; "
+                           "COLLECTIVES_ABORT_ON_ERROR=0 to keep it running)"], output
+    for rank, texts in said.items():  # one line each, naming rank 0, whose error it is
+        assert len(texts) == 1, output
+        assert texts[0].startswith(f"ValueError: allreduce #0 failed on rank 0: {_BAD_NAME}"), \
+            output
+    assert len(aborts) <= 1, output  # rank 0's: the others wait for it to end the job
+    assert len(lines) == len(traceback) + 1 + len(said) + len(announced) + len(aborts), output
+    jobs = list(dumps.glob("*")) if dumps.exists() else []
+    if not asked:
+        assert not announced and not jobs, (output, jobs)
+    else:  # one folder for the job, every rank's dump in it, said once
+        assert len(jobs) == 1 and len(announced) == 1, (output, jobs)
+        assert sorted(p.name for p in jobs[0].glob("rank-*.json")) == \
+            [f"rank-{r}.json" for r in range(4)], output
+        assert f"to {jobs[0]}/" in output, output
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_the_rank_named_as_printing_in_full_is_the_one_that_does(tmp_path, attempt):
+    """Every rank of 4 fails on its own in one call (an op whose combine raises): each that
+    learns of a lower rank's failure in time prints one line naming the rank that prints the
+    traceback. It named the first lower rank whose notice came, which may itself defer to a
+    still lower one ("rank 1 failed in this call too and prints it in full" where rank 0
+    printed it: 3 runs in 10 before); now the lowest."""
+    argv = _script(tmp_path, "import numpy as np, collectives\nfrom mpi4py import MPI\n"
+                             "from collectives.ops import Op\n"
+                             "def broken(lower, higher, out=None):\n"
+                             "    raise RuntimeError(f'combine failed on rank "
+                             "{MPI.COMM_WORLD.rank}')\n"
+                             "collectives.allreduce(np.ones(4))  # contexts set up everywhere\n"
+                             "collectives.allreduce(np.ones(4), op=Op('broken', broken, "
+                             "MPI.SUM), algorithm='recursive_doubling')\n")
+    status, output, seconds = _job(4, argv, merged=True)
+    assert status != 0 and seconds < HANG_S, output[-3000:]
+    assert output.count("Traceback") == 1, output
+    full = re.findall(r"^collectives: rank (\d): unhandled RuntimeError: ending the job", output,
+                      re.M)
+    named = set(re.findall(r"\(rank (\d) failed in this call too and prints it in full\)",
+                           output))
+    assert len(full) == 1 and named <= set(full), output
 
 
 @pytest.mark.parametrize("algorithm", ["recursive_doubling", "ring", "tree"])

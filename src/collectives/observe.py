@@ -42,8 +42,8 @@ point                where                                   observer(...)
 ``timeline_option``  a call made with ``Options.timeline``   ``(path, comm)``
                      (``validate.setup``)
 ``dump``             a timeout, a stall or a crash that      ``(reason, error)``: ``"timeout"``,
-                     warrants a dump of what led to it       ``"stall"`` or ``"crash"``
-                     (``flight.auto_dump``)
+                     warrants a dump of what led to it       ``"stall"``, ``"crash"`` or
+                     (``flight.auto_dump``)                  ``"argument error"``
 ===================  ======================================  =====================================
 
 Times are ``time.perf_counter()`` seconds (the flight recorder's clock). Observers run on the thread that

@@ -516,7 +516,7 @@ def test_notice_left_on_a_freed_communicator_never_reaches_its_successor():
         world.Barrier()
         if me == 0:  # a late notice (of the call above) to every other rank
             box = np.zeros(_NOTICE_BYTES, dtype=np.uint8)
-            box[:8 * _HEAD].view(np.int64)[:] = (seq, 0, 1, 4)
+            box[:8 * _HEAD].view(np.int64)[:] = (seq, 0, 1, 0, 4)  # ValueError, 4 bytes
             box[8 * _HEAD:8 * _HEAD + 4] = np.frombuffer(b"late", dtype=np.uint8)
             MPI.Request.Waitall([private.Isend([box, MPI.BYTE], r, NOTICE_TAG)
                                  for r in range(1, p)])
@@ -590,7 +590,7 @@ def test_abandoned_native_operation_never_writes_into_the_result(monkeypatch, pi
         if native and seen[self.seq] == piece:
             # an older failure's notice, from this rank to itself, arrives now
             box = np.zeros(_NOTICE_BYTES, dtype=np.uint8)
-            box[:8 * _HEAD].view(np.int64)[:] = (self.seq - 1, self.rank, 1, 4)
+            box[:8 * _HEAD].view(np.int64)[:] = (self.seq - 1, self.rank, 1, 0, 4)
             box[8 * _HEAD:8 * _HEAD + 4] = np.frombuffer(b"test", dtype=np.uint8)
             sends.append((self.comm.Isend([box, MPI.BYTE], self.rank, NOTICE_TAG), box))
             while not self.notice.Get_status():  # arrived (before the operation can finish)

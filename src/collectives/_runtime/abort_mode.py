@@ -23,7 +23,6 @@ Non-blocking operations (the engine) keep the default semantics. Chosen per call
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 import traceback
@@ -32,7 +31,8 @@ from typing import Any, Callable
 
 from ..options import Options
 from . import flight
-from .cli import abort_world
+from .cli import abort_world, say
+from .guard import argument_error
 from ..observe import OBSERVERS as _OBSERVED
 from .context import Context
 
@@ -134,13 +134,13 @@ def _end(what: str, exc: BaseException | None) -> None:
     from mpi4py import MPI
 
     rank = MPI.COMM_WORLD.rank if MPI.Is_initialized() and not MPI.Is_finalized() else 0
-    flight.auto_dump("crash" if exc is not None else "timeout", exc)  # -- flight recorder
-    if exc is not None:
-        traceback.print_exception(exc)
+    reason = "timeout" if exc is None else "argument error" if argument_error(exc) else "crash"
+    flight.auto_dump(reason, exc)  # -- flight recorder (an argument error: if asked)
     text = f": {type(exc).__name__}: {' '.join(str(exc).split())}" if exc is not None else ""
-    print(f"collectives: rank {rank}: {what}{text}: ending the job (MPI_Abort; "
-          "Options.on_error='abort', 'raise' keeps it running: docs/reliability.md)",
-          file=sys.stderr, flush=True)
+    # the traceback and the line in one write (cli.say): no other rank's line in between
+    say("".join(traceback.format_exception(exc) if exc is not None else ())
+        + f"collectives: rank {rank}: {what}{text}: ending the job (MPI_Abort; "
+        "Options.on_error='abort', 'raise' keeps it running: docs/reliability.md)\n")
     if MPI.Is_initialized() and not MPI.Is_finalized() and MPI.COMM_WORLD.size > 1:
         abort_world(1)
     if exc is not None:

@@ -14,7 +14,9 @@ collectives) is a *call* class: its constructor checks the arguments and fixes w
    communicator's guard, or abort mode's runner): the arguments are checked there (with
    ``validate``, across ranks too), then the call runs, so that an error on any rank becomes an
    error on every rank that still needs it, and the ranks number their calls alike whether they
-   fail or not.
+   fail or not. What the checks raise is marked as an argument error
+   (:func:`.guard.mark_argument_error`: found before any message, so the crash hook prints it
+   without a flight-recorder dump).
 
 With one rank there is nobody to wait for: the call is checked and run in place, without a
 context. The objects that hold MPI resources across calls (the decentralized classes) are built
@@ -31,6 +33,7 @@ from mpi4py import MPI
 from ..options import Options
 from .context import Context, context
 from .abort_mode import runner
+from .guard import mark_argument_error
 from .validate import check_comm, checked, checked_call, resolve, timeline_option
 
 __all__ = ["construct", "run_call"]
@@ -54,12 +57,16 @@ def run_call(cls: type, comm: MPI.Comm | None, options: Any, validate: bool | No
 def _checked_run(cls: type, comm: MPI.Comm, opts: Options, problem: TypeError | None,
                  validate: bool | None, ctx: Context, by: Any, args: tuple) -> Any:
     """The body :func:`run_call` runs under ``by`` (None with one rank)."""
-    if problem is not None:
-        raise problem
     if by is not None:
         by.set_timeout(opts.timeout)
-    call = checked_call(cls, comm, opts.validate if validate is None else bool(validate),
-                        *args, opts)
+    try:
+        if problem is not None:
+            raise problem
+        call = checked_call(cls, comm, opts.validate if validate is None else bool(validate),
+                            *args, opts)
+    except Exception as exc:
+        mark_argument_error(exc)
+        raise
     if by is not None:
         by.call = call
     call.run(None if call.trivial else ctx)

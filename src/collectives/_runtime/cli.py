@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, NoReturn
 
 __all__ = ["UsageError", "Parser", "usage_errors", "fatal_errors", "program", "abort",
-           "abort_world", "world_rank", "PLOT_INSTALL", "TRACEBACK_ENV"]
+           "abort_world", "world_rank", "say", "PLOT_INSTALL", "TRACEBACK_ENV"]
 
 #: Set to 1 to print the traceback of an error that ends the job (:func:`abort`), not just its line.
 TRACEBACK_ENV = "COLLECTIVES_TRACEBACK"
@@ -47,6 +47,30 @@ class UsageError(Exception):
     def __init__(self, message: str, *, uniform: bool = True) -> None:
         super().__init__(message)
         self.uniform = uniform
+
+
+def say(text: str) -> None:
+    """Write ``text`` (whole lines) to standard error in one ``write``: the launcher forwards
+    each rank's output as it reads it, and a line written in pieces (``print`` writes the text
+    and its newline apart) can have another rank's output land in its middle. Where standard
+    error is no file (replaced by a test's capture), its own ``write``."""
+    text = text if text.endswith("\n") else text + "\n"
+    stream = sys.stderr
+    try:
+        stream.flush()
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # no file descriptor: a capture
+        stream.write(text)
+        stream.flush()
+        return
+    data = text.encode("utf-8", "replace")
+    while data:  # one write, unless the pipe takes only part of it
+        try:
+            data = data[os.write(fd, data):]
+        except InterruptedError:
+            continue
+        except OSError:  # closed: nothing more to say on it
+            return
 
 
 def world_rank() -> int:

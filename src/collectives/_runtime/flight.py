@@ -181,9 +181,10 @@ def error_text(exc: BaseException) -> str:
 
 def auto_dump(reason: str, error: BaseException | None = None) -> None:
     """Ask for a dump of every communicator's records because of ``reason`` ("timeout",
-    "stall", "crash"): the observers of ``dump`` (:mod:`.observe`; the flight recorder's,
-    registered when :mod:`collectives.flight_recorder` is imported, as ``import collectives``
-    does) write it; never raises."""
+    "stall", "crash", or "argument error": a crash of a bad argument found before any message,
+    which the flight recorder dumps only when asked to): the observers of ``dump``
+    (:mod:`.observe`; the flight recorder's, registered when :mod:`collectives.flight_recorder`
+    is imported, as ``import collectives`` does) write it; never raises."""
     try:
         for observe in OBSERVERS.dump:
             observe(reason, error)

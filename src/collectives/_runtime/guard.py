@@ -9,7 +9,9 @@ private context, :mod:`.context`):
   be received by a later one.
 - **Notices.** Each guard keeps a receive posted for notices (tag 0). A rank whose call raises
   (anything: a bad argument only it can see, a decode failure, an exception in user code run
-  by the call) sends a notice ``(seq, rank, type, message)`` to every other rank and re-raises.
+  by the call) sends a notice ``(seq, rank, type, arguments, message)`` to every other rank and
+  re-raises (``arguments``: the error is a bad argument, found by the call's checks before it
+  sent anything: :func:`argument_error`).
   Every wait of the library waits for its messages *or* a notice: a notice for the current
   call raises the same type on the receiver (TypeError, ValueError and TimeoutError keep their
   type; anything else becomes :class:`CollectiveError`) naming the rank and its message; a
@@ -55,16 +57,16 @@ from typing import Any, Callable
 import numpy as np
 from mpi4py import MPI
 
-from . import flight
+from . import flight, job
 from ..observe import OBSERVERS as _OBSERVED
 from .workspace import forget
 
 __all__ = ["CollectiveError", "RaisedEverywhere", "everywhere", "Guard", "native_call",
-           "NOTICE_TAG", "live_guards"]
+           "NOTICE_TAG", "live_guards", "argument_error", "mark_argument_error"]
 
 NOTICE_TAG = 0
 _NOTICE_BYTES = 1024
-_HEAD = 4  # int64 words: seq, rank, type code, message length
+_HEAD = 5  # int64 words: seq, rank, type code, argument error (0 or 1), message length
 _TYPES: tuple[type[BaseException], ...] = (TypeError, ValueError, TimeoutError)
 
 
@@ -84,6 +86,23 @@ class RaisedEverywhere(Exception):
 
     #: the rank whose error it reports (a notice), None when every rank reached it together
     origin: int | None = None
+
+
+def mark_argument_error(exc: BaseException) -> None:
+    """Mark ``exc`` as a bad argument that a call's checks found before it sent anything (the
+    one path of a blocking call, :mod:`.blocking`, marks what its checks raise): its notice
+    says so, and the crash hook (:mod:`.crash`) prints it without a flight-recorder dump,
+    which could add nothing to its traceback."""
+    try:
+        exc.collectives_argument_error = True  # type: ignore[attr-defined]
+    except AttributeError:  # pragma: no cover - an exception class with __slots__
+        pass
+
+
+def argument_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a bad argument found before any message (:func:`mark_argument_error`),
+    on this rank or, through its notice, on another."""
+    return bool(getattr(exc, "collectives_argument_error", False))
 
 
 def _everywhere_class(kind: type[Exception]) -> type[RaisedEverywhere]:
@@ -182,9 +201,11 @@ class Guard:
         # For the same reason the agreement is an MPI collective, which no point-to-point
         # message can match (mpi4py's allreduce of a Python object sends point-to-point
         # messages with tag 0, on a duplicate that may get a freed communicator's context id
-        # and take a notice left queued there: MPI_ERR_TRUNCATE).
-        high = np.array([_HIGH[0]], dtype=np.int64)
+        # and take a notice left queued there: MPI_ERR_TRUNCATE). The job's id rides along
+        # (:mod:`.job`: the flight recorder's dumps go to a folder of the job's own).
+        high = np.array([_HIGH[0], job.proposal()], dtype=np.int64)
         comm.Allreduce(MPI.IN_PLACE, high, op=MPI.MAX)
+        job.agreed(comm, int(high[1]))
         self.seq = int(high[0]) - 1
         self.first = self.seq + 1  # a notice numbered below: from an earlier incarnation
         self.tag = 0
@@ -283,7 +304,8 @@ class Guard:
         text = f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")
         text = text[:_NOTICE_BYTES - 8 * _HEAD]
         buf = np.zeros(_NOTICE_BYTES, dtype=np.uint8)
-        buf[:8 * _HEAD].view(np.int64)[:] = (self.seq, self.rank, code, len(text))
+        buf[:8 * _HEAD].view(np.int64)[:] = (self.seq, self.rank, code,
+                                             int(argument_error(exc)), len(text))
         buf[8 * _HEAD:8 * _HEAD + len(text)] = np.frombuffer(text, dtype=np.uint8)
         for r in range(self.size):
             if r != self.rank:
@@ -304,30 +326,33 @@ class Guard:
         return seq, rank
 
     def first_reporter(self, seq: int, wait_s: float) -> int | None:
-        """For the crash hook of a rank whose own error ended call ``seq``: a lower rank that
-        failed in the same call on its own (two ranks that find one size mismatch both do), as
-        its notice says within ``wait_s`` seconds, else None. Reads notices without keeping
+        """For the crash hook of a rank whose own error ended call ``seq``: the lowest rank
+        that failed in the same call on its own (two ranks that find one size mismatch both
+        do; three ranks may), as their notices say within ``wait_s`` seconds, else None. The
+        lowest, not the first to arrive: a rank that finds a still lower one prints one line,
+        not its traceback, so only the lowest prints in full. Reads notices without keeping
         them: the job is ending."""
         deadline = time.monotonic() + wait_s
-        while self.rank:
+        lowest = None
+        while self.rank and lowest != 0:
             if self.notice.Test():
                 found, rank = self._count()
-                if found == seq and rank < self.rank:
-                    return rank
+                if found == seq and rank < self.rank and (lowest is None or rank < lowest):
+                    lowest = rank
                 self._box = np.empty(_NOTICE_BYTES, dtype=np.uint8)
                 self.notice = self.comm.Irecv([self._box, MPI.BYTE], MPI.ANY_SOURCE, NOTICE_TAG)
                 continue
             if time.monotonic() > deadline:
                 break
             time.sleep(1e-3)
-        return None
+        return lowest
 
     def _read_notice(self) -> bool:
         """Handle the notice that arrived: raise it (current call), keep it (a later call) or
         just record the failure (an earlier call: returns True); post the next notice receive.
         A notice from an earlier incarnation of the communicator is dropped."""
         seq, rank = self._count()
-        code, n = (int(v) for v in self._box[16:8 * _HEAD].view(np.int64))
+        code, arguments, n = (int(v) for v in self._box[16:8 * _HEAD].view(np.int64))
         text = bytes(self._box[8 * _HEAD:8 * _HEAD + n]).decode("utf-8", "replace")
         self._box = np.empty(_NOTICE_BYTES, dtype=np.uint8)
         self.notice = self.comm.Irecv([self._box, MPI.BYTE], MPI.ANY_SOURCE, NOTICE_TAG)
@@ -339,6 +364,8 @@ class Guard:
             return True
         kind = _TYPES[code] if code < len(_TYPES) else CollectiveError
         error = everywhere(kind, f"{self.name} #{seq} failed on rank {rank}: {text}", rank)
+        if arguments:
+            mark_argument_error(error)
         if seq > self.seq:
             self.later[seq] = error
             return False

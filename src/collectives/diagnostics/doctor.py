@@ -1,9 +1,10 @@
 """``python -m collectives doctor DIR``: every rank's flight-recorder dump, explained in one line
 per problem.
 
-Reads ``rank-<R>.json`` of every rank (:mod:`collectives.flight_recorder`) and compares, per
-communicator, the calls the ranks recorded under the same call number (every rank numbers its
-calls on a communicator alike, so call ``#s`` must be the same collective on every rank):
+Reads ``rank-<R>.json`` of every rank of one job (:mod:`collectives.flight_recorder`) and
+compares, per communicator, the calls the ranks recorded under the same call number (every rank
+numbers its calls on a communicator alike, so call ``#s`` must be the same collective on every
+rank):
 
 - a rank without a dump: ``rank 2 has no dump``;
 - the first call number at which the ranks' calls differ: another collective (``rank 1 called
@@ -17,6 +18,13 @@ calls on a communicator alike, so call ``#s`` must be the same collective on eve
 - a failed call, with the first error: ``allreduce #7 failed on ranks 0, 1, 2: ...``;
 - non-blocking operations that some ranks have not submitted (a name, or a place in the order).
 
+Dumps of different jobs are never compared with each other. Each job dumps into a folder of its
+own (``collectives-dump/<job id>/``), and each file names its job (``job``): given the folder of
+one job, the doctor explains it; given a folder of several (``collectives-dump``), it explains the
+newest (the job whose dumps are the latest) and says so in its first line, naming the others;
+``--all`` explains every job, each under a line ``job <id>:``. Files without a job id (from
+before ids were written) count as the job of their folder.
+
 Exit status 1 if it found a problem, 0 (``no problem found``) if not, 2 if there are no dumps.
 """
 
@@ -29,22 +37,40 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["load", "diagnose", "main"]
+__all__ = ["jobs", "load", "diagnose", "main"]
 
 _ROLES = {"blocking": 0, "engine": 1, "named": 2}
 
 
-def load(directory: str | Path) -> dict[int, dict[str, Any]]:
-    """Every ``rank-<R>.json`` in ``directory``, by rank (files that do not parse are skipped
-    with a line on stderr)."""
-    dumps = {}
-    for path in sorted(Path(directory).glob("rank-*.json")):
+def jobs(directory: str | Path) -> dict[str, dict[int, dict[str, Any]]]:
+    """Every ``rank-<R>.json`` in ``directory`` and in its folders (one per job), by job id and
+    rank, oldest job first (the time of its latest dump); a file without a job id counts as its
+    folder's job. Files that do not parse are skipped with a line on stderr."""
+    root = Path(directory)
+    found: dict[str, dict[int, dict[str, Any]]] = {}
+    for path in sorted([*root.glob("rank-*.json"), *root.glob("*/rank-*.json")]):
         try:
             data = json.loads(path.read_text())
-            dumps[int(data["rank"])] = data
-        except (ValueError, KeyError, OSError) as exc:
+            rank = int(data["rank"])
+        except (ValueError, KeyError, TypeError, OSError) as exc:
             print(f"collectives doctor: skipping {path}: {exc}", file=sys.stderr)
-    return dumps
+            continue
+        job = data.get("job") or (path.parent.name if path.parent != root else str(root))
+        found.setdefault(str(job), {})[rank] = data
+    return dict(sorted(found.items(), key=lambda item: (_latest(item[1]), item[0])))
+
+
+def _latest(dumps: dict[int, dict[str, Any]]) -> float:
+    return max(float(d.get("time") or 0.0) for d in dumps.values())
+
+
+def load(directory: str | Path, job: str | None = None) -> dict[int, dict[str, Any]]:
+    """The dumps of one job in ``directory`` (:func:`jobs`), by rank: job ``job``, default the
+    newest; empty if there are none."""
+    found = jobs(directory)
+    if not found:
+        return {}
+    return found[job] if job is not None else found[list(found)[-1]]
 
 
 def _ranks(ranks: Any) -> str:
@@ -214,8 +240,8 @@ def diagnose(dumps: dict[int, dict[str, Any]]) -> list[str]:
     sizes = sorted({d["size"] for d in dumps.values()})
     if len(sizes) > 1:
         lines.append(f"the dumps come from jobs of different sizes ({', '.join(map(str, sizes))}"
-                     " ranks): clear the directory between jobs, or give each its own "
-                     "COLLECTIVES_DUMP_DIR")
+                     " ranks): they are not one job's; keep each job's dumps in a folder of "
+                     "its own")
     world = sizes[-1]
     missing = [r for r in range(world) if r not in dumps]
     if missing:
@@ -230,22 +256,42 @@ def diagnose(dumps: dict[int, dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _report(dumps: dict[int, dict[str, Any]], indent: str = "") -> bool:
+    """Print the doctor's lines on one job's dumps; True if it found a problem."""
+    lines = diagnose(dumps)
+    for line in lines:
+        print(indent + line)
+    if not lines:
+        world = max(d["size"] for d in dumps.values())
+        print(f"{indent}no problem found ({len(dumps)} of {world} ranks' dumps)")
+    return bool(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m collectives doctor",
                                  description=__doc__.split("\n\n")[0])
-    ap.add_argument("directory", help="where the ranks' dumps are (COLLECTIVES_DUMP_DIR)")
+    ap.add_argument("directory", help="where the ranks' dumps are (COLLECTIVES_DUMP_DIR, or the "
+                                      "folder of one job in it)")
+    ap.add_argument("--all", action="store_true",
+                    help="explain every job's dumps in the directory, each apart (default: the "
+                         "newest job's)")
     args = ap.parse_args(argv)
-    dumps = load(args.directory)
-    if not dumps:
+    found = jobs(args.directory)
+    if not found:
         print(f"collectives doctor: no dumps (rank-*.json) in {args.directory}", file=sys.stderr)
         return 2
-    lines = diagnose(dumps)
-    for line in lines:
-        print(line)
-    if not lines:
-        world = max(d["size"] for d in dumps.values())
-        print(f"no problem found ({len(dumps)} of {world} ranks' dumps)")
-    return 1 if lines else 0
+    if len(found) == 1:
+        return int(_report(next(iter(found.values()))))
+    if args.all:
+        problem = False
+        for job, dumps in found.items():
+            print(f"job {job}:")
+            problem |= _report(dumps, "  ")
+        return int(problem)
+    *older, newest = found
+    print(f"job {newest}: the newest of {len(found)} jobs' dumps in {args.directory} (older: "
+          f"{', '.join(reversed(older))}; --all explains each, or name a job's folder)")
+    return int(_report(found[newest]))
 
 
 if __name__ == "__main__":

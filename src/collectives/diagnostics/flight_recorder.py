@@ -2,16 +2,20 @@
 
 Every communicator keeps its last calls in a ring (:mod:`collectives._runtime.flight`;
 ``COLLECTIVES_FLIGHT_RECORDER=N``, default 2000, 0 off). A dump writes them, with what the
-running call waits for, to ``rank-<R>.json`` (R: the rank in ``COMM_WORLD``) in
+running call waits for, to ``<job id>/rank-<R>.json`` (R: the rank in ``COMM_WORLD``; the job's
+id, the same on every rank of the job: :mod:`collectives._runtime.job`) in
 ``COLLECTIVES_DUMP_DIR`` (default :data:`DEFAULT_DIR`, under the working directory: on a cluster
 usually a shared file system, so that ``python -m collectives doctor`` finds every rank's file
-in one place). A rank dumps:
+in one place; each job's in a folder of its own, so that a later job's dumps never mix with an
+earlier one's). A rank dumps:
 
 - when a call times out (``Options.timeout``), on the rank whose deadline passed and on every
   rank its notice reaches; when a non-blocking wait times out or its stall warning fires
   (``Options.stall_warning``);
 - on an unhandled exception (the crash hook of :mod:`collectives._runtime.crash`), before the job
-  ends;
+  ends; not for a bad argument that a call's checks found before it sent anything (reason
+  "argument error": the traceback says all the dump would), unless
+  ``COLLECTIVES_DUMP_ON_ARGUMENT_ERROR=1`` (:data:`ARGUMENT_ERROR_ENV`) asks for it;
 - on ``SIGUSR1`` (``kill -USR1 <pid>``), when :func:`install_signal` could install its handler:
   ``import collectives`` does, from the main thread, where no handler of the user's is there;
   Python runs it between bytecodes of the main thread, so a rank inside the library's waits (which
@@ -21,10 +25,12 @@ in one place). A rank dumps:
 The automatic dumps (timeouts, stalls, the crash hook) write only when this process has not
 dumped in the last :data:`QUIET_S` seconds, so the file keeps the state of the first hang, not
 of the errors that follow it; :func:`dump` and the signal always write. A dump never raises: a
-file that cannot be written is one line on stderr.
+file that cannot be written is one line on stderr. Where the dumps went is said once per job,
+not once per rank: by the first rank whose automatic dump creates the job folder's marker
+(:data:`MARKER`).
 
-The file is JSON: ``rank``, ``size``, ``host``, ``pid``, ``reason``, ``error``, ``time`` (wall
-clock), and per communicator its identity (``id``, the same on every rank: its ``role``,
+The file is JSON: ``job``, ``rank``, ``size``, ``host``, ``pid``, ``reason``, ``error``,
+``time`` (wall clock), and per communicator its identity (``id``, the same on every rank: its ``role``,
 "blocking", "engine" or "named", its place among the communicators over the same ranks that the
 thread made, and ``members``, its ranks in ``COMM_WORLD``), its current call number ``seq``,
 whether a call is running (``active``) and whom its last wait waited for (``waiting_for``), and
@@ -41,7 +47,6 @@ import json
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 from pathlib import Path
@@ -51,15 +56,22 @@ import numpy as np
 from mpi4py import MPI
 
 from .._runtime import flight
+from .._runtime.cli import say
+from .._runtime.job import job_id
 from .. import observe as _observe
 from .._runtime.guard import Guard, live_guards
 from ..engine.lifecycle import live_engines
 
-__all__ = ["dump", "snapshot", "install_signal", "DIR_ENV", "DEFAULT_DIR", "QUIET_S", "FORMAT"]
+__all__ = ["dump", "snapshot", "install_signal", "DIR_ENV", "DEFAULT_DIR", "QUIET_S", "FORMAT",
+           "ARGUMENT_ERROR_ENV", "MARKER"]
 
-#: Where dumps go.
+#: Where dumps go (each job's into a folder of its own, named by the job's id).
 DIR_ENV = "COLLECTIVES_DUMP_DIR"
 DEFAULT_DIR = "collectives-dump"
+#: Set to 1 to dump on an unhandled bad argument too (found before the call sent anything).
+ARGUMENT_ERROR_ENV = "COLLECTIVES_DUMP_ON_ARGUMENT_ERROR"
+#: The file in a job's folder whose creation tells the one rank that says where the dumps are.
+MARKER = ".announced"
 #: Automatic dumps of one process are at least this many seconds apart.
 QUIET_S = 60.0
 FORMAT = "collectives-flight-recorder/1"
@@ -78,10 +90,10 @@ def _world() -> tuple[int, int]:
 def dump(directory: str | os.PathLike | None = None, reason: str = "request",
          error: BaseException | None = None) -> Path | None:
     """Write this rank's dump to ``directory`` (default ``COLLECTIVES_DUMP_DIR``, else
-    :data:`DEFAULT_DIR`) as ``rank-<R>.json``; return its path, or None if it could not be
-    written (said in one line on stderr). Not collective: every rank dumps on its own."""
+    :data:`DEFAULT_DIR`) as ``<job id>/rank-<R>.json``; return its path, or None if it could not
+    be written (said in one line on stderr). Not collective: every rank dumps on its own."""
     rank, _ = _world()
-    where = Path(directory or os.environ.get(DIR_ENV) or DEFAULT_DIR)
+    where = Path(directory or os.environ.get(DIR_ENV) or DEFAULT_DIR) / job_id()
     _last_auto[0] = time.monotonic()  # the automatic dumps that follow keep this one
     try:
         text = json.dumps(snapshot(reason, error), indent=None, separators=(",", ":"))
@@ -91,16 +103,20 @@ def dump(directory: str | os.PathLike | None = None, reason: str = "request",
         tmp.write_text(text + "\n")
         os.replace(tmp, path)  # whole or not at all, for a doctor reading at the same time
     except Exception as exc:  # noqa: BLE001 - a dump must never fail the job
-        print(f"collectives: rank {rank}: the flight recorder could not write its dump to "
-              f"{where}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        say(f"collectives: rank {rank}: the flight recorder could not write its dump to "
+            f"{where}: {type(exc).__name__}: {' '.join(str(exc).split())}\n")
         return None
     return path
 
 
 def auto(reason: str, error: BaseException | None = None) -> None:
     """An automatic dump (a timeout, a stall warning, the crash hook): at most one per
-    :data:`QUIET_S` seconds, none while the recorder is off, and a line on stderr saying where
-    it went."""
+    :data:`QUIET_S` seconds, none while the recorder is off, none for an "argument error"
+    unless :data:`ARGUMENT_ERROR_ENV` asks, and, from the job's first rank to dump, one line on
+    stderr saying where every rank's dump goes."""
+    asked = os.environ.get(ARGUMENT_ERROR_ENV, "").strip().lower() in ("1", "yes", "on", "true")
+    if reason == "argument error" and not asked:
+        return
     if not live_guards() or flight.ring_size() == 0 or not _lock.acquire(blocking=False):
         return  # nothing recorded yet, the recorder is off, or another thread is dumping
     try:
@@ -110,11 +126,23 @@ def auto(reason: str, error: BaseException | None = None) -> None:
         path = dump(reason=reason, error=error)
     finally:
         _lock.release()
-    if path is not None:
+    if path is not None and _first(path.parent):
         rank, _ = _world()
-        print(f"collectives: rank {rank}: flight recorder dumped to {path} ({reason}); "
-              f"explain with: python -m collectives doctor {path.parent}", file=sys.stderr,
-              flush=True)
+        say(f"collectives: rank {rank}: flight recorder dumped ({reason}) to {path.parent}/, "
+            "with every rank's dump of this job; explain with: python -m collectives doctor "
+            f"{path.parent}\n")
+
+
+def _first(folder: Path) -> bool:
+    """Whether this process is the first to say where the job's dumps go (it made
+    :data:`MARKER` in the job's folder; on a file system that cannot say, True)."""
+    try:
+        os.close(os.open(folder / MARKER, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def snapshot(reason: str = "request", error: BaseException | None = None) -> dict[str, Any]:
@@ -125,7 +153,8 @@ def snapshot(reason: str = "request", error: BaseException | None = None) -> dic
     comms = []
     for guard in sorted(live_guards(), key=lambda g: (g.members, g.ordinal)):
         comms.append(_communicator(guard, roles.get(id(guard), "blocking"), offset))
-    return {"format": FORMAT, "rank": rank, "size": size, "host": socket.gethostname(),
+    return {"format": FORMAT, "job": job_id(), "rank": rank, "size": size,
+            "host": socket.gethostname(),
             "pid": os.getpid(), "reason": reason, "thread": threading.current_thread().name,
             "error": None if error is None else flight.error_text(error),
             "time": time.time(), "recorder": flight.ring_size(), "communicators": comms,
@@ -234,5 +263,4 @@ def _on_signal(signum: int, frame: Any) -> None:
     path = dump(reason="signal")
     if path is not None:
         rank, _ = _world()
-        print(f"collectives: rank {rank}: flight recorder dumped to {path} (signal {signum})",
-              file=sys.stderr, flush=True)
+        say(f"collectives: rank {rank}: flight recorder dumped to {path} (signal {signum})\n")
