@@ -34,7 +34,8 @@ point                where                                   observer(...)
                      (``_runtime/p2p.py``)                   received)``: -1 and 0 for no send or
                                                              no receive
 ``shm``              a pass through a node's shared window   ``(comm, mode, nbytes, t0, t1)``:
-                     (``Team.run``, ``Team.run_compiled``)   ``mode`` one of ``shmem.layout``'s
+                     (``Team.run``; a lane takes it while    ``mode`` one of ``shmem.layout``'s
+                     one is registered)                      modes
 ``codec``            a codec's work inside a compressed      ``(phase, t0, t1)``: ``"encode"``,
                      allreduce (``TensorCoding.encode``,     ``"decode"`` or ``"aggregate"``
                      ``.decode``, ``.aggregate_into``)

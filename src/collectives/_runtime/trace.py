@@ -4,8 +4,8 @@ While :func:`recording` is active, every point-to-point operation of :mod:`.p2p`
 receive, or a send-receive pair) appends one :class:`Event` to this process's list, in program
 order, with the peers as ranks of the recording's communicator (messages on a node's or a
 position's sub-communicator are translated), and every round trip through a node's shared window
-(``shmem.team.Team.run``, or ``Team.run_compiled`` for a repeated call's lane: the ``shm``
-algorithm, and ``hierarchical``'s phases inside the node) appends one event naming its mode and
+(``shmem.team.Team.run``; a repeated call's lane runs it too while an observer listens: the
+``shm`` algorithm, and ``hierarchical``'s phases inside the node) appends one event naming its mode and
 the ranks of the node. ``collectives.tools.osu.schedule`` turns the events of all ranks into steps
 and draws them (docs/algorithms.md).
 

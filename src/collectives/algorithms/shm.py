@@ -74,6 +74,7 @@ from .._runtime.shmem.buffers import registry
 from .._runtime.nodes import not_on_one_node
 from .._runtime.shmem import team as shm_team
 from .._runtime.shmem.team import Team
+from ..observe import OBSERVERS as _OBSERVED
 from ..ops import Op, elementwise
 from ..options import Options
 from .flat import FLAT
@@ -169,8 +170,10 @@ class Lane:
     look up again (the team, the op's code, the mode) is resolved once, and the round driver's
     kernel is called through its compiled entry (:meth:`Team.compiled`), without Numba's
     dispatcher, which types all ten arguments at every call. Until this process has that entry
-    (the first calls, or while the kernel compiles: the interpreted driver), and while a test
-    forces the interpreted driver (``team.INTERPRET``), it runs ``fn``, as the call would.
+    (the first calls, or while the kernel compiles: the interpreted driver), while a test
+    forces the interpreted driver (``team.INTERPRET``), and while observers of ``shm`` are
+    registered (``observe.py``: the timeline, the schedule trace), it runs ``fn``, as the call
+    would (observed in :meth:`Team.run`), so that the compiled entry has no observation point.
 
     Its callers keep the promise the entry needs: every call passes arrays of the Numba types of
     the first one's (the same dtype, dimensions, strides and alignment: a remembered call's
@@ -187,7 +190,10 @@ class Lane:
 
     def __call__(self, src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context,
                  opts: Options) -> None:
-        if ctx is self.ctx and not shm_team.INTERPRET:  # None or False: the kernel
+        # the kernel's entry: on its context, unless a test forces the interpreted driver
+        # (INTERPRET None or False) or shm's observers (observe.py) listen: then fn, which
+        # they observe (Team.run)
+        if ctx is self.ctx and not shm_team.INTERPRET and not _OBSERVED.shm:
             self.team.run_compiled(self.entry, src, buf, self.opcode, self.mode, self.m,
                                    self.kind, ctx.active)
             return

@@ -319,21 +319,16 @@ class Team:
     def run_compiled(self, entry: Any, x: np.ndarray, out: np.ndarray, opcode: int, mode: int,
                      m: int, kind: int, guard: Guard | None) -> None:
         """:meth:`run` on the kernel's entry ``entry`` and the call's ``kind``, as
-        :meth:`compiled` gave them for arrays of the types of ``x`` and ``out``."""
-        observers = _OBSERVED.shm  # -- observers: off, this and the test at the end
-        t0 = _clock() if observers else 0.0
-        try:
-            tab = self.tab
-            regions = self.regions()
-            seq = -1 if guard is None else guard.seq
-            tab[L.T_PHASE] = 0
-            status = entry(tab, regions, x, out, out, opcode, mode, m, seq, kind)
-            if status != _COMPLETE:
-                self._rest(status, entry, regions, x, out, out, opcode, mode, m, seq, kind,
-                           guard)
-        finally:
-            if observers:
-                _observed(observers, self.comm, mode, x.nbytes, t0)
+        :meth:`compiled` gave them for arrays of the types of ``x`` and ``out``. Unobserved:
+        its caller (``algorithms/shm.py``'s lane) calls :meth:`run` instead while observers of
+        ``shm`` are registered."""
+        tab = self.tab
+        regions = self.regions()
+        seq = -1 if guard is None else guard.seq
+        tab[L.T_PHASE] = 0
+        status = entry(tab, regions, x, out, out, opcode, mode, m, seq, kind)
+        if status != _COMPLETE:
+            self._rest(status, entry, regions, x, out, out, opcode, mode, m, seq, kind, guard)
 
     def _rest(self, status: int, run_rounds: Any, regions: np.ndarray, x: np.ndarray,
               out: np.ndarray, token: Any, opcode: int, mode: int, m: int, seq: int, kind: int,

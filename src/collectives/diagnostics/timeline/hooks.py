@@ -29,8 +29,8 @@ message      ``message`` (``_runtime.guard.Guard.complete``)    each exchange ro
                                                                 call: its messages' wait (send,
                                                                 recv, sendrecv; "native": an MPI
                                                                 collective), peers and bytes
-shm          ``shm`` (``_runtime.shmem.team.Team.run``,          one pass through the node's
-             ``.run_compiled``: a repeated call's lane)         shared window, by mode
+shm          ``shm`` (``_runtime.shmem.team.Team.run``, which     one pass through the node's
+             a repeated call's lane takes while observed)       shared window, by mode
 encode,      ``codec`` (``compressed.coding.TensorCoding``'s     a codec's work inside a
 decode,      ``encode``, ``decode``, ``aggregate_into``)         compressed allreduce
 aggregate
