@@ -234,13 +234,21 @@ class _Recv:
 
     def _scan(self) -> None:
         """Look for a message of the same source and tag but another dtype: receive it into a
-        scratch buffer (its sender completes) and raise."""
-        base = self.tag * CODES
-        probe = MPI.Status()
-        for code in _NAMES:
+        scratch buffer (its sender completes) and raise. The first message waiting from the
+        source, whatever its tag, is looked at first: when it has this tag, it is the earliest
+        one (MPI's order); behind messages of other tags, each other code is probed."""
+        base, probe = self.tag * CODES, MPI.Status()
+        if not self.comm.Iprobe(self.source, MPI.ANY_TAG, probe):
+            return  # nothing waiting
+        if probe.tag // CODES == self.tag:
+            codes = [probe.tag % CODES]
+            source = probe.source  # (MPI.ANY_SOURCE: the rank whose message it is)
+        else:
+            codes, source = [c for c in _NAMES if c != self.code], self.source
+        for code in codes:
             if code == self.code:
-                continue
-            msg = self.comm.Improbe(self.source, base + code, probe)
+                continue  # this dtype's message: the posted receive takes it
+            msg = self.comm.Improbe(source, base + code, probe)
             if msg is None:
                 continue
             self.abandon()  # (had it completed meanwhile, the message found is still an error)
