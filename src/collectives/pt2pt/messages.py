@@ -52,7 +52,7 @@ import time
 from typing import Any
 
 import numpy as np
-from compress.arrays import is_bfloat16, is_numpy
+from compress.arrays import is_numpy
 from mpi4py import MPI
 
 from .._runtime import device as _device
@@ -71,11 +71,14 @@ DTYPE_CODES: dict[str, int] = {
     "uint8": 8, "uint16": 9, "uint32": 10, "uint64": 11,
 }
 _NAMES = {code: name for name, code in DTYPE_CODES.items()}
+#: the same table by dtype object (bfloat16: the one supported dtype not in it)
+_BY_DTYPE = {np.dtype(name): code for name, code in DTYPE_CODES.items() if name != "bfloat16"}
 #: Codes per caller tag: room for the table and a few more dtypes.
 CODES = 16
 #: Seconds between a waiting receive's looks for a message of another dtype (the first look
-#: comes after its first few tests).
+#: comes after its first :data:`_SCAN_AFTER` tests).
 SCAN_S = 1e-3
+_SCAN_AFTER = 16
 #: Under a deadline, seconds a wait naps between tests once it has tested a thousand times.
 _NAP_S = 50e-6
 _SPINS = 1000
@@ -101,12 +104,14 @@ def _array(x: object, what: str, kind: str) -> tuple[Any, int]:
         a = check_input(x, what)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"{kind}: {exc}") from None
-    name = "bfloat16" if is_bfloat16(a.dtype) else a.dtype.name
-    return a, DTYPE_CODES[name]
+    code = _BY_DTYPE.get(a.dtype)
+    return a, DTYPE_CODES["bfloat16"] if code is None else code
 
 
 def _peer(comm: MPI.Comm, rank: object, what: str, kind: str, any_source: bool) -> int:
     """``rank`` checked: a rank of ``comm``, ``MPI.PROC_NULL`` or (receives) ``MPI.ANY_SOURCE``."""
+    if type(rank) is int and 0 <= rank < comm.size:
+        return rank
     if isinstance(rank, (int, np.integer)) and not isinstance(rank, bool):
         rank = int(rank)
         if 0 <= rank < comm.size or rank == MPI.PROC_NULL or \
@@ -119,6 +124,8 @@ def _peer(comm: MPI.Comm, rank: object, what: str, kind: str, any_source: bool) 
 
 def _tag(tag: object, what: str, kind: str, any_tag: bool) -> int:
     """``tag`` checked: 0 to :func:`_tag_limit`, or (receives) ``MPI.ANY_TAG``."""
+    if type(tag) is int and 0 <= tag <= (_LIMIT[0] if _LIMIT else _tag_limit()):
+        return tag
     if isinstance(tag, (int, np.integer)) and not isinstance(tag, bool):
         tag = int(tag)
         if 0 <= tag <= _tag_limit() or (any_tag and tag == MPI.ANY_TAG):
@@ -210,7 +217,7 @@ class _Recv:
         if done:
             return self._landed()
         self.tests += 1
-        if self.tests >= TESTS_BEFORE_YIELD:
+        if self.tests >= _SCAN_AFTER:
             now = time.monotonic()
             if now >= self.next_scan:
                 self.next_scan = now + SCAN_S
@@ -325,6 +332,8 @@ def _complete(ops: list[Any], kind: str, timeout: float | None, abandon: bool = 
         if not left:
             break
         spins += 1
+        if spins <= TESTS_BEFORE_YIELD:  # a core per rank: a few tests before yielding
+            continue
         if deadline is None or spins <= _SPINS:
             _yield()
             continue
