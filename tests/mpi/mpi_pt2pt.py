@@ -96,7 +96,7 @@ def test_any_source_any_tag_and_status():
 
 
 MISMATCHES = {  # what rank 0 sends, what rank 1 receives into, the error's words
-    "longer": (np.ones(9, np.float32), np.empty(8, np.float32), "longer than that, of float32"),
+    "longer": (np.ones(9, np.float32), np.empty(8, np.float32), "9 elements of float32"),
     "shorter": (np.ones(7, np.float32), np.empty(8, np.float32), "7 elements of float32"),
     "dtype": (np.ones(8, np.int32), np.empty(8, np.float32), "8 elements of int32"),
     "16-bit types": (np.ones(8, np.uint16), np.empty(8, np.float16),
@@ -110,15 +110,17 @@ MISMATCHES = {  # what rank 0 sends, what rank 1 receives into, the error's word
 @pytest.mark.parametrize("case", list(MISMATCHES))
 def test_mismatch_is_an_error_on_the_receiver(case):
     """A message of another count or dtype raises ValueError on the receiver, which still takes
-    it, so the sender completes; the pair then exchanges correctly (nothing left in flight)."""
+    it (into a buffer of its own: out is untouched), so the sender completes; the pair then exchanges correctly (nothing left in flight)."""
     comm = MPI.COMM_WORLD
     x, out, words = MISMATCHES[case]
     if comm.rank == 0:
         collectives.send(x, 1, tag=4, options=SHORT)
     elif comm.rank == 1:
+        out[...] = 0
         with pytest.raises(ValueError, match="does not fit out") as info:
             collectives.recv(out, 0, tag=4, options=SHORT)
         assert words in str(info.value) and "rank 0" in str(info.value)
+        assert not out.any()  # left as it was
     if comm.rank < 2:
         got = collectives.sendrecv(np.arange(4.0) + comm.rank, 1 - comm.rank, np.empty(4),
                                    1 - comm.rank, sendtag=4, recvtag=4, options=SHORT)

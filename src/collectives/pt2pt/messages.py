@@ -8,38 +8,45 @@ bfloat16), checked before any message, and ``Options.timeout``.
 
 **The type check: the dtype travels in the tag, the count is MPI's own.** A message of ``x`` with
 the caller's tag ``t`` goes out on the caller's communicator with the tag ``t * CODES + code``,
-``code`` the dtype's entry in :data:`DTYPE_CODES`; the payload is ``x``'s bytes, alone. A
-receive into ``out`` posts one receive of exactly ``out.nbytes`` bytes with ``out``'s own code,
-so a matching message lands directly in ``out`` (no header, no copy, no second message), and
+``code`` the dtype's entry in :data:`DTYPE_CODES`; the payload is ``x``'s bytes, alone (no header,
+no copy, no second message). A receive into ``out`` probes for a message of its source and of
+the tag with ``out``'s own code (``MPI_Improbe``, a matched probe: the message is taken from MPI's
+queue, not yet received), reads its size from the status, and receives it into ``out`` only if it
+is exactly ``out.nbytes``. So:
 
-- a message of ``out``'s dtype but more elements is MPI's truncation error, a shorter one a
-  received count below ``out.nbytes`` (the status): either is ``ValueError`` naming both sides;
-- a message of another dtype never matches that receive. While it waits, the receive looks for
-  one every :data:`SCAN_S` seconds (a matched probe, ``MPI_Improbe``, of the same source and tag
-  with each other code); one it finds is received into a scratch buffer (so that its sender
-  completes) and raises ``ValueError`` naming the sender's count and dtype. ``out`` is left as
-  it was.
+- a message of ``out``'s dtype but another count is received into a scratch buffer (its sender
+  completes) and raises ``ValueError`` naming both sides; ``out`` is left as it was, and no MPI
+  truncation error is ever raised, whatever the communicator's error handler;
+- a message of another dtype never matches the probe. While it waits, the receive looks for
+  one every :data:`SCAN_S` seconds: the first message waiting from the source, whatever its tag
+  (``MPI_Iprobe`` with ``MPI_ANY_TAG``), and when that one has another tag, a probe of each other
+  code of the caller's tag. One it finds is received into a scratch buffer and raises
+  ``ValueError`` with the sender's count and dtype;
+- ``MPI.ANY_TAG`` takes the first message from the source whatever its tag (MPI's order), and
+  checks its code and size the same way.
 
-So a mismatch is always a clear error on the receiver, never a truncated message or bytes read
-as another dtype, and the sender never waits for a receive that will not come. Matching on the
-dtype makes it part of a message's envelope: a receive of float32 passes over a float64
-message of the same tag that is still in flight (it is reported if it is still there at the
-next look). MPI calls a receive whose type differs from its send erroneous; here it is one
-that raises. A header carrying count and dtype costs a second message or a copy (measured in
-docs/pt2pt.md: 2.9-4x bare at 8 B and 1.5x at 64 KiB) and was not chosen. Caller tags run from
-0 to ``MPI.TAG_UB // CODES - 1`` (2**25 - 1 under MPICH; the 32767 that MPI promises always
-fit).
+So a mismatch is a clear error on the receiver, never a truncated message or bytes read as
+another dtype, and the sender never waits for a receive that will not come. Matching on the
+dtype makes it part of the envelope: a float32 receive posted while a float64 message of the
+same tag is in flight behind messages of other tags may take a later float32 message first
+(the float64 one is reported at the next look if it is still there). MPI calls a receive whose
+type differs from its send erroneous; here it raises. A header carrying count and dtype costs
+a second message or a copy, each 1.5-4x a bare ``Send``/``Recv`` at 8 B to 64 KiB in the
+measurements of docs/pt2pt.md, and was not chosen. Caller tags run from 0 to
+``MPI.TAG_UB // CODES - 1`` (2**25 - 1 under MPICH; the 32767 that MPI promises always fit).
 
 **Failure semantics.** Point-to-point is not collective: the guard's call numbers
 (``_runtime/guard.py``) count collective calls and stay out of it, and so do its notices (a rank
 that fails before sending cannot know who waits). Messages go on the caller's communicator
 itself (no private duplicate: making one is collective), where the library's collectives never
 send anything (they run on a private duplicate); they could meet only the caller's own mpi4py
-messages of the same tag. Every wait tests its requests, yielding the processor between tests,
-and with ``Options.timeout`` raises ``TimeoutError`` once it has waited that long: a receive
-withdraws its request (``MPI_Cancel``), a send tries to; a send MPI cannot withdraw stays
-referenced, with its buffer, until it completes. Without a timeout a wait is as long as MPI's.
-With one, a send always waits under it; without one, a blocking send is ``MPI_Send`` itself.
+messages of the same tag. Every wait tests, yielding the processor between tests as the guard's
+waits do, and with ``Options.timeout`` raises ``TimeoutError`` once it has waited that long. A
+receive has nothing to withdraw (nothing is posted before its message is matched); a send tries
+``MPI_Cancel``, and one MPI cannot withdraw (MPICH's) stays referenced, with its buffer, and is
+delivered if a matching receive comes later. A non-blocking request's ``wait()`` that times out
+leaves it in flight (``wait()`` may be called again). Without a timeout a wait is as long as
+MPI's, and a blocking send is ``MPI_Send`` itself.
 
 One-rank communicators, ``MPI.PROC_NULL`` and empty arrays need no special case: MPI handles
 them (a message to oneself needs ``sendrecv`` or the non-blocking forms, as in MPI).
@@ -182,7 +189,7 @@ class _Recv:
     a message of another size or dtype; ``abandon()`` after a timeout."""
 
     __slots__ = ("comm", "kind", "out", "flat", "target", "code", "source", "tag", "status",
-                 "req", "tests", "next_scan", "result_status")
+                 "req", "tests", "next_scan", "result_status", "blocking")
 
     def __init__(self, comm: MPI.Comm, kind: str, a: Any, code: int, source: int, tag: int,
                  staging: str | None, status: MPI.Status | None) -> None:
@@ -197,47 +204,39 @@ class _Recv:
         self.req = None
         self.tests = 0
         self.next_scan = 0.0
+        self.blocking = staging is not None
 
     def start(self) -> "_Recv":
-        if self.tag != MPI.ANY_TAG:  # straight into out; MPI_ANY_TAG: probes (test)
-            self.req = self.comm.Irecv([self.target, MPI.BYTE], self.source,
-                                       self.tag * CODES + self.code)
-        return self
+        return self  # nothing is posted before a message has come (test)
 
     def test(self) -> bool:
-        if self.req is None:
-            return self._test_any_tag()
-        try:
-            done = self.req.Test(self.status)
-        except MPI.Exception as exc:
-            if exc.Get_error_class() != MPI.ERR_TRUNCATE:
-                raise
-            self.req = MPI.REQUEST_NULL
-            raise self._mismatch(None, self.code, None) from None
-        if done:
-            return self._landed()
-        self.tests += 1
-        if self.tests >= _SCAN_AFTER:
-            now = time.monotonic()
-            if now >= self.next_scan:
-                self.next_scan = now + SCAN_S
-                self._scan()
-        return False
-
-    def _test_any_tag(self) -> bool:
-        """``MPI.ANY_TAG``: the first message from the source, whatever its tag, is this
-        receive's (MPI's order); its code is its dtype."""
+        """Probe for this receive's message (``MPI_Improbe``, which takes it from MPI's queue
+        without receiving it); once there, check its size and dtype, then receive it. Before
+        that, look for a message of another dtype now and then (``_scan``)."""
+        if self.req is not None:
+            return self.req.Test() and self._landed()  # matched, being received (irecv)
         if self.source == MPI.PROC_NULL:
             self.status.source, self.status.tag = MPI.PROC_NULL, MPI.ANY_TAG
             return self._landed()
-        msg = self.comm.Improbe(self.source, MPI.ANY_TAG, self.status)
+        any_tag = self.tag == MPI.ANY_TAG
+        msg = self.comm.Improbe(self.source, MPI.ANY_TAG if any_tag else
+                                self.tag * CODES + self.code, self.status)
         if msg is None:
+            self.tests += 1
+            if not any_tag and self.tests >= _SCAN_AFTER:
+                now = time.monotonic()
+                if now >= self.next_scan:
+                    self.next_scan = now + SCAN_S
+                    self._scan()
             return False
-        code = self.status.tag % CODES
-        if code != self.code or self.status.Get_count(MPI.BYTE) != self.out.nbytes:
-            self._drain(msg)
-        msg.Recv([self.target, MPI.BYTE], self.status)
-        return self._landed()
+        if self.status.tag % CODES != self.code or \
+                self.status.Get_count(MPI.BYTE) != self.out.nbytes:
+            self._drain(msg)  # raises
+        if self.blocking:  # a matched message: its sender is sending it, the wait is short
+            msg.Recv([self.target, MPI.BYTE])
+            return self._landed()
+        self.req = msg.Irecv([self.target, MPI.BYTE])
+        return self.req.Test() and self._landed()
 
     def _scan(self) -> None:
         """Look for a message of the same source and tag but another dtype: receive it into a
@@ -258,7 +257,6 @@ class _Recv:
             msg = self.comm.Improbe(source, base + code, probe)
             if msg is None:
                 continue
-            self.abandon()  # (had it completed meanwhile, the message found is still an error)
             self.status = probe
             self._drain(msg)
 
@@ -283,26 +281,18 @@ class _Recv:
             s.Set_elements(MPI.BYTE, 0 if null else got)
         return True
 
-    def _mismatch(self, nbytes: int | None, code: int, source: int | None) -> ValueError:
+    def _mismatch(self, nbytes: int, code: int, source: int | None) -> ValueError:
         sender = f"rank {source}" if source is not None and source >= 0 else \
             ("another rank" if self.source == MPI.ANY_SOURCE else f"rank {self.source}")
-        sent = f"a message longer than that, of {_NAMES[code]}" if nbytes is None else \
-            _describe(nbytes, code)
+        sent = _describe(nbytes, code)
         mine = _describe(self.out.nbytes, self.code)
         return ValueError(f"{self.kind}: the message does not fit out: out has {mine}, {sender} "
                           f"sent {sent} (tag {self.tag if self.tag >= 0 else 'any'}); "
                           "send and receive must have the same count and dtype")
 
     def abandon(self) -> None:
-        req = self.req
-        if req is None or req == MPI.REQUEST_NULL:
-            return
-        self.req = MPI.REQUEST_NULL
-        req.Cancel()
-        try:
-            req.Wait()
-        except MPI.Exception:  # it had matched a longer message: discarded
-            pass
+        """Nothing to withdraw: a receive posts nothing before its message is matched, and a
+        matched one (``irecv``) completes, its sender sending."""
 
     def waiting(self) -> str:
         who = "any rank" if self.source == MPI.ANY_SOURCE else f"rank {self.source}"
