@@ -6,7 +6,8 @@ A ping-pong between ranks 0 and 1: rank 0 sends ``size`` bytes (float32) and rec
 rank 1 the reverse; the time of one message is half a round trip. In every round each variant
 makes its ping-pongs back to back, timed as a whole, and the variants take turns within the
 round, so that load on a shared machine hits them alike. Reported: rank 0's median over rounds
-(microseconds per message) and its ratio to the bare pair's median.
+(microseconds per message) and its ratio to the median of mpi4py's form of the same exchange
+(``comm.Send/Recv`` or ``comm.Sendrecv``).
 
 - ``comm.Send/Recv``: mpi4py's ``comm.Send(x, peer)`` / ``comm.Recv(y, peer)``;
 - ``send/recv``: ``collectives.send(x, peer)`` / ``collectives.recv(y, peer)`` (the dtype in the
@@ -14,6 +15,17 @@ round, so that load on a shared machine hits them alike. Reported: rank 0's medi
 - ``send/recv(timeout)`` (``--timeout``): the same with ``Options(timeout=60)``, whose sends
   wait under the deadline too (``Isend`` and tests instead of ``MPI_Send``);
 - ``sendrecv``, ``comm.Sendrecv``: both directions at once, one call per rank.
+
+``--schemes`` times the ways a receiver can check count and dtype, written with bare mpi4py
+calls (no argument checks, no options), against plain ``Send``/``Recv``:
+
+- ``tag+probe`` (the library's): the dtype's code in the tag, the payload alone; the receiver
+  ``Improbe``s, compares the size, then ``Mrecv``s into its array;
+- ``header``: a 16-byte header (count, dtype) packed in front of payloads up to 8 KiB (one
+  message and a copy on each side), sent ahead of larger ones (two messages); the receiver posts
+  the header's receive, checks it, then receives the payload;
+- ``header, posted together``: the same, with the payload's receive posted together with the
+  header's (larger payloads; a longer message is then MPI's truncation error).
 """
 
 from __future__ import annotations
@@ -38,6 +50,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=_sizes, default=_sizes("8,64K,1M"))
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--timeout", action="store_true")
+    parser.add_argument("--schemes", action="store_true")
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
     if comm.size != 2:
@@ -67,6 +80,8 @@ def main() -> None:
         variants["send/recv(timeout)"] = lambda x, y: ours(x, y, timed)
     variants["comm.Sendrecv"] = lambda x, y: comm.Sendrecv(x, peer, recvbuf=y, source=peer)
     variants["sendrecv"] = lambda x, y: collectives.sendrecv(x, peer, y, peer)
+    if args.schemes:
+        variants = {"comm.Send/Recv": bare, **_schemes(comm, peer)}
     if r == 0:
         print("| bytes | " + " | ".join(variants) + " |")
         print("|---" * (len(variants) + 1) + "|")
@@ -86,10 +101,66 @@ def main() -> None:
                 times[name].append((time.perf_counter() - t0) / reps / 2 * 1e6)
         if r == 0:
             med = {name: statistics.median(v) for name, v in times.items()}
-            base = med["comm.Send/Recv"]
-            cells = [f"{med[n]:.2f} ({med[n] / base:.2f})" if not n.endswith("Sendrecv") else
-                     f"{med[n]:.2f}" for n in variants]
+            base = {n: med["comm.Sendrecv" if "endrecv" in n else "comm.Send/Recv"]
+                    for n in variants}  # each against its bare form
+            cells = [f"{med[n]:.2f} ({med[n] / base[n]:.2f})" for n in variants]
             print(f"| {x.nbytes} | " + " | ".join(cells) + " |", flush=True)
+
+
+def _schemes(comm: MPI.Comm, peer: int) -> dict:
+    """The ping-pongs of ``--schemes`` (module docstring), bare mpi4py."""
+    head, small = 16, 8192
+    box = np.empty(head + small, np.uint8)
+    status = MPI.Status()
+
+    def pingpong(send, recv):
+        def run(x, y):
+            if comm.rank == 0:
+                send(x)
+                recv(y)
+            else:
+                recv(y)
+                send(x)
+        return run
+
+    def tag_send(x):
+        comm.Send([x, MPI.BYTE], peer, 5 * 16 + 1)
+
+    def tag_recv(y):
+        while (msg := comm.Improbe(peer, 5 * 16 + 1, status)) is None:
+            pass
+        assert status.Get_count(MPI.BYTE) == y.nbytes
+        msg.Recv([y, MPI.BYTE])
+
+    def header_send(x):
+        n = x.nbytes
+        if n <= small:
+            packed = np.empty(head + n, np.uint8)
+            packed[:head].view(np.int64)[:] = (n, 1)
+            packed[head:] = x.view(np.uint8)
+            comm.Send([packed, MPI.BYTE], peer, 5)
+        else:
+            MPI.Request.Waitall([comm.Isend([np.array([n, 1], np.int64), MPI.BYTE], peer, 5),
+                                 comm.Isend([x, MPI.BYTE], peer, 5)])
+
+    def header_recv(y, together=False):
+        if together and y.nbytes > small:
+            reqs = [comm.Irecv([box, MPI.BYTE], peer, 5), comm.Irecv([y, MPI.BYTE], peer, 5)]
+            MPI.Request.Waitall(reqs)
+            assert box[:head].view(np.int64)[0] == y.nbytes
+            return
+        comm.Recv([box, MPI.BYTE], peer, 5, status)
+        assert box[:head].view(np.int64)[0] == y.nbytes
+        got = status.Get_count(MPI.BYTE)
+        if got > head:
+            y.view(np.uint8)[:] = box[head:got]
+        else:
+            comm.Recv([y, MPI.BYTE], peer, 5)
+
+    return {"tag+probe": pingpong(tag_send, tag_recv),
+            "header": pingpong(header_send, header_recv),
+            "header, posted together": pingpong(header_send,
+                                                lambda y: header_recv(y, together=True))}
 
 
 if __name__ == "__main__":
