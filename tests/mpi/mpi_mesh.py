@@ -34,6 +34,7 @@ def test_axis_communicators_match_the_hand_computation():
         with collectives.Mesh(shape, names) as mesh:
             assert mesh.shape == shape and mesh.names == names and mesh.coords() == me
             assert all(mesh.rank_of(mesh.coords(q)) == q for q in range(p))
+            assert mesh.rank_of(np.array(me)) == r  # NumPy ints too
             for k in range(1, len(shape) + 1):
                 for axes in combinations(range(len(shape)), k):
                     index = tuple(slice(None) if i in axes else me[i] for i in range(len(shape)))

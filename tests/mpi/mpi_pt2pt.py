@@ -32,28 +32,30 @@ def _array(count, dtype, rank):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_ring(dtype):
+def test_ring(comm, dtype):
     """Every rank's array reaches the next rank by each form: the blocking pair (rank 0 sends
-    first, the others receive first), sendrecv, and isend/irecv."""
-    comm = MPI.COMM_WORLD
+    first, the others receive first; not to itself, which MPI_Send cannot do for a large
+    message either), sendrecv, and isend/irecv. On COMM_WORLD, a split communicator (ranks
+    reversed) and COMM_SELF (a ring of one)."""
     r, p = comm.rank, comm.size
     nxt, prev = (r + 1) % p, (r - 1) % p
     for count in COUNTS:
         x, want = _array(count, dtype, r), _array(count, dtype, prev)
         out = np.full(count, 99, dtype)
-        if r == 0:
-            collectives.send(x, nxt, tag=1)
-            assert collectives.recv(out, prev, tag=1) is out
-        else:
-            collectives.recv(out, prev, tag=1, options=SHORT)
-            collectives.send(x, nxt, tag=1, options=SHORT)
-        assert np.array_equal(out.view(np.uint8), want.view(np.uint8)), (count, "send/recv")
-        out[...] = 99
-        assert collectives.sendrecv(x, nxt, out, prev, sendtag=2, recvtag=2) is out
+        if p > 1:
+            if r == 0:
+                collectives.send(x, nxt, tag=1, comm=comm)
+                assert collectives.recv(out, prev, tag=1, comm=comm) is out
+            else:
+                collectives.recv(out, prev, tag=1, comm=comm, options=SHORT)
+                collectives.send(x, nxt, tag=1, comm=comm, options=SHORT)
+            assert np.array_equal(out.view(np.uint8), want.view(np.uint8)), (count, "send/recv")
+            out[...] = 99
+        assert collectives.sendrecv(x, nxt, out, prev, sendtag=2, recvtag=2, comm=comm) is out
         assert np.array_equal(out.view(np.uint8), want.view(np.uint8)), (count, "sendrecv")
         out[...] = 99
-        rreq = collectives.irecv(out, prev, tag=3)
-        sreq = collectives.isend(x, nxt, tag=3)
+        rreq = collectives.irecv(out, prev, tag=3, comm=comm)
+        sreq = collectives.isend(x, nxt, tag=3, comm=comm)
         assert rreq.wait() is out and sreq.wait() is None and rreq.test()
         assert np.array_equal(out.view(np.uint8), want.view(np.uint8)), (count, "isend/irecv")
 

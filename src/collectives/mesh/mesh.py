@@ -37,6 +37,7 @@ from __future__ import annotations
 from itertools import combinations
 from typing import Any, Sequence
 
+import numpy as np
 from mpi4py import MPI
 
 from .._runtime.blocking import construct
@@ -111,10 +112,11 @@ class Mesh:
         """The rank of the mesh's communicator at ``coords``."""
         coords = tuple(coords)
         if len(coords) != self.ndim or not all(
-                isinstance(c, int) and 0 <= c < n for c, n in zip(coords, self.shape)):
+                isinstance(c, (int, np.integer)) and not isinstance(c, bool) and 0 <= c < n
+                for c, n in zip(coords, self.shape)):
             raise ValueError(f"Mesh.rank_of: coords must be {self.ndim} ints within the shape "
                              f"{self.shape}, got {coords!r}")
-        return self.order[_ravel(coords, self.shape)]
+        return self.order[_ravel([int(c) for c in coords], self.shape)]
 
     def comm(self, axes: str | int | Sequence[str | int] | None = None) -> MPI.Comm:
         """The communicator of ``axes`` (a name, an index or several; None: every axis): the

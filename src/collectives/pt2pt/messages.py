@@ -204,6 +204,8 @@ class _Recv:
         self.req = None
         self.tests = 0
         self.next_scan = 0.0
+        #: a blocking call's receive: once matched, received at once (``MPI_Mrecv``); a
+        #: request's (no staging slot of its own) is received by ``MPI_Imrecv`` and tested
         self.blocking = staging is not None
 
     def start(self) -> "_Recv":
@@ -253,7 +255,7 @@ class _Recv:
             codes, source = [c for c in _NAMES if c != self.code], self.source
         for code in codes:
             if code == self.code:
-                continue  # this dtype's message: the posted receive takes it
+                continue  # this dtype's message: this receive's own probe takes it
             msg = self.comm.Improbe(source, base + code, probe)
             if msg is None:
                 continue
