@@ -12,6 +12,8 @@ round, so that load on a shared machine hits them alike. Reported: rank 0's medi
 - ``comm.Send/Recv``: mpi4py's ``comm.Send(x, peer)`` / ``comm.Recv(y, peer)``;
 - ``send/recv``: ``collectives.send(x, peer)`` / ``collectives.recv(y, peer)`` (the dtype in the
   tag, the count checked: src/collectives/pt2pt/messages.py);
+- ``send/recv(options=)``: the same with ``options=`` given, so that the calls do not read the
+  ``COLLECTIVES_*`` environment variables (``Options.from_env``) each time;
 - ``send/recv(timeout)`` (``--timeout``): the same with ``Options(timeout=60)``, whose sends
   wait under the deadline too (``Isend`` and tests instead of ``MPI_Send``);
 - ``sendrecv``, ``comm.Sendrecv``: both directions at once, one call per rank.
@@ -75,7 +77,9 @@ def main() -> None:
             collectives.recv(y, peer, options=options)
             collectives.send(x, peer, options=options)
 
-    variants = {"comm.Send/Recv": bare, "send/recv": ours}
+    given = collectives.Options.from_env()
+    variants = {"comm.Send/Recv": bare, "send/recv": ours,
+                "send/recv(options=)": lambda x, y: ours(x, y, given)}
     if args.timeout:
         variants["send/recv(timeout)"] = lambda x, y: ours(x, y, timed)
     variants["comm.Sendrecv"] = lambda x, y: comm.Sendrecv(x, peer, recvbuf=y, source=peer)

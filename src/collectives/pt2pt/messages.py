@@ -12,20 +12,23 @@ the caller's tag ``t`` goes out on the caller's communicator with the tag ``t * 
 no copy, no second message). A receive into ``out`` probes for a message of its source and of
 the tag with ``out``'s own code (``MPI_Improbe``, a matched probe: the message is taken from MPI's
 queue, not yet received), reads its size from the status, and receives it into ``out`` only if it
-is exactly ``out.nbytes``. So:
+is exactly ``out.nbytes``. A large receive (:data:`PREPOST_BYTES`) is posted into ``out`` at once
+instead, where the communicator returns MPI's errors (mpi4py's default): a large message that
+meets no posted receive is slow to take (docs/pt2pt.md, "Cost"). So:
 
 - a message of ``out``'s dtype but another count is received into a scratch buffer (its sender
-  completes) and raises ``ValueError`` naming both sides; ``out`` is left as it was, and no MPI
-  truncation error is ever raised, whatever the communicator's error handler;
-- a message of another dtype never matches the probe. While it waits, the receive looks for
-  one every :data:`SCAN_S` seconds: the first message waiting from the source, whatever its tag
+  completes) and raises ``ValueError`` naming both sides; ``out`` is left as it was. A posted
+  receive gets a longer message as MPI's truncation error instead (``ValueError`` too; ``out``'s
+  contents are then undefined) and a shorter one as a short count;
+- a message of another dtype never matches. While it waits, the receive looks for one every
+  :data:`SCAN_S` seconds: the first message waiting from the source, whatever its tag
   (``MPI_Iprobe`` with ``MPI_ANY_TAG``), and when that one has another tag, a probe of each other
-  code of the caller's tag. One it finds is received into a scratch buffer and raises
-  ``ValueError`` with the sender's count and dtype;
+  code of the caller's tag. One it finds is received into a scratch buffer (a posted receive is
+  withdrawn first) and raises ``ValueError`` with the sender's count and dtype;
 - ``MPI.ANY_TAG`` takes the first message from the source whatever its tag (MPI's order), and
   checks its code and size the same way.
 
-So a mismatch is a clear error on the receiver, never a truncated message or bytes read as
+So a mismatch is a clear error on the receiver, never a silently truncated message or bytes read as
 another dtype, and the sender never waits for a receive that will not come. Matching on the
 dtype makes it part of the envelope: a float32 receive posted while a float64 message of the
 same tag is in flight behind messages of other tags may take a later float32 message first
@@ -42,7 +45,7 @@ itself (no private duplicate: making one is collective), where the library's col
 send anything (they run on a private duplicate); they could meet only the caller's own mpi4py
 messages of the same tag. Every wait tests, yielding the processor between tests as the guard's
 waits do, and with ``Options.timeout`` raises ``TimeoutError`` once it has waited that long. A
-receive has nothing to withdraw (nothing is posted before its message is matched); a send tries
+receive withdraws its posted receive, if it has one (``MPI_Cancel``); a send tries
 ``MPI_Cancel``, and one MPI cannot withdraw (MPICH's) stays referenced, with its buffer, and is
 delivered if a matching receive comes later. A non-blocking request's ``wait()`` that times out
 leaves it in flight (``wait()`` may be called again). Without a timeout a wait is as long as
@@ -86,6 +89,10 @@ CODES = 16
 #: comes after its first :data:`_SCAN_AFTER` tests).
 SCAN_S = 1e-3
 _SCAN_AFTER = 16
+#: From this many bytes a receive of a given tag is posted straight into ``out`` before its
+#: message comes (a large message exchanged both ways at once, as ``sendrecv`` does, is much
+#: slower received after a probe: docs/pt2pt.md), where the communicator returns MPI's errors.
+PREPOST_BYTES = 64 << 10
 #: Under a deadline, seconds a wait naps between tests once it has tested a thousand times.
 _NAP_S = 50e-6
 _SPINS = 1000
@@ -189,7 +196,7 @@ class _Recv:
     a message of another size or dtype; ``abandon()`` after a timeout."""
 
     __slots__ = ("comm", "kind", "out", "flat", "target", "code", "source", "tag", "status",
-                 "req", "tests", "next_scan", "result_status", "blocking")
+                 "req", "tests", "next_scan", "result_status", "blocking", "posted")
 
     def __init__(self, comm: MPI.Comm, kind: str, a: Any, code: int, source: int, tag: int,
                  staging: str | None, status: MPI.Status | None) -> None:
@@ -207,14 +214,24 @@ class _Recv:
         #: a blocking call's receive: once matched, received at once (``MPI_Mrecv``); a
         #: request's (no staging slot of its own) is received by ``MPI_Imrecv`` and tested
         self.blocking = staging is not None
+        self.posted = False
 
     def start(self) -> "_Recv":
-        return self  # nothing is posted before a message has come (test)
+        """Post the receive straight into ``out`` (a large one: :data:`PREPOST_BYTES`), or
+        nothing before the message has come (``test`` probes for it)."""
+        if self.out.nbytes >= PREPOST_BYTES and self.tag != MPI.ANY_TAG and \
+                self.source != MPI.PROC_NULL and _returns_errors(self.comm):
+            self.posted = True
+            self.req = self.comm.Irecv([self.target, MPI.BYTE], self.source,
+                                       self.tag * CODES + self.code)
+        return self
 
     def test(self) -> bool:
         """Probe for this receive's message (``MPI_Improbe``, which takes it from MPI's queue
         without receiving it); once there, check its size and dtype, then receive it. Before
         that, look for a message of another dtype now and then (``_scan``)."""
+        if self.posted:
+            return self._test_posted()
         if self.req is not None:
             return self.req.Test() and self._landed()  # matched, being received (irecv)
         if self.source == MPI.PROC_NULL:
@@ -240,6 +257,26 @@ class _Recv:
         self.req = msg.Irecv([self.target, MPI.BYTE])
         return self.req.Test() and self._landed()
 
+    def _test_posted(self) -> bool:
+        """A receive posted into ``out``: a longer message is MPI's truncation error, a
+        shorter one a count below ``out.nbytes``; one of another dtype is found by a look."""
+        try:
+            done = self.req.Test(self.status)
+        except MPI.Exception as exc:
+            if exc.Get_error_class() != MPI.ERR_TRUNCATE:
+                raise
+            self.req = MPI.REQUEST_NULL
+            raise self._mismatch(None, self.code, None) from None
+        if done:
+            return self._landed()
+        self.tests += 1
+        if self.tests >= _SCAN_AFTER:
+            now = time.monotonic()
+            if now >= self.next_scan:
+                self.next_scan = now + SCAN_S
+                self._scan()
+        return False
+
     def _scan(self) -> None:
         """Look for a message of the same source and tag but another dtype: receive it into a
         scratch buffer (its sender completes) and raise. The first message waiting from the
@@ -259,6 +296,7 @@ class _Recv:
             msg = self.comm.Improbe(source, base + code, probe)
             if msg is None:
                 continue
+            self.abandon()  # a posted receive: withdrawn
             self.status = probe
             self._drain(msg)
 
@@ -283,24 +321,45 @@ class _Recv:
             s.Set_elements(MPI.BYTE, 0 if null else got)
         return True
 
-    def _mismatch(self, nbytes: int, code: int, source: int | None) -> ValueError:
+    def _mismatch(self, nbytes: int | None, code: int, source: int | None) -> ValueError:
         sender = f"rank {source}" if source is not None and source >= 0 else \
             ("another rank" if self.source == MPI.ANY_SOURCE else f"rank {self.source}")
-        sent = _describe(nbytes, code)
+        sent = f"more elements of {_NAMES[code]} (out's contents are undefined)" \
+            if nbytes is None else _describe(nbytes, code)
         mine = _describe(self.out.nbytes, self.code)
         return ValueError(f"{self.kind}: the message does not fit out: out has {mine}, {sender} "
                           f"sent {sent} (tag {self.tag if self.tag >= 0 else 'any'}); "
                           "send and receive must have the same count and dtype")
 
     def abandon(self) -> None:
-        """Nothing to withdraw: a receive posts nothing before its message is matched, and a
-        matched one (``irecv``) completes, its sender sending."""
+        """Withdraw a posted receive (``MPI_Cancel``). A probing one has nothing to withdraw:
+        it posts nothing before its message is matched, and a matched one completes, its
+        sender sending."""
+        if not self.posted or self.req == MPI.REQUEST_NULL:
+            return
+        req, self.req = self.req, MPI.REQUEST_NULL
+        req.Cancel()
+        try:
+            req.Wait()
+        except MPI.Exception:  # it had matched a longer message: discarded
+            pass
 
     def waiting(self) -> str:
         who = "any rank" if self.source == MPI.ANY_SOURCE else f"rank {self.source}"
         tag = "any tag" if self.tag == MPI.ANY_TAG else f"tag {self.tag}"
         return (f"recv from {who} ({tag}, {_describe(self.out.nbytes, self.code)}): no "
                 "message has come")
+
+
+def _returns_errors(comm: MPI.Comm) -> bool:
+    """Whether MPI errors on ``comm`` come back as exceptions (mpi4py's default), so that a
+    posted receive's truncation error can be reported rather than end the job."""
+    handler = comm.Get_errhandler()
+    if handler == MPI.ERRORS_RETURN:
+        return True
+    if handler not in (MPI.ERRORS_ARE_FATAL, MPI.ERRORS_ABORT):
+        handler.Free()  # a user's handler: the reference Get_errhandler took
+    return False
 
 
 def _complete(ops: list[Any], kind: str, timeout: float | None, abandon: bool = True) -> None:
