@@ -12,9 +12,10 @@ the caller's tag ``t`` goes out on the caller's communicator with the tag ``t * 
 no copy, no second message). A receive into ``out`` probes for a message of its source and of
 the tag with ``out``'s own code (``MPI_Improbe``, a matched probe: the message is taken from MPI's
 queue, not yet received), reads its size from the status, and receives it into ``out`` only if it
-is exactly ``out.nbytes``. A large receive (:data:`PREPOST_BYTES`) is posted into ``out`` at once
-instead, where the communicator returns MPI's errors (mpi4py's default): a large message that
-meets no posted receive is slow to take (docs/pt2pt.md, "Cost"). So:
+is exactly ``out.nbytes``. A large receive (:data:`PREPOST_BYTES`) that runs alongside sends
+(``sendrecv``, ``irecv``) is posted into ``out`` at once instead, where the communicator returns
+MPI's errors (mpi4py's default): a large message that meets no posted receive while both ranks
+send is slow to take (docs/pt2pt.md, "Cost"). So:
 
 - a message of ``out``'s dtype but another count is received into a scratch buffer (its sender
   completes) and raises ``ValueError`` naming both sides; ``out`` is left as it was. A posted
@@ -216,10 +217,10 @@ class _Recv:
         self.blocking = staging is not None
         self.posted = False
 
-    def start(self) -> "_Recv":
-        """Post the receive straight into ``out`` (a large one: :data:`PREPOST_BYTES`), or
-        nothing before the message has come (``test`` probes for it)."""
-        if self.out.nbytes >= PREPOST_BYTES and self.tag != MPI.ANY_TAG and \
+    def start(self, prepost: bool = True) -> "_Recv":
+        """Post the receive straight into ``out`` (a large one, :data:`PREPOST_BYTES`, if
+        ``prepost``), or nothing before the message has come (``test`` probes for it)."""
+        if prepost and self.out.nbytes >= PREPOST_BYTES and self.tag != MPI.ANY_TAG and \
                 self.source != MPI.PROC_NULL and _returns_errors(self.comm):
             self.posted = True
             self.req = self.comm.Irecv([self.target, MPI.BYTE], self.source,
@@ -434,7 +435,9 @@ class RecvCall:
         self.timeout, self.result = opts.timeout, out
 
     def run(self, comm: MPI.Comm) -> None:
-        _complete([self.op.start()], self.kind, self.timeout)
+        # probed, then received (MPI_Mrecv): any mismatch leaves out as it was; posting it
+        # first is no faster in a ping-pong (docs/pt2pt.md)
+        _complete([self.op.start(prepost=False)], self.kind, self.timeout)
 
 
 class SendrecvCall:
