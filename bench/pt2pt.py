@@ -27,7 +27,10 @@ calls (no argument checks, no options), against plain ``Send``/``Recv``:
   message and a copy on each side), sent ahead of larger ones (two messages); the receiver posts
   the header's receive, checks it, then receives the payload;
 - ``header, posted together``: the same, with the payload's receive posted together with the
-  header's (larger payloads; a longer message is then MPI's truncation error).
+  header's (larger payloads; a longer message is then MPI's truncation error);
+- ``exchange, probed`` and ``exchange, posted`` (against ``comm.Sendrecv``): both ranks send and
+  receive at once, the receive probed (``Isend``, ``Improbe``, ``Mrecv``) or posted before the
+  send (``Irecv``, ``Isend``, ``Waitall``): why ``sendrecv`` and ``irecv`` post large receives.
 """
 
 from __future__ import annotations
@@ -85,7 +88,9 @@ def main() -> None:
     variants["comm.Sendrecv"] = lambda x, y: comm.Sendrecv(x, peer, recvbuf=y, source=peer)
     variants["sendrecv"] = lambda x, y: collectives.sendrecv(x, peer, y, peer)
     if args.schemes:
-        variants = {"comm.Send/Recv": bare, **_schemes(comm, peer)}
+        variants = {"comm.Send/Recv": bare, **_schemes(comm, peer),
+                    "comm.Sendrecv": variants["comm.Sendrecv"]}
+        variants.update(_exchanges(comm, peer))
     if r == 0:
         print("| bytes | " + " | ".join(variants) + " |")
         print("|---" * (len(variants) + 1) + "|")
@@ -105,8 +110,8 @@ def main() -> None:
                 times[name].append((time.perf_counter() - t0) / reps / 2 * 1e6)
         if r == 0:
             med = {name: statistics.median(v) for name, v in times.items()}
-            base = {n: med["comm.Sendrecv" if "endrecv" in n else "comm.Send/Recv"]
-                    for n in variants}  # each against its bare form
+            base = {n: med["comm.Sendrecv" if "endrecv" in n or "exchange" in n
+                               else "comm.Send/Recv"] for n in variants}  # against bare forms
             cells = [f"{med[n]:.2f} ({med[n] / base[n]:.2f})" for n in variants]
             print(f"| {x.nbytes} | " + " | ".join(cells) + " |", flush=True)
 
@@ -165,6 +170,23 @@ def _schemes(comm: MPI.Comm, peer: int) -> dict:
             "header": pingpong(header_send, header_recv),
             "header, posted together": pingpong(header_send,
                                                 lambda y: header_recv(y, together=True))}
+
+
+def _exchanges(comm: MPI.Comm, peer: int) -> dict:
+    """Both directions at once, the receive probed or posted (module docstring)."""
+    status = MPI.Status()
+
+    def probed(x, y):
+        req = comm.Isend([x, MPI.BYTE], peer, 6)
+        while (msg := comm.Improbe(peer, 6, status)) is None:
+            req.Test()
+        msg.Recv([y, MPI.BYTE])
+        req.Wait()
+
+    def posted(x, y):
+        MPI.Request.Waitall([comm.Irecv([y, MPI.BYTE], peer, 6), comm.Isend([x, MPI.BYTE], peer, 6)])
+
+    return {"exchange, probed": probed, "exchange, posted": posted}
 
 
 if __name__ == "__main__":

@@ -160,19 +160,19 @@ def _describe(nbytes: int, code: int) -> str:
 class _Send:
     """One send in flight: ``test()`` until True, ``abandon()`` after a timeout."""
 
-    __slots__ = ("comm", "buf", "dest", "tag", "code", "req", "keep")
+    __slots__ = ("comm", "buf", "spec", "dest", "tag", "wire", "req")
 
     def __init__(self, comm: MPI.Comm, a: Any, code: int, dest: int, tag: int,
                  staging: str | None) -> None:
-        self.comm, self.dest, self.tag, self.code = comm, dest, tag, code
-        buf = flat(a)
+        self.comm, self.dest, self.tag, self.wire = comm, dest, tag, tag * CODES + code
+        buf = a if a.ndim == 1 and type(a) is np.ndarray and a.dtype.isbuiltin else flat(a)
         if not is_numpy(buf):  # device: CUDA-aware, or a host copy
             buf = _device.to_mpi(buf, staging) if staging else buf.view(np.uint8).get()
-        self.buf, self.keep = buf, a
+        self.buf, self.spec = buf, [buf, MPI.BYTE]
         self.req = None
 
     def start(self) -> "_Send":
-        self.req = self.comm.Isend([self.buf, MPI.BYTE], self.dest, self.tag * CODES + self.code)
+        self.req = self.comm.Isend(self.spec, self.dest, self.wire)
         return self
 
     def test(self) -> bool:
@@ -418,7 +418,7 @@ class SendCall:
     def run(self, comm: MPI.Comm) -> None:
         op = self.op
         if self.timeout is None:  # MPI_Send itself
-            comm.Send([op.buf, MPI.BYTE], op.dest, op.tag * CODES + op.code)
+            comm.Send(op.spec, op.dest, op.wire)
             return
         _complete([op.start()], self.kind, self.timeout)
 
