@@ -196,8 +196,9 @@ class _Recv:
     """One receive in flight (module docstring): ``test()`` until True, raising ValueError on
     a message of another size or dtype; ``abandon()`` after a timeout."""
 
-    __slots__ = ("comm", "kind", "out", "flat", "target", "code", "source", "tag", "status",
-                 "req", "tests", "next_scan", "result_status", "blocking", "posted")
+    __slots__ = ("comm", "kind", "out", "flat", "target", "spec", "code", "source", "tag",
+                 "probe_tag", "null", "status", "req", "tests", "next_scan", "result_status",
+                 "blocking", "posted")
 
     def __init__(self, comm: MPI.Comm, kind: str, a: Any, code: int, source: int, tag: int,
                  staging: str | None, status: MPI.Status | None) -> None:
@@ -207,7 +208,9 @@ class _Recv:
         if not is_numpy(target):  # device: CUDA-aware, or received on the host and copied
             target = _device.from_mpi(target, staging) if staging else \
                 np.empty(a.nbytes, np.uint8)
-        self.target = target
+        self.target, self.spec = target, [target, MPI.BYTE]
+        self.null = source == MPI.PROC_NULL
+        self.probe_tag = tag if tag == MPI.ANY_TAG else tag * CODES + code
         self.status = MPI.Status()
         self.req = None
         self.tests = 0
@@ -223,8 +226,7 @@ class _Recv:
         if prepost and self.out.nbytes >= PREPOST_BYTES and self.tag != MPI.ANY_TAG and \
                 self.source != MPI.PROC_NULL and _returns_errors(self.comm):
             self.posted = True
-            self.req = self.comm.Irecv([self.target, MPI.BYTE], self.source,
-                                       self.tag * CODES + self.code)
+            self.req = self.comm.Irecv(self.spec, self.source, self.probe_tag)
         return self
 
     def test(self) -> bool:
@@ -235,27 +237,25 @@ class _Recv:
             return self._test_posted()
         if self.req is not None:
             return self.req.Test() and self._landed()  # matched, being received (irecv)
-        if self.source == MPI.PROC_NULL:
+        if self.null:
             self.status.source, self.status.tag = MPI.PROC_NULL, MPI.ANY_TAG
             return self._landed()
-        any_tag = self.tag == MPI.ANY_TAG
-        msg = self.comm.Improbe(self.source, MPI.ANY_TAG if any_tag else
-                                self.tag * CODES + self.code, self.status)
+        status = self.status
+        msg = self.comm.Improbe(self.source, self.probe_tag, status)
         if msg is None:
             self.tests += 1
-            if not any_tag and self.tests >= _SCAN_AFTER:
+            if self.tests >= _SCAN_AFTER and self.tag != MPI.ANY_TAG:
                 now = time.monotonic()
                 if now >= self.next_scan:
                     self.next_scan = now + SCAN_S
                     self._scan()
             return False
-        if self.status.tag % CODES != self.code or \
-                self.status.Get_count(MPI.BYTE) != self.out.nbytes:
+        if status.tag % CODES != self.code or status.Get_count(MPI.BYTE) != self.out.nbytes:
             self._drain(msg)  # raises
         if self.blocking:  # a matched message: its sender is sending it, the wait is short
-            msg.Recv([self.target, MPI.BYTE])
+            msg.Recv(self.spec)
             return self._landed()
-        self.req = msg.Irecv([self.target, MPI.BYTE])
+        self.req = msg.Irecv(self.spec)
         return self.req.Test() and self._landed()
 
     def _test_posted(self) -> bool:
@@ -369,7 +369,8 @@ def _complete(ops: list[Any], kind: str, timeout: float | None, abandon: bool = 
     (the send of a ``sendrecv`` is delivered), then its error is raised. With ``timeout``,
     TimeoutError once that many seconds have passed; the ops still in flight are withdrawn
     (``abandon``) or stay in flight (a request's wait, which may be called again)."""
-    if len(ops) == 1 and ops[0].test():  # the common case: a receive whose message is there
+    if len(ops) == 1:
+        _wait_one(ops[0], kind, timeout, abandon)
         return
     deadline = None if timeout is None else time.monotonic() + timeout
     error = None
@@ -400,6 +401,27 @@ def _complete(ops: list[Any], kind: str, timeout: float | None, abandon: bool = 
                                + "; ".join(op.waiting() for op in left)) from error
     if error is not None:
         raise error
+
+
+def _wait_one(op: Any, kind: str, timeout: float | None, abandon: bool) -> None:
+    """:func:`_complete` of one op (its error raised at once: nothing else to wait for)."""
+    if op.test():
+        return
+    deadline = None if timeout is None else time.monotonic() + timeout
+    spins = 0
+    while not op.test():
+        spins += 1
+        if spins <= TESTS_BEFORE_YIELD:
+            continue
+        if deadline is None or spins <= _SPINS:
+            _yield()
+            continue
+        time.sleep(_NAP_S)
+        if time.monotonic() > deadline:
+            if abandon:
+                op.abandon()
+            raise TimeoutError(f"{kind}: timed out after {timeout:g} s (Options.timeout): "
+                               + op.waiting())
 
 
 # -- the call classes ----------------------------------------------------------------------------
