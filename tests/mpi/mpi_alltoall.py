@@ -234,8 +234,8 @@ def _still_works(comm=MPI.COMM_WORLD):
 @pytest.mark.parametrize("bad", ["dtype", "count"])
 def test_one_rank_differs(name, bad):
     """One rank's dtype or count differs: with validate=True the same ValueError on every rank;
-    without, the exact-size receives of the hand-written algorithms raise (every rank raises or
-    is told), and the next call is right."""
+    without, the exact-size receives of the hand-written algorithms, or native's signature
+    check, raise (every rank raises or is told), and the next call is right."""
     comm = MPI.COMM_WORLD
     p, last = comm.size, comm.rank == comm.size - 1
     dtype = np.float32 if bad == "dtype" and last else np.float64
@@ -252,12 +252,14 @@ def test_one_rank_differs(name, bad):
         return  # the v form learns its receive counts: a count cannot mismatch
     error = _same_error_everywhere(lambda: calls[name](validate=True), ValueError)
     assert "arguments differ across ranks" in str(error) or "invalid arguments" in str(error)
-    try:  # without validate: the receives' exact sizes
-        calls[name](algorithm="pairwise" if name.startswith("alltoall") else "binomial")
-        error = None
-    except (ValueError, collectives.CollectiveError) as exc:
-        error = exc
-    assert any(comm.allgather(error is not None)), name
+    # without validate: the hand-written receives' exact sizes, native's signature check
+    for algorithm in ("pairwise" if name.startswith("alltoall") else "binomial", "native"):
+        try:
+            calls[name](algorithm=algorithm)
+            error = None
+        except (ValueError, collectives.CollectiveError) as exc:
+            error = exc
+        assert any(comm.allgather(error is not None)), (name, algorithm)
     _still_works()
 
 
