@@ -266,7 +266,9 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Ite
                          *, op: str = "avg", algorithm: str = "auto", codec: Any = None,
                          error_feedback: bool | None = None, strategy: str = "auto",
                          bucket_bytes: int = 25 * MiB, backward_passes_per_step: int = 1,
-                         compression: Any = None, comm: Any = None) -> torch.optim.Optimizer:
+                         compression: Any = None, comm: Any = None, process_set: Any = None,
+                         sparse_as_dense: bool = False,
+                         gradient_predivide_factor: float = 1.0) -> torch.optim.Optimizer:
     """Wrap ``optimizer`` so that ``step()`` uses gradients averaged over all ranks (Horovod's).
 
     Parameters
@@ -320,7 +322,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Ite
                          "is one division after the sum)")
     if process_set is not None:
         comm = comm_of(resolve(process_set, comm))
-    if op == "adasum":
+    if op == "adasum":  # Horovod's Adasum
         raise RuntimeError("op=Adasum is not offered by collectives.torch; use Average or Sum")
     codec = codec_of(codec, compression)
     wrapped = cls(optimizer.param_groups, named_parameters, op, algorithm, codec, error_feedback,
