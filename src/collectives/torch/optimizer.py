@@ -38,6 +38,7 @@ from collections import Counter
 from typing import Any, Iterable
 
 import torch
+from mpi4py import MPI
 
 from ._common import codec_of, load_state_tensors, low_rank, make_state, start, state_tensors
 from .basics import default_comm
@@ -320,8 +321,9 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Ite
     if gradient_predivide_factor != 1.0:
         raise ValueError("gradient_predivide_factor other than 1.0 is not offered (the average "
                          "is one division after the sum)")
-    if process_set is not None:
-        comm = comm_of(resolve(process_set, comm))
+    if process_set is not None:  # ranks outside the set step on their own gradients
+        ps = resolve(process_set, comm)
+        comm = comm_of(ps) if ps.included() else MPI.COMM_SELF
     if op == "adasum":  # Horovod's Adasum
         raise RuntimeError("op=Adasum is not offered by collectives.torch; use Average or Sum")
     codec = codec_of(codec, compression)
