@@ -149,3 +149,35 @@ def test_horovod_errors_and_compressors():
     assert hvd.Compression.none.compress(t)[0] is t
     assert torch.equal(hvd.allreduce(t, compression=hvd.Compression.fp16),
                        hvd.allreduce(t, codec="fp16"))
+
+
+def test_alltoall_and_barrier_as_horovod_has_them():
+    """``hvd.alltoall``: rows (first dimension) to each rank by ``splits`` or in equal parts, the
+    received splits with ``splits``, against the rows every rank meant for this one; its
+    gradient is the reverse exchange; bad splits raise ValueError where they were passed and
+    HorovodInternalError on the other ranks (never a wait); ``hvd.barrier``."""
+    hvd.init()
+    comm = MPI.COMM_WORLD
+    r, p = comm.rank, comm.size
+    rows_for = lambda src, dst: (src + dst) % 3  # noqa: E731 - rows rank src sends rank dst
+    for dtype in (torch.float32, torch.int64, torch.float16):
+        parts = [torch.full((rows_for(r, j), 2, 3), 10 * r + j).to(dtype) for j in range(p)]
+        got, received = hvd.alltoall(torch.cat(parts), torch.tensor(
+            [rows_for(r, j) for j in range(p)], dtype=torch.int32))
+        want = torch.cat([torch.full((rows_for(i, r), 2, 3), 10 * i + r).to(dtype)
+                          for i in range(p)])
+        assert torch.equal(got, want) and received.tolist() == [rows_for(i, r) for i in range(p)]
+        equal = hvd.alltoall(torch.arange(2 * p).to(dtype))  # no splits: two rows each
+        assert equal.tolist() == [2 * r + k for _ in range(p) for k in range(2)]
+    x = torch.arange(3.0 * p).reshape(p, 3).requires_grad_()
+    y = hvd.alltoall(x)
+    (y * (1 + r)).sum().backward()  # the gradient of row j comes back from rank j
+    assert torch.equal(x.grad, torch.arange(1.0, p + 1).repeat_interleave(3).reshape(p, 3))
+    if p > 1:
+        with pytest.raises((ValueError, hvd.HorovodInternalError)) as raised:
+            hvd.alltoall(torch.ones(p), torch.tensor([5] * p, dtype=torch.int32)
+                         if r == 0 else None)
+        assert raised.type is (ValueError if r == 0 else hvd.HorovodInternalError)
+        with pytest.raises(ValueError, match="divisible"):
+            hvd.alltoall(torch.ones(p + 1))
+    hvd.barrier()

@@ -34,7 +34,8 @@ from .ddp import CommHookState, comm_hook, init_process_group
 from .gossip_hook import GossipHookState, gossip_hook
 from .functions import broadcast_optimizer_state, broadcast_parameters
 from .mpi_ops import (HorovodInternalError, allgather, allgather_async, allgather_object,
-                      allreduce, allreduce_, allreduce_async, allreduce_async_, broadcast,
+                      allreduce, allreduce_, allreduce_async, allreduce_async_, alltoall,
+                      alltoall_async, barrier, broadcast,
                       broadcast_, broadcast_async, broadcast_async_, broadcast_object,
                       grouped_allgather, grouped_allgather_async, grouped_allreduce,
                       grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
@@ -60,8 +61,9 @@ __all__ = [
     "allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async",
     "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
     "reducescatter", "reducescatter_async", "grouped_reducescatter",
-    "grouped_reducescatter_async", "sparse_allreduce_async", "synchronize", "poll", "join",
-    "broadcast_object", "allgather_object",
+    "grouped_reducescatter_async", "alltoall", "alltoall_async", "barrier",
+    "sparse_allreduce_async", "synchronize", "poll", "join", "broadcast_object",
+    "allgather_object",
     # process sets
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
     # training

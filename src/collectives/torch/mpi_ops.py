@@ -1,5 +1,6 @@
 """Horovod's collectives on tensors (``horovod.torch.mpi_ops``): allreduce, allgather, broadcast,
-reducescatter, their grouped and asynchronous forms, handles, ``join`` and object collectives.
+reducescatter, alltoall, their grouped and asynchronous forms, handles, ``barrier``, ``join`` and
+object collectives.
 
 Every call runs over a process set (:mod:`.process_sets`; default: every rank) and goes the same
 way: :func:`~.negotiation.negotiate` (every rank submitted the same thing, else
@@ -18,6 +19,14 @@ Horovod's semantics kept here:
   before the sum, ``postscale_factor`` the result after it. Integers are scaled in float64 and
   float16 in float32, and cast back (towards zero), as Horovod does on CPUs.
 - ``allgather`` concatenates along the first dimension, which may differ from rank to rank.
+- ``alltoall`` sends ``splits[j]`` rows (first dimension) to rank ``j``, equal parts without
+  ``splits`` (the first dimension a multiple of the set's size), and returns the rows received in
+  rank order, with the received splits (an int32 tensor) when ``splits`` was given; its backward
+  is the reverse alltoall. It runs :func:`collectives.alltoall` (blocking: the ``_async`` form's
+  handle is done at once). Bad ``splits`` (not integers, negative, more rows than the tensor
+  has) raise ``ValueError`` on the rank that passed them and :class:`HorovodInternalError` on
+  the others, after the negotiation, so that no rank waits.
+- ``barrier`` is :func:`collectives.barrier` on the set's communicator.
 - ``reducescatter`` splits the first dimension: rank ``r`` gets ``d0 // p`` rows, one more for the
   first ``d0 % p`` ranks.
 - ``root_rank`` (broadcast) and process-set ranks are ranks of the default communicator.
@@ -38,6 +47,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from .. import api
 from ..engine import nonblocking
 from ._common import codec_of
 from .basics import Adasum, default_comm
@@ -51,7 +61,8 @@ __all__ = ["allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
            "grouped_allgather_async", "broadcast", "broadcast_", "broadcast_async",
            "broadcast_async_", "reducescatter", "reducescatter_async", "grouped_reducescatter",
            "grouped_reducescatter_async", "sparse_allreduce_async", "synchronize", "poll",
-           "join", "broadcast_object", "allgather_object", "HorovodInternalError"]
+           "alltoall", "alltoall_async", "barrier", "join", "broadcast_object",
+           "allgather_object", "HorovodInternalError"]
 
 #: Horovod's op names (basics.Average ...) as ours; Adasum is refused by :func:`_op`.
 OPS = ("avg", "sum", "min", "max", "prod")
@@ -617,6 +628,104 @@ def reducescatter(tensor: torch.Tensor, name: str | None = None, compression: An
 
 
 # ---------------------------------------------------------------------------- join, objects
+# ---------------------------------------------------------------------------- alltoall, barrier
+def _rows_to_send(t: torch.Tensor, splits: Any, p: int) -> tuple[list[int] | None, str | None]:
+    """The rows for each rank (``splits``, or equal parts), or the reason they are bad."""
+    d0 = t.shape[0]
+    if splits is None:
+        if d0 % p:
+            return None, (f"alltoall without splits needs a first dimension divisible by the "
+                          f"{p} ranks, got {d0}")
+        return [d0 // p] * p, None
+    if isinstance(splits, torch.Tensor):
+        if splits.dtype not in (torch.int32, torch.int64) or splits.dim() != 1:
+            return None, f"splits must be a 1-D int32 tensor, got {splits.dtype} of {splits.dim()}-D"
+        splits = splits.tolist()
+    rows = list(splits)
+    if len(rows) != p or not all(isinstance(r, int) and r >= 0 for r in rows):
+        return None, f"splits must be {p} non-negative integers (one per rank), got {rows}"
+    if sum(rows) > d0:
+        return None, f"splits sum to {sum(rows)}, more than the tensor's {d0} rows"
+    return rows, None
+
+
+def _alltoall_start(tensor: torch.Tensor, splits: Any, name: str | None,
+                    process_set: ProcessSet | None, comm: Any) -> _Pending:
+    ps = resolve(process_set, comm)
+    key = _claim(name, ps)
+    try:
+        c = comm_of(ps)
+        t = tensor.detach()
+        t = t.reshape(1) if t.dim() == 0 else t
+        rows, problem = _rows_to_send(t, splits, c.size)
+        sigs = negotiate(control_of(ps), "alltoall", (_meta(t),), (problem,))
+        if problem is not None:
+            raise ValueError(problem)
+        bad = [(r, s[2][0]) for r, s in enumerate(sigs) if s[2] and s[2][0] is not None]
+        if bad:
+            raise HorovodInternalError("alltoall: " + "; ".join(f"rank {r}: {why}"
+                                                               for r, why in bad))
+    except BaseException:
+        _NAMES.discard(key)
+        raise
+    row = int(torch.Size(t.shape[1:]).numel())
+    src = t[:sum(rows)].contiguous().view(-1)
+    if row:
+        flat, got = api.alltoall(src, counts=[r * row for r in rows], comm=c)
+        received = [g // row for g in got]
+    else:  # rows of no elements: only the counts of rows travel
+        received = c.alltoall(rows)
+        flat = src
+    out = torch.as_tensor(flat).view(sum(received), *t.shape[1:]) if row else \
+        torch.empty((sum(received), *t.shape[1:]), dtype=t.dtype)
+    return _Pending([], lambda: (out, torch.tensor(received, dtype=torch.int32)), key)
+
+
+class _Alltoall(torch.autograd.Function):
+    """Horovod's ``HorovodAlltoall``: backward sends each rank's gradient rows back where they
+    came from (the reverse alltoall, with the received splits)."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, splits: Any, name: Any, process_set: Any,
+                comm: Any) -> Any:
+        out, received = _alltoall_start(tensor, splits, name, process_set, comm).wait()
+        ctx.args, ctx.received = (process_set, comm), received
+        if splits is None:
+            return out
+        ctx.mark_non_differentiable(received)
+        return out, received
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor, *unused: Any) -> tuple:
+        process_set, comm = ctx.args
+        back, _ = _alltoall_start(grad, ctx.received, None, process_set, comm).wait()
+        return back, None, None, None, None
+
+
+def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
+                   process_set: ProcessSet | None = None, *, comm: Any = None) -> int:
+    """Start an alltoall of ``tensor``'s rows (see the module); a handle, done at once
+    (``synchronize`` returns ``(tensor, received_splits)``)."""
+    return _handle(_alltoall_start(tensor, splits, name, process_set, comm))
+
+
+def alltoall(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
+             process_set: ProcessSet | None = None, *, comm: Any = None) -> Any:
+    """``splits[j]`` rows of ``tensor`` to rank ``j`` (equal parts without ``splits``); the
+    rows received, in rank order, and with ``splits`` also the received splits; differentiable."""
+    if tensor.requires_grad:
+        return _Alltoall.apply(tensor, splits, name, process_set, comm)
+    out, received = _alltoall_start(tensor, splits, name, process_set, comm).wait()
+    return out if splits is None else (out, received)
+
+
+def barrier(process_set: ProcessSet | None = None, *, comm: Any = None) -> None:
+    """Wait until every rank of the set has called it (:func:`collectives.barrier`)."""
+    ps = resolve(process_set, comm)
+    negotiate(control_of(ps), "barrier", (), ())
+    api.barrier(comm=comm_of(ps))
+
+
 def join(device: int = -1, process_set: ProcessSet | None = None) -> int:
     """Horovod's ``hvd.join()``: this rank has no more work; until every rank of the set has
     joined it takes part in the others' allreduces with zeros (their allgathers, broadcasts and

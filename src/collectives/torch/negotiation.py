@@ -47,7 +47,9 @@ def _where(sigs: list, differs: Callable[[Any], Any]) -> str:
 def check(sigs: list) -> str | None:
     """None if the signatures agree (what a rank that joined may take part in), else the error
     message every rank raises. Kinds: "allreduce", "broadcast", "reducescatter" need equal
-    signatures; "allgather" equal dtypes and equal shapes but for the first dimension;
+    signatures; "allgather" and "alltoall" equal dtypes and equal shapes but for the first
+    dimension (an alltoall's parameters, each rank's own problem with its splits, are its
+    caller's to read);
     "object" the same kind."""
     active = [s for s in sigs if s[0] != JOIN]
     if not active:
@@ -61,10 +63,10 @@ def check(sigs: list) -> str | None:
                 "only allreduce takes part zeros for them)")
     if len({len(s[1]) for s in active}) > 1:
         return f"{kind}: ranks passed different numbers of tensors: {_where(sigs, lambda s: len(s[1]))}"
-    if kind == "allgather":
+    if kind in ("allgather", "alltoall"):
         key = lambda s: tuple((str(d), tuple(shape[1:]), len(shape)) for shape, d in s[1])  # noqa: E731
         if len({key(s) for s in active}) > 1:
-            return ("Mismatched allgather tensor shapes or dtypes (all dimensions but the first "
+            return (f"Mismatched {kind} tensor shapes or dtypes (all dimensions but the first "
                     f"must agree): {_where(sigs, lambda s: s[1])}")
     elif kind != "object" and len({(s[1], s[2]) for s in active}) > 1:
         what = "tensor shapes or dtypes" if len({s[1] for s in active}) > 1 else "arguments"
