@@ -4,20 +4,20 @@
 
 Timing a call of a few microseconds on a shared machine moves by tens of percent from run to
 run; this count does not. Each variant is warmed up on both ranks (the checks remembered, "auto"
-resolved, the lanes made), then on rank 0 only its algorithm's run is swapped for a function
-that does nothing and one more call is traced (``sys.settrace``): what is left is everything
-the library does around the algorithm, which is the whole per-call overhead at 8 B. Rank 1 only
-waits; the ranks' call numbers differ afterwards, so the job ends there.
+resolved, the lanes made), then one more call is made on both ranks and traced on rank 0
+(``sys.settrace``), leaving out the algorithm: the first frame whose code lives in the
+``collectives.algorithms`` package (the lane or the algorithm function a call runs) and every
+frame below it are neither counted nor traced line by line. What is left is everything the
+library does around the algorithm, which is the whole per-call overhead at 8 B. Only public
+names are used: the algorithm is told apart by the folder of its code.
 
 - ``plan()``: a persistent plan's blocking run (``collectives.allreduce_init``);
 - ``allreduce``: ``collectives.allreduce(x, out=y)``, a remembered repeat;
 - ``iallreduce+wait``: ``collectives.iallreduce(x, out=y).wait()``, a remembered repeat run by
   its ``wait()`` on this thread (small, the engine idle).
 
-Printed per variant: the functions entered and the lines run (the do-nothing run counts as
-neither); ``--detail`` adds them per function. The swap reaches into the library's private
-state (the plan's prepared run, the remembered entries), so this script fails loudly, not
-silently, when those change.
+Printed per variant: the functions entered and the lines run (the algorithm counts as
+neither); ``--detail`` adds them per function.
 """
 
 from __future__ import annotations
@@ -25,55 +25,37 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import sys
-from functools import partial
 from typing import Any, Callable
 
 import numpy as np
 from mpi4py import MPI
 
 import collectives
-from collectives._runtime.repeats import REPEATS
-
-
-def _nothing(*args: Any) -> None:
-    """The algorithm's run, swapped in: no communication, no Python lines counted."""
-
-
-def _swap(variant: str, plan: Any) -> None:
-    """Make ``variant``'s next call run :func:`_nothing` instead of its algorithm."""
-    if variant == "plan()":
-        run = plan._blocking  # partial(runner.run, "allreduce", fn, src, dst, ...)
-        if not isinstance(run, partial) or run.args[0] != "allreduce":
-            raise SystemExit("plan()'s prepared run is not the partial this script expects")
-        plan._blocking = partial(run.func, run.args[0], _nothing, *run.args[2:], **run.keywords)
-    elif variant == "allreduce":
-        _remembered("allreduce").fn = _nothing
-    elif variant == "iallreduce+wait":
-        last = _remembered("iallreduce")
-        if last.decided[1] is None:
-            raise SystemExit("no remembered iallreduce with a decided run to swap")
-        last.decided[1] = _nothing
-    else:
-        raise ValueError(variant)
-
-
-def _remembered(form: str) -> Any:
-    """The most recently used remembered call of ``form`` ("allreduce", "iallreduce")."""
-    for entry in REPEATS.recent:
-        if entry.form == form:
-            return entry
-    raise SystemExit(f"no remembered {form} to swap")
+import collectives.algorithms
+#: where the algorithms live: a frame whose code is in this folder is the algorithm
+ALGORITHMS_DIR = os.path.dirname(collectives.algorithms.__file__) + os.sep
 
 
 def _count(fn: Callable[[], Any]) -> dict[str, list[int]]:
     """``fn()`` traced: {"file.py:function": [calls, lines]}, the do-nothing run left out."""
     counts: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
 
+    inside = [None]  # the algorithm's frame while it runs: nothing below it is counted
+
+    def algorithm_returns(frame: Any, event: str, arg: Any) -> Any:
+        if event == "return":
+            inside[0] = None
+        return None if event == "return" else algorithm_returns
+
     def trace(frame: Any, event: str, arg: Any) -> Any:
-        code = frame.f_code
-        if code is _nothing.__code__:
+        if inside[0] is not None:
             return None
+        code = frame.f_code
+        if code.co_filename.startswith(ALGORITHMS_DIR):
+            inside[0] = frame
+            return algorithm_returns
         key = f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_name}"
         if event == "call":
             counts[key][0] += 1
@@ -112,11 +94,13 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, list[int]]]:
             fn()
     comm.Barrier()
     results: dict[str, dict[str, list[int]]] = {}
-    if comm.rank == 0:
-        for name, fn in variants.items():
-            _swap(name, plan)
-            fn()  # the first call on the swapped run (a lane's first use has its own path)
+    for name, fn in variants.items():  # every rank makes the call; rank 0 traces it
+        comm.Barrier()
+        if comm.rank == 0:
             results[name] = _count(fn)
+        else:
+            fn()
+    if comm.rank == 0:
         print(f"# Python work of one call around its algorithm, {x.nbytes} B, {comm.size} ranks")
         print(f"{'variant':<20}{'functions':>10}{'lines':>8}")
         for name, counts in results.items():

@@ -577,8 +577,9 @@ def test_call_overhead_runs_every_variant(tmp_path):
 
 def test_call_lines_counts_the_work_around_the_algorithm(tmp_path):
     """bench/call_lines.py at 2 ranks: each variant's traced call went through the failure guard
-    once and ran none of its algorithm (swapped for a no-op), and the counts order the paths as
-    they are built: a plan's run inside a remembered allreduce's, inside a small iallreduce's."""
+    once and counted none of its algorithm (left out of the trace), and the counts order the
+    paths as they are built: a plan's run inside a remembered allreduce's, inside a small
+    iallreduce's."""
     out = tmp_path / "lines.json"
     stdout = _bench_job(2, "call_lines.py", "--detail", out=out, timeout=120)
     counts = json.loads(out.read_text())["counts"]

@@ -139,3 +139,25 @@ def test_the_report_module_runs_without_runpys_warning():
     # no arguments: its usage line and status 2 (the warning, an error here, would give 1)
     assert run.returncode == 2 and "RuntimeWarning" not in run.stderr, run.stderr
     assert "python -m collectives.sgd.report OUT.png" in run.stdout + run.stderr
+
+
+def test_demo_divides_by_the_bare_mpi_call_and_checks_every_algorithm():
+    """``python -m collectives demo``: its ratio column is against a bare ``comm.Allreduce``
+    timed in the same loop (the README's promise), not against our own ``native``; every
+    algorithm is checked against MPI's result."""
+    import subprocess
+    import sys
+
+    from collectives.tools.demo import BARE
+    from collectives.tools.launch import mpiexec_command
+
+    proc = subprocess.run([*mpiexec_command(), "-n", "2", sys.executable, "-m", "collectives",
+                           "demo", "--bytes", "64", "--iterations", "2"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[1].split()[-3:] == ["x", "bare", "MPI"], lines[1]
+    rows = {line[:20].strip(): line[20:].split() for line in lines[2:]}
+    assert rows[BARE][0] == "-" and rows[BARE][-1] == "1.00"
+    assert set(rows) == {BARE, *collectives.ALGORITHMS}
+    assert all(rows[name][0] == "yes" for name in collectives.ALGORITHMS), rows

@@ -342,3 +342,37 @@ def test_codec_time_splits_into_encode_and_decode_counting_nested_calls_once():
     t = clock.seconds
     assert t["encode"] + t["decode"] == pytest.approx(t["codec"], rel=1e-9)
     assert t["encode"] >= 0.03 and 0.01 <= t["decode"] < 0.03, dict(t)
+
+
+def test_plot_names_each_run_and_starts_its_time_axes_at_zero(tmp_path, capsys):
+    """The training plot: the legend says what each run was ("dense ring", not "none ring"),
+    the wall-time axes start at the start of training, and the command says what it wrote."""
+    pytest.importorskip("matplotlib")
+    from collectives.sgd import report
+
+    recs = [{"epoch": e, "loss": 1.0 / e, "test_acc": 0.5 + 0.1 * e, "wall_s": 0.55 * e,
+             "consensus": 0.1 / e} for e in (1, 2, 3)]
+    fig = report.figure({"dense ring": recs, "topk+ef ring": recs})
+    try:
+        by_time = [ax for ax in fig.axes if ax.get_xlabel() == "wall time (s)"]
+        assert len(by_time) == 2 and all(ax.get_xlim()[0] == 0 for ax in by_time)
+        legend = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+        assert legend == ["dense ring", "topk+ef ring"]
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+    out = tmp_path / "curves.png"
+    assert report.main([str(out), *_logs(tmp_path, recs)]) == 0
+    assert out.stat().st_size > 0 and capsys.readouterr().out.strip() == f"wrote {out}"
+
+
+def _logs(tmp_path, recs):
+    import json
+
+    paths = []
+    for label in ("dense ring", "topk+ef ring"):
+        path = tmp_path / f"{label.split()[0]}.json"
+        path.write_text(json.dumps({"summary": {"label": label}, "epochs": recs}))
+        paths.append(str(path))
+    return paths

@@ -10,8 +10,9 @@ from ._runtime.mpilib import mpi_library  # first: a clear ImportError when ther
 from ._runtime.arrays import SUPPORTED_DTYPES
 from ._runtime.shmem import empty, zeros
 from .algorithms import ALGORITHMS
-from .api import allgather, allreduce, bcast, reduce, reduce_scatter
-from .blocks import ALLGATHER, BCAST, REDUCE, REDUCE_SCATTER
+from .api import (allgather, allreduce, alltoall, barrier, bcast, gather, reduce, reduce_scatter,
+                  scatter)
+from .blocks import ALLGATHER, ALLTOALL, BARRIER, BCAST, GATHER, REDUCE, REDUCE_SCATTER, SCATTER
 from .compressed import (STRATEGIES, AutoCompression, CompressionState, CodecSpeed,
                          compressed_allreduce)
 from ._runtime.context import reset
@@ -35,7 +36,8 @@ from .decentralized.choco import ChocoGossip
 from .tools.warmup import preload
 
 __all__ = [
-    "allreduce", "reduce_scatter", "allgather", "bcast", "reduce", "compressed_allreduce",
+    "allreduce", "reduce_scatter", "allgather", "bcast", "reduce", "alltoall", "barrier", "gather",
+    "scatter", "compressed_allreduce",
     "iallreduce", "ireduce_scatter", "iallgather", "ibcast", "ireduce", "icompressed_allreduce",
     "neighbor_allreduce", "neighbor_allgather", "ineighbor_allreduce", "ineighbor_allgather",
     "topology",
@@ -47,7 +49,8 @@ __all__ = [
     "empty", "zeros",
     "CompressionState", "AutoCompression", "CodecSpeed", "STRATEGIES", "TRAFFIC", "Window",
     "ParameterServer", "PairwiseAveraging", "ChocoGossip",
-    "ALGORITHMS", "REDUCE_SCATTER", "ALLGATHER", "BCAST", "REDUCE",
+    "ALGORITHMS", "REDUCE_SCATTER", "ALLGATHER", "BCAST", "REDUCE", "ALLTOALL", "BARRIER",
+    "GATHER", "SCATTER",
     "OPS", "Options", "SUPPORTED_DTYPES", "mpi_library", "flight_recorder", "preload",
 ]
 __version__ = "0.1.0"

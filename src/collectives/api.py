@@ -28,9 +28,11 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
+from compress.arrays import same_memory
 from mpi4py import MPI
 
 from ._runtime.arrays import check_input, check_out, copy_into, flat, new_like, returned, writeable
+from ._runtime.workspace import scratch
 from ._runtime.blocking import run_call
 from ._runtime.context import context
 from ._runtime.abort_mode import runner
@@ -39,13 +41,17 @@ from ._runtime.ranks import partition
 from ._runtime.repeats import REPEATS, Kind, Repeat, kind_of
 from ._runtime.validate import lookup
 from .algorithms import ALGORITHMS, FLAT, auto, lanes
-from .blocks import ALLGATHER, BCAST, REDUCE, REDUCE_SCATTER
+from .blocks import (ALLGATHER, ALLTOALL, BARRIER, BCAST, EQUAL_BLOCKS_ONLY, GATHER, REDUCE,
+                     REDUCE_SCATTER, SCATTER)
+from .blocks.bruck import alltoall as _bruck
 from .ops import Op, get_op
 from .options import Options
 from ._runtime.context import Context
 
-__all__ = ["allreduce", "reduce_scatter", "allgather", "bcast", "reduce", "AllreduceCall",
-           "ReduceScatterCall", "AllgatherCall", "BcastCall", "ReduceCall", "run_allreduce"]
+__all__ = ["allreduce", "reduce_scatter", "allgather", "bcast", "reduce", "alltoall", "barrier",
+           "gather", "scatter", "AllreduceCall", "ReduceScatterCall", "AllgatherCall",
+           "BcastCall", "ReduceCall", "AlltoallCall", "BarrierCall", "GatherCall",
+           "ScatterCall", "run_allreduce"]
 
 OpLike = str | MPI.Op | Op
 #: the one cache's lookup, bound once (every repeat of a training loop calls it)
@@ -267,6 +273,205 @@ class ReduceCall:
             _finish_avg(self.op, self.dst, ctx.comm.size)
 
 
+def _out_block(out: object, n: int) -> np.ndarray:
+    """A caller's result array for ``n`` elements, where no input says its dtype: 1-D, writeable."""
+    o = check_input(out, "out")
+    if o.shape != (n,):
+        raise ValueError(f"out has shape {o.shape}, expected {(n,)}")
+    if not writeable(o):
+        raise ValueError("out is read-only")
+    return o
+
+
+class AlltoallCall:
+    """A checked alltoall: ``run(ctx)`` sends block ``j`` of ``x`` to rank ``j`` and puts the
+    block from rank ``i`` at block ``i`` of ``result``. With ``counts`` (the v form) the receive
+    counts are learned first (``out_counts``), and ``result`` is ``(array, out_counts)``."""
+
+    kind = "alltoall"
+    __slots__ = ("x", "out", "src", "dst", "a", "fn", "sendoffsets", "recvoffsets", "algorithm",
+                 "opts", "result", "trivial", "out_counts")
+
+    def __init__(self, comm: MPI.Comm, x: np.ndarray, out: np.ndarray | None,
+                 counts: Sequence[int] | None, algorithm: str, opts: Options) -> None:
+        a = check_input(x)
+        p = comm.size
+        self.fn = lookup(ALLTOALL, algorithm, "algorithm")
+        self.x, self.out, self.a, self.algorithm, self.opts = x, out, a, algorithm, opts
+        self.out_counts = None
+        if counts is None:
+            if a.size % p:
+                raise ValueError(f"x has {a.size} elements, not a multiple of the {p} ranks; "
+                                 f"pass counts= for blocks of different sizes")
+            res = new_like(a) if out is None else check_out(out, a)
+            self.sendoffsets = [k * (a.size // p) for k in range(p + 1)]
+            self.recvoffsets = None  # the same blocks (blocks/__init__.py)
+            src = flat(a)
+            if res is a:  # in place: the algorithms read a copy
+                src = scratch("alltoall.inplace", a.size, src)
+                copy_into(flat(a), src)
+            self.src, self.dst = src, flat(res)
+            self.result = returned(x, out, res)
+            self.trivial = a.size == 0 or p == 1
+        else:
+            if algorithm in EQUAL_BLOCKS_ONLY:
+                raise ValueError(f"algorithm {algorithm!r} needs equal blocks (no counts=); "
+                                 f"valid with counts=: "
+                                 f"{', '.join(n for n in ALLTOALL if n not in EQUAL_BLOCKS_ONLY)}")
+            self.sendoffsets = _offsets(counts, a.size, p)
+            if out is not None:
+                o = check_input(out, "out")
+                if o is a or same_memory(o, a):
+                    raise ValueError("alltoall with counts= cannot work in place (the receive "
+                                     "counts may differ from the send counts); pass another out")
+                check_out(out, a, (o.size,))  # dtype, 1-D, writeable, no overlap
+            self.src, self.dst, self.recvoffsets, self.result = flat(a), None, None, None
+            self.trivial = p == 1
+
+    def signature(self) -> dict[str, Any]:
+        return {"count": self.src.size if self.dst is not None else "counts=",
+                "dtype": self.a.dtype, "algorithm": self.algorithm}
+
+    def run(self, ctx: Context | None) -> None:
+        if self.dst is not None:  # equal blocks
+            if self.trivial:
+                copy_into(self.src, self.dst)
+            else:
+                self.fn(self.src, self.dst, self.sendoffsets, None, ctx, self.opts)
+            return
+        # the v form: learn the receive counts (Horovod's received splits), then exchange
+        sent = np.diff(np.asarray(self.sendoffsets, dtype=np.int64))
+        if self.trivial:
+            got = sent
+        else:
+            got = np.empty_like(sent)
+            _bruck(sent, got, 1, ctx.comm, ctx.active)
+        total = int(got.sum())
+        if self.out is None:
+            res = new_like(self.a, (total,))
+        else:
+            res = check_out(self.out, self.a, (total,))
+        self.dst = flat(res)
+        if self.trivial:
+            copy_into(self.src, self.dst)
+        else:
+            self.recvoffsets = [0] + np.cumsum(got).tolist()
+            self.fn(self.src, self.dst, self.sendoffsets, self.recvoffsets, ctx, self.opts)
+        self.out_counts = got.tolist()
+        self.result = (returned(self.x, self.out, res), self.out_counts)
+
+
+class BarrierCall:
+    """A checked barrier: ``run(ctx)`` returns once every rank has entered."""
+
+    kind = "barrier"
+    __slots__ = ("fn", "algorithm", "opts", "result", "trivial")
+
+    def __init__(self, comm: MPI.Comm, algorithm: str, opts: Options) -> None:
+        self.fn = lookup(BARRIER, algorithm, "algorithm")
+        self.algorithm, self.opts, self.result = algorithm, opts, None
+        self.trivial = comm.size == 1
+
+    def signature(self) -> dict[str, Any]:
+        return {"algorithm": self.algorithm}
+
+    def run(self, ctx: Context | None) -> None:
+        if not self.trivial:
+            self.fn(ctx, self.opts)
+
+
+class GatherCall:
+    """A checked gather: ``run(ctx)`` concatenates every rank's block into ``result`` on
+    ``root`` (None elsewhere)."""
+
+    kind = "gather"
+    __slots__ = ("src", "dst", "root", "fn", "offsets", "algorithm", "opts", "result", "trivial")
+
+    def __init__(self, comm: MPI.Comm, x: np.ndarray, out: np.ndarray | None, root: int,
+                 counts: Sequence[int] | None, algorithm: str, opts: Options) -> None:
+        a = check_input(x)
+        self.root = r = _check_root(root, comm)
+        self.fn = lookup(GATHER, algorithm, "algorithm")
+        sizes = [a.size] * comm.size if counts is None else counts
+        self.offsets = offsets = _offsets(sizes, int(np.sum(sizes)), comm.size)
+        if int(offsets[comm.rank + 1] - offsets[comm.rank]) != a.size:
+            raise ValueError(f"counts[{comm.rank}] = {offsets[comm.rank + 1] - offsets[comm.rank]}"
+                             f" but x has {a.size} elements")
+        total = int(offsets[-1])
+        res = None
+        if comm.rank == r:
+            res = new_like(a, (total,)) if out is None else check_out(out, a, (total,))
+        self.src, self.dst = flat(a), None if res is None else flat(res)
+        self.algorithm, self.opts, self.result = algorithm, opts, returned(x, out, res)
+        self.trivial = total == 0 or comm.size == 1
+
+    def signature(self) -> dict[str, Any]:
+        return {"dtype": self.src.dtype, "root": self.root, "algorithm": self.algorithm,
+                "counts": tuple(np.diff(self.offsets).tolist())}
+
+    def run(self, ctx: Context | None) -> None:
+        if self.trivial:
+            if self.dst is not None:
+                copy_into(self.src, self.dst)
+            return
+        self.fn(self.src, self.dst, self.offsets, self.root, ctx, self.opts)
+
+
+class ScatterCall:
+    """A checked scatter: ``run(ctx)`` puts block ``rank`` of ``root``'s ``x`` into ``result``.
+    Off the root ``x`` is not read: None with ``out=`` (which gives the block's dtype and size),
+    or an array like the root's (its dtype and, without ``counts``, its size are used)."""
+
+    kind = "scatter"
+    __slots__ = ("src", "dst", "dtype", "root", "fn", "offsets", "algorithm", "opts", "result",
+                 "trivial")
+
+    def __init__(self, comm: MPI.Comm, x: np.ndarray | None, out: np.ndarray | None, root: int,
+                 counts: Sequence[int] | None, algorithm: str, opts: Options) -> None:
+        p, rank = comm.size, comm.rank
+        self.root = r = _check_root(root, comm)
+        self.fn = lookup(SCATTER, algorithm, "algorithm")
+        if rank == r or x is not None:
+            a = check_input(x)
+            if counts is None:
+                if a.size % p:
+                    raise ValueError(f"x has {a.size} elements, not a multiple of the {p} "
+                                     f"ranks; pass counts= for blocks of different sizes")
+                counts = [a.size // p] * p
+            total = a.size if rank == r else int(np.sum(counts))
+            self.offsets = offsets = _offsets(counts, total, p)
+            n = int(offsets[rank + 1] - offsets[rank])
+            res = new_like(a, (n,)) if out is None else check_out(out, a, (n,))
+            template = x
+        elif out is None:
+            raise ValueError("scatter: on a rank other than the root pass out= (an array of "
+                             "the block's size and dtype) or x (an array like the root's)")
+        else:
+            res = check_input(out, "out")
+            if counts is None:
+                counts = [res.size] * p
+            self.offsets = offsets = _offsets(counts, int(np.sum(counts)), p)
+            res = _out_block(out, int(offsets[rank + 1] - offsets[rank]))
+            template = out
+        self.src = flat(a) if rank == r else None
+        self.dst, self.dtype = flat(res), res.dtype
+        self.algorithm, self.opts = algorithm, opts
+        self.result = returned(template, out, res)
+        self.trivial = int(offsets[-1]) == 0 or p == 1
+
+    def signature(self) -> dict[str, Any]:
+        return {"dtype": self.dtype, "root": self.root, "algorithm": self.algorithm,
+                "counts": tuple(np.diff(self.offsets).tolist())}
+
+    def run(self, ctx: Context | None) -> None:
+        if self.trivial:
+            if self.src is not None:
+                copy_into(self.src[self.offsets[self.root]:self.offsets[self.root + 1]],
+                          self.dst)
+            return
+        self.fn(self.src, self.dst, self.offsets, self.root, ctx, self.opts)
+
+
 def allreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum",
               algorithm: str = "auto", comm: MPI.Comm | None = None,
               validate: bool | None = None, options: Options | None = None) -> np.ndarray:
@@ -366,3 +571,69 @@ def reduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum", 
     and None on every other rank, where ``out`` is ignored. ``algorithm``: "binomial" or "native".
     """
     return run_call(ReduceCall, comm, options, validate, x, out, op, root, algorithm).result
+
+
+def alltoall(x: np.ndarray, *, out: np.ndarray | None = None,
+             counts: Sequence[int] | None = None, algorithm: str = "auto",
+             comm: MPI.Comm | None = None, validate: bool | None = None,
+             options: Options | None = None) -> Any:
+    """Exchange blocks between all ranks: block ``j`` of this rank's ``x`` (flattened) becomes
+    block ``rank`` of rank ``j``'s result (``MPI_Alltoall``).
+
+    Without ``counts``, ``x.size`` must be a multiple of p, every rank passes the same size, and
+    the result has ``x``'s shape (for a C-ordered array whose first axis is a multiple of p the
+    blocks are slices along that axis, as in ``torch.distributed.all_to_all_single``);
+    ``out=x`` works in place.
+
+    With ``counts`` (the v form, ``MPI_Alltoallv``) ``counts[j]`` is how many elements of ``x``
+    go to rank ``j``: Horovod's ``splits``, the send splits. The receive counts are learned from
+    the other ranks (one small exchange first) and returned: the result is
+    ``(y, out_counts)``, ``y`` 1-D with the block from rank ``i`` at
+    ``sum(out_counts[:i])``, and ``out_counts`` a list of p ints, as Horovod returns its
+    ``received_splits``. ``out=`` must then be 1-D of ``sum(out_counts)`` elements (checked once
+    they are known); in place is not possible.
+
+    ``algorithm``: "auto" (Bruck for blocks up to 256 bytes, else pairwise), "pairwise", "bruck"
+    (equal blocks only) or "native" (:data:`collectives.ALLTOALL`).
+    """
+    return run_call(AlltoallCall, comm, options, validate, x, out, counts, algorithm).result
+
+
+def barrier(*, algorithm: str = "auto", comm: MPI.Comm | None = None,
+            options: Options | None = None) -> None:
+    """Return once every rank of ``comm`` has called ``barrier`` (``MPI_Barrier``).
+
+    ``algorithm``: "auto" (= "dissemination": ceil(log2 p) rounds of empty messages) or
+    "native" (:data:`collectives.BARRIER`). A failure on any rank ends it on every rank.
+    """
+    run_call(BarrierCall, comm, options, None, algorithm)
+
+
+def gather(x: np.ndarray, *, root: int = 0, out: np.ndarray | None = None,
+           counts: Sequence[int] | None = None, algorithm: str = "binomial",
+           comm: MPI.Comm | None = None, validate: bool | None = None,
+           options: Options | None = None) -> np.ndarray | None:
+    """Concatenate every rank's ``x`` (flattened), in rank order, on ``root`` (1-D result).
+
+    Returns the result on ``root`` and None elsewhere, where ``out`` is ignored. Without
+    ``counts`` every rank passes the same number of elements (``MPI_Gather``); with ``counts``
+    (one per rank, the same on every rank, ``counts[rank] == x.size``) blocks may differ
+    (``MPI_Gatherv``). ``algorithm``: "binomial" or "native" (:data:`collectives.GATHER`).
+    """
+    return run_call(GatherCall, comm, options, validate, x, out, root, counts, algorithm).result
+
+
+def scatter(x: np.ndarray | None, *, root: int = 0, out: np.ndarray | None = None,
+            counts: Sequence[int] | None = None, algorithm: str = "binomial",
+            comm: MPI.Comm | None = None, validate: bool | None = None,
+            options: Options | None = None) -> np.ndarray:
+    """Give every rank block ``rank`` of ``root``'s ``x`` (flattened; 1-D result).
+
+    On ``root``, ``x`` holds p blocks: equal ones without ``counts`` (``x.size`` a multiple of
+    p, ``MPI_Scatter``), ``counts[j]`` elements for rank ``j`` with it (``MPI_Scatterv``; the
+    same ``counts`` on every rank). Only the root's ``x`` is read, as in MPI: other ranks pass
+    ``x=None`` with ``out=`` (a 1-D array of their block's size and the root's dtype), or an
+    array of the root's dtype and size (a dummy, as mpi4py users often pass; never read).
+    ``algorithm``: "binomial" or "native" (:data:`collectives.SCATTER`).
+    """
+    return run_call(ScatterCall, comm, options, validate, x, out, root, counts, algorithm).result

@@ -12,6 +12,8 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import compress
 from helpers import DTYPES, parts, sample
@@ -188,3 +190,19 @@ def test_onebit_means_split_by_value():
     assert hdr.params["pos"] == pytest.approx(6.0 / 6) and hdr.params["neg"] == pytest.approx(-4.0 / 2)
     y = compress.get("onebit").decode(compress.get("onebit").encode(g))
     np.testing.assert_array_equal(y, np.where(g < 0, -2.0, 1.0).astype(np.float32))
+
+
+@given(data=st.data())
+@settings(max_examples=80, deadline=None)
+def test_radix_select_gives_the_kth_largest_key(data):
+    """The top-k kernels' selection (``_kernels.sparse.kth_largest``, a radix select) against a
+    sort: every key width, ties, extreme keys, k from 1 to n."""
+    from compress._kernels.sparse import kth_largest
+
+    dtype = data.draw(st.sampled_from([np.uint16, np.uint32, np.uint64]))
+    top = int(np.iinfo(dtype).max)
+    keys = np.array(data.draw(st.lists(st.one_of(st.sampled_from([0, 1, top, top - 1, 255, 256]),
+                                                 st.integers(0, top)),
+                                       min_size=1, max_size=300)), dtype=dtype)
+    k = data.draw(st.integers(1, keys.size))
+    assert kth_largest(keys, k) == np.sort(keys)[keys.size - k]

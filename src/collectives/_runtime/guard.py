@@ -573,7 +573,9 @@ def native_call(ctx: Any, name: str, args: tuple, fallback: Callable[[], None],
 
 #: the non-blocking form of each MPI collective that :func:`native_call` runs under a guard
 _NONBLOCKING = {"Allreduce": "Iallreduce", "Reduce_scatter": "Ireduce_scatter",
-                "Allgatherv": "Iallgatherv", "Bcast": "Ibcast", "Reduce": "Ireduce"}
+                "Allgatherv": "Iallgatherv", "Bcast": "Ibcast", "Reduce": "Ireduce",
+                "Alltoallv": "Ialltoallv", "Barrier": "Ibarrier", "Gatherv": "Igatherv",
+                "Scatterv": "Iscatterv"}
 
 
 @atexit.register

@@ -1,4 +1,4 @@
-"""Binomial-tree reduce and broadcast, pipelined in segments.
+"""Binomial-tree reduce and broadcast, pipelined in segments; binomial gather and scatter.
 
 The binomial tree works on ranks renumbered relative to the root, ``vrank = (rank - root) mod p``.
 Rank ``vrank`` has a ``parent`` at ``vrank - mask`` where ``mask`` is the lowest set bit of
@@ -15,6 +15,14 @@ work on segment k+1.
 Cost for n bytes in one segment: lg p alpha + n lg p beta (+ n lg p gamma for reduce). With
 ``nseg`` segments of size s: about (lg p + nseg - 1)(alpha + s beta), so large messages approach
 n beta per direction.
+
+Gather and scatter move blocks of any sizes (``MPI_Gatherv``/``MPI_Scatterv``) through the same
+tree, unsegmented, in a buffer ordered by vrank (``voffsets``: element offsets of the blocks of
+vranks 0 .. p-1), in which the subtree of ``vrank`` is one contiguous range. Gather: receive
+each child's subtree range, then send the whole own range to the parent. Scatter: receive the
+own range from the parent, then send each child its subtree's range, largest first. Cost for n
+bytes gathered in all: lg p alpha + (p - 1)/p n beta (the root receives all but its own block,
+in lg p messages of n/2, n/4, ... bytes).
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from .._runtime.ranks import nsegments, split
 from .._runtime.workspace import scratch
 from ..ops import Op
 
-__all__ = ["tree", "reduce", "bcast"]
+__all__ = ["tree", "subtree", "reduce", "bcast", "gather", "scatter"]
 
 
 def tree(vrank: int, p: int) -> tuple[int | None, list[int]]:
@@ -43,6 +51,13 @@ def tree(vrank: int, p: int) -> tuple[int | None, list[int]]:
         children.append(vrank + m)
         m <<= 1
     return parent, children
+
+
+def subtree(vrank: int, p: int) -> int:
+    """How many vranks the subtree of ``vrank`` holds (``vrank`` .. ``vrank + subtree - 1``)."""
+    if vrank == 0:
+        return p
+    return min(vrank & -vrank, p - vrank)
 
 
 def _topology(comm: MPI.Comm, root: int) -> tuple[int | None, list[int]]:
@@ -79,3 +94,33 @@ def bcast(buf: np.ndarray, root: int, comm: MPI.Comm, segment_bytes: int,
             recv(comm, part, parent, guard)
         for child in reversed(children):  # largest subtree first
             send(comm, part, child, guard)
+
+
+def gather(work: np.ndarray, voffsets: list[int], root: int, comm: MPI.Comm,
+           guard: Guard | None) -> None:
+    """Gather into ``work``, the range of this rank's subtree in vrank order (its own block
+    first, filled by the caller): on ``root`` every block, in vrank order."""
+    p = comm.size
+    vrank = (comm.rank - root) % p
+    parent, children = tree(vrank, p)
+    base = voffsets[vrank]
+    for c in children:  # each child's subtree range, smallest first
+        hi = voffsets[c + subtree(c, p)]
+        recv(comm, work[voffsets[c] - base:hi - base], (c + root) % p, guard)
+    if parent is not None:
+        send(comm, work, (parent + root) % p, guard)
+
+
+def scatter(work: np.ndarray, voffsets: list[int], root: int, comm: MPI.Comm,
+            guard: Guard | None) -> None:
+    """Scatter from ``work`` on ``root`` (every block, in vrank order): every rank ends with the
+    range of its subtree in ``work``, its own block first."""
+    p = comm.size
+    vrank = (comm.rank - root) % p
+    parent, children = tree(vrank, p)
+    base = voffsets[vrank]
+    if parent is not None:
+        recv(comm, work, (parent + root) % p, guard)
+    for c in reversed(children):  # largest subtree first
+        hi = voffsets[c + subtree(c, p)]
+        send(comm, work[voffsets[c] - base:hi - base], (c + root) % p, guard)

@@ -1,4 +1,5 @@
-"""The MPI library's own reduce-scatter, allgather, broadcast and reduce, as references.
+"""The MPI library's own reduce-scatter, allgather, broadcast, reduce, alltoall(v), barrier,
+gather(v) and scatter(v), as references.
 
 Same signatures as the hand-written blocks (``handwritten.py``), which replace them once a failure
 has retired native on the communicator (``_runtime/guard.py``); offsets are element offsets of each
@@ -24,9 +25,12 @@ from .._runtime.mpitypes import native_op, native_type
 from ..ops import Op
 from ..options import Options
 from .._runtime.workspace import scratch
-from .handwritten import binomial_bcast, binomial_reduce, ring_allgather, ring_reduce_scatter
+from .handwritten import (binomial_bcast, binomial_gather, binomial_reduce, binomial_scatter,
+                          dissemination_barrier, pairwise_alltoall, ring_allgather,
+                          ring_reduce_scatter)
 
-__all__ = ["reduce_scatter", "allgather", "bcast", "reduce"]
+__all__ = ["reduce_scatter", "allgather", "bcast", "reduce", "alltoall", "barrier", "gather",
+           "scatter"]
 
 
 def _landing(out: np.ndarray | None, ctx: Context) -> np.ndarray | None:
@@ -93,4 +97,55 @@ def reduce(src: np.ndarray, out: np.ndarray | None, op: Op, root: int, ctx: Cont
     recv = [land, dtype] if land is not None else None
     _land(native_call(ctx, "Reduce", ([src, dtype], recv, native_op(op, src.dtype), root),
                       lambda: binomial_reduce(src, out, op, root, ctx, opts),
+                      ("native.landing", land)), land, out)
+
+
+def _bytes(offsets: Sequence[int], size: int) -> tuple[list[int], list[int]]:
+    """Byte counts and displacements of the blocks at element ``offsets``."""
+    return ([(b - a) * size for a, b in zip(offsets[:-1], offsets[1:])],
+            [a * size for a in offsets[:-1]])
+
+
+def _counts(offsets: Sequence[int]) -> tuple:
+    return tuple(int(b - a) for a, b in zip(offsets[:-1], offsets[1:]))
+
+
+@_device.staged(0, 1)
+def alltoall(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],
+             recvoffsets: Sequence[int] | None, ctx: Context, opts: Options) -> None:
+    # equal blocks: the count must agree; the v form's receive counts were learned from the
+    # senders (api.AlltoallCall), so only the dtype can differ
+    _agreed(ctx, key("alltoall", src.size if recvoffsets is None else None, src.dtype))
+    size = src.itemsize
+    send = _bytes(sendoffsets, size)
+    recv = send if recvoffsets is None else _bytes(recvoffsets, size)
+    land = _landing(dst, ctx)
+    _land(native_call(ctx, "Alltoallv", ([src, send, MPI.BYTE], [land, recv, MPI.BYTE]),
+                      lambda: pairwise_alltoall(src, dst, sendoffsets, recvoffsets, ctx, opts),
+                      ("native.landing", land)), land, dst)
+
+
+def barrier(ctx: Context, opts: Options) -> None:
+    native_call(ctx, "Barrier", (), lambda: dissemination_barrier(ctx, opts))
+
+
+@_device.staged(0, 1)
+def gather(src: np.ndarray, out: np.ndarray | None, offsets: Sequence[int], root: int,
+           ctx: Context, opts: Options) -> None:
+    _agreed(ctx, key("gather", None, src.dtype, root=root, counts=_counts(offsets)))
+    land = _landing(out, ctx)
+    recv = None if land is None else [land, _bytes(offsets, out.itemsize), MPI.BYTE]
+    _land(native_call(ctx, "Gatherv", ([src, MPI.BYTE], recv, root),
+                      lambda: binomial_gather(src, out, offsets, root, ctx, opts),
+                      ("native.landing", land)), land, out)
+
+
+@_device.staged(0, 1)
+def scatter(src: np.ndarray | None, out: np.ndarray, offsets: Sequence[int], root: int,
+            ctx: Context, opts: Options) -> None:
+    _agreed(ctx, key("scatter", None, out.dtype, root=root, counts=_counts(offsets)))
+    land = _landing(out, ctx)
+    send = None if src is None else [src, _bytes(offsets, src.itemsize), MPI.BYTE]
+    _land(native_call(ctx, "Scatterv", (send, [land, MPI.BYTE], root),
+                      lambda: binomial_scatter(src, out, offsets, root, ctx, opts),
                       ("native.landing", land)), land, out)

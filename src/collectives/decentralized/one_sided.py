@@ -7,6 +7,13 @@ once, the arguments checked across ranks so that every rank raises the same erro
 one ``free()`` (collective; the windows freed, the RMA progress of the communicator released;
 a second ``free()`` does nothing), the context-manager protocol, and the check that raises
 ``ValueError`` on any use after ``free()``.
+
+An object never freed is freed with the communicator's private context: when the caller frees
+the communicator, at ``collectives.reset``, and before MPI finalizes (at exit or an explicit
+``MPI.Finalize()``: ``_runtime/context.py``). It waits in the context's cache of derived
+objects, which frees its values first; every rank made the objects in the same order, so every
+rank frees them in the same order. A window left open into ``MPI_Finalize`` made MPICH over
+UCX print warnings at exit ("destroying inuse region").
 """
 
 from __future__ import annotations
@@ -40,6 +47,9 @@ class OneSided:
         self.comm = ctx.comm
         self._windows: list[MPI.Win] | None = []
         rma_progress.hold(self.comm)
+        # freed with the context if not before (the module docstring)
+        self._ctx = ctx
+        ctx.cache[(OneSided, id(self))] = self
 
     def _window(self, nbytes: int, unit: int) -> MPI.Win:
         """A new window of ``nbytes`` on this rank (collective), freed by :meth:`free`."""
@@ -55,6 +65,8 @@ class OneSided:
         windows = self._windows
         if windows is None:
             return
+        if self._ctx.live:  # (the context's own free is iterating its cache otherwise)
+            self._ctx.cache.pop((OneSided, id(self)), None)
         if self.BARRIER_ON_FREE:
             self.comm.Barrier()
         self._windows = None

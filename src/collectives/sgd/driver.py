@@ -364,8 +364,10 @@ class Trainer:
         a = self.args
         ef = self.state is not None and self.state.error_feedback is not None
         mc = " + momentum correction" if a.momentum_correction else ""
-        return {"label": f"{a.codec}{'+ef' if ef else ''}{'+mc' if mc else ''}"
-                         f" {a.algorithm}" + (f" {a.sync}" if a.sync != "sync" else ""),
+        # a plot's legend: "dense ring", "topk+ef ring", "dense ring async"
+        codec = "dense" if a.codec == "none" else f"{a.codec}{'+ef' if ef else ''}"
+        return {"label": f"{codec}{'+mc' if mc else ''} {a.algorithm}"
+                         + (f" {a.sync}" if a.sync != "sync" else ""),
                 "world": self.world, "params": self.model.params.size, "steps": self.step,
                 "codec": a.codec + (" + error feedback" if ef else "") + mc,
                 "algorithm": a.algorithm, "sync": a.sync, "hidden": list(self.cfg.hidden),
@@ -443,8 +445,10 @@ def _outputs(t: Trainer, s: dict) -> None:
         os.replace(tmp, a.save_params)
     if a.log:
         report.write_log(a.log, t.history, s)
+        print(f"wrote {a.log}", flush=True)
     if a.plot:
         report.plot({s["label"]: t.history}, a.plot)
+        print(f"wrote {a.plot}", flush=True)
 
 
 def main(argv: list[str] | None = None, comm: MPI.Comm | None = None) -> int:

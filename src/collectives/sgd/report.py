@@ -17,7 +17,7 @@ import importlib.util
 import json
 import os
 import sys
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 __all__ = ["epoch_line", "final_report", "WRITERS", "write_log", "plot", "main"]
 
@@ -141,6 +141,17 @@ def write_log(path: str, records: Sequence[dict], summary: dict) -> None:
 
 def plot(runs: dict[str, Sequence[dict]], path: str) -> None:
     """Curves of every run in ``runs`` (label -> epoch records) into the PNG ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(runs)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def figure(runs: dict[str, Sequence[dict]]) -> Any:
+    """The matplotlib figure of :func:`plot`: loss and test accuracy by epoch, accuracy (and, for
+    decentralized runs, the replicas' consensus distance) by wall time from the start of
+    training; one curve per run, named by its label in the legend."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -166,11 +177,12 @@ def plot(runs: dict[str, Sequence[dict]], path: str) -> None:
         ax.set_xlabel(x)
         ax.set_ylabel(y)
         ax.grid(alpha=0.3)
+        if x == "wall time (s)":  # from the start of training, not from the first epoch's end
+            ax.set_xlim(left=0)
     axes[0].set_yscale("log")
     axes[1].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             log = json.load(f)
         runs[log["summary"].get("label") or os.path.basename(path)] = log["epochs"]
     plot(runs, argv[0])
+    print(f"wrote {argv[0]}")
     return 0
 
 

@@ -3,15 +3,17 @@
 ``import collectives.torch`` needs PyTorch (the ``torch`` extra); ``import collectives`` never
 imports it. What is here (see docs/pytorch.md, which has a table of Horovod's calls and ours):
 
-- :func:`init`, :func:`rank`, :func:`size`, :func:`local_rank`, :func:`local_size`: Horovod's
-  process functions.
+- Horovod's surface, so that a Horovod script runs with ``import collectives.torch as hvd``:
+  process functions (:mod:`.basics`), build questions (:mod:`.build`), tensor collectives with
+  handles, ``join`` and process sets (:mod:`.mpi_ops`, :mod:`.negotiation`,
+  :mod:`.process_sets`), ``start_timeline`` (:mod:`.timeline`).
 - :func:`DistributedOptimizer` wraps a ``torch.optim`` optimizer as Horovod's does: gradients are
   packed into fusion buckets by post-accumulate-grad hooks and each bucket's (compressed)
   allreduce starts on the progress engine during backward; ``step()`` waits, unpacks and steps.
 - :func:`DistributedNeighborAllreduceOptimizer` (BlueFog's name): each rank steps on its own
   gradients, then averages its parameters with its neighbors' in a graph (D-PSGD).
-- :func:`allreduce` (a new tensor) and :func:`allreduce_` (in place), :func:`broadcast_parameters`,
-  :func:`broadcast_optimizer_state`; :class:`Compression` holds Horovod's codec names.
+- :func:`broadcast_parameters`, :func:`broadcast_optimizer_state`; :class:`Compression` holds
+  Horovod's compressors (``Compression.fp16`` is the ``fp16`` codec inside the collectives).
 - :func:`comm_hook` with :class:`CommHookState` for ``DistributedDataParallel.register_comm_hook``,
   :func:`gossip_hook` with :class:`GossipHookState` (each bucket averaged with the graph
   neighbors' instead of allreduced), and :func:`init_process_group`, which sets up torch.distributed's gloo group from the MPI job.
@@ -23,18 +25,49 @@ except ImportError as _exc:  # pragma: no cover - exercised where torch is absen
     raise ImportError("collectives.torch needs PyTorch: pip install 'mpi-collectives[torch]' "
                       "(or pip install torch)") from _exc
 
-from ._common import Compression
-from .basics import (Average, Max, Min, Product, Sum, init, is_initialized, local_rank,
-                     local_size, rank, size)
+from ._common import Compression, Compressor
+from .basics import (Adasum, Average, Max, Min, Product, Sum, cross_rank, cross_size, init,
+                     is_homogeneous, is_initialized, local_rank, local_size, rank, shutdown, size)
+from .build import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled, mpi_built,
+                    mpi_enabled, mpi_threads_supported, nccl_built, rocm_built)
 from .ddp import CommHookState, comm_hook, init_process_group
 from .gossip_hook import GossipHookState, gossip_hook
-from .functions import allreduce, allreduce_, broadcast_optimizer_state, broadcast_parameters
+from .functions import broadcast_optimizer_state, broadcast_parameters
+from .mpi_ops import (HorovodInternalError, allgather, allgather_async, allgather_object,
+                      allreduce, allreduce_, allreduce_async, allreduce_async_, alltoall,
+                      alltoall_async, barrier, broadcast,
+                      broadcast_, broadcast_async, broadcast_async_, broadcast_object,
+                      grouped_allgather, grouped_allgather_async, grouped_allreduce,
+                      grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
+                      grouped_reducescatter, grouped_reducescatter_async, join, poll,
+                      reducescatter, reducescatter_async, sparse_allreduce_async, synchronize)
 from .neighbor import DistributedNeighborAllreduceOptimizer
 from .optimizer import DistributedOptimizer
+from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
+from .timeline import start_timeline, stop_timeline
 
-__all__ = ["init", "is_initialized", "rank", "size", "local_rank", "local_size", "Average", "Sum",
-           "Min", "Max", "Product",
-           "DistributedOptimizer", "DistributedNeighborAllreduceOptimizer", "allreduce", "allreduce_", "broadcast_parameters",
-           "broadcast_optimizer_state", "Compression", "comm_hook", "CommHookState",
-           "gossip_hook", "GossipHookState",
-           "init_process_group"]
+__all__ = [
+    # processes (Horovod's)
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "cross_rank", "cross_size", "is_homogeneous",
+    # how it was built (Horovod's questions, answered for collectives)
+    "mpi_built", "mpi_enabled", "mpi_threads_supported", "gloo_built", "gloo_enabled",
+    "nccl_built", "ccl_built", "ddl_built", "cuda_built", "rocm_built",
+    # ops and errors
+    "Average", "Sum", "Min", "Max", "Product", "Adasum", "HorovodInternalError",
+    # tensor collectives (Horovod's mpi_ops)
+    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
+    "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
+    "allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async",
+    "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
+    "reducescatter", "reducescatter_async", "grouped_reducescatter",
+    "grouped_reducescatter_async", "alltoall", "alltoall_async", "barrier",
+    "sparse_allreduce_async", "synchronize", "poll", "join", "broadcast_object",
+    "allgather_object",
+    # process sets
+    "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
+    # training
+    "DistributedOptimizer", "DistributedNeighborAllreduceOptimizer", "broadcast_parameters",
+    "broadcast_optimizer_state", "Compression", "Compressor", "start_timeline", "stop_timeline",
+    # DDP
+    "comm_hook", "CommHookState", "gossip_hook", "GossipHookState", "init_process_group"]

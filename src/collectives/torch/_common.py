@@ -17,21 +17,80 @@ from compress.protocols import LowRankSummable, Memory
 from ..engine import nonblocking
 from ..compressed.state import CompressionState
 
-__all__ = ["Compression", "codec_of", "make_state", "start", "low_rank", "state_tensors",
+__all__ = ["Compression", "Compressor", "NoneCompressor", "FP16Compressor", "codec_of", "make_state", "start", "low_rank", "state_tensors",
            "load_state_tensors"]
 
 
+class Compressor:
+    """Horovod's compressor interface: ``compress(tensor) -> (tensor, ctx)`` and
+    ``decompress(tensor, ctx) -> tensor``, static methods of a class that is passed itself
+    (``compression=Compression.fp16``). :attr:`spec` is the codec of ``compress`` that does the
+    same work inside the collectives (None: no codec)."""
+
+    spec: str | None = None
+
+    @staticmethod
+    def compress(tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        raise NotImplementedError
+
+    @staticmethod
+    def decompress(tensor: torch.Tensor, ctx: Any) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class NoneCompressor(Compressor):
+    """Sends tensors as they are."""
+
+    spec = None
+
+    @staticmethod
+    def compress(tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor: torch.Tensor, ctx: Any) -> torch.Tensor:
+        return tensor
+
+
+class FP16Compressor(Compressor):
+    """Floating-point tensors travel as float16 (round to nearest even, as the ``fp16`` codec
+    of ``compress`` that the collectives use for it); other dtypes as they are."""
+
+    spec = "fp16"
+
+    @staticmethod
+    def compress(tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        if tensor.dtype.is_floating_point:
+            return tensor.to(torch.float16), tensor.dtype
+        return tensor, tensor.dtype
+
+    @staticmethod
+    def decompress(tensor: torch.Tensor, ctx: Any) -> torch.Tensor:
+        return tensor if ctx is None or tensor.dtype == ctx else tensor.to(ctx)
+
+
 class Compression:
-    """Horovod's ``hvd.Compression``, as codec specs: ``compression=Compression.fp16`` is
-    ``codec="fp16"``, ``Compression.none`` no codec. Every codec of ``compress`` is a spec away:
+    """Horovod's ``hvd.Compression``: ``compression=Compression.fp16`` is ``codec="fp16"``,
+    ``Compression.none`` no codec. Every codec of ``compress`` is a spec away:
     ``codec="topk:ratio=0.01"``."""
 
-    none = None
-    fp16 = "fp16"
+    none = NoneCompressor
+    fp16 = FP16Compressor
+
+
+def _compressor(x: Any) -> type[Compressor] | None:
+    if isinstance(x, type) and issubclass(x, Compressor):
+        return x
+    return type(x) if isinstance(x, Compressor) else None
 
 
 def codec_of(codec: Any, compression: Any) -> Any:
     """The codec of a call given Horovod's ``compression=`` and/or our ``codec=``."""
+    ours = _compressor(compression)
+    if ours is not None and ours.spec is None and ours.compress is NoneCompressor.compress:
+        compression = None
+    elif ours is not None and ours.spec is not None:
+        compression = ours.spec
     if compression is None:
         return codec
     if codec is not None:

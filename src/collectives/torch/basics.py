@@ -1,4 +1,5 @@
-"""Horovod's process functions: ``init``, ``rank``, ``size``, ``local_rank``, ``local_size``.
+"""Horovod's process functions: ``init``, ``shutdown``, ``rank``, ``size``, ``local_rank``,
+``local_size``, ``cross_rank``, ``cross_size``, ``is_homogeneous``.
 
 A Horovod script ported to ``collectives.torch`` (``import collectives.torch as hvd``) keeps its
 first lines::
@@ -12,7 +13,9 @@ first lines::
 (``MPI.COMM_WORLD`` by default; Horovod's ``hvd.init(comm=...)`` takes one too) and finds this
 rank's place on its node, collectively: every rank of the communicator calls it, once, before
 the others. :func:`rank` and :func:`size` work without it (on ``MPI.COMM_WORLD``);
-:func:`local_rank` and :func:`local_size` need it, as Horovod's do.
+:func:`local_rank` and :func:`local_size` need it, as Horovod's do. ``cross_rank`` and
+``cross_size`` are Horovod's too: this rank's place among the ranks of the same local rank on
+every node (one per node on a homogeneous job), found by ``init`` with ``Split(local_rank)``.
 """
 
 from __future__ import annotations
@@ -24,14 +27,19 @@ from mpi4py import MPI
 from .._runtime.nodes import node_comm
 from .._runtime.validate import check_comm
 
-__all__ = ["init", "is_initialized", "rank", "size", "local_rank", "local_size", "default_comm",
-           "Average", "Sum", "Min", "Max", "Product"]
+__all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+           "cross_rank", "cross_size", "is_homogeneous", "default_comm", "on_shutdown",
+           "Average", "Sum", "Min", "Max", "Product", "Adasum"]
 
 #: Horovod's reduction constants, as the op names of ``collectives`` (``op=hvd.Average``).
 Average, Sum, Min, Max, Product = "avg", "sum", "min", "max", "prod"
+#: Horovod's Adasum: a name only, so that ``op=hvd.Adasum`` raises a clear error (not offered).
+Adasum = "adasum"
 
 _COMM: list[Any] = [None]            # init()'s communicator
-_LOCAL: list[tuple[int, int] | None] = [None]  # (local rank, local size) found by init()
+# what init() finds: (local rank, local size, cross rank, cross size, homogeneous)
+_LOCAL: list[tuple[int, int, int, int, bool] | None] = [None]
+_SHUTDOWN: list[Any] = []            # callbacks of shutdown() (the process sets' registry)
 
 
 def init(comm: Any = None) -> None:
@@ -41,9 +49,26 @@ def init(comm: Any = None) -> None:
     comm = MPI.COMM_WORLD if comm is None else comm
     check_comm("collectives.torch.init", comm)
     node = node_comm(comm, None)
-    _LOCAL[0] = (node.rank, node.size)
+    cross = comm.Split(node.rank, comm.rank)
+    sizes = set(comm.allgather(node.size))
+    _LOCAL[0] = (node.rank, node.size, cross.rank, cross.size, len(sizes) == 1)
     node.Free()
+    cross.Free()
     _COMM[0] = comm
+
+
+def on_shutdown(fn: Any) -> None:
+    """Call ``fn()`` at :func:`shutdown` (before the communicator is forgotten)."""
+    _SHUTDOWN.append(fn)
+
+
+def shutdown() -> None:
+    """Horovod's ``hvd.shutdown()``: forget :func:`init`'s communicator and the process sets
+    (``MPI.COMM_WORLD`` stays; MPI itself is finalised at exit). ``init()`` may follow."""
+    for fn in _SHUTDOWN:
+        fn()
+    _COMM[0] = None
+    _LOCAL[0] = None
 
 
 def is_initialized() -> bool:
@@ -67,7 +92,7 @@ def size() -> int:
     return default_comm().size
 
 
-def _local(what: str) -> tuple[int, int]:
+def _local(what: str) -> tuple[int, int, int, int, bool]:
     local = _LOCAL[0]
     if local is None:
         raise ValueError(f"collectives.torch.{what}() needs collectives.torch.init() first (it is "
@@ -84,3 +109,18 @@ def local_rank() -> int:
 def local_size() -> int:
     """How many ranks of :func:`default_comm` share this rank's node (after :func:`init`)."""
     return _local("local_size")[1]
+
+
+def cross_rank() -> int:
+    """This rank's rank among the ranks of the same local rank (one per node), after :func:`init`."""
+    return _local("cross_rank")[2]
+
+
+def cross_size() -> int:
+    """How many ranks have this rank's local rank (the number of nodes on a homogeneous job)."""
+    return _local("cross_size")[3]
+
+
+def is_homogeneous() -> bool:
+    """Whether every node runs the same number of ranks (after :func:`init`)."""
+    return _local("is_homogeneous")[4]

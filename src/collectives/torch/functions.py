@@ -1,4 +1,4 @@
-"""Horovod's helpers: broadcast a model's state and an optimizer's state, reduce a tensor in place.
+"""Horovod's helpers: broadcast a model's state and an optimizer's state; a compressed allreduce.
 
 ``broadcast_parameters`` sends each tensor of a ``state_dict`` (parameters and buffers) from the
 root with :func:`collectives.bcast` (binomial tree, pipelined): ``log2 p`` rounds per tensor.
@@ -16,11 +16,10 @@ import torch
 
 from .. import api
 from ..compressed.api import compressed_allreduce
-from ._common import codec_of, make_state
+from ._common import make_state
 from .basics import default_comm
-from .._runtime.context import Context
 
-__all__ = ["broadcast_parameters", "broadcast_optimizer_state", "allreduce", "allreduce_"]
+__all__ = ["broadcast_parameters", "broadcast_optimizer_state", "compressed_allreduce_"]
 
 
 def _tensors(params: Any) -> list[tuple[str, torch.Tensor]]:
@@ -72,61 +71,21 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root: int = 0,
     optimizer.load_state_dict(state)
 
 
-def allreduce_(tensor: torch.Tensor, *, op: str = "avg", algorithm: str = "auto",
-               codec: Any = None, error_feedback: bool | None = None, strategy: str = "auto",
-               key: Any = None, name: str | None = None, compression: Any = None,
-               comm: Any = None) -> torch.Tensor:
-    """Reduce ``tensor`` over all ranks in place (outside autograd); returns it.
+def compressed_allreduce_(tensor: torch.Tensor, *, op: str = "avg", algorithm: str = "auto",
+                          codec: Any = None, error_feedback: bool | None = None,
+                          strategy: str = "auto", key: Any = None, comm: Any = None) -> torch.Tensor:
+    """Reduce ``tensor`` over all ranks of ``comm`` in place (outside autograd), with
+    ``algorithm`` or compressed with ``codec``; returns it. The path of
+    :func:`collectives.torch.allreduce` with ``codec=``/``compression=``/``algorithm=``.
 
-    With ``codec`` (a spec, a codec or a ``CompressionState``; pass the same state object at
-    every call for error feedback) or Horovod's ``compression=Compression.fp16`` it is a
-    compressed allreduce ("avg" or "sum"). ``name`` is Horovod's: it names the tensor, and is
-    the compressed call's ``key`` when no key is given.
+    ``codec``: a spec, a codec or a ``CompressionState`` (pass the same state object at every
+    call for error feedback); the compressed call's ``key`` names the tensor's codec state.
     """
-    codec = codec_of(codec, compression)
     comm = default_comm() if comm is None else comm
     buf = tensor.detach()
     if codec is None:
         api.allreduce(buf, out=buf, op=op, algorithm=algorithm, comm=comm)
     else:
         compressed_allreduce(buf, make_state(codec, error_feedback, rank=comm.rank), out=buf, op=op,
-                             strategy=strategy, key=name if key is None else key,
-                             algorithm=algorithm, comm=comm)
+                             strategy=strategy, key=key, algorithm=algorithm, comm=comm)
     return tensor
-
-
-class _Allreduce(torch.autograd.Function):
-    """A dense sum or average over the ranks, differentiable: the gradient of every rank's input
-    is the same reduction of the output's gradients (Horovod's ``HorovodAllreduce``)."""
-
-    @staticmethod
-    def forward(ctx: Context, tensor: torch.Tensor, op: str, algorithm: str, comm: Any) -> torch.Tensor:
-        ctx.args = (op, algorithm, comm)
-        out = tensor.detach().clone(memory_format=torch.contiguous_format)
-        return allreduce_(out, op=op, algorithm=algorithm, comm=comm)
-
-    @staticmethod
-    def backward(ctx: Context, grad: torch.Tensor) -> tuple:
-        op, algorithm, comm = ctx.args
-        out = grad.detach().clone(memory_format=torch.contiguous_format)
-        return allreduce_(out, op=op, algorithm=algorithm, comm=comm), None, None, None
-
-
-def allreduce(tensor: torch.Tensor, *, op: str = "avg", algorithm: str = "auto",
-              codec: Any = None, error_feedback: bool | None = None, strategy: str = "auto",
-              key: Any = None, name: str | None = None, compression: Any = None,
-              comm: Any = None) -> torch.Tensor:
-    """Horovod's ``hvd.allreduce``: a new tensor holding ``tensor`` reduced over all ranks (by
-    default averaged); ``tensor`` is left as it is. Same arguments as :func:`allreduce_`.
-
-    A dense "sum" or "avg" is differentiable (the gradient flows back as the same reduction of
-    the output's gradients, as Horovod's); other ops and compressed reductions are not (their
-    result does not require grad).
-    """
-    codec = codec_of(codec, compression)
-    comm = default_comm() if comm is None else comm
-    if codec is None and op in ("sum", "avg") and tensor.requires_grad:
-        return _Allreduce.apply(tensor, op, algorithm, comm)
-    out = tensor.detach().clone(memory_format=torch.contiguous_format)
-    return allreduce_(out, op=op, algorithm=algorithm, codec=codec, error_feedback=error_feedback,
-                      strategy=strategy, key=key, name=name, comm=comm)

@@ -38,9 +38,11 @@ from collections import Counter
 from typing import Any, Iterable
 
 import torch
+from mpi4py import MPI
 
 from ._common import codec_of, load_state_tensors, low_rank, make_state, start, state_tensors
 from .basics import default_comm
+from .process_sets import comm_of, resolve
 
 __all__ = ["DistributedOptimizer", "PREFIX"]
 
@@ -71,6 +73,8 @@ class _Bucket:
         for p, s in zip(self.params, self.slices):
             if p.grad is None:
                 flat[s].zero_()
+            elif p.grad.is_sparse:  # sent dense (Horovod's sparse_as_dense), written back sparse
+                flat[s].copy_(p.grad.detach().to_dense().reshape(-1))
             else:
                 flat[s].copy_(p.grad.detach().reshape(-1))
 
@@ -79,6 +83,8 @@ class _Bucket:
         for p, s in zip(self.params, self.slices):
             if p.grad is None:
                 p.grad = flat[s].view_as(p).clone()
+            elif p.grad.is_sparse:
+                p.grad = flat[s].view_as(p).to_sparse_coo().coalesce()
             else:
                 p.grad.copy_(flat[s].view_as(p))
 
@@ -261,7 +267,9 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Ite
                          *, op: str = "avg", algorithm: str = "auto", codec: Any = None,
                          error_feedback: bool | None = None, strategy: str = "auto",
                          bucket_bytes: int = 25 * MiB, backward_passes_per_step: int = 1,
-                         compression: Any = None, comm: Any = None) -> torch.optim.Optimizer:
+                         compression: Any = None, comm: Any = None, process_set: Any = None,
+                         sparse_as_dense: bool = False,
+                         gradient_predivide_factor: float = 1.0) -> torch.optim.Optimizer:
     """Wrap ``optimizer`` so that ``step()`` uses gradients averaged over all ranks (Horovod's).
 
     Parameters
@@ -294,14 +302,30 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Ite
     compression
         Horovod's spelling: ``collectives.torch.Compression.fp16`` is ``codec="fp16"``,
         ``Compression.none`` no codec (give ``codec=`` or ``compression=``, not both).
-    comm
-        The communicator (default: :func:`collectives.torch.init`'s, else ``MPI.COMM_WORLD``).
+    comm, process_set
+        The communicator (default: :func:`collectives.torch.init`'s, else ``MPI.COMM_WORLD``),
+        or Horovod's process set (:func:`collectives.torch.add_process_set`) whose ranks
+        average their gradients.
+    sparse_as_dense
+        Horovod's: sparse gradients (``nn.Embedding(sparse=True)``) are always sent dense here
+        (there is no sparse allreduce) and written back sparse; True or False changes nothing.
+    gradient_predivide_factor
+        Horovod's: only 1.0 (Horovod splits the average into a division before and after the
+        sum; here the average is one division after it).
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                {k: v for k, v in _DistributedOptimizer.__dict__.items()
                 if k not in ("__dict__", "__weakref__")})
+    if gradient_predivide_factor != 1.0:
+        raise ValueError("gradient_predivide_factor other than 1.0 is not offered (the average "
+                         "is one division after the sum)")
+    if process_set is not None:  # ranks outside the set step on their own gradients
+        ps = resolve(process_set, comm)
+        comm = comm_of(ps) if ps.included() else MPI.COMM_SELF
+    if op == "adasum":  # Horovod's Adasum
+        raise RuntimeError("op=Adasum is not offered by collectives.torch; use Average or Sum")
     codec = codec_of(codec, compression)
     wrapped = cls(optimizer.param_groups, named_parameters, op, algorithm, codec, error_feedback,
                   strategy, bucket_bytes, backward_passes_per_step, comm)

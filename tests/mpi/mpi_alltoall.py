@@ -1,0 +1,275 @@
+"""alltoall(v), gather(v), scatter(v) and barrier against gather-and-compute references.
+
+Each test body loops over counts (0, 1, p-1, p+1 and a large odd one, :func:`counts_for`),
+dtypes and roots inside one rank-run, so that a world size costs one launch; every result is
+compared bitwise with what NumPy computes from every rank's input (``comm.allgather``).
+"""
+
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import collectives
+from reference import COVERING_FROM, counts_for, make_input
+
+try:
+    import ml_dtypes
+
+    BF16 = [np.dtype(ml_dtypes.bfloat16)]
+except ImportError:  # bfloat16 is then not tested here
+    BF16 = []
+
+DTYPES = [np.dtype(d) for d in ("float32", "float64", "int64", "float16")] + BF16
+#: the root sweeps take fewer dtypes: the trees move bytes, the dtype changes only their number
+ROOT_DTYPES = [np.dtype(np.float16), np.dtype(np.int64)] + BF16
+
+
+def _dtypes(p, k, dtypes=None):
+    """The dtypes of case ``k``: all of them below :data:`COVERING_FROM` ranks, two in turn from
+    there on (the blocks move bytes; more ranks than cores make every call slow)."""
+    dtypes = DTYPES if dtypes is None else dtypes
+    if p < COVERING_FROM:
+        return dtypes
+    return [dtypes[(2 * k) % len(dtypes)], dtypes[(2 * k + 1) % len(dtypes)]]
+
+
+def _data(count, dtype, rank, seed=0):
+    x = make_input(count, np.dtype(np.float32) if dtype in BF16 else dtype, "sum", rank, seed)
+    return x.astype(dtype)
+
+
+def _bits(a):
+    return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+
+
+def _uneven(total, p, seed):
+    """Uneven counts summing to total, some zero (the same on every rank for the same seed)."""
+    rng = np.random.default_rng([total, p, seed])
+    cuts = np.sort(rng.integers(0, total + 1, p - 1))
+    return np.diff(np.concatenate([[0], cuts, [total]])).astype(int).tolist()
+
+
+@pytest.mark.parametrize("algorithm", list(collectives.ALLTOALL))
+def test_alltoall(algorithm, comm):
+    p, r = comm.size, comm.rank
+    for k, block in enumerate(counts_for(p)):
+        for j, dtype in enumerate(_dtypes(p, k)):
+            x = _data(block * p, dtype, r, k)
+            xs = comm.allgather(x)
+            expected = np.concatenate([xs[i][r * block:(r + 1) * block] for i in range(p)])
+            inplace = (k + j) % 2 == 1
+            shaped = x.reshape(p, block)  # a 2-D array keeps its shape
+            y = collectives.alltoall(shaped, out=shaped if inplace else None,
+                                     algorithm=algorithm, comm=comm)
+            what = f"{algorithm} block={block} {dtype} inplace={inplace}"
+            assert y.shape == (p, block) and y.dtype == dtype, what
+            assert (y is shaped) == inplace, what
+            assert np.array_equal(_bits(y), _bits(expected)), what
+
+
+@pytest.mark.parametrize("algorithm", [a for a in collectives.ALLTOALL if a != "bruck"])
+def test_alltoallv(algorithm, comm):
+    """Horovod's splits: each rank gives its send counts, learns its receive counts."""
+    p, r = comm.size, comm.rank
+    for k, total in enumerate(counts_for(p)):
+        for dtype in _dtypes(p, k, DTYPES[::2] + DTYPES[3:4])[:2 if p < COVERING_FROM else 1]:
+            sends = [_uneven(total + i, p, k) for i in range(p)]  # row i: rank i's counts
+            x = _data(total + r, dtype, r, k)
+            xs = comm.allgather(x)
+            offs = [np.concatenate([[0], np.cumsum(row)]).astype(int) for row in sends]
+            expected = np.concatenate([xs[i][offs[i][r]:offs[i][r + 1]] for i in range(p)])
+            out = None
+            if k % 2:  # a caller's out of the right size
+                out = np.empty(sum(row[r] for row in sends), dtype)
+            y, got = collectives.alltoall(x, out=out, counts=sends[r], algorithm=algorithm,
+                                          comm=comm)
+            what = f"{algorithm} total={total} {dtype} counts={sends[r]}"
+            assert got == [row[r] for row in sends], what
+            assert out is None or y is out, what
+            assert y.shape == (sum(got),) and y.dtype == dtype, what
+            assert np.array_equal(_bits(y), _bits(expected)), what
+
+
+@pytest.mark.parametrize("algorithm", list(collectives.GATHER))
+@pytest.mark.parametrize("uneven", [False, True])
+def test_gather_every_root(algorithm, uneven, comm):
+    p, r = comm.size, comm.rank
+    for root in range(p):
+        for k, total in enumerate(counts_for(p)):
+            dtype = ROOT_DTYPES[(root + k) % len(ROOT_DTYPES)]
+            counts = _uneven(total, p, root) if uneven else [total // p] * p
+            x = _data(counts[r], dtype, r, k)
+            expected = np.concatenate(comm.allgather(x))
+            y = collectives.gather(x, root=root, counts=counts if uneven else None,
+                                   algorithm=algorithm, comm=comm)
+            what = f"{algorithm} root={root} counts={counts} {dtype}"
+            if r != root:
+                assert y is None, what
+                continue
+            assert y.shape == (sum(counts),) and y.dtype == dtype, what
+            assert np.array_equal(_bits(y), _bits(expected)), what
+
+
+@pytest.mark.parametrize("algorithm", list(collectives.SCATTER))
+@pytest.mark.parametrize("uneven", [False, True])
+def test_scatter_every_root(algorithm, uneven, comm):
+    """Off the root: x=None with out= on even cases, a dummy x of the root's size on odd."""
+    p, r = comm.size, comm.rank
+    for root in range(p):
+        for k, total in enumerate(counts_for(p)):
+            dtype = ROOT_DTYPES[(root + k) % len(ROOT_DTYPES)]
+            counts = _uneven(total, p, root) if uneven else [total // p] * p
+            full = _data(sum(counts), dtype, root, k)  # the root's x, known everywhere
+            offs = np.concatenate([[0], np.cumsum(counts)]).astype(int)
+            out = None
+            if r == root:
+                x = full
+            elif k % 2:
+                x = np.zeros(sum(counts), dtype)  # a dummy, never read
+            else:
+                x, out = None, np.empty(counts[r], dtype)
+            y = collectives.scatter(x, root=root, out=out, counts=counts if uneven else None,
+                                    algorithm=algorithm, comm=comm)
+            what = f"{algorithm} root={root} counts={counts} {dtype}"
+            assert out is None or y is out, what
+            assert y.shape == (counts[r],) and y.dtype == dtype, what
+            assert np.array_equal(_bits(y), _bits(full[offs[r]:offs[r + 1]])), what
+
+
+@pytest.mark.parametrize("algorithm", list(collectives.BARRIER))
+def test_barrier(algorithm, comm):
+    """No rank leaves before the last one arrives (ranks arrive 5 ms apart)."""
+    p, r = comm.size, comm.rank
+    collectives.barrier(algorithm=algorithm, comm=comm)
+    time.sleep(0.005 * r)
+    arrived = time.monotonic()
+    collectives.barrier(algorithm=algorithm, comm=comm)
+    left = time.monotonic()
+    times = comm.allgather((arrived, left))
+    assert min(t[1] for t in times) >= max(t[0] for t in times), times
+
+
+@pytest.mark.world_sizes(1, 2, 3)
+def test_tensors_and_bfloat16_keep_their_type():
+    torch = pytest.importorskip("torch")
+    comm = MPI.COMM_WORLD
+    p, r = comm.size, comm.rank
+    x = torch.arange(2 * p, dtype=torch.bfloat16) + 100 * r
+    y = collectives.alltoall(x)
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.bfloat16
+    expected = torch.cat([torch.arange(2 * r, 2 * r + 2, dtype=torch.bfloat16) + 100 * i
+                          for i in range(p)])
+    assert torch.equal(y, expected)
+    g = collectives.gather(x, root=0)
+    assert (g is None) == (r != 0) and (g is None or isinstance(g, torch.Tensor))
+
+
+# ---------------------------------------------------------------- errors: on every rank, no hang
+def _same_error_everywhere(call, kind, comm=MPI.COMM_WORLD):
+    with pytest.raises(kind) as info:
+        call()
+    messages = comm.allgather((type(info.value).__name__, str(info.value)))
+    assert all(m == messages[0] for m in messages), messages
+    return info.value
+
+
+LOCAL = {
+    "alltoall: not a multiple of p": lambda p: collectives.alltoall(np.ones(p + 1)),
+    "alltoall: bruck with counts": lambda p: collectives.alltoall(
+        np.ones(p), counts=[1] * p, algorithm="bruck"),
+    "alltoall: counts wrong sum": lambda p: collectives.alltoall(np.ones(p), counts=[2] * p),
+    "alltoall: counts in place": lambda p: (lambda a: collectives.alltoall(
+        a, out=a, counts=[1] * p))(np.ones(p)),
+    "alltoall: unknown algorithm": lambda p: collectives.alltoall(np.ones(p), algorithm="x"),
+    "gather: counts[rank] != x.size": lambda p: collectives.gather(np.ones(2), counts=[1] * p),
+    "gather: bad root": lambda p: collectives.gather(np.ones(2), root=p),
+    "scatter: no x nor out off the root": lambda p: collectives.scatter(
+        np.ones(p) if MPI.COMM_WORLD.rank == 0 else None),
+    "barrier: unknown algorithm": lambda p: collectives.barrier(algorithm="x"),
+}
+
+
+@pytest.mark.world_sizes(1, 2, 3)
+@pytest.mark.parametrize("case", list(LOCAL))
+def test_bad_arguments_raise_on_every_rank(case):
+    comm = MPI.COMM_WORLD
+    if comm.size == 1 and case.startswith(("scatter", "alltoall: not a")):
+        return  # the root alone: nothing missing; every size is a multiple of 1
+    # without validate: the rank with the bad argument raises it, every rank that waits for it
+    # is told (the guard); a rank that only sends (scatter's root) may finish first
+    try:
+        LOCAL[case](comm.size)
+        error = None
+    except (ValueError, collectives.CollectiveError) as exc:
+        error = exc
+    assert all(comm.allgather(error is not None)) or case.startswith("scatter"), case
+    assert any(comm.allgather(isinstance(error, ValueError))), case
+    error = _same_error_everywhere(lambda: _validated(LOCAL[case], comm.size), ValueError)
+    assert "invalid arguments on rank" in str(error)
+    _still_works()
+
+
+def _validated(call, p):
+    import os
+    os.environ["COLLECTIVES_VALIDATE"] = "1"
+    try:
+        return call(p)
+    finally:
+        del os.environ["COLLECTIVES_VALIDATE"]
+
+
+def _still_works(comm=MPI.COMM_WORLD):
+    x = np.arange(comm.size * 3, dtype=np.int64) + 1000 * comm.rank
+    for algorithm in collectives.ALLTOALL:
+        y = collectives.alltoall(x, algorithm=algorithm, comm=comm)
+        expected = np.concatenate([np.arange(3 * comm.rank, 3 * comm.rank + 3) + 1000 * i
+                                   for i in range(comm.size)])
+        assert np.array_equal(y, expected), algorithm
+
+
+@pytest.mark.world_sizes(2, 3)
+@pytest.mark.parametrize("name", ["alltoall", "alltoallv", "gather", "scatter"])
+@pytest.mark.parametrize("bad", ["dtype", "count"])
+def test_one_rank_differs(name, bad):
+    """One rank's dtype or count differs: with validate=True the same ValueError on every rank;
+    without, the exact-size receives of the hand-written algorithms, or native's signature
+    check, raise (every rank raises or is told), and the next call is right."""
+    comm = MPI.COMM_WORLD
+    p, last = comm.size, comm.rank == comm.size - 1
+    dtype = np.float32 if bad == "dtype" and last else np.float64
+    n = p * (3 if bad == "count" and last else 2)
+    x = np.ones(n, dtype)
+    calls = {
+        "alltoall": lambda **kw: collectives.alltoall(x, **kw),
+        "alltoallv": lambda **kw: collectives.alltoall(
+            x, counts=[n - (p - 1) * 2] + [2] * (p - 1), **kw),
+        "gather": lambda **kw: collectives.gather(x, **kw),
+        "scatter": lambda **kw: collectives.scatter(x, **kw),
+    }
+    if name == "alltoallv" and bad == "count":
+        return  # the v form learns its receive counts: a count cannot mismatch
+    error = _same_error_everywhere(lambda: calls[name](validate=True), ValueError)
+    assert "arguments differ across ranks" in str(error) or "invalid arguments" in str(error)
+    # without validate: the hand-written receives' exact sizes, native's signature check
+    for algorithm in ("pairwise" if name.startswith("alltoall") else "binomial", "native"):
+        try:
+            calls[name](algorithm=algorithm)
+            error = None
+        except (ValueError, collectives.CollectiveError) as exc:
+            error = exc
+        assert any(comm.allgather(error is not None)), (name, algorithm)
+    _still_works()
+
+
+@pytest.mark.world_sizes(2, 3)
+def test_out_of_the_wrong_size_in_the_v_form_raises_on_every_rank():
+    """The v form checks out= once the receive counts are known (after the first exchange):
+    the rank with the wrong out raises, and every other rank too (the guard)."""
+    comm = MPI.COMM_WORLD
+    p = comm.size
+    out = np.empty(p + (comm.rank == 0))
+    with pytest.raises((ValueError, collectives.CollectiveError)):
+        collectives.alltoall(np.ones(p), counts=[1] * p, out=out)
+    _still_works()
