@@ -16,6 +16,8 @@ round, so that load on a shared machine hits them alike. Reported: rank 0's medi
   ``COLLECTIVES_*`` environment variables (``Options.from_env``) each time;
 - ``send/recv(timeout)`` (``--timeout``): the same with ``Options(timeout=60)``, whose sends
   wait under the deadline too (``Isend`` and tests instead of ``MPI_Send``);
+- ``send_init/recv_init``: persistent forms (``collectives.send_init``, ``recv_init``),
+  checked once per size, then ``plan()`` per message;
 - ``sendrecv``, ``comm.Sendrecv``: both directions at once, one call per rank.
 
 ``--schemes`` times the ways a receiver can check count and dtype, written with bare mpi4py
@@ -85,6 +87,20 @@ def main() -> None:
                 "send/recv(options=)": lambda x, y: ours(x, y, given)}
     if args.timeout:
         variants["send/recv(timeout)"] = lambda x, y: ours(x, y, timed)
+    plans: dict = {}
+
+    def persistent(x, y):
+        if plans.get("key") is not x:  # a new size: the plans of its arrays, made once
+            plans.update(key=x, send=collectives.send_init(x, peer, options=given),
+                         recv=collectives.recv_init(y, peer, options=given))
+        if r == 0:
+            plans["send"]()
+            plans["recv"]()
+        else:
+            plans["recv"]()
+            plans["send"]()
+
+    variants["send_init/recv_init"] = persistent
     variants["comm.Sendrecv"] = lambda x, y: comm.Sendrecv(x, peer, recvbuf=y, source=peer)
     variants["sendrecv"] = lambda x, y: collectives.sendrecv(x, peer, y, peer)
     if args.schemes:

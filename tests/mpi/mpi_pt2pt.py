@@ -60,6 +60,32 @@ def test_ring(comm, dtype):
         assert np.array_equal(out.view(np.uint8), want.view(np.uint8)), (count, "isend/irecv")
 
 
+def test_persistent_plans_send_what_the_array_holds_at_each_call():
+    """send_init/recv_init check once; each plan() moves the array's current values, and a
+    receive plan reports a mismatch as recv does."""
+    comm = MPI.COMM_WORLD
+    r, p = comm.rank, comm.size
+    x, out = np.zeros(70_000, np.float32), np.empty(70_000, np.float32)
+    send = collectives.send_init(x, (r + 1) % p, tag=8, options=SHORT)
+    recv = collectives.recv_init(out, (r - 1) % p, tag=8, options=SHORT)
+    for step in range(3):
+        x[...] = 10 * step + r
+        if r == 0:
+            send()
+            assert recv() is out
+        else:
+            recv()
+            send()
+        assert np.all(out == 10 * step + (r - 1) % p)
+    if r == 0:
+        collectives.send(np.ones(3), 1 % p, tag=9)
+    if r == 1 % p:
+        with pytest.raises(ValueError, match="3 elements of float64"):
+            collectives.recv_init(np.empty(3, np.float32), 0, tag=9, options=SHORT)()
+    with pytest.raises(ValueError, match="dest must be"):
+        collectives.send_init(x, p)
+
+
 def test_tensors_and_shapes():
     """Tensors (bfloat16 and float32) and a 2-D Fortran-order array go as their bytes."""
     torch = pytest.importorskip("torch")

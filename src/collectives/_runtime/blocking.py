@@ -41,7 +41,7 @@ from .abort_mode import runner
 from .guard import mark_argument_error
 from .validate import check_comm, checked, checked_call, resolve, timeline_option
 
-__all__ = ["construct", "run_call", "run_local"]
+__all__ = ["construct", "prepare_local", "run_call", "run_local"]
 
 
 def run_call(cls: type, comm: MPI.Comm | None, options: Any, validate: bool | None,
@@ -81,18 +81,25 @@ def _checked_run(cls: type, comm: MPI.Comm, opts: Options, problem: TypeError | 
 def run_local(cls: type, comm: MPI.Comm | None, options: Any, *args: Any) -> Any:
     """Check and run ``cls(comm, *args, opts)`` on this rank alone (a point-to-point call: the
     module docstring): ``run(comm)`` gets the caller's communicator. Returns the call."""
+    call, comm = prepare_local(cls, comm, options, *args)
+    call.run(comm)
+    return call
+
+
+def prepare_local(cls: type, comm: MPI.Comm | None, options: Any,
+                  *args: Any) -> tuple[Any, MPI.Comm]:
+    """:func:`run_local`'s checks alone: ``(call, comm)``, for a persistent form that runs the
+    call again and again (``send_init``)."""
     comm = MPI.COMM_WORLD if comm is None else comm
     try:
         check_comm(cls.kind, comm)
         opts, problem = resolve(options)
         if problem is not None:
             raise problem
-        call = cls(comm, *args, opts)
+        return cls(comm, *args, opts), comm
     except Exception as exc:
         mark_argument_error(exc)
         raise
-    call.run(comm)
-    return call
 
 
 def construct(name: str, comm: MPI.Comm | None, options: Any,

@@ -1,4 +1,5 @@
-"""Point-to-point messages: ``send``, ``recv``, ``sendrecv``, ``isend``, ``irecv``.
+"""Point-to-point messages: ``send``, ``recv``, ``sendrecv``, ``isend``, ``irecv``, ``send_init``,
+``recv_init``.
 
 The conventions are mpi4py's buffer methods (``Comm.Send``, ``Comm.Recv``, ``Comm.Sendrecv``,
 ``Comm.Isend``, ``Comm.Irecv``): the caller's communicator, a rank, a tag, ``MPI.ANY_SOURCE``,
@@ -68,12 +69,12 @@ from mpi4py import MPI
 
 from .._runtime import device as _device
 from .._runtime.arrays import check_input, flat, writeable
-from .._runtime.blocking import run_local
+from .._runtime.blocking import prepare_local, run_local
 from .._runtime.guard import TESTS_BEFORE_YIELD
 from ..options import Options
 
-__all__ = ["send", "recv", "sendrecv", "isend", "irecv", "P2PRequest", "DTYPE_CODES", "CODES",
-           "SCAN_S"]
+__all__ = ["send", "recv", "sendrecv", "isend", "irecv", "send_init", "recv_init", "P2PRequest",
+           "P2PPlan", "DTYPE_CODES", "CODES", "SCAN_S"]
 
 #: The code of each dtype in a message's tag (``tag * CODES + code``), by name.
 DTYPE_CODES: dict[str, int] = {
@@ -223,6 +224,7 @@ class _Recv:
     def start(self, prepost: bool = True) -> "_Recv":
         """Post the receive straight into ``out`` (a large one, :data:`PREPOST_BYTES`, if
         ``prepost``), or nothing before the message has come (``test`` probes for it)."""
+        self.req, self.posted, self.tests, self.next_scan = None, False, 0, 0.0
         if prepost and self.out.nbytes >= PREPOST_BYTES and self.tag != MPI.ANY_TAG and \
                 self.source != MPI.PROC_NULL and _returns_errors(self.comm):
             self.posted = True
@@ -459,7 +461,7 @@ class RecvCall:
     def run(self, comm: MPI.Comm) -> None:
         # probed, then received (MPI_Mrecv): any mismatch leaves out as it was; posting it
         # first is no faster in a ping-pong (docs/pt2pt.md)
-        _complete([self.op.start(prepost=False)], self.kind, self.timeout)
+        _wait_one(self.op.start(prepost=False), self.kind, self.timeout, True)
 
 
 class SendrecvCall:
@@ -614,3 +616,37 @@ def irecv(out: Any, source: int, *, tag: int = 0, comm: MPI.Comm | None = None,
           options: Options | None = None, status: MPI.Status | None = None) -> P2PRequest:
     """Start receiving into ``out`` (:func:`recv`'s rules); ``wait()`` returns ``out``."""
     return run_local(_IrecvCall, comm, options, out, source, tag, status).result
+
+
+# -- persistent ------------------------------------------------------------------------------
+class P2PPlan:
+    """A send or receive checked once and run by each call (``send_init``, ``recv_init``, as
+    ``MPI_Send_init``/``MPI_Recv_init``): ``plan()`` sends ``x`` as it is then, or receives
+    into ``out`` and returns it, with the rules and the timeout of :func:`send` and
+    :func:`recv`. Nothing is checked again: the arrays must keep their memory (not be
+    resized or reallocated) while the plan is used."""
+
+    __slots__ = ("call", "comm")
+
+    def __init__(self, call: Any, comm: MPI.Comm) -> None:
+        self.call, self.comm = call, comm
+
+    def __call__(self) -> Any:
+        self.call.run(self.comm)
+        return self.call.result
+
+    def __repr__(self) -> str:
+        return f"<P2PPlan {self.call.kind}>"
+
+
+def send_init(x: Any, dest: int, *, tag: int = 0, comm: MPI.Comm | None = None,
+              options: Options | None = None) -> P2PPlan:
+    """A persistent :func:`send` of ``x`` to ``dest``: ``plan()`` sends it."""
+    return P2PPlan(*prepare_local(SendCall, comm, options, x, dest, tag))
+
+
+def recv_init(out: Any, source: int, *, tag: int = 0, comm: MPI.Comm | None = None,
+              options: Options | None = None, status: MPI.Status | None = None) -> P2PPlan:
+    """A persistent :func:`recv` into ``out`` from ``source``: ``plan()`` receives and returns
+    ``out``."""
+    return P2PPlan(*prepare_local(RecvCall, comm, options, out, source, tag, status))
