@@ -91,9 +91,10 @@ CODES = 16
 #: comes after its first :data:`_SCAN_AFTER` tests).
 SCAN_S = 1e-3
 _SCAN_AFTER = 16
-#: From this many bytes a receive of a given tag is posted straight into ``out`` before its
-#: message comes (a large message exchanged both ways at once, as ``sendrecv`` does, is much
-#: slower received after a probe: docs/pt2pt.md), where the communicator returns MPI's errors.
+#: From this many bytes a ``sendrecv``'s or ``irecv``'s receive of a given tag is posted straight
+#: into ``out`` before its message comes, where the communicator returns MPI's errors (on a
+#: loaded machine a large message exchanged both ways at once was much slower received after
+#: a probe: docs/pt2pt.md).
 PREPOST_BYTES = 64 << 10
 #: Under a deadline, seconds a wait naps between tests once it has tested a thousand times.
 _NAP_S = 50e-6
