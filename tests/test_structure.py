@@ -31,6 +31,7 @@ LAYERS = (
     ("collectives.algorithms",),
     ("collectives.compressed",),
     ("collectives.api",),
+    ("collectives.pt2pt", "collectives.mesh"),
     ("collectives.decentralized",),
     ("collectives.engine",),
     ("collectives.diagnostics",),

@@ -24,6 +24,9 @@ from .engine.nonblocking import (NeighborPlan, Plan, allreduce_init, iallgather,
                           ireduce_scatter,
                           neighbor_allreduce_init)
 from .decentralized import topology
+from .mesh.mesh import Mesh
+from .pt2pt.messages import (P2PPlan, P2PRequest, irecv, isend, recv, recv_init, send,
+                             send_init, sendrecv)
 from .ops import OPS
 from .options import Options
 from ._runtime.traffic import TRAFFIC
@@ -39,6 +42,9 @@ __all__ = [
     "iallreduce", "ireduce_scatter", "iallgather", "ibcast", "ireduce", "icompressed_allreduce",
     "neighbor_allreduce", "neighbor_allgather", "ineighbor_allreduce", "ineighbor_allgather",
     "topology",
+    "send", "recv", "sendrecv", "isend", "irecv", "P2PRequest", "send_init",
+    "recv_init", "P2PPlan",
+    "Mesh",
     "allreduce_init", "Plan", "neighbor_allreduce_init", "NeighborPlan", "Request", "waitall",
     "waitany", "testall", "StallWarning",
     "EngineError", "CollectiveError", "reset",

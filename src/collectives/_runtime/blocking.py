@@ -22,6 +22,11 @@ With one rank there is nobody to wait for: the call is checked and run in place,
 context. The objects that hold MPI resources across calls (the decentralized classes) are built
 by :func:`construct`: options the same way, their checks agreed across ranks. The non-blocking
 forms hand the same call classes to the progress engine (:mod:`collectives.engine.nonblocking`).
+
+Point-to-point calls (``collectives.send`` and the others, ``pt2pt/messages.py``) are not
+collective: :func:`run_local` runs them with the options resolved the same way and their checks
+marked the same way, but outside the guard (whose call numbers count collective calls) and
+without a context (whose making is collective); the call waits under ``Options.timeout`` itself.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from .abort_mode import runner
 from .guard import mark_argument_error
 from .validate import check_comm, checked, checked_call, resolve, timeline_option
 
-__all__ = ["construct", "run_call"]
+__all__ = ["construct", "prepare_local", "run_call", "run_local"]
 
 
 def run_call(cls: type, comm: MPI.Comm | None, options: Any, validate: bool | None,
@@ -71,6 +76,30 @@ def _checked_run(cls: type, comm: MPI.Comm, opts: Options, problem: TypeError | 
         by.call = call
     call.run(None if call.trivial else ctx)
     return call
+
+
+def run_local(cls: type, comm: MPI.Comm | None, options: Any, *args: Any) -> Any:
+    """Check and run ``cls(comm, *args, opts)`` on this rank alone (a point-to-point call: the
+    module docstring): ``run(comm)`` gets the caller's communicator. Returns the call."""
+    call, comm = prepare_local(cls, comm, options, *args)
+    call.run(comm)
+    return call
+
+
+def prepare_local(cls: type, comm: MPI.Comm | None, options: Any,
+                  *args: Any) -> tuple[Any, MPI.Comm]:
+    """:func:`run_local`'s checks alone: ``(call, comm)``, for a persistent form that runs the
+    call again and again (``send_init``)."""
+    comm = MPI.COMM_WORLD if comm is None else comm
+    try:
+        check_comm(cls.kind, comm)
+        opts, problem = resolve(options)
+        if problem is not None:
+            raise problem
+        return cls(comm, *args, opts), comm
+    except Exception as exc:
+        mark_argument_error(exc)
+        raise
 
 
 def construct(name: str, comm: MPI.Comm | None, options: Any,
