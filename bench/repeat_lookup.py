@@ -1,56 +1,46 @@
 """The remembered allreduce's own work per repeat: finding the entry and re-checking the arrays.
 
-``python bench/repeat_lookup.py --calls N [--in-place] [--torch]``
+``mpiexec -n 2 python bench/repeat_lookup.py --calls N [--in-place] [--torch]``
 
-Calls ``collectives.allreduce(x, out=...)`` ``N`` times with one remembered entry of 8 B of
-float32 in the library's cache of remembered calls (``collectives._runtime.repeats.REPEATS``)
-whose run is a no-op, so what is left is the public call's repeat path: the lookup (weak
-references, names), the options argument and the re-checks of what can change in place. No MPI
-call is made. ``--torch``: the arrays are PyTorch CPU tensors (the entry keeps views of their
-memory). Meant for counting instructions, which no other job on the machine moves, as the
-difference of two runs::
+Both ranks call ``collectives.allreduce(x, out=...)`` on 8 B of float32 until the call is
+remembered (the library's cache of remembered calls), then rank 0 takes the entry
+(:func:`collectives.diagnostics.probe.remembered`), makes its run a function that does nothing,
+and calls ``collectives.allreduce(x, out=...)`` ``N`` times: what is left is the public call's
+repeat path (the lookup: weak references and names; the options argument; the re-checks of what
+can change in place) and the failure guard is not entered. No MPI call is made in that loop;
+rank 1 waits at a barrier. ``--torch``: the arrays are PyTorch CPU tensors (the entry keeps
+views of their memory). Meant for counting instructions, which no other job on the machine
+moves, as the difference of two runs, rank 0 under callgrind (MPICH's ``mpiexec`` starts the
+two ranks with different commands, separated by ``:``)::
 
     export OPENBLAS_NUM_THREADS=1   # OpenBLAS's idle threads spin inside the count otherwise
     for n in 0 20000; do
-      valgrind --tool=callgrind --callgrind-out-file=/dev/null python bench/repeat_lookup.py \\
-          --calls $n [--in-place] [--torch] 2>&1 | grep Collected
+      mpiexec -n 1 valgrind --tool=callgrind --callgrind-out-file=/dev/null \\
+          python bench/repeat_lookup.py --calls $n [--in-place] [--torch] : \\
+          -n 1 python bench/repeat_lookup.py --calls $n [--in-place] [--torch] 2>&1 |
+        grep Collected
     done   # (second - first) / 20000: instructions per repeat
 
-Without valgrind it prints the mean time per repeat (a noisy machine moves it).
+Without valgrind it prints the mean time per repeat (a noisy machine moves it). (Until this
+version it made the entry by hand in one process, with private names of the library; the
+counts are of the same path.)
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-import types
 from typing import Any
 
 import numpy as np
+from mpi4py import MPI
 
 import collectives
-from collectives import api
-from collectives._runtime.arrays import check_input, flat
-from collectives._runtime.repeats import REPEATS, Repeat, kind_of
-from collectives.options import Options
+from collectives.diagnostics import probe
 
 
 def _nothing(*args: Any, **kwargs: Any) -> None:
     """The entry's run in the timed calls."""
-
-
-def _entry(x: Any, out: Any, run: Any) -> api._Repeat:
-    """A remembered blocking allreduce of ``x`` into ``out`` as ``api.allreduce`` makes one,
-    with ``run`` as its run (no context, no algorithm: nothing is sent)."""
-    src = flat(check_input(x))
-    dst = src if out is x else flat(check_input(out))
-    call = types.SimpleNamespace(src=x if src is x else src, dst=out if dst is out else dst,
-                                 opts=Options.from_env())
-    entry = api._Repeat.__new__(api._Repeat)
-    Repeat.__init__(entry, "allreduce", call, x, out, "sum", "auto", None, None,
-                    types.SimpleNamespace(live=True), kind_of(x), kind_of(out))
-    entry.run, entry.fn, entry.reduction, entry.what = run, None, None, None
-    return entry
 
 
 def main(argv: list[str] | None = None) -> float:
@@ -59,6 +49,9 @@ def main(argv: list[str] | None = None) -> float:
     ap.add_argument("--in-place", action="store_true", help="allreduce(x, out=x)")
     ap.add_argument("--torch", action="store_true", help="PyTorch CPU tensors")
     args = ap.parse_args(argv)
+    comm = MPI.COMM_WORLD
+    if comm.size < 2:
+        raise SystemExit("run it with mpiexec -n 2: with one rank no call is remembered")
     if args.torch:
         import torch
 
@@ -67,24 +60,28 @@ def main(argv: list[str] | None = None) -> float:
     else:
         x = np.ones(2, np.float32)
         out = x if args.in_place else np.ones(2, np.float32)
-    ran = []
-    entry = _entry(x, out, lambda *args, **kwargs: ran.append(1))  # one call: is it a repeat?
-    kept = REPEATS.recent
-    REPEATS.recent = [entry]
-    try:
+    for _ in range(3):  # the first call checks and remembers, the others repeat
+        collectives.allreduce(x, out=out)
+    comm.Barrier()
+    per_call = 0.0
+    if comm.rank == 0:
+        entry = probe.remembered(x, out)
+        if entry is None:
+            raise SystemExit("not remembered: the bench no longer matches the cache")
+        ran = []
+        entry.run = lambda *a, **k: ran.append(1)  # one call: is it a repeat?
         collectives.allreduce(x, out=out)
         if not ran:
-            raise SystemExit("not a repeat: the bench no longer matches api.allreduce")
+            raise SystemExit("not a repeat: the bench no longer matches collectives.allreduce")
         entry.run = _nothing
         allreduce = collectives.allreduce
         t0 = time.perf_counter()
         for _ in range(args.calls):
             allreduce(x, out=out)
         per_call = (time.perf_counter() - t0) / max(args.calls, 1)
-    finally:
-        REPEATS.recent = kept
-    print(f"{per_call * 1e9:.0f} ns per repeat ({'in place' if args.in_place else 'out of place'}"
-          f"{', torch' if args.torch else ''})")
+        how = "in place" if args.in_place else "out of place"
+        print(f"{per_call * 1e9:.0f} ns per repeat ({how}{', torch' if args.torch else ''})")
+    comm.Barrier()
     return per_call
 
 

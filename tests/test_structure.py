@@ -217,16 +217,11 @@ def test_no_private_names_across_packages():
     assert not found, "\n".join(found)
 
 
-#: The experiment script of ``bench/`` that still reaches a private internal directly: it
-#: counts the CPU instructions of a remembered call's own repeat path in one process, with no
-#: MPI (for callgrind, whose count no other job on the machine moves), so it makes an entry of
-#: the cache of remembered calls (``_runtime/repeats.py``) by hand and replaces its run with a
-#: no-op; no public or diagnostics entry offers that (it would be a test hook on every call's
-#: path). tests/test_bench.py runs it and holds what it reaches for in place. No other script
-#: may import a private module or name; new ones use public names and documented modules
-#: (``collectives.diagnostics.probe`` where a measurement needs a communicator's context;
-#: bench/call_lines.py leaves the algorithm out of its trace by the folder of its code).
-BENCH_INTERNALS = {"repeat_lookup.py"}
+#: The experiment scripts of ``bench/`` allowed to reach a private internal directly: none. They
+#: use public names and documented modules (``collectives.diagnostics.probe`` where a measurement
+#: needs a communicator's context or a remembered call; bench/call_lines.py leaves the algorithm
+#: out of its trace by the folder of its code).
+BENCH_INTERNALS: set[str] = set()
 
 
 def _bench_private(path: Path) -> list[str]:
