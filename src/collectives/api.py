@@ -76,6 +76,17 @@ def _offsets(counts: Sequence[int] | None, total: int, p: int) -> list[int]:
     return [0] + np.cumsum(sizes).tolist()
 
 
+def _gathered(comm: MPI.Comm, a: np.ndarray, counts: Sequence[int] | None) -> tuple[list[int], int]:
+    """The block offsets of an allgather or a gather (``a.size`` from every rank, or ``counts``,
+    whose entry for this rank must be ``a.size``) and their total."""
+    sizes = [a.size] * comm.size if counts is None else counts
+    offsets = _offsets(sizes, int(np.sum(sizes)), comm.size)
+    if int(offsets[comm.rank + 1] - offsets[comm.rank]) != a.size:
+        raise ValueError(f"counts[{comm.rank}] = {offsets[comm.rank + 1] - offsets[comm.rank]}"
+                         f" but x has {a.size} elements")
+    return offsets, int(offsets[-1])
+
+
 def _finish_avg(op: Op, result: np.ndarray, p: int) -> None:
     if op.average and p > 1:
         op.divide(result, p)
@@ -191,12 +202,7 @@ class AllgatherCall:
                  counts: Sequence[int] | None, algorithm: str, opts: Options) -> None:
         a = check_input(x)
         self.fn = lookup(ALLGATHER, algorithm, "algorithm")
-        sizes = [a.size] * comm.size if counts is None else counts
-        self.offsets = offsets = _offsets(sizes, int(np.sum(sizes)), comm.size)
-        if int(offsets[comm.rank + 1] - offsets[comm.rank]) != a.size:
-            raise ValueError(f"counts[{comm.rank}] = {offsets[comm.rank + 1] - offsets[comm.rank]}"
-                             f" but x has {a.size} elements")
-        total = int(offsets[-1])
+        self.offsets, total = _gathered(comm, a, counts)
         res = new_like(a, (total,)) if out is None else check_out(out, a, (total,))
         self.src, self.dst, self.algorithm, self.opts = flat(a), flat(res), algorithm, opts
         self.result = returned(x, out, res)
@@ -392,12 +398,7 @@ class GatherCall:
         a = check_input(x)
         self.root = r = _check_root(root, comm)
         self.fn = lookup(GATHER, algorithm, "algorithm")
-        sizes = [a.size] * comm.size if counts is None else counts
-        self.offsets = offsets = _offsets(sizes, int(np.sum(sizes)), comm.size)
-        if int(offsets[comm.rank + 1] - offsets[comm.rank]) != a.size:
-            raise ValueError(f"counts[{comm.rank}] = {offsets[comm.rank + 1] - offsets[comm.rank]}"
-                             f" but x has {a.size} elements")
-        total = int(offsets[-1])
+        self.offsets, total = _gathered(comm, a, counts)
         res = None
         if comm.rank == r:
             res = new_like(a, (total,)) if out is None else check_out(out, a, (total,))

@@ -77,13 +77,19 @@ def vrank_offsets(offsets: Sequence[int], root: int) -> list[int]:
                                                           for a in offsets[1:root + 1]]
 
 
-def binomial_gather(src: np.ndarray, out: np.ndarray | None, offsets: Sequence[int], root: int,
-                    ctx: Context, opts: Options) -> None:
+def _tree(offsets: Sequence[int], root: int, ctx: Context) -> tuple:
+    """``(comm, p, vrank, voffsets, children)`` of this rank in the binomial tree rooted at
+    ``root`` that a gather or a scatter of blocks at ``offsets`` runs on."""
     comm = ctx.comm
     p = comm.size
     vrank = (comm.rank - root) % p
-    voffsets = vrank_offsets(offsets, root)
     _, children = binomial.tree(vrank, p)
+    return comm, p, vrank, vrank_offsets(offsets, root), children
+
+
+def binomial_gather(src: np.ndarray, out: np.ndarray | None, offsets: Sequence[int], root: int,
+                    ctx: Context, opts: Options) -> None:
+    comm, p, vrank, voffsets, children = _tree(offsets, root, ctx)
     if out is not None and root == 0:
         work = out  # vrank order is rank order
     elif not children:
@@ -102,11 +108,7 @@ def binomial_gather(src: np.ndarray, out: np.ndarray | None, offsets: Sequence[i
 
 def binomial_scatter(src: np.ndarray | None, out: np.ndarray, offsets: Sequence[int], root: int,
                      ctx: Context, opts: Options) -> None:
-    comm = ctx.comm
-    p = comm.size
-    vrank = (comm.rank - root) % p
-    voffsets = vrank_offsets(offsets, root)
-    _, children = binomial.tree(vrank, p)
+    comm, p, vrank, voffsets, children = _tree(offsets, root, ctx)
     if src is not None:  # the root: its blocks in vrank order
         if root == 0:
             work = src

@@ -390,13 +390,7 @@ def _complete(ops: list[Any], kind: str, timeout: float | None, abandon: bool = 
         if not left:
             break
         spins += 1
-        if spins <= TESTS_BEFORE_YIELD:  # a core per rank: a few tests before yielding
-            continue
-        if deadline is None or spins <= _SPINS:
-            _yield()
-            continue
-        time.sleep(_NAP_S)
-        if time.monotonic() > deadline:
+        if _past(spins, deadline):
             if abandon:
                 for op in left:
                     op.abandon()
@@ -414,17 +408,24 @@ def _wait_one(op: Any, kind: str, timeout: float | None, abandon: bool) -> None:
     spins = 0
     while not op.test():
         spins += 1
-        if spins <= TESTS_BEFORE_YIELD:
-            continue
-        if deadline is None or spins <= _SPINS:
-            _yield()
-            continue
-        time.sleep(_NAP_S)
-        if time.monotonic() > deadline:
+        if _past(spins, deadline):
             if abandon:
                 op.abandon()
             raise TimeoutError(f"{kind}: timed out after {timeout:g} s (Options.timeout): "
                                + op.waiting())
+
+
+def _past(spins: int, deadline: float | None) -> bool:
+    """Between two rounds of tests of a wait: nothing for the first few (a core per rank), then
+    yield the processor, and past :data:`_SPINS` rounds (with a deadline only) sleep a little;
+    True once the deadline has passed."""
+    if spins <= TESTS_BEFORE_YIELD:
+        return False
+    if deadline is None or spins <= _SPINS:
+        _yield()
+        return False
+    time.sleep(_NAP_S)
+    return time.monotonic() > deadline
 
 
 # -- the call classes ----------------------------------------------------------------------------

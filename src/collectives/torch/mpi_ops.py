@@ -137,6 +137,21 @@ def _claim(name: str | None, ps: ProcessSet) -> Any:
 
 
 # ---------------------------------------------------------------------------- helpers
+def _negotiated(kind: str, tensors: Sequence[torch.Tensor], params: tuple, name: str | None,
+                process_set: ProcessSet | None, comm: Any) -> tuple[Any, Any]:
+    """The start of a call of ``kind`` on ``tensors``: its set resolved, its ``name`` claimed and
+    the call negotiated with the set's other ranks (the name released if that raises). Returns
+    the name's key and the set's communicator."""
+    ps = resolve(process_set, comm)
+    key = _claim(name, ps)
+    try:
+        negotiate(control_of(ps), kind, tuple(_meta(t) for t in tensors), params)
+    except BaseException:
+        _NAMES.discard(key)
+        raise
+    return key, comm_of(ps)
+
+
 def _op(average: bool | None, op: str | None) -> str:
     if average is not None and op is not None:
         raise ValueError("pass average= (Horovod's old spelling) or op=, not both")
@@ -183,15 +198,8 @@ def _allreduce_start(tensors: Sequence[torch.Tensor], inplace: bool, average: bo
                      name: str | None, op: str | None, prescale: float, postscale: float,
                      process_set: ProcessSet | None, comm: Any) -> _Pending:
     op = _op(average, op)
-    ps = resolve(process_set, comm)
-    key = _claim(name, ps)
-    try:
-        negotiate(control_of(ps), "allreduce", tuple(_meta(t) for t in tensors),
-                  (op, float(prescale), float(postscale)))
-    except BaseException:
-        _NAMES.discard(key)
-        raise
-    c = comm_of(ps)
+    key, c = _negotiated("allreduce", tensors, (op, float(prescale), float(postscale)), name,
+                         process_set, comm)
     bufs = [_buffer(t, not inplace) for t in tensors]
     requests = _reduce(bufs, op, prescale, c)
     post = postscale / c.size if op == "avg" else postscale
@@ -286,21 +294,18 @@ def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: bool | None = N
 def allreduce_async(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
                     op: str | None = None, prescale_factor: float = 1.0,
                     postscale_factor: float = 1.0, process_set: ProcessSet | None = None, *,
-                    comm: Any = None) -> int:
-    """Start reducing ``tensor`` into a new tensor; a handle (``synchronize`` returns it)."""
-    pending = _allreduce_start([tensor], False, average, name, op, prescale_factor,
+                    comm: Any = None, _inplace: bool = False) -> int:
+    """Start reducing ``tensor`` into a new tensor; a handle (``synchronize`` returns it).
+    (``_inplace``: :func:`allreduce_async_`'s.)"""
+    pending = _allreduce_start([tensor], _inplace, average, name, op, prescale_factor,
                                postscale_factor, process_set, comm)
     return _handle(_Pending(pending.requests, lambda: pending.finish()[0], pending.name))
 
 
-def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
-                     op: str | None = None, prescale_factor: float = 1.0,
-                     postscale_factor: float = 1.0, process_set: ProcessSet | None = None, *,
-                     comm: Any = None) -> int:
-    """Start reducing ``tensor`` in place; a handle (``synchronize`` returns ``tensor``)."""
-    pending = _allreduce_start([tensor], True, average, name, op, prescale_factor,
-                               postscale_factor, process_set, comm)
-    return _handle(_Pending(pending.requests, lambda: pending.finish()[0], pending.name))
+def allreduce_async_(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> int:
+    """Start reducing ``tensor`` in place: :func:`allreduce_async`'s arguments (Horovod's), a
+    handle (``synchronize`` returns ``tensor``)."""
+    return allreduce_async(tensor, *args, _inplace=True, **kwargs)
 
 
 def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
@@ -532,15 +537,8 @@ def _reducescatter_start(tensors: Sequence[torch.Tensor], name: str | None, op: 
         if t.dim() == 0:
             raise ValueError("reducescatter needs tensors of at least one dimension (it splits "
                              "the first), got a scalar")
-    ps = resolve(process_set, comm)
-    key = _claim(name, ps)
-    try:
-        negotiate(control_of(ps), "reducescatter", tuple(_meta(t) for t in tensors),
-                  (op, float(prescale), float(postscale)))
-    except BaseException:
-        _NAMES.discard(key)
-        raise
-    c = comm_of(ps)
+    key, c = _negotiated("reducescatter", tensors, (op, float(prescale), float(postscale)),
+                         name, process_set, comm)
     p, me = c.size, c.rank
     requests, outs = [], []
     for t in tensors:
