@@ -86,6 +86,39 @@ def test_native_mismatch_raises_on_every_rank(name, field, odd_rank):
     _native_still_works()
 
 
+#: the same calls through the progress engine (the non-blocking forms), waited for at once
+ICALLS = {
+    "allreduce": lambda x, out, **kw: collectives.iallreduce(x, out=out, **kw).wait(),
+    "reduce_scatter": lambda x, out, **kw: collectives.ireduce_scatter(x, **kw).wait(),
+    "allgather": lambda x, out, **kw: collectives.iallgather(x, **kw).wait(),
+    "bcast": lambda x, out, **kw: collectives.ibcast(x, **kw).wait(),
+    "reduce": lambda x, out, **kw: collectives.ireduce(x, out=out, **kw).wait(),
+}
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("name,field", [c for c in CASES if c[1] in ("count", "dtype")])
+def test_native_mismatch_raises_on_every_rank_through_the_engine(name, field):
+    """The non-blocking forms' native operations run on the engine's context, which has a
+    control communicator of its own for the signature check: a count or dtype that differs is
+    the same ValueError on every rank there too (it was a silent wrong answer: rank 0's 10
+    elements summed with rank 1's first 10 of 11), nothing written. (An engine whose operation
+    failed refuses later ones on its communicator: the test uses one of its own.)"""
+    comm = MPI.COMM_WORLD.Dup()
+    p = comm.size
+    count, dtype, op, root = _arguments(field, comm.rank == p - 1, p)
+    x = np.ones(count, dtype)
+    out = np.full(count, SENTINEL, dtype)
+    with pytest.raises(ValueError, match=rf"^{name}: arguments differ across ranks") as info:
+        ICALLS[name](x, out, algorithm="native", comm=comm)
+    messages = comm.allgather(str(info.value))
+    assert all(m == messages[0] for m in messages), "ranks raised different errors"
+    assert (out == SENTINEL).all() and (x == 1).all(), (out, x)
+    comm.Free()
+    same = collectives.iallreduce(np.full(3, 1.0), algorithm="native").wait()  # agreed: runs
+    assert np.array_equal(same, np.full(3, float(p)))
+
+
 def _native_still_works(comm=MPI.COMM_WORLD):
     """Right answers from every native collective after the error; native was not retired (an
     error every rank reached together sends no notice)."""

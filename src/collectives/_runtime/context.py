@@ -35,7 +35,8 @@ __all__ = ["Context", "context", "reset"]
 class Context:
     """Private duplicate of a communicator plus a cache of derived objects."""
 
-    def __init__(self, comm: MPI.Comm, dup: bool = True, timeout: float | None = None) -> None:
+    def __init__(self, comm: MPI.Comm, dup: bool = True, timeout: float | None = None,
+                 control: MPI.Comm | None = None) -> None:
         _release.progress()  # free the released communicators that can be freed by now
         self.comm: MPI.Comm = _duplicate(comm, timeout) if dup else comm
         if dup:  # a size mismatch must raise (MPI_ERR_TRUNCATE), not end the job
@@ -45,8 +46,10 @@ class Context:
         self.native_comm: MPI.Comm = self.comm.Dup() if dup else comm
         #: where the ranks agree on a native operation's signature before it runs
         #: (:mod:`.agree`): nothing else runs there, so a check left behind by a failure can
-        #: never pair with another collective; None (no check) without a duplicate of our own
-        self.control_comm: MPI.Comm | None = self.comm.Dup() if dup else None
+        #: never pair with another collective; without a duplicate of our own, the one the
+        #: maker gives (``control``: the progress engine's), which this context then frees,
+        #: else None (no check: hierarchical's cross-node contexts)
+        self.control_comm: MPI.Comm | None = self.comm.Dup() if dup else control
         #: the signature of a native operation that every rank agreed on last (:mod:`.agree`)
         self.agreed: tuple | None = None
         self._owned = dup
@@ -86,6 +89,9 @@ class Context:
             self.native_comm.Free()
             self.control_comm.Free()
             _release.release(self.comm, self._guard)
+        elif self.control_comm is not None:  # the maker's, given to this context to free
+            self.control_comm.Free()
+            self.control_comm = None
 
 
 #: the communicators holding a context (in their slots), in the order the contexts were made

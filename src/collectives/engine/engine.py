@@ -92,13 +92,17 @@ class Engine:
         data, data_ready = comm.Idup()
         control, control_ready = comm.Idup()
         named, named_ready = comm.Idup()
-        self._setup = [data_ready, control_ready, named_ready]
+        # where native operations run by the engine agree on their signatures (_runtime/agree.py)
+        check, check_ready = comm.Idup()
+        named_check, named_check_ready = comm.Idup()
+        self._setup = [data_ready, control_ready, named_ready, check_ready, named_check_ready]
         self.setup_done = threading.Event()
         self.setup_error: BaseException | None = None
         self.waiter = Waiter(self._serve)
-        self.named = NamedStream(self.label, self.rank, self.size, named, self.waiter)
+        self.named = NamedStream(self.label, self.rank, self.size, named, self.waiter,
+                                 named_check)
         self.comm = adopt(data, self.waiter)
-        self.ctx = Context(self.comm, dup=False)
+        self.ctx = Context(self.comm, dup=False, control=check)
         self.control = Control(control, self.status)
         self.ready = False
         self.closed = False
