@@ -226,3 +226,18 @@ def test_a_repeat_after_a_mismatch_is_checked_again():
     collectives.allreduce(x, out=y, algorithm="native")
     assert (y == comm.size).all(), y
     assert context(comm).agreed is not None
+
+
+@pytest.mark.world_sizes(4, 5)
+def test_hierarchical_native_across_nodes_with_other_counts_raises_on_every_rank():
+    """hierarchical with native between nodes: emulated nodes of two ranks whose ranks pass
+    10 and 11 elements. The node leaders' native allreduce across nodes checks its signature on
+    the cross-node context's control communicator: a ValueError on every rank, the ranks that
+    did not take part in that check told by the guard (they ran a position whose blocks agreed;
+    before, ranks 2 and 3 got a wrong element, silently)."""
+    comm = MPI.COMM_WORLD.Dup()
+    x = np.ones(10 if comm.rank < 2 else 11, np.float32)
+    options = collectives.Options(node_size=2, inter_algorithm="native", timeout=10 * TIMEOUT_S)
+    with pytest.raises(ValueError, match="arguments differ across ranks"):
+        collectives.allreduce(x, algorithm="hierarchical", comm=comm, options=options)
+    comm.Free()

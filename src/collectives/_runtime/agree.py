@@ -106,8 +106,13 @@ def agree(ctx: Context, sig: tuple) -> None:
         return
     everyone = control.allgather(_fields(sig))  # every rank saw the same maxima
     error = verdict(everyone[0]["collective"], [(s, None) for s in everyone])
-    raise error if error is not None else ValueError(  # pragma: no cover - a hash collision
-        f"{sig[0]}: arguments differ across ranks (their hashes differ)")
+    if error is None:  # pragma: no cover - a hash collision
+        raise ValueError(f"{sig[0]}: arguments differ across ranks (their hashes differ)")
+    if guard is not None and guard.size != control.size:
+        # checked on a part of the call's ranks only (hierarchical's cross-node ranks): raised
+        # as this rank's own error, which the guard tells the call's other ranks
+        raise type(error).__bases__[-1](str(error))
+    raise error
 
 
 def _nothing() -> None:

@@ -67,6 +67,8 @@ class Layout:
     def free(self) -> None:
         if self.team is not None:
             self.team.free()
+        if self.cross is not None:  # its control communicator (native's signature check)
+            self.cross.free()
         for comm in (self.node, self.holders) + ((self.cross.comm,) if self.cross else ()):
             if comm != MPI.COMM_NULL:
                 comm.Free()
@@ -87,7 +89,10 @@ def layout(comm: MPI.Comm, node_size: int | None, ctx: Context | None = None,
         buffers = registry(ctx)  # collective over comm: on every rank, before the teams
         if node.size > 1:
             team = Team(node, shm_segment_bytes, buffers, touch)
-    return Layout(node, m, holders, Context(cross, dup=False) if local < m else None, team)
+    # the cross-node context checks a native operation's signature on a control communicator
+    # of its own (_runtime/agree.py): nodes whose ranks pass other counts raise on every rank
+    cross_ctx = Context(cross, dup=False, control=cross.Dup()) if local < m else None
+    return Layout(node, m, holders, cross_ctx, team)
 
 
 def prepare(ctx: Context, opts: Options) -> None:
