@@ -77,16 +77,16 @@ class SyncBatchNorm(_BatchNorm):
             self.num_batches_tracked.add_(1)
             factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else factor
         batch_stats = self.training or (self.running_mean is None and self.running_var is None)
-        # running statistics are updated in training only (torch passes None otherwise)
+        # torch's rule: running statistics are used in eval mode, updated in training unless
+        # track_running_stats is off
         keep = not self.training or self.track_running_stats
         running_mean = self.running_mean if keep else None
         running_var = self.running_var if keep else None
         if not batch_stats or self.process_set.size() == 1:
             return F.batch_norm(input, running_mean, running_var, self.weight, self.bias,
                                 batch_stats, factor, self.eps)
-        return _SyncBatchNorm.apply(input, self.weight, self.bias,
-                                    running_mean if self.training else None,
-                                    running_var if self.training else None,
+        # batch statistics in eval mode only without running statistics: both are None then
+        return _SyncBatchNorm.apply(input, self.weight, self.bias, running_mean, running_var,
                                     self.eps, factor, self.process_set)
 
 
