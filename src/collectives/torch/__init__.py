@@ -6,7 +6,8 @@ imports it. What is here (see docs/pytorch.md, which has a table of Horovod's ca
 - Horovod's surface, so that a Horovod script runs with ``import collectives.torch as hvd``:
   process functions (:mod:`.basics`), build questions (:mod:`.build`), tensor collectives with
   handles, ``join`` and process sets (:mod:`.mpi_ops`, :mod:`.negotiation`,
-  :mod:`.process_sets`), ``start_timeline`` (:mod:`.timeline`).
+  :mod:`.process_sets`), ``start_timeline`` (:mod:`.timeline`), :class:`SyncBatchNorm` (batch
+  statistics over every rank's samples, :mod:`.sync_batch_norm`).
 - :func:`DistributedOptimizer` wraps a ``torch.optim`` optimizer as Horovod's does: gradients are
   packed into fusion buckets by post-accumulate-grad hooks and each bucket's (compressed)
   allreduce starts on the progress engine during backward; ``step()`` waits, unpacks and steps.
@@ -44,6 +45,7 @@ from .mpi_ops import (HorovodInternalError, allgather, allgather_async, allgathe
 from .neighbor import DistributedNeighborAllreduceOptimizer
 from .optimizer import DistributedOptimizer
 from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
+from .sync_batch_norm import SyncBatchNorm
 from .timeline import start_timeline, stop_timeline
 
 __all__ = [
@@ -69,5 +71,6 @@ __all__ = [
     # training
     "DistributedOptimizer", "DistributedNeighborAllreduceOptimizer", "broadcast_parameters",
     "broadcast_optimizer_state", "Compression", "Compressor", "start_timeline", "stop_timeline",
+    "SyncBatchNorm",
     # DDP
     "comm_hook", "CommHookState", "gossip_hook", "GossipHookState", "init_process_group"]
