@@ -1,7 +1,9 @@
 """Non-blocking and persistent collectives: the progress engine under real multi-rank runs.
 
 Every algorithm and block through the non-blocking path against the gather-and-reduce reference
-and bitwise identical to the blocking result; many outstanding requests waited in random order;
+and bitwise identical to the blocking result (alltoall, gather, scatter and barrier: identical to
+the blocking result, which tests/mpi/mpi_alltoall.py checks against references); many
+outstanding requests waited in random order (and the new forms' waited last first);
 waitany/test loops; persistent plans started 1000 times; requests that finish while the caller
 sleeps; errors (an injected exception, a skipped operation, mismatched order under validate);
 a short soak with no leaked threads, requests or engines; completion callbacks (at once when
