@@ -4,9 +4,10 @@
 hands the operation to the communicator's progress engine (:mod:`collectives.engine`) and returns
 a :class:`~collectives.engine.Request` at once; ``req.wait()`` returns ``y``. Likewise
 :func:`ireduce_scatter`, :func:`iallgather`, :func:`ibcast`, :func:`ireduce`, :func:`ialltoall`,
-:func:`ibarrier`, :func:`igather`, :func:`iscatter` and :func:`icompressed_allreduce`. :func:`allreduce_init` builds a persistent :class:`Plan`, checked
-once and started many times; :func:`neighbor_allreduce_init` a persistent gossip round
-(:class:`NeighborPlan`), whose step advances by one per run.
+:func:`ibarrier`, :func:`igather`, :func:`iscatter` and :func:`icompressed_allreduce`.
+:func:`allreduce_init` builds a persistent :class:`Plan`, checked once and started many times;
+:func:`neighbor_allreduce_init` a persistent gossip round (:class:`NeighborPlan`), whose step
+advances by one per run.
 
 Semantics (MPI's):
 
@@ -52,9 +53,9 @@ from ..options import Options
 from .._runtime.context import Context
 
 __all__ = ["iallreduce", "ireduce_scatter", "iallgather", "ibcast", "ireduce", "ialltoall",
-           "ibarrier", "igather", "iscatter", "icompressed_allreduce", "ineighbor_allreduce", "ineighbor_allgather",
-           "allreduce_init", "Plan",
-           "neighbor_allreduce_init", "NeighborPlan"]
+           "ibarrier", "igather", "iscatter", "icompressed_allreduce", "ineighbor_allreduce",
+           "ineighbor_allgather", "allreduce_init", "Plan", "neighbor_allreduce_init",
+           "NeighborPlan"]
 
 
 class _OnDevice:
