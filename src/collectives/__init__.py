@@ -19,10 +19,10 @@ from ._runtime.context import reset
 from ._runtime.guard import CollectiveError
 from .engine import EngineError, Request, StallWarning, testall, waitall, waitany
 from .decentralized.neighbor import neighbor_allgather, neighbor_allreduce
-from .engine.nonblocking import (NeighborPlan, Plan, allreduce_init, iallgather, iallreduce, ibcast,
-                          icompressed_allreduce, ineighbor_allgather, ineighbor_allreduce, ireduce,
-                          ireduce_scatter,
-                          neighbor_allreduce_init)
+from .engine.nonblocking import (NeighborPlan, Plan, allreduce_init, iallgather, iallreduce,
+                                 ialltoall, ibarrier, ibcast, icompressed_allreduce, igather,
+                                 ineighbor_allgather, ineighbor_allreduce, ireduce,
+                                 ireduce_scatter, iscatter, neighbor_allreduce_init)
 from .decentralized import topology
 from .mesh.mesh import Mesh
 from .pt2pt.messages import (P2PPlan, P2PRequest, irecv, isend, recv, recv_init, send,
@@ -39,7 +39,8 @@ from .tools.warmup import preload
 __all__ = [
     "allreduce", "reduce_scatter", "allgather", "bcast", "reduce", "alltoall", "barrier", "gather",
     "scatter", "compressed_allreduce",
-    "iallreduce", "ireduce_scatter", "iallgather", "ibcast", "ireduce", "icompressed_allreduce",
+    "iallreduce", "ireduce_scatter", "iallgather", "ibcast", "ireduce", "ialltoall", "ibarrier",
+    "igather", "iscatter", "icompressed_allreduce",
     "neighbor_allreduce", "neighbor_allgather", "ineighbor_allreduce", "ineighbor_allgather",
     "topology",
     "send", "recv", "sendrecv", "isend", "irecv", "P2PRequest", "send_init",

@@ -296,7 +296,7 @@ class AlltoallCall:
 
     kind = "alltoall"
     __slots__ = ("x", "out", "src", "dst", "a", "fn", "sendoffsets", "recvoffsets", "algorithm",
-                 "opts", "result", "trivial", "out_counts")
+                 "opts", "result", "trivial", "out_counts", "inplace")
 
     def __init__(self, comm: MPI.Comm, x: np.ndarray, out: np.ndarray | None,
                  counts: Sequence[int] | None, algorithm: str, opts: Options) -> None:
@@ -312,11 +312,8 @@ class AlltoallCall:
             res = new_like(a) if out is None else check_out(out, a)
             self.sendoffsets = [k * (a.size // p) for k in range(p + 1)]
             self.recvoffsets = None  # the same blocks (blocks/__init__.py)
-            src = flat(a)
-            if res is a:  # in place: the algorithms read a copy
-                src = scratch("alltoall.inplace", a.size, src)
-                copy_into(flat(a), src)
-            self.src, self.dst = src, flat(res)
+            self.src, self.dst = flat(a), flat(res)
+            self.inplace = res is a  # the algorithms read a copy, made by run()
             self.result = returned(x, out, res)
             self.trivial = a.size == 0 or p == 1
         else:
@@ -332,7 +329,7 @@ class AlltoallCall:
                                      "counts may differ from the send counts); pass another out")
                 check_out(out, a, (o.size,))  # dtype, 1-D, writeable, no overlap
             self.src, self.dst, self.recvoffsets, self.result = flat(a), None, None, None
-            self.trivial = p == 1
+            self.inplace, self.trivial = False, p == 1
 
     def signature(self) -> dict[str, Any]:
         return {"count": self.src.size if self.dst is not None else "counts=",
@@ -342,8 +339,12 @@ class AlltoallCall:
         if self.dst is not None:  # equal blocks
             if self.trivial:
                 copy_into(self.src, self.dst)
-            else:
-                self.fn(self.src, self.dst, self.sendoffsets, None, ctx, self.opts)
+                return
+            src = self.src
+            if self.inplace:  # the copy in the running thread's scratch (an engine's run is
+                src = scratch("alltoall.inplace", src.size, src)  # later than the call)
+                copy_into(self.src, src)
+            self.fn(src, self.dst, self.sendoffsets, None, ctx, self.opts)
             return
         # the v form: learn the receive counts (Horovod's received splits), then exchange
         sent = np.diff(np.asarray(self.sendoffsets, dtype=np.int64))

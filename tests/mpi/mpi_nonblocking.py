@@ -1,7 +1,9 @@
 """Non-blocking and persistent collectives: the progress engine under real multi-rank runs.
 
 Every algorithm and block through the non-blocking path against the gather-and-reduce reference
-and bitwise identical to the blocking result; many outstanding requests waited in random order;
+and bitwise identical to the blocking result (alltoall, gather, scatter and barrier: identical to
+the blocking result, which tests/mpi/mpi_alltoall.py checks against references); many
+outstanding requests waited in random order (and the new forms' waited last first);
 waitany/test loops; persistent plans started 1000 times; requests that finish while the caller
 sleeps; errors (an injected exception, a skipped operation, mismatched order under validate);
 a short soak with no leaked threads, requests or engines; completion callbacks (at once when
@@ -22,6 +24,7 @@ import collectives
 import compress
 from collectives.engine import engine as engine_module, engine_of, live_engines
 from collectives._runtime.ranks import partition
+from collectives.blocks import EQUAL_BLOCKS_ONLY
 from reference import (assert_close, assert_identical_everywhere, counts_for, for_algorithm,
                        gather_all, make_input, reference_allreduce)
 
@@ -117,6 +120,128 @@ def test_blocks_nonblocking_equal_blocking(name, algorithm, comm):
                 assert np.allclose(got, reference, rtol=1e-12, atol=1e-12), what
             else:
                 assert np.array_equal(got, reference), what
+
+
+def _routing_calls(x, count, algorithm, comm):
+    """(label, non-blocking request, blocking result) of alltoall (equal blocks, in place and
+    the v form), gather and scatter (equal blocks and v forms) and barrier on the same
+    arguments, for the algorithm ``algorithm`` of each table that has it; ``x`` holds
+    ``count`` elements per block (p blocks)."""
+    p, rank, root = comm.size, comm.rank, comm.size - 1
+    kw = dict(algorithm=algorithm, comm=comm, options=SMALL)
+    v = [(count + 3 * rank + 5 * j) % (count + 1) for j in range(p)]  # this rank's send counts
+    own = [(count + k) % (count + 1) for k in range(p)]  # gatherv/scatterv blocks
+    mine = x[:own[rank]]
+    calls = []
+    if algorithm in collectives.ALLTOALL:
+        calls.append(("alltoall", collectives.ialltoall(x, **kw), collectives.alltoall(x, **kw)))
+        a, b = x.copy(), x.copy()
+        calls.append(("alltoall in place", collectives.ialltoall(a, out=a, **kw),
+                      collectives.alltoall(b, out=b, **kw)))
+        if algorithm not in EQUAL_BLOCKS_ONLY:
+            xv = x[:sum(v)]
+            calls.append(("alltoall counts", collectives.ialltoall(xv, counts=v, **kw),
+                          collectives.alltoall(xv, counts=v, **kw)))
+    if algorithm in collectives.GATHER:
+        for counts, y in ((None, x[:count]), (own, mine)):
+            calls.append((f"gather counts={counts}",
+                          collectives.igather(y, root=root, counts=counts, **kw),
+                          collectives.gather(y, root=root, counts=counts, **kw)))
+    if algorithm in collectives.SCATTER:
+        for counts, n in ((None, count), (own, own[rank])):
+            src = x[:p * count if counts is None else sum(own)] if rank == root else None
+            calls.append((f"scatter counts={counts}",
+                          collectives.iscatter(src, out=np.empty(n, x.dtype), root=root,
+                                               counts=counts, **kw),
+                          collectives.scatter(src, out=np.empty(n, x.dtype), root=root,
+                                              counts=counts, **kw)))
+    if algorithm in collectives.BARRIER:
+        calls.append(("barrier", collectives.ibarrier(**kw), collectives.barrier(**kw)))
+    return calls
+
+
+ROUTING = sorted(set(collectives.ALLTOALL) | set(collectives.GATHER) | set(collectives.SCATTER)
+                 | set(collectives.BARRIER))
+
+
+@pytest.mark.parametrize("algorithm", ROUTING)
+def test_alltoall_gather_scatter_barrier_nonblocking_equal_blocking(algorithm, comm):
+    """ialltoall (equal blocks, in place, counts=), igather, iscatter (with and without counts)
+    and ibarrier: the same bits as the blocking call at counts 0, 1, p+1 and 1001, each request
+    waited after its blocking twin has run (so several are in flight on the engine)."""
+    for count in (0, 1, comm.size + 1, 1001):
+        for dtype in (np.dtype(np.float32), np.dtype(np.int64)):
+            x = make_input(count * comm.size, dtype, "sum", comm.rank)
+            for label, req, expected in _routing_calls(x, count, algorithm, comm):
+                got = req.wait(timeout=WAIT_S)
+                what = f"i{label} {algorithm} p={comm.size} n={count} {dtype}"
+                if label.startswith("alltoall counts"):
+                    (got, got_counts), (expected, expected_counts) = got, expected
+                    assert got_counts == expected_counts, what
+                if expected is None:
+                    assert got is None, what
+                else:
+                    assert _same_bits(got, expected), f"{what}: differs from the blocking result"
+
+
+def test_new_forms_in_flight_together_waited_in_reverse_order(comm):
+    """ialltoall (equal, in place, named v form), ibarrier, iallreduce, igather and iscatter
+    started back to back on the engine, then waited last first."""
+    p, rank = comm.size, comm.rank
+    x = make_input(6 * p, np.dtype(np.float64), "sum", rank)
+    a = x.copy()
+    v = [rank + j for j in range(p)]
+    root = p // 2
+    starts = [
+        lambda: collectives.ialltoall(x, comm=comm),
+        lambda: collectives.ibarrier(comm=comm),
+        lambda: collectives.iallreduce(x, comm=comm),
+        lambda: collectives.ialltoall(a, out=a, algorithm="bruck", comm=comm),
+        lambda: collectives.igather(x, root=root, comm=comm),
+        lambda: collectives.iscatter(x if rank == root else None, out=np.empty(6), root=root,
+                                     comm=comm),
+        lambda: collectives.ialltoall(x[:sum(v)], counts=v, comm=comm, name="a2a.v"),
+    ]
+    requests = [start() for start in starts]
+    results = [r.wait(timeout=WAIT_S) for r in reversed(requests)][::-1]
+    expected = [collectives.alltoall(x, comm=comm), None, collectives.allreduce(x, comm=comm),
+                collectives.alltoall(x.copy(), algorithm="bruck", comm=comm),
+                collectives.gather(x, root=root, comm=comm),
+                collectives.scatter(x if rank == root else None, out=np.empty(6), root=root,
+                                    comm=comm),
+                collectives.alltoall(x[:sum(v)], counts=v, comm=comm)]
+    assert results[3] is a
+    for k, (got, want) in enumerate(zip(results, expected)):
+        if k == 6:
+            assert got[1] == want[1], "ialltoall counts: out_counts"
+            got, want = got[0], want[0]
+        if want is None:
+            assert got is None, f"#{k}"
+        else:
+            assert _same_bits(got, want), f"#{k}: differs from the blocking result"
+
+
+def test_new_forms_argument_errors_raise_on_every_rank():
+    """An argument error of ialltoall, ibarrier, igather or iscatter raises at the call on every
+    rank that has it; one rank's error with validate=True is raised by wait() on every rank;
+    the communicator then still works."""
+    p, rank, last = MPI.COMM_WORLD.size, MPI.COMM_WORLD.rank, MPI.COMM_WORLD.size - 1
+    x = np.ones(2 * p)
+    for start in (lambda: collectives.ialltoall(x, algorithm="bogus"),
+                  lambda: collectives.ibarrier(algorithm="bogus"),
+                  lambda: collectives.igather(x, algorithm="bogus"),
+                  lambda: collectives.iscatter(x, algorithm="bogus")):
+        with pytest.raises(ValueError, match="unknown algorithm 'bogus'"):
+            start()
+    if p > 1:  # the last rank alone is wrong: validate=True raises the same on every rank
+        bad = rank == last
+        for start in (lambda: collectives.ialltoall(np.ones(2 * p + bad), validate=True),
+                      lambda: collectives.igather(x, root=p if bad else 0, validate=True),
+                      lambda: collectives.iscatter(None if bad else x, validate=True)):
+            req = start()
+            with pytest.raises(ValueError, match=f"invalid arguments on rank {last}"):
+                req.wait(timeout=WAIT_S)
+    collectives.ibarrier().wait(timeout=WAIT_S)  # still in step
 
 
 @pytest.mark.parametrize("codec,strategy", [("none", "summable"), ("fp16", "summable"),

@@ -3,10 +3,11 @@
 ``req = collectives.iallreduce(x, out=y)`` checks its arguments like ``collectives.allreduce``,
 hands the operation to the communicator's progress engine (:mod:`collectives.engine`) and returns
 a :class:`~collectives.engine.Request` at once; ``req.wait()`` returns ``y``. Likewise
-:func:`ireduce_scatter`, :func:`iallgather`, :func:`ibcast`, :func:`ireduce` and
-:func:`icompressed_allreduce`. :func:`allreduce_init` builds a persistent :class:`Plan`, checked
-once and started many times; :func:`neighbor_allreduce_init` a persistent gossip round
-(:class:`NeighborPlan`), whose step advances by one per run.
+:func:`ireduce_scatter`, :func:`iallgather`, :func:`ibcast`, :func:`ireduce`, :func:`ialltoall`,
+:func:`ibarrier`, :func:`igather`, :func:`iscatter` and :func:`icompressed_allreduce`.
+:func:`allreduce_init` builds a persistent :class:`Plan`, checked once and started many times;
+:func:`neighbor_allreduce_init` a persistent gossip round (:class:`NeighborPlan`), whose step
+advances by one per run.
 
 Semantics (MPI's):
 
@@ -41,8 +42,8 @@ from .._runtime.flight import describe
 from ..observe import OBSERVERS as _OBSERVED
 from .._runtime.validate import check_comm, checked_call as _checked, setup as _setup
 from .._runtime.repeats import REPEATS, Kind, Repeat, kind_of
-from ..api import (AllgatherCall, AllreduceCall, BcastCall, OpLike, ReduceCall,
-                  ReduceScatterCall)
+from ..api import (AllgatherCall, AllreduceCall, AlltoallCall, BarrierCall, BcastCall,
+                   GatherCall, OpLike, ReduceCall, ReduceScatterCall, ScatterCall)
 from ..algorithms import ALGORITHMS, lanes
 from ..compressed.api import CompressedAllreduceCall
 from . import Request, engine_of
@@ -51,10 +52,10 @@ from ..decentralized.neighbor import NeighborAllgatherCall, NeighborAllreduceCal
 from ..options import Options
 from .._runtime.context import Context
 
-__all__ = ["iallreduce", "ireduce_scatter", "iallgather", "ibcast", "ireduce",
-           "icompressed_allreduce", "ineighbor_allreduce", "ineighbor_allgather",
-           "allreduce_init", "Plan",
-           "neighbor_allreduce_init", "NeighborPlan"]
+__all__ = ["iallreduce", "ireduce_scatter", "iallgather", "ibcast", "ireduce", "ialltoall",
+           "ibarrier", "igather", "iscatter", "icompressed_allreduce", "ineighbor_allreduce",
+           "ineighbor_allgather", "allreduce_init", "Plan", "neighbor_allreduce_init",
+           "NeighborPlan"]
 
 
 class _OnDevice:
@@ -74,15 +75,17 @@ class _OnDevice:
             self.inner.run(ctx)
 
 
-def _make(kind: str, cls: type, x: Any, comm: MPI.Comm, validate: bool, opts: Options,
+def _make(kind: str, cls: type, data: Any, comm: MPI.Comm, validate: bool, opts: Options,
           name: str | None, *args: Any) -> tuple[Request, bool]:
-    """Check the arguments and build the request; True if it must go to the engine."""
+    """Check the arguments (``cls(comm, *args)``) and build the request; True if it must go to
+    the engine. ``data`` is the array whose place (host or device) and size decide how the
+    request runs: the input, or None for a call without one (ibarrier)."""
     check_comm(kind, comm)
-    device = type(x) is not np.ndarray and _device.is_device(x)
+    device = data is not None and type(data) is not np.ndarray and _device.is_device(data)
     if device:
         _device.synchronize()  # the engine's thread must see what the caller's stream wrote
     try:
-        call, error = cls(comm, x, *args), None
+        call, error = cls(comm, *args), None
     except (TypeError, ValueError) as exc:
         if not validate or comm.size == 1:
             raise
@@ -91,19 +94,20 @@ def _make(kind: str, cls: type, x: Any, comm: MPI.Comm, validate: bool, opts: Op
         call = _OnDevice(call, _device.cupy().cuda.Device())
     request = Request(kind, call, None, validate, opts, error, name)
     # small: its wait() may run it on the caller's thread (engine/engine.py)
-    request.inline = (not device and name is None
-                      and getattr(x, "nbytes", INLINE_BYTES + 1) <= INLINE_BYTES)
+    nbytes = 0 if data is None else getattr(data, "nbytes", INLINE_BYTES + 1)
+    request.inline = not device and name is None and nbytes <= INLINE_BYTES
     return request, comm.size > 1 and (validate or not call.trivial)
 
 
-def _submit(kind: str, cls: type, x: Any, comm: MPI.Comm, validate: bool, opts: Options,
+def _submit(kind: str, cls: type, data: Any, comm: MPI.Comm, validate: bool, opts: Options,
             name: str | None, *args: Any) -> Request:
-    """Check the arguments, build the request and hand it to the engine (or complete it now);
-    the observers of ``submit`` (``observe.py``: the timeline) hear of it at the end."""
+    """Check the arguments (``cls(comm, *args)``; ``data`` as :func:`_make`'s), build the
+    request and hand it to the engine (or complete it now); the observers of ``submit``
+    (``observe.py``: the timeline) hear of it at the end."""
     observers = _OBSERVED.submit  # off, this and the test at the end
     t0 = time.perf_counter() if observers else 0.0
     try:
-        request, engine_needed = _make(kind, cls, x, comm, validate, opts, name, *args)
+        request, engine_needed = _make(kind, cls, data, comm, validate, opts, name, *args)
         if not engine_needed:  # one process, or nothing to send: complete now
             request.started = time.perf_counter()
             try:
@@ -142,7 +146,7 @@ def iallreduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "su
     comm, opts, validate = _setup(comm, options, validate)
     remember = not validate and name is None and type(op) is str and out is not None
     request = _submit("iallreduce", _Remembered if remember else AllreduceCall, x, comm,
-                      validate, opts, name, out, op, algorithm, opts)
+                      validate, opts, name, x, out, op, algorithm, opts)
     if remember and request.engine is not None and type(request.call) is _Remembered:
         xkind, okind = kind_of(x), kind_of(out)  # (device arrays: the call is _OnDevice)
         if xkind is not None and okind is not None:
@@ -227,7 +231,7 @@ def ineighbor_allreduce(x: np.ndarray, topology: Any, *, self_weight: float | No
     ``out``. Same parameters as the blocking function."""
     comm, opts, validate = _setup(comm, options, validate)
     return _submit("ineighbor_allreduce", NeighborAllreduceCall, x, comm, validate, opts, name,
-                   topology, self_weight, weights, out, step, backend, hierarchical, opts)
+                   x, topology, self_weight, weights, out, step, backend, hierarchical, opts)
 
 
 def ineighbor_allgather(x: np.ndarray, topology: Any, *, out: np.ndarray | None = None,
@@ -239,7 +243,7 @@ def ineighbor_allgather(x: np.ndarray, topology: Any, *, out: np.ndarray | None 
     function."""
     comm, opts, validate = _setup(comm, options, validate)
     return _submit("ineighbor_allgather", NeighborAllgatherCall, x, comm, validate, opts, name,
-                   topology, out, step, backend, opts)
+                   x, topology, out, step, backend, opts)
 
 
 def ireduce_scatter(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum",
@@ -248,8 +252,8 @@ def ireduce_scatter(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike 
                     options: Options | None = None, name: str | None = None) -> Request:
     """Start :func:`collectives.reduce_scatter`; ``wait()`` returns this rank's block."""
     comm, opts, validate = _setup(comm, options, validate)
-    return _submit("ireduce_scatter", ReduceScatterCall, x, comm, validate, opts, name, out, op,
-                   counts, algorithm, opts)
+    return _submit("ireduce_scatter", ReduceScatterCall, x, comm, validate, opts, name, x, out,
+                   op, counts, algorithm, opts)
 
 
 def iallgather(x: np.ndarray, *, out: np.ndarray | None = None,
@@ -258,7 +262,7 @@ def iallgather(x: np.ndarray, *, out: np.ndarray | None = None,
                options: Options | None = None, name: str | None = None) -> Request:
     """Start :func:`collectives.allgather`; ``wait()`` returns the concatenation."""
     comm, opts, validate = _setup(comm, options, validate)
-    return _submit("iallgather", AllgatherCall, x, comm, validate, opts, name, out, counts,
+    return _submit("iallgather", AllgatherCall, x, comm, validate, opts, name, x, out, counts,
                    algorithm, opts)
 
 
@@ -267,7 +271,7 @@ def ibcast(x: np.ndarray, *, root: int = 0, algorithm: str = "binomial",
            options: Options | None = None, name: str | None = None) -> Request:
     """Start :func:`collectives.bcast` (in place); ``wait()`` returns ``x``."""
     comm, opts, validate = _setup(comm, options, validate)
-    return _submit("ibcast", BcastCall, x, comm, validate, opts, name, root, algorithm, opts)
+    return _submit("ibcast", BcastCall, x, comm, validate, opts, name, x, root, algorithm, opts)
 
 
 def ireduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum", root: int = 0,
@@ -276,8 +280,50 @@ def ireduce(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike = "sum",
             name: str | None = None) -> Request:
     """Start :func:`collectives.reduce`; ``wait()`` returns the result on ``root``, else None."""
     comm, opts, validate = _setup(comm, options, validate)
-    return _submit("ireduce", ReduceCall, x, comm, validate, opts, name, out, op, root,
+    return _submit("ireduce", ReduceCall, x, comm, validate, opts, name, x, out, op, root,
                    algorithm, opts)
+
+
+def ialltoall(x: np.ndarray, *, out: np.ndarray | None = None,
+              counts: Sequence[int] | None = None, algorithm: str = "auto",
+              comm: MPI.Comm | None = None, validate: bool | None = None,
+              options: Options | None = None, name: str | None = None) -> Request:
+    """Start :func:`collectives.alltoall`; ``wait()`` returns ``out`` (equal blocks), or
+    ``(y, out_counts)`` with ``counts=`` (the v form: the receive counts are learned in the
+    run, and ``y`` is made then when ``out`` is None)."""
+    comm, opts, validate = _setup(comm, options, validate)
+    return _submit("ialltoall", AlltoallCall, x, comm, validate, opts, name, x, out, counts,
+                   algorithm, opts)
+
+
+def ibarrier(*, algorithm: str = "auto", comm: MPI.Comm | None = None,
+             options: Options | None = None, name: str | None = None) -> Request:
+    """Start :func:`collectives.barrier` (``MPI_Ibarrier``); ``wait()`` returns None once every
+    rank has entered."""
+    comm, opts, validate = _setup(comm, options, None)
+    return _submit("ibarrier", BarrierCall, None, comm, validate, opts, name, algorithm, opts)
+
+
+def igather(x: np.ndarray, *, root: int = 0, out: np.ndarray | None = None,
+            counts: Sequence[int] | None = None, algorithm: str = "binomial",
+            comm: MPI.Comm | None = None, validate: bool | None = None,
+            options: Options | None = None, name: str | None = None) -> Request:
+    """Start :func:`collectives.gather`; ``wait()`` returns the concatenation on ``root``,
+    else None."""
+    comm, opts, validate = _setup(comm, options, validate)
+    return _submit("igather", GatherCall, x, comm, validate, opts, name, x, out, root, counts,
+                   algorithm, opts)
+
+
+def iscatter(x: np.ndarray | None, *, root: int = 0, out: np.ndarray | None = None,
+             counts: Sequence[int] | None = None, algorithm: str = "binomial",
+             comm: MPI.Comm | None = None, validate: bool | None = None,
+             options: Options | None = None, name: str | None = None) -> Request:
+    """Start :func:`collectives.scatter`; ``wait()`` returns this rank's block."""
+    comm, opts, validate = _setup(comm, options, validate)
+    data = out if x is None else x  # off the root, x may be None (out= then says the block)
+    return _submit("iscatter", ScatterCall, data, comm, validate, opts, name, x, out, root,
+                   counts, algorithm, opts)
 
 
 def icompressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None = None,
@@ -292,7 +338,7 @@ def icompressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None =
     """
     comm, opts, validate = _setup(comm, options, validate)
     return _submit("icompressed_allreduce", CompressedAllreduceCall, x, comm, validate, opts,
-                   name, codec, out, op, strategy, key, step, algorithm, opts)
+                   name, x, codec, out, op, strategy, key, step, algorithm, opts)
 
 
 class _Persistent(Request):
