@@ -94,7 +94,8 @@ def _print(title: str, rows: list[dict], first: str, label: str) -> None:
     print(f"{label:>9} {'calls':>6} " + " ".join(f"{k:>20}" for k in names))
     for row in rows:
         cells = [f"{row[k]:>10.2f} ({row[k] / row[first]:>5.2f}x)" for k in names]
-        print(f"{row.get('bytes', '-'):>9} {row['calls']:>6} " + " ".join(f"{c:>20}" for c in cells))
+        cols = " ".join(f"{c:>20}" for c in cells)
+        print(f"{row.get('bytes', '-'):>9} {row['calls']:>6} {cols}")
 
 
 def main(argv: list[str] | None = None) -> dict:
