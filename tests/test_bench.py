@@ -631,3 +631,25 @@ def test_first_compressed_times_the_first_compressed_call():
                            "--allreduce-first"], capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "first compressed call" in proc.stdout and "slowest rank" in proc.stdout
+
+
+def test_alltoall_sweep_times_every_variant_and_the_barrier(tmp_path):
+    """bench/alltoall_sweep.py at 2 ranks on two tiny sizes: the bare comm.Alltoall, the
+    default call and every algorithm timed (their results checked by the script), ratios to
+    the bare call; --barrier times comm.Barrier, auto and native."""
+    out = tmp_path / "a2a.json"
+    stdout = _bench_job(2, "alltoall_sweep.py", "--sizes", "8,4K", "--rounds", "2",
+                        "--target-ms", "0.5", "--min-calls", "2", out=out, timeout=120)
+    data = json.loads(out.read_text())
+    names = ["comm.Alltoall", "default", "pairwise", "bruck", "native"]
+    assert data["ranks"] == 2 and [r["bytes"] for r in data["rows"]] == [8, 4096]
+    assert all(set(r) == {"bytes", "calls", *names} and min(r[n] for n in names) > 0
+               for r in data["rows"])
+    rows = [line for line in stdout.splitlines() if "x)" in line]
+    assert len(rows) == 2 and all(line.count("x)") == len(names) for line in rows), stdout
+    assert all(re.search(r"\(\s*1\.00x\)", line) for line in rows), stdout  # bare against itself
+    stdout = _bench_job(2, "alltoall_sweep.py", "--barrier", "--rounds", "2", "--target-ms",
+                        "0.5", "--min-calls", "2", out=out, timeout=120)
+    row = json.loads(out.read_text())["barrier"]
+    assert set(row) == {"calls", "comm.Barrier", "auto", "native"} and min(row.values()) > 0
+    assert stdout.count("x)") == 3, stdout

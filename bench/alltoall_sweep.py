@@ -1,0 +1,137 @@
+"""``collectives.alltoall`` (the default and each algorithm) against a bare mpi4py
+``comm.Alltoall``, and ``collectives.barrier`` against ``comm.Barrier``, in one loop.
+
+Run ``mpiexec -n P python bench/alltoall_sweep.py [--sizes 8,64,512,4K,64K,256K,1M]
+[--rounds 7] [--target-ms 20] [--barrier] [--json FILE]``. ``--sizes`` are bytes per block
+(float32): each rank sends ``P`` blocks, so ``x`` and ``y`` hold ``P`` times that. For each
+size every variant is called a few times to warm it, then the number of calls per batch is
+chosen so that one batch of the bare call lasts about ``--target-ms`` (the slowest rank's
+estimate, so every rank agrees); each round times one batch of every variant, in an order
+that rotates from round to round, each batch after a barrier, and a batch's time per call is
+the slowest rank's. Rank 0 prints the median over rounds and its ratio to the bare call. The
+bare call runs on a duplicate of ``COMM_WORLD``; the results are checked after the rounds.
+
+``--barrier`` times ``comm.Barrier()`` against ``collectives.barrier()`` (auto, which is
+dissemination) and ``algorithm="native"`` the same way instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Callable
+
+import numpy as np
+from mpi4py import MPI
+
+import collectives
+from collectives.tools.osu.options import parse_sizes
+
+SIZES = [8, 64, 512, 4096, 65536, 262144, 1 << 20]
+ALGORITHMS = ("pairwise", "bruck", "native")
+
+
+def _timed(fn: Callable[[], object], calls: int, comm: MPI.Comm) -> float:
+    """One batch of ``calls`` calls after a barrier; the slowest rank's seconds per call."""
+    comm.Barrier()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return comm.allreduce((time.perf_counter() - t0) / calls, op=MPI.MAX)
+
+
+def _sweep(variants: dict[str, Callable[[], object]], args, comm: MPI.Comm) -> dict[str, float]:
+    """Median seconds per call of every variant, rounds alternating; ``variants`` opens with
+    the bare call, which sizes the batches."""
+    for fn in variants.values():  # warm: first-call set-up, caches, Numba
+        _timed(fn, 3, comm)
+    bare = next(iter(variants.values()))
+    estimate = _timed(bare, 5, comm)
+    calls = int(min(max(args.target_ms * 1e-3 / max(estimate, 1e-7), args.min_calls),
+                    args.max_calls))
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    names = list(variants)
+    for r in range(args.rounds):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            times[name].append(_timed(variants[name], calls, comm))
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    med["calls"] = calls
+    return med
+
+
+def _alltoall_rows(args, comm: MPI.Comm, bare: MPI.Comm) -> list[dict]:
+    p, rank = comm.size, comm.rank
+    rows = []
+    for nbytes in args.sizes:
+        n = max(nbytes // 4, 1)  # elements per block
+        x = np.repeat(np.arange(p, dtype=np.float32) + 1000 * rank, n)  # block j: 1000 rank + j
+        outs = {k: np.empty_like(x) for k in ("comm.Alltoall", "default", *ALGORITHMS)}
+        variants = {"comm.Alltoall": lambda: bare.Alltoall(x, outs["comm.Alltoall"]),
+                    "default": lambda: collectives.alltoall(x, out=outs["default"])}
+        for a in ALGORITHMS:
+            variants[a] = (lambda a=a: collectives.alltoall(x, out=outs[a], algorithm=a))
+        med = _sweep(variants, args, comm)
+        want = np.repeat(1000 * np.arange(p, dtype=np.float32) + rank, n)  # block i from rank i
+        for name, y in outs.items():
+            assert np.array_equal(y, want), f"{name} at {nbytes} B per block"
+        rows.append({"bytes": nbytes, "calls": med.pop("calls"),
+                     **{k: v * 1e6 for k, v in med.items()}})
+    return rows
+
+
+def _barrier_row(args, comm: MPI.Comm, bare: MPI.Comm) -> dict:
+    variants = {"comm.Barrier": bare.Barrier, "auto": lambda: collectives.barrier(),
+                "native": lambda: collectives.barrier(algorithm="native")}
+    med = _sweep(variants, args, comm)
+    return {"calls": med.pop("calls"), **{k: v * 1e6 for k, v in med.items()}}
+
+
+def _print(title: str, rows: list[dict], first: str, label: str) -> None:
+    names = [k for k in rows[0] if k not in ("bytes", "calls")]
+    print(title)
+    print(f"{label:>9} {'calls':>6} " + " ".join(f"{k:>20}" for k in names))
+    for row in rows:
+        cells = [f"{row[k]:>10.2f} ({row[k] / row[first]:>5.2f}x)" for k in names]
+        cols = " ".join(f"{c:>20}" for c in cells)
+        print(f"{row.get('bytes', '-'):>9} {row['calls']:>6} {cols}")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", type=parse_sizes, default=SIZES, help="bytes per block")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--target-ms", type=float, default=20.0,
+                    help="about how long one batch of the bare call lasts")
+    ap.add_argument("--min-calls", type=int, default=5)
+    ap.add_argument("--max-calls", type=int, default=2000)
+    ap.add_argument("--barrier", action="store_true",
+                    help="time barrier instead of alltoall")
+    ap.add_argument("--json", help="write the rows here (rank 0)")
+    args = ap.parse_args(argv)
+    comm = MPI.COMM_WORLD
+    bare = comm.Dup()
+    try:
+        if args.barrier:
+            result = {"ranks": comm.size, "barrier": _barrier_row(args, comm, bare)}
+        else:
+            result = {"ranks": comm.size, "rows": _alltoall_rows(args, comm, bare)}
+    finally:
+        bare.Free()
+    if comm.rank == 0:
+        head = (f"p = {comm.size}, {collectives.mpi_library()}: us per call, median of "
+                f"{args.rounds} rounds, slowest rank (ratio to the bare call)")
+        if args.barrier:
+            _print(f"# barrier, {head}", [result["barrier"]], "comm.Barrier", "")
+        else:
+            _print(f"# alltoall(x, out=y), float32, bytes per block, {head}", result["rows"],
+                   "comm.Alltoall", "bytes")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=1)
+    return result
+
+
+if __name__ == "__main__":
+    main()
