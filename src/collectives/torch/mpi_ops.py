@@ -22,8 +22,7 @@ Horovod's semantics kept here:
 - ``alltoall`` sends ``splits[j]`` rows (first dimension) to rank ``j``, equal parts without
   ``splits`` (the first dimension a multiple of the set's size), and returns the rows received in
   rank order, with the received splits (an int32 tensor) when ``splits`` was given; its backward
-  is the reverse alltoall. It runs :func:`collectives.alltoall` (blocking: the ``_async`` form's
-  handle is done at once). Bad ``splits`` (not integers, negative, more rows than the tensor
+  is the reverse alltoall. It runs :func:`collectives.ialltoall` on the progress engine. Bad ``splits`` (not integers, negative, more rows than the tensor
   has) raise ``ValueError`` on the rank that passed them and :class:`HorovodInternalError` on
   the others, after the negotiation, so that no rank waits.
 - ``barrier`` is :func:`collectives.barrier` on the set's communicator.
@@ -668,14 +667,18 @@ def _alltoall_start(tensor: torch.Tensor, splits: Any, name: str | None,
         raise
     row = int(torch.Size(t.shape[1:]).numel())
     src = t[:sum(rows)].contiguous().view(-1)
-    if row:
-        flat, got = api.alltoall(src, counts=[r * row for r in rows], comm=c)
-        received = [g // row for g in got]
-    else:  # rows of no elements: only the counts of rows travel
-        received = c.alltoall(rows)
-        flat = src
-    out = torch.as_tensor(flat).view(sum(received), *t.shape[1:]) if row else \
-        torch.empty((sum(received), *t.shape[1:]), dtype=t.dtype)
+    if row:  # on the progress engine: the handle returns at once
+        request = nonblocking.ialltoall(src, counts=[r * row for r in rows], comm=c)
+
+        def finish() -> tuple:
+            flat, got = request.wait()
+            received = [g // row for g in got]
+            return (torch.as_tensor(flat).view(sum(received), *t.shape[1:]),
+                    torch.tensor(received, dtype=torch.int32))
+
+        return _Pending([request], finish, key)
+    received = c.alltoall(rows)  # rows of no elements: only the counts of rows travel
+    out = torch.empty((sum(received), *t.shape[1:]), dtype=t.dtype)
     return _Pending([], lambda: (out, torch.tensor(received, dtype=torch.int32)), key)
 
 
