@@ -28,9 +28,9 @@ at every call (docs/reliability.md, docs/benchmarks/overhead.md).
 Under a guard (``on_error="raise"``) the check is non-blocking and waited for like every message
 (notices, the deadline); outside one (``on_error="abort"``, an algorithm called directly) it is a
 blocking ``MPI_Allreduce``, and a mismatch raises there (in abort mode: the job ends). The
-progress engine's contexts (the non-blocking forms, the named stream) get a control
-communicator of their own from the engine; contexts without one (hierarchical's cross-node
-ones, whose node leaders run what every node agreed already) skip the check.
+progress engine's context (the non-blocking forms) checks on the engine's control communicator
+(point-to-point status queries only otherwise), hierarchical's cross-node contexts on a
+duplicate of their own; the engine's named stream, which has none, skips the check.
 """
 
 from __future__ import annotations

@@ -47,8 +47,8 @@ class Context:
         #: where the ranks agree on a native operation's signature before it runs
         #: (:mod:`.agree`): nothing else runs there, so a check left behind by a failure can
         #: never pair with another collective; without a duplicate of our own, the one the
-        #: maker gives (``control``: the progress engine's), which this context then frees,
-        #: else None (no check: hierarchical's cross-node contexts)
+        #: maker gives and frees (``control``: the progress engine's, hierarchical's cross-node
+        #: contexts'), else None (no check: the engine's named stream)
         self.control_comm: MPI.Comm | None = self.comm.Dup() if dup else control
         #: the signature of a native operation that every rank agreed on last (:mod:`.agree`)
         self.agreed: tuple | None = None
@@ -89,9 +89,6 @@ class Context:
             self.native_comm.Free()
             self.control_comm.Free()
             _release.release(self.comm, self._guard)
-        elif self.control_comm is not None:  # the maker's, given to this context to free
-            self.control_comm.Free()
-            self.control_comm = None
 
 
 #: the communicators holding a context (in their slots), in the order the contexts were made

@@ -68,7 +68,7 @@ class Layout:
         if self.team is not None:
             self.team.free()
         if self.cross is not None:  # its control communicator (native's signature check)
-            self.cross.free()
+            self.cross.control_comm.Free()
         for comm in (self.node, self.holders) + ((self.cross.comm,) if self.cross else ()):
             if comm != MPI.COMM_NULL:
                 comm.Free()

@@ -92,17 +92,16 @@ class Engine:
         data, data_ready = comm.Idup()
         control, control_ready = comm.Idup()
         named, named_ready = comm.Idup()
-        # where native operations run by the engine agree on their signatures (_runtime/agree.py)
-        check, check_ready = comm.Idup()
-        named_check, named_check_ready = comm.Idup()
-        self._setup = [data_ready, control_ready, named_ready, check_ready, named_check_ready]
+        self._setup = [data_ready, control_ready, named_ready]
         self.setup_done = threading.Event()
         self.setup_error: BaseException | None = None
         self.waiter = Waiter(self._serve)
-        self.named = NamedStream(self.label, self.rank, self.size, named, self.waiter,
-                                 named_check)
+        self.named = NamedStream(self.label, self.rank, self.size, named, self.waiter)
         self.comm = adopt(data, self.waiter)
-        self.ctx = Context(self.comm, dup=False, control=check)
+        # native operations run by the engine agree on their signatures (_runtime/agree.py) on
+        # the control communicator, whose only other traffic is point-to-point (status queries),
+        # which no collective can match; the engine's operations run in one order on every rank
+        self.ctx = Context(self.comm, dup=False, control=control)
         self.control = Control(control, self.status)
         self.ready = False
         self.closed = False

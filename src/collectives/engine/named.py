@@ -45,12 +45,11 @@ class NamedStream:
     """The named operations of one communicator (see the module docstring)."""
 
     def __init__(self, label: str, rank: int, size: int, comm: MPI.Intracomm,
-                 waiter: Waiter, control: MPI.Intracomm | None = None) -> None:
+                 waiter: Waiter) -> None:
         self.label, self.rank, self.size = label, rank, size
         self.waiter = waiter
         self.comm = adopt(comm, waiter)
-        # control: where its native operations agree on their signatures (_runtime/agree.py)
-        self.ctx = Context(self.comm, dup=False, control=control)
+        self.ctx = Context(self.comm, dup=False)
         self._pending: dict[str, Request] = {}   # local submission order
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
