@@ -17,8 +17,8 @@ call on a pair of arrays checked and decided, in :data:`REPEATS`, and repeat it 
   a pair of NumPy arrays, the common case, has its fingerprints compared field by field in
   line, which builds no tuple (tested against the fingerprint function). A tensor's device is
   not read: its data pointer implies it (CUDA's unified virtual addressing gives host and
-  device memory, and each device's, disjoint addresses); each attribute read of a tensor costs
-  about 50 ns, a fiftieth of a repeated 8 B call;
+  device memory, and each device's, disjoint addresses), and every attribute read of a tensor
+  counts at 8 B (docs/benchmarks/overhead.md);
 - the views a run reads and writes are the arrays themselves (1-D NumPy or CuPy of a built-in
   dtype), their flat views made again at each repeat (NumPy, CuPy), or, for tensors, views of
   their memory made once (:func:`.arrays.unowned`: keeping nothing alive, used only while the

@@ -14,9 +14,8 @@ fails (too few or too many candidates) it falls back to the same selection over 
 result is always exact.
 
 Why a radix select of our own rather than ``np.partition``: Numba's ``np.partition`` compiles
-``valid_kths``, ``np.unique`` and a quicksort with it, 4.3-4.4 s of a cold first call (a
-process's first top-k of at most 262,144 elements took 6.8 s, 1.5 s above that size, where the
-selection runs in NumPy); the radix select is a few loops. It reads the keys once per byte of
+``valid_kths``, ``np.unique`` and a quicksort with it, most of a process's cold first top-k
+(docs/benchmarks/first-call.md); the radix select is a few loops. It reads the keys once per byte of
 the key (2, 4 or 8 passes), each pass only counting; ``np.partition`` reads them about twice.
 Both give the same ``v``: the k-th largest key is one value, whatever finds it.
 """
