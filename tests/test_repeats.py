@@ -107,3 +107,19 @@ def test_tensors_are_checked_by_their_fingerprint():
     out.requires_grad_(False)
     out.set_(torch.zeros(6))  # new memory: its kept view would be stale
     assert cache.find("allreduce", x, out, "sum", "auto", None, None) is None
+
+
+def test_entries_of_a_freed_communicator_are_dropped_at_the_next_remember():
+    """A freed or reset communicator's entries never repeat; the next call remembered drops
+    them, so that the context, lane and team they reference are not kept alive (the soak test
+    in tests/mpi/mpi_shm.py measures the memory)."""
+    cache = Repeats()
+    arrays = [(np.zeros(3), np.zeros(3)) for _ in range(3)]
+    first = _remember(cache, *arrays[0])
+    second = _remember(cache, *arrays[1])
+    first.where.live = False  # its communicator freed
+    assert cache.find("allreduce", *arrays[0], "sum", "auto", None, None) is None
+    assert first in cache.entries.values()  # nothing is dropped on the repeat path
+    _remember(cache, *arrays[2])
+    assert first not in cache.entries.values() and second in cache.entries.values()
+    assert len(cache.entries) == 2

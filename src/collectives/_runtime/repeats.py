@@ -219,11 +219,15 @@ class Repeats:
         x, out = entry.x(), entry.out()
         key = (entry.form, id(x), id(out), entry.op, entry.algorithm, id(entry.comm_arg))
         entries = self.entries
-        if key not in entries and len(entries) >= self.SIZE:
-            try:  # the least recently used; another thread may be at it too
+        try:  # another thread may be at it too
+            # entries of a freed or reset communicator never repeat: dropped, so that what
+            # they hold (a context, a lane and its team) is not kept alive
+            for k in [k for k, e in entries.items() if not e.where.live]:
+                entries.pop(k, None)
+            if key not in entries and len(entries) >= self.SIZE:  # the least recently used
                 entries.pop(next(iter(entries)), None)
-            except (RuntimeError, StopIteration):
-                pass
+        except (RuntimeError, StopIteration):
+            pass
         self._use(key, entry)
 
     def _use(self, key: tuple, entry: Repeat) -> None:

@@ -411,7 +411,11 @@ class Team:
                           f"of {mine[1]}, rank {names[1]} has {theirs[0]} bytes of {theirs[1]}")
 
     def free(self) -> None:
-        """Release the window (collective over the team's communicator)."""
+        """Release the window (collective over the team's communicator) and the bounce buffer:
+        a freed team may stay referenced (a remembered call's lane) but holds no memory."""
         if self.win != MPI.WIN_NULL:
             self.win.Unlock_all()
             self.win.Free()
+        self.tab[L.T_CMA] = np.iinfo(np.int64).max  # never: the bounce buffer is gone
+        self.tab[L.T_BOUNCE] = 0
+        self._bounce = None
