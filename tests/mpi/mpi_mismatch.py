@@ -5,8 +5,11 @@ returns a wrong answer, silently). ``algorithm="native"`` of every public collec
 signature across ranks whenever it is not the one agreed on last (``_runtime/agree.py``): a
 mismatch is the same ``ValueError`` on every rank, naming each rank's values, and the caller's
 arrays are left alone; a rank that changes its arguments while another repeats a remembered call
-ends in a ``TimeoutError`` on every rank (Options.timeout), never a wrong answer.
+ends in a ``ValueError`` on every rank (the checking rank's check note, ``_runtime/guard.py``),
+without a timeout, never a wrong answer or a hang.
 """
+
+import time
 
 import numpy as np
 import pytest
@@ -139,69 +142,88 @@ def _native_still_works(comm=MPI.COMM_WORLD):
         assert np.allclose(y, expected, rtol=1e-12)
 
 
-def _raises_timeout(call):
-    """Run ``call`` on every rank: it must raise TimeoutError (its own or another rank's)."""
-    with pytest.raises(TimeoutError) as info:
+def _raises_changed(call):
+    """Run ``call`` on every rank, without a timeout: it must raise the ValueError of a rank
+    that repeats while another checks (its own or, through its notice, another rank's)."""
+    with pytest.raises(ValueError, match="passes other arguments than the ones every rank "
+                                         "agreed on last"):
         call()
-    text = str(info.value)
-    assert f"timed out after {TIMEOUT_S:g} s" in text or "failed on rank" in text, text
 
 
 def test_a_rank_that_changes_its_array_while_another_repeats():
     """Every rank repeats ``allreduce(x, out=y, algorithm="native")`` (remembered: its lane
     runs with no check), then the last rank passes an array of another count while the others
     repeat: the last rank checks the new signature while the others run MPI's allreduce, on
-    other communicators, so neither finishes: TimeoutError on every rank, never a truncated
-    result; the repeaters' ``y`` keeps its last result."""
+    other communicators; its check note makes the repeaters raise, and their notice the last
+    rank: ValueError on every rank, no timeout set, never a truncated result; the repeaters'
+    ``y`` keeps its last result."""
     comm = MPI.COMM_WORLD
     if comm.size == 1:
         pytest.skip("nothing to differ from")
-    quick = collectives.Options(timeout=TIMEOUT_S)
     last = comm.rank == comm.size - 1
     x = make_input(10, np.dtype(np.float32), "sum", comm.rank)
     y = np.empty_like(x)
     for _ in range(3):
-        collectives.allreduce(x, out=y, algorithm="native", options=quick)
+        collectives.allreduce(x, out=y, algorithm="native")
     assert np.allclose(y, reference_allreduce(x, "sum", comm), rtol=1e-6)
     before = y.copy()
     z = np.ones(11, np.float32)
     w = np.full(11, SENTINEL, np.float32)
     if last:
-        _raises_timeout(lambda: collectives.allreduce(z, out=w, algorithm="native",
-                                                      options=quick))
+        _raises_changed(lambda: collectives.allreduce(z, out=w, algorithm="native"))
         assert (w == SENTINEL).all(), w
     else:
-        _raises_timeout(lambda: collectives.allreduce(x, out=y, algorithm="native",
-                                                      options=quick))
+        _raises_changed(lambda: collectives.allreduce(x, out=y, algorithm="native"))
         assert np.array_equal(y, before), y
     collectives.reset(comm)  # native is retired after a failure
     _native_still_works()
 
 
-def test_ranks_that_repeat_two_different_remembered_calls():
+@pytest.mark.parametrize("late", [False, True], ids=["together", "repeaters-late"])
+def test_ranks_that_repeat_two_different_remembered_calls(late):
     """Both calls remembered on every rank (a loop over two arrays of different counts); then
     the last rank repeats the second while the others repeat the first: only the signature
-    agreed on last runs without a check, so the two meet nowhere and time out on every rank."""
+    agreed on last runs without a check, so the last rank skips while the others check:
+    ValueError on every rank, whether the note reaches the last rank in its wait or before
+    (``late``: the last rank arrives after the note)."""
     comm = MPI.COMM_WORLD
     if comm.size == 1:
         pytest.skip("nothing to differ from")
-    quick = collectives.Options(timeout=TIMEOUT_S)
     a, b = np.ones(10, np.float32), np.ones(11, np.float32)
     ya, yb = np.empty_like(a), np.empty_like(b)
     for _ in range(2):
-        collectives.allreduce(a, out=ya, algorithm="native", options=quick)
-        collectives.allreduce(b, out=yb, algorithm="native", options=quick)
+        collectives.allreduce(a, out=ya, algorithm="native")
+        collectives.allreduce(b, out=yb, algorithm="native")
     assert (ya == comm.size).all() and (yb == comm.size).all()
     ya[:], yb[:] = SENTINEL, SENTINEL
     if comm.rank == comm.size - 1:
-        _raises_timeout(lambda: collectives.allreduce(b, out=yb, algorithm="native",
-                                                      options=quick))
+        if late:
+            time.sleep(0.2)  # past the checkers' patience: their notes wait for this rank
+        _raises_changed(lambda: collectives.allreduce(b, out=yb, algorithm="native"))
     else:
-        _raises_timeout(lambda: collectives.allreduce(a, out=ya, algorithm="native",
-                                                      options=quick))
+        _raises_changed(lambda: collectives.allreduce(a, out=ya, algorithm="native"))
     assert (ya == SENTINEL).all() and (yb == SENTINEL).all(), (ya, yb)
     collectives.reset(comm)
     _native_still_works()
+
+
+def test_a_slow_check_that_every_rank_makes_is_no_mismatch():
+    """A check that one rank joins late (past the others' patience: they send check notes)
+    while a signature was agreed, then a repeat of the new one: the notes name a check every
+    rank made, so nothing is raised, and the results are right."""
+    comm = MPI.COMM_WORLD
+    if comm.size == 1:
+        pytest.skip("nothing to differ from")
+    a, b = np.ones(10, np.float32), np.ones(11, np.float32)
+    ya, yb = np.empty_like(a), np.empty_like(b)
+    collectives.allreduce(a, out=ya, algorithm="native")
+    if comm.rank == 0:
+        time.sleep(0.2)
+    for _ in range(3):
+        collectives.allreduce(b, out=yb, algorithm="native")
+        assert (yb == comm.size).all(), yb
+    collectives.allreduce(a, out=ya, algorithm="native")
+    assert (ya == comm.size).all(), ya
 
 
 def test_a_repeat_after_a_mismatch_is_checked_again():

@@ -17,10 +17,13 @@ Why this can never let a mismatch through: a rank skips the check only for the s
 every rank agreed on at the last check (checks are collectives, so the *k*-th check is the same
 on every rank and so is its verdict). If all ranks skip, they all run that signature. If one rank
 skips and runs the native operation while another checks, the two wait on different
-communicators and neither finishes: each waits until the call's deadline (``Options.timeout``)
-and the call fails with ``TimeoutError`` on every rank (a rank that times out tells the others),
-after which native is retired on the communicator (``guard.py``) and the hand-written
-replacements, with their exact sizes, run instead; a retired communicator skips the check. A
+communicators: the checking rank, still waiting after ``guard.CHECK_PATIENCE``, sends a check
+note, and the rank that skipped raises ``ValueError`` on reading it, which its notice makes the
+error of every rank (``guard.py``, "Check notes"); where no note can tell (a check on part of
+the call's ranks, abort mode), each waits until the call's deadline (``Options.timeout``) and
+the call fails with ``TimeoutError`` on every rank. Then native is retired on the communicator
+(``guard.py``) and the hand-written replacements, with their exact sizes, run instead; a
+retired communicator skips the check. A
 repeat of a remembered call (``api._Repeats``, a plan, the lanes) compares one reference
 (``ctx.agreed is key``) and skips the check; a loop that alternates between two signatures checks
 at every call (docs/reliability.md, docs/benchmarks/overhead.md).
@@ -35,11 +38,13 @@ duplicate of their own; the engine's named stream, which has none, skips the che
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
+from .guard import CHECK_PATIENCE
 from .validate import verdict
 from .context import Context
 
@@ -92,14 +97,14 @@ def agree(ctx: Context, sig: tuple) -> None:
     control = ctx.control_comm
     if control is None:
         return
-    ctx.agreed = None  # until this check says otherwise
+    before, ctx.agreed = ctx.agreed, None  # until this check says otherwise
     h = _hash(sig)
     buf = np.array([h, -h], dtype=np.int64)
     guard = ctx.active
     if guard is None:  # abort mode, or an algorithm called directly: blocking
         control.Allreduce(MPI.IN_PLACE, [buf, MPI.INT64_T], MPI.MAX)
-    elif not guard.native(lambda: control.Iallreduce(MPI.IN_PLACE, [buf, MPI.INT64_T], MPI.MAX),
-                          _nothing, (buf,)):
+    elif not guard.native(lambda: _start(guard, control, buf, before is not None), _nothing,
+                          (buf,)):
         return  # native is retired: the hand-written replacement checks sizes itself
     if int(buf[0]) == h and -int(buf[1]) == h:
         ctx.agreed = sig
@@ -113,6 +118,23 @@ def agree(ctx: Context, sig: tuple) -> None:
         # as this rank's own error, which the guard tells the call's other ranks
         raise type(error).__bases__[-1](str(error))
     raise error
+
+
+def _start(guard: Any, control: MPI.Comm, buf: np.ndarray, repeatable: bool) -> Any:
+    """Start the check's ``MPI_Iallreduce``; one that has not finished within
+    ``guard.CHECK_PATIENCE`` seconds while a signature was agreed (``repeatable``: a rank may
+    be repeating it instead of checking) sends check notes (``guard.py``). Checks on a part of
+    the call's ranks (hierarchical's cross-node ranks) send none."""
+    k = guard.begin_check()
+    req = control.Iallreduce(MPI.IN_PLACE, [buf, MPI.INT64_T], MPI.MAX)
+    if repeatable and control.size == guard.size:
+        deadline = time.monotonic() + CHECK_PATIENCE
+        while not req.Get_status():  # (Test would free a finished request)
+            if time.monotonic() > deadline:
+                guard.tell_checking(k)
+                break
+            time.sleep(0)
+    return req
 
 
 def _nothing() -> None:

@@ -32,6 +32,17 @@ private context, :mod:`.context`):
   writes into the caller's arrays: it receives into a landing buffer of its own (copied out
   when it completes), which is then kept, with its request and send buffers, until MPI is done
   with it.
+- **Check notes.** A native operation's signature check (:mod:`.agree`) is skipped by a rank
+  whose signature is the one every rank agreed on last; a rank whose arguments changed checks
+  instead, on another communicator, so the two would wait for each other forever. A check that
+  has not finished within :data:`CHECK_PATIENCE` seconds, made while a signature was agreed,
+  sends a *check note* (a notice of its own type, ``(call, check)``: the call number and how
+  many checks its rank made before in that call) to every other rank; a rank that runs the
+  same call's same check without checking it (:meth:`Guard.skip_check`) raises ``ValueError``
+  when the note arrives or, if it came first, at the skip, and its notice ends the call on the
+  checking ranks. With equal arguments every rank makes the same checks in the same order, so
+  a note of a check that a rank skipped always means arguments that differ; notes of checks
+  every rank made are ignored.
 - **Incarnations.** A communicator freed and made again may get the same MPI context id, and
   a notice sent on the old one may still wait, unreceived, to be matched: call numbers start
   above every one this process used before (``_HIGH``), and a notice numbered below the
@@ -68,6 +79,11 @@ NOTICE_TAG = 0
 _NOTICE_BYTES = 1024
 _HEAD = 5  # int64 words: seq, rank, type code, argument error (0 or 1), message length
 _TYPES: tuple[type[BaseException], ...] = (TypeError, ValueError, TimeoutError)
+#: a notice's type code that is no failure: a check note (module docstring)
+_CHECKING = 255
+#: Seconds a native operation's signature check waits before it sends check notes: a check
+#: that every rank joins takes microseconds; one still waiting may wait for a rank that repeats.
+CHECK_PATIENCE = 0.01
 
 
 class CollectiveError(RuntimeError):
@@ -215,6 +231,11 @@ class Guard:
         self.timeout = 0.0
         self.retired = False
         self.later: dict[int, BaseException] = {}   # notices for calls this rank has not reached
+        # check notes (module docstring): (call, check) noted by other ranks, and by this rank
+        # (call, checks made in it) and the (call, check) it runs without checking
+        self.noted: dict[tuple[int, int], int] = {}
+        self.made = (0, 0)
+        self.skipped = (0, -1)
         self.dangling: list[Any] = []               # requests (and their buffers) left behind
         self._outbox: list[Any] = []
         # notices sent to and received from each rank: a release exchanges them, so that no
@@ -312,6 +333,44 @@ class Guard:
                 self._outbox.append(self.comm.Isend([buf, MPI.BYTE], r, NOTICE_TAG))
                 self.sent[r] += 1
 
+    def begin_check(self) -> int:
+        """A signature check of the running call begins on this rank: its index among the
+        call's checks (check notes, module docstring)."""
+        seq, k = self.made
+        k = k if seq == self.seq else 0
+        self.made = (self.seq, k + 1)
+        if self.noted:  # notes of calls before this one are stale
+            self.noted = {key: r for key, r in self.noted.items() if key[0] >= self.seq}
+        return k
+
+    def skip_check(self) -> None:
+        """The running call's next native operation runs without a signature check (its
+        signature is the one agreed on last): raise if another rank noted that it checks it."""
+        seq, k = self.made
+        skipped = self.skipped = (self.seq, k if seq == self.seq else 0)
+        if self.noted:
+            rank = self.noted.get(skipped)
+            self.noted = {key: r for key, r in self.noted.items() if key[0] >= self.seq}
+            if rank is not None:
+                raise self._changed(rank)
+
+    def tell_checking(self, k: int) -> None:
+        """Send a check note for this call's check number ``k`` to every other rank."""
+        self._outbox = [r for r in self._outbox if not r.Test()]
+        buf = np.zeros(8 * _HEAD, dtype=np.uint8)
+        buf.view(np.int64)[:] = (self.seq, self.rank, _CHECKING, k, 0)
+        for r in range(self.size):
+            if r != self.rank:
+                self._outbox.append(self.comm.Isend([buf, MPI.BYTE], r, NOTICE_TAG))
+                self.sent[r] += 1
+
+    def _changed(self, rank: int) -> ValueError:
+        """The error of a rank that repeats the agreed signature while ``rank`` checks another."""
+        return ValueError(
+            f"{self.name}: count, dtype or op differs across ranks: rank {rank} passes other "
+            f"arguments than the ones every rank agreed on last, which rank {self.rank} passes "
+            "again (the same arguments on every rank)")
+
     def take_outbox(self) -> list[Any]:
         """This rank's notice sends still in flight (a release keeps them until they complete)."""
         outbox, self._outbox = self._outbox, []
@@ -337,6 +396,8 @@ class Guard:
         while self.rank and lowest != 0:
             if self.notice.Test():
                 found, rank = self._count()
+                if int(self._box[16:24].view(np.int64)[0]) == _CHECKING:
+                    found = -1  # a check note reports no failure
                 if found == seq and rank < self.rank and (lowest is None or rank < lowest):
                     lowest = rank
                 self._box = np.empty(_NOTICE_BYTES, dtype=np.uint8)
@@ -358,6 +419,12 @@ class Guard:
         self.notice = self.comm.Irecv([self._box, MPI.BYTE], MPI.ANY_SOURCE, NOTICE_TAG)
         if seq < self.first:
             DROPPED[0] += 1
+            return False
+        if code == _CHECKING:  # a check note (``arguments``: the check's index in its call)
+            if (seq, arguments) == self.skipped:
+                raise self._changed(rank)
+            if seq >= self.seq:
+                self.noted[seq, arguments] = rank
             return False
         self.retired = True
         if seq < self.seq:

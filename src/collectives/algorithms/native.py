@@ -56,6 +56,8 @@ def _run(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options,
     the call's signature ``sig`` (``_runtime/agree.py``)."""
     if ctx.agreed is not sig:  # a signature not yet agreed on: the ranks check it together
         agree(ctx, sig)
+    elif ctx.active is not None:  # repeated without a check: unless another rank checks it
+        ctx.active.skip_check()
     if ctx.active is None:  # outside a guard: native_call's blocking call, made here
         ctx.comm.Allreduce(MPI.IN_PLACE if src is buf else [src, dtype], [buf, dtype], mpi_op)
         return

@@ -44,6 +44,8 @@ def _agreed(ctx: Context, sig: tuple) -> None:
     """Check ``sig`` with the other ranks unless it is the one agreed on last."""
     if ctx.agreed is not sig:
         agree(ctx, sig)
+    elif ctx.active is not None:  # repeated without a check: unless another rank checks it
+        ctx.active.skip_check()
 
 
 def _land(ran: bool, land: np.ndarray | None, out: np.ndarray | None) -> None:
