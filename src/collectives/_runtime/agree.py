@@ -33,7 +33,8 @@ Under a guard (``on_error="raise"``) the check is non-blocking and waited for li
 blocking ``MPI_Allreduce``, and a mismatch raises there (in abort mode: the job ends). The
 progress engine's context (the non-blocking forms) checks on the engine's control communicator
 (point-to-point status queries only otherwise), hierarchical's cross-node contexts on a
-duplicate of their own; the engine's named stream, which has none, skips the check.
+duplicate of their own. The engine's named stream has none and needs none: its negotiation
+(``engine/named.py``) compares every name's signature across ranks before the name runs.
 """
 
 from __future__ import annotations
