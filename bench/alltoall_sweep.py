@@ -29,7 +29,7 @@ import collectives
 from collectives.tools.osu.options import parse_sizes
 
 SIZES = [8, 64, 512, 4096, 65536, 262144, 1 << 20]
-ALGORITHMS = ("pairwise", "bruck", "native")
+ALGORITHMS = ("pairwise", "bruck", "hierarchical", "native")
 
 
 def _timed(fn: Callable[[], object], calls: int, comm: MPI.Comm) -> float:

@@ -92,6 +92,31 @@ def test_alltoallv(algorithm, comm):
             assert np.array_equal(_bits(y), _bits(expected)), what
 
 
+@pytest.mark.parametrize("node_size", [1, 2, 3])
+def test_hierarchical_alltoall_on_emulated_nodes(node_size, comm):
+    """The node-aware alltoall across emulated nodes of ``node_size`` ranks (unequal where
+    ``node_size`` does not divide p; one rank each at 1: pairwise runs), equal blocks and the v
+    form with zero-length blocks, against the gathered reference, bitwise."""
+    p, r = comm.size, comm.rank
+    opts = collectives.Options(node_size=node_size)
+    for k, block in enumerate(counts_for(p)):
+        dtype = DTYPES[k % len(DTYPES)]
+        x = _data(block * p, dtype, r, k)
+        xs = comm.allgather(x)
+        expected = np.concatenate([xs[i][r * block:(r + 1) * block] for i in range(p)])
+        y = collectives.alltoall(x, algorithm="hierarchical", comm=comm, options=opts)
+        assert np.array_equal(_bits(y), _bits(expected)), f"block={block} {dtype}"
+        sends = [_uneven(block * p + i, p, k) for i in range(p)]
+        x = _data(block * p + r, dtype, r, k + 1)
+        xs = comm.allgather(x)
+        offs = [np.concatenate([[0], np.cumsum(row)]).astype(int) for row in sends]
+        expected = np.concatenate([xs[i][offs[i][r]:offs[i][r + 1]] for i in range(p)])
+        y, got = collectives.alltoall(x, counts=sends[r], algorithm="hierarchical", comm=comm,
+                                      options=opts)
+        assert got == [row[r] for row in sends], f"v total={block * p} {dtype}"
+        assert np.array_equal(_bits(y), _bits(expected)), f"v total={block * p} {dtype}"
+
+
 @pytest.mark.parametrize("algorithm", list(collectives.GATHER))
 @pytest.mark.parametrize("uneven", [False, True])
 def test_gather_every_root(algorithm, uneven, comm):

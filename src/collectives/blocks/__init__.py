@@ -22,7 +22,7 @@ p + 1):
 
 from __future__ import annotations
 
-from . import auto, binomial, native, ring
+from . import auto, binomial, native, node_aware, ring
 from .handwritten import (binomial_bcast, binomial_gather, binomial_reduce, binomial_scatter,
                           bruck_alltoall, dissemination_barrier, pairwise_alltoall, ring_allgather,
                           ring_reduce_scatter)
@@ -36,7 +36,7 @@ ALLGATHER = {"ring": ring_allgather, "native": native.allgather}
 BCAST = {"binomial": binomial_bcast, "native": native.bcast}
 REDUCE = {"binomial": binomial_reduce, "native": native.reduce}
 ALLTOALL = {"auto": auto.alltoall, "pairwise": pairwise_alltoall, "bruck": bruck_alltoall,
-            "native": native.alltoall}
+            "hierarchical": node_aware.alltoall, "native": native.alltoall}
 #: the alltoall entries that need equal blocks (no ``counts=``)
 EQUAL_BLOCKS_ONLY = frozenset({"bruck"})
 BARRIER = {"auto": dissemination_barrier, "dissemination": dissemination_barrier,
