@@ -117,6 +117,40 @@ def test_hierarchical_alltoall_on_emulated_nodes(node_size, comm):
         assert np.array_equal(_bits(y), _bits(expected)), f"v total={block * p} {dtype}"
 
 
+def _wire(algorithm, p, r, b, node_size):
+    """(bytes, messages) rank ``r`` sends in an alltoall of ``b``-byte blocks (docs/algorithms.md)."""
+    if algorithm == "pairwise":
+        return (p - 1) * b, p - 1
+    if algorithm == "bruck":  # round k: the blocks with bit k set
+        rounds = [1 << i for i in range((p - 1).bit_length())]
+        return sum(sum(1 for i in range(p) if i & k) for k in rounds) * b, len(rounds)
+    nodes = [list(range(s, min(s + node_size, p))) for s in range(0, p, node_size)]
+    mine = next(m for m in nodes if r in m)
+    if len(nodes) in (1, p):  # pairwise runs
+        return (p - 1) * b, p - 1
+    if r != mine[0]:  # the whole input to the leader
+        return p * b, 1
+    others = [m for m in nodes if m is not mine]  # one message per other node, then the results
+    return (sum(len(mine) * len(m) * b for m in others) + (len(mine) - 1) * p * b,
+            len(others) + len(mine) - 1)
+
+
+@pytest.mark.world_sizes(2, 3, 4, 5)
+@pytest.mark.parametrize("algorithm", ["pairwise", "bruck", "hierarchical"])
+def test_alltoall_wire_bytes(algorithm):
+    """``TRAFFIC`` counts what the arithmetic says each rank sends (emulated nodes of 2 ranks
+    for the node-aware one)."""
+    comm = MPI.COMM_WORLD
+    p, r = comm.size, comm.rank
+    opts = collectives.Options(node_size=2)
+    x = np.ones(3 * p, np.float64)
+    collectives.alltoall(x, algorithm=algorithm, options=opts)  # the layouts made
+    collectives.TRAFFIC.reset()
+    collectives.alltoall(x, algorithm=algorithm, options=opts)
+    sent = collectives.TRAFFIC.reset()
+    assert (sent.bytes_sent, sent.messages) == _wire(algorithm, p, r, 24, 2), algorithm
+
+
 @pytest.mark.parametrize("algorithm", list(collectives.GATHER))
 @pytest.mark.parametrize("uneven", [False, True])
 def test_gather_every_root(algorithm, uneven, comm):
