@@ -235,7 +235,7 @@ class Guard:
         # (call, checks made in it) and the (call, check) it runs without checking
         self.noted: dict[tuple[int, int], int] = {}
         self.made = (0, 0)
-        self.skipped = (0, -1)
+        self.skipped, self.skip_made = -1, (0, 0)
         self.dangling: list[Any] = []               # requests (and their buffers) left behind
         self._outbox: list[Any] = []
         # notices sent to and received from each rank: a release exchanges them, so that no
@@ -345,14 +345,19 @@ class Guard:
 
     def skip_check(self) -> None:
         """The running call's next native operation runs without a signature check (its
-        signature is the one agreed on last): raise if another rank noted that it checks it."""
-        seq, k = self.made
-        skipped = self.skipped = (self.seq, k if seq == self.seq else 0)
+        signature is the one agreed on last): raise if another rank noted that it checks it.
+        Two stores on a native repeat; the check's index is worked out only for a note."""
+        self.skipped, self.skip_made = self.seq, self.made
         if self.noted:
-            rank = self.noted.get(skipped)
+            rank = self.noted.get(self._skipped())
             self.noted = {key: r for key, r in self.noted.items() if key[0] >= self.seq}
             if rank is not None:
                 raise self._changed(rank)
+
+    def _skipped(self) -> tuple[int, int]:
+        """(call, check index) of the native operation this rank runs without a check."""
+        seq, k = self.skip_made
+        return self.skipped, (k if seq == self.skipped else 0)
 
     def tell_checking(self, k: int) -> None:
         """Send a check note for this call's check number ``k`` to every other rank."""
@@ -421,7 +426,7 @@ class Guard:
             DROPPED[0] += 1
             return False
         if code == _CHECKING:  # a check note (``arguments``: the check's index in its call)
-            if (seq, arguments) == self.skipped:
+            if seq == self.skipped and (seq, arguments) == self._skipped():
                 raise self._changed(rank)
             if seq >= self.seq:
                 self.noted[seq, arguments] = rank
