@@ -26,7 +26,6 @@ the pipeline's neighbor messages the same way.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -171,4 +170,4 @@ def p2p_seconds(c: Cluster, pairs: list[tuple[int, int]], nbytes: float) -> floa
     flows = max([*out.values(), *into.values(), 0])
     if flows:
         t = max(t, net.alpha_inter + flows * nbytes * net.beta_inter)
-    return t if math.isfinite(t) else math.inf
+    return t

@@ -149,6 +149,11 @@ def _params(layers: Sequence[Layer]) -> int:
     return sum(l.fan_in * l.fan_out + l.fan_out for l in layers)
 
 
+def _sharded(nbytes: float, c: Configuration, stage: int) -> float:
+    """``nbytes`` per rank, divided over dp from ZeRO stage ``stage`` on."""
+    return nbytes / c.dp if c.shard >= stage else nbytes
+
+
 def _tp_seconds(block: Sequence[Layer], w: Workload, rows: int, tp: int, net: Network,
                 algorithm: str) -> float:
     if tp == 1 or len(block) < 2:
@@ -211,11 +216,11 @@ def predict(c: Configuration, w: Workload, cl: Cluster, compute: ComputeModel,
                 dps = allgather(b, c.dp, dp_net) + coding + speed.payload * c.dp * b
         us = compute.update(psi // c.dp if c.shard >= 1 else psi)
         tails.append((dps + us, dps, us))
-        shard = lambda x, stage: x / c.dp if c.shard >= stage else x  # noqa: E731
         residual = 4.0 * psi if codec is not None and codec.needs_error_feedback else 0.0
         in_flight = M if c.schedule == "gpipe" else min(M, S - s)
         acts = 4.0 * rows * (layers[0].fan_in + sum(l.fan_out for l in layers)) * in_flight
-        memories.append(Memory(shard(n, 3), shard(n, 2), shard(n, 1) + residual, acts))
+        memories.append(Memory(_sharded(n, c, 3), _sharded(n, c, 2),
+                               _sharded(n, c, 1) + residual, acts))
     _, dp_tail, u_tail = max(tails, key=lambda v: v[0])
     memory = max(memories, key=lambda m: m.total)
     stages = tuple(tuple(l.index for j in g for l in blocks[j]) for g in groups)
