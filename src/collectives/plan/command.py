@@ -138,7 +138,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         compute = planner.MeasuredCompute(cache, threads, slowdown)
         rows = planner.plan(w, cl, compute, codecs, a.micro_factors, a.schedule, a.algorithm,
                             a.tuning)
-    except ValueError as exc:
+    except FileNotFoundError as exc:
+        p.error(f"{exc.filename}: no such file")
+    except (ValueError, OSError) as exc:
         p.error(str(exc))
     net = cl.net
     print(f"model {'x'.join(map(str, w.sizes))} ({a.dataset}), global batch {w.global_batch}, "
