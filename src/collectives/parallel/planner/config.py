@@ -9,7 +9,7 @@ compare). A configuration splits ``ranks = dp x pp x tp``:
   split); a last layer without a partner runs whole on every rank of the group. With ``tp > 1``
   the pipeline's units (*blocks*) are these pairs, so no pair straddles two stages; with
   ``tp = 1`` every layer is a block;
-- ``pp``: pipeline stages of consecutive blocks (balanced by their time, :func:`partition`),
+- ``pp``: pipeline stages of consecutive blocks (balanced by their compute and tp time, :func:`.predict.partition`),
   ``micro_batches`` micro-batches per step (``schedule`` "1f1b" or "gpipe": the same time, other
   activation memory);
 - ``dp``: data parallelism over the rest, its gradient exchange dense, sharded (``shard``: ZeRO

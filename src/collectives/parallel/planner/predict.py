@@ -23,7 +23,7 @@ allreduce algorithm's cost (:data:`~collectives.selection.cost_model.COSTS`, rin
         + P2P(4 r w_in(s))  if s > 0               its input's gradient to the previous one
     t_s = c_s + x_s + q_s
 
-The stages are cut to balance ``t_s`` (:func:`partition`); the slowest, ``s*``, sets the pace:
+The stages are cut to balance ``c_s + x_s`` (:func:`partition`); the slowest, ``s*``, sets the pace:
 the pipeline (GPipe or 1F1B, which have the same bubble) takes ``(M + S - 1) t_{s*}``, of which
 ``(S - 1) t_{s*}`` is the bubble, ``(S-1)/(M+S-1)`` of it. Then each stage exchanges the
 gradient of its ``Psi_s`` local parameters over dp (``n = 4 Psi_s`` bytes) and steps::
