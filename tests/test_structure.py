@@ -34,10 +34,13 @@ LAYERS = (
     ("collectives.pt2pt", "collectives.mesh"),
     ("collectives.decentralized",),
     ("collectives.engine",),
+    ("collectives.parallel",),
     ("collectives.diagnostics",),
     ("collectives.tools",),
     ("collectives",),
     ("collectives.sgd",),
+    # the planner's command: it reads the SGD driver's models, data sets and parser
+    ("collectives.plan",),
     ("collectives.torch",),
     ("collectives.__main__",),
 )

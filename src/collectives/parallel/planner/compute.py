@@ -1,0 +1,200 @@
+"""The planner's compute model: seconds of each Linear(+ReLU) layer's forward and backward.
+
+A layer's local work is given by its shape on one rank: ``rows`` (the micro-batch), ``fan_in``
+and ``fan_out`` (already divided by the tensor-parallel degree where the layer is split),
+whether a ReLU follows (every layer but the last) and whether backward computes the gradient of
+its input (every layer but the first). :class:`MeasuredCompute` times the NumPy operations the
+SGD driver's :class:`~collectives.sgd.model.MLP` runs for that shape, on this machine:
+
+- forward: ``z = h @ W + b``, then ``np.maximum(z, 0, out=z)``;
+- backward: ``dz.sum(axis=0)`` (bias), ``h.T @ dz`` (weight), and where the input needs its
+  gradient ``dz @ W.T`` and the ReLU mask ``*= h > 0``;
+- the optimizer step per parameter: ``v = mu v + g; p -= lr v`` on a float32 buffer.
+
+They run under ``threadpool_limits(threads)`` (the driver gives each rank ``cores // ranks``
+BLAS threads, :func:`threads_per_rank`), and a rank's times are multiplied by ``slowdown``
+(:func:`threads_per_rank`: more ranks than cores on a host share them). Each is run
+:data:`REPETITIONS` times after one warm-up and the median kept (fewer repetitions for
+shapes that take over :data:`BUDGET_S`). Results are cached in a JSON file (default
+``plan-compute.json`` beside the tuning file, :func:`default_cache_path`) keyed by shape and
+host name, so a shape is measured once per machine. Tests inject :class:`FlopRate` instead: a
+closed form (seconds per multiply-add pair) their expected values are computed from by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol
+
+import numpy as np
+
+from ...selection.tuning_file import default_path
+
+__all__ = ["ComputeModel", "FlopRate", "MeasuredCompute", "default_cache_path", "REPETITIONS",
+           "BUDGET_S", "threads_per_rank"]
+
+#: Timed repetitions per measurement (the median is kept).
+REPETITIONS = 5
+#: A shape whose first run takes longer than this is repeated only 3 times.
+BUDGET_S = 0.2
+_FORMAT = "collectives-plan-compute"
+
+
+class ComputeModel(Protocol):
+    """What the planner asks of a compute model."""
+
+    def layer(self, rows: int, fan_in: int, fan_out: int, relu: bool,
+              input_grad: bool) -> tuple[float, float]:
+        """(forward, backward) seconds of one layer's local shape."""
+
+    def update(self, params: int) -> float:
+        """Seconds of the optimizer step over ``params`` parameters."""
+
+
+@dataclass(frozen=True)
+class FlopRate:
+    """A closed-form compute model: ``seconds`` per floating-point operation of the matmuls
+    (``2 rows fan_in fan_out`` forward; the same for the weight gradient and again for the
+    input gradient in backward) and ``update_s`` per parameter of the optimizer step."""
+
+    seconds: float
+    update_s: float = 0.0
+
+    def layer(self, rows: int, fan_in: int, fan_out: int, relu: bool,
+              input_grad: bool) -> tuple[float, float]:
+        flops = 2.0 * rows * fan_in * fan_out
+        return flops * self.seconds, flops * (2 if input_grad else 1) * self.seconds
+
+    def update(self, params: int) -> float:
+        return params * self.update_s
+
+
+def default_cache_path() -> Path:
+    """``plan-compute.json`` beside the tuning file's default path."""
+    return default_path().parent / "plan-compute.json"
+
+
+def threads_per_rank(ranks_per_host: int, cores: int) -> tuple[int, float]:
+    """The BLAS threads of each of ``ranks_per_host`` ranks on ``cores`` cores (the SGD
+    driver's ``max(1, cores // ranks)``) and the slowdown of their compute when the ranks'
+    threads outnumber the cores (``ranks x threads / cores``, at least 1)."""
+    if ranks_per_host < 1 or cores < 1:
+        raise ValueError(f"ranks per host and cores must be >= 1, got {ranks_per_host}, {cores}")
+    threads = max(1, cores // ranks_per_host)
+    return threads, max(1.0, ranks_per_host * threads / cores)
+
+
+def _median_time(fn: Callable[[], object]) -> float:
+    fn()  # warm-up (first touch of the buffers, BLAS threads)
+    t0 = time.perf_counter()
+    fn()
+    times = [time.perf_counter() - t0]
+    for _ in range((REPETITIONS if times[0] < BUDGET_S else 3) - 1):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _measure_layer(rows: int, fan_in: int, fan_out: int, relu: bool,
+                   input_grad: bool) -> tuple[float, float]:
+    rng = np.random.default_rng(0)
+    h = rng.standard_normal((rows, fan_in), dtype=np.float32)
+    w = rng.standard_normal((fan_in, fan_out), dtype=np.float32)
+    b = np.zeros(fan_out, np.float32)
+    dz0 = rng.standard_normal((rows, fan_out), dtype=np.float32)
+    gw = np.empty_like(w)
+    gb = np.empty_like(b)
+
+    def forward():
+        z = h @ w + b
+        if relu:
+            np.maximum(z, 0, out=z)
+        return z
+
+    def backward():
+        dz = dz0.copy() if relu else dz0
+        dz.sum(axis=0, out=gb)
+        np.matmul(h.T, dz, out=gw)
+        if input_grad:
+            dh = dz @ w.T
+            dh *= h > 0
+        return gw
+
+    return _median_time(forward), _median_time(backward)
+
+
+def _measure_update(n: int) -> float:
+    p = np.zeros(n, np.float32)
+    g = np.ones(n, np.float32)
+    v = np.zeros(n, np.float32)
+
+    def step():
+        v.__imul__(np.float32(0.9))
+        v.__iadd__(g)
+        p.__isub__(np.float32(0.01) * v)
+
+    return _median_time(step) / n
+
+
+@dataclass
+class MeasuredCompute:
+    """Layer times measured on this machine, cached in the JSON file ``path`` (None: not
+    cached). ``measured`` counts the shapes measured by this object (the rest came from the
+    cache)."""
+
+    path: Path | None = None
+    threads: int = 1
+    slowdown: float = 1.0
+    measured: int = 0
+    _table: dict[str, list[float]] = field(default_factory=dict, repr=False)
+    _host: str = field(default_factory=platform.node, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.path is not None:
+            self.path = Path(self.path)
+            try:
+                data = json.loads(self.path.read_text())
+            except FileNotFoundError:
+                data = None
+            except (OSError, ValueError) as exc:
+                raise ValueError(f"{self.path}: not a compute cache ({exc})") from None
+            if isinstance(data, dict) and data.get("format") == _FORMAT \
+                    and data.get("host") == self._host and isinstance(data.get("times"), dict):
+                self._table = {k: list(v) for k, v in data["times"].items()}
+
+    def _lookup(self, key: str, measure: Callable[[], list[float]]) -> list[float]:
+        key = f"{key} threads={self.threads}"
+        if key not in self._table:
+            from threadpoolctl import threadpool_limits
+
+            with threadpool_limits(self.threads):
+                self._table[key] = measure()
+            self.measured += 1
+            self._save()
+        return [t * self.slowdown for t in self._table[key]]
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"format": _FORMAT, "host": self._host,
+                                   "numpy": np.__version__, "times": self._table}, indent=0))
+        tmp.replace(self.path)
+
+    def layer(self, rows: int, fan_in: int, fan_out: int, relu: bool,
+              input_grad: bool) -> tuple[float, float]:
+        key = f"layer {rows} {fan_in} {fan_out} {int(relu)} {int(input_grad)}"
+        fwd, bwd = self._lookup(key, lambda: list(_measure_layer(rows, fan_in, fan_out, relu,
+                                                                 input_grad)))
+        return fwd, bwd
+
+    def update(self, params: int) -> float:
+        (per_param,) = self._lookup("update", lambda: [_measure_update(1 << 20)])
+        return params * per_param

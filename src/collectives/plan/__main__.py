@@ -1,0 +1,7 @@
+"""``python -m collectives.plan``."""
+
+import sys
+
+from .command import main
+
+sys.exit(main())

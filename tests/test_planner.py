@@ -1,0 +1,279 @@
+"""The planner (collectives.parallel.planner, python -m collectives.plan): its predictions equal the
+formulas of docs/planner.md computed by hand, it proposes only valid configurations, bad input is
+a clear error, and the command runs end to end. One process; the compute model is injected
+(FlopRate) wherever a value is checked, so nothing depends on this machine's speed."""
+
+import itertools
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import compress
+from collectives.parallel import planner
+from collectives.parallel.planner import network as pnet
+from collectives.plan import command, measure
+
+FLOP_S = 1e-10      # seconds per floating-point operation of the injected compute model
+UPDATE_S = 1e-9     # seconds per parameter of the optimizer step
+A, B = 1e-6, 1e-9   # intra alpha, beta
+AX, BX = 1e-5, 8e-9  # inter alpha, beta
+SPEED = {"encode": 1e-9, "decode": 2e-9, "payload": 3e-9}
+SIZES = (8, 16, 16, 4)  # three layers: a pair (0, 1) and a whole last layer under tp
+
+
+@pytest.fixture
+def tuning(tmp_path):
+    path = tmp_path / "tuning.json"
+    path.write_text(json.dumps({
+        "format": "collectives-tuning", "version": 1,
+        "world_sizes": {"8": {"rules": [{"max_bytes": None, "algorithm": "ring"}],
+                              "model": {"alpha": A, "beta": B, "gamma": 0.0,
+                                        "alpha_inter": AX, "beta_inter": BX, "node_size": 4}}},
+        "codecs": {"fp16": SPEED, "topk:ratio=0.25": SPEED}}))
+    return path
+
+
+@pytest.fixture
+def setup(tuning):
+    w = planner.Workload(SIZES, global_batch=32)
+    cl = planner.cluster(8, hosts=2, tuning=tuning)
+    return w, cl, planner.FlopRate(FLOP_S, UPDATE_S)
+
+
+def ring(n, p, alpha, beta):
+    """The textbook ring allreduce of docs/planner.md (gamma 0, one segment)."""
+    return 2 * (p - 1) * (alpha + n / p * beta)
+
+
+def by_hand(shard=0, codec="none", schedule="1f1b", tuning=None):
+    """dp 2 x pp 2 x tp 2, M 4 on 2 hosts of 4 ranks, following docs/planner.md line by line."""
+    r = 32 // (2 * 4)                                    # rows per micro-batch: 4
+    # stage 0: the pair (0, 1), layer 0 column-split (8 x 8), layer 1 row-split (8 x 16)
+    c0 = FLOP_S * (2 * r * 8 * 8 * 2 + 2 * r * 8 * 16 * 3)   # layer 0 needs no input gradient
+    x0 = ring(4 * r * 16, 2, A, B)                       # forward allreduce of the pair's output
+    q0 = A + 4 * r * 16 * B                              # activation to stage 1, inside a host
+    t0 = c0 + x0 + q0
+    c1 = FLOP_S * (2 * r * 16 * 4 * 3)
+    t1 = c1 + 0 + q0                                     # stage 1: its input gradient back
+    assert t0 > t1
+    # dp groups {o, o + 4}: one rank per host, 4 groups share each host's link
+    tails = []
+    for psi in (8 * 8 + 8 + 8 * 16 + 16, 16 * 4 + 4):
+        n = 4 * psi
+        if codec == "none":
+            dp = ring(n, 2, AX, 4 * BX) * (1.5 if shard == 3 else 1.0)
+        else:
+            b = compress.from_spec(codec).payload_nbytes((psi,), np.float32)
+            coding = (SPEED["encode"] + SPEED["decode"]) * n
+            if codec == "fp16":
+                dp = ring(b, 2, AX, 4 * BX) + coding
+            else:   # allgather: (p-1) (step(8 bytes of size) + step(b)) + the payloads added
+                dp = (AX + 8 * 4 * BX) + (AX + b * 4 * BX) + coding + SPEED["payload"] * 2 * b
+        u = UPDATE_S * (psi // 2 if shard else psi)
+        tails.append((dp + u, dp, u))
+    _, dp, u = max(tails)
+    M, S = 4, 2
+    return dict(compute=M * c0 + u, bubble=(S - 1) * t0, dp=dp, pp=M * q0, tp=M * x0,
+                step=(M + S - 1) * t0 + dp + u)
+
+
+@pytest.mark.parametrize("shard,codec", [(0, "none"), (1, "none"), (2, "none"), (3, "none"),
+                                         (0, "fp16"), (0, "topk:ratio=0.25")])
+def test_prediction_equals_the_docs_formula(setup, tuning, shard, codec):
+    w, cl, compute = setup
+    c = planner.Configuration(dp=2, pp=2, tp=2, micro_batches=4, shard=shard, codec=codec)
+    p = planner.predict(c, w, cl, compute, tuning=tuning)
+    want = by_hand(shard, codec)
+    got = dict(compute=p.compute, bubble=p.bubble, dp=p.dp, pp=p.pp, tp=p.tp, step=p.step)
+    assert got == pytest.approx(want, rel=1e-12)
+    assert p.stages == ((0, 1), (2,))
+
+
+def test_bubble_is_the_gpipe_fraction_of_the_pipelined_time(setup):
+    w, cl, _ = setup
+    compute = planner.FlopRate(FLOP_S)   # no optimizer step: the step is the pipeline alone
+    for m in (2, 4, 8):
+        p = planner.predict(planner.Configuration(1, 2, 4, m), w, cl, compute)
+        assert p.dp == 0 and p.bubble / p.step == pytest.approx(1 / (m + 1), rel=1e-9)
+
+
+def test_memory_estimate_by_shard_stage_and_schedule(setup):
+    w, cl, compute = setup
+    psi = 8 * 8 + 8 + 8 * 16 + 16
+    for shard, schedule in itertools.product((0, 1, 2, 3), ("1f1b", "gpipe")):
+        c = planner.Configuration(2, 2, 2, 4, shard, "none", schedule)
+        m = planner.predict(c, w, cl, compute).memory
+        assert m.params == 4 * psi / (2 if shard >= 3 else 1)
+        assert m.grads == 4 * psi / (2 if shard >= 2 else 1)
+        assert m.optimizer == 4 * psi / (2 if shard >= 1 else 1)
+        in_flight = 4 if schedule == "gpipe" else 2        # stage 0 of 1F1B holds S
+        assert m.activations == 4 * 4 * (8 + 8 + 16) * in_flight
+    m = planner.predict(planner.Configuration(2, 2, 2, 4, 0, "topk:ratio=0.25"), w, cl,
+                        compute).memory
+    assert m.optimizer == 2 * 4 * psi                      # momentum + error feedback residual
+
+
+def test_axis_placement_megatron_order(setup):
+    _, cl, _ = setup
+    assert pnet.axis_groups("tp", 2, 2, 2) == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert pnet.axis_groups("pp", 2, 2, 2) == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert pnet.axis_groups("dp", 2, 2, 2) == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert not pnet.group_network(cl, pnet.axis_groups("tp", 2, 2, 2)).two_level
+    dp = pnet.group_network(cl, pnet.axis_groups("dp", 2, 2, 2))
+    assert (dp.node_size, dp.beta_inter) == (1, 4 * BX)
+    dp = pnet.group_network(cl, pnet.axis_groups("dp", 8, 1, 1))   # one group, 4 ranks a host
+    assert (dp.node_size, dp.beta_inter) == (4, BX)
+    # a pipeline boundary crossing hosts: 4 pairs leave host 0 at once
+    assert pnet.p2p_seconds(cl, [(0, 4), (1, 5), (2, 6), (3, 7)], 100) == AX + 4 * 100 * BX
+
+
+def test_partition_is_optimal():
+    rng = np.random.default_rng(1)
+    for n in range(1, 7):
+        weights = list(rng.random(n))
+        for parts in range(1, n + 1):
+            groups = planner.partition(weights, parts)
+            assert [i for g in groups for i in g] == list(range(n)) and all(groups)
+            best = min(max(sum(weights[a:b]) for a, b in zip((0, *cuts), (*cuts, n)))
+                       for cuts in itertools.combinations(range(1, n), parts - 1))
+            assert max(sum(weights[i] for i in g) for g in groups) == pytest.approx(best)
+    with pytest.raises(ValueError, match="cannot cut"):
+        planner.partition([1.0, 2.0], 3)
+
+
+@pytest.mark.parametrize("sizes,ranks", [((8, 16, 16, 4), 8), ((64, 12, 12, 10), 8),
+                                          ((64, 256, 128, 10), 6), ((64, 32, 10), 4),
+                                          ((64, 8, 8, 8, 8, 8, 10), 12), ((4, 2), 3),
+                                          ((64, 4096, 4096, 10), 1)])
+def test_every_proposed_configuration_is_valid(sizes, ranks):
+    w = planner.Workload(sizes, global_batch=32 * ranks)
+    codecs = ("none", "fp16", "topk:ratio=0.01")
+    got = list(planner.configurations(w, ranks, codecs, (1, 2, 4)))
+    assert got and len(set(got)) == len(got)
+    for c in got:
+        assert c.dp * c.pp * c.tp == ranks
+        assert all(h % c.tp == 0 for h in sizes[1:-1])
+        assert c.pp <= len(w.blocks(c.tp)) <= len(sizes) - 1
+        assert c.micro_batches >= c.pp and (c.pp > 1 or c.micro_batches == 1)
+        assert w.global_batch % (c.dp * c.micro_batches) == 0
+        assert c.shard == 0 or (c.dp > 1 and c.codec == "none")
+        assert c.codec == "none" or c.dp > 1
+        assert planner.why_invalid(c, w, ranks) is None
+    # and none is missing: every (dp, pp, tp) that the rules allow is there
+    allowed = {(dp, pp, tp) for dp, pp, tp in itertools.product(range(1, ranks + 1), repeat=3)
+               if dp * pp * tp == ranks and all(h % tp == 0 for h in sizes[1:-1])
+               and pp <= len(w.blocks(tp)) and (tp == 1 or len(sizes) > 2)}
+    assert {(c.dp, c.pp, c.tp) for c in got} == allowed
+
+
+@pytest.mark.parametrize("config,match", [
+    (planner.Configuration(2, 2, 1, 4), "not the 8 ranks"),
+    (planner.Configuration(1, 1, 8, 1, codec="fp16"), "needs dp > 1"),
+    (planner.Configuration(4, 2, 1, 1), "micro-batches 1 < pp 2"),
+    (planner.Configuration(1, 8, 1, 8), "exceeds the 3 blocks"),
+    (planner.Configuration(2, 1, 4, 1, shard=4), "ZeRO stages"),
+    (planner.Configuration(8, 1, 1, 1, shard=1, codec="fp16"), "shard 0"),
+    (planner.Configuration(1, 2, 4, 3), "does not divide"),
+])
+def test_invalid_configuration_is_refused(setup, config, match):
+    w, cl, compute = setup
+    with pytest.raises(ValueError, match=match):
+        planner.predict(config, w, cl, compute)
+
+
+def test_bad_network_and_ranks(tuning, tmp_path):
+    with pytest.raises(ValueError, match="ranks must be >= 1"):
+        planner.cluster(0)
+    for bad in ("fast", "1gb/s", "-1gbit", "0gbit", ""):
+        with pytest.raises(ValueError, match="cannot read the network rate"):
+            planner.parse_rate(bad)
+    assert planner.parse_rate("2.5gbit") == 2.5e9 and planner.parse_rate("100mbit") == 1e8
+    with pytest.raises(ValueError, match="must be >= 1 and divide the 8 ranks"):
+        planner.cluster(8, hosts=3)
+    one_level = tmp_path / "one.json"
+    one_level.write_text(json.dumps({"format": "collectives-tuning", "version": 1, "world_sizes": {
+        "4": {"rules": [{"max_bytes": None, "algorithm": "ring"}],
+              "model": {"alpha": A, "beta": B, "gamma": 0.0}}}}))
+    with pytest.raises(ValueError, match="give --network RATE"):
+        planner.cluster(4, hosts=2, tuning=one_level)
+    assert planner.cluster(4, 2, "1gbit", one_level).net.beta_inter == 8e-9
+    with pytest.raises(ValueError, match="codec 'nope'"):
+        planner.codec_of("nope")
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--ranks", "0"], "must be a positive integer"),
+    (["--ranks", "8", "--network", "fast"], "cannot read the network rate"),
+    (["--ranks", "8", "--hosts", "3"], "divide the 8 ranks"),
+    (["--ranks", "4", "--codecs", "none,nope"], "codec 'nope'"),
+    (["--ranks", "4", "--measure"], "--measure needs --run"),
+    (["--ranks", "4", "--tuning", "/nonexistent/tuning.json"], "tuning.json: no such file"),
+    (["--ranks", "4", "--hidden", "16,0"], "positive integer"),
+])
+def test_command_bad_input_is_an_argparse_error(argv, match, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        command.main([*argv, "--compute-cache", str(tmp_path / "c.json")])
+    assert exc.value.code == 2
+    assert match in capsys.readouterr().err
+
+
+def test_command_end_to_end(tmp_path, tuning, capsys):
+    cache = tmp_path / "compute.json"
+    argv = ["--hidden", "16,16", "--ranks", "4", "--hosts", "2", "--network", "1gbit",
+            "--compute-cache", str(cache), "--top", "6", "--run", "3"]
+    out = subprocess.run([sys.executable, "-m", "collectives.plan", *argv], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    head = next(i for i, l in enumerate(lines) if l.lstrip().startswith("#"))
+    rows = lines[head + 1:head + 7]
+    assert [int(r.split()[0]) for r in rows] == [1, 2, 3, 4, 5, 6]
+    steps = [float(r.split()[7]) for r in rows]
+    assert steps == sorted(steps) and steps[0] > 0
+    for r in rows:   # dp x pp x tp = 4
+        dp, pp, tp = map(int, r.split()[1:4])
+        assert dp * pp * tp == 4
+    commands = [l.strip() for l in lines if "python -m collectives.sgd" in l]
+    assert len(commands) == 3 and all(c.startswith("mpiexec -n 4 -ppn 2 ") for c in commands)
+    cached = json.loads(cache.read_text())
+    assert cached["format"] == "collectives-plan-compute" and cached["times"]
+    # the second run (in this process) measures nothing new and prints the same rows
+    assert command.main(argv) == 0
+    again = capsys.readouterr().out
+    assert "(0 shape(s) measured now" in again and again.splitlines()[head + 1:] == lines[head + 1:]
+
+
+def test_driver_flags_and_unknown_flags():
+    c = planner.Configuration(2, 2, 2, 4, 0, "fp16", "gpipe")
+    assert measure.driver_flags(c, 16) == ["--batch-size", "16", "--pipeline", "2",
+                                           "--micro-batches", "4", "--schedule", "gpipe",
+                                           "--tensor", "2", "--codec", "fp16"]
+    assert measure.driver_flags(planner.Configuration(4, 1, 1, shard=3), 8) == [
+        "--batch-size", "8", "--shard", "3"]
+    base = ["mpiexec", "-n", "2", "python", "-m", "collectives.sgd", "--batch-size", "4"]
+    assert measure.unknown_flags(base) == []
+    assert measure.unknown_flags([*base, "--no-such-flag", "3"]) == ["--no-such-flag"]
+
+
+def test_measure_skips_what_the_driver_does_not_accept(setup, capsys):
+    w, cl, compute = setup
+    p = planner.predict(planner.Configuration(8, 1, 1), w, cl, compute)
+    argv = ["mpiexec", "-n", "8", "python", "-m", "collectives.sgd", "--no-such-flag", "2"]
+    measure.run_all([p], [argv], sys.stdout)
+    out = capsys.readouterr().out
+    assert "not run: the SGD driver here does not accept --no-such-flag" in out
+
+
+def test_measure_runs_the_driver(tmp_path):
+    """--run 1 --measure on one rank: the driver runs and its median step is printed."""
+    out = subprocess.run(
+        [sys.executable, "-m", "collectives.plan", "--hidden", "16", "--ranks", "1",
+         "--compute-cache", str(tmp_path / "c.json"), "--run", "1", "--measure"],
+        capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    line = next(l for l in out.stdout.splitlines() if l.strip().startswith("#1 dp 1"))
+    assert "predicted" in line and "measured" in line, out.stdout
+    assert float(line.split("measured ")[1].split(" ms")[0]) > 0
