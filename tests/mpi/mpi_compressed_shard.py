@@ -18,8 +18,8 @@ from collectives.compressed.strategies import (SCATTER_AUTO_ORDER, SCATTER_STRAT
                                                scatter_strategy_for)
 from reference import assert_identical_everywhere, counts_for, gather_all
 
-# the strategies' oracles at 1-5 ranks (blocks of count / p, odd p, a rank with an empty block);
-# bytes, state and errors the same way, as the issue asks
+# the strategies' oracles, bytes and state at 1-5 ranks (blocks of count / p, odd p, a rank with an
+# empty block); the errors, "on every rank", at 1-3 (docs/testing.md)
 pytestmark = pytest.mark.world_sizes(1, 2, 3, 4, 5)
 
 SHARED = {"randomk": dict(ratio=0.2, seed=1), "powersgd": dict(rank=2, seed=3)}
@@ -321,6 +321,7 @@ BAD = [
 ]
 
 
+@pytest.mark.world_sizes(1, 2, 3)  # "on every rank": the error paths' sizes (docs/testing.md)
 @pytest.mark.parametrize("case", range(len(BAD)))
 def test_bad_input_raises_on_every_rank(case):
     """The same error on every rank, from the checks before any message; the ranks are still in
@@ -335,6 +336,7 @@ def test_bad_input_raises_on_every_rank(case):
     np.testing.assert_array_equal(y, [comm.size])
 
 
+@pytest.mark.world_sizes(2, 3)
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("what", ["reduce_scatter", "allgather"])
 def test_counts_that_differ_across_ranks_raise_on_every_rank(what):

@@ -29,8 +29,8 @@ from mpi4py import MPI
 from .._runtime.arrays import check_input, check_out, copy_into, flat, new_like, returned
 from .._runtime.blocking import run_call
 from .._runtime.context import Context, context
+from .._runtime.counts import block_offsets, gathered_offsets
 from .._runtime.validate import lookup
-from ..api import _gathered, _offsets
 from ..blocks import ALLGATHER, REDUCE_SCATTER
 from ..ops import get_op
 from ..options import Options
@@ -155,7 +155,7 @@ class CompressedReduceScatterCall(_CompressedCall):
         problem = self.fn.why_not(base, memory, auto=auto)
         if problem:
             raise ValueError(problem)
-        self.offsets = offsets = _offsets(counts, a.size, comm.size)
+        self.offsets = offsets = block_offsets(counts, a.size, comm.size)
         n = int(offsets[comm.rank + 1] - offsets[comm.rank])
         res = new_like(a, (n,)) if out is None else check_out(out, a, (n,))
         self.src, self.dst, self.shape = flat(a), flat(res), a.shape
@@ -199,7 +199,7 @@ class CompressedAllgatherCall(_CompressedCall):
         problem = why_not_gather(base, memory, auto=auto)
         if problem:
             raise ValueError(problem)
-        self.offsets, total = _gathered(comm, a, counts)
+        self.offsets, total = gathered_offsets(comm, a, counts)
         res = new_like(a, (total,)) if out is None else check_out(out, a, (total,))
         self.src, self.dst, self.shape = flat(a), flat(res), a.shape
         self.algorithm, self.result = "allgather", returned(x, out, res)

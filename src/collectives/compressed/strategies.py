@@ -132,7 +132,7 @@ def strategy_for(codec: Codec, memory: Memory | None = None, *, auto: bool = Fal
     raise AssertionError("'allgather' applies to every codec")  # pragma: no cover
 
 
-# -- the compressed reduce-scatter's strategies (reduce_scatter.py) and the allgather's rule --------
+# -- the compressed reduce-scatter's strategies (reduce_scatter.py) and the allgather's rule -------
 _NO_AUTO = ("auto compression cannot run in a compressed reduce-scatter or allgather (its cost "
             "model decides for an allreduce); pass the codec itself")
 
