@@ -338,21 +338,28 @@ def test_bad_input_raises_on_every_rank(case):
 
 @pytest.mark.world_sizes(2, 3)
 @pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("validate", [True, False])
 @pytest.mark.parametrize("what", ["reduce_scatter", "allgather"])
-def test_counts_that_differ_across_ranks_raise_on_every_rank(what):
-    """With validate=True the signatures are compared before any message: counts that differ
-    (each summing to x.size on its rank) raise the same ValueError on every rank."""
+def test_counts_that_differ_across_ranks_raise_on_every_rank(what, validate):
+    """Counts that differ (each summing to x.size on its rank; every rank's split different):
+    with validate=True the signatures are compared before any message and every rank raises
+    the same ValueError; without it every rank still raises ValueError, never a hang or a
+    result: a payload's header says how many elements it holds, and the decoder checks that
+    against the count the receiver expects."""
     comm = MPI.COMM_WORLD
     p, r = comm.size, comm.rank
+    match = "arguments differ across ranks" if validate else "payload holds"
     if what == "reduce_scatter":
         counts = [2] * p
         counts[r % p], counts[(r + 1) % p] = 1, 3  # a different split on each rank
-        with pytest.raises(ValueError, match="arguments differ across ranks"):
+        with pytest.raises(ValueError, match=match):
             collectives.compressed_reduce_scatter(np.ones(2 * p, np.float32), "fp16",
-                                                  counts=counts, validate=True)
+                                                  counts=counts, validate=validate)
     else:
         counts = [1] * p
         counts[(r + 1) % p] = 2  # every rank claims a different rank holds two
-        with pytest.raises(ValueError, match="arguments differ across ranks"):
+        with pytest.raises(ValueError, match=match):
             collectives.compressed_allgather(np.ones(1, np.float32), "fp16", counts=counts,
-                                             validate=True)
+                                             validate=validate)
+    y = collectives.compressed_reduce_scatter(np.ones(p, np.float32), "fp16", op="sum")
+    np.testing.assert_array_equal(y, [p])  # the ranks are in step again
