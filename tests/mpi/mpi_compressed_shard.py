@@ -175,6 +175,34 @@ def test_nonblocking_forms_give_the_blocking_bits():
         assert_identical_everywhere(got, comm, name)
 
 
+@pytest.mark.world_sizes(1, 2, 3)
+@pytest.mark.parametrize("name,strategy", [("topk", "alltoall"), ("fp16", "alltoall"),
+                                           ("fp16", "summable"), ("bf16", "summable"),
+                                           ("efsignsgd", "alltoall"), ("eightbit", "allgather"),
+                                           ("bf16", "allgather")])
+def test_device_input_gives_the_host_bits(name, strategy, backend):
+    """CuPy in, CuPy out, with the bits the NumPy path gives (the codecs encode and decode on
+    the device; payloads are the host's bytes), the same on every rank."""
+    to_device, to_host = backend
+    comm = MPI.COMM_WORLD
+    p, r = comm.size, comm.rank
+    counts = uneven(1001, p, 6)
+    if strategy == "allgather":
+        x = data(counts[r], r, 70)
+        host = collectives.compressed_allgather(x, make_codec(name, r), counts=counts, key="d")
+        dev = collectives.compressed_allgather(to_device(x), make_codec(name, r), counts=counts,
+                                               key="d")
+        assert_identical_everywhere(to_host(dev), comm, name)
+    else:
+        x = data(1001, r, 70)
+        host = collectives.compressed_reduce_scatter(x, make_codec(name, r), counts=counts,
+                                                     strategy=strategy, key="d")
+        dev = collectives.compressed_reduce_scatter(to_device(x), make_codec(name, r),
+                                                    counts=counts, strategy=strategy, key="d")
+    assert type(dev) is type(to_device(x))
+    np.testing.assert_array_equal(to_host(dev), host, err_msg=f"{name} {strategy}")
+
+
 @pytest.mark.parametrize("name", ["topk", "efsignsgd", "fp16"])
 def test_reduce_scatter_bytes_on_the_wire_are_exact(name):
     """"alltoall": rank r sends 8 bytes of size and its payload of block i to every rank i != r;
