@@ -28,7 +28,7 @@ from mpi4py import MPI
 
 from .._runtime.arrays import check_input, check_out, copy_into, flat, new_like, returned
 from .._runtime.blocking import run_call
-from .._runtime.context import Context, context
+from .._runtime.context import Context
 from .._runtime.counts import block_offsets, gathered_offsets
 from .._runtime.validate import lookup
 from ..blocks import ALLGATHER, REDUCE_SCATTER
@@ -37,7 +37,7 @@ from ..options import Options
 from ._exchange import allgatherv
 from .api import resolve_codec
 from .coding import TensorCoding
-from .state import CompressionState, state_of
+from .state import CompressionState
 from .strategies import SCATTER_STRATEGIES, scatter_strategy_for, why_not_gather
 
 __all__ = ["compressed_reduce_scatter", "compressed_allgather", "CompressedReduceScatterCall",
@@ -133,8 +133,10 @@ class _CompressedCall:
     def signature(self) -> dict[str, Any]:
         return self.sig
 
-    def _coding(self, ctx: Context | None) -> tuple[CompressionState, TensorCoding]:
-        state = state_of(self.codec, ctx if ctx is not None else context(self.comm))
+    def _coding(self) -> tuple[CompressionState, TensorCoding]:
+        """The call's state (a bare codec or memory's: around it; no server side here, so
+        nothing to keep on the communicator) and coding."""
+        state = CompressionState.of(self.codec)
         return state, TensorCoding(state, self.key, self.step, self.average, self.world,
                                    self.shape)
 
@@ -168,7 +170,7 @@ class CompressedReduceScatterCall(_CompressedCall):
     def run(self, ctx: Context | None) -> None:
         if self.src.size == 0:
             return
-        state, coding = self._coding(ctx)
+        state, coding = self._coding()
         if self.step < state.start_step:  # dense for the first steps (CompressionState)
             if self.world == 1:
                 copy_into(self.src, self.dst)
@@ -210,7 +212,7 @@ class CompressedAllgatherCall(_CompressedCall):
     def run(self, ctx: Context | None) -> None:
         if self.dst.size == 0:
             return
-        state, coding = self._coding(ctx)
+        state, coding = self._coding()
         if self.step < state.start_step:  # dense for the first steps (CompressionState)
             if self.world == 1:
                 copy_into(self.src, self.dst)
