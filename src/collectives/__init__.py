@@ -14,13 +14,14 @@ from .api import (allgather, allreduce, alltoall, barrier, bcast, gather, reduce
                   scatter)
 from .blocks import ALLGATHER, ALLTOALL, BARRIER, BCAST, GATHER, REDUCE, REDUCE_SCATTER, SCATTER
 from .compressed import (STRATEGIES, AutoCompression, CompressionState, CodecSpeed,
-                         compressed_allreduce)
+                         compressed_allgather, compressed_allreduce, compressed_reduce_scatter)
 from ._runtime.context import reset
 from ._runtime.guard import CollectiveError
 from .engine import EngineError, Request, StallWarning, testall, waitall, waitany
 from .decentralized.neighbor import neighbor_allgather, neighbor_allreduce
 from .engine.nonblocking import (NeighborPlan, Plan, allreduce_init, iallgather, iallreduce,
-                                 ialltoall, ibarrier, ibcast, icompressed_allreduce, igather,
+                                 ialltoall, ibarrier, ibcast, icompressed_allgather,
+                                 icompressed_allreduce, icompressed_reduce_scatter, igather,
                                  ineighbor_allgather, ineighbor_allreduce, ireduce,
                                  ireduce_scatter, iscatter, neighbor_allreduce_init)
 from .decentralized import topology
@@ -38,9 +39,10 @@ from .tools.warmup import preload
 
 __all__ = [
     "allreduce", "reduce_scatter", "allgather", "bcast", "reduce", "alltoall", "barrier", "gather",
-    "scatter", "compressed_allreduce",
+    "scatter", "compressed_allreduce", "compressed_reduce_scatter", "compressed_allgather",
     "iallreduce", "ireduce_scatter", "iallgather", "ibcast", "ireduce", "ialltoall", "ibarrier",
-    "igather", "iscatter", "icompressed_allreduce",
+    "igather", "iscatter", "icompressed_allreduce", "icompressed_reduce_scatter",
+    "icompressed_allgather",
     "neighbor_allreduce", "neighbor_allgather", "ineighbor_allreduce", "ineighbor_allgather",
     "topology",
     "send", "recv", "sendrecv", "isend", "irecv", "P2PRequest", "send_init",

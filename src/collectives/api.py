@@ -37,7 +37,7 @@ from ._runtime.blocking import run_call
 from ._runtime.context import context
 from ._runtime.abort_mode import runner
 from ._runtime.flight import describe
-from ._runtime.ranks import partition
+from ._runtime.counts import block_offsets as _offsets, gathered_offsets as _gathered
 from ._runtime.repeats import REPEATS, Kind, Repeat, kind_of
 from ._runtime.validate import lookup
 from .algorithms import ALGORITHMS, FLAT, auto, lanes
@@ -62,29 +62,6 @@ def _check_root(root: object, comm: MPI.Comm) -> int:
     if not isinstance(root, (int, np.integer)) or not 0 <= root < comm.size:
         raise ValueError(f"root must be a rank in 0..{comm.size - 1}, got {root!r}")
     return int(root)
-
-
-def _offsets(counts: Sequence[int] | None, total: int, p: int) -> list[int]:
-    """Element offsets of the p blocks: ``counts`` if given (checked), else a near-equal split."""
-    if counts is None:
-        return partition(total, p)
-    sizes = np.asarray(counts)
-    if sizes.shape != (p,) or sizes.dtype.kind not in "iu" or (sizes < 0).any():
-        raise ValueError(f"counts must be {p} non-negative integers (one per rank), got {counts!r}")
-    if int(sizes.sum()) != total:
-        raise ValueError(f"counts sum to {int(sizes.sum())}, expected {total}")
-    return [0] + np.cumsum(sizes).tolist()
-
-
-def _gathered(comm: MPI.Comm, a: np.ndarray, counts: Sequence[int] | None) -> tuple[list[int], int]:
-    """The block offsets of an allgather or a gather (``a.size`` from every rank, or ``counts``,
-    whose entry for this rank must be ``a.size``) and their total."""
-    sizes = [a.size] * comm.size if counts is None else counts
-    offsets = _offsets(sizes, int(np.sum(sizes)), comm.size)
-    if int(offsets[comm.rank + 1] - offsets[comm.rank]) != a.size:
-        raise ValueError(f"counts[{comm.rank}] = {offsets[comm.rank + 1] - offsets[comm.rank]}"
-                         f" but x has {a.size} elements")
-    return offsets, int(offsets[-1])
 
 
 def _finish_avg(op: Op, result: np.ndarray, p: int) -> None:

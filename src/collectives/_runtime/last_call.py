@@ -18,7 +18,9 @@ __all__ = ["KINDS", "STATES", "encode", "describe"]
 #: The calls a guard runs, by index (the blocking calls and the engine's operations).
 KINDS = ("allreduce", "reduce_scatter", "allgather", "bcast", "reduce", "compressed_allreduce",
          "iallreduce", "ireduce_scatter", "iallgather", "ibcast", "ireduce",
-         "icompressed_allreduce", "alltoall", "barrier", "gather", "scatter")
+         "icompressed_allreduce", "alltoall", "barrier", "gather", "scatter",
+         "compressed_reduce_scatter", "compressed_allgather", "icompressed_reduce_scatter",
+         "icompressed_allgather")
 STATES = (flight.STARTED, flight.FINISHED, flight.FAILED)
 _NONE = (-1, -1, -1, -1)
 

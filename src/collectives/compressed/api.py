@@ -21,7 +21,7 @@ from .state import CompressionState, base_codec, state_of
 from .strategies import STRATEGIES, strategy_for
 from .._runtime.context import Context
 
-__all__ = ["compressed_allreduce", "CompressedAllreduceCall"]
+__all__ = ["compressed_allreduce", "CompressedAllreduceCall", "resolve_codec"]
 
 _OPS = ("avg", "sum")
 
@@ -80,6 +80,34 @@ def compressed_allreduce(x: np.ndarray, codec: str | Codec | Memory | Compressio
                     strategy, key, step, algorithm).result
 
 
+def resolve_codec(comm: MPI.Comm, a: np.ndarray, codec: Any, op: str | None,
+                  step: int | None) -> tuple[Any, Codec, Memory | None, int]:
+    """The checks every compressed call makes of its codec argument (a spec, a codec, a memory
+    or a :class:`CompressionState`), its dtype ``a.dtype``, its ``op`` (None: the call takes
+    none) and its ``step``: ``(codec, the codec itself, the client-side memory or None, the
+    step)``, where ``codec`` is the argument, or a new state for a spec. TypeError/ValueError
+    here, before any message."""
+    if isinstance(codec, str):  # a spec: a bad one raises ValueError here, before any message
+        codec = CompressionState.from_spec(codec, rank=comm.rank)
+    base = base_codec(codec)
+    if not isinstance(base, Codec):
+        raise TypeError(f"codec must be a codec spec (\"topk:ratio=0.01\"), a compress codec, "
+                        f"a memory around one or a collectives.CompressionState, got "
+                        f"{type(codec).__name__}")
+    memory = codec.memory if isinstance(codec, CompressionState) else \
+        (codec if isinstance(codec, Memory) else None)
+    if a.dtype not in base.dtypes:
+        raise TypeError(f"codec {base.name!r} does not take dtype {a.dtype}; valid: "
+                        + ", ".join(str(d) for d in base.dtypes))
+    if op is not None and op not in _OPS:
+        raise ValueError(f"op must be one of {', '.join(_OPS)} for a compressed call, "
+                         f"got {op!r}")
+    the_step = (codec.step if isinstance(codec, CompressionState) else 0) if step is None else step
+    if not isinstance(the_step, (int, np.integer)) or the_step < 0:
+        raise ValueError(f"step must be a non-negative integer, got {step!r}")
+    return codec, base, memory, int(the_step)
+
+
 class CompressedAllreduceCall:
     """A checked compressed allreduce (see :func:`compressed_allreduce`); ``run(ctx)`` runs the
     strategy on ``ctx.comm``. Shared by the blocking and the non-blocking entry points."""
@@ -92,24 +120,7 @@ class CompressedAllreduceCall:
                  op: str, strategy: str, key: Any, step: int | None, algorithm: str,
                  opts: Options) -> None:
         a = check_input(x)
-        if isinstance(codec, str):  # a spec: a bad one raises ValueError here, before any message
-            codec = CompressionState.from_spec(codec, rank=comm.rank)
-        base = base_codec(codec)
-        if not isinstance(base, Codec):
-            raise TypeError(f"codec must be a codec spec (\"topk:ratio=0.01\"), a compress codec, "
-                            f"a memory around one or a collectives.CompressionState, got "
-                            f"{type(codec).__name__}")
-        memory = codec.memory if isinstance(codec, CompressionState) else \
-            (codec if isinstance(codec, Memory) else None)
-        if a.dtype not in base.dtypes:
-            raise TypeError(f"codec {base.name!r} does not take dtype {a.dtype}; valid: "
-                            + ", ".join(str(d) for d in base.dtypes))
-        if op not in _OPS:
-            raise ValueError(f"op must be one of {', '.join(_OPS)} for a compressed allreduce, "
-                             f"got {op!r}")
-        the_step = (codec.step if isinstance(codec, CompressionState) else 0) if step is None else step
-        if not isinstance(the_step, (int, np.integer)) or the_step < 0:
-            raise ValueError(f"step must be a non-negative integer, got {step!r}")
+        codec, base, memory, the_step = resolve_codec(comm, a, codec, op, step)
         auto = isinstance(codec, CompressionState) and codec.auto is not None
         name = strategy_for(base, memory, auto=auto) if strategy == "auto" else strategy
         self.fn = lookup(STRATEGIES, name, "strategy")

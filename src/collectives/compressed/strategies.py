@@ -7,6 +7,11 @@
   variants "sparse_recursive_doubling" and "sparse_split";
 - "two_phase": DeepSpeed's all-to-all + server compression + allgather (1-bit / sign codecs).
 
+The compressed reduce-scatter's strategies are :data:`SCATTER_STRATEGIES` ("alltoall": every
+codec a block of the flat vector can be encoded with, "summable": the summable codecs, PowerSGD
+on the whole matrix; :mod:`.reduce_scatter`), with the same :class:`Strategy` entries; the
+compressed allgather has one way to run and one rule, :func:`why_not_gather`.
+
 Each entry of :data:`STRATEGIES` is a :class:`Strategy`: its run function and its one
 applicability rule, :meth:`Strategy.why_not` (Horovod's ``Enabled`` beside ``Execute``).
 ``compressed_allreduce``'s checks, its error messages, the SGD driver's and the benchmarks' checks
@@ -25,11 +30,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from compress import Codec, ErrorFeedback
-from compress.protocols import SUMMABLE, Memory, SparsePayload
+from compress.protocols import SUMMABLE, LowRankSummable, Memory, SparsePayload
 
-from . import allgather, sparse, summable, two_phase
+from . import allgather, reduce_scatter, sparse, summable, two_phase
 
-__all__ = ["Strategy", "STRATEGIES", "AUTO_ORDER", "strategy_for"]
+__all__ = ["Strategy", "STRATEGIES", "AUTO_ORDER", "strategy_for", "SCATTER_STRATEGIES",
+           "SCATTER_AUTO_ORDER", "scatter_strategy_for", "why_not_gather"]
 
 #: ``why_not(codec, memory, auto)``: the reason a strategy cannot run, or None
 Rule = Callable[[Codec, "Memory | None", bool], "str | None"]
@@ -124,3 +130,61 @@ def strategy_for(codec: Codec, memory: Memory | None = None, *, auto: bool = Fal
         if s.applies(codec, memory, auto=auto) and s.suits(codec):
             return name
     raise AssertionError("'allgather' applies to every codec")  # pragma: no cover
+
+
+# -- the compressed reduce-scatter's strategies (reduce_scatter.py) and the allgather's rule -------
+_NO_AUTO = ("auto compression cannot run in a compressed reduce-scatter or allgather (its cost "
+            "model decides for an allreduce); pass the codec itself")
+
+
+def _blocks(codec: Codec, memory: Memory | None, auto: bool) -> str | None:
+    if auto:
+        return _NO_AUTO
+    if isinstance(codec, LowRankSummable):
+        return (f"codec {codec.name!r} factors the whole matrix, and a block of the flat vector "
+                f"is 1-d, which it sends uncompressed; use strategy 'summable'")
+    return None
+
+
+def _summable_blocks(codec: Codec, memory: Memory | None, auto: bool) -> str | None:
+    return _NO_AUTO if auto else _summable(codec, memory, auto)
+
+
+#: ``run(x, offsets, out, coding, ctx, opts)``: block ``rank`` of the aggregate into ``out``
+SCATTER_STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
+    Strategy("alltoall", reduce_scatter.alltoall, _blocks),
+    Strategy("summable", reduce_scatter.summable, _summable_blocks),
+)}
+
+#: what a compressed reduce-scatter's ``strategy="auto"`` tries, in order: "alltoall" sends the
+#: bytes "summable" sends for element codecs (fp16, bf16, random-k), plus a header per block, and
+#: sums the decoded values in float32 rather than in the representation; "summable" is the way
+#: a low-rank codec (PowerSGD) compresses at all.
+SCATTER_AUTO_ORDER = ("alltoall", "summable")
+
+
+def scatter_strategy_for(codec: Codec, memory: Memory | None = None, *,
+                         auto: bool = False) -> str:
+    """The strategy a compressed reduce-scatter's ``strategy="auto"`` runs for ``codec`` with
+    ``memory``; ValueError with every entry's reason where none applies."""
+    reasons = []
+    for name in SCATTER_AUTO_ORDER:
+        reason = SCATTER_STRATEGIES[name].why_not(codec, memory, auto=auto)
+        if reason is None:
+            return name
+        reasons.append(f"{name}: {reason}")
+    raise ValueError(f"codec {codec.name!r} cannot run in a compressed reduce-scatter ("
+                     + "; ".join(reasons) + ")")
+
+
+def why_not_gather(codec: Codec, memory: Memory | None = None, *,
+                   auto: bool = False) -> str | None:
+    """Why a compressed allgather (every rank's shard encoded by itself, every payload decoded
+    on every rank) cannot run ``codec``, or None."""
+    if auto:
+        return _NO_AUTO
+    if isinstance(codec, LowRankSummable):
+        return (f"codec {codec.name!r} factors a matrix across ranks, and a shard is encoded by "
+                f"itself as a 1-d vector, which it sends uncompressed; use fp16, bf16 or "
+                f"eightbit for parameters")
+    return None

@@ -1,7 +1,8 @@
 """Two-phase strategy for 1-bit and sign codecs (DeepSpeed's compressed allreduce).
 
 Tang et al., "1-bit Adam: Communication Efficient Large-Scale Training with Adam's Convergence
-Speed", ICML 2021. The vector is cut into ``p`` chunks. Phase 1 (workers): each rank compresses
+Speed", ICML 2021. The vector is cut into ``p`` chunks. Phase 1 (workers), the compressed
+reduce-scatter's "alltoall" strategy (:func:`.reduce_scatter.alltoall`): each rank compresses
 chunk ``i`` (with its own per-chunk error feedback when the codec is wrapped in one) and an
 all-to-all sends it to rank ``i``. Rank ``i`` (the server of chunk ``i``) decodes the ``p``
 contributions, aggregates them in rank order, and compresses the aggregate again with *server-side*
@@ -22,7 +23,8 @@ from .._runtime.arrays import xp
 from .._runtime.context import Context
 from .._runtime.ranks import partition
 from ..options import Options
-from ._exchange import allgatherv, alltoallv
+from . import reduce_scatter
+from ._exchange import allgatherv
 from .coding import TensorCoding
 
 __all__ = ["allreduce"]
@@ -43,10 +45,10 @@ def allreduce(x: np.ndarray, out: np.ndarray, coding: TensorCoding, ctx: Context
     comm = ctx.comm
     p, r = comm.size, comm.rank
     bounds = partition(x.size, p)
-    # phase 1: chunk i goes, compressed, to its server, rank i
-    mine = alltoallv([coding.encode(x[bounds[i]:bounds[i + 1]], part=i) for i in range(p)], ctx)
+    # phase 1, a compressed reduce-scatter: chunk i goes, compressed, to its server, rank i,
+    # which aggregates the p contributions
     agg = xp(x).empty(bounds[r + 1] - bounds[r], dtype=x.dtype)
-    coding.aggregate_into(mine, bounds[r + 1] - bounds[r], agg)
+    reduce_scatter.alltoall(x, bounds, agg, coding, ctx, opts)
     reply = _server_encode(coding, agg, r)
     # phase 2: every server's compressed chunk to everyone
     for i, payload in enumerate(allgatherv(reply, ctx)):

@@ -4,7 +4,8 @@
 hands the operation to the communicator's progress engine (:mod:`collectives.engine`) and returns
 a :class:`~collectives.engine.Request` at once; ``req.wait()`` returns ``y``. Likewise
 :func:`ireduce_scatter`, :func:`iallgather`, :func:`ibcast`, :func:`ireduce`, :func:`ialltoall`,
-:func:`ibarrier`, :func:`igather`, :func:`iscatter` and :func:`icompressed_allreduce`.
+:func:`ibarrier`, :func:`igather`, :func:`iscatter`, :func:`icompressed_allreduce`,
+:func:`icompressed_reduce_scatter` and :func:`icompressed_allgather`.
 :func:`allreduce_init` builds a persistent :class:`Plan`, checked once and started many times;
 :func:`neighbor_allreduce_init` a persistent gossip round (:class:`NeighborPlan`), whose step
 advances by one per run.
@@ -46,6 +47,7 @@ from ..api import (AllgatherCall, AllreduceCall, AlltoallCall, BarrierCall, Bcas
                    GatherCall, OpLike, ReduceCall, ReduceScatterCall, ScatterCall)
 from ..algorithms import ALGORITHMS, lanes
 from ..compressed.api import CompressedAllreduceCall
+from ..compressed.shard import CompressedAllgatherCall, CompressedReduceScatterCall
 from . import Request, engine_of
 from .engine import INLINE_BYTES
 from ..decentralized.neighbor import NeighborAllgatherCall, NeighborAllreduceCall
@@ -53,7 +55,8 @@ from ..options import Options
 from .._runtime.context import Context
 
 __all__ = ["iallreduce", "ireduce_scatter", "iallgather", "ibcast", "ireduce", "ialltoall",
-           "ibarrier", "igather", "iscatter", "icompressed_allreduce", "ineighbor_allreduce",
+           "ibarrier", "igather", "iscatter", "icompressed_allreduce",
+           "icompressed_reduce_scatter", "icompressed_allgather", "ineighbor_allreduce",
            "ineighbor_allgather", "allreduce_init", "Plan", "neighbor_allreduce_init",
            "NeighborPlan"]
 
@@ -340,6 +343,32 @@ def icompressed_allreduce(x: np.ndarray, codec: Any, *, out: np.ndarray | None =
     return _submit("icompressed_allreduce", CompressedAllreduceCall, x, comm, validate, opts,
                    name, x, codec, out, op, strategy, key, step, algorithm, opts)
 
+
+
+def icompressed_reduce_scatter(x: np.ndarray, codec: Any, *, out: np.ndarray | None = None,
+                               op: str = "avg", counts: Sequence[int] | None = None,
+                               strategy: str = "auto", comm: MPI.Comm | None = None,
+                               key: Any = None, step: int | None = None,
+                               validate: bool | None = None, options: Options | None = None,
+                               name: str | None = None) -> Request:
+    """Start :func:`collectives.compressed_reduce_scatter`; ``wait()`` returns this rank's
+    block. The codec's per-key state belongs to the request until it completes, as for
+    :func:`icompressed_allreduce`."""
+    comm, opts, validate = _setup(comm, options, validate)
+    return _submit("icompressed_reduce_scatter", CompressedReduceScatterCall, x, comm, validate,
+                   opts, name, x, codec, out, op, counts, strategy, key, step, opts)
+
+
+def icompressed_allgather(x: np.ndarray, codec: Any, *, out: np.ndarray | None = None,
+                          counts: Sequence[int] | None = None, comm: MPI.Comm | None = None,
+                          key: Any = None, step: int | None = None,
+                          validate: bool | None = None, options: Options | None = None,
+                          name: str | None = None) -> Request:
+    """Start :func:`collectives.compressed_allgather`; ``wait()`` returns the concatenation of
+    every rank's decoded shard (a stage-3 trainer prefetches the next layer's parameters so)."""
+    comm, opts, validate = _setup(comm, options, validate)
+    return _submit("icompressed_allgather", CompressedAllgatherCall, x, comm, validate, opts,
+                   name, x, codec, out, counts, key, step, opts)
 
 class _Persistent(Request):
     """What :class:`Plan` and :class:`NeighborPlan` share: a run started (``MPI_Start``) on the

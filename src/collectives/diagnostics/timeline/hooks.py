@@ -81,7 +81,7 @@ def _call(name: str, t0: float, t1: float, seq: int, what: tuple | None, call: A
 
 
 #: call kinds whose span needs what the flight record does not hold (codec, strategy, step)
-_SIGNED = frozenset({"compressed_allreduce"})
+_SIGNED = frozenset({"compressed_allreduce", "compressed_reduce_scatter", "compressed_allgather"})
 
 
 def _message(native: bool, peers: list[int], expect: list[int | None], t0: float,
