@@ -37,7 +37,8 @@ point                where                                   observer(...)
                      starts, and ends (``pt2pt/messages.py``: ``"send"``, ``"recv"``, ...; ``op``
                      ``send``, ``recv``, ``sendrecv``'s two  the message, with ``side`` ("send"
                      halves, ``isend``/``irecv`` from their  or "recv"), ``comm``, ``peer``,
-                     posting to their request's end)         ``tag``, ``nbytes``, ``dtype``;
+                     posting to their request's end)         ``tag``, ``nbytes``, ``dtype``
+                                                             (``code``: its number);
                                                              ``t1`` None at the start; the
                                                              error's type name (or None)
 ``shm``              a pass through a node's shared window   ``(comm, mode, nbytes, t0, t1)``:

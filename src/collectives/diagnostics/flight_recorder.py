@@ -251,56 +251,52 @@ def _engines() -> list[dict[str, Any]]:
 
 
 # -- point-to-point ---------------------------------------------------------------------------------
-class _P2PRecord:
-    """One point-to-point message: what :meth:`P2PRing.observe` heard of it."""
-
-    __slots__ = ("seq", "key", "kind", "side", "comm", "peer", "tag", "nbytes", "dtype", "state",
-                 "error", "t0", "t1")
-
-    def __init__(self) -> None:
-        self.seq, self.key = -1, None
-
-
 class P2PRing:
-    """The last ``size`` point-to-point messages of this process (message ``seq`` in record
-    ``seq % size``), and the records of those in flight by the identity of their message."""
+    """The last ``size`` point-to-point messages of this process: message ``seq``'s start in
+    ``starts[seq % size]`` and its end in ``ends[seq % size]`` (tuples made at once: no record
+    object is touched again), and the numbers of those in flight by their message's identity."""
 
     def __init__(self, size: int) -> None:
-        self.records = [_P2PRecord() for _ in range(max(size, 1))]
         self.size = max(size, 1)
+        self.starts: list[tuple | None] = [None] * self.size
+        self.ends: list[tuple | None] = [None] * self.size
         self.seq = 0
         self._counter = itertools.count(1)
-        self._open: dict[int, _P2PRecord] = {}
+        self._open: dict[int, int] = {}
 
     def observe(self, kind: str, op: Any, t0: float, t1: float | None,
                 error: str | None) -> None:
-        """The observer of ``pt2pt``: a record at a message's start, its end written into it."""
+        """The observer of ``pt2pt``: a message's start, then its end."""
         if t1 is None:
             seq = self.seq = next(self._counter)
-            rec = self.records[seq % self.size]
-            if rec.key is not None:  # overwritten while its message was in flight
-                self._open.pop(rec.key, None)
-            rec.seq, rec.key, rec.kind, rec.side, rec.comm = seq, id(op), kind, op.side, op.comm
-            rec.peer, rec.tag, rec.nbytes, rec.dtype = op.peer, op.tag, op.nbytes, op.dtype
-            rec.state, rec.error, rec.t0, rec.t1 = flight.STARTED, None, t0, None
-            self._open[rec.key] = rec
+            self.starts[seq % self.size] = (seq, kind, op.side, op.comm, op.peer, op.tag,
+                                            op.nbytes, op.code, t0)
+            self._open[id(op)] = seq
             return
-        rec = self._open.pop(id(op), None)
-        if rec is not None:
-            rec.key, rec.t1, rec.error = None, t1, error
-            rec.state = flight.FINISHED if error is None else flight.FAILED
+        seq = self._open.pop(id(op), None)
+        if seq is not None:
+            self.ends[seq % self.size] = (seq, t1, error)
 
     def snapshot(self, offset: float) -> dict[str, Any]:
         """The ``pt2pt`` part of a dump (the module docstring); ``offset``: clock to wall time."""
+        from ..pt2pt.messages import dtype_name
+
+        if len(self._open) > self.size:  # messages never ended (requests never waited)
+            live = {seq for seq in self._open.values() if seq > self.seq - self.size}
+            self._open = {k: v for k, v in self._open.items() if v in live}
         worlds: dict[int, Any] = {}
         out = []
-        for rec in sorted((r for r in self.records if r.seq >= 0), key=lambda r: r.seq):
-            out.append({"seq": rec.seq, "kind": rec.kind, "side": rec.side,
-                        "peer": _world_rank(rec.comm, rec.peer, worlds),
-                        "peer_in_comm": rec.peer, "comm_size": _size_of(rec.comm),
-                        "tag": rec.tag, "bytes": rec.nbytes, "dtype": rec.dtype,
-                        "state": rec.state, "error": rec.error, "start": rec.t0 + offset,
-                        "end": None if rec.t1 is None else rec.t1 + offset})
+        for start in sorted((s for s in self.starts if s is not None), key=lambda s: s[0]):
+            seq, kind, side, comm, peer, tag, nbytes, code, t0 = start
+            end = self.ends[seq % self.size]
+            t1, error = (end[1], end[2]) if end is not None and end[0] == seq else (None, None)
+            state = flight.STARTED if t1 is None else \
+                (flight.FINISHED if error is None else flight.FAILED)
+            out.append({"seq": seq, "kind": kind, "side": side,
+                        "peer": _world_rank(comm, peer, worlds), "peer_in_comm": peer,
+                        "comm_size": _size_of(comm), "tag": tag, "bytes": nbytes,
+                        "dtype": dtype_name(code), "state": state, "error": error,
+                        "start": t0 + offset, "end": None if t1 is None else t1 + offset})
         return {"seq": self.seq, "records": out}
 
 

@@ -82,7 +82,7 @@ from ..observe import OBSERVERS as _OBSERVED
 from ..options import Options
 
 __all__ = ["send", "recv", "sendrecv", "isend", "irecv", "send_init", "recv_init", "P2PRequest",
-           "P2PPlan", "DTYPE_CODES", "CODES", "SCAN_S"]
+           "P2PPlan", "DTYPE_CODES", "CODES", "SCAN_S", "dtype_name"]
 
 #: The code of each dtype in a message's tag (``tag * CODES + code``), by name.
 DTYPE_CODES: dict[str, int] = {
@@ -160,6 +160,11 @@ def _tag(tag: object, what: str, kind: str, any_tag: bool) -> int:
                      f"{CODES}: the dtype travels in the tag){also}, got {tag!r}")
 
 
+def dtype_name(code: int) -> str:
+    """The name of the dtype of code ``code`` (:data:`DTYPE_CODES`)."""
+    return _NAMES.get(code, f"dtype code {code}")
+
+
 def _describe(nbytes: int, code: int) -> str:
     name = _NAMES.get(code, f"dtype code {code}")
     size = np.dtype(np.uint16 if name == "bfloat16" else name).itemsize if code in _NAMES else 1
@@ -209,7 +214,7 @@ class _Send:
 
     @property
     def dtype(self) -> str:
-        return _NAMES.get(self.code, "?")
+        return dtype_name(self.code)
 
 
 class _Recv:
@@ -383,7 +388,7 @@ class _Recv:
 
     @property
     def dtype(self) -> str:
-        return _NAMES.get(self.code, "?")
+        return dtype_name(self.code)
 
 
 def _returns_errors(comm: MPI.Comm) -> bool:
