@@ -22,12 +22,13 @@ a message, ``Options.timeout`` through ``options=``) and their failure semantics
 None for every rank; ``comm=`` may name an mpi4py communicator instead. As in torch, ``dst`` and
 ``src`` are ranks of the default (global) communicator, and ``recv`` returns one.
 
-Errors: a gather or scatter's arguments are agreed before any data moves (one small allgather
-on the group's control communicator, :func:`~.process_sets.control_of`): a bad ``gather_list``
-or ``scatter_list`` raises ``ValueError`` on the rank that passed it and ``ValueError`` naming
-that rank on the others; tensors of different shapes or dtypes, or different roots, raise
-:class:`~.negotiation.HorovodInternalError` on every rank. Point-to-point calls are not
-collective: a bad argument raises on the caller, as :func:`collectives.send` does.
+Errors: a gather or scatter's arguments are agreed before any data moves, as the library's
+calls agree on theirs with ``validate=True`` (one small allgather on the library's private
+duplicate of the group's communicator, :func:`collectives._runtime.validate.checked`): a bad
+``gather_list`` or ``scatter_list`` on one rank, tensors of different shapes or dtypes, or
+different roots raise the same ``ValueError`` on every rank, naming the ranks (of the group).
+Point-to-point calls are not collective: a bad argument raises on the caller, as
+:func:`collectives.send` does.
 """
 
 from __future__ import annotations
@@ -38,10 +39,10 @@ import torch
 from mpi4py import MPI
 
 from .. import api
+from .._runtime.validate import checked
 from ..engine import nonblocking
 from ..pt2pt import messages
-from .negotiation import HorovodInternalError, check
-from .process_sets import ProcessSet, comm_of, control_of, resolve
+from .process_sets import ProcessSet, comm_of, resolve
 
 __all__ = ["gather", "scatter", "send", "recv", "isend", "irecv", "Work"]
 
@@ -110,21 +111,16 @@ def _check_list(kind: str, name: str, tensors: Any, like: torch.Tensor, p: int) 
     return None
 
 
-def _agree(kind: str, ps: ProcessSet, tensor: torch.Tensor, root: int, problem: str | None) -> None:
-    """One allgather of ``(kind, tensor's shape and dtype, root, problem)`` on the group's control
-    communicator: every rank raises together (the module docstring) or none does."""
-    meta = (tuple(tensor.shape), str(tensor.dtype).replace("torch.", ""))
-    sigs = control_of(ps).allgather((kind, (meta,), (root,), problem))
-    mine = control_of(ps).rank
-    if problem is not None:
-        raise ValueError(problem)
-    bad = [(r, s[3]) for r, s in enumerate(sigs) if len(s) > 3 and s[3] is not None]
-    if bad:
-        raise ValueError(f"{kind}: " + "; ".join(f"rank {_global(ps, r)}: {why}" for r, why in bad)
-                         + f" (rank {_global(ps, mine)} passed good arguments)")
-    problem = check(sigs)
-    if problem is not None:
-        raise HorovodInternalError(problem)
+def _agree(kind: str, comm: Any, tensor: torch.Tensor, root: int, problem: str | None) -> None:
+    """Agree with the group's other ranks on ``tensor``'s shape and dtype and on the root, and
+    on whether any rank has a ``problem``: the same ValueError on every rank, or none."""
+
+    def check() -> tuple[None, dict[str, Any]]:
+        if problem is not None:
+            raise ValueError(problem)
+        return None, {"shape": tuple(tensor.shape), "dtype": str(tensor.dtype), "root": root}
+
+    checked(kind, comm, True, check)
 
 
 def _flat(tensor: torch.Tensor) -> torch.Tensor:
@@ -154,7 +150,7 @@ def gather(tensor: torch.Tensor, gather_list: Sequence[torch.Tensor] | None = No
         problem = _check_list("gather", "gather_list", gather_list, tensor, c.size)
     elif problem is None and gather_list:
         problem = "gather: gather_list must be None or empty on the ranks other than dst"
-    _agree("gather", ps, tensor, root, problem)
+    _agree("gather", c, tensor, root, problem)
     src = _flat(tensor)
     out = torch.empty(c.size * src.numel(), dtype=src.dtype) if c.rank == root else None
 
@@ -181,7 +177,7 @@ def scatter(tensor: torch.Tensor, scatter_list: Sequence[torch.Tensor] | None = 
         problem = _check_list("scatter", "scatter_list", scatter_list, tensor, c.size)
     elif problem is None and scatter_list:
         problem = "scatter: scatter_list must be None or empty on the ranks other than src"
-    _agree("scatter", ps, tensor, root, problem)
+    _agree("scatter", c, tensor, root, problem)
     x = torch.cat([t.detach().reshape(-1) for t in scatter_list]) if c.rank == root else None
     out = _flat(tensor)
 
