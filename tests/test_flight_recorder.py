@@ -101,6 +101,34 @@ def _dumps(per_rank, size=None, time=110.0):
             for r, recs in per_rank.items()}
 
 
+def _msg(seq, kind, side, peer, tag=7, state="finished", error=None, nbytes=32):
+    return {"seq": seq, "kind": kind, "side": side, "peer": peer, "peer_in_comm": peer,
+            "comm_size": 3, "tag": tag, "bytes": nbytes, "dtype": "float32", "state": state,
+            "error": error, "start": 99.0, "end": None if state == "started" else 100.0}
+
+
+def test_doctor_explains_point_to_point_messages_that_wait():
+    """A receive that waits or timed out, with what its peer's dump says of the other half:
+    nothing sent with that tag, a send that waits too, or no dump at all."""
+    dumps = _dumps({0: [], 1: [], 2: []})
+    dumps[0]["pt2pt"] = {"seq": 2, "records": [_msg(1, "send", "send", 1, tag=3),
+                                                _msg(2, "isend", "send", 2, state="started")]}
+    dumps[1]["pt2pt"] = {"seq": 1, "records": [
+        _msg(1, "recv", "recv", 0, state="failed", error="TimeoutError")]}
+    dumps[2]["pt2pt"] = {"seq": 1, "records": [_msg(1, "recv", "recv", 0, nbytes=64,
+                                                    state="started")]}
+    assert doctor.diagnose(dumps) == [
+        "rank 0 waits in isend to rank 2 (tag 7, 32 B); rank 2 is in recv from rank 0 (tag 7, "
+        "64 B) too (a size or dtype that differs?)",
+        "rank 1 timed out in recv from rank 0 (tag 7, 32 B); rank 0 has sent it nothing with "
+        "tag 7 in its last 2 point-to-point messages",
+        "rank 2 waits in recv from rank 0 (tag 7, 64 B); rank 0 is in isend to rank 2 (tag 7, "
+        "32 B) too (a size or dtype that differs?)"]
+    del dumps[0]
+    assert doctor.diagnose(dumps)[-1] == "rank 2 waits in recv from rank 0 (tag 7, 64 B); " \
+        "rank 0 has no dump"
+
+
 def test_doctor_finds_nothing_in_agreeing_dumps():
     assert doctor.diagnose(_dumps({r: [_rec(0), _rec(1)] for r in range(3)})) == []
 

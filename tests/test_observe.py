@@ -108,6 +108,7 @@ def test_every_point_is_a_slot_and_is_read_by_the_library():
     code = "\n".join(p.read_text() for p in SRC.rglob("*.py") if p.name != "observe.py")
     read = set(re.findall(r"\b_?OBSERVE[RD]S?\.(\w+)", code))
     assert set(observe.POINTS) <= read, set(observe.POINTS) - read
-    # at import, only the timeline's Options hook and the flight recorder's dumps are registered
+    # at import, only the timeline's Options hook and the flight recorder's dumps and
+    # point-to-point records are registered
     busy = {p for p in observe.POINTS if getattr(observe.OBSERVERS, p)}
-    assert busy == {"timeline_option", "dump"}, observe.OBSERVERS
+    assert busy == {"timeline_option", "dump", "pt2pt"}, observe.OBSERVERS

@@ -33,6 +33,14 @@ point                where                                   observer(...)
 ``p2p``              a point-to-point operation is posted    ``(comm, dest, sent, source,
                      (``_runtime/p2p.py``)                   received)``: -1 and 0 for no send or
                                                              no receive
+``pt2pt``            a public point-to-point call's message  ``(kind, op, t0, t1, error)``: kind
+                     starts, and ends (``pt2pt/messages.py``: ``"send"``, ``"recv"``, ...; ``op``
+                     ``send``, ``recv``, ``sendrecv``'s two  the message, with ``side`` ("send"
+                     halves, ``isend``/``irecv`` from their  or "recv"), ``comm``, ``peer``,
+                     posting to their request's end)         ``tag``, ``nbytes``, ``dtype``
+                                                             (``code``: its number);
+                                                             ``t1`` None at the start; the
+                                                             error's type name (or None)
 ``shm``              a pass through a node's shared window   ``(comm, mode, nbytes, t0, t1)``:
                      (``Team.run``; a lane takes it while    ``mode`` one of ``shmem.layout``'s
                      one is registered)                      modes
@@ -54,7 +62,7 @@ must be quick and must not raise (what one raises propagates into the call, exce
 (``collectives/timeline/hooks.py``) on every timed point while it records, and on
 ``timeline_option`` at import; the schedule trace (``_runtime/trace.py``) on ``p2p`` and
 ``shm`` while it records; the flight recorder (``collectives/flight_recorder.py``) on ``dump``
-at import.
+and ``pt2pt`` at import (while it is on).
 
 This module imports nothing of the library, so that every floor may use it (``ops`` included).
 """
@@ -95,6 +103,11 @@ class P2pObserver(Protocol):
                  ) -> None: ...
 
 
+class Pt2ptObserver(Protocol):
+    def __call__(self, kind: str, op: Any, t0: float, t1: float | None, error: str | None, /
+                 ) -> None: ...
+
+
 class ShmObserver(Protocol):
     def __call__(self, comm: Any, mode: int, nbytes: int, t0: float, t1: float, /) -> None: ...
 
@@ -123,6 +136,7 @@ POINTS: dict[str, type] = {
     "wait": WaitObserver,
     "message": MessageObserver,
     "p2p": P2pObserver,
+    "pt2pt": Pt2ptObserver,
     "shm": ShmObserver,
     "codec": CodecObserver,
     "reduce": ReduceObserver,
@@ -142,6 +156,7 @@ class Observers:
     wait: tuple[WaitObserver, ...]
     message: tuple[MessageObserver, ...]
     p2p: tuple[P2pObserver, ...]
+    pt2pt: tuple[Pt2ptObserver, ...]
     shm: tuple[ShmObserver, ...]
     codec: tuple[CodecObserver, ...]
     reduce: tuple[ReduceObserver, ...]

@@ -16,7 +16,8 @@ import compress
 from collectives import selection
 from collectives._runtime.context import context
 from collectives.algorithms import auto
-from collectives.tools.osu import allgather, allreduce, bcast, bw, latency, reduce_scatter
+from collectives.tools.osu import (allgather, allreduce, alltoall, barrier, bcast, bw, gather,
+                                   latency, reduce_scatter, scatter)
 
 # The benchmark commands and auto's tuning file: plumbing over collectives that run at every size
 # elsewhere; one rank, two and an odd number (docs/testing.md)
@@ -36,7 +37,9 @@ def _run(module, *args):
 
 
 @pytest.mark.parametrize("module, sizes", [(allreduce, (8, 1024)), (reduce_scatter, (1024,)),
-                                           (allgather, (1024,)), (bcast, (1024,))])
+                                           (allgather, (1024,)), (bcast, (1024,)),
+                                           (alltoall, (8, 1024)), (gather, (8,)),
+                                           (scatter, (8,))])
 def test_all_algorithms_validate(module, sizes):
     records, text = _run(module, "--algorithm", "all", "-c", "--busbw",
                          "--sizes", ",".join(map(str, sizes)))
@@ -50,6 +53,28 @@ def test_all_algorithms_validate(module, sizes):
         assert all(len(row) == 1 + 2 * len(names) + 1 and row[-1] == "Pass" for row in rows)
     else:
         assert text == ""
+
+
+def test_barrier_rows_have_no_size():
+    """``osu_barrier`` prints, as OSU's does, one row without a size column: a latency for each
+    column of ``--algorithm all`` (after mpi4py's own ``comm.Barrier``), then the validation;
+    the single-column header opens with ``#`` (every OSU parser skips it)."""
+    records, text = _run(barrier, "--algorithm", "all", "-c")
+    names = ["mpi", "native"] + [a for a in barrier.SPEC.algorithms if a != "native"]
+    assert [(r.size, r.algorithm) for r in records] == [(0, a) for a in names]
+    assert all(r.valid and r.avg_us > 0 for r in records)
+    records, text1 = _run(barrier, "-f")
+    assert [r.algorithm for r in records] == ["auto"] and records[0].iterations == 2
+    if MPI.COMM_WORLD.rank == 0:
+        rows = _rows(text)
+        assert len(rows) == 1 and len(rows[0]) == len(names) + 1 and rows[0][-1] == "Pass"
+        float(rows[0][0])
+        header = [l for l in text1.splitlines() if "Avg Latency(us)" in l][0]
+        row, = _rows(text1)
+        assert header.startswith("#") and "Size" not in header
+        assert len(row) == 4 and len(_rows(text1)[0][0]) and row[3] == "2"
+    else:
+        assert text == text1 == ""
 
 
 def test_allreduce_full_row_layout():
@@ -71,12 +96,24 @@ def test_point_to_point(module):
         return
     records, text = _run(module, "-c")
     assert [r.size for r in records] == [8, 1024] and all(r.valid for r in records)
-    assert all(r.avg_us > 0 for r in records)
+    assert all(r.avg_us > 0 for r in records) and {r.algorithm for r in records} == {"mpi"}
     if MPI.COMM_WORLD.rank == 0:  # OSU 7.x's point-to-point order: title, columns, datatype
         lines = text.splitlines()
         title = "Latency" if module is latency else "Bandwidth"
         assert lines[0] == f"# OSU MPI {title} Test v7.2"
         assert lines[1].startswith("# Size") and lines[2] == "# Datatype: MPI_FLOAT."
+    # this library's send/recv (isend/irecv) beside mpi4py's, a column each
+    records, text = _run(module, "-c", "--algorithm", "all")
+    assert [(r.size, r.algorithm) for r in records] == [(s, a) for s in (8, 1024)
+                                                         for a in ("mpi", "collectives")]
+    assert all(r.valid and r.avg_us > 0 for r in records)
+    if MPI.COMM_WORLD.rank == 0:
+        unit = "(us)" if module is latency else "(MB/s)"
+        assert text.splitlines()[1].split() == ["#", "Size", f"mpi{unit}", f"collectives{unit}",
+                                                "Validation"]
+        rows = _rows(text)
+        assert [row[0] for row in rows] == ["8", "1024"]
+        assert all(len(row) == 4 and row[-1] == "Pass" and float(row[2]) > 0 for row in rows)
 
 
 def _shared_tmpdir(comm):
@@ -308,7 +345,8 @@ def test_the_baseline_is_the_bare_mpi_call_where_mpi_has_the_type():
     assert ratio_table(records).startswith("Median us per call over the iterations (ratio to mpi)")
 
 
-@pytest.mark.parametrize("module", [allreduce, reduce_scatter, allgather, bcast])
+@pytest.mark.parametrize("module", [allreduce, reduce_scatter, allgather, bcast, alltoall, gather,
+                                    scatter, barrier])
 def test_the_mpi_column_calls_no_library_code(module, monkeypatch):
     """``--algorithm mpi`` (and the ``mpi`` column of ``all``) times mpi4py's own call: with every
     public collective of the library and both of its call runners made to raise, it still runs,
@@ -319,7 +357,8 @@ def test_the_mpi_column_calls_no_library_code(module, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the mpi column called the library")
 
-    for name in ("allreduce", "reduce_scatter", "allgather", "bcast", "reduce"):
+    for name in ("allreduce", "reduce_scatter", "allgather", "bcast", "reduce", "alltoall",
+                 "gather", "scatter", "barrier"):
         monkeypatch.setattr(api, name, refuse)
         monkeypatch.setattr(collectives, name, refuse)
     monkeypatch.setattr(guard.Guard, "run", refuse)

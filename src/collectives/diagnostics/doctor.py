@@ -16,7 +16,11 @@ rank):
   library since its last call ended (``rank 3 is in compute: its last call #57 finished 12.0 s
   before the others' dumps``), or gone on to later calls;
 - a failed call, with the first error: ``allreduce #7 failed on ranks 0, 1, 2: ...``;
-- non-blocking operations that some ranks have not submitted (a name, or a place in the order).
+- non-blocking operations that some ranks have not submitted (a name, or a place in the order);
+- point-to-point messages that waited when the dump was made, or timed out, with their peer
+  and tag, and what the peer's dump says of the other half (``rank 1 timed out in recv from
+  rank 0 (tag 7, 32 B): rank 0 has sent it nothing with tag 7 in its last 12 point-to-point
+  messages``).
 
 Dumps of different jobs are never compared with each other. Each job dumps into a folder of its
 own (``collectives-dump/<job id>/``), and each file names its job (``job``): given the folder of
@@ -232,6 +236,55 @@ def _engines(dumps: dict[int, dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _p2p_call(rec: dict[str, Any]) -> str:
+    """``recv from rank 0 (tag 7, 32 B)``."""
+    way = "to" if rec["side"] == "send" else "from"
+    peer = rec.get("peer")
+    who = "any rank" if peer == -1 else (f"rank {peer}" if peer is not None
+                                         else f"rank {rec.get('peer_in_comm')} of a freed "
+                                              "communicator")
+    tag = "any tag" if rec.get("tag") == -1 else f"tag {rec.get('tag')}"
+    return f"{rec['kind']} {way} {who} ({tag}, {_size(rec.get('bytes'))})"
+
+
+def _pt2pt(dumps: dict[int, dict[str, Any]]) -> list[str]:
+    """Point-to-point messages that wait (or timed out), and where their peers are."""
+    lines = []
+    for rank, d in sorted(dumps.items()):
+        records = (d.get("pt2pt") or {}).get("records") or []
+        for rec in records:
+            if not _waiting(rec):
+                continue
+            verb = "waits in" if rec["state"] == "started" else "timed out in"
+            line = f"rank {rank} {verb} {_p2p_call(rec)}"
+            peer = rec.get("peer")
+            if peer is not None and peer >= 0:
+                line += "; " + _other_half(rank, rec, peer, dumps)
+            lines.append(line)
+    return lines
+
+
+def _other_half(rank: int, rec: dict[str, Any], peer: int,
+                dumps: dict[int, dict[str, Any]]) -> str:
+    """What the dump of ``peer`` says of the message ``rec`` of ``rank`` waits for."""
+    if peer not in dumps:
+        return f"rank {peer} has no dump"
+    records = (dumps[peer].get("pt2pt") or {}).get("records") or []
+    side = "recv" if rec["side"] == "send" else "send"
+    tag = rec.get("tag")
+    halves = [r for r in records if r["side"] == side and r.get("peer") in (rank, -1)
+              and (tag == -1 or r.get("tag") in (tag, -1))]
+    verb = "received" if side == "recv" else "sent"
+    what = "any tag" if tag == -1 else f"tag {tag}"
+    if not halves:
+        return (f"rank {peer} has {verb} it nothing with {what} in its last {len(records)} "
+                "point-to-point messages")
+    last = halves[-1]
+    if _waiting(last):
+        return f"rank {peer} is in {_p2p_call(last)} too (a size or dtype that differs?)"
+    return f"rank {peer}'s last {_p2p_call(last)} {last['state']}"
+
+
 def diagnose(dumps: dict[int, dict[str, Any]]) -> list[str]:
     """One line per problem found in the dumps (empty: none)."""
     if not dumps:
@@ -253,6 +306,7 @@ def diagnose(dumps: dict[int, dict[str, Any]]) -> list[str]:
     for cid in sorted(comms, key=lambda c: (_ROLES.get(c.split()[0], 3), c)):
         lines.extend(_communicator(cid, comms[cid], dumps, world))
     lines.extend(_engines(dumps))
+    lines.extend(_pt2pt(dumps))
     return lines
 
 

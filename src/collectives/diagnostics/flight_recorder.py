@@ -29,6 +29,11 @@ file that cannot be written is one line on stderr. Where the dumps went is said 
 not once per rank: by the first rank whose automatic dump creates the job folder's marker
 (:data:`MARKER`).
 
+Point-to-point messages (``collectives.send``, ``recv``, ``sendrecv``, ``isend``, ``irecv``) are
+not collective and have no guard: the recorder keeps the last N of this process in a ring of
+its own, told by the observation point ``pt2pt`` (``observe.py``: each message's start and end,
+:func:`_pt2pt`), registered at import while the recorder is on.
+
 The file is JSON: ``job``, ``rank``, ``size``, ``host``, ``pid``, ``reason``, ``error``,
 ``time`` (wall clock), and per communicator its identity (``id``, the same on every rank: its ``role``,
 "blocking", "engine" or "named", its place among the communicators over the same ranks that the
@@ -36,8 +41,12 @@ thread made, and ``members``, its ranks in ``COMM_WORLD``), its current call num
 whether a call is running (``active``) and whom its last wait waited for (``waiting_for``), and
 its ``records``, oldest first (``seq``, ``kind``, ``name``, ``count``, ``dtype``, ``bytes``,
 ``op``, ``algorithm``, ``state``, ``error``, ``end``, and ``start`` for a running call under a
-deadline); per progress engine, its operations submitted and not finished (``outstanding``).
-The format is described for users in docs/debugging.md.
+deadline); per progress engine, its operations submitted and not finished (``outstanding``);
+and ``pt2pt``: the number of point-to-point messages so far (``seq``) and the last ones'
+``records``, oldest first (``seq``, ``kind``, ``side`` "send" or "recv", ``peer`` as a rank of
+``COMM_WORLD`` (-1: any rank; None: its communicator is gone), ``peer_in_comm``,
+``comm_size``, ``tag`` (-1: any tag), ``bytes``, ``dtype``, ``state``, ``error`` (the error's
+type), ``start``, ``end``). The format is described for users in docs/debugging.md.
 """
 
 from __future__ import annotations
@@ -63,7 +72,7 @@ from .._runtime.guard import Guard, live_guards
 from ..engine.lifecycle import live_engines
 
 __all__ = ["dump", "snapshot", "install_signal", "DIR_ENV", "DEFAULT_DIR", "QUIET_S", "FORMAT",
-           "ARGUMENT_ERROR_ENV", "MARKER"]
+           "ARGUMENT_ERROR_ENV", "MARKER", "P2P"]
 
 #: Where dumps go (each job's into a folder of its own, named by the job's id).
 DIR_ENV = "COLLECTIVES_DUMP_DIR"
@@ -117,7 +126,8 @@ def auto(reason: str, error: BaseException | None = None) -> None:
     asked = os.environ.get(ARGUMENT_ERROR_ENV, "").strip().lower() in ("1", "yes", "on", "true")
     if reason == "argument error" and not asked:
         return
-    if not live_guards() or flight.ring_size() == 0 or not _lock.acquire(blocking=False):
+    if not (live_guards() or P2P.seq) or flight.ring_size() == 0 or \
+            not _lock.acquire(blocking=False):
         return  # nothing recorded yet, the recorder is off, or another thread is dumping
     try:
         now = time.monotonic()
@@ -158,7 +168,7 @@ def snapshot(reason: str = "request", error: BaseException | None = None) -> dic
             "pid": os.getpid(), "reason": reason, "thread": threading.current_thread().name,
             "error": None if error is None else flight.error_text(error),
             "time": time.time(), "recorder": flight.ring_size(), "communicators": comms,
-            "engines": _engines()}
+            "engines": _engines(), "pt2pt": P2P.snapshot(offset)}
 
 
 def _roles() -> dict[int, str]:
@@ -240,7 +250,89 @@ def _engines() -> list[dict[str, Any]]:
     return out
 
 
+# -- point-to-point ---------------------------------------------------------------------------------
+class P2PRing:
+    """The last ``size`` point-to-point messages of this process: message ``seq``'s start in
+    ``starts[seq % size]`` and its end in ``ends[seq % size]`` (tuples made at once: no record
+    object is touched again), and the numbers of those in flight by their message's identity."""
+
+    def __init__(self, size: int) -> None:
+        self.size = max(size, 1)
+        self.starts: list[tuple | None] = [None] * self.size
+        self.ends: list[tuple | None] = [None] * self.size
+        self.seq = 0
+        self._counter = itertools.count(1)
+        self._open: dict[int, int] = {}
+
+    def observe(self, kind: str, op: Any, t0: float, t1: float | None,
+                error: str | None) -> None:
+        """The observer of ``pt2pt``: a message's start, then its end."""
+        if t1 is None:
+            seq = self.seq = next(self._counter)
+            self.starts[seq % self.size] = (seq, kind, op.side, op.comm, op.peer, op.tag,
+                                            op.nbytes, op.code, t0)
+            self._open[id(op)] = seq
+            return
+        seq = self._open.pop(id(op), None)
+        if seq is not None:
+            self.ends[seq % self.size] = (seq, t1, error)
+
+    def snapshot(self, offset: float) -> dict[str, Any]:
+        """The ``pt2pt`` part of a dump (the module docstring); ``offset``: clock to wall time."""
+        from ..pt2pt.messages import dtype_name
+
+        if len(self._open) > self.size:  # messages never ended (requests never waited)
+            live = {seq for seq in self._open.values() if seq > self.seq - self.size}
+            self._open = {k: v for k, v in self._open.items() if v in live}
+        worlds: dict[int, Any] = {}
+        out = []
+        for start in sorted((s for s in self.starts if s is not None), key=lambda s: s[0]):
+            seq, kind, side, comm, peer, tag, nbytes, code, t0 = start
+            end = self.ends[seq % self.size]
+            t1, error = (end[1], end[2]) if end is not None and end[0] == seq else (None, None)
+            state = flight.STARTED if t1 is None else \
+                (flight.FINISHED if error is None else flight.FAILED)
+            out.append({"seq": seq, "kind": kind, "side": side,
+                        "peer": _world_rank(comm, peer, worlds), "peer_in_comm": peer,
+                        "comm_size": _size_of(comm), "tag": tag, "bytes": nbytes,
+                        "dtype": dtype_name(code), "state": state, "error": error,
+                        "start": t0 + offset, "end": None if t1 is None else t1 + offset})
+        return {"seq": self.seq, "records": out}
+
+
+def _size_of(comm: Any) -> int | None:
+    try:
+        return comm.size
+    except Exception:  # noqa: BLE001 - freed
+        return None
+
+
+def _world_rank(comm: Any, peer: int, cache: dict[int, Any]) -> int | None:
+    """``peer`` of ``comm`` as a rank of ``COMM_WORLD`` (negative ones, ANY_SOURCE and
+    PROC_NULL, as -1); None when ``comm`` has been freed since."""
+    if peer < 0:
+        return -1
+    ranks = cache.get(id(comm))
+    if ranks is None:
+        try:
+            group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
+            try:
+                ranks = MPI.Group.Translate_ranks(group, list(range(group.size)), world)
+            finally:
+                group.Free()
+                world.Free()
+        except Exception:  # noqa: BLE001 - freed, or not an intracommunicator
+            ranks = []
+        cache[id(comm)] = ranks
+    return int(ranks[peer]) if peer < len(ranks) else None
+
+
+#: This process's point-to-point messages (what the dumps' ``pt2pt`` holds).
+P2P = P2PRing(flight.ring_size())
+
 _observe.register("dump", auto)  # timeouts, stalls and crashes dump (flight.auto_dump)
+if flight.ring_size():
+    _observe.register("pt2pt", P2P.observe)  # every point-to-point message, while on
 
 
 def install_signal(signum: int = getattr(signal, "SIGUSR1", 0)) -> bool:

@@ -55,6 +55,12 @@ MPI's, and a blocking send is ``MPI_Send`` itself.
 
 One-rank communicators, ``MPI.PROC_NULL`` and empty arrays need no special case: MPI handles
 them (a message to oneself needs ``sendrecv`` or the non-blocking forms, as in MPI).
+
+**Observed.** Each message tells the observers of ``pt2pt`` (``observe.py``) when it starts
+and when it ends (:func:`_observed`; a request's from its posting to its completion): the
+flight recorder keeps it (its side, peer, tag, bytes and state) and the timeline draws it. A
+wait that times out asks for the flight recorder's dump (``flight.auto_dump``), as a
+collective's does. With nobody observing, a call pays one test of an empty tuple.
 """
 
 from __future__ import annotations
@@ -68,13 +74,15 @@ from compress.arrays import is_numpy
 from mpi4py import MPI
 
 from .._runtime import device as _device
+from .._runtime import flight
 from .._runtime.arrays import check_input, flat, writeable
 from .._runtime.blocking import prepare_local, run_local
 from .._runtime.guard import TESTS_BEFORE_YIELD
+from ..observe import OBSERVERS as _OBSERVED
 from ..options import Options
 
 __all__ = ["send", "recv", "sendrecv", "isend", "irecv", "send_init", "recv_init", "P2PRequest",
-           "P2PPlan", "DTYPE_CODES", "CODES", "SCAN_S"]
+           "P2PPlan", "DTYPE_CODES", "CODES", "SCAN_S", "dtype_name"]
 
 #: The code of each dtype in a message's tag (``tag * CODES + code``), by name.
 DTYPE_CODES: dict[str, int] = {
@@ -152,6 +160,11 @@ def _tag(tag: object, what: str, kind: str, any_tag: bool) -> int:
                      f"{CODES}: the dtype travels in the tag){also}, got {tag!r}")
 
 
+def dtype_name(code: int) -> str:
+    """The name of the dtype of code ``code`` (:data:`DTYPE_CODES`)."""
+    return _NAMES.get(code, f"dtype code {code}")
+
+
 def _describe(nbytes: int, code: int) -> str:
     name = _NAMES.get(code, f"dtype code {code}")
     size = np.dtype(np.uint16 if name == "bfloat16" else name).itemsize if code in _NAMES else 1
@@ -162,11 +175,13 @@ def _describe(nbytes: int, code: int) -> str:
 class _Send:
     """One send in flight: ``test()`` until True, ``abandon()`` after a timeout."""
 
-    __slots__ = ("comm", "buf", "spec", "dest", "tag", "wire", "req")
+    __slots__ = ("comm", "buf", "spec", "dest", "tag", "wire", "req", "code", "nbytes")
+    side = "send"
 
     def __init__(self, comm: MPI.Comm, a: Any, code: int, dest: int, tag: int,
                  staging: str | None) -> None:
         self.comm, self.dest, self.tag, self.wire = comm, dest, tag, tag * CODES + code
+        self.code, self.nbytes = code, a.nbytes
         buf = a if a.ndim == 1 and type(a) is np.ndarray and a.dtype.isbuiltin else flat(a)
         if not is_numpy(buf):  # device: CUDA-aware, or a host copy
             buf = _device.to_mpi(buf, staging) if staging else buf.view(np.uint8).get()
@@ -193,6 +208,14 @@ class _Send:
     def waiting(self) -> str:
         return f"send to rank {self.dest} (tag {self.tag}): rank {self.dest} has not received it"
 
+    @property
+    def peer(self) -> int:
+        return self.dest
+
+    @property
+    def dtype(self) -> str:
+        return dtype_name(self.code)
+
 
 class _Recv:
     """One receive in flight (module docstring): ``test()`` until True, raising ValueError on
@@ -201,6 +224,7 @@ class _Recv:
     __slots__ = ("comm", "kind", "out", "flat", "target", "spec", "code", "source", "tag",
                  "probe_tag", "null", "status", "req", "tests", "next_scan", "result_status",
                  "blocking", "posted")
+    side = "recv"
 
     def __init__(self, comm: MPI.Comm, kind: str, a: Any, code: int, source: int, tag: int,
                  staging: str | None, status: MPI.Status | None) -> None:
@@ -354,6 +378,18 @@ class _Recv:
         return (f"recv from {who} ({tag}, {_describe(self.out.nbytes, self.code)}): no "
                 "message has come")
 
+    @property
+    def peer(self) -> int:
+        return self.source
+
+    @property
+    def nbytes(self) -> int:
+        return self.out.nbytes
+
+    @property
+    def dtype(self) -> str:
+        return dtype_name(self.code)
+
 
 def _returns_errors(comm: MPI.Comm) -> bool:
     """Whether MPI errors on ``comm`` come back as exceptions (mpi4py's default), so that a
@@ -428,6 +464,35 @@ def _past(spins: int, deadline: float | None) -> bool:
     return time.monotonic() > deadline
 
 
+def _observed(kind: str, ops: tuple, body: Any, *args: Any) -> None:
+    """``body(*args)``, the whole of a blocking call on the messages ``ops``: the observers of
+    ``pt2pt`` told of each message's start and end (module docstring); a TimeoutError asks
+    for the flight recorder's dump."""
+    observers = _OBSERVED.pt2pt
+    if observers:
+        t0 = flight.clock()
+        for observe in observers:
+            for op in ops:
+                observe(kind, op, t0, None, None)
+    try:
+        body(*args)
+    except BaseException as exc:
+        if observers:
+            _ended(observers, kind, ops, t0, type(exc).__name__)
+        if isinstance(exc, TimeoutError):
+            flight.auto_dump("timeout", exc)
+        raise
+    if observers:
+        _ended(observers, kind, ops, t0, None)
+
+
+def _ended(observers: tuple, kind: str, ops: tuple, t0: float, error: str | None) -> None:
+    t1 = flight.clock()
+    for observe in observers:
+        for op in ops:
+            observe(kind, op, t0, t1, error)
+
+
 # -- the call classes ----------------------------------------------------------------------------
 class SendCall:
     """A checked blocking send (``run`` sends)."""
@@ -442,6 +507,9 @@ class SendCall:
         self.timeout, self.result = opts.timeout, None
 
     def run(self, comm: MPI.Comm) -> None:
+        _observed(self.kind, (self.op,), self._send, comm)
+
+    def _send(self, comm: MPI.Comm) -> None:
         op = self.op
         if self.timeout is None:  # MPI_Send itself
             comm.Send(op.spec, op.dest, op.wire)
@@ -463,6 +531,9 @@ class RecvCall:
     def run(self, comm: MPI.Comm) -> None:
         # probed, then received (MPI_Mrecv): any mismatch leaves out as it was; posting it
         # first is no faster in a ping-pong (docs/pt2pt.md)
+        _observed(self.kind, (self.op,), self._recv)
+
+    def _recv(self) -> None:
         _wait_one(self.op.start(prepost=False), self.kind, self.timeout, True)
 
 
@@ -483,6 +554,9 @@ class SendrecvCall:
         self.timeout, self.result = opts.timeout, out
 
     def run(self, comm: MPI.Comm) -> None:
+        _observed(self.kind, (self.send, self.recv), self._both)
+
+    def _both(self) -> None:
         _complete([self.recv.start(), self.send.start()], self.kind, self.timeout)
 
 
@@ -545,11 +619,15 @@ class P2PRequest:
     size or dtype mismatch), ``wait(timeout=None)`` waits and returns the received ``out``
     (None for a send); ``timeout`` defaults to the call's ``Options.timeout``."""
 
-    __slots__ = ("kind", "op", "timeout", "result", "done", "error")
+    __slots__ = ("kind", "op", "timeout", "result", "done", "error", "t0")
 
     def __init__(self, kind: str, op: Any, timeout: float | None, result: Any) -> None:
         self.kind, self.op, self.timeout, self.result = kind, op, timeout, result
         self.done, self.error = False, None
+        observers = _OBSERVED.pt2pt  # -- observers: its start (its end: _finished)
+        self.t0 = flight.clock() if observers else None
+        for observe in observers:
+            observe(kind, op, self.t0, None, None)
 
     def test(self) -> bool:
         if not self.done:
@@ -557,6 +635,8 @@ class P2PRequest:
                 self.done = self.op.test()
             except Exception as exc:
                 self.done, self.error = True, exc
+            if self.done:
+                self._finished()
         if self.error is not None:
             raise self.error
         return self.done
@@ -567,13 +647,22 @@ class P2PRequest:
                 _complete([self.op], self.kind, self.timeout if timeout is None else timeout,
                           abandon=False)
                 self.done = True
-            except TimeoutError:
+            except TimeoutError as exc:
+                flight.auto_dump("timeout", exc)
                 raise  # still in flight: wait() may be called again
             except Exception as exc:
                 self.done, self.error = True, exc
+            self._finished()
         if self.error is not None:
             raise self.error
         return self.result
+
+    def _finished(self) -> None:
+        """Tell the observers of ``pt2pt`` that the message has ended (those that heard its
+        start: none when nobody observed it then)."""
+        if self.t0 is not None:
+            _ended(_OBSERVED.pt2pt, self.kind, (self.op,), self.t0,
+                   None if self.error is None else type(self.error).__name__)
 
     def __repr__(self) -> str:
         return f"<P2PRequest {self.kind} {'done' if self.done else 'in flight'}>"

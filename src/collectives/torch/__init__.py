@@ -8,6 +8,9 @@ imports it. What is here (see docs/pytorch.md, which has a table of Horovod's ca
   handles, ``join`` and process sets (:mod:`.mpi_ops`, :mod:`.negotiation`,
   :mod:`.process_sets`), ``start_timeline`` (:mod:`.timeline`), :class:`SyncBatchNorm` (batch
   statistics over every rank's samples, :mod:`.sync_batch_norm`).
+- torch.distributed's names for ``gather``, ``scatter``, ``send``, ``recv``, ``isend`` and
+  ``irecv`` on tensors (:mod:`.distributed`), over the library's gather, scatter and
+  point-to-point calls.
 - :func:`DistributedOptimizer` wraps a ``torch.optim`` optimizer as Horovod's does: gradients are
   packed into fusion buckets by post-accumulate-grad hooks and each bucket's (compressed)
   allreduce starts on the progress engine during backward; ``step()`` waits, unpacks and steps.
@@ -32,6 +35,7 @@ from .basics import (Adasum, Average, Max, Min, Product, Sum, cross_rank, cross_
 from .build import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled, mpi_built,
                     mpi_enabled, mpi_threads_supported, nccl_built, rocm_built)
 from .ddp import CommHookState, comm_hook, init_process_group
+from .distributed import Work, gather, irecv, isend, recv, scatter, send
 from .gossip_hook import GossipHookState, gossip_hook
 from .functions import broadcast_optimizer_state, broadcast_parameters
 from .mpi_ops import (HorovodInternalError, allgather, allgather_async, allgather_object,
@@ -66,6 +70,8 @@ __all__ = [
     "grouped_reducescatter_async", "alltoall", "alltoall_async", "barrier",
     "sparse_allreduce_async", "synchronize", "poll", "join", "broadcast_object",
     "allgather_object",
+    # torch.distributed's names
+    "gather", "scatter", "send", "recv", "isend", "irecv", "Work",
     # process sets
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
     # training

@@ -29,6 +29,10 @@ message      ``message`` (``_runtime.guard.Guard.complete``)    each exchange ro
                                                                 call: its messages' wait (send,
                                                                 recv, sendrecv; "native": an MPI
                                                                 collective), peers and bytes
+pt2pt        ``pt2pt`` (``pt2pt.messages``: ``send``, ``recv``,   one public point-to-point
+             ``sendrecv``, ``isend``/``irecv`` to their end)    message (a ``sendrecv``: one per
+                                                                half), named by its call: side,
+                                                                peer, tag, bytes, dtype, error
 shm          ``shm`` (``_runtime.shmem.team.Team.run``, which     one pass through the node's
              a repeated call's lane takes while observed)       shared window, by mode
 encode,      ``codec`` (``compressed.coding.TensorCoding``'s     a codec's work inside a
@@ -96,6 +100,18 @@ def _message(native: bool, peers: list[int], expect: list[int | None], t0: float
                          None))
 
 
+def _pt2pt(kind: str, op: Any, t0: float, t1: float | None, error: str | None) -> None:
+    """A point-to-point message's span, at its end (its start is not a span)."""
+    rec = ACTIVE
+    if rec is None or t1 is None:
+        return
+    info = {"side": op.side, "peer": op.peer, "tag": op.tag, "bytes": op.nbytes,
+            "dtype": op.dtype}
+    if error is not None:
+        info["error"] = error
+    rec.add("pt2pt", kind, t0, t1, info)
+
+
 def _submit(kind: str, name: str | None, t0: float, t1: float) -> None:
     rec = ACTIVE
     if rec is not None:
@@ -149,7 +165,7 @@ def _reduce(op: str, nbytes: int, t0: float, t1: float) -> None:
 #: The timeline's observer of each observation point (``observe.py``).
 OBSERVERS: dict[str, Callable[..., None]] = {
     "call": _call, "submit": _submit, "request": _request, "wait": _wait,
-    "message": _message, "shm": _shm, "codec": _codec, "reduce": _reduce,
+    "message": _message, "pt2pt": _pt2pt, "shm": _shm, "codec": _codec, "reduce": _reduce,
 }
 
 

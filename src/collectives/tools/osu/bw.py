@@ -3,6 +3,9 @@
 Rank 0 posts a window of 64 non-blocking sends of S bytes, rank 1 the matching receives; after
 each window rank 1 returns a 4-byte acknowledgement. Bandwidth = S x 64 x iterations / time in
 MB/s (1e6 bytes). OSU's defaults: 100 timed and 10 warm-up windows, 20 and 2 above 8 KiB.
+``--algorithm mpi`` (the default) streams through mpi4py's ``comm.Isend``/``comm.Irecv``,
+``collectives`` through ``collectives.isend``/``collectives.irecv`` (each request waited),
+``all`` both (:mod:`.pt2pt`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .options import Iterations
-from .pt2pt import run_pt2pt
+from .pt2pt import APIS, Api, run_pt2pt
 
 __all__ = ["DEFAULTS", "WINDOW", "stream", "main"]
 
@@ -23,21 +26,20 @@ TAG, ACK_TAG = 2, 3
 
 
 def stream(comm: MPI.Comm, send: np.ndarray, recv: np.ndarray, iterations: int,
-           warmup: int) -> float:
-    """Bandwidth in MB/s from rank 0 to rank 1 (call on those two ranks only)."""
+           warmup: int, api: Api = APIS["mpi"]) -> float:
+    """Bandwidth in MB/s from rank 0 to rank 1 (call on those two ranks only), with the
+    messages of ``api`` (:data:`.pt2pt.APIS`)."""
     ack = np.zeros(4, np.uint8)
     start = 0.0
     for it in range(warmup + iterations):
         if it == warmup:
             start = time.perf_counter()
         if comm.rank == 0:
-            reqs = [comm.Isend([send, MPI.BYTE], 1, TAG) for _ in range(WINDOW)]
-            MPI.Request.Waitall(reqs)
-            comm.Recv([ack, MPI.BYTE], 1, ACK_TAG)
+            api.waitall([api.isend(comm, send, 1, TAG) for _ in range(WINDOW)])
+            api.recv(comm, ack, 1, ACK_TAG)
         else:
-            reqs = [comm.Irecv([recv, MPI.BYTE], 0, TAG) for _ in range(WINDOW)]
-            MPI.Request.Waitall(reqs)
-            comm.Send([ack, MPI.BYTE], 0, ACK_TAG)
+            api.waitall([api.irecv(comm, recv, 0, TAG) for _ in range(WINDOW)])
+            api.send(comm, ack, 0, ACK_TAG)
     elapsed = time.perf_counter() - start
     return send.nbytes * WINDOW * iterations / 1e6 / elapsed if elapsed > 0 else 0.0
 

@@ -82,6 +82,8 @@ class Spec:
     available: Callable[[str, MPI.Comm, Options], bool] = lambda name, comm, options: True
     #: ``mpi(buffers, comm)``: the bare mpi4py call (the ``mpi`` column of ``--algorithm all``)
     mpi: Callable[[Buffers, MPI.Comm], object] | None = None
+    #: False for a call that moves no data (barrier): one row, no size column, as OSU prints it
+    sized: bool = True
 
 
 #: The column of the bare mpi4py call: the MPI library as a user calls it, outside this library.
@@ -145,7 +147,7 @@ def _valid(spec: Spec, name: str, count: int, dtype: np.dtype, comm: MPI.Comm,
     return bool(comm.allreduce(int(ok), op=MPI.MIN))
 
 
-def _row(args, size: int, stats: dict[str, Stat], busbw: dict[str, float],
+def _row(args, size: int | None, stats: dict[str, Stat], busbw: dict[str, float],
          valid: dict[str, bool] | None, sent: dict[str, float]) -> str:
     ok = None if valid is None else all(valid.values())
     if len(stats) == 1:
@@ -169,11 +171,12 @@ def _header(spec: Spec, args, columns: list[str], p: int, out: TextIO,
     if len(columns) == 1:
         titles = ["Avg Latency(us)"] + (["Min Latency(us)", "Max Latency(us)"] if args.full
                                         else []) + (["Bus BW(GB/s)"] if args.busbw else [])
-        print(report.column_header(titles, iterations=args.full, validation=args.validation),
-              file=out, flush=True)
+        print(report.column_header(titles, iterations=args.full, validation=args.validation,
+                                   size=spec.sized), file=out, flush=True)
         return
     titles = _titles(args, columns, [c for c in columns if c != "memcpy"] if bytes_columns else [])
-    print(report.column_header(titles, validation=args.validation), file=out, flush=True)
+    print(report.column_header(titles, validation=args.validation, size=spec.sized), file=out,
+          flush=True)
 
 
 def run(spec: Spec, argv: Sequence[str] | None = None, comm: MPI.Comm | None = None,
@@ -204,7 +207,7 @@ def run(spec: Spec, argv: Sequence[str] | None = None, comm: MPI.Comm | None = N
     p = comm.size
     if comm.rank == 0:
         _header(spec, args, columns, p, out, bytes_columns=bool(codecs))
-    sizes = [s for s in message_sizes(args) if s // dtype.itemsize]
+    sizes = [s for s in message_sizes(args) if s // dtype.itemsize] if spec.sized else [0]
     meta = {"benchmark": spec.prog, "ranks": p, "datatype": args.datatype,
             "argv": list(sys.argv if argv is None else argv)}
     with Sweep(spec.prog, args, sizes, comm.rank, out, meta) as sweep:
@@ -235,7 +238,7 @@ def run(spec: Spec, argv: Sequence[str] | None = None, comm: MPI.Comm | None = N
             bus = {n: report.busbw_gbs(spec.collective if n != "memcpy" else "memcpy",
                                        spec.bus_bytes(nbytes, p), stats[n].avg * 1e-6, p)
                    for n in stats}
-            sweep.print(_row(args, nbytes, stats, bus, valid, sent))
+            sweep.print(_row(args, nbytes if spec.sized else None, stats, bus, valid, sent))
             for n, s in stats.items():
                 algbw = report.algbw_gbs(spec.bus_bytes(nbytes, p), s.avg * 1e-6)
                 records.append(Record(spec.prog, n, nbytes, p, args.datatype, s.avg, s.min, s.max,

@@ -124,10 +124,11 @@ def count(minimum: int) -> Callable[[str], int]:
 def make_parser(prog: str, description: str, *, default_max: int,
                 default_min: int = 1, collective: bool = True,
                 algorithm: str = "auto", algorithms: Sequence[str] = (),
-                compressed: bool = False, pairs: bool = False,
+                compressed: bool = False, pairs: bool = False, apis: Sequence[str] = (),
                 rank: int | None = None) -> argparse.ArgumentParser:
     """The argument parser of one benchmark (collective ones get ``--algorithm`` and friends;
-    ``algorithms``: the names ``--help`` lists).
+    ``algorithms``: the names ``--help`` lists; ``apis``: the point-to-point benchmarks' choices
+    of ``--algorithm``, whose messages they time, the first the default).
 
     ``rank``: this process's rank (default its ``COMM_WORLD`` rank); only rank 0 prints help.
     Errors raise :class:`collectives._runtime.cli.UsageError`.
@@ -173,6 +174,11 @@ def make_parser(prog: str, description: str, *, default_max: int,
         p.add_argument("--memcpy", action="store_true",
                        help="with --algorithm all: add a column timing a local copy of the "
                             "same bytes (np.copyto), the memory-bandwidth yardstick")
+    if apis:
+        p.add_argument("--algorithm", default=apis[0], metavar="NAME|all",
+                       help=f"whose messages to time: {apis[0]} (mpi4py's Send/Recv, the "
+                            "baseline), " + ", ".join(apis[1:]) + " (this library's send/recv), "
+                            f"or all (a column each); default {apis[0]}")
     if pairs:
         p.add_argument("--matrix", action="store_true",
                        help="measure every ordered pair of ranks in turn and print a matrix per "

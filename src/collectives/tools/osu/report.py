@@ -33,6 +33,10 @@ BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
     "reduce_scatter": lambda p: (p - 1) / p,
     "allgather": lambda p: (p - 1) / p,
     "bcast": lambda p: 1.0,
+    "alltoall": lambda p: (p - 1) / p,
+    "gather": lambda p: (p - 1) / p,
+    "scatter": lambda p: (p - 1) / p,
+    "barrier": lambda p: 1.0,
     "memcpy": lambda p: 1.0,
 }
 
@@ -59,12 +63,13 @@ def widths(titles: Sequence[str]) -> list[int]:
 
 
 def column_header(columns: Sequence[str], *, iterations: bool = False,
-                  validation: bool = False) -> str:
+                  validation: bool = False, size: bool = True) -> str:
     """``# Size`` then each column title, whole (:func:`widths`); ``Iterations`` after the first
-    three when asked."""
-    cells = [f"{'# Size':<{SIZE_WIDTH}}"]
+    three when asked. Without ``size`` (``osu_barrier``) the line opens with the first title,
+    its ``#`` in the first column."""
+    cells = [f"{'# Size':<{SIZE_WIDTH}}"] if size else []
     for k, (title, width) in enumerate(zip(columns, widths(columns))):
-        cells.append(f"{title:>{width}}")
+        cells.append(f"{title:>{width}}" if cells else "# " + f"{title:>{width - 2}}")
         if iterations and k == 2:
             cells.append(f"{'Iterations':>{ITER_WIDTH}}")
     if validation:
@@ -80,11 +85,12 @@ def validation_cell(ok: bool) -> str:
     return f"{'Pass' if ok else 'Fail':>{FIELD_WIDTH}}"
 
 
-def row(size: int, values: Sequence[float], *, iterations: int | None = None,
+def row(size: int | None, values: Sequence[float], *, iterations: int | None = None,
         valid: bool | None = None, titles: Sequence[str] | None = None) -> str:
-    """One data row: the size, the values, the iterations after the third, the validation;
-    ``titles``: the columns' titles, when some are wider than :data:`FIELD_WIDTH`."""
-    cells = [f"{size:<{SIZE_WIDTH}d}"]
+    """One data row: the size (None: no size column, ``osu_barrier``), the values, the
+    iterations after the third, the validation; ``titles``: the columns' titles, when some are
+    wider than :data:`FIELD_WIDTH`."""
+    cells = [] if size is None else [f"{size:<{SIZE_WIDTH}d}"]
     sized = widths(titles) if titles is not None else [FIELD_WIDTH] * len(values)
     for k, (value, width) in enumerate(zip(values, sized)):
         cells.append(f"{value:>{width}.{PRECISION}f}")

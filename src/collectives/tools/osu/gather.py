@@ -1,0 +1,53 @@
+"""``osu_gather``: latency of gather to rank 0 (``collectives.gather``).
+
+As in OSU, the size S is what each rank contributes; rank 0 receives ``p * S`` bytes (the other
+ranks' ``out`` stays as it was, zeros). Bus bandwidth (nccl-tests) ``p S / t * (p-1) / p``.
+``--algorithm`` names an entry of :data:`collectives.GATHER` (default ``binomial``), ``mpi``
+(``comm.Gather`` from mpi4py) or ``all``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+from ... import api
+from ...blocks import GATHER
+from ...options import Options
+from .collective import Buffers, Spec, entry_point, pattern
+
+__all__ = ["SPEC", "main"]
+
+
+def _buffers(count: int, dtype: np.dtype, comm: MPI.Comm) -> Buffers:
+    return Buffers(pattern(count, dtype, comm.rank), np.zeros(count * comm.size, dtype))
+
+
+def _expected(count: int, dtype: np.dtype, comm: MPI.Comm) -> np.ndarray:
+    if comm.rank:
+        return np.zeros(count * comm.size, dtype)
+    return np.concatenate([pattern(count, dtype, r) for r in range(comm.size)])
+
+
+def _call(algorithm: str, b: Buffers, comm: MPI.Comm, options: Options) -> None:
+    api.gather(b.x, root=0, out=b.out, algorithm=algorithm, comm=comm, options=options)
+
+
+def _mpi(b: Buffers, comm: MPI.Comm) -> None:
+    comm.Gather(b.x, b.out, root=0)
+
+
+SPEC = Spec(prog="osu_gather", title="Gather Latency Test", collective="gather",
+            algorithms=list(GATHER), buffers=_buffers, expected=_expected, call=_call,
+            bus_bytes=lambda size, p: size * p, default_algorithm="binomial", mpi=_mpi)
+
+#: Entry point (``argv`` defaults to the command line).
+main = entry_point(SPEC)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from ..._runtime.cli import program
+
+    sys.exit(program("osu_gather", main)())

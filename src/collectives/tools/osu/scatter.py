@@ -1,0 +1,56 @@
+"""``osu_scatter``: latency of scatter from rank 0 (``collectives.scatter``).
+
+As in OSU, the size S is what each rank receives; rank 0 holds ``p * S`` bytes, block ``j`` for
+rank ``j`` (:func:`pattern` of ``j``). The other ranks pass an array of the root's size that is
+never read (as mpi4py users often do). Bus bandwidth (nccl-tests) ``p S / t * (p-1) / p``.
+``--algorithm`` names an entry of :data:`collectives.SCATTER` (default ``binomial``), ``mpi``
+(``comm.Scatter`` from mpi4py) or ``all``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+from ... import api
+from ...blocks import SCATTER
+from ...options import Options
+from .collective import Buffers, Spec, entry_point, pattern
+
+__all__ = ["SPEC", "main"]
+
+
+def _buffers(count: int, dtype: np.dtype, comm: MPI.Comm) -> Buffers:
+    if comm.rank == 0:
+        x = np.concatenate([pattern(count, dtype, r) for r in range(comm.size)])
+    else:
+        x = np.zeros(count * comm.size, dtype)
+    return Buffers(x, np.zeros(count, dtype))
+
+
+def _expected(count: int, dtype: np.dtype, comm: MPI.Comm) -> np.ndarray:
+    return pattern(count, dtype, comm.rank)
+
+
+def _call(algorithm: str, b: Buffers, comm: MPI.Comm, options: Options) -> None:
+    api.scatter(b.x, root=0, out=b.out, algorithm=algorithm, comm=comm, options=options)
+
+
+def _mpi(b: Buffers, comm: MPI.Comm) -> None:
+    comm.Scatter(b.x, b.out, root=0)
+
+
+SPEC = Spec(prog="osu_scatter", title="Scatter Latency Test", collective="scatter",
+            algorithms=list(SCATTER), buffers=_buffers, expected=_expected, call=_call,
+            bus_bytes=lambda size, p: size * p, default_algorithm="binomial", mpi=_mpi)
+
+#: Entry point (``argv`` defaults to the command line).
+main = entry_point(SPEC)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from ..._runtime.cli import program
+
+    sys.exit(program("osu_scatter", main)())
