@@ -138,6 +138,20 @@ MISMATCHES = {  # what rank 0 sends, what rank 1 receives into, the error's word
 }
 
 
+@pytest.mark.world_sizes(1, 2)
+@pytest.mark.parametrize("nbytes", [32, 1 << 17])
+def test_a_message_to_oneself_received_by_a_request_posted_first(nbytes):
+    """MPI completes a send to oneself only once a receive takes it: ``irecv`` first, then
+    ``isend(...).wait()``, then the receive's ``wait()``, small and large (docs/pt2pt.md)."""
+    comm = MPI.COMM_WORLD
+    x = np.arange(nbytes // 8, dtype=np.float64) + comm.rank
+    y = np.zeros_like(x)
+    req = collectives.irecv(y, comm.rank, tag=5)
+    collectives.isend(x, comm.rank, tag=5).wait()
+    req.wait()
+    assert np.array_equal(y, x)
+
+
 @pytest.mark.world_sizes(2, 3)
 @pytest.mark.parametrize("case", list(MISMATCHES))
 def test_mismatch_is_an_error_on_the_receiver(case):

@@ -247,11 +247,14 @@ class _Recv:
         self.posted = False
 
     def start(self, prepost: bool = True) -> "_Recv":
-        """Post the receive straight into ``out`` (a large one, :data:`PREPOST_BYTES`, if
-        ``prepost``), or nothing before the message has come (``test`` probes for it)."""
+        """Post the receive straight into ``out`` (if ``prepost``: a large one,
+        :data:`PREPOST_BYTES`, or one from this rank itself, whose send MPI completes only once
+        a receive takes it: ``irecv`` then ``isend(...).wait()`` to oneself), or nothing before
+        the message has come (``test`` probes for it)."""
         self.req, self.posted, self.tests, self.next_scan = None, False, 0, 0.0
-        if prepost and self.out.nbytes >= PREPOST_BYTES and self.tag != MPI.ANY_TAG and \
-                self.source != MPI.PROC_NULL and _returns_errors(self.comm):
+        if prepost and (self.out.nbytes >= PREPOST_BYTES or self.source == self.comm.rank) \
+                and self.tag != MPI.ANY_TAG and self.source != MPI.PROC_NULL and \
+                _returns_errors(self.comm):
             self.posted = True
             self.req = self.comm.Irecv(self.spec, self.source, self.probe_tag)
         return self
