@@ -15,7 +15,9 @@ action list for this rank's stage, the communicator of the pipeline axis (``comm
 
 A message's tag is its micro-batch: activations travel from stage ``s`` to ``s + 1`` and
 gradients back, so a pair of stages never has two messages of one tag in one direction within
-a step, and MPI's order keeps the steps apart. The step ends at a barrier of the whole mesh
+a step, and MPI's order keeps the steps apart. The messages travel on a duplicate of ``comm``
+made by the constructor, so nothing a failed step left in flight can meet a later pipeline's
+receives. The step ends at a barrier of the whole mesh
 (:meth:`.failures.Failures.barrier`), where every stage's idle tail is counted as waiting.
 
 :class:`StepStats` says what the step cost this rank: the seconds waited for receives and at
@@ -108,7 +110,8 @@ class Pipeline:
         self.microbatches = microbatches
         self.actions: list[Action] = build(schedule, self.stages, microbatches)[self.stage]
         self.schedule = schedule
-        self.comm = comm
+        #: the messages' own communicator: what a failed step leaves in flight stays on it
+        self.comm = comm.Dup()
         self.prev = self.stage - 1 if self.stage > 0 else None
         self.next = self.stage + 1 if self.stage < self.stages - 1 else None
         self.options = options
@@ -168,7 +171,11 @@ class Pipeline:
         return stats
 
     def close(self) -> None:
-        """Free the notice channel (collective; kept after a failure: :mod:`.failures`)."""
+        """Free the pipeline's communicators (collective; kept after a failure, when messages
+        may still be on their way to them: :mod:`.failures`)."""
+        if not self.failures.failed and self.comm != MPI.COMM_NULL and not MPI.Is_finalized():
+            self.comm.Free()
+            self.comm = MPI.COMM_NULL
         self.failures.close()
 
     def __enter__(self) -> "Pipeline":
