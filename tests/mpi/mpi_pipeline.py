@@ -14,7 +14,8 @@ from collectives.sgd import data, datasets, main
 from collectives.sgd.cli import parse
 from collectives.sgd.model import MLP
 from collectives.sgd.optim import SGD, Schedule
-from collectives.sgd.pipelined import MLPStage, PipelinedTrainer
+from collectives.sgd.driver import PipelinedTrainer
+from collectives.sgd.pipelined import MLPStage
 
 # 1-4 ranks: every factorisation dp x pp of them (S = 1, 2, 3, 4; singleton axes at each end)
 pytestmark = pytest.mark.world_sizes(1, 2, 3, 4)

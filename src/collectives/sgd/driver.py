@@ -45,6 +45,7 @@ from .cli import PROG, Config, UsageError, parse
 from .fusion import FusionBuffer
 from .model import MLP
 from .optim import SGD, Schedule
+from .pipelined import Pipelined
 from .timing import Clock
 
 __all__ = ["train", "main", "script"]
@@ -398,6 +399,10 @@ class Trainer:
                 else self.state.auto.report()}
 
 
+class PipelinedTrainer(Pipelined, Trainer):
+    """``--pipeline S``: the trainer of a model cut into stages (:mod:`collectives.sgd.pipelined`)."""
+
+
 def limit_threads(world: int) -> None:
     """Give each rank's BLAS its share of the cores: ranks are processes already, and BLAS
     threads of several ranks fighting over the same cores make every matrix product slower."""
@@ -420,11 +425,7 @@ def train(argv: list[str] | None = None, comm: MPI.Comm | None = None) -> dict |
     ds = datasets.load(pre.args.dataset, pre.args.subset)
     cfg = parse(argv, comm.size, len(ds.y_train))
     limit_threads(comm.size)
-    if cfg.args.pipeline:
-        from .pipelined import PipelinedTrainer as trainer
-    else:
-        trainer = Trainer
-    t = trainer(cfg, ds, comm)
+    t = (PipelinedTrainer if cfg.args.pipeline else Trainer)(cfg, ds, comm)
     t.t_start = time.perf_counter()
     if cfg.args.resume:
         try:

@@ -18,7 +18,7 @@ pipeline, to float32 rounding (the micro-batches' sum adds the batch's gradient 
 order). The initial parameters are those of :class:`~collectives.sgd.model.MLP` with the same
 seed (every rank draws the same numbers and keeps its layers').
 
-The report adds, per stage, its layers, the bubble measured (seconds waiting for receives and
+The driver's ``PipelinedTrainer`` is :class:`Pipelined` over its ``Trainer``. The report adds, per stage, its layers, the bubble measured (seconds waiting for receives and
 at the step's end over the step's seconds, :class:`~collectives.parallel.pipeline.StepStats`)
 against ``(S-1)/(M+S-1)``, and the peak activation memory (micro-batches held at once, and
 their bytes). Checkpoints of a pipelined run are refused by the command line.
@@ -33,13 +33,12 @@ from ..mesh.mesh import Mesh
 from ..parallel.pipeline import RECV_ACT, Pipeline, balanced, given, ideal_bubble
 from ..pt2pt.messages import recv, send
 from . import data, sync
-from .driver import Trainer
 from .fusion import FusionBuffer
 from .model import _log_softmax
 from .optim import SGD, Schedule
 from .timing import Clock
 
-__all__ = ["MLPStage", "PipelinedTrainer", "stage_bounds"]
+__all__ = ["MLPStage", "Pipelined", "stage_bounds"]
 
 #: the caller tag of the evaluation's messages (training uses the micro-batch numbers)
 EVAL_TAG = 1 << 20
@@ -156,9 +155,10 @@ class MLPStage:
         return self._forward(h)[-1]
 
 
-class PipelinedTrainer(Trainer):
-    """:class:`~collectives.sgd.driver.Trainer` with the model cut into pipeline stages (module
-    docstring): its own set-up, step, evaluation and summary; the loop is the driver's."""
+class Pipelined:
+    """What :class:`~collectives.sgd.driver.Trainer` does otherwise with the model cut into
+    pipeline stages (module docstring): its own set-up, step, evaluation and summary; the loop
+    is the driver's (``driver.PipelinedTrainer`` puts the two together)."""
 
     def __init__(self, cfg, ds, comm: MPI.Comm) -> None:
         a = self.args = cfg.args
