@@ -3,6 +3,10 @@ same parameters as the model trained in one process on the same global batches, 
 every ``dp x pp`` mesh of the world size (singleton axes included), layer counts that do not
 divide by S; bad flags and a stage that raises stopping every rank with a clear error."""
 
+import json
+import shutil
+import tempfile
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -10,7 +14,7 @@ from mpi4py import MPI
 from collectives import Mesh
 from collectives._runtime.cli import UsageError
 from collectives.parallel.pipeline import Pipeline, PipelineError
-from collectives.sgd import data, datasets, main
+from collectives.sgd import data, datasets, main, train
 from collectives.sgd.cli import parse
 from collectives.sgd.model import MLP
 from collectives.sgd.optim import SGD, Schedule
@@ -144,7 +148,7 @@ def test_bad_pipeline_flags_stop_every_rank():
               ["--micro-batches", "2"], "below the" if W > 1 else "need --pipeline"),
              (["--pipeline", "1", "--split", "2,2"], "adding up to"),
              (["--pipeline", "1", "--codec", "topk:ratio=0.5"], "does not take --codec"),
-             (["--pipeline", "1", "--checkpoint-dir", "/tmp/x"], "checkpoints are not written")]
+             (["--pipeline", "1", "--overlap"], "does not take --overlap")]
     if W > 2:
         cases.append((["--pipeline", str(W), "--hidden", "8"], "every stage needs at least one"))
     for extra, message in cases:
@@ -203,3 +207,34 @@ def test_a_stage_that_raises_stops_every_rank(schedule, where):
         with Pipeline(schedule, S, mesh.comm("pp"), world=mesh.comm()) as again:
             stats = again.step(_Toy(pp))
             assert stats.peak_held == (S if schedule == "gpipe" else S - pp)
+
+
+def test_resume_gives_the_same_bits_and_a_changed_run_is_refused():
+    """S = W stages (one pipeline): stopped after step 2 with a checkpoint, resumed under the
+    other schedule (the schedule does not change the bits), the final parameters are those of
+    the run that never stopped; the --log holds the bubble; resuming with other micro-batches
+    is refused on every rank."""
+    W = WORLD.size
+    d = WORLD.bcast(tempfile.mkdtemp() if WORLD.rank == 0 else None, root=0)
+    try:
+        argv = _argv(W, "1f1b", W + 1, 1)[:-2] + ["--epochs", "2"]
+        whole, again = f"{d}/whole.npy", f"{d}/again.npy"
+        assert train([*argv, "--schedule", "gpipe", "--save-params", whole,
+                      "--log", f"{d}/log.json"], WORLD) is not None
+        ckpt = ["--checkpoint-dir", f"{d}/ckpt", "--checkpoint-every", "2"]
+        assert train([*argv, "--schedule", "gpipe", *ckpt, "--stop-after", "2"], WORLD) is None
+        s = train([*argv, "--schedule", "1f1b", *ckpt, "--resume", "--save-params", again], WORLD)
+        assert s["steps"] == 6
+        WORLD.Barrier()
+        assert np.array_equal(np.load(whole), np.load(again))
+        with open(f"{d}/log.json") as f:
+            log = json.load(f)
+        assert [0 <= e["bubble"] <= 1 for e in log["epochs"]] == [True, True]
+        assert len(log["summary"]["pipeline"]["per_stage"]) == W
+        other = [a if a != str(W + 1) else str(W + 2) for a in argv]
+        with pytest.raises(UsageError, match="another run|fingerprint|config"):
+            train([*other, *ckpt, "--resume"], WORLD)
+    finally:
+        WORLD.Barrier()
+        if WORLD.rank == 0:
+            shutil.rmtree(d, ignore_errors=True)

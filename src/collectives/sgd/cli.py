@@ -178,12 +178,10 @@ def _check_pipeline(a: argparse.Namespace, world: int, layers: int,
         return f"--micro-batches {a.micro_batches} exceeds the --batch-size {a.batch_size}"
     others = [f for f, v in (("--sync " + a.sync, a.sync != "sync"), ("--codec", codec),
                              ("--overlap", a.overlap), ("--check-replicas", a.check_replicas),
-                             ("--checkpoint-dir", a.checkpoint_dir), ("--resume", a.resume),
-                             ("--checkpoint-every", a.checkpoint_every),
                              ("--timeline", a.timeline)) if v]
     if others:
         return (f"--pipeline does not take {', '.join(others)}: a pipelined run averages its "
-                "stages' dense gradients every step, and its checkpoints are not written")
+                "stages' dense gradients every step (docs/pipeline.md)")
     return None
 
 
@@ -212,6 +210,9 @@ class Config:
                   "strategy": a.strategy, "sync": a.sync}
         if a.dense_steps:
             fields["dense_steps"] = a.dense_steps
+        if a.pipeline:  # the micro-batches fix the order of the gradient's sum (not the schedule)
+            fields.update(pipeline=a.pipeline, micro_batches=a.micro_batches or a.pipeline,
+                          split=list(a.split) if a.split else None)
         if a.momentum_correction:  # DGC as published: other state, other trajectory
             fields.update(momentum_correction=True, sparsity_warmup=a.sparsity_warmup,
                           clip=a.clip)

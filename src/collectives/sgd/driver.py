@@ -402,6 +402,10 @@ class Trainer:
 class PipelinedTrainer(Pipelined, Trainer):
     """``--pipeline S``: the trainer of a model cut into stages (:mod:`collectives.sgd.pipelined`)."""
 
+    def __init__(self, cfg: Config, ds: datasets.Dataset, comm: MPI.Comm) -> None:
+        super().__init__(cfg, ds, comm)
+        self.fingerprint, self.config_text = _fingerprint(cfg, self.sizes)
+
 
 def limit_threads(world: int) -> None:
     """Give each rank's BLAS its share of the cores: ranks are processes already, and BLAS

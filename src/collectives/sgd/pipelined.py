@@ -21,7 +21,8 @@ seed (every rank draws the same numbers and keeps its layers').
 The driver's ``PipelinedTrainer`` is :class:`Pipelined` over its ``Trainer``. The report adds, per stage, its layers, the bubble measured (seconds waiting for receives and
 at the step's end over the step's seconds, :class:`~collectives.parallel.pipeline.StepStats`)
 against ``(S-1)/(M+S-1)``, and the peak activation memory (micro-batches held at once, and
-their bytes). Checkpoints of a pipelined run are refused by the command line.
+their bytes). A checkpoint holds every rank's own stage (parameters, momentum, counters, the bubble's
+seconds): a resumed run continues with the same bits.
 """
 
 from __future__ import annotations
@@ -32,11 +33,15 @@ from mpi4py import MPI
 from ..mesh.mesh import Mesh
 from ..parallel.pipeline import RECV_ACT, Pipeline, balanced, given, ideal_bubble
 from ..pt2pt.messages import recv, send
-from . import data, sync
+from . import checkpoint, data, sync
 from .fusion import FusionBuffer
 from .model import _log_softmax
 from .optim import SGD, Schedule
 from .timing import Clock
+
+#: the fields of a pipelined run's epoch record: the driver's, and the bubble measured so far
+HISTORY_KEYS = ("epoch", "step", "loss", "train_acc", "test_loss", "test_acc", "wall_s",
+                "eval_s", "bytes_sent", "bubble")
 
 __all__ = ["MLPStage", "Pipelined", "stage_bounds"]
 
@@ -186,8 +191,9 @@ class Pipelined:
         self.step_seconds: list[float] = []
         self.exchange = sync.build(cfg, self.stage.grads, self.stage.params, None,
                                    self.mesh.comm("dp"), self.clock)
-        self.own_params = self.own_momentum = False
-        self.history_keys = ()
+        # a checkpoint holds every rank's own stage (parameters, momentum, counters)
+        self.own_params = self.own_momentum = True
+        self.history_keys = HISTORY_KEYS
         self.coords = None
         self.step = 0
         self.history: list[dict] = []
@@ -195,6 +201,34 @@ class Pipelined:
         self.epoch_loss = np.zeros(3)
         self.idle_s = self.busy_s = 0.0  # the bubble's seconds and the steps' seconds
         self.peak_held = 0
+
+    # ------------------------------------------------------------------ checkpoint state
+    def capture(self) -> tuple[dict, dict, dict]:
+        meta, shared, mine = super().capture()
+        mine["pipeline"] = np.array([self.idle_s, self.busy_s, self.peak_held], np.float64)
+        return meta, shared, mine
+
+    def expected(self) -> tuple[dict[str, checkpoint.Member], dict]:
+        """Collective: every rank's own stage (its size), the driver's meta."""
+        sizes = self.comm.allgather(self.stage.params.size)
+        stats = checkpoint.Member("<f8", self.exchange.stats.as_array().shape)
+        members = {"meta": checkpoint.Member.text(checkpoint.META_MAX_CHARS)}
+        for r, n in enumerate(sizes):
+            members.update({f"rank{r}/params": checkpoint.Member("<f4", (n,)),
+                            f"rank{r}/momentum": checkpoint.Member("<f4", (n,)),
+                            f"rank{r}/epoch_loss": checkpoint.Member("<f8", (3,)),
+                            f"rank{r}/stats": stats,
+                            f"rank{r}/pipeline": checkpoint.Member("<f8", (3,))})
+        meta = {"version": checkpoint.VERSION, "world": self.world,
+                "fingerprint": self.fingerprint, "config": self.config_text,
+                "total_steps": self.total, "steps_per_epoch": self.spe, "step_multiple": 1,
+                "history_keys": self.history_keys}
+        return members, meta
+
+    def restore(self, meta: dict, shared: dict, mine: dict) -> None:
+        super().restore(meta, shared, mine)
+        self.idle_s, self.busy_s = float(mine["pipeline"][0]), float(mine["pipeline"][1])
+        self.peak_held = int(mine["pipeline"][2])
 
     def shard(self, epoch: int) -> np.ndarray:
         return data.shard(len(self.ds.y_train), self.replicas, self.replica, self.args.seed,
@@ -252,10 +286,12 @@ class Pipelined:
                 / max(1e-12, self.comm.allreduce(self.busy_s, op=MPI.SUM))}
 
     def gather_params(self) -> np.ndarray:
-        """Collective: the whole model's flat parameters (the stages' in order: the layout of
+        """Collective over the run's communicator (the mesh may be freed): the whole model's
+        flat parameters (the stages' of replica 0 in order: the layout of
         :class:`~collectives.sgd.model.MLP`'s fusion buffer), on every rank."""
-        parts = self.mesh.comm("pp").allgather(self.stage.params.flat)
-        return np.concatenate(parts)
+        parts = self.comm.allgather((self.replica, self.stage_index, self.stage.params.flat
+                                     if self.replica == 0 else None))
+        return np.concatenate([p for r, _, p in sorted(parts, key=lambda t: t[:2]) if r == 0])
 
     def params_to_save(self) -> np.ndarray:
         return self._saved
