@@ -1,6 +1,9 @@
 """Parallel training beyond plain data parallelism: NumPy-level building blocks above the
-collectives and below the trainers (docs/architecture.md).
+collectives and below the trainers, which the SGD driver and :mod:`collectives.torch` both use
+(docs/architecture.md).
 
+- :mod:`.pipeline`: pipeline parallelism, a schedule as data (GPipe, 1F1B), the executor that
+  runs one stage's actions with non-blocking point-to-point, and the layer partitioner.
 - :mod:`.planner`: predicts the step time of every data x pipeline x tensor configuration of
   a model on a network, from the cost model and a measured compute model (no MPI traffic).
 """

@@ -21,6 +21,7 @@ from . import datasets
 from ..compressed.auto import split_spec
 from . import sync
 from .model import MODELS
+from ..parallel.pipeline import SCHEDULES
 
 __all__ = ["UsageError", "Config", "parser", "parse"]
 
@@ -111,6 +112,20 @@ def parser() -> argparse.ArgumentParser:
                         "neighbors' float16 weighted sum to its own part)")
     c.add_argument("--bucket-mb", type=float, default=25.0,
                    help="with --overlap: largest bucket in MiB (default 25, as PyTorch DDP)")
+    par = p.add_argument_group("parallelism")
+    par.add_argument("--pipeline", type=_positive, metavar="S",
+                     help="cut the model's layers into S pipeline stages (balanced by parameter "
+                          "count, or --split), one rank each; the world size must divide by S, "
+                          "and the W/S pipelines average their stages' gradients "
+                          "(docs/pipeline.md)")
+    par.add_argument("--micro-batches", type=_positive, metavar="M",
+                     help="with --pipeline: micro-batches per batch, at least S (default S; "
+                          "the bubble is (S-1)/(M+S-1))")
+    par.add_argument("--schedule", choices=list(SCHEDULES), default=None,
+                     help="with --pipeline: gpipe (every forward, then every backward; holds M "
+                          "micro-batches) or 1f1b (the default; holds at most S)")
+    par.add_argument("--split", type=_hidden, metavar="N,N,...",
+                     help="with --pipeline: layers per stage, e.g. 4,4,9 (default: balanced)")
     s = p.add_argument_group("output and checkpoints")
     s.add_argument("--log", help="per-epoch log, .csv or .json")
     s.add_argument("--plot", help="PNG of the training curves")
@@ -138,6 +153,38 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _check_pipeline(a: argparse.Namespace, world: int, layers: int,
+                    codec: str | None) -> str | None:
+    """What is wrong with the pipeline flags (None: nothing); fills in their defaults."""
+    if not a.pipeline:
+        given = [f for f, v in (("--micro-batches", a.micro_batches), ("--schedule", a.schedule),
+                                ("--split", a.split)) if v is not None]
+        return f"{', '.join(given)} need --pipeline" if given else None
+    S = a.pipeline
+    a.schedule = a.schedule or "1f1b"
+    a.micro_batches = a.micro_batches or S
+    if world % S:
+        return f"--pipeline {S} must divide the world size {world} (W/S data-parallel pipelines)"
+    if S > layers:
+        return (f"--pipeline {S}: the model has {layers} layers, and every stage needs at least "
+                "one")
+    if a.split is not None and (len(a.split) != S or sum(a.split) != layers):
+        return (f"--split {','.join(map(str, a.split))} must list {S} stages' layer counts "
+                f"adding up to the model's {layers} layers")
+    if a.micro_batches < S:
+        return (f"--micro-batches {a.micro_batches} is below the {S} stages of --pipeline: give "
+                "at least S (the bubble is (S-1)/(M+S-1))")
+    if a.micro_batches > a.batch_size:
+        return f"--micro-batches {a.micro_batches} exceeds the --batch-size {a.batch_size}"
+    others = [f for f, v in (("--sync " + a.sync, a.sync != "sync"), ("--codec", codec),
+                             ("--overlap", a.overlap), ("--check-replicas", a.check_replicas),
+                             ("--timeline", a.timeline)) if v]
+    if others:
+        return (f"--pipeline does not take {', '.join(others)}: a pipelined run averages its "
+                "stages' dense gradients every step (docs/pipeline.md)")
+    return None
+
+
 @dataclass(frozen=True)
 class Config:
     """Checked settings of one run."""
@@ -163,6 +210,9 @@ class Config:
                   "strategy": a.strategy, "sync": a.sync}
         if a.dense_steps:
             fields["dense_steps"] = a.dense_steps
+        if a.pipeline:  # the micro-batches fix the order of the gradient's sum (not the schedule)
+            fields.update(pipeline=a.pipeline, micro_batches=a.micro_batches or a.pipeline,
+                          split=list(a.split) if a.split else None)
         if a.momentum_correction:  # DGC as published: other state, other trajectory
             fields.update(momentum_correction=True, sparsity_warmup=a.sparsity_warmup,
                           clip=a.clip)
@@ -205,9 +255,12 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
     n = min(n_train, a.subset or n_train)
     if world > n:
         raise UsageError(f"world size {world} exceeds the {n} training samples")
-    if (n // world) < a.batch_size:
-        raise UsageError(f"--batch-size {a.batch_size} exceeds the {n // world} training samples "
-                         f"of each of the {world} ranks")
+    # the data is split over the data-parallel replicas: the ranks, or the pipelines
+    replicas = world // a.pipeline if a.pipeline and world % a.pipeline == 0 else world
+    if (n // replicas) < a.batch_size:
+        raise UsageError(f"--batch-size {a.batch_size} exceeds the {n // replicas} training "
+                         f"samples of each of the {replicas} "
+                         f"{'pipelines' if replicas != world else 'ranks'}")
     if not 0 <= a.momentum < 1 or a.lr <= 0 or a.warmup_epochs < 0 or a.weight_decay < 0:
         raise UsageError("need --lr > 0, 0 <= --momentum < 1, --warmup-epochs >= 0, "
                          "--weight-decay >= 0")
@@ -231,6 +284,9 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
         raise UsageError(f"--sparsity-warmup needs a dgc or topk codec, got {name!r}")
     if a.clip is not None and not 0 < a.clip < float("inf"):
         raise UsageError(f"--clip must be a positive L2 norm, got {a.clip}")
+    message = _check_pipeline(a, world, len(a.hidden or MODELS[a.model]) + 1, codec_name)
+    if message:
+        raise UsageError(message)
     for path, exts in ((a.log, (".csv", ".json")), (a.plot, (".png",))):
         if path and not path.lower().endswith(exts):
             raise UsageError(f"{path}: expected a file ending in {' or '.join(exts)}")

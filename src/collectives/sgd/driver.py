@@ -45,6 +45,7 @@ from .cli import PROG, Config, UsageError, parse
 from .fusion import FusionBuffer
 from .model import MLP
 from .optim import SGD, Schedule
+from .pipelined import Pipelined
 from .timing import Clock
 
 __all__ = ["train", "main", "script"]
@@ -298,6 +299,17 @@ class Trainer:
             record["consensus"] = spread
         return record
 
+    def shard(self, epoch: int) -> np.ndarray:
+        """This rank's training samples of ``epoch``, in visiting order."""
+        return data.shard(len(self.ds.y_train), self.world, self.rank, self.args.seed, epoch)
+
+    def params_to_save(self) -> np.ndarray:
+        """What ``--save-params`` writes (rank 0)."""
+        return self.model.params.flat
+
+    def close(self) -> None:
+        self.exchange.close()
+
     def one_step(self, order: np.ndarray) -> None:
         t0 = time.perf_counter()
         with self.clock.measure("step"):
@@ -336,8 +348,7 @@ class Trainer:
             order = None
             while self.step < self.total:
                 if order is None or self.step % self.spe == 0:
-                    order = data.shard(len(self.ds.y_train), self.world, self.rank, a.seed,
-                                       self.step // self.spe)
+                    order = self.shard(self.step // self.spe)
                 self.one_step(order)
                 bar.update()
                 if self.step % self.spe == 0:
@@ -388,6 +399,14 @@ class Trainer:
                 else self.state.auto.report()}
 
 
+class PipelinedTrainer(Pipelined, Trainer):
+    """``--pipeline S``: the trainer of a model cut into stages (:mod:`collectives.sgd.pipelined`)."""
+
+    def __init__(self, cfg: Config, ds: datasets.Dataset, comm: MPI.Comm) -> None:
+        super().__init__(cfg, ds, comm)
+        self.fingerprint, self.config_text = _fingerprint(cfg, self.sizes)
+
+
 def limit_threads(world: int) -> None:
     """Give each rank's BLAS its share of the cores: ranks are processes already, and BLAS
     threads of several ranks fighting over the same cores make every matrix product slower."""
@@ -410,7 +429,7 @@ def train(argv: list[str] | None = None, comm: MPI.Comm | None = None) -> dict |
     ds = datasets.load(pre.args.dataset, pre.args.subset)
     cfg = parse(argv, comm.size, len(ds.y_train))
     limit_threads(comm.size)
-    t = Trainer(cfg, ds, comm)
+    t = (PipelinedTrainer if cfg.args.pipeline else Trainer)(cfg, ds, comm)
     t.t_start = time.perf_counter()
     if cfg.args.resume:
         try:
@@ -421,7 +440,7 @@ def train(argv: list[str] | None = None, comm: MPI.Comm | None = None) -> dict |
     if cfg.args.timeline:
         timeline.start(cfg.args.timeline, comm)
     finished = t.train()
-    t.exchange.close()
+    t.close()
     if cfg.args.timeline:
         written = timeline.stop()
         if written and not cfg.args.quiet:
@@ -441,7 +460,7 @@ def _outputs(t: Trainer, s: dict) -> None:
     print(report.final_report(s), flush=True)
     if a.save_params:
         tmp = a.save_params + ".tmp.npy"
-        np.save(tmp, t.model.params.flat)
+        np.save(tmp, t.params_to_save())
         os.replace(tmp, a.save_params)
     if a.log:
         report.write_log(a.log, t.history, s)

@@ -30,6 +30,7 @@ __all__ = ["MODELS", "MLP"]
 MODELS: dict[str, tuple[int, ...]] = {
     "mlp": (256, 128),           # the default: a second or so per epoch on digits
     "wide": (4096, 4096),        # ~17 M parameters: the allreduce dominates each step
+    "deep": (1024,) * 16,        # ~16 M parameters in 17 layers: for --pipeline
 }
 
 

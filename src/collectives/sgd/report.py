@@ -54,6 +54,20 @@ def _sync(spec: str) -> str:
     return "synchronous SGD (gradients averaged every step)"
 
 
+def _pipeline(p: dict) -> list[str]:
+    """The pipeline's lines: its shape, and per stage its layers, bubble and memory."""
+    lines = [f"pipeline: {p['stages']} stages x {p['replicas']} data-parallel replicas, "
+             f"{p['schedule']}, {p['microbatches']} micro-batches; bubble (S-1)/(M+S-1) = "
+             f"{100 * p['ideal_bubble']:.1f}%"]
+    for k, st in enumerate(p["per_stage"]):
+        a, b = st["layers"]
+        lines.append(f"  stage {k}: layers {a}-{b - 1}, {st['params']:,} parameters, bubble "
+                     f"{100 * st['bubble']:5.1f}% (measured: idle / step), peak "
+                     f"{st['peak_microbatches']} micro-batches held, "
+                     f"{_mb(st['peak_activation_bytes'])} of activations")
+    return lines
+
+
 def final_report(summary: dict) -> str:
     """The report printed by rank 0 at the end of a run."""
     s = summary
@@ -90,6 +104,8 @@ def final_report(summary: dict) -> str:
                      f"{t.get('comm', 0.0):.2f} s waited for")
     if s.get("auto_report"):
         lines.append(s["auto_report"])
+    if s.get("pipeline"):
+        lines += _pipeline(s["pipeline"])
     if t.get("step"):
         lines.append(f"  step (forward, backward, exchange, update): mean "
                      f"{t['step'] / max(1, s['steps']) * 1e3:.1f} ms" + (
