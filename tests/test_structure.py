@@ -34,6 +34,7 @@ LAYERS = (
     ("collectives.pt2pt", "collectives.mesh"),
     ("collectives.decentralized",),
     ("collectives.engine",),
+    ("collectives.parallel",),
     ("collectives.diagnostics",),
     ("collectives.tools",),
     ("collectives",),

@@ -1,0 +1,168 @@
+"""Tensor parallelism (Megatron-LM's MLP split): the split block and the split MLP against the
+unsplit ones computed in one process, the replicas of a ``tp`` group bitwise identical, dp x tp
+meshes with singleton axes, the driver's ``--tensor``, the PyTorch layers against
+``torch.nn.Linear``, and bad arguments failing on every rank.
+
+Tolerance: the row-parallel output and the column-parallel input gradient sum ``T`` partial
+products in another order than one matrix product does; float32 results are compared with
+``rtol = 1e-5`` and ``atol = 1e-5`` times the reference's largest magnitude (float32's epsilon
+is 1.2e-7: the widths here sum at most a few dozen products). ``T = 1`` is bitwise the unsplit
+layer.
+"""
+
+import hashlib
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import collectives
+from collectives.parallel.tensor import ColumnParallelLinear, RowParallelLinear, he_init
+from collectives.sgd.model import MLP
+from collectives.sgd.tensor_parallel import TensorParallelMLP
+
+# The layers are plumbing over the allreduce (checked at every size elsewhere): every dp x tp
+# factorisation of 1-4 ranks, singleton axes included (docs/testing.md)
+pytestmark = pytest.mark.world_sizes(1, 2, 3, 4)
+
+WORLD = MPI.COMM_WORLD
+D, HIDDEN, B = 12, 24, 8  # HIDDEN: divisible by T = 1, 2, 3, 4
+
+
+def _meshes(p):
+    """Every (dp, tp) shape of p ranks."""
+    return [(p // t, t) for t in range(1, p + 1) if p % t == 0]
+
+
+def _close(got, want):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
+def _same_on(comm, *arrays):
+    digest = hashlib.blake2b(b"".join(np.ascontiguousarray(a).tobytes() for a in arrays)).digest()
+    assert len(set(comm.allgather(digest))) == 1
+
+
+def _gather_cols(a, comm):
+    """The column blocks of every rank of ``comm``, side by side."""
+    return np.concatenate(comm.allgather(a), axis=-1)
+
+
+def _gather_rows(a, comm):
+    return np.concatenate(comm.allgather(a), axis=0)
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling", "native"])
+def test_block_matches_the_unsplit_block(algorithm):
+    """Forward and backward of relu(x A + a) B + b, split T ways on the tp axis of every mesh,
+    against the same block unsplit in one process."""
+    rng = np.random.default_rng(1)
+    a_w, b_w = he_init(D, HIDDEN, rng), he_init(HIDDEN, D, rng)
+    a_b, b_b = rng.standard_normal(HIDDEN, np.float32), rng.standard_normal(D, np.float32)
+    x, dy = rng.standard_normal((B, D), np.float32), rng.standard_normal((B, D), np.float32)
+    # the unsplit block
+    z = x @ a_w + a_b
+    h = np.maximum(z, 0)
+    y = h @ b_w + b_b
+    dh = (dy @ b_w.T) * (z > 0)
+    want = {"y": y, "dx": dh @ a_w.T, "dA": x.T @ dh, "da": dh.sum(0), "dB": h.T @ dy,
+            "db": dy.sum(0)}
+    for shape in _meshes(WORLD.size):
+        with collectives.Mesh(shape, ("dp", "tp")) as mesh:
+            tp = mesh.comm("tp")
+            col = ColumnParallelLinear(D, HIDDEN, mesh, weight=a_w, bias=a_b, algorithm=algorithm)
+            row = RowParallelLinear(HIDDEN, D, tp, weight=b_w, bias=b_b, algorithm=algorithm)
+            assert col.weight.shape == (D, HIDDEN // shape[1])
+            assert row.weight.shape == (HIDDEN // shape[1], D) and row.bias.shape == (D,)
+            # the shards concatenate to the unsplit weights, bit for bit
+            assert np.array_equal(_gather_cols(col.weight, tp), a_w)
+            assert np.array_equal(_gather_rows(row.weight, tp), b_w)
+            zr = col.forward(x)
+            hr = np.maximum(zr, 0)
+            got_y = row.forward(hr)
+            dx = col.backward(row.backward(dy.copy()) * (zr > 0))
+            got = {"y": got_y, "dx": dx, "dA": _gather_cols(col.weight_grad, tp),
+                   "da": _gather_cols(col.bias_grad, tp), "dB": _gather_rows(row.weight_grad, tp),
+                   "db": row.bias_grad}
+            for k, v in want.items():
+                if shape[1] == 1:  # one rank on the axis: the unsplit arithmetic
+                    assert np.array_equal(got[k], v), (shape, k)
+                else:
+                    _close(got[k], v)
+            _same_on(tp, got_y, dx, row.bias_grad)  # what follows the block is replicated
+
+
+def _steps(model, comm_dp, sizes, steps, lr=0.1):
+    """Plain SGD steps on the batches of this dp replica, gradients averaged over ``comm_dp``."""
+    rng = np.random.default_rng(7)
+    for _ in range(steps):
+        x = rng.standard_normal((comm_dp.size, B, sizes[0]), np.float32)
+        y = rng.integers(0, sizes[-1], (comm_dp.size, B))
+        model.loss_and_grad(x[comm_dp.rank], y[comm_dp.rank])
+        collectives.allreduce(model.grads.flat, out=model.grads.flat, op="avg", comm=comm_dp)
+        model.params.flat[...] -= np.float32(lr) * model.grads.flat
+
+
+def _reference(sizes, dp, steps, lr=0.1):
+    """The same steps in one process: one MLP on the global batches (the replicas' batches, of
+    equal sizes: the mean over the global batch is the mean of their means)."""
+    model = MLP(sizes, seed=3)
+    rng = np.random.default_rng(7)
+    for _ in range(steps):
+        x = rng.standard_normal((dp, B, sizes[0]), np.float32)
+        y = rng.integers(0, sizes[-1], (dp, B))
+        model.loss_and_grad(x.reshape(dp * B, -1), y.reshape(-1))
+        model.params.flat[...] -= np.float32(lr) * model.grads.flat
+    return model
+
+
+@pytest.mark.parametrize("sizes", [(D, HIDDEN, HIDDEN, 5), (D, HIDDEN, 36, 12, 5)],
+                         ids=["one-pair", "pair-and-unpaired"])
+def test_sgd_steps_match_one_process(sizes):
+    """Five SGD steps of the split MLP on every dp x tp mesh: the gathered parameters equal the
+    one-process model's on the global batches; logits bitwise identical across the tp group;
+    with dp = tp = 1 every bit is the MLP's."""
+    steps = 5
+    for dp, t in _meshes(WORLD.size):
+        with collectives.Mesh((dp, t), ("dp", "tp")) as mesh:
+            model = TensorParallelMLP(sizes, mesh.comm("tp"), seed=3)
+            assert model.kinds[:2] == ["column", "row"] and model.kinds[-1] == "replicated"
+            assert np.array_equal(model.full_params(), MLP(sizes, seed=3).params.flat)
+            _steps(model, mesh.comm("dp"), sizes, steps)
+            ref = _reference(sizes, dp, steps)
+            full = model.full_params()
+            if (dp, t) == (1, 1):
+                assert np.array_equal(full, ref.params.flat)
+            else:
+                _close(full, ref.params.flat)
+            x = np.random.default_rng(9).standard_normal((B, sizes[0]), np.float32)
+            _same_on(mesh.comm("tp"), model.logits(x))
+            _same_on(mesh.comm(), full)  # every replica holds the same model
+
+
+def test_bad_arguments_fail_on_every_rank():
+    """A wrong weight shape, a width below one: the same ValueError on every rank, before any
+    message (the next call still works)."""
+    p = WORLD.size
+    with pytest.raises(ValueError, match="weight must be the unsplit"):
+        RowParallelLinear(p, 3, WORLD, weight=np.zeros((p, 4), np.float32))
+    with pytest.raises(ValueError, match="positive int"):
+        ColumnParallelLinear(0, p, WORLD)
+    layer = ColumnParallelLinear(4, 2 * p, WORLD)
+    assert layer.forward(np.ones((1, 4), np.float32)).shape == (1, 2)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_widths_the_axis_does_not_divide_fail_on_every_rank():
+    """A width the axis size does not divide, widths that differ between ranks: the same
+    ValueError on every rank (the differing one: every rank learns of rank 0's)."""
+    p = WORLD.size
+    with pytest.raises(ValueError, match=f"tensor-parallel size {p} does not divide "
+                                         f"out_features = {p + 1}"):
+        ColumnParallelLinear(4, p + 1, WORLD)
+    with pytest.raises(ValueError, match=f"does not divide in_features = {2 * p + 1}"):
+        RowParallelLinear(2 * p + 1, 3, WORLD)
+    with pytest.raises(ValueError):  # rank 0 alone passes another width
+        ColumnParallelLinear(4, p * (2 if WORLD.rank else 3), WORLD)
+    layer = RowParallelLinear(2 * p, 3, WORLD)
+    assert layer.forward(np.ones((1, 2), np.float32)).shape == (1, 3)
