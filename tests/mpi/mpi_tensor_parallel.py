@@ -166,3 +166,45 @@ def test_widths_the_axis_does_not_divide_fail_on_every_rank():
         ColumnParallelLinear(4, p * (2 if WORLD.rank else 3), WORLD)
     layer = RowParallelLinear(2 * p, 3, WORLD)
     assert layer.forward(np.ones((1, 2), np.float32)).shape == (1, 3)
+
+
+TINY = ["--subset", "96", "--epochs", "1", "--hidden", "24,24,12", "--batch-size", "4",
+        "--quiet"]
+
+
+def test_driver_tensor_matches_data_parallelism_over_the_replicas(tmp_path_factory):
+    """``--tensor T`` on p ranks trains as data parallelism on p / T ranks does: the saved
+    (gathered) parameters equal theirs to float32 rounding, every bit with T = 1; the replicas
+    of every dp group stay identical (``--check-replicas``)."""
+    from collectives.sgd import train
+
+    folder = WORLD.bcast(str(tmp_path_factory.mktemp("tp")) if WORLD.rank == 0 else None)
+    for dp, t in _meshes(WORLD.size):
+        split = f"{folder}/tp{t}.npy"
+        s = train([*TINY, "--tensor", str(t), "--check-replicas", "--save-params", split], WORLD)
+        assert s["tensor"] == t and s["world"] == dp
+        sub = WORLD.Split(0 if WORLD.rank < dp else MPI.UNDEFINED, WORLD.rank)
+        plain = f"{folder}/dp{dp}.npy"
+        if sub != MPI.COMM_NULL:
+            train([*TINY, "--save-params", plain], sub)
+            sub.Free()
+        WORLD.Barrier()
+        got, want = np.load(split), np.load(plain)
+        if t == 1:
+            assert np.array_equal(got, want)
+        else:
+            _close(got, want)
+
+
+def test_driver_refuses_bad_tensor_arguments_on_every_rank():
+    """A T that does not divide the world or a hidden width, an option it does not combine
+    with: exit code 2 on every rank, before any message (rank 0 prints the one line)."""
+    from collectives.sgd import main
+
+    p = WORLD.size
+    bad = [["--tensor", str(p + 1)], ["--tensor", str(p), "--hidden", f"{2 * p + 1},8"],
+           ["--tensor", "1", "--codec", "topk:ratio=0.1"], ["--tensor", "1", "--overlap"]]
+    if p == 1:
+        bad.pop(1)  # every width is a multiple of 1
+    for extra in bad:
+        assert main([*TINY, *extra], WORLD) == 2, extra

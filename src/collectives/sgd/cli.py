@@ -19,7 +19,7 @@ from .._runtime.cli import PLOT_INSTALL, Parser, UsageError
 
 from . import datasets
 from ..compressed.auto import split_spec
-from . import sync
+from . import sync, tensor_parallel
 from .model import MODELS
 
 __all__ = ["UsageError", "Config", "parser", "parse"]
@@ -111,6 +111,11 @@ def parser() -> argparse.ArgumentParser:
                         "neighbors' float16 weighted sum to its own part)")
     c.add_argument("--bucket-mb", type=float, default=25.0,
                    help="with --overlap: largest bucket in MiB (default 25, as PyTorch DDP)")
+    g = p.add_argument_group("parallelism")
+    g.add_argument("--tensor", type=_positive, metavar="T",
+                   help="tensor parallelism: split each pair of hidden layers Megatron-style "
+                        "(columns, then rows) over T ranks; the world / T replicas train as "
+                        "data parallelism does (docs/parallelism.md)")
     s = p.add_argument_group("output and checkpoints")
     s.add_argument("--log", help="per-epoch log, .csv or .json")
     s.add_argument("--plot", help="PNG of the training curves")
@@ -166,6 +171,8 @@ class Config:
         if a.momentum_correction:  # DGC as published: other state, other trajectory
             fields.update(momentum_correction=True, sparsity_warmup=a.sparsity_warmup,
                           clip=a.clip)
+        if a.tensor:  # the row-parallel sums round in another order: other bits
+            fields["tensor"] = a.tensor
         if self.choco:
             fields["gamma"] = a.gamma
         if a.gossip_dtype != "float32":
@@ -202,6 +209,11 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
         if message:
             raise UsageError(message)
     local_every = mode.every(value)
+    if a.tensor:  # the data is split over the world / T replicas
+        problem = tensor_parallel.refusal(a, a.hidden or MODELS[a.model], world)
+        if problem:
+            raise UsageError(problem)
+        world //= a.tensor
     n = min(n_train, a.subset or n_train)
     if world > n:
         raise UsageError(f"world size {world} exceeds the {n} training samples")

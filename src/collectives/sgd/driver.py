@@ -38,7 +38,7 @@ import collectives
 
 from ..compressed import CompressionState
 from ..compressed.strategies import STRATEGIES
-from . import checkpoint, data, datasets, report, sync
+from . import checkpoint, data, datasets, report, sync, tensor_parallel
 from ..diagnostics import timeline
 from .._runtime.cli import program
 from .cli import PROG, Config, UsageError, parse
@@ -74,6 +74,10 @@ class Trainer:
 
     def __init__(self, cfg: Config, ds: datasets.Dataset, comm: MPI.Comm) -> None:
         a = self.args = cfg.args
+        #: ``--tensor T``: the dp x tp mesh; the replicas (data, exchange) are the dp axis's
+        self.mesh = tensor_parallel.build_mesh(comm, a.tensor) if a.tensor else None
+        self.speaks = comm.rank == 0  # the rank that prints
+        comm = comm if self.mesh is None else self.mesh.comm("dp")
         self.cfg, self.ds, self.comm = cfg, ds, comm
         self.world, self.rank = comm.size, comm.rank
         self.sizes = (ds.features, *cfg.hidden, ds.classes)
@@ -92,7 +96,9 @@ class Trainer:
                 if a.strategy != "auto" else None
             if problem:
                 raise UsageError(problem)
-        self.model = MLP(self.sizes, seed=a.seed)
+        self.model = MLP(self.sizes, seed=a.seed) if self.mesh is None else \
+            tensor_parallel.TensorParallelMLP(self.sizes, self.mesh.comm("tp"), seed=a.seed,
+                                              algorithm=a.algorithm)
         # with momentum correction the memory applies the momentum, before compression (DGC)
         self.opt = SGD(self.model.params.flat, 0.0 if a.momentum_correction else a.momentum,
                        a.weight_decay)
@@ -332,7 +338,7 @@ class Trainer:
         a = self.args
         # a with block: an exception clears the bar first, so its message gets its own line
         with tqdm(total=self.total, initial=self.step, desc=PROG, unit="step", leave=False,
-                  disable=a.quiet or self.rank != 0, file=sys.stderr) as bar:
+                  disable=a.quiet or not self.speaks, file=sys.stderr) as bar:
             order = None
             while self.step < self.total:
                 if order is None or self.step % self.spe == 0:
@@ -342,7 +348,7 @@ class Trainer:
                 bar.update()
                 if self.step % self.spe == 0:
                     self.history.append(self.evaluate())
-                    if not a.quiet and self.rank == 0:
+                    if not a.quiet and self.speaks:
                         bar.write(report.epoch_line(self.history[-1]), file=sys.stderr)
                 if a.checkpoint_every and self.step % a.checkpoint_every == 0:
                     with self.clock.measure("checkpoint"):
@@ -371,6 +377,7 @@ class Trainer:
                 "world": self.world, "params": self.model.params.size, "steps": self.step,
                 "codec": a.codec + (" + error feedback" if ef else "") + mc,
                 "algorithm": a.algorithm, "sync": a.sync, "hidden": list(self.cfg.hidden),
+                "tensor": a.tensor or 1,
                 "loss": last.get("loss", float("nan")), "train_acc": last.get("train_acc", 0.0),
                 "test_acc": last.get("test_acc", 0.0), "seconds": secs,
                 "wall_s": self.elapsed + self.run_seconds(), "analytic": self.exchange.analytic,
@@ -427,21 +434,28 @@ def train(argv: list[str] | None = None, comm: MPI.Comm | None = None) -> dict |
         if written and not cfg.args.quiet:
             print(f"{PROG}: wrote the timeline {written}", file=sys.stderr)
     if not finished:
-        if t.rank == 0 and not cfg.args.quiet:
+        if t.speaks and not cfg.args.quiet:
             print(f"{PROG}: stopped after step {t.step} (--stop-after)", file=sys.stderr)
+        if t.mesh is not None:
+            t.mesh.free()
         return None
     s = t.summary()
-    if t.rank == 0:
-        _outputs(t, s)
+    # --tensor: the unsplit model's parameters, gathered over the tp axis (collective)
+    params = t.model.full_params() if t.mesh is not None and cfg.args.save_params \
+        else t.model.params.flat
+    if t.speaks:
+        _outputs(t, s, params)
+    if t.mesh is not None:
+        t.mesh.free()
     return s
 
 
-def _outputs(t: Trainer, s: dict) -> None:
+def _outputs(t: Trainer, s: dict, params: np.ndarray) -> None:
     a = t.args
     print(report.final_report(s), flush=True)
     if a.save_params:
         tmp = a.save_params + ".tmp.npy"
-        np.save(tmp, t.model.params.flat)
+        np.save(tmp, params)
         os.replace(tmp, a.save_params)
     if a.log:
         report.write_log(a.log, t.history, s)

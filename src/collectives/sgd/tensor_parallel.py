@@ -20,7 +20,7 @@ activations per split pair and step, the first pair's backward one fewer: no inp
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from mpi4py import MPI
@@ -31,7 +31,7 @@ from ..parallel.tensor import ColumnParallelLinear, RowParallelLinear
 from .fusion import FusionBuffer
 from .model import MLP, _log_softmax
 
-__all__ = ["TensorParallelMLP", "plan", "check", "build_mesh"]
+__all__ = ["TensorParallelMLP", "plan", "check", "refusal", "build_mesh"]
 
 #: how a layer runs: split by columns, split by rows, or whole on every rank of the axis
 KINDS = ("column", "row", "replicated")
@@ -47,16 +47,17 @@ def plan(sizes: Sequence[int]) -> list[str]:
     return kinds
 
 
-def check(sizes: Sequence[int], world: int, tensor: int) -> str | None:
-    """Why ``--tensor tensor`` cannot split the MLP ``sizes`` over ``world`` ranks, or None."""
+def check(hidden: Sequence[int], world: int, tensor: int) -> str | None:
+    """Why ``--tensor tensor`` cannot split an MLP of the ``hidden`` widths over ``world``
+    ranks, or None."""
     if world % tensor:
         return (f"--tensor {tensor} does not divide the world size {world}: the ranks form a "
                 f"dp x tp mesh of {world} / {tensor} x {tensor}")
-    kinds = plan(sizes)
-    for i, kind in enumerate(kinds):
-        if kind == "column" and sizes[i + 1] % tensor:
-            return (f"--tensor {tensor} does not divide the hidden width {sizes[i + 1]} of "
-                    f"layer {i + 1} (split by columns, its partner by rows)")
+    for i, kind in enumerate(plan((1, *hidden, 1))):
+        if kind == "column" and hidden[i] % tensor:
+            return (f"--tensor {tensor} does not divide the hidden width {hidden[i]} of layer "
+                    f"{i + 1} (split by columns, layer {i + 2} by rows); choose widths that "
+                    f"are multiples of {tensor}")
     return None
 
 
@@ -169,3 +170,15 @@ class TensorParallelMLP:
             else:  # blocks of rows: the flat concatenation; the bias is whole
                 parts += [gathered, b.ravel()]
         return np.concatenate(parts).astype(np.float32, copy=False)
+
+
+def refusal(args: Any, hidden: Sequence[int], world: int) -> str | None:
+    """Why the driver cannot run ``--tensor`` with these arguments, or None: the mesh and the
+    widths (:func:`check`), and the options it does not combine with yet."""
+    others = [flag for flag, on in (
+        ("--codec", args.codec != "none"), ("--sync " + args.sync, args.sync != "sync"),
+        ("--overlap", args.overlap), ("--checkpoint-dir", bool(args.checkpoint_dir))) if on]
+    if others:
+        return (f"--tensor runs with dense synchronous data parallelism over the dp axis; it "
+                f"does not combine with {', '.join(others)} yet")
+    return check(hidden, world, args.tensor)
