@@ -208,3 +208,61 @@ def test_driver_refuses_bad_tensor_arguments_on_every_rank():
         bad.pop(1)  # every width is a multiple of 1
     for extra in bad:
         assert main([*TINY, *extra], WORLD) == 2, extra
+
+
+@pytest.mark.world_sizes(1, 2, 4)  # torch's import costs seconds per job; 3: the NumPy layers'
+@pytest.mark.parametrize("bias", [True, False])
+def test_torch_layers_match_nn_linear(bias):
+    """collectives.torch.parallel's pair against two nn.Linear on the full weights, on every
+    dp x tp mesh: outputs, the input's gradient and the gathered weight gradients."""
+    torch = pytest.importorskip("torch")
+    from collectives.torch.parallel import ColumnParallelLinear as Col, RowParallelLinear as Row
+
+    torch.manual_seed(5)
+    first, second = torch.nn.Linear(D, HIDDEN, bias=bias), torch.nn.Linear(HIDDEN, D, bias=bias)
+    x = torch.randn(B, D)
+    dy = torch.randn(B, D)
+    xr = x.clone().requires_grad_()
+    (torch.relu(first(xr)) @ second.weight.T + (second.bias if bias else 0)).mul(dy).sum() \
+        .backward()
+    want = [second(torch.relu(first(x))).detach(), xr.grad, first.weight.grad,
+            second.weight.grad]
+    for shape in _meshes(WORLD.size):
+        with collectives.Mesh(shape, ("dp", "tp")) as mesh:
+            tp = mesh.comm("tp")
+            col = Col.from_linear(first, mesh, algorithm="recursive_doubling")
+            row = Row.from_linear(second, tp)
+            assert col.weight.shape == (HIDDEN // shape[1], D)
+            assert (row.bias is not None) == bias
+            xs = x.clone().requires_grad_()
+            y = row(torch.relu(col(xs)))
+            (y * dy).sum().backward()
+            got = [y.detach(), xs.grad,
+                   torch.from_numpy(_gather_rows(col.weight.grad.numpy(), tp)),
+                   torch.from_numpy(_gather_cols(row.weight.grad.numpy(), tp))]
+            for g, w in zip(got, want):
+                _close(g.numpy(), w.numpy())
+            if bias:
+                _close(_gather_cols(col.bias.grad.numpy(), tp), first.bias.grad.numpy())
+                _close(row.bias.grad.numpy(), second.bias.grad.numpy())
+            _same_on(tp, y.detach().numpy(), xs.grad.numpy())
+            # the constructor: the shard of the nn.Linear the same random state builds
+            torch.manual_seed(11)
+            built = Col(D, HIDDEN, tp, bias=bias)
+            torch.manual_seed(11)
+            full = torch.nn.Linear(D, HIDDEN, bias=bias)
+            assert torch.equal(torch.from_numpy(_gather_rows(built.weight.detach().numpy(), tp)),
+                               full.weight.detach())
+
+
+@pytest.mark.world_sizes(2)
+def test_torch_layers_refuse_a_width_the_axis_does_not_divide():
+    torch = pytest.importorskip("torch")
+    from collectives.torch.parallel import ColumnParallelLinear as Col, RowParallelLinear as Row
+
+    p = WORLD.size
+    with pytest.raises(ValueError, match=f"does not divide out_features = {p + 1}"):
+        Col(4, p + 1, WORLD)
+    with pytest.raises(ValueError, match=f"does not divide in_features = {p + 1}"):
+        Row.from_linear(torch.nn.Linear(p + 1, 3), WORLD)
+    assert Row(2 * p, 3, WORLD)(torch.ones(1, 2)).shape == (1, 3)

@@ -65,7 +65,7 @@ from ..api import allreduce
 from ..mesh.mesh import Mesh
 from ..options import Options
 
-__all__ = ["ColumnParallelLinear", "RowParallelLinear", "he_init", "tp_comm"]
+__all__ = ["ColumnParallelLinear", "RowParallelLinear", "he_init", "tp_comm", "check_split"]
 
 
 def he_init(fan_in: int, fan_out: int, rng: np.random.Generator) -> np.ndarray:
@@ -102,7 +102,7 @@ class _ParallelLinear:
         size = self.comm.size
 
         def check() -> tuple[None, dict[str, Any]]:
-            _check(self.name, in_features, out_features, weight, bias, size, self.split)
+            check_split(self.name, in_features, out_features, size, self.split, weight, bias)
             return None, {"in": in_features, "out": out_features, "algorithm": algorithm}
 
         construct(self.name, self.comm, options, check)  # the same error on every rank
@@ -218,9 +218,11 @@ class RowParallelLinear(_ParallelLinear):
         return dy @ self.weight.T if input_grad else None
 
 
-def _check(name: str, n_in: object, n_out: object, weight: object, bias: object, size: int,
-           split: int) -> None:
-    """The error of bad layer arguments (the same on every rank that passes the same ones)."""
+def check_split(name: str, n_in: object, n_out: object, size: int, split: int,
+                weight: object = None, bias: object = None) -> None:
+    """The error of bad layer arguments (the same on every rank that passes the same ones): the
+    widths, the split dimension (1: ``out``, 0: ``in``) a multiple of the axis ``size``, the
+    unsplit ``(in, out)`` weight's and ``(out,)`` bias's shapes."""
     for label, v in (("in_features", n_in), ("out_features", n_out)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
             raise ValueError(f"{name}: {label} must be a positive int, got {v!r}")
