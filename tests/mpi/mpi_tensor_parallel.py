@@ -176,13 +176,17 @@ def test_driver_tensor_matches_data_parallelism_over_the_replicas(tmp_path_facto
     """``--tensor T`` on p ranks trains as data parallelism on p / T ranks does: the saved
     (gathered) parameters equal theirs to float32 rounding, every bit with T = 1; the replicas
     of every dp group stay identical (``--check-replicas``)."""
-    from collectives.sgd import train
+    from collectives.sgd import datasets, train
 
     folder = WORLD.bcast(str(tmp_path_factory.mktemp("tp")) if WORLD.rank == 0 else None)
     for dp, t in _meshes(WORLD.size):
         split = f"{folder}/tp{t}.npy"
         s = train([*TINY, "--tensor", str(t), "--check-replicas", "--save-params", split], WORLD)
         assert s["tensor"] == t and s["world"] == dp
+        # one forward allreduce of B x 24 per step (the first pair needs no input gradient) and
+        # one per evaluated test sample of this replica's share
+        tested = len(datasets.load("digits").y_test[WORLD.rank // t::dp])
+        assert s["tp_comm"][1] == (s["steps"] * 4 + tested) * 24 * 4
         sub = WORLD.Split(0 if WORLD.rank < dp else MPI.UNDEFINED, WORLD.rank)
         plain = f"{folder}/dp{dp}.npy"
         if sub != MPI.COMM_NULL:

@@ -55,6 +55,7 @@ disagree on the shapes, raise the same ``ValueError`` on every rank before any m
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -121,6 +122,8 @@ class _ParallelLinear:
         self.weight_grad = np.zeros_like(self.weight)
         self.bias_grad = np.zeros_like(self.bias)
         self._input: np.ndarray | None = None
+        #: statistics: the allreduces' wall seconds and the elements they reduced
+        self.comm_seconds, self.comm_elements = 0.0, 0
 
     def bind(self, weight: np.ndarray, bias: np.ndarray, weight_grad: np.ndarray,
              bias_grad: np.ndarray) -> None:
@@ -132,8 +135,11 @@ class _ParallelLinear:
         self.weight_grad, self.bias_grad = weight_grad, bias_grad
 
     def _allreduce(self, x: np.ndarray) -> np.ndarray:
-        return allreduce(x, out=x, algorithm=self.algorithm, comm=self.comm,
-                         options=self.options)
+        t0 = time.perf_counter()
+        allreduce(x, out=x, algorithm=self.algorithm, comm=self.comm, options=self.options)
+        self.comm_seconds += time.perf_counter() - t0
+        self.comm_elements += x.size
+        return x
 
     def __repr__(self) -> str:
         return (f"{self.name}({self.in_features}, {self.out_features}; shard "

@@ -94,6 +94,13 @@ class TensorParallelMLP:
                 layer.bind(*views)
 
     @property
+    def comm_stats(self) -> tuple[float, int]:
+        """The split layers' allreduces over the axis so far: (seconds, bytes reduced)."""
+        layers = [layer for layer in self.split if layer is not None]
+        return (sum(layer.comm_seconds for layer in layers),
+                sum(layer.comm_elements for layer in layers) * 4)
+
+    @property
     def layers(self) -> list[tuple[np.ndarray, np.ndarray]]:
         v = self.params.views
         return list(zip(v[::2], v[1::2]))
