@@ -75,10 +75,10 @@ def final_report(summary: dict) -> str:
                         f"{t.get('decode', 0.0):.2f} s)" if k == "codec" and t.get(k) else ""))
     if s.get("tp_comm") is not None:  # --tensor: inside compute (forward and backward)
         secs, size = s["tp_comm"]
-        lines.append(f"  tensor parallel: {s['world']} replicas x tp {s['tensor']} "
-                     f"(parameters and exchange: this rank's shard); the allreduces of "
-                     f"activations over tp took {secs:.2f} s of compute, {size / 1e6:,.2f} MB "
-                     "reduced")
+        lines.append(f"  tensor parallel: mesh dp {s['world']} x tp {s['tensor']} (ranks, "
+                     f"parameters and exchange above: the dp axis's, this rank's shard); the "
+                     f"allreduces of activations over tp took {secs:.2f} s of compute, "
+                     f"{size / 1e6:,.2f} MB reduced")
     if t.get("epoch_wait"):
         lines.append(f"  {'epoch end wait':<14} {t['epoch_wait']:8.2f} s  "
                      f"{100 * t['epoch_wait'] / total:5.1f}%  (the ranks' epochs end apart)")
