@@ -214,7 +214,9 @@ def test_driver_refuses_bad_tensor_arguments_on_every_rank():
         assert main([*TINY, *extra], WORLD) == 2, extra
 
 
-@pytest.mark.world_sizes(1, 2, 4)  # torch's import costs seconds per job; 3: the NumPy layers'
+# torch's import costs seconds in every job: 4 ranks alone, whose meshes 4 x 1, 2 x 2, 1 x 4 hold
+# the axis sizes 1, 2 and 4 (the NumPy layers below them run at 1-4 ranks)
+@pytest.mark.world_sizes(4)
 @pytest.mark.parametrize("bias", [True, False])
 def test_torch_layers_match_nn_linear(bias):
     """collectives.torch.parallel's pair against two nn.Linear on the full weights, on every
@@ -222,6 +224,7 @@ def test_torch_layers_match_nn_linear(bias):
     torch = pytest.importorskip("torch")
     from collectives.torch.parallel import ColumnParallelLinear as Col, RowParallelLinear as Row
 
+    torch.set_num_threads(1)  # ranks are processes: OpenMP threads of several fight for cores
     torch.manual_seed(5)
     first, second = torch.nn.Linear(D, HIDDEN, bias=bias), torch.nn.Linear(HIDDEN, D, bias=bias)
     x = torch.randn(B, D)
@@ -259,7 +262,7 @@ def test_torch_layers_match_nn_linear(bias):
                                full.weight.detach())
 
 
-@pytest.mark.world_sizes(2)
+@pytest.mark.world_sizes(4)
 def test_torch_layers_refuse_a_width_the_axis_does_not_divide():
     torch = pytest.importorskip("torch")
     from collectives.torch.parallel import ColumnParallelLinear as Col, RowParallelLinear as Row
