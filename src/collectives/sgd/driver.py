@@ -16,7 +16,7 @@ nothing else of the compression: the error-feedback residuals, the codec's own s
 warm-start Q, the private generator of QSGD, TernGrad, ...), the "two_phase" strategy's
 server-side residuals. Statistics (times, bytes, history) continue from the checkpoint too.
 Under gossip the parameters differ between ranks, so every rank's own are saved, with its
-momentum (as local SGD's); under CHOCO-SGD (``--sync gossip:GRAPH --codec``) also every rank's
+momentum (as local SGD's), and under ``--tensor`` every rank's own shard of both; under CHOCO-SGD (``--sync gossip:GRAPH --codec``) also every rank's
 ``ChocoGossip.state_dict()``: the public copies of itself and its in-neighbors, which the next
 round's compressed differences are taken against, and its codec's own state.
 """
@@ -77,6 +77,8 @@ class Trainer:
         #: ``--tensor T``: the dp x tp mesh; the replicas (data, exchange) are the dp axis's
         self.mesh = tensor_parallel.build_mesh(comm, a.tensor) if a.tensor else None
         self.speaks = comm.rank == 0  # the rank that prints
+        #: the ranks a checkpoint gathers: every rank of the job (each ``--tensor`` rank its shard)
+        self.job = comm
         comm = comm if self.mesh is None else self.mesh.comm("dp")
         self.cfg, self.ds, self.comm = cfg, ds, comm
         self.world, self.rank = comm.size, comm.rank
@@ -109,6 +111,9 @@ class Trainer:
         #: where each kind of state is kept in a checkpoint: the same on every rank or its own
         self.own_params = self.exchange.own_params
         self.own_momentum = self.exchange.own_momentum
+        #: whether a checkpoint keeps every rank's own parameters and momentum (else rank 0's)
+        self.saves_own = (self.own_params or self.mesh is not None,
+                          self.own_momentum or self.mesh is not None)
         self.history_keys = HISTORY_KEYS + (("consensus",) if self.own_params else ())
         n, k = self.model.params.flat.size, a.consensus_coords
         #: the coordinates the consensus distance is estimated from (None: all of them, or no
@@ -140,13 +145,13 @@ class Trainer:
         shared: dict[str, np.ndarray] = {}
         mine: dict[str, np.ndarray] = {"epoch_loss": self.epoch_loss,
                                        "stats": self.exchange.stats.as_array()}
-        (mine if self.own_params else shared)["params"] = self.exchange.saved_params()
-        (mine if self.own_momentum else shared)["momentum"] = self.opt.velocity
+        (mine if self.saves_own[0] else shared)["params"] = self.exchange.saved_params()
+        (mine if self.saves_own[1] else shared)["momentum"] = self.opt.velocity
         if self.state is not None:  # all of the compression's state, and nothing else of it
             mine.update({STATE_PREFIX + k: v for k, v in self.state.state_dict().items()})
         # the mode's own state (CHOCO-SGD: the public copies, the codec's state)
         mine.update({CHOCO_PREFIX + k: v for k, v in self.exchange.state_dict().items()})
-        meta = {"version": checkpoint.VERSION, "step": self.step, "world": self.world,
+        meta = {"version": checkpoint.VERSION, "step": self.step, "world": self.job.size,
                 "fingerprint": self.fingerprint, "config": self.config_text,
                 "history": self.history, "elapsed": self.elapsed + self.run_seconds(),
                 "clock": dict(self.clock.seconds)}
@@ -163,12 +168,12 @@ class Trainer:
         members = {"meta": checkpoint.Member.text(checkpoint.META_MAX_CHARS)}
         mine = {"epoch_loss": checkpoint.Member("<f8", (3,)),
                 "stats": checkpoint.Member("<f8", self.exchange.stats.as_array().shape)}
-        for name, own in (("params", self.own_params), ("momentum", self.own_momentum)):
+        for name, own in zip(("params", "momentum"), self.saves_own):
             if own:  # local SGD's momentum, gossip's parameters and momentum: every rank's own
                 mine[name] = checkpoint.Member("<f4", (n,))
             else:
                 members[f"shared/{name}"] = checkpoint.Member("<f4", (n,))
-        for r in range(self.world):
+        for r in range(self.job.size):
             members.update({f"rank{r}/{k}": v for k, v in mine.items()})
             members.update({f"rank{r}/{CHOCO_PREFIX}{k}": v
                             for k, v in self.exchange.state_layout(r).items()})
@@ -178,7 +183,7 @@ class Trainer:
             return {**members, **{f"rank{r}/{STATE_PREFIX}{k}": v
                                   for r, layout in enumerate(layouts) for k, v in layout.items()}}
 
-        meta = {"version": checkpoint.VERSION, "world": self.world,
+        meta = {"version": checkpoint.VERSION, "world": self.job.size,
                 "fingerprint": self.fingerprint, "config": self.config_text,
                 "total_steps": self.total, "steps_per_epoch": self.spe,
                 "step_multiple": self.cfg.local_every or 1, "history_keys": self.history_keys}
@@ -230,8 +235,8 @@ class Trainer:
         self.history = list(meta["history"])
         self.elapsed = float(meta["elapsed"])
         self.clock.seconds.update(meta["clock"])
-        self.model.params.flat[...] = (mine if self.own_params else shared)["params"]
-        self.opt.velocity[...] = (mine if self.own_momentum else shared)["momentum"]
+        self.model.params.flat[...] = (mine if self.saves_own[0] else shared)["params"]
+        self.opt.velocity[...] = (mine if self.saves_own[1] else shared)["momentum"]
         self.epoch_loss[...] = mine["epoch_loss"]
         self.exchange.stats.load(mine["stats"])
         self.exchange.restore(self.step)  # parameters kept elsewhere (server, windows)
@@ -352,7 +357,7 @@ class Trainer:
                         bar.write(report.epoch_line(self.history[-1]), file=sys.stderr)
                 if a.checkpoint_every and self.step % a.checkpoint_every == 0:
                     with self.clock.measure("checkpoint"):
-                        checkpoint.save(a.checkpoint_dir, *self.capture(), self.comm)
+                        checkpoint.save(a.checkpoint_dir, *self.capture(), self.job)
                 if a.stop_after and self.step >= a.stop_after and self.step < self.total:
                     return False
         return True

@@ -184,7 +184,7 @@ def refusal(args: Any, hidden: Sequence[int], world: int) -> str | None:
     widths (:func:`check`), and the options it does not combine with yet."""
     others = [flag for flag, on in (
         ("--codec", args.codec != "none"), ("--sync " + args.sync, args.sync != "sync"),
-        ("--overlap", args.overlap), ("--checkpoint-dir", bool(args.checkpoint_dir))) if on]
+        ("--overlap", args.overlap)) if on]
     if others:
         return (f"--tensor runs with dense synchronous data parallelism over the dp axis; it "
                 f"does not combine with {', '.join(others)} yet")
