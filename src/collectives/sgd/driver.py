@@ -17,8 +17,9 @@ warm-start Q, the private generator of QSGD, TernGrad, ...), the "two_phase" str
 server-side residuals. Statistics (times, bytes, history) continue from the checkpoint too.
 Under gossip the parameters differ between ranks, so every rank's own are saved, with its
 momentum (as local SGD's), and under ``--tensor`` every rank's own shard of both; under
-CHOCO-SGD (``--sync gossip:GRAPH --codec``) also every rank's ``ChocoGossip.state_dict()``: the public copies of itself and its in-neighbors, which the next
-round's compressed differences are taken against, and its codec's own state.
+CHOCO-SGD (``--sync gossip:GRAPH --codec``) also every rank's ``ChocoGossip.state_dict()``:
+the public copies of itself and its in-neighbors, which the next round's compressed differences
+are taken against, and its codec's own state.
 """
 
 from __future__ import annotations
