@@ -4,6 +4,8 @@ collectives and below the trainers, which the SGD driver and :mod:`collectives.t
 
 - :mod:`.pipeline`: pipeline parallelism, a schedule as data (GPipe, 1F1B), the executor that
   runs one stage's actions with non-blocking point-to-point, and the layer partitioner.
+- :mod:`.tensor`: tensor (model) parallelism, Megatron-LM's column- and row-parallel linear
+  layers on a mesh's tp axis (docs/parallelism.md).
 - :mod:`.planner`: predicts the step time of every data x pipeline x tensor configuration of
   a model on a network, from the cost model and a measured compute model (no MPI traffic).
 """

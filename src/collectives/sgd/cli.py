@@ -19,7 +19,7 @@ from .._runtime.cli import PLOT_INSTALL, Parser, UsageError
 
 from . import datasets
 from ..compressed.auto import split_spec
-from . import sync
+from . import sync, tensor_parallel
 from .model import MODELS
 from ..parallel.pipeline import SCHEDULES
 
@@ -126,6 +126,10 @@ def parser() -> argparse.ArgumentParser:
                           "micro-batches) or 1f1b (the default; holds at most S)")
     par.add_argument("--split", type=_hidden, metavar="N,N,...",
                      help="with --pipeline: layers per stage, e.g. 4,4,9 (default: balanced)")
+    par.add_argument("--tensor", type=_positive, metavar="T",
+                     help="tensor parallelism: split each pair of hidden layers Megatron-style "
+                          "(columns, then rows) over T ranks; the world / T replicas train as "
+                          "data parallelism does (docs/parallelism.md)")
     s = p.add_argument_group("output and checkpoints")
     s.add_argument("--log", help="per-epoch log, .csv or .json")
     s.add_argument("--plot", help="PNG of the training curves")
@@ -216,6 +220,8 @@ class Config:
         if a.momentum_correction:  # DGC as published: other state, other trajectory
             fields.update(momentum_correction=True, sparsity_warmup=a.sparsity_warmup,
                           clip=a.clip)
+        if a.tensor:  # the row-parallel sums round in another order: other bits
+            fields["tensor"] = a.tensor
         if self.choco:
             fields["gamma"] = a.gamma
         if a.gossip_dtype != "float32":
@@ -252,6 +258,14 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
         if message:
             raise UsageError(message)
     local_every = mode.every(value)
+    if a.tensor and a.pipeline:
+        raise UsageError("--tensor and --pipeline do not compose yet (a dp x pp x tp mesh); "
+                         "give one of them")
+    if a.tensor:  # the data is split over the world / T replicas
+        problem = tensor_parallel.refusal(a, a.hidden or MODELS[a.model], world)
+        if problem:
+            raise UsageError(problem)
+        world //= a.tensor
     n = min(n_train, a.subset or n_train)
     if world > n:
         raise UsageError(f"world size {world} exceeds the {n} training samples")

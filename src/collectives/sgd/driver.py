@@ -16,9 +16,10 @@ nothing else of the compression: the error-feedback residuals, the codec's own s
 warm-start Q, the private generator of QSGD, TernGrad, ...), the "two_phase" strategy's
 server-side residuals. Statistics (times, bytes, history) continue from the checkpoint too.
 Under gossip the parameters differ between ranks, so every rank's own are saved, with its
-momentum (as local SGD's); under CHOCO-SGD (``--sync gossip:GRAPH --codec``) also every rank's
-``ChocoGossip.state_dict()``: the public copies of itself and its in-neighbors, which the next
-round's compressed differences are taken against, and its codec's own state.
+momentum (as local SGD's), and under ``--tensor`` every rank's own shard of both; under
+CHOCO-SGD (``--sync gossip:GRAPH --codec``) also every rank's ``ChocoGossip.state_dict()``:
+the public copies of itself and its in-neighbors, which the next round's compressed differences
+are taken against, and its codec's own state.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import collectives
 
 from ..compressed import CompressionState
 from ..compressed.strategies import STRATEGIES
-from . import checkpoint, data, datasets, report, sync
+from . import checkpoint, data, datasets, report, sync, tensor_parallel
 from ..diagnostics import timeline
 from .._runtime.cli import program
 from .cli import PROG, Config, UsageError, parse
@@ -75,6 +76,12 @@ class Trainer:
 
     def __init__(self, cfg: Config, ds: datasets.Dataset, comm: MPI.Comm) -> None:
         a = self.args = cfg.args
+        #: ``--tensor T``: the dp x tp mesh; the replicas (data, exchange) are the dp axis's
+        self.mesh = tensor_parallel.build_mesh(comm, a.tensor) if a.tensor else None
+        self.speaks = comm.rank == 0  # the rank that prints
+        #: the ranks a checkpoint gathers: every rank of the job (each ``--tensor`` rank its shard)
+        self.job = comm
+        comm = comm if self.mesh is None else self.mesh.comm("dp")
         self.cfg, self.ds, self.comm = cfg, ds, comm
         self.world, self.rank = comm.size, comm.rank
         self.sizes = (ds.features, *cfg.hidden, ds.classes)
@@ -93,7 +100,9 @@ class Trainer:
                 if a.strategy != "auto" else None
             if problem:
                 raise UsageError(problem)
-        self.model = MLP(self.sizes, seed=a.seed)
+        self.model = MLP(self.sizes, seed=a.seed) if self.mesh is None else \
+            tensor_parallel.TensorParallelMLP(self.sizes, self.mesh.comm("tp"), seed=a.seed,
+                                              algorithm=a.algorithm)
         # with momentum correction the memory applies the momentum, before compression (DGC)
         self.opt = SGD(self.model.params.flat, 0.0 if a.momentum_correction else a.momentum,
                        a.weight_decay)
@@ -104,6 +113,9 @@ class Trainer:
         #: where each kind of state is kept in a checkpoint: the same on every rank or its own
         self.own_params = self.exchange.own_params
         self.own_momentum = self.exchange.own_momentum
+        #: whether a checkpoint keeps every rank's own parameters and momentum (else rank 0's)
+        self.saves_own = (self.own_params or self.mesh is not None,
+                          self.own_momentum or self.mesh is not None)
         self.history_keys = HISTORY_KEYS + (("consensus",) if self.own_params else ())
         n, k = self.model.params.flat.size, a.consensus_coords
         #: the coordinates the consensus distance is estimated from (None: all of them, or no
@@ -135,13 +147,13 @@ class Trainer:
         shared: dict[str, np.ndarray] = {}
         mine: dict[str, np.ndarray] = {"epoch_loss": self.epoch_loss,
                                        "stats": self.exchange.stats.as_array()}
-        (mine if self.own_params else shared)["params"] = self.exchange.saved_params()
-        (mine if self.own_momentum else shared)["momentum"] = self.opt.velocity
+        (mine if self.saves_own[0] else shared)["params"] = self.exchange.saved_params()
+        (mine if self.saves_own[1] else shared)["momentum"] = self.opt.velocity
         if self.state is not None:  # all of the compression's state, and nothing else of it
             mine.update({STATE_PREFIX + k: v for k, v in self.state.state_dict().items()})
         # the mode's own state (CHOCO-SGD: the public copies, the codec's state)
         mine.update({CHOCO_PREFIX + k: v for k, v in self.exchange.state_dict().items()})
-        meta = {"version": checkpoint.VERSION, "step": self.step, "world": self.world,
+        meta = {"version": checkpoint.VERSION, "step": self.step, "world": self.job.size,
                 "fingerprint": self.fingerprint, "config": self.config_text,
                 "history": self.history, "elapsed": self.elapsed + self.run_seconds(),
                 "clock": dict(self.clock.seconds)}
@@ -158,12 +170,12 @@ class Trainer:
         members = {"meta": checkpoint.Member.text(checkpoint.META_MAX_CHARS)}
         mine = {"epoch_loss": checkpoint.Member("<f8", (3,)),
                 "stats": checkpoint.Member("<f8", self.exchange.stats.as_array().shape)}
-        for name, own in (("params", self.own_params), ("momentum", self.own_momentum)):
+        for name, own in zip(("params", "momentum"), self.saves_own):
             if own:  # local SGD's momentum, gossip's parameters and momentum: every rank's own
                 mine[name] = checkpoint.Member("<f4", (n,))
             else:
                 members[f"shared/{name}"] = checkpoint.Member("<f4", (n,))
-        for r in range(self.world):
+        for r in range(self.job.size):
             members.update({f"rank{r}/{k}": v for k, v in mine.items()})
             members.update({f"rank{r}/{CHOCO_PREFIX}{k}": v
                             for k, v in self.exchange.state_layout(r).items()})
@@ -173,7 +185,7 @@ class Trainer:
             return {**members, **{f"rank{r}/{STATE_PREFIX}{k}": v
                                   for r, layout in enumerate(layouts) for k, v in layout.items()}}
 
-        meta = {"version": checkpoint.VERSION, "world": self.world,
+        meta = {"version": checkpoint.VERSION, "world": self.job.size,
                 "fingerprint": self.fingerprint, "config": self.config_text,
                 "total_steps": self.total, "steps_per_epoch": self.spe,
                 "step_multiple": self.cfg.local_every or 1, "history_keys": self.history_keys}
@@ -225,8 +237,8 @@ class Trainer:
         self.history = list(meta["history"])
         self.elapsed = float(meta["elapsed"])
         self.clock.seconds.update(meta["clock"])
-        self.model.params.flat[...] = (mine if self.own_params else shared)["params"]
-        self.opt.velocity[...] = (mine if self.own_momentum else shared)["momentum"]
+        self.model.params.flat[...] = (mine if self.saves_own[0] else shared)["params"]
+        self.opt.velocity[...] = (mine if self.saves_own[1] else shared)["momentum"]
         self.epoch_loss[...] = mine["epoch_loss"]
         self.exchange.stats.load(mine["stats"])
         self.exchange.restore(self.step)  # parameters kept elsewhere (server, windows)
@@ -304,8 +316,9 @@ class Trainer:
         return data.shard(len(self.ds.y_train), self.world, self.rank, self.args.seed, epoch)
 
     def params_to_save(self) -> np.ndarray:
-        """What ``--save-params`` writes (rank 0)."""
-        return self.model.params.flat
+        """What ``--save-params`` writes (rank 0): with ``--tensor`` the unsplit model's
+        parameters, gathered over the tp axis (collective: every rank calls it)."""
+        return self.model.params.flat if self.mesh is None else self.model.full_params()
 
     def close(self) -> None:
         self.exchange.close()
@@ -344,7 +357,7 @@ class Trainer:
         a = self.args
         # a with block: an exception clears the bar first, so its message gets its own line
         with tqdm(total=self.total, initial=self.step, desc=PROG, unit="step", leave=False,
-                  disable=a.quiet or self.rank != 0, file=sys.stderr) as bar:
+                  disable=a.quiet or not self.speaks, file=sys.stderr) as bar:
             order = None
             while self.step < self.total:
                 if order is None or self.step % self.spe == 0:
@@ -353,11 +366,11 @@ class Trainer:
                 bar.update()
                 if self.step % self.spe == 0:
                     self.history.append(self.evaluate())
-                    if not a.quiet and self.rank == 0:
+                    if not a.quiet and self.speaks:
                         bar.write(report.epoch_line(self.history[-1]), file=sys.stderr)
                 if a.checkpoint_every and self.step % a.checkpoint_every == 0:
                     with self.clock.measure("checkpoint"):
-                        checkpoint.save(a.checkpoint_dir, *self.capture(), self.comm)
+                        checkpoint.save(a.checkpoint_dir, *self.capture(), self.job)
                 if a.stop_after and self.step >= a.stop_after and self.step < self.total:
                     return False
         return True
@@ -382,6 +395,8 @@ class Trainer:
                 "world": self.world, "params": self.model.params.size, "steps": self.step,
                 "codec": a.codec + (" + error feedback" if ef else "") + mc,
                 "algorithm": a.algorithm, "sync": a.sync, "hidden": list(self.cfg.hidden),
+                "tensor": a.tensor or 1,
+                "tp_comm": None if self.mesh is None else self.model.comm_stats,
                 "loss": last.get("loss", float("nan")), "train_acc": last.get("train_acc", 0.0),
                 "test_acc": last.get("test_acc", 0.0), "seconds": secs,
                 "wall_s": self.elapsed + self.run_seconds(), "analytic": self.exchange.analytic,
@@ -446,21 +461,27 @@ def train(argv: list[str] | None = None, comm: MPI.Comm | None = None) -> dict |
         if written and not cfg.args.quiet:
             print(f"{PROG}: wrote the timeline {written}", file=sys.stderr)
     if not finished:
-        if t.rank == 0 and not cfg.args.quiet:
+        if t.speaks and not cfg.args.quiet:
             print(f"{PROG}: stopped after step {t.step} (--stop-after)", file=sys.stderr)
+        if t.mesh is not None:
+            t.mesh.free()
         return None
     s = t.summary()
-    if t.rank == 0:
-        _outputs(t, s)
+    # what --save-params writes: the unsplit model (collective with --tensor and --pipeline)
+    params = t.params_to_save() if cfg.args.save_params else None
+    if t.speaks:
+        _outputs(t, s, params)
+    if t.mesh is not None:
+        t.mesh.free()
     return s
 
 
-def _outputs(t: Trainer, s: dict) -> None:
+def _outputs(t: Trainer, s: dict, params: np.ndarray | None) -> None:
     a = t.args
     print(report.final_report(s), flush=True)
     if a.save_params:
         tmp = a.save_params + ".tmp.npy"
-        np.save(tmp, t.params_to_save())
+        np.save(tmp, params)
         os.replace(tmp, a.save_params)
     if a.log:
         report.write_log(a.log, t.history, s)

@@ -87,6 +87,12 @@ def final_report(summary: dict) -> str:
         lines.append(f"  {label:<14} {t.get(k, 0.0):8.2f} s  {100 * t.get(k, 0.0) / total:5.1f}%"
                      + (f"  (encode {t.get('encode', 0.0):.2f} s, decode "
                         f"{t.get('decode', 0.0):.2f} s)" if k == "codec" and t.get(k) else ""))
+    if s.get("tp_comm") is not None:  # --tensor: inside compute (forward and backward)
+        secs, size = s["tp_comm"]
+        lines.append(f"  tensor parallel: mesh dp {s['world']} x tp {s['tensor']} (ranks, "
+                     f"parameters and exchange above: the dp axis's, this rank's shard); the "
+                     f"allreduces of activations over tp took {secs:.2f} s of compute, "
+                     f"{size / 1e6:,.2f} MB reduced")
     if t.get("epoch_wait"):
         lines.append(f"  {'epoch end wait':<14} {t['epoch_wait']:8.2f} s  "
                      f"{100 * t['epoch_wait'] / total:5.1f}%  (the ranks' epochs end apart)")

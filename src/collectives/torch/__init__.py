@@ -21,6 +21,8 @@ imports it. What is here (see docs/pytorch.md, which has a table of Horovod's ca
 - :func:`comm_hook` with :class:`CommHookState` for ``DistributedDataParallel.register_comm_hook``,
   :func:`gossip_hook` with :class:`GossipHookState` (each bucket averaged with the graph
   neighbors' instead of allreduced), and :func:`init_process_group`, which sets up torch.distributed's gloo group from the MPI job.
+- :mod:`collectives.torch.parallel` (imported by name): tensor-parallel ``ColumnParallelLinear``
+  and ``RowParallelLinear`` (PyTorch's ``ColwiseParallel``/``RowwiseParallel``) on a mesh axis.
 """
 
 try:
