@@ -18,6 +18,9 @@ imports it. What is here (see docs/pytorch.md, which has a table of Horovod's ca
 - :func:`comm_hook` with :class:`CommHookState` for ``DistributedDataParallel.register_comm_hook``,
   :func:`gossip_hook` with :class:`GossipHookState` (each bucket averaged with the graph
   neighbors' instead of allreduced), and :func:`init_process_group`, which sets up torch.distributed's gloo group from the MPI job.
+- Sharded data parallelism: :class:`ShardedOptimizer` (ZeRO stages 1-2, as
+  ``ZeroRedundancyOptimizer``, :mod:`.sharded`) and :func:`fully_shard` (stage 3, as FSDP2's,
+  :mod:`.fully_shard`); docs/sharded-torch.md.
 """
 
 try:
@@ -34,6 +37,7 @@ from .build import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled, 
 from .ddp import CommHookState, comm_hook, init_process_group
 from .gossip_hook import GossipHookState, gossip_hook
 from .functions import broadcast_optimizer_state, broadcast_parameters
+from .fully_shard import full_state_dict, fully_shard, load_full_state_dict
 from .mpi_ops import (HorovodInternalError, allgather, allgather_async, allgather_object,
                       allreduce, allreduce_, allreduce_async, allreduce_async_, alltoall,
                       alltoall_async, barrier, broadcast,
@@ -44,6 +48,7 @@ from .mpi_ops import (HorovodInternalError, allgather, allgather_async, allgathe
                       reducescatter, reducescatter_async, sparse_allreduce_async, synchronize)
 from .neighbor import DistributedNeighborAllreduceOptimizer
 from .optimizer import DistributedOptimizer
+from .sharded import ShardedOptimizer
 from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from .sync_batch_norm import SyncBatchNorm
 from .timeline import start_timeline, stop_timeline
@@ -72,5 +77,7 @@ __all__ = [
     "DistributedOptimizer", "DistributedNeighborAllreduceOptimizer", "broadcast_parameters",
     "broadcast_optimizer_state", "Compression", "Compressor", "start_timeline", "stop_timeline",
     "SyncBatchNorm",
+    # sharded data parallelism (ZeRO 1-2, and 3 in FSDP2's shape)
+    "ShardedOptimizer", "fully_shard", "full_state_dict", "load_full_state_dict",
     # DDP
     "comm_hook", "CommHookState", "gossip_hook", "GossipHookState", "init_process_group"]
