@@ -46,7 +46,6 @@ from .basics import default_comm
 __all__ = ["fully_shard", "full_state_dict", "load_full_state_dict"]
 
 _UNIT = "_collectives_fully_shard"
-_SHARD = "_collectives_shard"
 
 
 class _FlatParam:
@@ -64,7 +63,6 @@ class _FlatParam:
             v.copy_(t.detach())
         self.shard = torch.nn.Parameter(full[self.layout.lo:self.layout.hi].clone(),
                                         requires_grad=any(t.requires_grad for t in tensors))
-        setattr(self.shard, _SHARD, True)
         self.full = full
         self.nbytes = full.untyped_storage().nbytes()
         self.gathered = False
@@ -217,15 +215,16 @@ def fully_shard(module: torch.nn.Module, *, comm: Any = None, codec: Any = None,
     if not isinstance(comm, MPI.Intracomm):
         raise TypeError(f"comm must be an MPI intracommunicator, got {type(comm).__name__}")
     state = codec_state(codec, comm.rank, "fully_shard")
+    inner = [m for m in module.modules() if getattr(m, _UNIT, None) is not None]
+    held = {id(f.shard) for m in inner for f in getattr(m, _UNIT).flats}
     named = list(module.named_parameters(remove_duplicate=False))
-    own = [(n, t) for n, t in named if not getattr(t, _SHARD, False)]
+    own = [(n, t) for n, t in named if id(t) not in held]
     seen: dict[int, str] = {}
     for n, t in own:
         if id(t) in seen:
             raise NotImplementedError(f"fully_shard: parameter {n!r} is shared with "
                                       f"{seen[id(t)]!r}; shared parameters are not supported")
         seen[id(t)] = n
-    inner = [m for m in module.modules() if getattr(m, _UNIT, None) is not None]
     order: list[_Unit] = []  # the model's units in forward order, filled by the first forward
     for m in inner:
         if getattr(m, _UNIT).comm is not comm:
