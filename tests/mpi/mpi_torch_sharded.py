@@ -23,7 +23,7 @@ pytestmark = pytest.mark.world_sizes(1, 2, 3)
 
 torch.set_num_threads(1)
 TOL = dict(rtol=1e-5, atol=1e-6)
-BATCH = 12  # divides by 1, 2, 3
+BATCH = 840  # divides by every world size 1-8
 OPTIMIZERS = {"sgd-momentum": (torch.optim.SGD, dict(lr=0.1, momentum=0.9)),
               "adam": (torch.optim.Adam, dict(lr=0.01))}
 

@@ -157,6 +157,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
         for gi, group in enumerate(self.param_groups):
             open_: dict[Any, list] = {}
             for q in reversed(group["params"]):
+                if not q.requires_grad:  # frozen: torch.optim would never step it either
+                    continue
                 key = (q.dtype, q.device)
                 cur = open_.setdefault(key, [])
                 if cur and (sum(t.numel() * t.element_size() for t in cur)
@@ -218,7 +220,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
             b.request, b.ready = None, 0
             lo, hi = b.layout.lo, b.layout.hi
             if self._stage == 1:
-                b.shard.grad = b.grads[lo:hi].clone()
+                b.shard.grad = b.grads[lo:hi]
                 for q, v in zip(b.params, b.layout.views(b.grads)):
                     if q.grad is not None:
                         q.grad.copy_(v)
