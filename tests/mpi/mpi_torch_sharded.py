@@ -285,3 +285,20 @@ def test_bad_input_raises_on_every_rank(case):
         assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     # every rank raised: the communicator still pairs the next collective
     assert MPI.COMM_WORLD.allreduce(1) == MPI.COMM_WORLD.size
+
+
+def test_sharded_optimizer_frozen_parameters_stay():
+    """A parameter that does not require grad is left out (torch.optim never steps it)."""
+    comm = MPI.COMM_WORLD
+    x, y = _data()
+    model = _net()
+    model.fc1.weight.requires_grad_(False)
+    frozen = model.fc1.weight.detach().clone()
+    opt = ct.ShardedOptimizer(model.parameters(), torch.optim.SGD, lr=0.1, weight_decay=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        _loss(model, _local(x, comm), _local(y, comm)).backward()
+        opt.step()
+    assert torch.equal(model.fc1.weight, frozen)
+    assert sum(b.layout.total for b in opt._buckets) == sum(
+        q.numel() for q in model.parameters() if q.requires_grad)
