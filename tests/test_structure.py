@@ -413,6 +413,10 @@ SETATTR_ALLOWED = {
     "collectives/sgd/timing.py": "instance attributes of the driver's own codec objects (a "
                                  "stopwatch per method of this run's instances; no class or "
                                  "module changes)",
+    "collectives/torch/fully_shard.py": "the user's module handed to fully_shard: its unit's "
+                                        "record, and views of the gathered parameters where "
+                                        "the original ones were, as FSDP2 does (instance "
+                                        "attributes; no class or module changes)",
 }
 
 

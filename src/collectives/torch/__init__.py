@@ -23,6 +23,9 @@ imports it. What is here (see docs/pytorch.md, which has a table of Horovod's ca
   neighbors' instead of allreduced), and :func:`init_process_group`, which sets up torch.distributed's gloo group from the MPI job.
 - :mod:`collectives.torch.parallel` (imported by name): tensor-parallel ``ColumnParallelLinear``
   and ``RowParallelLinear`` (PyTorch's ``ColwiseParallel``/``RowwiseParallel``) on a mesh axis.
+- Sharded data parallelism: :class:`ShardedOptimizer` (ZeRO stages 1-2, as
+  ``ZeroRedundancyOptimizer``, :mod:`.sharded`) and :func:`fully_shard` (stage 3, as FSDP2's,
+  :mod:`.fully_shard`); docs/sharded-torch.md.
 """
 
 try:
@@ -40,6 +43,7 @@ from .ddp import CommHookState, comm_hook, init_process_group
 from .distributed import Work, gather, irecv, isend, recv, scatter, send
 from .gossip_hook import GossipHookState, gossip_hook
 from .functions import broadcast_optimizer_state, broadcast_parameters
+from .fully_shard import full_state_dict, fully_shard, load_full_state_dict
 from .mpi_ops import (HorovodInternalError, allgather, allgather_async, allgather_object,
                       allreduce, allreduce_, allreduce_async, allreduce_async_, alltoall,
                       alltoall_async, barrier, broadcast,
@@ -50,6 +54,7 @@ from .mpi_ops import (HorovodInternalError, allgather, allgather_async, allgathe
                       reducescatter, reducescatter_async, sparse_allreduce_async, synchronize)
 from .neighbor import DistributedNeighborAllreduceOptimizer
 from .optimizer import DistributedOptimizer
+from .sharded import ShardedOptimizer
 from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from .sync_batch_norm import SyncBatchNorm
 from .timeline import start_timeline, stop_timeline
@@ -80,5 +85,7 @@ __all__ = [
     "DistributedOptimizer", "DistributedNeighborAllreduceOptimizer", "broadcast_parameters",
     "broadcast_optimizer_state", "Compression", "Compressor", "start_timeline", "stop_timeline",
     "SyncBatchNorm",
+    # sharded data parallelism (ZeRO 1-2, and 3 in FSDP2's shape)
+    "ShardedOptimizer", "fully_shard", "full_state_dict", "load_full_state_dict",
     # DDP
     "comm_hook", "CommHookState", "gossip_hook", "GossipHookState", "init_process_group"]

@@ -1,0 +1,119 @@
+"""A flat sharding plan for tensors: what :mod:`.sharded` and :mod:`.fully_shard` share.
+
+A *flat buffer* holds several tensors of one dtype end to end, padded at the end so that its
+length is ``p * chunk``: rank ``r`` owns ``[r * chunk, (r + 1) * chunk)`` of it (the last ranks'
+blocks may hold only padding when the tensors have fewer elements than ``p``). The padding keeps
+every rank's shard the same length, so the reduce-scatter and the allgather take equal blocks
+(``counts=None``); it is never read as a parameter, and its gradient is zero.
+
+This is the minimal plan the PyTorch side needs; ``collectives.parallel.sharding`` (the NumPy
+driver's plan, issue 52) describes the same offsets.
+
+Gradients reach the shard through :func:`reduce_gradient`, the one place that reduces a flat
+gradient buffer into a shard (dense reduce-scatter; with a codec, the compressed allreduce of the
+bucket and its own block kept until a compressed reduce-scatter is there to call).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Sequence
+
+import torch
+
+from .. import api as _api
+from ..engine import nonblocking
+from ._common import low_rank, make_state
+
+__all__ = ["FlatLayout", "layout", "reduce_gradient", "codec_state"]
+
+
+class FlatLayout:
+    """Where each tensor of a flat buffer lives and which block this rank owns.
+
+    ``numels`` and ``shapes``: the tensors', in buffer order; ``offsets[i]:offsets[i + 1]`` is
+    tensor ``i``; ``total`` their sum; ``padded = p * chunk >= total``; ``lo:hi`` this rank's
+    block."""
+
+    __slots__ = ("numels", "shapes", "offsets", "total", "chunk", "padded", "lo", "hi", "p",
+                 "rank")
+
+    def __init__(self, shapes: Sequence[torch.Size], p: int, rank: int) -> None:
+        self.shapes = [torch.Size(s) for s in shapes]
+        self.numels = [s.numel() for s in self.shapes]
+        self.offsets = list(itertools.accumulate(self.numels, initial=0))
+        self.total = self.offsets[-1]
+        self.p, self.rank = p, rank
+        self.chunk = -(-self.total // p) if self.total else 0
+        self.padded = self.chunk * p
+        self.lo, self.hi = rank * self.chunk, (rank + 1) * self.chunk
+
+    def split_sizes(self) -> list[int]:
+        """The sizes that ``torch.split`` cuts the padded buffer into: every tensor, then the
+        padding (possibly 0)."""
+        return self.numels + [self.padded - self.total]
+
+    def views(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        """The tensors as views of ``flat`` (autograd-friendly: one split, then reshapes)."""
+        pieces = flat.split(self.split_sizes())
+        return [v.view(s) for v, s in zip(pieces, self.shapes)]
+
+
+def layout(tensors: Sequence[torch.Tensor], p: int, rank: int) -> FlatLayout:
+    return FlatLayout([t.shape for t in tensors], p, rank)
+
+
+def codec_state(codec: Any, rank: int, where: str) -> Any:
+    """The compression state for ``codec=`` of ``where``; a codec that needs matrices (PowerSGD)
+    cannot work on flat buckets and is refused here, before any message."""
+    state = make_state(codec, None, rank=rank)
+    if low_rank(state):
+        raise ValueError(f"{where}: codec {codec!r} compresses matrices (low rank); sharded "
+                         "buckets are flat, use an elementwise codec (topk, qsgd, fp16, ...)")
+    return state
+
+
+def reduce_gradient(flat: torch.Tensor, shard_out: torch.Tensor | None, *, comm: Any, lo: int = 0,
+                    state: Any = None, key: str = "", step: int = 0, name: str | None = None,
+                    blocking: bool = True) -> Any:
+    """Average the flat gradient ``flat`` over the ranks of ``comm``.
+
+    ``shard_out`` given: this rank's block lands there (a reduce-scatter; stage 2 and 3);
+    None: ``flat`` is averaged in place (an allreduce; stage 1). ``blocking=False`` returns a
+    request whose ``wait()`` finishes the work (the block copied out where needed), else None.
+    With a codec state the bucket goes through the compressed allreduce (error feedback per
+    ``key``) and the block at ``lo`` is copied out of it.
+    """
+    if state is None:
+        if shard_out is not None:
+            if blocking:
+                _api.reduce_scatter(flat, out=shard_out, op="avg", comm=comm)
+                return None
+            return nonblocking.ireduce_scatter(flat, out=shard_out, op="avg", comm=comm,
+                                               name=name)
+        if blocking:
+            _api.allreduce(flat, out=flat, op="avg", comm=comm)
+            return None
+        return nonblocking.iallreduce(flat, out=flat, op="avg", comm=comm, name=name)
+    req = nonblocking.icompressed_allreduce(flat, state, out=flat, op="avg", comm=comm, key=key,
+                                            step=step, name=name)
+    done = _Copied(req, flat, shard_out, lo)
+    if blocking:
+        done.wait()
+        return None
+    return done
+
+
+class _Copied:
+    """A request whose ``wait()`` also copies this rank's block of the reduced bucket out."""
+
+    __slots__ = ("req", "flat", "out", "lo")
+
+    def __init__(self, req: Any, flat: torch.Tensor, out: torch.Tensor | None, lo: int) -> None:
+        self.req, self.flat, self.out, self.lo = req, flat, out, lo
+
+    def wait(self) -> Any:
+        self.req.wait()
+        if self.out is not None:
+            self.out.copy_(self.flat[self.lo:self.lo + self.out.numel()])
+        return self.out

@@ -1,0 +1,304 @@
+"""Sharded data parallelism in collectives.torch: ShardedOptimizer (ZeRO 1-2) and fully_shard (3).
+
+Each configuration against a one-process run over the global batch (each rank a slice of it):
+parameters to float32 rounding after several steps (``assert_close`` with rtol 1e-5 and atol
+1e-6: the reduction sums the ranks' gradients in another order than one process's batch mean),
+and bitwise identical across ranks after every step (stage 1-2: the parameters; stage 3: the
+gathered full state dict). Optimizer state per rank is counted (numel) against the unsharded
+optimizer's: the padded block, 1/p. Parameter counts that do not divide by p, several dtypes
+(float32 and float64 buckets), a module without parameters, p = 1 (world size 1). Consolidated
+optimizer state against the reference optimizer's and reloaded; the full state dict into a plain
+module gives the same loss. Bad input raises on every rank before any message.
+"""
+
+import pytest
+from mpi4py import MPI
+
+torch = pytest.importorskip("torch")
+import collectives.torch as ct  # noqa: E402
+
+# plumbing over reduce-scatter/allgather, which mpi_allreduce.py and mpi_blocks.py check at
+# every size: one rank, two, and an odd number (docs/testing.md)
+pytestmark = pytest.mark.world_sizes(1, 2, 3)
+
+torch.set_num_threads(1)
+TOL = dict(rtol=1e-5, atol=1e-6)
+BATCH = 840  # divides by every world size 1-8
+OPTIMIZERS = {"sgd-momentum": (torch.optim.SGD, dict(lr=0.1, momentum=0.9)),
+              "adam": (torch.optim.Adam, dict(lr=0.01))}
+
+
+class Net(torch.nn.Module):
+    """Two float32 layers (7*13+13 and 13*3+3 elements: neither divides by 2 or 3) and a float64
+    scale of 3 elements (fewer than some p): two dtypes, two buckets at least."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(7, 13)
+        self.act = torch.nn.ReLU()  # no parameters
+        self.fc2 = torch.nn.Linear(13, 3)
+        self.scale = torch.nn.Parameter(torch.linspace(0.5, 1.5, 3, dtype=torch.float64))
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x))).double() * self.scale
+
+
+def _net(seed=0):
+    torch.manual_seed(seed)
+    return Net()
+
+
+def _data():
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(BATCH, 7, generator=g), torch.randn(BATCH, 3, generator=g).double()
+
+
+def _local(x, comm):
+    n = BATCH // comm.size
+    return x[comm.rank * n:(comm.rank + 1) * n]
+
+
+def _loss(model, x, y):
+    return torch.nn.functional.mse_loss(model(x), y)
+
+
+def _identical(tensors, comm):
+    mine = b"".join(t.detach().contiguous().numpy().tobytes() for t in tensors)
+    return len(set(comm.allgather(mine))) == 1
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["blocking", "overlap"])
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
+@pytest.mark.parametrize("stage", [1, 2])
+def test_sharded_optimizer_equals_one_process(stage, optimizer, overlap):
+    comm = MPI.COMM_WORLD
+    cls, kw = OPTIMIZERS[optimizer]
+    x, y = _data()
+    ref, model = _net(), _net(seed=comm.rank)  # other ranks' values: rank 0's are broadcast
+    ref_opt = cls(ref.parameters(), **kw)
+    opt = ct.ShardedOptimizer(model.parameters(), cls, stage=stage, overlap=overlap,
+                              bucket_bytes=256, **kw)  # several buckets per dtype
+    for _ in range(4):
+        ref_opt.zero_grad()
+        _loss(ref, x, y).backward()
+        ref_opt.step()
+        opt.zero_grad()
+        _loss(model, _local(x, comm), _local(y, comm)).backward()
+        opt.step()
+        assert _identical(list(model.parameters()), comm)
+        for a, b in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(a, b, **TOL)
+        if stage == 2:
+            assert all(q.grad is None for q in model.parameters())
+    # optimizer state: this rank's padded blocks only, 1/p of the unsharded optimizer's
+    per_rank = sum(t.numel() for s in opt.optim.state.values() for t in s.values()
+                   if torch.is_tensor(t) and t.dim() > 0)
+    full = sum(t.numel() for s in ref_opt.state.values() for t in s.values()
+               if torch.is_tensor(t) and t.dim() > 0)
+    entries = 1 if optimizer == "sgd-momentum" else 2
+    blocks = sum(b.layout.chunk for b in opt._buckets)
+    assert per_rank == entries * blocks
+    assert per_rank <= full / comm.size + entries * len(opt._buckets)
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_sharded_optimizer_state_dict(stage):
+    """The consolidated state is the unsharded optimizer's (to float32 rounding); loaded into a
+    new ShardedOptimizer, the next step is bitwise the original's."""
+    comm = MPI.COMM_WORLD
+    cls, kw = OPTIMIZERS["adam"]
+    x, y = _data()
+    ref, model = _net(), _net()
+    ref_opt = cls(ref.parameters(), **kw)
+    opt = ct.ShardedOptimizer(model.parameters(), cls, stage=stage, bucket_bytes=256, **kw)
+    for _ in range(3):
+        ref_opt.zero_grad()
+        _loss(ref, x, y).backward()
+        ref_opt.step()
+        opt.zero_grad()
+        _loss(model, _local(x, comm), _local(y, comm)).backward()
+        opt.step()
+    to = comm.size - 1
+    opt.consolidate_state_dict(to=to)
+    if comm.rank == to:
+        sd = opt.state_dict()
+        want = ref_opt.state_dict()
+        assert sd["param_groups"][0]["lr"] == want["param_groups"][0]["lr"]
+        assert set(sd["state"]) == set(want["state"])
+        for i, entries in want["state"].items():
+            for key, value in entries.items():
+                torch.testing.assert_close(sd["state"][i][key], value, **TOL)
+        plain = cls(_net().parameters(), **kw)
+        plain.load_state_dict(sd)  # loads into the unsharded optimizer
+    else:
+        with pytest.raises(RuntimeError, match="consolidate_state_dict"):
+            opt.state_dict()
+        sd = None
+    sd = comm.bcast(sd, root=to)
+    twin = _net()
+    twin.load_state_dict(model.state_dict())
+    opt2 = ct.ShardedOptimizer(twin.parameters(), cls, stage=stage, bucket_bytes=256, **kw)
+    opt2.load_state_dict(sd)
+    for m, o in ((model, opt), (twin, opt2)):
+        o.zero_grad()
+        _loss(m, _local(x, comm), _local(y, comm)).backward()
+        o.step()
+    for a, b in zip(model.parameters(), twin.parameters()):
+        assert torch.equal(a, b)
+
+
+class Root(torch.nn.Module):
+    """An MLP of Linear+ReLU blocks (each its own unit) and a float64 scale that the root's unit
+    holds (a second dtype, 3 elements)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(7, 13), torch.nn.ReLU(),
+                                        torch.nn.Linear(13, 5), torch.nn.ReLU(),
+                                        torch.nn.Linear(5, 3))
+        self.scale = torch.nn.Parameter(torch.linspace(0.5, 1.5, 3, dtype=torch.float64))
+
+    def forward(self, x):
+        return self.body(x).double() * self.scale
+
+
+def _root(seed=0):
+    torch.manual_seed(seed)
+    return Root()
+
+
+def _sharded_root(comm, seed, prefetch, codec=None):
+    model = _root(seed)
+    for layer in model.body:  # ReLU too: a unit without parameters
+        ct.fully_shard(layer, comm=comm, prefetch=prefetch, codec=codec)
+    ct.fully_shard(model.body, comm=comm, prefetch=prefetch, codec=codec)
+    ct.fully_shard(model, comm=comm, prefetch=prefetch, codec=codec)
+    return model
+
+
+@pytest.mark.parametrize("prefetch", [True, False], ids=["prefetch", "no-prefetch"])
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
+def test_fully_shard_equals_one_process(optimizer, prefetch):
+    comm = MPI.COMM_WORLD
+    cls, kw = OPTIMIZERS[optimizer]
+    x, y = _data()
+    ref = _root()
+    model = _sharded_root(comm, seed=comm.rank, prefetch=prefetch)
+    shards = list(model.parameters())
+    assert sorted(q.numel() for q in shards) == sorted(
+        -(-n // comm.size) for n in [7 * 13 + 13, 13 * 5 + 5, 5 * 3 + 3, 3])
+    ref_opt, opt = cls(ref.parameters(), **kw), cls(shards, **kw)
+    for _ in range(4):
+        ref_opt.zero_grad()
+        _loss(ref, x, y).backward()
+        ref_opt.step()
+        opt.zero_grad()
+        _loss(model, _local(x, comm), _local(y, comm)).backward()
+        opt.step()
+        full = ct.full_state_dict(model)
+        assert _identical([full[k] for k in sorted(full)], comm)
+        want = ref.state_dict()
+        assert set(full) == set(want)
+        for k in want:
+            torch.testing.assert_close(full[k], want[k], **TOL)
+    # nothing gathered is held between steps
+    units = [m._collectives_fully_shard for m in model.modules()
+             if hasattr(m, "_collectives_fully_shard")]
+    assert len(units) == 7
+    assert all(f.full.untyped_storage().nbytes() == 0 for u in units for f in u.flats)
+    # the full state dict into a plain module gives the sharded model's loss
+    plain = _root(seed=5)
+    plain.load_state_dict(ct.full_state_dict(model))
+    with torch.no_grad():
+        assert torch.equal(_loss(plain, x, y), _loss(model, x, y))
+
+
+def test_fully_shard_load_full_state_dict():
+    comm = MPI.COMM_WORLD
+    src = _root(seed=3)
+    model = _sharded_root(comm, seed=0, prefetch=True)
+    ct.load_full_state_dict(model, src.state_dict())
+    full = ct.full_state_dict(model)
+    for k, v in src.state_dict().items():
+        assert torch.equal(full[k], v)
+    with pytest.raises(KeyError, match="missing"):
+        ct.load_full_state_dict(model, {})
+
+
+@pytest.mark.parametrize("which", ["sharded_optimizer", "fully_shard"])
+def test_codec_identical_across_ranks(which):
+    """A codec in the gradients' reduce: every rank ends with the same parameters, close to the
+    dense run's (fp16 rounding of the gradients)."""
+    comm = MPI.COMM_WORLD
+    x, y = _data()
+    if which == "fully_shard":
+        model = _sharded_root(comm, seed=0, prefetch=True, codec="fp16")
+        dense = _sharded_root(comm, seed=0, prefetch=True)
+        opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, dense)]
+    else:
+        model, dense = _net(), _net()
+        opts = [ct.ShardedOptimizer(model.parameters(), torch.optim.SGD, codec="fp16", lr=0.1),
+                ct.ShardedOptimizer(dense.parameters(), torch.optim.SGD, lr=0.1)]
+    for _ in range(3):
+        for m, o in zip((model, dense), opts):
+            o.zero_grad()
+            _loss(m, _local(x, comm), _local(y, comm)).backward()
+            o.step()
+    got = (ct.full_state_dict(model) if which == "fully_shard"
+           else dict(model.named_parameters()))
+    want = (ct.full_state_dict(dense) if which == "fully_shard"
+            else dict(dense.named_parameters()))
+    assert _identical([got[k] for k in sorted(got)], comm)
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-2, atol=1e-3)
+
+
+BAD = {
+    "stage 3": (lambda m: ct.ShardedOptimizer(m.parameters(), torch.optim.SGD, stage=3, lr=0.1),
+                ValueError, "stage 1 or 2"),
+    "stage 0": (lambda m: ct.ShardedOptimizer(m.parameters(), torch.optim.SGD, stage=0, lr=0.1),
+                ValueError, "stage 1 or 2"),
+    "not an optimizer": (lambda m: ct.ShardedOptimizer(m.parameters(), dict, lr=0.1),
+                         TypeError, "optimizer_class"),
+    "low-rank codec": (lambda m: ct.ShardedOptimizer(m.parameters(), torch.optim.SGD,
+                                                     codec="powersgd", lr=0.1),
+                       ValueError, "flat"),
+    "codec object": (lambda m: ct.ShardedOptimizer(m.parameters(), torch.optim.SGD, codec=3,
+                                                   lr=0.1), TypeError, "codec"),
+    "not a module": (lambda m: ct.fully_shard(list(m.parameters())), TypeError, "nn.Module"),
+    "fully_shard low-rank codec": (lambda m: ct.fully_shard(m, codec="powersgd"), ValueError,
+                                   "flat"),
+    "param_codec": (lambda m: ct.fully_shard(m, param_codec="bf16"), NotImplementedError,
+                    "compressed allgather"),
+    "twice": (lambda m: ct.fully_shard(ct.fully_shard(m)), ValueError, "already"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_raises_on_every_rank(case):
+    make, exc, match = BAD[case]
+    model = _net()
+    before = [q.detach().clone() for q in model.parameters()]
+    with pytest.raises(exc, match=match):
+        make(model)
+    if case != "twice":  # nothing was changed
+        assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    # every rank raised: the communicator still pairs the next collective
+    assert MPI.COMM_WORLD.allreduce(1) == MPI.COMM_WORLD.size
+
+
+def test_sharded_optimizer_frozen_parameters_stay():
+    """A parameter that does not require grad is left out (torch.optim never steps it)."""
+    comm = MPI.COMM_WORLD
+    x, y = _data()
+    model = _net()
+    model.fc1.weight.requires_grad_(False)
+    frozen = model.fc1.weight.detach().clone()
+    opt = ct.ShardedOptimizer(model.parameters(), torch.optim.SGD, lr=0.1, weight_decay=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        _loss(model, _local(x, comm), _local(y, comm)).backward()
+        opt.step()
+    assert torch.equal(model.fc1.weight, frozen)
+    assert sum(b.layout.total for b in opt._buckets) == sum(
+        q.numel() for q in model.parameters() if q.requires_grad)
