@@ -73,7 +73,7 @@ def codec_state(codec: Any, rank: int, where: str) -> Any:
     return state
 
 
-def reduce_gradient(flat: torch.Tensor, shard_out: torch.Tensor | None, *, comm: Any, lo: int = 0,
+def reduce_gradient(flat: torch.Tensor, shard_out: torch.Tensor | None, *, comm: Any,
                     state: Any = None, key: str = "", step: int = 0, name: str | None = None,
                     blocking: bool = True) -> Any:
     """Average the flat gradient ``flat`` over the ranks of ``comm``.
@@ -81,8 +81,9 @@ def reduce_gradient(flat: torch.Tensor, shard_out: torch.Tensor | None, *, comm:
     ``shard_out`` given: this rank's block lands there (a reduce-scatter; stage 2 and 3);
     None: ``flat`` is averaged in place (an allreduce; stage 1). ``blocking=False`` returns a
     request whose ``wait()`` finishes the work (the block copied out where needed), else None.
-    With a codec state the bucket goes through the compressed allreduce (error feedback per
-    ``key``) and the block at ``lo`` is copied out of it.
+    With a codec state the bucket goes through the compressed reduce-scatter (with
+    ``shard_out``: each destination block compressed on its own, error feedback per block under
+    ``key``) or the compressed allreduce (stage 1).
     """
     if state is None:
         if shard_out is not None:
@@ -95,25 +96,13 @@ def reduce_gradient(flat: torch.Tensor, shard_out: torch.Tensor | None, *, comm:
             _api.allreduce(flat, out=flat, op="avg", comm=comm)
             return None
         return nonblocking.iallreduce(flat, out=flat, op="avg", comm=comm, name=name)
-    req = nonblocking.icompressed_allreduce(flat, state, out=flat, op="avg", comm=comm, key=key,
-                                            step=step, name=name)
-    done = _Copied(req, flat, shard_out, lo)
+    if shard_out is not None:  # the layout pads to p equal blocks: the call's default split
+        req = nonblocking.icompressed_reduce_scatter(flat, state, out=shard_out, op="avg",
+                                                     comm=comm, key=key, step=step, name=name)
+    else:
+        req = nonblocking.icompressed_allreduce(flat, state, out=flat, op="avg", comm=comm,
+                                                key=key, step=step, name=name)
     if blocking:
-        done.wait()
+        req.wait()
         return None
-    return done
-
-
-class _Copied:
-    """A request whose ``wait()`` also copies this rank's block of the reduced bucket out."""
-
-    __slots__ = ("req", "flat", "out", "lo")
-
-    def __init__(self, req: Any, flat: torch.Tensor, out: torch.Tensor | None, lo: int) -> None:
-        self.req, self.flat, self.out, self.lo = req, flat, out, lo
-
-    def wait(self) -> Any:
-        self.req.wait()
-        if self.out is not None:
-            self.out.copy_(self.flat[self.lo:self.lo + self.out.numel()])
-        return self.out
+    return req

@@ -116,7 +116,7 @@ class _Unshard(torch.autograd.Function):
         flat: _FlatParam = ctx.flat
         unit = flat.unit
         out = torch.empty_like(flat.shard)
-        reduce_gradient(grad.contiguous(), out, comm=unit.comm, lo=flat.layout.lo,
+        reduce_gradient(grad.contiguous(), out, comm=unit.comm,
                         state=unit.codec_state, key=f"fsdp.{unit.index}.{flat.shard.dtype}",
                         step=unit.steps(), blocking=True)
         flat.free()

@@ -198,7 +198,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
             out = b.shard.grad
             for q in b.params:  # stage 2 holds the shard's gradient only
                 q.grad = None
-        return reduce_gradient(b.grads, out, comm=self._comm, lo=b.layout.lo,
+        return reduce_gradient(b.grads, out, comm=self._comm,
                                state=self._codec_state, key=f"zero.b{b.index}",
                                step=self._step_count, name=f"collectives.torch.zero.b{b.index}",
                                blocking=blocking)
