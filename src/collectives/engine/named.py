@@ -21,11 +21,13 @@ Named and ordered operations of one communicator progress independently (two thr
 duplicates); a name may be reused once its operation has run.
 
 Beyond the library's own non-blocking calls, the stream runs any *call object* handed to
-:func:`submit` (``signature()``, ``run(ctx)``; the Horovod layer's operations, which
-:mod:`collectives.torch` submits this way), and *joins* (:func:`join`, Horovod's ``hvd.join``):
+:func:`~.calls.submit` (``signature()``, ``run(ctx)``; the Horovod layer's operations, which
+:mod:`collectives.torch` submits this way), and *joins* (:func:`~.calls.join`, Horovod's
+``hvd.join``):
 
-- A kind listed in :data:`AGREEMENTS` agrees by its rule (every rank's signature in, the error
-  every rank raises out) instead of needing equal signatures; a call with ``agreed(signatures)``
+- A call with an ``agree`` rule (a module-level function, sent with its signature: every rank's
+  signature in, the error every rank raises out) agrees by it instead of needing equal
+  signatures; a call with ``agreed(signatures)``
   hears every rank's signature before it runs (an allgather whose first dimensions differ
   learns them there).
 - A rank with a join pending has *joined*: a name that every other rank has submitted runs, and
@@ -47,24 +49,17 @@ from mpi4py import MPI
 
 from .._runtime.context import Context
 from .._runtime.flight import describe
-from .._runtime.validate import local_error, setup, verdict
+from .._runtime.validate import local_error, verdict
 from .comm import Stopped, Waiter, adopt
 from .requests import EngineError, Request
 
-__all__ = ["NamedStream", "BACKOFF_S", "JOIN", "AGREEMENTS", "JoinCall", "submit", "join"]
+__all__ = ["NamedStream", "BACKOFF_S", "JOIN", "JoinCall"]
 
 #: Pause between negotiation rounds that ran nothing.
 BACKOFF_S = 1e-3
 
 #: The name (and kind) of a join: a rank with one pending has joined (see the module).
 JOIN = "join"
-
-#: Kinds whose ranks agree by a rule of their own: kind -> ``rule(what, signatures)``, which
-#: returns the error every rank raises, or None; signatures in rank order, those of the ranks
-#: that submitted the name (joined ranks standing in have none). Other kinds need equal
-#: signatures (``verdict``).
-AGREEMENTS: dict[str, Callable[[str, list], Exception | None]] = {}
-
 
 class JoinCall:
     """A join's call: which kinds the rank stands in for, and how (``stand_in(kind, sig)``
@@ -82,44 +77,6 @@ class JoinCall:
 
     def run(self, ctx: Any) -> None:
         pass
-
-
-def submit(kind: str, call: Any, comm: Any, name: str, options: Any = None,
-           error: Exception | None = None) -> Request:
-    """Run ``call`` as the named operation ``name`` of ``comm`` (see the module): a request,
-    returned at once. ``error``: this rank's argument error (``call`` None), raised from every
-    rank's ``wait()``. On one process the call runs now. Raises ``ValueError`` if ``name`` is
-    pending on this rank already."""
-    from .lifecycle import engine_of  # (the engine imports this module)
-    comm, opts, _ = setup(comm, options, False)
-    request = Request(kind, call, None, False, opts, error, name)
-    if comm.size == 1:
-        if error is not None:
-            raise error
-        request.started = time.perf_counter()
-        try:
-            agreed = getattr(call, "agreed", None)
-            if agreed is not None:
-                agreed([call.signature()])
-            call.run(None)
-        except Exception as exc:  # noqa: BLE001 - reported by wait(), like any failure
-            request.complete(exc)
-        else:
-            request.complete()
-        request.finished = time.perf_counter()
-        return request
-    request.engine = engine_of(comm, opts.timeout)
-    return request.engine.submit(request)
-
-
-def join(comm: Any, stand_in: Callable[[str, Any], Any] | None = None, kinds: tuple = (),
-         options: Any = None) -> Request:
-    """This rank has joined the named operations of ``comm`` (see the module); the request's
-    ``wait()`` returns the rank that joined last once every rank has joined."""
-    call = JoinCall(stand_in, kinds)
-    if (MPI.COMM_WORLD if comm is None else comm).size == 1:
-        call.result = 0
-    return submit(JOIN, call, comm, JOIN, options)
 
 
 class NamedStream:
@@ -209,10 +166,12 @@ class NamedStream:
                 request.complete(EngineError(f"the engine of {self.label} was shut down"))
 
     @staticmethod
-    def _entry(request: Request) -> tuple[str, str, Any, Any]:
+    def _entry(request: Request) -> tuple[str, str, Any, Any, Any]:
+        """``(name, kind, signature, local error, agreement rule)``: what the others hear."""
         error = None if request.local_error is None else local_error(request.local_error)
-        sig = None if request.call is None else request.call.signature()
-        return request.name, request.kind, sig, error
+        call = request.call
+        sig = None if call is None else call.signature()
+        return request.name, request.kind, sig, error, getattr(call, "agree", None)
 
     @staticmethod
     def _left(everyone: list, ran: list[str]) -> list[list]:
@@ -292,15 +251,15 @@ class NamedStream:
         request.complete(None)
 
     def _agree(self, name: str, entries: list) -> Exception | None:
-        kinds = [kind for _, kind, _, _ in entries]
+        kinds = [e[1] for e in entries]
         if len(set(kinds)) > 1:
             return ValueError(f"operation {name!r} on {self.label}: the ranks submitted different "
                               "operations under one name ("
                               + ", ".join(f"rank {r}: {k}" for r, k in enumerate(kinds)) + ")")
-        rule = AGREEMENTS.get(kinds[0])
-        if rule is not None and all(err is None for _, _, _, err in entries):
-            return rule(f"{kinds[0]} {name!r}", [sig for _, _, sig, _ in entries])
-        return verdict(f"{kinds[0]} {name!r}", [(sig, err) for _, _, sig, err in entries])
+        rule = entries[0][4]  # one kind, one rule: the signatures' own (else equal signatures)
+        if rule is not None and all(e[3] is None for e in entries):
+            return rule(f"{kinds[0]} {name!r}", [e[2] for e in entries])
+        return verdict(f"{kinds[0]} {name!r}", [(e[2], e[3]) for e in entries])
 
     def _run(self, request: Request) -> BaseException | None:
         request.started = time.perf_counter()

@@ -61,11 +61,11 @@ from .._runtime.arrays import check_input
 from .._runtime.guard import RaisedEverywhere
 from .._runtime.validate import setup
 from ..api import AllgatherCall, AllreduceCall, AlltoallCall, BcastCall, ReduceScatterCall
-from ..engine import named
+from ..engine import calls
 from ._common import codec_of
 from .basics import Adasum, default_comm
 from .functions import compressed_allreduce_
-from .negotiation import KINDS, STANDS_IN, HorovodInternalError, negotiate
+from .negotiation import KINDS, STANDS_IN, HorovodInternalError, agree, negotiate
 from .process_sets import ProcessSet, comm_of, control_of, resolve
 
 __all__ = ["allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
@@ -98,6 +98,9 @@ class _Op:
     def signature(self) -> dict[str, Any]:
         kind, tensors, params = self.sig
         return {"op": kind, "tensors": tensors, "params": params}
+
+    #: the named stream's agreement rule for these signatures (a function, sent by reference)
+    agree = staticmethod(agree)
 
     def agreed(self, sigs: list) -> None:
         self.sigs = [None if s is None else _sig(s) for s in sigs]
@@ -180,7 +183,7 @@ def _start(kind: str, tensors: Sequence[torch.Tensor], params: tuple,
         _UNNAMED[id(comm)] = k + 1
         name = f"noname.{k}"
     call = None if error is not None else _Op(kind, [_meta(t) for t in tensors], params, body)
-    request = named.submit(KINDS[kind], call, comm, str(name), error=error)
+    request = calls.submit(KINDS[kind], call, comm, str(name), error=error)
     return _Pending(request, finish, call)
 
 
@@ -788,7 +791,7 @@ def join(device: int = -1, process_set: ProcessSet | None = None) -> int:
     """Horovod's ``hvd.join()``: this rank has no more work; until every rank of the set has
     joined it takes part in the others' allreduces with zeros (their allgathers, broadcasts,
     alltoalls and reducescatters raise :class:`HorovodInternalError`): the named stream's join
-    (:func:`collectives.engine.named.join`). Returns, on every rank, the rank (of the default
+    (:func:`collectives.engine.calls.join`). Returns, on every rank, the rank (of the default
     communicator) that joined last (the highest, if several did at once). The set's automatic
     names start again from ``noname.0``. ``device`` is Horovod's (a GPU's index) and is not
     used."""
@@ -796,7 +799,7 @@ def join(device: int = -1, process_set: ProcessSet | None = None) -> int:
     c = comm_of(ps)
     ranks = ps.ranks if ps.ranks is not None else list(range(c.size))
     try:
-        last = named.join(c, _stand_in, STANDS_IN).wait()
+        last = calls.join(c, _stand_in, STANDS_IN).wait()
     finally:
         _UNNAMED.pop(id(c), None)
     return ranks[last]

@@ -6,13 +6,13 @@ collectives of :mod:`.mpi_ops` are operations of the progress engine's *named st
 (:mod:`collectives.engine.named`), Horovod's coordinator in the library: each call is submitted
 under its name (or an automatic one) and returns at once; a background thread negotiates in
 rounds and runs a name once every rank has submitted it, in rank 0's order. A call's signature
-is ``(kind, tensors, params)`` (a dict with these three as the stream carries it): ``tensors`` a tuple of ``(shape, dtype)``, ``params`` what else
-must agree (op and scale factors, root rank). The stream hands every rank's signature to
-:func:`agree`, registered here for the Horovod kinds (:data:`KINDS`), which reads them the same
-way on every rank, so every rank takes the same decision: run, or complete the call with
+is ``(kind, tensors, params)`` (a dict of the three as the stream carries it): ``tensors`` a
+tuple of ``(shape, dtype)``, ``params`` what else must agree (op and scale factors, root rank). The stream hands every rank's signature to
+:func:`agree`, the rule that the Horovod operations bring (``_Op.agree``), which reads them the
+same way on every rank, so every rank takes the same decision: run, or complete the call with
 :class:`HorovodInternalError` (a ``RuntimeError``, as Horovod's) naming the ranks that differ.
 
-``hvd.join()`` is the stream's join (:func:`collectives.engine.named.join`): a joined rank
+``hvd.join()`` is the stream's join (:func:`collectives.engine.calls.join`): a joined rank
 takes part in the others' allreduces with zeros of the agreed shapes (:data:`STANDS_IN`);
 the others' other collectives raise (Horovod's "joined ranks can't take part in allgather").
 
@@ -24,8 +24,6 @@ the stream (``barrier``, the object collectives).
 from __future__ import annotations
 
 from typing import Any, Callable
-
-from ..engine.named import AGREEMENTS
 
 __all__ = ["HorovodInternalError", "negotiate", "check", "agree", "KINDS", "STANDS_IN"]
 
@@ -76,10 +74,6 @@ def agree(what: str, sigs: list) -> HorovodInternalError | None:
     ``params``): :func:`check`'s error, or None."""
     problem = check([(s["op"], s["tensors"], s["params"]) for s in sigs])
     return None if problem is None else HorovodInternalError(f"{what}: {problem}")
-
-
-for _kind in KINDS.values():
-    AGREEMENTS[_kind] = agree
 
 
 def negotiate(control: Any, kind: str, tensors: tuple, params: tuple = ()) -> list:
