@@ -7,10 +7,11 @@ collectives of :mod:`.mpi_ops` are operations of the progress engine's *named st
 under its name (or an automatic one) and returns at once; a background thread negotiates in
 rounds and runs a name once every rank has submitted it, in rank 0's order. A call's signature
 is ``(kind, tensors, params)`` (a dict of the three as the stream carries it): ``tensors`` a
-tuple of ``(shape, dtype)``, ``params`` what else must agree (op and scale factors, root rank). The stream hands every rank's signature to
-:func:`agree`, the rule that the Horovod operations bring (``_Op.agree``), which reads them the
-same way on every rank, so every rank takes the same decision: run, or complete the call with
-:class:`HorovodInternalError` (a ``RuntimeError``, as Horovod's) naming the ranks that differ.
+tuple of ``(shape, dtype)``, ``params`` what else must agree (op and scale factors, root rank).
+The stream hands every rank's signature to :func:`agree`, the rule that the Horovod operations
+bring (``_Op.agree``), which reads them the same way on every rank, so every rank takes the
+same decision: run, or complete the call with :class:`HorovodInternalError` (a
+``RuntimeError``, as Horovod's) naming the ranks that differ.
 
 ``hvd.join()`` is the stream's join (:func:`collectives.engine.calls.join`): a joined rank
 takes part in the others' allreduces with zeros of the agreed shapes (:data:`STANDS_IN`);
