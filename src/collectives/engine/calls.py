@@ -23,10 +23,11 @@ from .requests import Request
 __all__ = ["submit", "join"]
 
 
-def submit(kind: str, call: Any, comm: Any, name: str, options: Any = None,
+def submit(kind: str, call: Any, comm: Any, name: str | None, options: Any = None,
            error: Exception | None = None) -> Request:
     """Run ``call`` as the named operation ``name`` of ``comm`` (see the module): a request,
-    returned at once. ``error``: this rank's argument error (``call`` None), raised from every
+    returned at once. Without a name it gets the stream's next automatic one
+    (:meth:`~.named.NamedStream.automatic`: unnamed calls match in submission order). ``error``: this rank's argument error (``call`` None), raised from every
     rank's ``wait()``. On one process the call runs now. Raises ``ValueError`` if ``name`` is
     pending on this rank already."""
     comm, opts, _ = setup(comm, options, False)
@@ -46,8 +47,10 @@ def submit(kind: str, call: Any, comm: Any, name: str, options: Any = None,
             request.complete()
         request.finished = time.perf_counter()
         return request
-    request.engine = engine_of(comm, opts.timeout)
-    return request.engine.submit(request)
+    engine = request.engine = engine_of(comm, opts.timeout)
+    if name is None:
+        request.name = engine.named.automatic()
+    return engine.submit(request)
 
 
 def join(comm: Any, stand_in: Callable[[str, Any], Any] | None = None, kinds: tuple = (),

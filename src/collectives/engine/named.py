@@ -36,7 +36,8 @@ Beyond the library's own non-blocking calls, the stream runs any *call object* h
   a joined rank does not stand in for (its join's ``kinds``) fails on the ranks that submitted
   it with a ``RuntimeError``. Once every rank has joined, every join completes; its result is
   the highest of the ranks that joined last (the round in which each rank's join first appeared
-  decides, and every rank sees the same rounds).
+  decides, and every rank sees the same rounds), and the automatic names (:meth:`automatic`,
+  for call objects submitted without a name) start again from ``noname.0``.
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ class NamedStream:
         self.failure: tuple[str, BaseException] | None = None
         self.running = False
         self.rounds = 0                          # negotiation rounds so far (the same everywhere)
+        self._auto = 0                           # the next automatic name's number
         self._joined_at: dict[int, int] = {}     # joined rank -> the round its join appeared
 
     @property
@@ -128,6 +130,13 @@ class NamedStream:
                                                 name=f"collectives-named {self.label}")
                 self._thread.start()
         return request
+
+    def automatic(self) -> str:
+        """The next automatic name (``noname.0``, ``noname.1`` ...): unnamed call objects match
+        in submission order; numbered from 0 again once every rank has joined."""
+        with self._cond:
+            k, self._auto = self._auto, self._auto + 1
+        return f"noname.{k}"
 
     def report(self, request: Request, idle: list[int]) -> str:
         """Why ``request`` has not run; ``idle``: ranks with no named operation pending."""
@@ -247,6 +256,7 @@ class NamedStream:
         with self._cond:
             request = self._pending.pop(JOIN)
             self.completed += 1
+            self._auto = 0
         request.call.result = result
         request.complete(None)
 

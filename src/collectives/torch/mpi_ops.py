@@ -128,7 +128,6 @@ class _Pending:
 
 _HANDLES: dict[int, _Pending] = {}
 _NEXT = itertools.count(1)
-_UNNAMED: dict[int, int] = {}  # id(communicator) -> its next automatic name's number
 
 
 def _handle(pending: _Pending) -> int:
@@ -176,14 +175,11 @@ def _start(kind: str, tensors: Sequence[torch.Tensor], params: tuple,
            body: Callable[[Any, Any], None], name: str | None, comm: Any,
            finish: Callable[[], Any], error: Exception | None = None) -> _Pending:
     """Submit the Horovod operation ``kind`` on ``tensors`` to the named stream of ``comm``
-    under ``name`` (or the set's next automatic name); returns at once. ``error``: this rank's
+    under ``name`` (or the stream's next automatic name); returns at once. ``error``: this rank's
     argument error, raised on every rank by the wait."""
-    if name is None:
-        k = _UNNAMED.get(id(comm), 0)
-        _UNNAMED[id(comm)] = k + 1
-        name = f"noname.{k}"
     call = None if error is not None else _Op(kind, [_meta(t) for t in tensors], params, body)
-    request = calls.submit(KINDS[kind], call, comm, str(name), error=error)
+    request = calls.submit(KINDS[kind], call, comm, None if name is None else str(name),
+                           error=error)
     return _Pending(request, finish, call)
 
 
@@ -798,11 +794,7 @@ def join(device: int = -1, process_set: ProcessSet | None = None) -> int:
     ps = resolve(process_set)
     c = comm_of(ps)
     ranks = ps.ranks if ps.ranks is not None else list(range(c.size))
-    try:
-        last = calls.join(c, _stand_in, STANDS_IN).wait()
-    finally:
-        _UNNAMED.pop(id(c), None)
-    return ranks[last]
+    return ranks[calls.join(c, _stand_in, STANDS_IN).wait()]
 
 
 def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None,
