@@ -7,7 +7,10 @@ allgather of different first dimensions against ``torch.cat`` of ``comm.allgathe
 reducescatter's rows, grouped and async forms with handles, autograd through allreduce, allgather
 and broadcast, process sets against ``comm.Split``, join, object collectives, the build
 questions, Compression's compressors, and the errors Horovod's tests expect (a shape mismatch
-raises HorovodInternalError, a RuntimeError, on every rank; Adasum is refused). Horovod's own
+raises HorovodInternalError, a RuntimeError, on every rank; Adasum is refused). The async calls
+are matched by name in the background, as Horovod's coordinator matches them: named calls in
+different orders on different ranks, a second call with a pending name (ValueError at once), a
+call that returns before the other ranks submit theirs, and join's zeros in named allreduces. Horovod's own
 test file, run against this package, is in docs/pytorch.md.
 """
 
