@@ -59,8 +59,9 @@ __all__ = ["NamedStream", "BACKOFF_S", "JOIN", "JoinCall"]
 #: Pause between negotiation rounds that ran nothing.
 BACKOFF_S = 1e-3
 
-#: The name (and kind) of a join: a rank with one pending has joined (see the module).
-JOIN = "join"
+#: The name (and kind) of a join: a rank with one pending has joined (see the module); no
+#: name a caller would choose.
+JOIN = "<join>"
 
 class JoinCall:
     """A join's call: which kinds the rank stands in for, and how (``stand_in(kind, sig)``
