@@ -2,7 +2,8 @@
 
 ``comm`` (communicators whose waits poll), ``control`` (status queries and the stall report),
 ``requests`` (requests and waiting), ``engine`` (one thread per communicator), ``named`` (named
-operations, negotiated in rounds), ``lifecycle`` (creation, thread level, shutdown). The public
+operations, negotiated in rounds), ``calls`` (call objects and joins on the named stream:
+Horovod's operations), ``lifecycle`` (creation, thread level, shutdown). The public
 functions are in :mod:`collectives.engine.nonblocking`.
 """
 

@@ -2,14 +2,18 @@
 reducescatter, alltoall, their grouped and asynchronous forms, handles, ``barrier``, ``join`` and
 object collectives.
 
-Every call runs over a process set (:mod:`.process_sets`; default: every rank) and goes the same
-way: :func:`~.negotiation.negotiate` (every rank submitted the same thing, else
-:class:`~.negotiation.HorovodInternalError` on every rank), then the library's non-blocking
-collective on the set's communicator (:func:`collectives.iallreduce`, ``iallgather`` with
-``counts``, ``ibcast``, ``ireduce_scatter``: the progress engine, :mod:`collectives.engine`), and
-a *finish* step (scaling, reshaping, copying back) when it is waited for. The ``*_async``
-forms return a handle (an int) at once: :func:`poll` says whether it is done, :func:`synchronize`
-waits and returns the result; the others are ``synchronize(..._async(...))``.
+Every call runs over a process set (:mod:`.process_sets`; default: every rank) as an operation of
+the named stream of the set's communicator (:mod:`collectives.engine.named`, Horovod's
+coordinator): submitted under its ``name``, or without one under the next automatic name of the
+set (``noname.0``, ``noname.1`` ...: unnamed calls match in submission order), it returns at
+once; a background thread negotiates (:mod:`.negotiation`: every rank submitted the same thing,
+else :class:`~.negotiation.HorovodInternalError` on every rank) and runs the library's collective
+(``allreduce``, ``allgather`` with ``counts``, ``bcast``, ``reduce_scatter``, ``alltoall``) once
+every rank has submitted the name; named calls may be submitted in different orders on different
+ranks (they run in rank 0's). A *finish* step (scaling, reshaping, copying back) runs when the
+call is waited for. The ``*_async`` forms return a handle (an int): :func:`poll` says whether it
+is done, :func:`synchronize` waits and returns the result; the others are
+``synchronize(..._async(...))``.
 
 Horovod's semantics kept here:
 
@@ -29,7 +33,11 @@ Horovod's semantics kept here:
 - ``reducescatter`` splits the first dimension: rank ``r`` gets ``d0 // p`` rows, one more for the
   first ``d0 % p`` ranks.
 - ``root_rank`` (broadcast) and process-set ranks are ranks of the default communicator.
-- a ``name`` may be in flight once per process set on a rank (a second ``ValueError``).
+- a ``name`` may be pending once per process set on a rank: a second call with a name not yet
+  run raises ``ValueError`` at once, before any message (the name is free again once its
+  operation has run, synchronized or not).
+- ``synchronize`` raises :class:`HorovodInternalError` for a disagreement or a failure, and the
+  ``ValueError``/``TypeError`` of an argument error (one rank's, raised on every rank).
 - Sum/Average allreduce, allgather, broadcast and reducescatter (and their grouped forms, not
   the async ones) are autograd functions: backward is the same allreduce of the gradients;
   average then this rank's slice (allgather); average, kept on the root, zero elsewhere
@@ -37,6 +45,8 @@ Horovod's semantics kept here:
 
 ``compression=`` / ``codec=`` on :func:`allreduce` (not Compression.none) takes the compressed
 path of :func:`collectives.torch.functions.compressed_allreduce_`, which does not negotiate.
+``barrier`` and the object collectives are blocking, with a blocking negotiation on the set's
+control communicator (:func:`~.negotiation.negotiate`).
 """
 
 from __future__ import annotations
@@ -47,11 +57,15 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .. import api
-from ..engine import nonblocking
+from .._runtime.arrays import check_input
+from .._runtime.guard import RaisedEverywhere
+from .._runtime.validate import setup
+from ..api import AllgatherCall, AllreduceCall, AlltoallCall, BcastCall, ReduceScatterCall
+from ..engine import calls
 from ._common import codec_of
 from .basics import Adasum, default_comm
 from .functions import compressed_allreduce_
-from .negotiation import HorovodInternalError, join_rounds, negotiate
+from .negotiation import KINDS, STANDS_IN, HorovodInternalError, agree, negotiate
 from .process_sets import ProcessSet, comm_of, control_of, resolve
 
 __all__ = ["allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
@@ -68,27 +82,52 @@ OPS = ("avg", "sum", "min", "max", "prod")
 
 
 # ---------------------------------------------------------------------------- handles
+class _Op:
+    """A Horovod operation as the named stream runs it: its signature (:mod:`.negotiation`) and
+    ``body(ctx, sigs)``, which moves the data once every rank agrees (``sigs``: every rank's
+    signature, None for a joined rank standing in; ``ctx`` None on one process)."""
+
+    __slots__ = ("sig", "body", "sigs", "result", "trivial")
+
+    def __init__(self, kind: str, tensors: Sequence[tuple], params: tuple,
+                 body: Callable[[Any, Any], None]) -> None:
+        self.sig, self.body = (kind, tuple(tensors), tuple(params)), body
+        self.sigs: list | None = None
+        self.result, self.trivial = None, False
+
+    def signature(self) -> dict[str, Any]:
+        kind, tensors, params = self.sig
+        return {"op": kind, "tensors": tensors, "params": params}
+
+    #: the named stream's agreement rule for these signatures (a function, sent by reference)
+    agree = staticmethod(agree)
+
+    def agreed(self, sigs: list) -> None:
+        self.sigs = [None if s is None else _sig(s) for s in sigs]
+
+    def run(self, ctx: Any) -> None:
+        self.body(ctx, self.sigs)
+
+
 class _Pending:
-    """An operation in flight: its requests, and what turns their buffers into the result."""
+    """An operation in flight: its request, and what turns its buffers into the result."""
 
-    __slots__ = ("requests", "finish", "name", "info")
+    __slots__ = ("request", "finish", "call")
 
-    def __init__(self, requests: list, finish: Callable[[], Any], name: Any,
-                 info: Any = None) -> None:
-        self.requests, self.finish, self.name, self.info = requests, finish, name, info
+    def __init__(self, request: Any, finish: Callable[[], Any], call: Any = None) -> None:
+        self.request, self.finish, self.call = request, finish, call
 
     def test(self) -> bool:
-        return all(r.test() for r in self.requests)
+        return self.request is None or self.request.test()
 
     def wait(self) -> Any:
-        for r in self.requests:
-            r.wait()
+        if self.request is not None:
+            self.request.wait()
         return self.finish()
 
 
 _HANDLES: dict[int, _Pending] = {}
 _NEXT = itertools.count(1)
-_NAMES: set = set()  # (process set, name) in flight on this rank
 
 
 def _handle(pending: _Pending) -> int:
@@ -114,41 +153,56 @@ def synchronize(handle: int) -> Any:
     """Wait for the operation of ``handle`` and return its result (a tensor, or a list)."""
     pending = _pending(handle)
     del _HANDLES[handle]
+    return _wait(pending)
+
+
+def _wait(pending: _Pending) -> Any:
+    """``pending``'s result; argument errors (every rank raises them) as they are, any other
+    failure as :class:`HorovodInternalError`, as Horovod raises it."""
     try:
         return pending.wait()
     except HorovodInternalError:
         raise
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, RaisedEverywhere):
+            raise
+        raise HorovodInternalError(f"{type(exc).__name__}: {exc}") from exc
     except Exception as exc:  # an engine failure: Horovod raises its internal error
         raise HorovodInternalError(f"{type(exc).__name__}: {exc}") from exc
-    finally:
-        _NAMES.discard(pending.name)
 
 
-def _claim(name: str | None, ps: ProcessSet) -> Any:
-    if name is None:
-        return None
-    key = (id(ps), name)
-    if key in _NAMES:
-        raise ValueError(f"a collective named {name!r} is already in flight on this rank "
-                         "(synchronize it first, or use another name)")
-    _NAMES.add(key)
-    return key
+def _start(kind: str, tensors: Sequence[torch.Tensor], params: tuple,
+           body: Callable[[Any, Any], None], name: str | None, comm: Any,
+           finish: Callable[[], Any], error: Exception | None = None) -> _Pending:
+    """Submit the Horovod operation ``kind`` on ``tensors`` to the named stream of ``comm``
+    under ``name`` (or the stream's next automatic name); returns at once. ``error``: this rank's
+    argument error, raised on every rank by the wait."""
+    call = None if error is not None else _Op(kind, [_meta(t) for t in tensors], params, body)
+    request = calls.submit(KINDS[kind], call, comm, None if name is None else str(name),
+                           error=error)
+    return _Pending(request, finish, call)
 
 
-# ---------------------------------------------------------------------------- helpers
-def _negotiated(kind: str, tensors: Sequence[torch.Tensor], params: tuple, name: str | None,
-                process_set: ProcessSet | None, comm: Any) -> tuple[Any, Any]:
-    """The start of a call of ``kind`` on ``tensors``: its set resolved, its ``name`` claimed and
-    the call negotiated with the set's other ranks (the name released if that raises). Returns
-    the name's key and the set's communicator."""
-    ps = resolve(process_set, comm)
-    key = _claim(name, ps)
+def _sig(sig: dict) -> tuple:
+    """A signature as the named stream carries it, as :mod:`.negotiation` reads it."""
+    return sig["op"], sig["tensors"], sig["params"]
+
+
+def _checked(make: Callable[[], Any]) -> tuple[Any, Exception | None]:
+    """``make()``, or its argument error (to be raised on every rank)."""
     try:
-        negotiate(control_of(ps), kind, tuple(_meta(t) for t in tensors), params)
-    except BaseException:
-        _NAMES.discard(key)
-        raise
-    return key, comm_of(ps)
+        return make(), None
+    except (TypeError, ValueError) as exc:
+        return None, exc
+
+
+def _options(comm: Any) -> Any:
+    return setup(comm, None, False)[1]
+
+
+def _first(pending: _Pending) -> _Pending:
+    """``pending`` returning the first of its results (a single tensor's call)."""
+    return _Pending(pending.request, lambda: pending.finish()[0], pending.call)
 
 
 def _op(average: bool | None, op: str | None) -> str:
@@ -197,10 +251,13 @@ def _allreduce_start(tensors: Sequence[torch.Tensor], inplace: bool, average: bo
                      name: str | None, op: str | None, prescale: float, postscale: float,
                      process_set: ProcessSet | None, comm: Any) -> _Pending:
     op = _op(average, op)
-    key, c = _negotiated("allreduce", tensors, (op, float(prescale), float(postscale)), name,
-                         process_set, comm)
+    c = comm_of(resolve(process_set, comm))
     bufs = [_buffer(t, not inplace) for t in tensors]
-    requests = _reduce(bufs, op, prescale, c)
+    opts = _options(c)
+    calls, error = _checked(lambda: [_allreduce_call(b, op, c, opts) for b in bufs])
+    if error is None:
+        for b in bufs:
+            _scale(b, prescale)
     post = postscale / c.size if op == "avg" else postscale
 
     def finish() -> Any:
@@ -211,23 +268,31 @@ def _allreduce_start(tensors: Sequence[torch.Tensor], inplace: bool, average: bo
             return list(tensors)
         return bufs
 
-    return _Pending(requests, finish, key)
+    return _start("allreduce", tensors, (op, float(prescale), float(postscale)),
+                  lambda ctx, sigs: _run_all(calls, ctx), name, c, finish, error)
 
 
-def _reduce(bufs: list[torch.Tensor], op: str, prescale: float, comm: Any) -> list:
-    for b in bufs:
-        _scale(b, prescale)
-    mpi_op = "sum" if op == "avg" else op
-    return [nonblocking.iallreduce(b, out=b, op=mpi_op, comm=comm) for b in bufs]
+def _allreduce_call(buf: torch.Tensor, op: str, comm: Any, opts: Any) -> AllreduceCall:
+    """The library's allreduce of ``buf`` in place (Average: the sum, scaled by the finish)."""
+    return AllreduceCall(comm, buf, buf, "sum" if op == "avg" else op, "auto", opts)
 
 
-def _zeros(comm: Any) -> Callable[[tuple, tuple], None]:
-    """What a joined rank does in an allreduce of the others: reduce zeros of their shapes."""
-    def run(tensors: tuple, params: tuple) -> None:
-        bufs = [torch.zeros(shape, dtype=getattr(torch, dtype)) for shape, dtype in tensors]
-        for r in _reduce(bufs, params[0], 1.0, comm):
-            r.wait()
-    return run
+def _run_all(calls: list, ctx: Any) -> None:
+    for call in calls:
+        call.run(ctx)
+
+
+def _stand_in(kind: str, sig: dict) -> _Op:
+    """What a joined rank runs in the others' allreduce (named.py): a reduction of zeros of
+    their shapes, with their op."""
+    _, tensors, params = _sig(sig)
+    bufs = [torch.zeros(shape, dtype=getattr(torch, dtype)) for shape, dtype in tensors]
+
+    def body(ctx: Any, sigs: Any) -> None:
+        opts = _options(ctx.comm)
+        _run_all([_allreduce_call(b, params[0], ctx.comm, opts) for b in bufs], ctx)
+
+    return _Op("allreduce", tensors, params, body)
 
 
 class _GroupedAllreduce(torch.autograd.Function):
@@ -237,11 +302,11 @@ class _GroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, args: tuple, *tensors: torch.Tensor) -> tuple:
         ctx.args = args
-        return tuple(_allreduce_start(tensors, False, None, None, *args).wait())
+        return tuple(_wait(_allreduce_start(tensors, False, None, None, *args)))
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple:
-        return (None, *_allreduce_start(grads, False, None, None, *ctx.args).wait())
+        return (None, *_wait(_allreduce_start(grads, False, None, None, *ctx.args)))
 
 
 def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: bool | None = None,
@@ -298,7 +363,7 @@ def allreduce_async(tensor: torch.Tensor, average: bool | None = None, name: str
     (``_inplace``: :func:`allreduce_async_`'s.)"""
     pending = _allreduce_start([tensor], _inplace, average, name, op, prescale_factor,
                                postscale_factor, process_set, comm)
-    return _handle(_Pending(pending.requests, lambda: pending.finish()[0], pending.name))
+    return _handle(_first(pending))
 
 
 def allreduce_async_(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> int:
@@ -368,26 +433,27 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str | None = None, op: st
 # ---------------------------------------------------------------------------- allgather
 def _allgather_start(tensors: Sequence[torch.Tensor], name: str | None,
                      process_set: ProcessSet | None, comm: Any) -> _Pending:
-    ps = resolve(process_set, comm)
-    key = _claim(name, ps)
+    c = comm_of(resolve(process_set, comm))
     tensors = [t.detach().reshape(1) if t.dim() == 0 else t.detach() for t in tensors]
-    try:
-        sigs = negotiate(control_of(ps), "allgather", tuple(_meta(t) for t in tensors))
-    except BaseException:
-        _NAMES.discard(key)
-        raise
-    c = comm_of(ps)
-    requests, outs, all_firsts = [], [], []
-    for i, t in enumerate(tensors):
-        firsts = [s[1][i][0][0] for s in sigs]
-        all_firsts.append(firsts)
-        row = t[0].numel() if t.shape[0] else int(torch.Size(t.shape[1:]).numel())
-        out = torch.empty((sum(firsts), *t.shape[1:]), dtype=t.dtype, device=t.device)
-        src = t.contiguous().view(-1)
-        requests.append(nonblocking.iallgather(src, out=out.view(-1),
-                                               counts=[f * row for f in firsts], comm=c))
-        outs.append(out)
-    return _Pending(requests, lambda: outs, key, all_firsts)
+    srcs = [t.contiguous().view(-1) for t in tensors]
+    opts = _options(c)
+    _, error = _checked(lambda: [check_input(x) for x in srcs])
+    outs: list[torch.Tensor] = []
+    firsts_of: list[list[int]] = []  # every rank's first dimension, per tensor
+
+    def body(ctx: Any, sigs: list) -> None:
+        for i, (t, src) in enumerate(zip(tensors, srcs)):
+            firsts = [s[1][i][0][0] for s in sigs]
+            row = t[0].numel() if t.shape[0] else int(torch.Size(t.shape[1:]).numel())
+            out = torch.empty((sum(firsts), *t.shape[1:]), dtype=t.dtype, device=t.device)
+            AllgatherCall(c, src, out.view(-1), [f * row for f in firsts], "ring",
+                          opts).run(ctx)
+            outs.append(out)
+            firsts_of.append(firsts)
+
+    pending = _start("allgather", tensors, (), body, name, c, lambda: outs, error)
+    pending.call = firsts_of
+    return pending
 
 
 class _GroupedAllgather(torch.autograd.Function):
@@ -399,15 +465,16 @@ class _GroupedAllgather(torch.autograd.Function):
         ctx.args = args
         process_set, comm = args
         pending = _allgather_start(tensors, None, process_set, comm)
-        ctx.firsts, ctx.scalar = pending.info, [t.dim() == 0 for t in tensors]
+        out = tuple(_wait(pending))
+        ctx.firsts, ctx.scalar = pending.call, [t.dim() == 0 for t in tensors]
         ctx.rank = comm_of(resolve(process_set, comm)).rank
-        return tuple(pending.wait())
+        return out
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple:
         process_set, comm = ctx.args
-        reduced = _allreduce_start(grads, False, None, None, "avg", 1.0, 1.0, process_set,
-                                   comm).wait()
+        reduced = _wait(_allreduce_start(grads, False, None, None, "avg", 1.0, 1.0,
+                                         process_set, comm))
         out = []
         for g, firsts, scalar in zip(reduced, ctx.firsts, ctx.scalar):
             lo = sum(firsts[:ctx.rank])
@@ -435,8 +502,7 @@ def grouped_allgather(tensors: Sequence[torch.Tensor], name: str | None = None,
 def allgather_async(tensor: torch.Tensor, name: str | None = None,
                     process_set: ProcessSet | None = None, *, comm: Any = None) -> int:
     """Start gathering every rank's ``tensor``; a handle (``synchronize`` returns the tensor)."""
-    pending = _allgather_start([tensor], name, process_set, comm)
-    return _handle(_Pending(pending.requests, lambda: pending.finish()[0], pending.name))
+    return _handle(_first(_allgather_start([tensor], name, process_set, comm)))
 
 
 def allgather(tensor: torch.Tensor, name: str | None = None,
@@ -450,24 +516,17 @@ def allgather(tensor: torch.Tensor, name: str | None = None,
 def _broadcast_start(tensor: torch.Tensor, root_rank: int, inplace: bool, name: str | None,
                      process_set: ProcessSet | None, comm: Any) -> _Pending:
     ps = resolve(process_set, comm)
-    key = _claim(name, ps)
-    try:
-        negotiate(control_of(ps), "broadcast", (_meta(tensor),), (int(root_rank),))
-        ranks = ps.ranks
-        if ranks is not None and root_rank not in ranks:
-            raise HorovodInternalError(f"root_rank {root_rank} is not in the process set "
-                                       f"(ranks {ranks})")
-    except BaseException:
-        _NAMES.discard(key)
-        raise
+    ranks = ps.ranks
+    if ranks is not None and root_rank not in ranks:
+        raise HorovodInternalError(f"root_rank {root_rank} is not in the process set "
+                                   f"(ranks {ranks})")
     c = comm_of(ps)
     root = int(root_rank) if ranks is None else ranks.index(root_rank)
     if not 0 <= root < c.size:
-        _NAMES.discard(key)
         raise HorovodInternalError(f"root_rank {root_rank} is not a rank of the process set "
                                    f"(size {c.size})")
     buf = _buffer(tensor, not inplace)
-    request = nonblocking.ibcast(buf, root=root, comm=c)
+    call, error = _checked(lambda: BcastCall(c, buf, root, "binomial", _options(c)))
 
     def finish() -> torch.Tensor:
         if inplace:
@@ -475,7 +534,8 @@ def _broadcast_start(tensor: torch.Tensor, root_rank: int, inplace: bool, name: 
             return tensor
         return buf
 
-    return _Pending([request], finish, key)
+    return _start("broadcast", [tensor], (int(root_rank),), lambda ctx, sigs: call.run(ctx),
+                  name, c, finish, error)
 
 
 class _Broadcast(torch.autograd.Function):
@@ -486,13 +546,13 @@ class _Broadcast(torch.autograd.Function):
     def forward(ctx: Any, tensor: torch.Tensor, root_rank: int, process_set: Any,
                 comm: Any) -> torch.Tensor:
         ctx.args = (root_rank, process_set, comm)
-        return _broadcast_start(tensor, root_rank, False, None, process_set, comm).wait()
+        return _wait(_broadcast_start(tensor, root_rank, False, None, process_set, comm))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple:
         root_rank, process_set, comm = ctx.args
-        g = _allreduce_start([grad], False, None, None, "avg", 1.0, 1.0, process_set,
-                             comm).wait()[0]
+        g = _wait(_allreduce_start([grad], False, None, None, "avg", 1.0, 1.0, process_set,
+                                   comm))[0]
         if default_comm().rank != root_rank if comm is None else comm.rank != root_rank:
             g.zero_()
         return g, None, None, None
@@ -536,20 +596,24 @@ def _reducescatter_start(tensors: Sequence[torch.Tensor], name: str | None, op: 
         if t.dim() == 0:
             raise ValueError("reducescatter needs tensors of at least one dimension (it splits "
                              "the first), got a scalar")
-    key, c = _negotiated("reducescatter", tensors, (op, float(prescale), float(postscale)),
-                         name, process_set, comm)
+    c = comm_of(resolve(process_set, comm))
     p, me = c.size, c.rank
-    requests, outs = [], []
+    opts = _options(c)
+    bufs, outs, counts = [], [], []
     for t in tensors:
         buf = _buffer(t, True)
-        _scale(buf, prescale)
         d0 = t.shape[0]
         rows = [d0 // p + (1 if r < d0 % p else 0) for r in range(p)]
         row = int(torch.Size(t.shape[1:]).numel())
-        out = torch.empty((rows[me], *t.shape[1:]), dtype=t.dtype, device=t.device)
-        requests.append(nonblocking.ireduce_scatter(buf.view(-1), out=out.view(-1), op="sum",
-                                                    counts=[n * row for n in rows], comm=c))
-        outs.append(out)
+        bufs.append(buf)
+        outs.append(torch.empty((rows[me], *t.shape[1:]), dtype=t.dtype, device=t.device))
+        counts.append([n * row for n in rows])
+    calls, error = _checked(lambda: [
+        ReduceScatterCall(c, b.view(-1), o.view(-1), "sum", n, "ring", opts)
+        for b, o, n in zip(bufs, outs, counts)])
+    if error is None:
+        for b in bufs:
+            _scale(b, prescale)
     post = postscale / p if op == "avg" else postscale
 
     def finish() -> list:
@@ -557,7 +621,8 @@ def _reducescatter_start(tensors: Sequence[torch.Tensor], name: str | None, op: 
             _scale(o, post)
         return outs
 
-    return _Pending(requests, finish, key)
+    return _start("reducescatter", tensors, (op, float(prescale), float(postscale)),
+                  lambda ctx, sigs: _run_all(calls, ctx), name, c, finish, error)
 
 
 class _GroupedReducescatter(torch.autograd.Function):
@@ -567,12 +632,12 @@ class _GroupedReducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, args: tuple, *tensors: torch.Tensor) -> tuple:
         ctx.args = args
-        return tuple(_reducescatter_start(tensors, None, *args).wait())
+        return tuple(_wait(_reducescatter_start(tensors, None, *args)))
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple:
         op, _, _, process_set, comm = ctx.args
-        gathered = _allgather_start(grads, None, process_set, comm).wait()
+        gathered = _wait(_allgather_start(grads, None, process_set, comm))
         if op == "sum":
             p = comm_of(resolve(process_set, comm)).size
             gathered = [g * p for g in gathered]
@@ -609,9 +674,8 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: str |
                         prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                         process_set: ProcessSet | None = None, *, comm: Any = None) -> int:
     """Start reduce-scattering ``tensor``; a handle (``synchronize`` returns this rank's rows)."""
-    pending = _reducescatter_start([tensor], name, op, prescale_factor, postscale_factor,
-                                   process_set, comm)
-    return _handle(_Pending(pending.requests, lambda: pending.finish()[0], pending.name))
+    return _handle(_first(_reducescatter_start([tensor], name, op, prescale_factor,
+                                               postscale_factor, process_set, comm)))
 
 
 def reducescatter(tensor: torch.Tensor, name: str | None = None, compression: Any = None,
@@ -648,38 +712,30 @@ def _rows_to_send(t: torch.Tensor, splits: Any, p: int) -> tuple[list[int] | Non
 
 def _alltoall_start(tensor: torch.Tensor, splits: Any, name: str | None,
                     process_set: ProcessSet | None, comm: Any) -> _Pending:
-    ps = resolve(process_set, comm)
-    key = _claim(name, ps)
-    try:
-        c = comm_of(ps)
-        t = tensor.detach()
-        t = t.reshape(1) if t.dim() == 0 else t
-        rows, problem = _rows_to_send(t, splits, c.size)
-        sigs = negotiate(control_of(ps), "alltoall", (_meta(t),), (problem,))
-        if problem is not None:
-            raise ValueError(problem)
-        bad = [(r, s[2][0]) for r, s in enumerate(sigs) if s[2] and s[2][0] is not None]
-        if bad:
-            raise HorovodInternalError("alltoall: " + "; ".join(f"rank {r}: {why}"
-                                                               for r, why in bad))
-    except BaseException:
-        _NAMES.discard(key)
-        raise
+    c = comm_of(resolve(process_set, comm))
+    t = tensor.detach()
+    t = t.reshape(1) if t.dim() == 0 else t
+    rows, problem = _rows_to_send(t, splits, c.size)
     row = int(torch.Size(t.shape[1:]).numel())
-    src = t[:sum(rows)].contiguous().view(-1)
-    if row:  # on the progress engine: the handle returns at once
-        request = nonblocking.ialltoall(src, counts=[r * row for r in rows], comm=c)
+    done: list = []
+    call, error = None, None if problem is None else ValueError(problem)
+    if error is None and row:
+        src = t[:sum(rows)].contiguous().view(-1)
+        call, error = _checked(lambda: AlltoallCall(c, src, None, [r * row for r in rows],
+                                                    "auto", _options(c)))
 
-        def finish() -> tuple:
-            flat, got = request.wait()
+    def body(ctx: Any, sigs: Any) -> None:
+        if call is not None:
+            call.run(ctx)
+            flat, got = call.result
             received = [g // row for g in got]
-            return (torch.as_tensor(flat).view(sum(received), *t.shape[1:]),
-                    torch.tensor(received, dtype=torch.int32))
+            done.append(torch.as_tensor(flat).view(sum(received), *t.shape[1:]))
+        else:  # rows of no elements: only the counts of rows travel
+            received = rows if ctx is None else ctx.comm.alltoall(rows)
+            done.append(torch.empty((sum(received), *t.shape[1:]), dtype=t.dtype))
+        done.append(torch.tensor(received, dtype=torch.int32))
 
-        return _Pending([request], finish, key)
-    received = c.alltoall(rows)  # rows of no elements: only the counts of rows travel
-    out = torch.empty((sum(received), *t.shape[1:]), dtype=t.dtype)
-    return _Pending([], lambda: (out, torch.tensor(received, dtype=torch.int32)), key)
+    return _start("alltoall", [t], (), body, name, c, lambda: tuple(done), error)
 
 
 class _Alltoall(torch.autograd.Function):
@@ -689,7 +745,7 @@ class _Alltoall(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, splits: Any, name: Any, process_set: Any,
                 comm: Any) -> Any:
-        out, received = _alltoall_start(tensor, splits, name, process_set, comm).wait()
+        out, received = _wait(_alltoall_start(tensor, splits, name, process_set, comm))
         ctx.args, ctx.received = (process_set, comm), received
         if splits is None:
             return out
@@ -699,7 +755,7 @@ class _Alltoall(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor, *unused: Any) -> tuple:
         process_set, comm = ctx.args
-        back, _ = _alltoall_start(grad, ctx.received, None, process_set, comm).wait()
+        back, _ = _wait(_alltoall_start(grad, ctx.received, None, process_set, comm))
         return back, None, None, None, None
 
 
@@ -716,7 +772,7 @@ def alltoall(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
     rows received, in rank order, and with ``splits`` also the received splits; differentiable."""
     if tensor.requires_grad:
         return _Alltoall.apply(tensor, splits, name, process_set, comm)
-    out, received = _alltoall_start(tensor, splits, name, process_set, comm).wait()
+    out, received = _wait(_alltoall_start(tensor, splits, name, process_set, comm))
     return out if splits is None else (out, received)
 
 
@@ -729,14 +785,16 @@ def barrier(process_set: ProcessSet | None = None, *, comm: Any = None) -> None:
 
 def join(device: int = -1, process_set: ProcessSet | None = None) -> int:
     """Horovod's ``hvd.join()``: this rank has no more work; until every rank of the set has
-    joined it takes part in the others' allreduces with zeros (their allgathers, broadcasts and
-    reducescatters raise :class:`HorovodInternalError`). Returns, on every rank, the rank (of
-    the default communicator) that joined last (the highest, if several did at once).
-    ``device`` is Horovod's (a GPU's index) and is not used."""
+    joined it takes part in the others' allreduces with zeros (their allgathers, broadcasts,
+    alltoalls and reducescatters raise :class:`HorovodInternalError`): the named stream's join
+    (:func:`collectives.engine.calls.join`). Returns, on every rank, the rank (of the default
+    communicator) that joined last (the highest, if several did at once). The set's automatic
+    names start again from ``noname.0``. ``device`` is Horovod's (a GPU's index) and is not
+    used."""
     ps = resolve(process_set)
     c = comm_of(ps)
     ranks = ps.ranks if ps.ranks is not None else list(range(c.size))
-    return join_rounds(control_of(ps), ranks, _zeros(c))
+    return ranks[calls.join(c, _stand_in, STANDS_IN).wait()]
 
 
 def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None,
