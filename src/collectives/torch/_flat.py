@@ -23,6 +23,7 @@ import torch
 
 from .. import api as _api
 from ..engine import nonblocking
+from ..compressed.strategies import why_not_gather
 from ._common import low_rank, make_state
 
 __all__ = ["FlatLayout", "layout", "reduce_gradient", "codec_state"]
@@ -70,6 +71,18 @@ def codec_state(codec: Any, rank: int, where: str) -> Any:
     if low_rank(state):
         raise ValueError(f"{where}: codec {codec!r} compresses matrices (low rank); sharded "
                          "buckets are flat, use an elementwise codec (topk, qsgd, fp16, ...)")
+    return state
+
+
+def param_codec_state(codec: Any, rank: int) -> Any:
+    """The compression state for ``fully_shard``'s ``param_codec=``: no error feedback (the
+    owner keeps the full-precision shard, so nothing is lost to carry over), and only a codec
+    the compressed allgather can run (:func:`..compressed.strategies.why_not_gather`), refused
+    here, before any message."""
+    state = make_state(codec, False, rank=rank)
+    why = why_not_gather(state.codec, None)
+    if why is not None:
+        raise ValueError(f"fully_shard: param_codec {codec!r}: {why}")
     return state
 
 

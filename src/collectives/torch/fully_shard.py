@@ -32,6 +32,7 @@ into the unwrapped module (FSDP2's ``get_model_state_dict(..., full_state_dict=T
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
@@ -40,12 +41,14 @@ from torch.utils._pytree import tree_flatten
 
 from .. import api as _api
 from ..engine import nonblocking
-from ._flat import FlatLayout, codec_state, reduce_gradient
+from ..compressed.shard import compressed_allgather
+from ._flat import FlatLayout, codec_state, param_codec_state, reduce_gradient
 from .basics import default_comm
 
 __all__ = ["fully_shard", "full_state_dict", "load_full_state_dict"]
 
 _UNIT = "_collectives_fully_shard"
+_SERIALS = itertools.count()
 
 
 class _FlatParam:
@@ -56,6 +59,8 @@ class _FlatParam:
                  tensors: list[torch.Tensor], p: int, rank: int) -> None:
         self.unit = unit
         self.places = places  # (owning module, attribute name, name under the unit's module)
+        # the compressed allgather's key (a param_codec's state, if it keeps any, by tensor)
+        self.key = f"fsdp.params.{unit.serial}.{len(unit.flats)}"
         self.layout = FlatLayout([t.shape for t in tensors], p, rank)
         t0 = tensors[0]
         full = torch.zeros(self.layout.padded, dtype=t0.dtype, device=t0.device)
@@ -84,8 +89,14 @@ class _FlatParam:
         if self.gathered or self.request is not None:
             return
         self._alloc()
-        self.request = nonblocking.iallgather(self.shard.detach(), out=self.full,
-                                              comm=self.unit.comm)
+        unit = self.unit
+        if unit.param_state is None:
+            self.request = nonblocking.iallgather(self.shard.detach(), out=self.full,
+                                                  comm=unit.comm)
+        else:  # every rank, the owner too, computes with the decoded (quantized) parameters
+            self.request = nonblocking.icompressed_allgather(
+                self.shard.detach(), unit.param_state, out=self.full, comm=unit.comm,
+                key=self.key)
 
     def gather(self) -> None:
         if self.request is not None:
@@ -93,7 +104,12 @@ class _FlatParam:
             self.request = None
         elif not self.gathered:
             self._alloc()
-            _api.allgather(self.shard.detach(), out=self.full, comm=self.unit.comm)
+            unit = self.unit
+            if unit.param_state is None:
+                _api.allgather(self.shard.detach(), out=self.full, comm=unit.comm)
+            else:
+                compressed_allgather(self.shard.detach(), unit.param_state, out=self.full,
+                                     comm=unit.comm, key=self.key)
         self.gathered = True
 
     def place(self, full: torch.Tensor) -> None:
@@ -127,9 +143,10 @@ class _Unit:
     """One ``fully_shard`` call: its flat parameters, its hooks, its place in the order."""
 
     def __init__(self, module: torch.nn.Module, comm: Any, codec: Any, prefetch: bool,
-                 order: list) -> None:
+                 order: list, param_state: Any = None) -> None:
         self.module, self.comm, self.prefetch_on = module, comm, prefetch
-        self.codec_state = codec
+        self.serial = next(_SERIALS)  # the same on every rank: fully_shard is called alike
+        self.codec_state, self.param_state = codec, param_state
         self.order = order  # shared by the units of one model: forward order of the first run
         self.index = -1
         self.flats: list[_FlatParam] = []
@@ -195,8 +212,10 @@ def fully_shard(module: torch.nn.Module, *, comm: Any = None, codec: Any = None,
     codec
         Codec spec or codec for the gradients' reduce (elementwise; None: dense).
     param_codec
-        Codec for the parameters' allgather: not available yet (needs the compressed
-        allgather); only None is accepted.
+        Codec spec or codec for the parameters' allgather (:func:`collectives.compressed_allgather`:
+        "fp16", "bf16", "eightbit:bucket=256"; None: dense). Each rank keeps its shard in full
+        precision (the optimizer updates it) and every rank, the owner too, computes with the
+        same decoded parameters, bitwise.
     prefetch
         Start the next unit's allgather while this one computes (the previous one's in
         backward).
@@ -207,14 +226,11 @@ def fully_shard(module: torch.nn.Module, *, comm: Any = None, codec: Any = None,
         raise TypeError(f"fully_shard takes a torch.nn.Module, got {type(module).__name__}")
     if getattr(module, _UNIT, None) is not None:
         raise ValueError(f"fully_shard was already applied to this {type(module).__name__}")
-    if param_codec is not None:
-        raise NotImplementedError("fully_shard(param_codec=...) needs the compressed allgather "
-                                  "(issue 52, library level), not available yet; pass "
-                                  "param_codec=None")
     comm = default_comm() if comm is None else comm
     if not isinstance(comm, MPI.Intracomm):
         raise TypeError(f"comm must be an MPI intracommunicator, got {type(comm).__name__}")
     state = codec_state(codec, comm.rank, "fully_shard")
+    param_state = None if param_codec is None else param_codec_state(param_codec, comm.rank)
     inner = [m for m in module.modules() if getattr(m, _UNIT, None) is not None]
     held = {id(f.shard) for m in inner for f in getattr(m, _UNIT).flats}
     named = list(module.named_parameters(remove_duplicate=False))
@@ -229,7 +245,7 @@ def fully_shard(module: torch.nn.Module, *, comm: Any = None, codec: Any = None,
     for m in inner:
         if getattr(m, _UNIT).comm is not comm:
             raise ValueError("fully_shard: every unit of a model must use the same comm")
-    unit = _Unit(module, comm, state, bool(prefetch), order)
+    unit = _Unit(module, comm, state, bool(prefetch), order, param_state)
     by_dtype: dict[Any, list[tuple[str, torch.Tensor]]] = {}
     for n, t in own:
         by_dtype.setdefault((t.dtype, t.device), []).append((n, t))
