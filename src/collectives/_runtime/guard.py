@@ -206,6 +206,14 @@ def _world_ranks(comm: MPI.Comm) -> list[int]:
 class Guard:
     """Sequence numbers, notices and guarded waits of one private communicator."""
 
+    # slots: every call reads and writes a few of them (``run``), and more attributes than an
+    # instance dictionary shares its keys for (30 in CPython) would make each access slower
+    __slots__ = ("comm", "owner", "rank", "size", "seq", "first", "tag", "name", "call",
+                 "deadline", "timeout", "retired", "later", "noted", "made", "skipped",
+                 "skip_made", "dangling", "_outbox", "sent", "got", "_waiter", "_box", "_status",
+                 "notice", "ring", "records", "nrecords", "waits", "members", "ordinal",
+                 "__weakref__")
+
     def __init__(self, comm: MPI.Comm, owner: Any) -> None:
         self.comm = comm
         self.owner = owner  # the Context whose ``active`` names the running call
