@@ -100,10 +100,10 @@ class MLP:
         for i in range(len(self.sizes) - 1):
             w, b = src.params(i, False)
             z = acts[-1] @ w + b
+            del w, b  # before the next layer's: a source may free them (sharded parameters)
             if i < len(self.sizes) - 2:
                 np.maximum(z, 0, out=z)
             acts.append(z)
-        del w, b
         logp = _log_softmax(acts[-1])
         n = x.shape[0]
         loss = -float(logp[np.arange(n), y].mean())
