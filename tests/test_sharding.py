@@ -82,3 +82,22 @@ def test_ledger_counts_live_arrays_and_their_peaks():
     del a
     with pytest.raises(ValueError, match="category"):
         ledger.track("activations", np.zeros(1))
+
+
+def test_the_report_names_the_stage_and_the_memory_split():
+    from collectives.sgd.report import final_report
+
+    mb = 10 ** 6
+    s = {"world": 4, "params": 10, "steps": 5, "codec": "none", "algorithm": "ring",
+         "sync": "sync", "shard": 2, "loss": 1.0, "train_acc": 0.5, "test_acc": 0.5,
+         "seconds": {"compute": 1.0}, "wall_s": 2.0, "analytic": False, "exchanges": 5,
+         "bytes_mean": 100.0, "bytes_max": 100, "dense_bytes": 100, "overlap": False,
+         "memory": {"parameters": 4 * mb, "gradients": 1 * mb, "optimizer": 1 * mb, "codec": 0,
+                    "buffers": 2 * mb, "total": 8 * mb, "rss": 300 * mb}}
+    text = final_report(s)
+    assert "ZeRO stage 2 (optimizer state and gradients sharded over the ranks)" in text
+    assert text.endswith("peak memory per rank (largest rank): parameters 4.00 MB, gradients "
+                         "1.00 MB, optimizer state 1.00 MB, codec state 0.00 MB, buffers "
+                         "2.00 MB\n  arrays held at once 8.00 MB; peak resident set size "
+                         "300.00 MB")
+    assert "ZeRO" not in final_report({**s, "shard": 0})

@@ -4,12 +4,17 @@ Every rank computes the gradient of its own batch; what it keeps between steps, 
 the network, depends on the stage (:data:`STAGES`, one small class each):
 
 - **stage 1** (optimizer state sharded): the whole gradient is written by backward, then
-  reduce-scattered (op "avg") in buckets, each rank receiving the average of the slice it owns;
+  reduce-scattered (op "avg") in buckets, each rank receiving the average of the slice it owns
+  (a bucket holds a slice of every rank's shard, so each reduce-scatter is balanced);
   the owner runs the optimizer on its slice only (its momentum is all it keeps of the optimizer),
   and an allgather of the updated slices rebuilds every rank's full parameters.
 - **stage 2** (gradients sharded too): the same exchange, but each bucket of the gradient is
   reduce-scattered as soon as backward has written it and then freed, so a rank holds the
-  averaged gradient of its shard plus one bucket, not the whole gradient.
+  averaged gradient of its shard plus one bucket, not the whole gradient. A bucket is then a
+  contiguous range, mostly inside one rank's shard: its reduce-scatter carries it along the
+  whole ring to that owner, about ``p/2`` times the time of stage 1's balanced buckets
+  (docs/sharded.md measures it; sharding each bucket over all ranks, as FSDP shards each unit,
+  would balance it at the price of data parallelism's summation order).
 - **stage 3** (parameters sharded too): a rank keeps only its shard of the parameters; before a
   layer's forward, and again before its backward, the layer's parameters are allgathered from
   their owners and freed after use, the next layer's gather running on the progress engine
@@ -161,10 +166,23 @@ class Zero:
         self.seconds += time.perf_counter() - t0
 
     def reduce_all(self, grads: np.ndarray, bucket: int) -> None:
-        """Stage 1: average the whole flat gradient ``grads``, in buckets of at most ``bucket``
-        elements."""
-        for lo, hi in self.plan.buckets(0, self.plan.total, bucket):
-            self.reduce_range(lo, grads[lo:hi])
+        """Stage 1: average the whole flat gradient ``grads`` in buckets of about ``bucket``
+        elements, each made of the ``k``-th slice of every rank's shard (copied side by side into
+        a staging buffer), so that every reduce-scatter gives every rank an equal share: a
+        contiguous bucket inside one shard would travel the whole ring to its one owner."""
+        p, offsets = self.plan.world, self.plan.offsets
+        per = max(1, bucket // p)
+        staging = self.ledger.track("buffers", np.empty(per * p, dtype=np.float32))
+        for a in range(0, self.plan.largest, per):
+            counts = [max(0, min(per, offsets[r + 1] - offsets[r] - a)) for r in range(p)]
+            at = 0
+            for r, c in enumerate(counts):
+                staging[at:at + c] = grads[offsets[r] + a:offsets[r] + a + c]
+                at += c
+            t0 = time.perf_counter()
+            reduce_scatter(staging[:at], out=self.owned_grads[a:a + counts[self.rank]],
+                           op="avg", counts=counts, algorithm=self.algorithm, comm=self.comm)
+            self.seconds += time.perf_counter() - t0
 
     # ------------------------------------------------------------------ parameters
     def gather_params(self) -> None:
