@@ -4,7 +4,8 @@ Each algorithm asks for its scratch by its own name; a buffer grows to the large
 is then reused. Names keep nested algorithms (hierarchical calling ring) from sharing one buffer.
 Scratch lives where the data does: ``like`` (the buffer being reduced) decides NumPy or CuPy.
 Each thread has its own pool: a non-blocking operation on the progress engine's thread never
-shares scratch with a blocking one on the caller's.
+shares scratch with a blocking one on the caller's. :func:`held_bytes` sums every live thread's
+buffers (memory reports).
 """
 
 from __future__ import annotations

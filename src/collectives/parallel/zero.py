@@ -39,7 +39,7 @@ arrays a model computes with, and when it calls back, is the trainer's business
 from __future__ import annotations
 
 import time
-from typing import ClassVar
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 from mpi4py import MPI
@@ -110,10 +110,19 @@ class Zero:
     params
         Stages 1-2: the full flat parameters every rank keeps (the allgather writes them);
         stage 3: None (the owned shard is allocated here; fill it with :meth:`load_owned`).
+    grads
+        Stage 1: the full flat gradient backward writes; each rank's averaged shard is written
+        into its own slice of it (:meth:`reduce_all`). Stages 2-3: None (the averaged shard is
+        allocated here).
     algorithm
         Of the reduce-scatter and the allgathers: one of :data:`ALGORITHMS`.
     ledger
         Where the arrays made here are tracked (shards, staging copies, gathered layers).
+    reducer
+        How a gradient bucket is averaged onto its owners: called as ``reducer(x, out=...,
+        counts=..., key=...)`` with reduce-scatter's arguments and the bucket's name (the same
+        at every step: ``"grads.<flat offset>"``, where a compressed reduce-scatter keeps its
+        error feedback); None: dense ``collectives.reduce_scatter(..., op="avg")``.
 
     Raises
     ------
@@ -123,8 +132,10 @@ class Zero:
     """
 
     def __init__(self, plan: ShardPlan, stage: int, comm: MPI.Comm, *,
-                 params: np.ndarray | None = None, algorithm: str = "ring",
-                 ledger: MemoryLedger | None = None) -> None:
+                 params: np.ndarray | None = None, grads: np.ndarray | None = None,
+                 algorithm: str = "ring",
+                 ledger: MemoryLedger | None = None, reducer: Callable[..., Any] | None = None
+                 ) -> None:
         if stage not in STAGES:
             raise ValueError(f"stage must be one of {sorted(STAGES)}, got {stage!r}")
         if algorithm not in ALGORITHMS:
@@ -147,10 +158,22 @@ class Zero:
                 raise ValueError("stage 3 keeps only the owned shard of the parameters")
             self.params = None
             self.owned_params = self._new("parameters", plan.counts[self.rank])
+        if self.stage.full_grads != (grads is not None) or (
+                grads is not None and grads.size != plan.total):
+            raise ValueError(f"stage {stage} takes " + (
+                f"the full gradient of {plan.total} elements" if self.stage.full_grads
+                else "no full gradient"))
+        self.grads = grads
         #: the averaged gradient of the owned shard
-        self.owned_grads = self._new("gradients", plan.counts[self.rank])
+        self.owned_grads = self._new("gradients", plan.counts[self.rank]) if grads is None \
+            else grads[self.mine]
         #: seconds spent in this rank's exchanges (blocking calls and waits)
         self.seconds = 0.0
+        self.reducer = self._dense if reducer is None else reducer
+
+    def _dense(self, x: np.ndarray, *, out: np.ndarray, counts: Sequence[int], key: str) -> None:
+        reduce_scatter(x, out=out, op="avg", counts=counts, algorithm=self.algorithm,
+                       comm=self.comm)
 
     def _new(self, category: str, count: int) -> np.ndarray:
         return self.ledger.track(category, np.zeros(count, dtype=np.float32))
@@ -161,16 +184,17 @@ class Zero:
         rank receives its owned piece of it into :attr:`owned_grads` (one reduce-scatter)."""
         piece = self.plan.split(lo, lo + grad.size, self.rank)
         t0 = time.perf_counter()
-        reduce_scatter(grad.reshape(-1), out=self.owned_grads[piece.mine], op="avg",
-                       counts=piece.counts, algorithm=self.algorithm, comm=self.comm)
+        self.reducer(grad.reshape(-1), out=self.owned_grads[piece.mine], counts=piece.counts,
+                     key=f"grads.{lo}")
         self.seconds += time.perf_counter() - t0
 
-    def reduce_all(self, grads: np.ndarray, bucket: int) -> None:
-        """Stage 1: average the whole flat gradient ``grads`` in buckets of about ``bucket``
-        elements, each made of the ``k``-th slice of every rank's shard (copied side by side into
-        a staging buffer), so that every reduce-scatter gives every rank an equal share: a
-        contiguous bucket inside one shard would travel the whole ring to its one owner."""
-        p, offsets = self.plan.world, self.plan.offsets
+    def reduce_all(self, bucket: int) -> None:
+        """Stage 1: average the whole flat gradient in buckets of about ``bucket`` elements,
+        each made of the ``k``-th slice of every rank's shard (copied side by side into a staging
+        buffer), so that every reduce-scatter gives every rank an equal share (a contiguous
+        bucket inside one shard would travel the whole ring to its one owner); each rank's
+        average lands in its own slice of the gradient, which later buckets no longer read."""
+        p, offsets, grads = self.plan.world, self.plan.offsets, self.grads
         per = max(1, bucket // p)
         staging = self.ledger.track("buffers", np.empty(per * p, dtype=np.float32))
         for a in range(0, self.plan.largest, per):
@@ -180,8 +204,8 @@ class Zero:
                 staging[at:at + c] = grads[offsets[r] + a:offsets[r] + a + c]
                 at += c
             t0 = time.perf_counter()
-            reduce_scatter(staging[:at], out=self.owned_grads[a:a + counts[self.rank]],
-                           op="avg", counts=counts, algorithm=self.algorithm, comm=self.comm)
+            self.reducer(staging[:at], out=self.owned_grads[a:a + counts[self.rank]],
+                         counts=counts, key=f"grads.{a}")
             self.seconds += time.perf_counter() - t0
 
     # ------------------------------------------------------------------ parameters

@@ -18,7 +18,13 @@ server-side residuals. Statistics (times, bytes, history) continue from the chec
 Under gossip the parameters differ between ranks, so every rank's own are saved, with its
 momentum (as local SGD's); under CHOCO-SGD (``--sync gossip:GRAPH --codec``) also every rank's
 ``ChocoGossip.state_dict()``: the public copies of itself and its in-neighbors, which the next
-round's compressed differences are taken against, and its codec's own state.
+round's compressed differences are taken against, and its codec's own state. With ``--shard``
+every rank writes its owned slices of the parameters and momentum to a file of its own
+(:meth:`Trainer.own`), and ``--save-params`` gathers the full parameters on rank 0.
+
+Every run reports its peak memory per rank by category (parameters, gradients, optimizer state,
+codec state, buffers), measured from the arrays the run holds (the sync mode's
+:class:`collectives.parallel.MemoryLedger`), and its peak resident set size.
 """
 
 from __future__ import annotations

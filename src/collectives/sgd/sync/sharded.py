@@ -9,7 +9,9 @@ the MLP and the training loop's hooks (:mod:`.base`):
   ``model.initial_layers``, so every stage starts from data parallelism's bits);
 - the optimizer runs on :attr:`Sharded.update_params` and :attr:`Sharded.update_grads`, the
   owned shards, with the same learning-rate schedule;
-- stage 1 reduce-scatters the whole gradient after backward (``__call__``); stages 2 and 3 hand
+- stage 1 reduce-scatters the whole gradient after backward (``__call__``), in buckets of at
+  most ``--bucket-mb`` and a quarter of the gradient (each a slice of every shard, side by side
+  in a staging copy), each rank's average written over its own slice; stages 2 and 3 hand
   the model a :class:`~collectives.sgd.model.LayerSource` (:meth:`Sharded.backward_hooks`)
   whose gradient blocks are buckets of at most ``--bucket-mb`` and at most
   1/:data:`BUCKET_SHARE` of a shard (but :data:`MIN_BUCKET` elements at least), each
@@ -85,9 +87,13 @@ class Sharded(SyncMode):
         self.bounds = [params.offsets[2 * i] for i in range(len(self.fans) + 1)]
         self.plan = ShardPlan(tuple(np.diff(self.bounds).tolist()), comm.size)
         self.zero = Zero(self.plan, stage, comm, algorithm=algorithm, ledger=self.ledger,
-                         params=params.flat if self.stage.full_params else None)
-        self.bucket = max(1, min(bucket_bytes // 4,
-                                 max(MIN_BUCKET, self.plan.largest // BUCKET_SHARE)))
+                         params=params.flat if self.stage.full_params else None,
+                         grads=grads.flat if self.stage.full_grads else None)
+        # stage 1 holds the whole gradient anyway: a bucket (its staging copy) is up to a
+        # quarter of it; stages 2-3 hold one bucket beyond the shard
+        cap = self.plan.total // 4 if self.stage.full_grads else \
+            self.plan.largest // BUCKET_SHARE
+        self.bucket = max(1, min(bucket_bytes // 4, max(MIN_BUCKET, cap)))
         if not self.stage.full_params:
             self._initialise(seed)
         self.gather: LayerGather | None = None
@@ -161,7 +167,7 @@ class Sharded(SyncMode):
             self.gather.finish()
             self.gather = None
         if self.stage.full_grads:
-            self.zero.reduce_all(self.grads.flat, self.bucket)
+            self.zero.reduce_all(self.bucket)
 
     def average_params(self, step: int) -> None:
         if self.stage.full_params:
