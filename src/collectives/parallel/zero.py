@@ -12,9 +12,9 @@ the network, depends on the stage (:data:`STAGES`, one small class each):
   reduce-scattered as soon as backward has written it and then freed, so a rank holds the
   averaged gradient of its shard plus one bucket, not the whole gradient. A bucket is then a
   contiguous range, mostly inside one rank's shard: its reduce-scatter carries it along the
-  whole ring to that owner, about ``p/2`` times the time of stage 1's balanced buckets
-  (docs/sharded.md measures it; sharding each bucket over all ranks, as FSDP shards each unit,
-  would balance it at the price of data parallelism's summation order).
+  whole ring to that owner, not a balanced share to every rank (docs/sharded.md measures the
+  stages' step times; sharding each bucket over all ranks, as FSDP shards each unit, would
+  balance it at the price of data parallelism's summation order).
 - **stage 3** (parameters sharded too): a rank keeps only its shard of the parameters; before a
   layer's forward, and again before its backward, the layer's parameters are allgathered from
   their owners and freed after use, the next layer's gather running on the progress engine
