@@ -4,7 +4,8 @@ Each algorithm asks for its scratch by its own name; a buffer grows to the large
 is then reused. Names keep nested algorithms (hierarchical calling ring) from sharing one buffer.
 Scratch lives where the data does: ``like`` (the buffer being reduced) decides NumPy or CuPy.
 Each thread has its own pool: a non-blocking operation on the progress engine's thread never
-shares scratch with a blocking one on the caller's.
+shares scratch with a blocking one on the caller's. :func:`held_bytes` sums every live thread's
+buffers (memory reports).
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ import numpy as np
 
 from .arrays import xp
 
-__all__ = ["scratch", "forget"]
+__all__ = ["scratch", "forget", "held_bytes"]
 
 _LOCAL = threading.local()
+#: every thread's pool, with its thread (:func:`held_bytes` reads them; a finished thread's drops)
+_POOLS: list[tuple[threading.Thread, dict]] = []
 
 
 def scratch(name: str, count: int, like: np.ndarray) -> np.ndarray:
@@ -27,6 +30,7 @@ def scratch(name: str, count: int, like: np.ndarray) -> np.ndarray:
         pool = _LOCAL.pool
     except AttributeError:
         pool = _LOCAL.pool = {}
+        _POOLS.append((threading.current_thread(), pool))
     dtype = like.dtype
     key = (name, count, dtype, type(like))  # a repeated request: the view made last time
     view = pool.get(key)
@@ -43,6 +47,13 @@ def scratch(name: str, count: int, like: np.ndarray) -> np.ndarray:
         _drop_views(pool, None)
     view = pool[key] = buf[:nbytes].view(dtype)
     return view
+
+
+def held_bytes() -> int:
+    """Bytes of the scratch buffers every live thread's pool holds now (memory reports)."""
+    _POOLS[:] = [(t, pool) for t, pool in _POOLS if t.is_alive()]
+    return sum(int(v.nbytes) for _, pool in list(_POOLS) for k, v in list(pool.items())
+               if len(k) == 2)
 
 
 #: A thread's pool keeps at most about this many buffers and views.

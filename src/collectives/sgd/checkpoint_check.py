@@ -120,12 +120,15 @@ def _read_member(f: IO[bytes], name: str, member: Member) -> np.ndarray:
 
 
 def read_checked(path: str, expected: dict[str, Member] | Callable[[dict], dict[str, Member]],
-                 expect_meta: dict[str, Any]) -> tuple[dict, dict[str, np.ndarray]]:
+                 expect_meta: dict[str, Any] | None) -> tuple[dict, dict[str, np.ndarray]]:
     """``(meta, arrays)`` of the checkpoint at ``path``, checked (module docstring); raises
     ValueError naming the file and the problem. ``expected`` may depend on the checked meta
-    (a function of it: what a run writes may change with the step)."""
+    (a function of it: what a run writes may change with the step). ``expect_meta`` None: a
+    file without ``meta`` (a rank's shard), checked from step 2 on; ``meta`` is then None."""
     layout = expected
     expected = {"meta": Member.text(META_MAX_CHARS)}
+    if expect_meta is None:
+        expected = layout
     try:
         with zipfile.ZipFile(path) as zf:
             infos = {info.filename: info for info in zf.infolist()}
@@ -138,10 +141,12 @@ def read_checked(path: str, expected: dict[str, Member] | Callable[[dict], dict[
                 with zf.open(info) as f:
                     return _read_member(f, name, expected[name])
 
-            if "meta.npy" not in infos:
-                raise _Problem("lacks meta")
-            meta = check_meta(str(member("meta")), expect_meta)
-            expected = layout(meta) if callable(layout) else layout
+            meta = None
+            if expect_meta is not None:
+                if "meta.npy" not in infos:
+                    raise _Problem("lacks meta")
+                meta = check_meta(str(member("meta")), expect_meta)
+                expected = layout(meta) if callable(layout) else layout
             names = {n[:-len(".npy")] if n.endswith(".npy") else n for n in infos}
             missing, extra = sorted(set(expected) - names), sorted(names - set(expected))
             if missing:

@@ -21,6 +21,7 @@ from . import datasets
 from ..compressed.auto import split_spec
 from . import sync, tensor_parallel
 from .model import MODELS
+from ..parallel import STAGES
 from ..parallel.pipeline import SCHEDULES
 
 __all__ = ["UsageError", "Config", "parser", "parse"]
@@ -111,7 +112,8 @@ def parser() -> argparse.ArgumentParser:
                         "halves the bytes (each rank keeps its own in float32 and adds the "
                         "neighbors' float16 weighted sum to its own part)")
     c.add_argument("--bucket-mb", type=float, default=25.0,
-                   help="with --overlap: largest bucket in MiB (default 25, as PyTorch DDP)")
+                   help="with --overlap: largest bucket in MiB (default 25, as PyTorch DDP); "
+                        "with --shard: largest gradient bucket of the reduce-scatter")
     par = p.add_argument_group("parallelism")
     par.add_argument("--pipeline", type=_positive, metavar="S",
                      help="cut the model's layers into S pipeline stages (balanced by parameter "
@@ -130,6 +132,9 @@ def parser() -> argparse.ArgumentParser:
                      help="tensor parallelism: split each pair of hidden layers Megatron-style "
                           "(columns, then rows) over T ranks; the world / T replicas train as "
                           "data parallelism does (docs/parallelism.md)")
+    par.add_argument("--shard", type=int, choices=sorted(STAGES),
+                     help="sharded data parallelism, ZeRO stage 1 (optimizer state sharded over "
+                          "the ranks), 2 (and gradients) or 3 (and parameters); docs/sharded.md")
     s = p.add_argument_group("output and checkpoints")
     s.add_argument("--log", help="per-epoch log, .csv or .json")
     s.add_argument("--plot", help="PNG of the training curves")
@@ -226,6 +231,8 @@ class Config:
             fields["gamma"] = a.gamma
         if a.gossip_dtype != "float32":
             fields["gossip_dtype"] = a.gossip_dtype
+        if a.shard:
+            fields["shard"] = a.shard
         if a.overlap and self.gossip is not None:  # mixing x_t, not x_t's update: another run
             fields["overlap"] = True
         elif a.overlap:  # buckets reduce in other pieces than one fused buffer: other bits
@@ -240,6 +247,11 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
         mode, value = sync.parse(a.sync, world)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    if a.shard:
+        if mode is not sync.Synchronous:
+            raise UsageError(f"--shard {a.shard} shards synchronous data parallelism (gradients "
+                             f"averaged every step): it does not compose with --sync {a.sync}")
+        mode, value = sync.Sharded, a.shard
     try:
         inner = split_spec(a.codec)  # "auto:<spec>": the codec where it pays, else dense
         name, params = compress.parse_spec(a.codec if inner is None else inner)
@@ -258,9 +270,11 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
         if message:
             raise UsageError(message)
     local_every = mode.every(value)
-    if a.tensor and a.pipeline:
-        raise UsageError("--tensor and --pipeline do not compose yet (a dp x pp x tp mesh); "
-                         "give one of them")
+    given = [flag for flag, on in (("--tensor", a.tensor), ("--pipeline", a.pipeline),
+                                   ("--shard", a.shard)) if on]
+    if len(given) > 1:
+        raise UsageError(f"{' and '.join(given)} do not compose yet (a dp x pp x tp mesh with "
+                         "sharded dp); give one of them")
     if a.tensor:  # the data is split over the world / T replicas
         problem = tensor_parallel.refusal(a, a.hidden or MODELS[a.model], world)
         if problem:

@@ -19,7 +19,13 @@ Under gossip the parameters differ between ranks, so every rank's own are saved,
 momentum (as local SGD's), and under ``--tensor`` every rank's own shard of both; under
 CHOCO-SGD (``--sync gossip:GRAPH --codec``) also every rank's ``ChocoGossip.state_dict()``:
 the public copies of itself and its in-neighbors, which the next round's compressed differences
-are taken against, and its codec's own state.
+are taken against, and its codec's own state. With ``--shard`` every rank writes its owned
+slices of the parameters and momentum to a file of its own (:meth:`Trainer.own`), and
+``--save-params`` gathers the full parameters on rank 0.
+
+Every run reports its peak memory per rank by category (parameters, gradients, optimizer state,
+codec state, buffers), measured from the arrays the run holds (the sync mode's
+:class:`collectives.parallel.MemoryLedger`), and its peak resident set size.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from ..compressed import CompressionState
 from ..compressed.strategies import STRATEGIES
 from . import checkpoint, data, datasets, report, sync, tensor_parallel
 from ..diagnostics import timeline
+from .._runtime import workspace
 from .._runtime.cli import program
 from .cli import PROG, Config, UsageError, parse
 from .fusion import FusionBuffer
@@ -100,16 +107,24 @@ class Trainer:
                 if a.strategy != "auto" else None
             if problem:
                 raise UsageError(problem)
-        self.model = MLP(self.sizes, seed=a.seed) if self.mesh is None else \
+        # the buffers the mode needs whole (--shard keeps slices of them instead)
+        self.model = MLP(self.sizes, seed=a.seed, hold=cfg.mode.holds(cfg)) \
+            if self.mesh is None else \
             tensor_parallel.TensorParallelMLP(self.sizes, self.mesh.comm("tp"), seed=a.seed,
                                               algorithm=a.algorithm)
-        # with momentum correction the memory applies the momentum, before compression (DGC)
-        self.opt = SGD(self.model.params.flat, 0.0 if a.momentum_correction else a.momentum,
-                       a.weight_decay)
         self.clock = Clock()
         self.step_seconds: list[float] = []  # each step's wall time on this rank (the median)
         self.exchange = sync.build(cfg, self.model.grads, self.model.params, self.state, comm,
                                    self.clock)
+        # with momentum correction the memory applies the momentum, before compression (DGC)
+        self.opt = SGD(self.exchange.update_params,
+                       0.0 if a.momentum_correction else a.momentum, a.weight_decay)
+        self.ledger = self.exchange.ledger  # peak memory per category (the report)
+        self.ledger.track("optimizer", self.opt.velocity)
+        self.ledger.probe("buffers", workspace.held_bytes)
+        if self.state is not None:
+            self.ledger.probe("codec", lambda: sum(
+                int(v.nbytes) for v in self.state.state_dict().values()))
         #: where each kind of state is kept in a checkpoint: the same on every rank or its own
         self.own_params = self.exchange.own_params
         self.own_momentum = self.exchange.own_momentum
@@ -117,7 +132,7 @@ class Trainer:
         self.saves_own = (self.own_params or self.mesh is not None,
                           self.own_momentum or self.mesh is not None)
         self.history_keys = HISTORY_KEYS + (("consensus",) if self.own_params else ())
-        n, k = self.model.params.flat.size, a.consensus_coords
+        n, k = self.model.params.size, a.consensus_coords
         #: the coordinates the consensus distance is estimated from (None: all of them, or no
         #: consensus distance: the replicas are one)
         self.coords = None if not self.own_params or not k or k >= n else \
@@ -143,12 +158,14 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoint state
     def capture(self) -> tuple[dict, dict, dict]:
-        """(meta, shared, mine) of the state after ``self.step`` steps."""
+        """(meta, shared, mine) of the state after ``self.step`` steps (a sharded run's owned
+        slices: :meth:`own`)."""
         shared: dict[str, np.ndarray] = {}
         mine: dict[str, np.ndarray] = {"epoch_loss": self.epoch_loss,
                                        "stats": self.exchange.stats.as_array()}
-        (mine if self.saves_own[0] else shared)["params"] = self.exchange.saved_params()
-        (mine if self.saves_own[1] else shared)["momentum"] = self.opt.velocity
+        if not self.exchange.sharded:
+            (mine if self.saves_own[0] else shared)["params"] = self.exchange.saved_params()
+            (mine if self.saves_own[1] else shared)["momentum"] = self.opt.velocity
         if self.state is not None:  # all of the compression's state, and nothing else of it
             mine.update({STATE_PREFIX + k: v for k, v in self.state.state_dict().items()})
         # the mode's own state (CHOCO-SGD: the public copies, the codec's state)
@@ -158,6 +175,18 @@ class Trainer:
                 "history": self.history, "elapsed": self.elapsed + self.run_seconds(),
                 "clock": dict(self.clock.seconds)}
         return meta, shared, mine
+
+    def own(self) -> dict[str, np.ndarray] | None:
+        """What this rank writes in its own checkpoint file: with ``--shard``, its owned slices
+        of the parameters and the momentum; else None (no such file)."""
+        if not self.exchange.sharded:
+            return None
+        return {"params": self.exchange.update_params, "momentum": self.opt.velocity}
+
+    def own_layout(self) -> dict[str, checkpoint.Member] | None:
+        """The members of :meth:`own`, to check a checkpoint's against."""
+        own = self.own()
+        return None if own is None else {k: checkpoint.Member.like(v) for k, v in own.items()}
 
     def expected(self) -> tuple[dict[str, checkpoint.Member], dict]:
         """Collective: what a checkpoint of this run holds, to check one against before resuming:
@@ -171,6 +200,8 @@ class Trainer:
         mine = {"epoch_loss": checkpoint.Member("<f8", (3,)),
                 "stats": checkpoint.Member("<f8", self.exchange.stats.as_array().shape)}
         for name, own in zip(("params", "momentum"), self.saves_own):
+            if self.exchange.sharded:  # in the ranks' own files
+                continue
             if own:  # local SGD's momentum, gossip's parameters and momentum: every rank's own
                 mine[name] = checkpoint.Member("<f4", (n,))
             else:
@@ -237,8 +268,12 @@ class Trainer:
         self.history = list(meta["history"])
         self.elapsed = float(meta["elapsed"])
         self.clock.seconds.update(meta["clock"])
-        self.model.params.flat[...] = (mine if self.saves_own[0] else shared)["params"]
-        self.opt.velocity[...] = (mine if self.saves_own[1] else shared)["momentum"]
+        if self.exchange.sharded:
+            self.exchange.load_owned(mine["params"])
+            self.opt.velocity[...] = mine["momentum"]
+        else:
+            self.model.params.flat[...] = (mine if self.saves_own[0] else shared)["params"]
+            self.opt.velocity[...] = (mine if self.saves_own[1] else shared)["momentum"]
         self.epoch_loss[...] = mine["epoch_loss"]
         self.exchange.stats.load(mine["stats"])
         self.exchange.restore(self.step)  # parameters kept elsewhere (server, windows)
@@ -296,7 +331,7 @@ class Trainer:
                 finally:
                     self.model.params.flat[...] = own
             else:
-                loss, correct = self.model.evaluate(x, y)
+                loss, correct = self.model.evaluate(x, y, **self.exchange.forward_hooks())
             tot = self.comm.allreduce(np.array([loss, correct, *self.epoch_loss]), op=MPI.SUM)
             spread = self.consensus(mean) if self.own_params else None
         self.epoch_loss[...] = 0
@@ -315,10 +350,11 @@ class Trainer:
         """This rank's training samples of ``epoch``, in visiting order."""
         return data.shard(len(self.ds.y_train), self.world, self.rank, self.args.seed, epoch)
 
-    def params_to_save(self) -> np.ndarray:
-        """What ``--save-params`` writes (rank 0): with ``--tensor`` the unsplit model's
-        parameters, gathered over the tp axis (collective: every rank calls it)."""
-        return self.model.params.flat if self.mesh is None else self.model.full_params()
+    def params_to_save(self) -> np.ndarray | None:
+        """What ``--save-params`` writes (rank 0): the unsplit model's parameters, gathered over
+        the tp axis with ``--tensor`` and from the owners' shards with ``--shard`` (collective:
+        every rank calls it)."""
+        return self.exchange.full_params() if self.mesh is None else self.model.full_params()
 
     def close(self) -> None:
         self.exchange.close()
@@ -342,7 +378,7 @@ class Trainer:
         self.exchange(step)
         self.exchange.finish_mix(step)  # ... the parameters are now the mixed x_t
         with self.clock.measure("compute"):
-            self.opt.step(self.model.grads.flat, self.schedule(step))
+            self.opt.step(self.exchange.update_grads, self.schedule(step))
         self.exchange.average_params(step)
         if a.check_replicas and self.exchange.exchanges_at(step):
             hashes = self.comm.allgather(_params_hash(self.model.params.flat))
@@ -370,7 +406,8 @@ class Trainer:
                         bar.write(report.epoch_line(self.history[-1]), file=sys.stderr)
                 if a.checkpoint_every and self.step % a.checkpoint_every == 0:
                     with self.clock.measure("checkpoint"):
-                        checkpoint.save(a.checkpoint_dir, *self.capture(), self.job)
+                        checkpoint.save(a.checkpoint_dir, *self.capture(), self.job,
+                                        own=self.own())
                 if a.stop_after and self.step >= a.stop_after and self.step < self.total:
                     return False
         return True
@@ -390,8 +427,15 @@ class Trainer:
         mc = " + momentum correction" if a.momentum_correction else ""
         # a plot's legend: "dense ring", "topk+ef ring", "dense ring async"
         codec = "dense" if a.codec == "none" else f"{a.codec}{'+ef' if ef else ''}"
+        memory = self.ledger.report()
+        ranks = self.comm.allgather(memory)
         return {"label": f"{codec}{'+mc' if mc else ''} {a.algorithm}"
-                         + (f" {a.sync}" if a.sync != "sync" else ""),
+                         + (f" {a.sync}" if a.sync != "sync" else "")
+                         + (f" zero{a.shard}" if a.shard else ""),
+                "shard": a.shard or 0,
+                # peak bytes per category: the largest over the ranks, and every rank's
+                "memory": {k: max(m[k] for m in ranks) for k in memory},
+                "memory_ranks": ranks,
                 "world": self.world, "params": self.model.params.size, "steps": self.step,
                 "codec": a.codec + (" + error feedback" if ef else "") + mc,
                 "algorithm": a.algorithm, "sync": a.sync, "hidden": list(self.cfg.hidden),
@@ -449,7 +493,7 @@ def train(argv: list[str] | None = None, comm: MPI.Comm | None = None) -> dict |
     if cfg.args.resume:
         try:
             t.restore(*checkpoint.load(cfg.args.checkpoint_dir, *t.expected(), comm,
-                                       check=t.check_state))
+                                       check=t.check_state, own=t.own_layout()))
         except ValueError as e:
             raise UsageError(str(e)) from None
     if cfg.args.timeline:
@@ -467,7 +511,8 @@ def train(argv: list[str] | None = None, comm: MPI.Comm | None = None) -> dict |
             t.mesh.free()
         return None
     s = t.summary()
-    # what --save-params writes: the unsplit model (collective with --tensor and --pipeline)
+    # what --save-params writes: the unsplit model (collective with --tensor, --pipeline and
+    # --shard)
     params = t.params_to_save() if cfg.args.save_params else None
     if t.speaks:
         _outputs(t, s, params)

@@ -1,8 +1,9 @@
 """What a run tells its user: per-epoch lines, the final report, log files and curves.
 
 - :func:`epoch_line`: one line per epoch (loss, train and test accuracy, wall time).
-- :func:`final_report`: where the time went (compute, encode/decode, communication, evaluation)
-  and what each rank sent, against what dense fp32 ring allreduce would have sent.
+- :func:`final_report`: where the time went (compute, encode/decode, communication, evaluation),
+  what each rank sent, against what dense fp32 ring allreduce would have sent, and the peak
+  memory per rank by category (:func:`memory_lines`).
 - :data:`WRITERS`: ``--log`` by extension, ``.csv`` or ``.json``.
 - :func:`plot`: loss and test accuracy against epochs and wall time, and the consensus
   distance against wall time where a run has one (gossip), one line per run
@@ -19,7 +20,7 @@ import os
 import sys
 from typing import Any, Callable, Sequence
 
-__all__ = ["epoch_line", "final_report", "WRITERS", "write_log", "plot", "main"]
+__all__ = ["epoch_line", "final_report", "memory_lines", "MEMORY_LABELS", "WRITERS", "write_log", "plot", "main"]
 
 
 def epoch_line(r: dict) -> str:
@@ -68,14 +69,35 @@ def _pipeline(p: dict) -> list[str]:
     return lines
 
 
+#: the memory categories of a summary, as the report names them
+MEMORY_LABELS = {"parameters": "parameters", "gradients": "gradients",
+                 "optimizer": "optimizer state", "codec": "codec state", "buffers": "buffers"}
+#: ZeRO stage -> what it shards, in words
+SHARDED = {1: "optimizer state", 2: "optimizer state and gradients",
+           3: "optimizer state, gradients and parameters"}
+
+
+def memory_lines(summary: dict) -> list[str]:
+    """The report's memory lines: peak bytes per category on the largest rank (tracked arrays:
+    ``collectives.parallel.MemoryLedger``) and the process's peak resident set size."""
+    m = summary.get("memory")
+    if not m:
+        return []
+    parts = ", ".join(f"{label} {_mb(m[k])}" for k, label in MEMORY_LABELS.items())
+    return [f"peak memory per rank (largest rank): {parts}",
+            f"  arrays held at once {_mb(m['total'])}; peak resident set size {_mb(m['rss'])}"]
+
+
 def final_report(summary: dict) -> str:
     """The report printed by rank 0 at the end of a run."""
     s = summary
     t = s["seconds"]
     total = s["wall_s"]
+    how = (f"sharded data parallelism, ZeRO stage {s['shard']} ({SHARDED[s['shard']]} sharded "
+           f"over the ranks)" if s.get("shard") else _sync(s["sync"]))
     lines = [
         f"{s['world']} ranks, {s['params']:,} parameters, {s['steps']} steps, codec {s['codec']}, "
-        f"algorithm {s['algorithm']}, {_sync(s['sync'])}",
+        f"algorithm {s['algorithm']}, {how}",
         f"final: loss {s['loss']:.4f}  train {100 * s['train_acc']:.2f}%  "
         f"test {100 * s['test_acc']:.2f}%" + (
             f"  consensus distance {s['consensus']:.3g} (RMS distance of the replicas from "
@@ -137,7 +159,7 @@ def final_report(summary: dict) -> str:
         f"max {_mb(s['bytes_max'])}",
         f"  dense fp32 ring allreduce would send {_mb(dense)} per rank: {ratio}",
     ]
-    return "\n".join(lines)
+    return "\n".join(lines + memory_lines(s))
 
 
 def _write_csv(path: str, records: Sequence[dict], summary: dict) -> None:

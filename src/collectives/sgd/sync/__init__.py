@@ -12,6 +12,10 @@ why, and runs its exchange through the hooks the training loop calls (:mod:`.bas
 - ``ssp``: :class:`StaleSynchronous`, a parameter server with a staleness bound;
 - ``async``: :class:`Asynchronous`, the parameter server without a bound.
 
+``--shard N`` (ZeRO stage N) picks :class:`Sharded` in place of ``sync``: synchronous SGD with the
+optimizer state, gradients and parameters sharded over the ranks (:mod:`.sharded`); it is no
+``--sync`` word, as it composes with no other mode.
+
 The command line (:mod:`collectives.sgd.cli`) reads the modes from here: :func:`parse` turns
 ``--sync`` into a class and its value, :func:`refusals` lists the flags the mode does not take
 with its messages, and :func:`build` makes the run's exchange from the checked settings.
@@ -35,9 +39,10 @@ from .gossip import Gossip
 from .local import Local
 from .pushsum import PushSum
 from .server import Asynchronous, StaleSynchronous
+from .sharded import Sharded
 
 __all__ = ["MODES", "SyncMode", "Synchronous", "Local", "Gossip", "PushSum", "PairwiseGossip",
-           "StaleSynchronous", "Asynchronous", "Buckets", "Stats", "Refusal", "Flag", "FLAGS",
+           "StaleSynchronous", "Asynchronous", "Sharded", "Buckets", "Stats", "Refusal", "Flag", "FLAGS",
            "LAYERWISE", "parse", "refusals", "build", "help_text", "ring_bytes"]
 
 #: every ``--sync`` mode, by the word before its first ``:``
@@ -92,6 +97,8 @@ def refusals(cls: type[SyncMode], value: Any, mixing_codec: str | None) -> tuple
 def build(cfg: Any, grads: FusionBuffer, params: FusionBuffer,
           state: CompressionState | None, comm: MPI.Comm, clock: Clock) -> SyncMode:
     """Collective: the exchange of the run ``cfg`` (:class:`collectives.sgd.cli.Config`) on
-    ``comm`` (:meth:`SyncMode.from_config`)."""
+    ``comm`` (:meth:`SyncMode.from_config`); with ``--shard N``, :class:`Sharded` at stage N."""
+    if getattr(cfg.args, "shard", None):
+        return Sharded.from_config(cfg, cfg.args.shard, grads, params, state, comm, clock)
     cls, value = parse(cfg.args.sync, comm.size, comm)
     return cls.from_config(cfg, value, grads, params, state, comm, clock)

@@ -6,13 +6,17 @@ A sync mode is one class (a subclass of :class:`SyncMode`) that knows its own ``
 hooks the training loop calls each step, in this order::
 
     pull(step)            before forward: read parameters kept elsewhere (server, window)
+    forward_hooks()       keyword arguments of forward-only passes (evaluation)
     start_mix(step)       before forward: start a round that travels during the compute
     backward_hooks(step)  keyword arguments of the backward pass (buckets started during it)
     __call__(step)        after backward, before the update: the gradient exchange
     finish_mix(step)      ... the round started before forward, waited for
     average_params(step)  after the update: the parameter exchange
 
-Every hook does nothing by default. The statistics of the report (:class:`Stats`) are kept here:
+Every hook does nothing by default. The optimizer updates :attr:`SyncMode.update_params` with
+:attr:`SyncMode.update_grads` (the whole buffers, or a sharded mode's owned slices), and every
+mode files the arrays it holds in :attr:`SyncMode.ledger` (peak memory per category,
+:class:`collectives.parallel.MemoryLedger`). The statistics of the report (:class:`Stats`) are kept here:
 seconds spent in the exchange, the bytes this rank sent (``collectives.TRAFFIC``, the library's
 own messages, or analytic counts where the messages are MPI's own or one-sided), and what dense
 fp32 ring allreduce would have sent (:func:`ring_bytes`).
@@ -30,6 +34,7 @@ from mpi4py import MPI
 
 import collectives
 
+from ...parallel import MemoryLedger
 from ..checkpoint_check import Member
 from ..fusion import FusionBuffer
 from ..timing import Clock
@@ -136,6 +141,8 @@ class SyncMode:
     help: ClassVar[str]
     own_params: ClassVar[bool] = False
     own_momentum: ClassVar[bool] = False
+    #: every rank keeps a slice of the parameters and momentum, and checkpoints its own
+    sharded: ClassVar[bool] = False
     refuses: ClassVar[tuple[Refusal, ...]] = ()
     #: whether the bytes sent are computed rather than counted by ``collectives.TRAFFIC``
     analytic: bool = False
@@ -152,6 +159,10 @@ class SyncMode:
         self.grads, self.params, self.comm = grads, params, comm
         self.clock = Clock() if clock is None else clock
         self.stats = Stats()
+        self.ledger = MemoryLedger()
+        for category, buf in (("parameters", params), ("gradients", grads)):
+            if buf.flat is not None:
+                self.ledger.track(category, buf.flat)
 
     # ------------------------------------------------------------------ the command line
     @classmethod
@@ -169,6 +180,12 @@ class SyncMode:
         """The flags this mode does not take with ``value`` (``mixing_codec``: the codec spec
         the mode compresses its own rounds with, :meth:`mixing_codec`)."""
         return cls.refuses
+
+    @classmethod
+    def holds(cls, cfg: Any) -> tuple[str, ...]:
+        """The model's fusion buffers this mode needs whole (``MLP(hold=)``) for the run
+        ``cfg``. Default: both."""
+        return ("params", "grads")
 
     @classmethod
     def mixing_codec(cls, a: argparse.Namespace, value: Any, inner: str | None) -> str | None:
@@ -196,6 +213,20 @@ class SyncMode:
         return cls(grads, params, comm, clock)
 
     # ------------------------------------------------------------------ each step
+    @property
+    def update_params(self) -> np.ndarray:
+        """The parameters the optimizer updates (and whose momentum it keeps)."""
+        return self.params.flat
+
+    @property
+    def update_grads(self) -> np.ndarray:
+        """The gradient the optimizer updates :attr:`update_params` with."""
+        return self.grads.flat
+
+    def forward_hooks(self) -> dict:
+        """Keyword arguments for ``MLP.evaluate``."""
+        return {}
+
     def exchanges_at(self, step: int) -> bool:
         """Whether step ``step`` (0-based) ends with the replicas agreeing, where they do."""
         return True
@@ -227,6 +258,14 @@ class SyncMode:
         """Collective: the parameters a checkpoint holds (every rank's own where
         :attr:`own_params`, else one copy)."""
         return self.params.flat
+
+    def full_params(self) -> np.ndarray | None:
+        """Collective: the parameters ``--save-params`` writes, on rank 0 (rank 0's own)."""
+        return self.params.flat
+
+    def load_owned(self, values: np.ndarray) -> None:
+        """Collective, sharded modes: the owned slice of the parameters becomes ``values``."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no shards")
 
     def restore(self, step: int) -> None:
         """Collective: after a checkpoint's parameters were loaded into ``params``."""

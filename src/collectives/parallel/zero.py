@@ -1,0 +1,259 @@
+"""ZeRO's stages (Rajbhandari et al., SC 2020) over a :class:`~.sharding.ShardPlan`: one rank's side.
+
+Every rank computes the gradient of its own batch; what it keeps between steps, and what crosses
+the network, depends on the stage (:data:`STAGES`, one small class each):
+
+- **stage 1** (optimizer state sharded): the whole gradient is written by backward, then
+  reduce-scattered (op "avg") in buckets, each rank receiving the average of the slice it owns
+  (a bucket holds a slice of every rank's shard, so each reduce-scatter is balanced);
+  the owner runs the optimizer on its slice only (its momentum is all it keeps of the optimizer),
+  and an allgather of the updated slices rebuilds every rank's full parameters.
+- **stage 2** (gradients sharded too): the same exchange, but each bucket of the gradient is
+  reduce-scattered as soon as backward has written it and then freed, so a rank holds the
+  averaged gradient of its shard plus one bucket, not the whole gradient. A bucket is then a
+  contiguous range, mostly inside one rank's shard: its reduce-scatter carries it along the
+  whole ring to that owner, not a balanced share to every rank (docs/sharded.md measures the
+  stages' step times; sharding each bucket over all ranks, as FSDP shards each unit, would
+  balance it at the price of data parallelism's summation order).
+- **stage 3** (parameters sharded too): a rank keeps only its shard of the parameters; before a
+  layer's forward, and again before its backward, the layer's parameters are allgathered from
+  their owners and freed after use, the next layer's gather running on the progress engine
+  (``collectives.iallgather``) while the current layer computes (:mod:`.prefetch`); no
+  allgather follows the update.
+
+Bytes per step, ``n`` parameters of 4 bytes on ``p`` ranks (ring): stages 1-2 send
+``2 n (p-1)/p`` like ring allreduce (a reduce-scatter and an allgather); stage 3 about 1.5x that
+(the parameters are gathered twice: forward and backward; the last layer's forward gather serves
+its backward and the first layer needs none there).
+
+The reduce-scatter sums every element along the ring that ends at its owner, the order of ring
+allreduce over the plan's even split, so with ``algorithm="ring"`` the averaged gradient, and so
+the parameters after any number of steps, are those of data parallelism bit for bit, whatever the
+buckets.
+
+:class:`Zero` holds one rank's shards and runs these exchanges on flat NumPy arrays; which
+arrays a model computes with, and when it calls back, is the trainer's business
+(``collectives.sgd.sync.sharded`` for the NumPy driver).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, ClassVar, Sequence
+
+import numpy as np
+from mpi4py import MPI
+
+from ..api import allgather, gather, reduce_scatter
+from ..blocks import ALLGATHER, REDUCE_SCATTER
+from ..engine.nonblocking import iallgather
+from ..engine.requests import Request
+from .memory import MemoryLedger
+from .sharding import ShardPlan
+
+__all__ = ["Stage", "Stage1", "Stage2", "Stage3", "STAGES", "Zero", "ALGORITHMS"]
+
+#: the algorithms a sharded exchange runs (reduce-scatter and allgather both have them)
+ALGORITHMS = tuple(sorted(set(REDUCE_SCATTER) & set(ALLGATHER)))
+
+
+class Stage:
+    """What a stage keeps and when it exchanges (class attributes only)."""
+
+    level: ClassVar[int]
+    #: what is sharded, in words (messages, reports)
+    shards: ClassVar[str]
+    #: every rank keeps all parameters between steps (stages 1-2)
+    full_params: ClassVar[bool] = True
+    #: backward writes the whole gradient before it is reduced (stage 1)
+    full_grads: ClassVar[bool] = False
+
+
+class Stage1(Stage):
+    """Optimizer state sharded: reduce-scatter after backward, owner update, allgather."""
+
+    level = 1
+    shards = "optimizer state"
+    full_grads = True
+
+
+class Stage2(Stage):
+    """Gradients sharded too: buckets reduce-scattered during backward, then freed."""
+
+    level = 2
+    shards = "optimizer state and gradients"
+
+
+class Stage3(Stage):
+    """Parameters sharded too: layers gathered before forward and backward, freed after."""
+
+    level = 3
+    shards = "optimizer state, gradients and parameters"
+    full_params = False
+
+
+#: every stage, by its number (``--shard N``)
+STAGES: dict[int, type[Stage]] = {cls.level: cls for cls in (Stage1, Stage2, Stage3)}
+
+
+class Zero:
+    """One rank's shards and exchanges at ``stage`` (the module docstring).
+
+    Parameters
+    ----------
+    plan
+        Who owns which slice (its ``world`` is ``comm.size``).
+    stage
+        1, 2 or 3 (:data:`STAGES`).
+    comm
+        The data-parallel communicator.
+    params
+        Stages 1-2: the full flat parameters every rank keeps (the allgather writes them);
+        stage 3: None (the owned shard is allocated here; fill it with :meth:`load_owned`).
+    grads
+        Stage 1: the full flat gradient backward writes; each rank's averaged shard is written
+        into its own slice of it (:meth:`reduce_all`). Stages 2-3: None (the averaged shard is
+        allocated here).
+    algorithm
+        Of the reduce-scatter and the allgathers: one of :data:`ALGORITHMS`.
+    ledger
+        Where the arrays made here are tracked (shards, staging copies, gathered layers).
+    reducer
+        How a gradient bucket is averaged onto its owners: called as ``reducer(x, out=...,
+        counts=..., key=...)`` with reduce-scatter's arguments and the bucket's name (the same
+        at every step: ``"grads.<flat offset>"``, where a compressed reduce-scatter keeps its
+        error feedback); None: dense ``collectives.reduce_scatter(..., op="avg")``.
+
+    Raises
+    ------
+    ValueError
+        An unknown stage or algorithm, a plan for another world size, or ``params`` given at
+        stage 3 / missing or of the wrong size at stages 1-2.
+    """
+
+    def __init__(self, plan: ShardPlan, stage: int, comm: MPI.Comm, *,
+                 params: np.ndarray | None = None, grads: np.ndarray | None = None,
+                 algorithm: str = "ring",
+                 ledger: MemoryLedger | None = None, reducer: Callable[..., Any] | None = None
+                 ) -> None:
+        if stage not in STAGES:
+            raise ValueError(f"stage must be one of {sorted(STAGES)}, got {stage!r}")
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"a sharded exchange runs reduce-scatter and allgather: algorithm "
+                             f"must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+        if plan.world != comm.size:
+            raise ValueError(f"the plan has {plan.world} shards, the communicator {comm.size} ranks")
+        self.plan, self.stage, self.comm, self.algorithm = plan, STAGES[stage], comm, algorithm
+        self.rank = comm.rank
+        self.ledger = MemoryLedger() if ledger is None else ledger
+        self.mine = plan.shard(self.rank)
+        if self.stage.full_params:
+            if params is None or params.size != plan.total:
+                raise ValueError(f"stage {stage} keeps the full parameters: pass params of "
+                                 f"{plan.total} elements")
+            self.params = params
+            self.owned_params = params[self.mine]
+        else:
+            if params is not None:
+                raise ValueError("stage 3 keeps only the owned shard of the parameters")
+            self.params = None
+            self.owned_params = self._new("parameters", plan.counts[self.rank])
+        if self.stage.full_grads != (grads is not None) or (
+                grads is not None and grads.size != plan.total):
+            raise ValueError(f"stage {stage} takes " + (
+                f"the full gradient of {plan.total} elements" if self.stage.full_grads
+                else "no full gradient"))
+        self.grads = grads
+        #: the averaged gradient of the owned shard
+        self.owned_grads = self._new("gradients", plan.counts[self.rank]) if grads is None \
+            else grads[self.mine]
+        #: seconds spent in this rank's exchanges (blocking calls and waits)
+        self.seconds = 0.0
+        self.reducer = self._dense if reducer is None else reducer
+
+    def _dense(self, x: np.ndarray, *, out: np.ndarray, counts: Sequence[int], key: str) -> None:
+        reduce_scatter(x, out=out, op="avg", counts=counts, algorithm=self.algorithm,
+                       comm=self.comm)
+
+    def _new(self, category: str, count: int) -> np.ndarray:
+        return self.ledger.track(category, np.zeros(count, dtype=np.float32))
+
+    # ------------------------------------------------------------------ gradients
+    def reduce_range(self, lo: int, grad: np.ndarray) -> None:
+        """Average the gradient of the flat range ``[lo, lo + grad.size)`` over the ranks: each
+        rank receives its owned piece of it into :attr:`owned_grads` (one reduce-scatter)."""
+        piece = self.plan.split(lo, lo + grad.size, self.rank)
+        t0 = time.perf_counter()
+        self.reducer(grad.reshape(-1), out=self.owned_grads[piece.mine], counts=piece.counts,
+                     key=f"grads.{lo}")
+        self.seconds += time.perf_counter() - t0
+
+    def reduce_all(self, bucket: int) -> None:
+        """Stage 1: average the whole flat gradient in buckets of about ``bucket`` elements,
+        each made of the ``k``-th slice of every rank's shard (copied side by side into a staging
+        buffer), so that every reduce-scatter gives every rank an equal share (a contiguous
+        bucket inside one shard would travel the whole ring to its one owner); each rank's
+        average lands in its own slice of the gradient, which later buckets no longer read."""
+        p, offsets, grads = self.plan.world, self.plan.offsets, self.grads
+        per = max(1, bucket // p)
+        staging = self.ledger.track("buffers", np.empty(per * p, dtype=np.float32))
+        for a in range(0, self.plan.largest, per):
+            counts = [max(0, min(per, offsets[r + 1] - offsets[r] - a)) for r in range(p)]
+            at = 0
+            for r, c in enumerate(counts):
+                staging[at:at + c] = grads[offsets[r] + a:offsets[r] + a + c]
+                at += c
+            t0 = time.perf_counter()
+            self.reducer(staging[:at], out=self.owned_grads[a:a + counts[self.rank]],
+                         counts=counts, key=f"grads.{a}")
+            self.seconds += time.perf_counter() - t0
+
+    # ------------------------------------------------------------------ parameters
+    def gather_params(self) -> None:
+        """Stages 1-2, after the update: every rank's full parameters from the owned shards (one
+        allgather; the owned slice travels from a staging copy, as it lies inside the result)."""
+        staging = self.ledger.track("buffers", self.owned_params.copy())
+        t0 = time.perf_counter()
+        allgather(staging, out=self.params, counts=self.plan.counts, algorithm=self.algorithm,
+                  comm=self.comm)
+        self.seconds += time.perf_counter() - t0
+        del staging
+
+    def start_gather(self, lo: int, hi: int) -> tuple[Request, np.ndarray]:
+        """Stage 3: start gathering the parameters of the flat range ``[lo, hi)`` from their
+        owners into a new array (tracked as parameters); ``(request, array)``."""
+        piece = self.plan.split(lo, hi, self.rank)
+        out = self.ledger.track("parameters", np.empty(hi - lo, dtype=np.float32))
+        req = iallgather(self.owned_params[piece.mine], out=out, counts=piece.counts,
+                         algorithm=self.algorithm, comm=self.comm)
+        return req, out
+
+    def wait(self, req: Request) -> None:
+        """Wait for a gather of :meth:`start_gather`, counting the wait."""
+        t0 = time.perf_counter()
+        req.wait()
+        self.seconds += time.perf_counter() - t0
+
+    def gather_range(self, lo: int, hi: int) -> np.ndarray:
+        """Stage 3: the parameters of ``[lo, hi)``, gathered now (blocking)."""
+        piece = self.plan.split(lo, hi, self.rank)
+        out = self.ledger.track("parameters", np.empty(hi - lo, dtype=np.float32))
+        t0 = time.perf_counter()
+        allgather(self.owned_params[piece.mine], out=out, counts=piece.counts,
+                  algorithm=self.algorithm, comm=self.comm)
+        self.seconds += time.perf_counter() - t0
+        return out
+
+    def full_params(self, root: int = 0) -> np.ndarray | None:
+        """Collective: the full flat parameters on ``root`` (a copy gathered from the shards at
+        stage 3, the replica itself at stages 1-2), None on the other ranks."""
+        if self.stage.full_params:
+            return self.params if self.rank == root else None
+        return gather(self.owned_params, root=root, counts=self.plan.counts, comm=self.comm)
+
+    def load_owned(self, values: np.ndarray) -> None:
+        """Collective: the owned shard of the parameters becomes ``values`` (a checkpoint's);
+        at stages 1-2 the full parameters are then gathered again."""
+        self.owned_params[...] = values
+        if self.stage.full_params:
+            self.gather_params()

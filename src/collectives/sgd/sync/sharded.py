@@ -1,0 +1,252 @@
+"""``--shard 1|2|3``: sharded data parallelism (ZeRO's stages) as the driver's exchange.
+
+The stages and their exchanges are :mod:`collectives.parallel.zero`'s; this mode fits them to
+the MLP and the training loop's hooks (:mod:`.base`):
+
+- the model keeps only what the stage keeps (:meth:`Sharded.holds`): stage 1 the full parameters
+  and gradient, stage 2 the full parameters, stage 3 neither (its shard of the parameters is
+  initialised layer by layer from the same generator as the whole model's,
+  ``model.initial_layers``, so every stage starts from data parallelism's bits);
+- the optimizer runs on :attr:`Sharded.update_params` and :attr:`Sharded.update_grads`, the
+  owned shards, with the same learning-rate schedule;
+- stage 1 reduce-scatters the whole gradient after backward (``__call__``), in buckets of at
+  most ``--bucket-mb`` and a quarter of the gradient (each a slice of every shard, side by side
+  in a staging copy), each rank's average written over its own slice; stages 2 and 3 hand
+  the model a :class:`~collectives.sgd.model.LayerSource` (:meth:`Sharded.backward_hooks`)
+  whose gradient blocks are buckets of at most ``--bucket-mb`` and at most
+  1/:data:`BUCKET_SHARE` of a shard (but :data:`MIN_BUCKET` elements at least), each
+  reduce-scattered as backward finishes it and freed;
+  stage 3's source also gathers each layer's parameters before forward and backward
+  (:class:`collectives.parallel.LayerGather`, one ahead on the progress engine);
+- stages 1 and 2 allgather the updated parameters after the update (``average_params``).
+
+Communication inside backward (stages 2-3) is counted as communication, not compute: the
+mode moves its seconds from the clock's "compute" to the exchange's statistics. Every array
+the mode makes is tracked in :attr:`Sharded.ledger` (peak memory per category).
+
+Checkpoints are sharded (``collectives.sgd.checkpoint``): each rank writes its owned slice of the
+parameters and of the momentum; ``--save-params`` gathers the full parameters on rank 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Sequence
+
+import numpy as np
+from mpi4py import MPI
+
+from ...parallel import ALGORITHMS, BACKWARD, FORWARD, STAGES, LayerGather, ShardPlan, Zero
+from ..._runtime.traffic import TRAFFIC
+from ..fusion import FusionBuffer
+from ..model import initial_layers
+from ..timing import Clock
+from .base import GOSSIP_DTYPE, Refusal, SyncMode, ring_bytes
+
+__all__ = ["Sharded", "BUCKET_SHARE", "MIN_BUCKET"]
+
+#: a gradient bucket is at most 1/BUCKET_SHARE of the largest shard, so the gradient a rank holds
+#: beyond its shard stays within 1/16 of it at stages 2-3 (ZeRO-2's memory: the shard and a
+#: bucket) ...
+BUCKET_SHARE = 16
+#: ... but at least this many elements (64 KiB), or every call's latency would dominate small
+#: models
+MIN_BUCKET = 1 << 14
+
+
+class Sharded(SyncMode):
+    """ZeRO stage ``stage`` over ``comm`` (the module docstring).
+
+    Parameters
+    ----------
+    grads, params
+        The model's fusion buffers: allocated where the stage keeps them (:meth:`holds`), else
+        their layout only.
+    stage
+        1, 2 or 3.
+    algorithm
+        Of the reduce-scatter and allgathers (:data:`collectives.parallel.ALGORITHMS`).
+    bucket_bytes
+        Largest gradient bucket in bytes (``--bucket-mb``), cut further to a share of a shard.
+    seed
+        The model's initialisation seed (stage 3 initialises its shard).
+    """
+
+    name = "shard"
+    forms = "--shard 1|2|3"
+    label = "--shard"
+    help = "ZeRO stage 1, 2 or 3"
+    sharded = True
+
+    def __init__(self, grads: FusionBuffer, params: FusionBuffer, comm: MPI.Comm,
+                 clock: Clock | None = None, *, stage: int, algorithm: str = "ring",
+                 bucket_bytes: int = 25 << 20, seed: int = 0) -> None:
+        super().__init__(grads, params, comm, clock)
+        self.stage = STAGES[stage]
+        self.fans = [s for s in params.shapes if len(s) == 2]
+        self.bounds = [params.offsets[2 * i] for i in range(len(self.fans) + 1)]
+        self.plan = ShardPlan(tuple(np.diff(self.bounds).tolist()), comm.size)
+        self.zero = Zero(self.plan, stage, comm, algorithm=algorithm, ledger=self.ledger,
+                         params=params.flat if self.stage.full_params else None,
+                         grads=grads.flat if self.stage.full_grads else None)
+        # stage 1 holds the whole gradient anyway: a bucket (its staging copy) is up to a
+        # quarter of it; stages 2-3 hold one bucket beyond the shard
+        cap = self.plan.total // 4 if self.stage.full_grads else \
+            self.plan.largest // BUCKET_SHARE
+        self.bucket = max(1, min(bucket_bytes // 4, max(MIN_BUCKET, cap)))
+        if not self.stage.full_params:
+            self._initialise(seed)
+        self.gather: LayerGather | None = None
+        self._mark = (0, 0.0)
+
+    def _initialise(self, seed: int) -> None:
+        sizes = (self.fans[0][0], *(f[1] for f in self.fans))
+        for i, (w, b) in enumerate(initial_layers(sizes, seed)):
+            piece = self.plan.split_layer(i, self.comm.rank)
+            flat = np.concatenate([w.reshape(-1), b])
+            self.zero.owned_params[piece.mine] = flat[piece.local]
+
+    # ------------------------------------------------------------------ the command line
+    @classmethod
+    def holds(cls, cfg: Any) -> tuple[str, ...]:
+        stage = STAGES[cfg.args.shard]
+        return (("params",) if stage.full_params else ()) + (
+            ("grads",) if stage.full_grads else ())
+
+    @classmethod
+    def refusals(cls, value: int, mixing_codec: str | None) -> tuple[Refusal, ...]:
+        own = (
+            Refusal(("--codec",), f"--codec with --shard {value}: compressing inside sharded "
+                    "data parallelism needs a compressed reduce-scatter, which --shard does not "
+                    "run yet"),
+            Refusal(("--overlap",), f"--overlap starts allreduces during backward; --shard "
+                    f"{value} reduce-scatters the gradient "
+                    + ("after backward (stage 1)" if value == 1 else
+                       "during backward already, bucket by bucket")),
+            GOSSIP_DTYPE,
+        )
+        if not STAGES[value].full_params:
+            own += (Refusal(("--check-replicas",), "--check-replicas compares the ranks' "
+                            "parameters; at --shard 3 each rank keeps only its shard"),)
+        return own
+
+    @classmethod
+    def check(cls, a: argparse.Namespace, value: int) -> str | None:
+        if a.algorithm not in ALGORITHMS:
+            return (f"--shard {value} reduce-scatters gradients and allgathers parameters: "
+                    f"--algorithm must be {' or '.join(ALGORITHMS)}, got {a.algorithm}")
+        return None
+
+    @classmethod
+    def from_config(cls, cfg, value, grads, params, state, comm, clock) -> "Sharded":
+        a = cfg.args
+        return cls(grads, params, comm, clock, stage=value, algorithm=a.algorithm,
+                   bucket_bytes=int(a.bucket_mb * 2**20), seed=a.seed)
+
+    # ------------------------------------------------------------------ each step
+    @property
+    def update_params(self) -> np.ndarray:
+        return self.zero.owned_params
+
+    @property
+    def update_grads(self) -> np.ndarray:
+        return self.zero.owned_grads
+
+    def pull(self, step: int) -> None:
+        self._mark = (TRAFFIC.bytes_sent, self.zero.seconds)
+        if not self.stage.full_params:
+            self.gather = LayerGather(self.zero, self.bounds)
+
+    def backward_hooks(self, step: int) -> dict:
+        return {} if self.stage.full_grads else {"layers": _Step(self)}
+
+    def __call__(self, step: int) -> None:
+        # what the collectives took inside forward and backward is communication, not compute
+        self.clock.seconds["compute"] -= self.zero.seconds - self._mark[1]
+        if self.gather is not None:
+            self.gather.finish()
+            self.gather = None
+        if self.stage.full_grads:
+            self.zero.reduce_all(self.bucket)
+
+    def average_params(self, step: int) -> None:
+        if self.stage.full_params:
+            self.zero.gather_params()
+        self.ledger.sample()
+        st = self.stats
+        st.calls += 1
+        st.seconds += self.zero.seconds - self._mark[1]
+        st.dense_bytes += ring_bytes(4 * self.plan.total, self.comm.size)
+        st.bytes_sent += TRAFFIC.bytes_sent - self._mark[0]
+
+    # ------------------------------------------------------------------ evaluation, export
+    def forward_hooks(self) -> dict:
+        return {} if self.stage.full_params else {"layers": _Gathered(self)}
+
+    def full_params(self) -> np.ndarray | None:
+        return self.zero.full_params(root=0)
+
+    def load_owned(self, values: np.ndarray) -> None:
+        self.zero.load_owned(values)
+
+    def describe(self) -> str:
+        return f"ZeRO stage {self.stage.level} ({self.stage.shards} sharded)"
+
+
+class _Step:
+    """The model's layers for one step at stages 2-3 (a ``LayerSource``): parameters from the
+    replica (stage 2) or gathered one ahead (stage 3); gradient blocks as buckets, each
+    reduce-scattered to its owners once written, then dropped."""
+
+    def __init__(self, mode: Sharded) -> None:
+        self.mode, self.zero, self.fans = mode, mode.zero, mode.fans
+        self._bias: np.ndarray | None = None
+        self._block: tuple[int, np.ndarray, int] | None = None  # (flat offset, bucket, rows' size)
+
+    def params(self, i: int, backward: bool) -> tuple[np.ndarray, np.ndarray]:
+        if self.mode.stage.full_params:
+            v = self.mode.params.views
+            return v[2 * i], v[2 * i + 1]
+        return _split(self.mode.gather.get(i, BACKWARD if backward else FORWARD), self.fans[i])
+
+    def grad_bias(self, i: int) -> np.ndarray:
+        self._bias = self.mode.ledger.track("gradients", np.empty(self.fans[i][1], np.float32))
+        return self._bias
+
+    def row_blocks(self, i: int) -> Sequence[slice]:
+        fan_in, fan_out = self.fans[i]
+        per = max(1, self.mode.bucket // fan_out)
+        return [slice(a, min(a + per, fan_in)) for a in range(0, fan_in, per)]
+
+    def grad_rows(self, i: int, k: int, rows: slice) -> np.ndarray:
+        fan_in, fan_out = self.fans[i]
+        size = (rows.stop - rows.start) * fan_out
+        last = rows.stop == fan_in  # the bias follows the last rows in the flat vector
+        bucket = self.mode.ledger.track("gradients",
+                                        np.empty(size + fan_out * last, np.float32))
+        self._block = (self.mode.bounds[i] + rows.start * fan_out, bucket, size)
+        return bucket[:size].reshape(-1, fan_out)
+
+    def on_ready(self, i: int, k: int) -> None:
+        lo, bucket, size = self._block
+        self._block = None
+        if bucket.size > size:
+            bucket[size:] = self._bias
+            self._bias = None
+        self.zero.reduce_range(lo, bucket)
+
+
+class _Gathered:
+    """Evaluation at stage 3: each layer's parameters gathered when asked for (blocking)."""
+
+    def __init__(self, mode: Sharded) -> None:
+        self.mode = mode
+
+    def params(self, i: int, backward: bool) -> tuple[np.ndarray, np.ndarray]:
+        lo, hi = self.mode.bounds[i], self.mode.bounds[i + 1]
+        return _split(self.mode.zero.gather_range(lo, hi), self.mode.fans[i])
+
+
+def _split(flat: np.ndarray, fan: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    fan_in, fan_out = fan
+    return flat[:fan_in * fan_out].reshape(fan_in, fan_out), flat[fan_in * fan_out:]

@@ -1,0 +1,220 @@
+"""Sharded data parallelism (``--shard 1|2|3``, ZeRO's stages) in the driver, in-process.
+
+Every stage against plain data parallelism over the same global batch: the same parameters, bit
+for bit (ring reduce-scatter over the plan's even split sums each element in ring allreduce's
+order; docs/sharded.md), with parameter counts that do not divide by p and layers of fewer
+elements than ranks; stop and resume bit for bit at every stage; the measured memory split;
+bad arguments and foreign checkpoints stopping every rank alike, overwriting nothing.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from collectives.sgd import datasets, main, train
+from collectives.sgd.cli import parse
+from collectives.sgd.driver import Trainer
+
+# blocks and pieces depend on p: one rank, even and odd p, more ranks than the CI's cores
+pytestmark = pytest.mark.world_sizes(1, 2, 3, 4, 5)
+
+WORLD = MPI.COMM_WORLD
+TINY = ["--subset", "96", "--epochs", "1", "--batch-size", "4", "--quiet"]
+#: the model's arguments, and the sharded runs' own: 235 parameters (not a multiple of p = 2, 3,
+#: 4; one bucket), 219 with a middle layer of 4 elements (fewer than 5 ranks; tensors of one
+#: element), and buckets of 131 elements (1,185 parameters: 9 buckets of rows, the bias in the
+#: last one of its layer; the gradient's rows computed block by block; at 2 and 3 ranks, as
+#: the pieces of every p are the other models')
+MODELS = {"235": (["--hidden", "3"], []),
+          "layer-of-4": (["--hidden", "3,1"], []),
+          "buckets": (["--hidden", "16,5"], ["--bucket-mb", "0.0005"])}
+
+
+def _trainer(argv, comm):
+    pre = parse(argv, comm.size, 10**12)  # as train() does
+    ds = datasets.load(pre.args.dataset, pre.args.subset)
+    t = Trainer(parse(argv, comm.size, len(ds.y_train)), ds, comm)
+    t.t_start = 0.0
+    return t
+
+
+def _final(argv, comm):
+    """The full parameters after training ``argv`` (on every rank) and the trainer."""
+    t = _trainer(argv, comm)
+    assert t.train()
+    t.exchange.close()
+    return comm.bcast(t.exchange.full_params(), root=0), t
+
+
+@pytest.mark.parametrize("model", ["235", "layer-of-4"])
+def test_every_stage_gives_data_parallelism_bits(model):
+    """ZeRO 1, 2, 3 against data parallelism (ring allreduce): identical parameters after an
+    epoch; the replicas of stages 1-2 identical on every rank."""
+    _assert_same_bits(*MODELS[model])
+
+
+@pytest.mark.world_sizes(2, 3)
+def test_every_stage_gives_data_parallelism_bits_in_small_buckets():
+    _assert_same_bits(*MODELS["buckets"])
+
+
+def _assert_same_bits(args, sharded):
+    comm = WORLD
+    dp, _ = _final([*TINY, *args], comm)
+    for stage in (1, 2, 3):
+        params, t = _final([*TINY, *args, *sharded, "--shard", str(stage)], comm)
+        assert params.tobytes() == dp.tobytes(), (stage, np.abs(params - dp).max())
+        assert t.opt.velocity.size == t.exchange.plan.counts[comm.rank]
+        if stage < 3:
+            assert comm.allgather(t.model.params.flat.tobytes()) == [dp.tobytes()] * comm.size
+
+
+def _shared_dir(comm):
+    return comm.bcast(tempfile.mkdtemp() if comm.rank == 0 else None, root=0)
+
+
+def _cleanup(comm, d):
+    comm.Barrier()
+    if comm.rank == 0:
+        shutil.rmtree(d)
+
+
+@pytest.mark.world_sizes(2, 3)
+@pytest.mark.parametrize("stage", ["1", "2", "3"])
+def test_resume_is_bitwise(stage):
+    """Stopped after step 7 (checkpoints every 3: sharded files of step 6) and resumed: the
+    parameters of the run that never stopped, bit for bit; each rank wrote its own file."""
+    comm = WORLD
+    d = _shared_dir(comm)
+    args = [*TINY, "--epochs", "2", "--hidden", "3", "--shard", stage, "--checkpoint-dir", d]
+    whole, _ = _final(args, comm)
+    assert train([*args, "--checkpoint-every", "3", "--stop-after", "7"], comm) is None
+    assert sorted(os.listdir(os.path.join(d, "shards"))) == sorted(
+        f"step000000006-rank{r}-of{comm.size}.npz" for r in range(comm.size))
+    resumed, _ = _final([*args, "--resume"], comm)
+    assert resumed.tobytes() == whole.tobytes()
+    _cleanup(comm, d)
+
+
+@pytest.mark.world_sizes(1, 2, 3)
+def test_consolidated_export_loads_in_one_process():
+    """--save-params at stage 3 writes the full parameters from rank 0 (gathered from the
+    shards): a single process loads them and gets the run's test loss and accuracy."""
+    comm = WORLD
+    d = _shared_dir(comm)
+    path, log = os.path.join(d, "final.npy"), os.path.join(d, "log.json")
+    train([*TINY, "--hidden", "3", "--shard", "3", "--save-params", path, "--log", log], comm)
+    comm.Barrier()
+    if comm.rank == 0:
+        t = _trainer([*TINY, "--hidden", "3"], MPI.COMM_SELF)
+        t.model.params.flat[...] = np.load(path)
+        loss, correct = t.model.evaluate(t.ds.x_test, t.ds.y_test)
+        with open(log) as f:
+            last = json.load(f)["epochs"][-1]
+        assert correct / len(t.ds.y_test) == last["test_acc"]
+        assert loss / len(t.ds.y_test) == pytest.approx(last["test_loss"], rel=1e-5)
+    _cleanup(comm, d)
+
+
+@pytest.mark.world_sizes(2, 3)
+def test_memory_split_shrinks_by_the_ranks():
+    """The report's peak memory per rank, measured from the arrays held: gradient + optimizer
+    state at stage 2 within 1/p of data parallelism's + 5 %; the optimizer state 1/p from
+    stage 1 on; every category in the
+    summary, and the peak resident set size; the parameters at stage 3 within the shard and
+    the two largest layers (the one computing and the one arriving)."""
+    comm, p = WORLD, WORLD.size
+    args = [*TINY, "--subset", "64", "--hidden", "1024,768"]  # 861,450 parameters
+    dp = train(args, comm)["memory"]
+    n_bytes = 4 * 861450
+    assert dp["parameters"] == dp["gradients"] == dp["optimizer"] == n_bytes
+    for stage in (1, 2, 3):
+        m = train([*args, "--shard", str(stage)], comm)["memory"]
+        assert set(m) >= {"parameters", "gradients", "optimizer", "codec", "buffers", "total",
+                          "rss"} and m["rss"] > m["total"] > 0
+        assert m["optimizer"] <= -(-n_bytes // (4 * p)) * 4
+        if stage >= 2:
+            assert m["gradients"] + m["optimizer"] <= (dp["gradients"] + dp["optimizer"]) / p \
+                * 1.05, (stage, m, dp)
+        if stage == 3:
+            shard, layers = -(-861450 // p), [66560, 787200, 7690]
+            assert m["parameters"] <= 4 * (shard + layers[0] + layers[1]), m
+
+
+@pytest.mark.world_sizes(1, 2, 3)
+@pytest.mark.parametrize("argv", [
+    ["--shard", "4"],
+    ["--shard", "0"],
+    ["--shard", "2", "--sync", "gossip:ring"],
+    ["--shard", "1", "--sync", "local:2"],
+    ["--shard", "2", "--sync", "ssp:1"],
+    ["--shard", "3", "--sync", "async"],
+    ["--shard", "3", "--check-replicas"],
+    ["--shard", "2", "--overlap"],
+    ["--shard", "1", "--codec", "topk:ratio=0.1"],
+    ["--shard", "2", "--algorithm", "rabenseifner"],
+])
+def test_bad_arguments_return_2_everywhere(argv):
+    comm = WORLD
+    assert comm.allgather(main([*TINY, "--hidden", "3", *argv], comm)) == [2] * comm.size
+
+
+def _files(d):
+    return {os.path.join(root, f): open(os.path.join(root, f), "rb").read()
+            for root, _, names in os.walk(d) for f in names}
+
+
+def _stopped(d, stage):
+    """A run of stage ``stage`` (0: data parallelism) that checkpoints into ``d`` and stops at
+    step 2."""
+    return [*TINY, "--hidden", "3", "--checkpoint-dir", d, "--checkpoint-every", "2",
+            "--stop-after", "2"] + (["--shard", str(stage)] if stage else [])
+
+
+def _refused_everywhere(comm, argv, d):
+    """``argv --resume`` exits with 2 on every rank and leaves ``d`` as it was."""
+    comm.Barrier()
+    before = comm.bcast(_files(d) if comm.rank == 0 else None, root=0)
+    assert comm.allgather(main([*argv, "--resume"], comm)) == [2] * comm.size
+    comm.Barrier()
+    assert comm.rank != 0 or _files(d) == before
+
+
+@pytest.mark.world_sizes(2, 3)
+def test_foreign_checkpoints_stop_every_rank_and_overwrite_nothing():
+    """A checkpoint of another stage or of data parallelism, of another world size (written by
+    a communicator of p - 1 ranks), or with one rank's file missing: exit code 2 on every rank,
+    and every file of the checkpoint as it was."""
+    comm = WORLD
+    d = _shared_dir(comm)
+    assert train(_stopped(d, 2), comm) is None
+    for other in (3, 1, 0):
+        _refused_everywhere(comm, _stopped(d, other), d)
+    _cleanup(comm, d)
+
+    d = _shared_dir(comm)
+    assert train(_stopped(d, 0), comm) is None
+    _refused_everywhere(comm, _stopped(d, 2), d)
+    _cleanup(comm, d)
+
+    d = _shared_dir(comm)
+    sub = comm.Split(color=int(comm.rank < comm.size - 1), key=comm.rank)
+    if comm.rank < comm.size - 1:
+        assert train(_stopped(d, 2), sub) is None
+    sub.Free()
+    _refused_everywhere(comm, _stopped(d, 2), d)
+    _cleanup(comm, d)
+
+    d = _shared_dir(comm)
+    assert train(_stopped(d, 3), comm) is None
+    comm.Barrier()
+    if comm.rank == 0:
+        os.unlink(os.path.join(d, "shards", f"step000000002-rank{comm.size - 1}-of"
+                                            f"{comm.size}.npz"))
+    _refused_everywhere(comm, _stopped(d, 3), d)
+    _cleanup(comm, d)
