@@ -440,7 +440,7 @@ class Trainer:
                 "codec": a.codec + (" + error feedback" if ef else "") + mc,
                 "algorithm": a.algorithm, "sync": a.sync, "hidden": list(self.cfg.hidden),
                 "tensor": a.tensor or 1,
-                "tp_comm": None if self.mesh is None else self.model.comm_stats,
+                "tp_comm": self.model.comm_stats if a.tensor else None,
                 "loss": last.get("loss", float("nan")), "train_acc": last.get("train_acc", 0.0),
                 "test_acc": last.get("test_acc", 0.0), "seconds": secs,
                 "wall_s": self.elapsed + self.run_seconds(), "analytic": self.exchange.analytic,

@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
+from .._runtime import workspace
 from ..mesh.mesh import Mesh
 from ..parallel.pipeline import RECV_ACT, Pipeline, balanced, given, ideal_bubble
 from ..pt2pt.messages import recv, send
@@ -193,6 +194,11 @@ class Pipelined:
                                    self.mesh.comm("dp"), self.clock)
         # a checkpoint holds every rank's own stage (parameters, momentum, counters)
         self.own_params = self.own_momentum = True
+        self.saves_own = (True, True)
+        self.speaks, self.job = comm.rank == 0, comm  # rank 0 prints; checkpoints gather all
+        self.ledger = self.exchange.ledger  # peak memory per category (the report)
+        self.ledger.track("optimizer", self.opt.velocity)
+        self.ledger.probe("buffers", workspace.held_bytes)
         self.history_keys = HISTORY_KEYS
         self.coords = None
         self.step = 0
