@@ -105,13 +105,10 @@ class MLP:
             if i < len(self.sizes) - 2:
                 np.maximum(z, 0, out=z)
             acts.append(z)
-        logp = _log_softmax(acts[-1])
         n = x.shape[0]
+        logp, dz = loss_gradient(acts[-1], y, n)
         loss = -float(logp[np.arange(n), y].mean())
         correct = int((logp.argmax(axis=1) == y).sum())
-        dz = np.exp(logp)
-        dz[np.arange(n), y] -= 1
-        dz /= np.float32(n)
         for i in range(len(self.sizes) - 2, -1, -1):
             dz.sum(axis=0, out=src.grad_bias(i))
             for k, rows in enumerate(src.row_blocks(i)):
@@ -215,6 +212,16 @@ def initial_layers(sizes: Sequence[int], seed: int) -> Iterator[tuple[np.ndarray
         w = rng.standard_normal((fan_in, fan_out), dtype=np.float32) \
             * np.float32(np.sqrt(2.0 / fan_in))
         yield w, np.zeros(fan_out, dtype=np.float32)
+
+
+def loss_gradient(z: np.ndarray, y: np.ndarray, scale: int) -> tuple[np.ndarray, np.ndarray]:
+    """The log-softmax of the logits ``z`` and the loss's gradient with respect to them,
+    ``(softmax(z) - onehot(y)) / scale`` (``scale``: the batch the loss is the mean over)."""
+    logp = _log_softmax(z)
+    dz = np.exp(logp)
+    dz[np.arange(len(y)), y] -= 1
+    dz /= np.float32(scale)
+    return logp, dz
 
 
 def _log_softmax(z: np.ndarray) -> np.ndarray:

@@ -36,7 +36,7 @@ from ..parallel.pipeline import RECV_ACT, Pipeline, balanced, given, ideal_bubbl
 from ..pt2pt.messages import recv, send
 from . import checkpoint, data, sync
 from .fusion import FusionBuffer
-from .model import _log_softmax
+from .model import _log_softmax, loss_gradient
 from .optim import SGD, Schedule
 from .timing import Clock
 
@@ -126,13 +126,9 @@ class MLPStage:
         dz = None
         if self.last:  # the loss of the micro-batch, its gradient scaled by the whole batch
             y = self.ys[m]
-            logp = _log_softmax(acts[-1])
-            n = len(y)
-            self.loss_sum -= float(logp[np.arange(n), y].sum())
+            logp, dz = loss_gradient(acts[-1], y, self.batch)
+            self.loss_sum -= float(logp[np.arange(len(y)), y].sum())
             self.correct += int((logp.argmax(axis=1) == y).sum())
-            dz = np.exp(logp)
-            dz[np.arange(n), y] -= 1
-            dz /= np.float32(self.batch)
             acts.pop()
         self._held[m] = (acts, dz)
         self.held_bytes += sum(a.nbytes for a in acts) + (dz.nbytes if dz is not None else 0)

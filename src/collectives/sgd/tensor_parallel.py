@@ -29,7 +29,7 @@ from ..api import allgather
 from ..mesh.mesh import Mesh
 from ..parallel.tensor import ColumnParallelLinear, RowParallelLinear
 from .fusion import FusionBuffer
-from .model import MLP, _log_softmax
+from .model import MLP, _log_softmax, loss_gradient
 
 __all__ = ["TensorParallelMLP", "plan", "check", "refusal", "build_mesh"]
 
@@ -129,13 +129,10 @@ class TensorParallelMLP:
         if on_ready is not None:
             raise ValueError("TensorParallelMLP: backward hooks (--overlap) are not supported")
         acts = self._forward(x)
-        logp = _log_softmax(acts[-1])
         n = x.shape[0]
+        logp, dz = loss_gradient(acts[-1], y, n)
         loss = -float(logp[np.arange(n), y].mean())
         correct = int((logp.argmax(axis=1) == y).sum())
-        dz = np.exp(logp)
-        dz[np.arange(n), y] -= 1
-        dz /= np.float32(n)
         gw, gb = self.grads.views[::2], self.grads.views[1::2]
         for i in range(len(self.layers) - 1, -1, -1):
             layer = self.split[i]
