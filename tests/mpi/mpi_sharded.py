@@ -101,6 +101,31 @@ def test_resume_is_bitwise(stage):
     _cleanup(comm, d)
 
 
+@pytest.mark.world_sizes(2, 3)
+@pytest.mark.parametrize("stage", ["1", "2", "3"])
+def test_compressed_gradients_inside_every_stage(stage):
+    """``--codec`` inside sharded data parallelism (the compressed reduce-scatter): fp16 stays
+    within fp16's rounding of the dense sharded run; top-k with error feedback keeps every
+    rank's replica identical (stages 1-2) and resumes bit for bit, its residuals in the
+    checkpoint."""
+    comm = WORLD
+    base = [*TINY, "--hidden", "3", "--shard", stage]
+    dense, _ = _final(base, comm)
+    half, _ = _final([*base, "--codec", "fp16"], comm)
+    np.testing.assert_allclose(half, dense, rtol=0, atol=2e-3 * np.abs(dense).max())
+    d = _shared_dir(comm)
+    args = [*base, "--epochs", "2", "--codec", "topk:ratio=0.3", "--error-feedback",
+            "--checkpoint-dir", d]
+    whole, t = _final(args, comm)
+    if stage != "3":
+        assert comm.allgather(t.model.params.flat.tobytes()) == [whole.tobytes()] * comm.size
+    assert not np.array_equal(whole, dense)  # the codec changed something
+    assert train([*args, "--checkpoint-every", "3", "--stop-after", "7"], comm) is None
+    resumed, _ = _final([*args, "--resume"], comm)
+    assert resumed.tobytes() == whole.tobytes()
+    _cleanup(comm, d)
+
+
 @pytest.mark.world_sizes(1, 2, 3)
 def test_consolidated_export_loads_in_one_process():
     """--save-params at stage 3 writes the full parameters from rank 0 (gathered from the
@@ -156,7 +181,8 @@ def test_memory_split_shrinks_by_the_ranks():
     ["--shard", "3", "--sync", "async"],
     ["--shard", "3", "--check-replicas"],
     ["--shard", "2", "--overlap"],
-    ["--shard", "1", "--codec", "topk:ratio=0.1"],
+    ["--shard", "1", "--codec", "auto:topk:ratio=0.1"],
+    ["--shard", "2", "--codec", "topk:ratio=0.1", "--strategy", "allgather"],
     ["--shard", "2", "--algorithm", "rabenseifner"],
 ])
 def test_bad_arguments_return_2_everywhere(argv):

@@ -18,7 +18,11 @@ the MLP and the training loop's hooks (:mod:`.base`):
   reduce-scattered as backward finishes it and freed;
   stage 3's source also gathers each layer's parameters before forward and backward
   (:class:`collectives.parallel.LayerGather`, one ahead on the progress engine);
-- stages 1 and 2 allgather the updated parameters after the update (``average_params``).
+- stages 1 and 2 allgather the updated parameters after the update (``average_params``);
+- with ``--codec`` every bucket's reduce-scatter is ``collectives.compressed_reduce_scatter``:
+  each destination block compressed on its own, error feedback (where the codec takes it)
+  keeping one residual per bucket and destination block, so the residual memory is the
+  gradient's size per rank (docs/sharded.md).
 
 Communication inside backward (stages 2-3) is counted as communication, not compute: the
 mode moves its seconds from the clock's "compute" to the exchange's statistics. Every array
@@ -36,6 +40,8 @@ from typing import Any, Sequence
 import numpy as np
 from mpi4py import MPI
 
+from ...compressed import CompressionState
+from ...compressed.shard import compressed_reduce_scatter
 from ...parallel import ALGORITHMS, BACKWARD, FORWARD, STAGES, LayerGather, ShardPlan, Zero
 from ..._runtime.traffic import TRAFFIC
 from ..fusion import FusionBuffer
@@ -80,15 +86,20 @@ class Sharded(SyncMode):
 
     def __init__(self, grads: FusionBuffer, params: FusionBuffer, comm: MPI.Comm,
                  clock: Clock | None = None, *, stage: int, algorithm: str = "ring",
-                 bucket_bytes: int = 25 << 20, seed: int = 0) -> None:
+                 bucket_bytes: int = 25 << 20, seed: int = 0,
+                 state: CompressionState | None = None) -> None:
         super().__init__(grads, params, comm, clock)
         self.stage = STAGES[stage]
         self.fans = [s for s in params.shapes if len(s) == 2]
         self.bounds = [params.offsets[2 * i] for i in range(len(self.fans) + 1)]
         self.plan = ShardPlan(tuple(np.diff(self.bounds).tolist()), comm.size)
+        #: ``--codec``: every gradient bucket reduce-scattered compressed (each destination
+        #: block on its own; error feedback per bucket and block), at the step pull() names
+        self.state, self._step = state, 0
         self.zero = Zero(self.plan, stage, comm, algorithm=algorithm, ledger=self.ledger,
                          params=params.flat if self.stage.full_params else None,
-                         grads=grads.flat if self.stage.full_grads else None)
+                         grads=grads.flat if self.stage.full_grads else None,
+                         reducer=None if state is None else self._compressed)
         # stage 1 holds the whole gradient anyway: a bucket (its staging copy) is up to a
         # quarter of it; stages 2-3 hold one bucket beyond the shard
         cap = self.plan.total // 4 if self.stage.full_grads else \
@@ -116,9 +127,6 @@ class Sharded(SyncMode):
     @classmethod
     def refusals(cls, value: int, mixing_codec: str | None) -> tuple[Refusal, ...]:
         own = (
-            Refusal(("--codec",), f"--codec with --shard {value}: compressing inside sharded "
-                    "data parallelism needs a compressed reduce-scatter, which --shard does not "
-                    "run yet"),
             Refusal(("--overlap",), f"--overlap starts allreduces during backward; --shard "
                     f"{value} reduce-scatters the gradient "
                     + ("after backward (stage 1)" if value == 1 else
@@ -135,13 +143,17 @@ class Sharded(SyncMode):
         if a.algorithm not in ALGORITHMS:
             return (f"--shard {value} reduce-scatters gradients and allgathers parameters: "
                     f"--algorithm must be {' or '.join(ALGORITHMS)}, got {a.algorithm}")
+        if a.codec.startswith("auto:") or a.strategy != "auto":
+            return (f"--shard {value} compresses in a reduce-scatter, whose strategy follows "
+                    "from the codec: give the codec itself, without auto: or --strategy "
+                    "(those choose among the compressed allreduce's)")
         return None
 
     @classmethod
     def from_config(cls, cfg, value, grads, params, state, comm, clock) -> "Sharded":
         a = cfg.args
         return cls(grads, params, comm, clock, stage=value, algorithm=a.algorithm,
-                   bucket_bytes=int(a.bucket_mb * 2**20), seed=a.seed)
+                   bucket_bytes=int(a.bucket_mb * 2**20), seed=a.seed, state=state)
 
     # ------------------------------------------------------------------ each step
     @property
@@ -152,7 +164,13 @@ class Sharded(SyncMode):
     def update_grads(self) -> np.ndarray:
         return self.zero.owned_grads
 
+    def _compressed(self, x: np.ndarray, *, out: np.ndarray, counts: Sequence[int],
+                    key: str) -> None:
+        compressed_reduce_scatter(x, self.state, out=out, op="avg", counts=counts,
+                                  comm=self.comm, key=key, step=self._step)
+
     def pull(self, step: int) -> None:
+        self._step = step
         self._mark = (TRAFFIC.bytes_sent, self.zero.seconds)
         if not self.stage.full_params:
             self.gather = LayerGather(self.zero, self.bounds)
