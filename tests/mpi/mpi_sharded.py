@@ -126,6 +126,29 @@ def test_compressed_gradients_inside_every_stage(stage):
     _cleanup(comm, d)
 
 
+@pytest.mark.world_sizes(2, 3)
+def test_stage_3_with_bf16_parameters_in_the_gathers():
+    """``--shard 3 --param-codec bf16``: the layers' gathers decode bf16 (the shards stay
+    float32 masters): training follows the dense stage 3 within bf16's rounding, and resumes
+    bit for bit."""
+    comm = WORLD
+    base = [*TINY, "--hidden", "3", "--shard", "3"]
+    dense, _ = _final(base, comm)
+    d = _shared_dir(comm)
+    args = [*base, "--epochs", "2", "--param-codec", "bf16", "--checkpoint-dir", d]
+    whole, t = _final(args, comm)
+    owned = t.exchange.zero.owned_params
+    assert not np.array_equal(owned, owned.astype(np.float32).view(np.uint32)
+                              .__and__(np.uint32(0xFFFF0000)).view(np.float32))
+    short, _ = _final([*base, "--param-codec", "bf16"], comm)
+    assert not np.array_equal(short, dense)
+    np.testing.assert_allclose(short, dense, rtol=0, atol=2e-2 * np.abs(dense).max())
+    assert train([*args, "--checkpoint-every", "3", "--stop-after", "7"], comm) is None
+    resumed, _ = _final([*args, "--resume"], comm)
+    assert resumed.tobytes() == whole.tobytes()
+    _cleanup(comm, d)
+
+
 @pytest.mark.world_sizes(1, 2, 3)
 def test_consolidated_export_loads_in_one_process():
     """--save-params at stage 3 writes the full parameters from rank 0 (gathered from the
@@ -183,6 +206,9 @@ def test_memory_split_shrinks_by_the_ranks():
     ["--shard", "2", "--overlap"],
     ["--shard", "1", "--codec", "auto:topk:ratio=0.1"],
     ["--shard", "2", "--codec", "topk:ratio=0.1", "--strategy", "allgather"],
+    ["--shard", "2", "--param-codec", "bf16"],
+    ["--param-codec", "bf16"],
+    ["--shard", "3", "--param-codec", "powersgd"],
     ["--shard", "2", "--algorithm", "rabenseifner"],
 ])
 def test_bad_arguments_return_2_everywhere(argv):

@@ -46,7 +46,8 @@ from mpi4py import MPI
 
 from ..api import allgather, gather, reduce_scatter
 from ..blocks import ALLGATHER, REDUCE_SCATTER
-from ..engine.nonblocking import iallgather
+from ..compressed.shard import compressed_allgather
+from ..engine.nonblocking import iallgather, icompressed_allgather
 from ..engine.requests import Request
 from .memory import MemoryLedger
 from .sharding import ShardPlan
@@ -123,6 +124,12 @@ class Zero:
         counts=..., key=...)`` with reduce-scatter's arguments and the bucket's name (the same
         at every step: ``"grads.<flat offset>"``, where a compressed reduce-scatter keeps its
         error feedback); None: dense ``collectives.reduce_scatter(..., op="avg")``.
+    param_state
+        Stage 3: the :class:`~collectives.CompressionState` of a codec the parameters' gathers
+        run through (``collectives.compressed_allgather``: every rank, the owner too, computes
+        with the same decoded parameters, while each owner keeps its shard in full precision);
+        None: dense. Stages 1-2 refuse one: their allgather writes over the owner's own slice,
+        the master copy.
 
     Raises
     ------
@@ -134,10 +141,14 @@ class Zero:
     def __init__(self, plan: ShardPlan, stage: int, comm: MPI.Comm, *,
                  params: np.ndarray | None = None, grads: np.ndarray | None = None,
                  algorithm: str = "ring",
-                 ledger: MemoryLedger | None = None, reducer: Callable[..., Any] | None = None
-                 ) -> None:
+                 ledger: MemoryLedger | None = None, reducer: Callable[..., Any] | None = None,
+                 param_state: Any = None) -> None:
         if stage not in STAGES:
             raise ValueError(f"stage must be one of {sorted(STAGES)}, got {stage!r}")
+        if param_state is not None and STAGES[stage].full_params:
+            raise ValueError(f"a parameter codec needs stage 3 (stage {stage}'s allgather "
+                             "writes over each owner's full-precision slice)")
+        self.param_state = param_state
         if algorithm not in ALGORITHMS:
             raise ValueError(f"a sharded exchange runs reduce-scatter and allgather: algorithm "
                              f"must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
@@ -224,8 +235,13 @@ class Zero:
         owners into a new array (tracked as parameters); ``(request, array)``."""
         piece = self.plan.split(lo, hi, self.rank)
         out = self.ledger.track("parameters", np.empty(hi - lo, dtype=np.float32))
-        req = iallgather(self.owned_params[piece.mine], out=out, counts=piece.counts,
-                         algorithm=self.algorithm, comm=self.comm)
+        if self.param_state is None:
+            req = iallgather(self.owned_params[piece.mine], out=out, counts=piece.counts,
+                             algorithm=self.algorithm, comm=self.comm)
+        else:
+            req = icompressed_allgather(self.owned_params[piece.mine], self.param_state,
+                                        out=out, counts=piece.counts, comm=self.comm,
+                                        key=f"params.{lo}")
         return req, out
 
     def wait(self, req: Request) -> None:
@@ -239,8 +255,12 @@ class Zero:
         piece = self.plan.split(lo, hi, self.rank)
         out = self.ledger.track("parameters", np.empty(hi - lo, dtype=np.float32))
         t0 = time.perf_counter()
-        allgather(self.owned_params[piece.mine], out=out, counts=piece.counts,
-                  algorithm=self.algorithm, comm=self.comm)
+        if self.param_state is None:
+            allgather(self.owned_params[piece.mine], out=out, counts=piece.counts,
+                      algorithm=self.algorithm, comm=self.comm)
+        else:
+            compressed_allgather(self.owned_params[piece.mine], self.param_state, out=out,
+                                 counts=piece.counts, comm=self.comm, key=f"params.{lo}")
         self.seconds += time.perf_counter() - t0
         return out
 

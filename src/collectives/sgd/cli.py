@@ -135,6 +135,10 @@ def parser() -> argparse.ArgumentParser:
     par.add_argument("--shard", type=int, choices=sorted(STAGES),
                      help="sharded data parallelism, ZeRO stage 1 (optimizer state sharded over "
                           "the ranks), 2 (and gradients) or 3 (and parameters); docs/sharded.md")
+    par.add_argument("--param-codec", metavar="SPEC",
+                     help="with --shard 3: compress the parameters' allgathers (bf16, fp16, "
+                          "eightbit:bucket=256); every rank computes with the same decoded "
+                          "parameters, owners keep full-precision shards")
     s = p.add_argument_group("output and checkpoints")
     s.add_argument("--log", help="per-epoch log, .csv or .json")
     s.add_argument("--plot", help="PNG of the training curves")
@@ -233,6 +237,8 @@ class Config:
             fields["gossip_dtype"] = a.gossip_dtype
         if a.shard:
             fields["shard"] = a.shard
+        if a.param_codec:
+            fields["param_codec"] = a.param_codec
         if a.overlap and self.gossip is not None:  # mixing x_t, not x_t's update: another run
             fields["overlap"] = True
         elif a.overlap:  # buckets reduce in other pieces than one fused buffer: other bits
@@ -270,6 +276,9 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
         if message:
             raise UsageError(message)
     local_every = mode.every(value)
+    if a.param_codec and not a.shard:
+        raise UsageError("--param-codec compresses stage 3's parameter gathers: it needs "
+                         "--shard 3")
     given = [flag for flag, on in (("--tensor", a.tensor), ("--pipeline", a.pipeline),
                                    ("--shard", a.shard)) if on]
     if len(given) > 1:

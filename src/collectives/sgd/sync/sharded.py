@@ -19,6 +19,8 @@ the MLP and the training loop's hooks (:mod:`.base`):
   stage 3's source also gathers each layer's parameters before forward and backward
   (:class:`collectives.parallel.LayerGather`, one ahead on the progress engine);
 - stages 1 and 2 allgather the updated parameters after the update (``average_params``);
+- with ``--param-codec`` (stage 3) each layer's gathers are ``collectives.compressed_allgather``
+  (every rank computes with the same decoded parameters; owners keep full-precision shards);
 - with ``--codec`` every bucket's reduce-scatter is ``collectives.compressed_reduce_scatter``:
   each destination block compressed on its own, error feedback (where the codec takes it)
   keeping one residual per bucket and destination block, so the residual memory is the
@@ -42,6 +44,7 @@ from mpi4py import MPI
 
 from ...compressed import CompressionState
 from ...compressed.shard import compressed_reduce_scatter
+from ...compressed.strategies import why_not_gather
 from ...parallel import ALGORITHMS, BACKWARD, FORWARD, STAGES, LayerGather, ShardPlan, Zero
 from ..._runtime.traffic import TRAFFIC
 from ..fusion import FusionBuffer
@@ -87,7 +90,8 @@ class Sharded(SyncMode):
     def __init__(self, grads: FusionBuffer, params: FusionBuffer, comm: MPI.Comm,
                  clock: Clock | None = None, *, stage: int, algorithm: str = "ring",
                  bucket_bytes: int = 25 << 20, seed: int = 0,
-                 state: CompressionState | None = None) -> None:
+                 state: CompressionState | None = None,
+                 param_state: CompressionState | None = None) -> None:
         super().__init__(grads, params, comm, clock)
         self.stage = STAGES[stage]
         self.fans = [s for s in params.shapes if len(s) == 2]
@@ -99,7 +103,8 @@ class Sharded(SyncMode):
         self.zero = Zero(self.plan, stage, comm, algorithm=algorithm, ledger=self.ledger,
                          params=params.flat if self.stage.full_params else None,
                          grads=grads.flat if self.stage.full_grads else None,
-                         reducer=None if state is None else self._compressed)
+                         reducer=None if state is None else self._compressed,
+                         param_state=param_state)
         # stage 1 holds the whole gradient anyway: a bucket (its staging copy) is up to a
         # quarter of it; stages 2-3 hold one bucket beyond the shard
         cap = self.plan.total // 4 if self.stage.full_grads else \
@@ -143,6 +148,16 @@ class Sharded(SyncMode):
         if a.algorithm not in ALGORITHMS:
             return (f"--shard {value} reduce-scatters gradients and allgathers parameters: "
                     f"--algorithm must be {' or '.join(ALGORITHMS)}, got {a.algorithm}")
+        if a.param_codec and value != 3:
+            return (f"--param-codec needs --shard 3: at stage {value} the parameters' allgather "
+                    "writes over each owner's full-precision slice")
+        if a.param_codec:
+            try:
+                why = why_not_gather(CompressionState.from_spec(a.param_codec).codec, None)
+            except (ValueError, TypeError) as e:
+                why = str(e)
+            if why:
+                return f"--param-codec {a.param_codec}: {why}"
         if a.codec.startswith("auto:") or a.strategy != "auto":
             return (f"--shard {value} compresses in a reduce-scatter, whose strategy follows "
                     "from the codec: give the codec itself, without auto: or --strategy "
@@ -153,7 +168,9 @@ class Sharded(SyncMode):
     def from_config(cls, cfg, value, grads, params, state, comm, clock) -> "Sharded":
         a = cfg.args
         return cls(grads, params, comm, clock, stage=value, algorithm=a.algorithm,
-                   bucket_bytes=int(a.bucket_mb * 2**20), seed=a.seed, state=state)
+                   bucket_bytes=int(a.bucket_mb * 2**20), seed=a.seed, state=state,
+                   param_state=None if not a.param_codec else CompressionState.from_spec(
+                       a.param_codec, seed=a.seed, rank=comm.rank))
 
     # ------------------------------------------------------------------ each step
     @property
