@@ -133,6 +133,24 @@ class _CompressedCall:
     def signature(self) -> dict[str, Any]:
         return self.sig
 
+    def run(self, ctx: Context | None) -> None:
+        """Dense for the state's first steps (``CompressionState.start_step``), else
+        compressed (the subclass's ``_dense`` and ``_compressed``; ``ctx`` None with one
+        rank)."""
+        if self.src.size == 0 and self.dst.size == 0:
+            return
+        state, coding = self._coding()
+        if self.step < state.start_step:
+            if self.world == 1:
+                copy_into(self.src, self.dst)
+            else:
+                self._dense(ctx)
+            return
+        # an overflowed gradient's inf or NaN reaches the result quietly (compressed_allreduce's
+        # rule): a NumPy warning turned into an error on one rank would hang the others
+        with np.errstate(over="ignore", invalid="ignore"):
+            self._compressed(coding, None if self.world == 1 else ctx)
+
     def _coding(self) -> tuple[CompressionState, TensorCoding]:
         """The call's state (a bare codec or memory's: around it; no server side here, so
         nothing to keep on the communicator) and coding."""
@@ -167,24 +185,14 @@ class CompressedReduceScatterCall(_CompressedCall):
                     "counts": tuple(np.diff(offsets).tolist())}
         self.trivial = a.size == 0  # a single rank still compresses
 
-    def run(self, ctx: Context | None) -> None:
-        if self.src.size == 0:
-            return
-        state, coding = self._coding()
-        if self.step < state.start_step:  # dense for the first steps (CompressionState)
-            if self.world == 1:
-                copy_into(self.src, self.dst)
-                return
-            op = get_op("avg" if self.average else "sum", self.src.dtype)
-            REDUCE_SCATTER["ring"](self.src, self.dst, self.offsets, op, ctx, self.opts)
-            if op.average:
-                op.divide(self.dst, self.world)
-            return
-        # an overflowed gradient's inf or NaN reaches the result quietly (compressed_allreduce's
-        # rule): a NumPy warning turned into an error on one rank would hang the others
-        with np.errstate(over="ignore", invalid="ignore"):
-            self.fn(self.src, self.offsets, self.dst, coding, None if self.world == 1 else ctx,
-                    self.opts)
+    def _dense(self, ctx: Context) -> None:
+        op = get_op("avg" if self.average else "sum", self.src.dtype)
+        REDUCE_SCATTER["ring"](self.src, self.dst, self.offsets, op, ctx, self.opts)
+        if op.average:
+            op.divide(self.dst, self.world)
+
+    def _compressed(self, coding: TensorCoding, ctx: Context | None) -> None:
+        self.fn(self.src, self.offsets, self.dst, coding, ctx, self.opts)
 
 
 class CompressedAllgatherCall(_CompressedCall):
@@ -209,19 +217,12 @@ class CompressedAllgatherCall(_CompressedCall):
                     "counts": tuple(np.diff(self.offsets).tolist())}
         self.trivial = total == 0  # a single rank still compresses
 
-    def run(self, ctx: Context | None) -> None:
-        if self.dst.size == 0:
-            return
-        state, coding = self._coding()
-        if self.step < state.start_step:  # dense for the first steps (CompressionState)
-            if self.world == 1:
-                copy_into(self.src, self.dst)
-            else:
-                ALLGATHER["ring"](self.src, self.dst, self.offsets, ctx, self.opts)
-            return
-        with np.errstate(over="ignore", invalid="ignore"):
-            payload = coding.encode(self.src)  # in the shard's shape, under key
-            payloads = [payload] if self.world == 1 else allgatherv(payload, ctx)
-            off = self.offsets
-            for k, pl in enumerate(payloads):  # the owner decodes its own payload too
-                self.dst[off[k]:off[k + 1]] = coding.decode(pl, off[k + 1] - off[k])
+    def _dense(self, ctx: Context) -> None:
+        ALLGATHER["ring"](self.src, self.dst, self.offsets, ctx, self.opts)
+
+    def _compressed(self, coding: TensorCoding, ctx: Context | None) -> None:
+        payload = coding.encode(self.src)  # in the shard's shape, under key
+        payloads = [payload] if ctx is None else allgatherv(payload, ctx)
+        off = self.offsets
+        for k, pl in enumerate(payloads):  # the owner decodes its own payload too
+            self.dst[off[k]:off[k + 1]] = coding.decode(pl, off[k + 1] - off[k])

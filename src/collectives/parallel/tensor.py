@@ -134,6 +134,15 @@ class _ParallelLinear:
         self.weight, self.bias = weight, bias
         self.weight_grad, self.bias_grad = weight_grad, bias_grad
 
+    def _weight_gradients(self, dy: np.ndarray) -> None:
+        """The weight's and the bias's gradients from the input the forward stored (which is
+        then dropped) and the output gradient ``dy``."""
+        x, self._input = self._input, None
+        if x is None:
+            raise RuntimeError(f"{self.name}.backward: no forward to take the gradient of")
+        np.matmul(x.T, dy, out=self.weight_grad)
+        dy.sum(axis=0, out=self.bias_grad)
+
     def _allreduce(self, x: np.ndarray) -> np.ndarray:
         t0 = time.perf_counter()
         allreduce(x, out=x, algorithm=self.algorithm, comm=self.comm, options=self.options)
@@ -177,11 +186,7 @@ class ColumnParallelLinear(_ParallelLinear):
         return x @ self.weight + self.bias
 
     def backward(self, dy: np.ndarray, input_grad: bool = True) -> np.ndarray | None:
-        x, self._input = self._input, None
-        if x is None:
-            raise RuntimeError(f"{self.name}.backward: no forward to take the gradient of")
-        np.matmul(x.T, dy, out=self.weight_grad)
-        dy.sum(axis=0, out=self.bias_grad)
+        self._weight_gradients(dy)
         if not input_grad:
             return None
         return self._allreduce(dy @ self.weight.T)
@@ -216,11 +221,7 @@ class RowParallelLinear(_ParallelLinear):
         return y
 
     def backward(self, dy: np.ndarray, input_grad: bool = True) -> np.ndarray | None:
-        h, self._input = self._input, None
-        if h is None:
-            raise RuntimeError(f"{self.name}.backward: no forward to take the gradient of")
-        np.matmul(h.T, dy, out=self.weight_grad)
-        dy.sum(axis=0, out=self.bias_grad)
+        self._weight_gradients(dy)
         return dy @ self.weight.T if input_grad else None
 
 

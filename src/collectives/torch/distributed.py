@@ -139,18 +139,28 @@ def _start(blocking: Callable[[], Any], start: Callable[[], Any], finish: Callab
     return None
 
 
+def _rooted(name: str, rootname: str, root_arg: int, listname: str,
+            tensors: Sequence[torch.Tensor] | None, tensor: torch.Tensor,
+            group: ProcessSet | None, comm: Any) -> tuple[Any, int]:
+    """``(communicator, root)`` of a gather or scatter, its arguments agreed on every rank
+    (the root's list of ``tensor``-like tensors, none elsewhere) before any message."""
+    ps = resolve(group, comm)
+    c = comm_of(ps)
+    root, problem = _local(ps, c, root_arg, f"{name}: {rootname}")
+    if problem is None and c.rank == root:
+        problem = _check_list(name, listname, tensors, tensor, c.size)
+    elif problem is None and tensors:
+        problem = (f"{name}: {listname} must be None or empty on the ranks other than "
+                   f"{rootname}")
+    _agree(name, c, tensor, root, problem)
+    return c, root
+
+
 def gather(tensor: torch.Tensor, gather_list: Sequence[torch.Tensor] | None = None,
            dst: int = 0, group: ProcessSet | None = None, async_op: bool = False, *,
            comm: Any = None, options: Any = None) -> Work | None:
     """Every rank's ``tensor`` into ``gather_list`` on ``dst`` (torch.distributed.gather)."""
-    ps = resolve(group, comm)
-    c = comm_of(ps)
-    root, problem = _local(ps, c, dst, "gather: dst")
-    if problem is None and c.rank == root:
-        problem = _check_list("gather", "gather_list", gather_list, tensor, c.size)
-    elif problem is None and gather_list:
-        problem = "gather: gather_list must be None or empty on the ranks other than dst"
-    _agree("gather", c, tensor, root, problem)
+    c, root = _rooted("gather", "dst", dst, "gather_list", gather_list, tensor, group, comm)
     src = _flat(tensor)
     out = torch.empty(c.size * src.numel(), dtype=src.dtype) if c.rank == root else None
 
@@ -170,14 +180,7 @@ def scatter(tensor: torch.Tensor, scatter_list: Sequence[torch.Tensor] | None = 
             comm: Any = None, options: Any = None) -> Work | None:
     """Tensor ``rank`` of ``src``'s ``scatter_list`` into every rank's ``tensor``
     (torch.distributed.scatter)."""
-    ps = resolve(group, comm)
-    c = comm_of(ps)
-    root, problem = _local(ps, c, src, "scatter: src")
-    if problem is None and c.rank == root:
-        problem = _check_list("scatter", "scatter_list", scatter_list, tensor, c.size)
-    elif problem is None and scatter_list:
-        problem = "scatter: scatter_list must be None or empty on the ranks other than src"
-    _agree("scatter", c, tensor, root, problem)
+    c, root = _rooted("scatter", "src", src, "scatter_list", scatter_list, tensor, group, comm)
     x = torch.cat([t.detach().reshape(-1) for t in scatter_list]) if c.rank == root else None
     out = _flat(tensor)
 
