@@ -289,8 +289,10 @@ def _still_works(comm=MPI.COMM_WORLD):
 
 
 @pytest.mark.world_sizes(2, 3)
-@pytest.mark.parametrize("name", ["alltoall", "alltoallv", "gather", "scatter"])
-@pytest.mark.parametrize("bad", ["dtype", "count"])
+# (the v form learns its receive counts: a count cannot mismatch there)
+@pytest.mark.parametrize("name,bad", [(n, b) for n in ("alltoall", "alltoallv", "gather", "scatter")
+                                      for b in ("dtype", "count")
+                                      if (n, b) != ("alltoallv", "count")])
 def test_one_rank_differs(name, bad):
     """One rank's dtype or count differs: with validate=True the same ValueError on every rank;
     without, the exact-size receives of the hand-written algorithms, or native's signature
@@ -307,8 +309,6 @@ def test_one_rank_differs(name, bad):
         "gather": lambda **kw: collectives.gather(x, **kw),
         "scatter": lambda **kw: collectives.scatter(x, **kw),
     }
-    if name == "alltoallv" and bad == "count":
-        return  # the v form learns its receive counts: a count cannot mismatch
     error = _same_error_everywhere(lambda: calls[name](validate=True), ValueError)
     assert "arguments differ across ranks" in str(error) or "invalid arguments" in str(error)
     # without validate: the hand-written receives' exact sizes, native's signature check
