@@ -118,7 +118,8 @@ def test_hierarchical_alltoall_on_emulated_nodes(node_size, comm):
 
 
 def _wire(algorithm, p, r, b, node_size):
-    """(bytes, messages) rank ``r`` sends in an alltoall of ``b``-byte blocks (docs/algorithms.md)."""
+    """(bytes, messages) rank ``r`` sends in an alltoall of ``b``-byte blocks
+    (docs/algorithms.md)."""
     if algorithm == "pairwise":
         return (p - 1) * b, p - 1
     if algorithm == "bruck":  # round k: the blocks with bit k set
