@@ -18,16 +18,14 @@ import collectives
 import compress
 from collectives.compressed.api import CompressedAllreduceCall
 from collectives.compressed.strategies import AUTO_ORDER, STRATEGIES, strategy_for
-from reference import assert_identical_everywhere, gather_all
+from reference import codec_data, make_codec as codec_of, assert_identical_everywhere, gather_all
 
 # The strategies' oracles (every codec x strategy, summable) at every size; the codecs' state,
 # bytes and errors at one to four ranks (docs/testing.md)
 pytestmark = pytest.mark.world_sizes(1, 2, 3, 4)
 
-SHARED = {"randomk": dict(ratio=0.2, seed=1), "powersgd": dict(rank=2, seed=3)}
 PARAMS = {"topk": dict(ratio=0.1), "threshold": dict(tau=0.5), "dgc": dict(density=0.1,
                                                                              sample_ratio=0.5)}
-PRIVATE_SEEDED = {"qsgd", "terngrad", "natural", "dgc"}
 STRATEGIES_FOR = {
     name: ["allgather", "two_phase"]
     + (["sparse", "sparse_recursive_doubling", "sparse_split"]
@@ -37,15 +35,11 @@ STRATEGIES_FOR = {
 
 
 def make_codec(name, rank):
-    """The same codec on every rank, except private seeds, which differ per rank."""
-    params = dict(SHARED.get(name, {}), **PARAMS.get(name, {}))
-    if name in PRIVATE_SEEDED:
-        params["seed"] = 1000 + rank
-    return compress.get(name, **params)
+    """The same codec on every rank, except private seeds (reference.make_codec)."""
+    return codec_of(name, rank, PARAMS)
 
 
-def data(n, rank, salt=0):
-    return np.random.default_rng([rank, n, salt]).standard_normal(n).astype(np.float32)
+data = codec_data
 
 
 def reference(name, x, comm, op, key, step=0, encoder=None):

@@ -16,31 +16,25 @@ import collectives
 import compress
 from collectives.compressed.strategies import (SCATTER_AUTO_ORDER, SCATTER_STRATEGIES,
                                                scatter_strategy_for)
-from reference import assert_identical_everywhere, counts_for, gather_all
+from reference import codec_data, make_codec as codec_of, assert_identical_everywhere, counts_for, gather_all
 
 # the strategies' oracles, bytes and state at 1-5 ranks (blocks of count / p, odd p, a rank with an
 # empty block); the errors, "on every rank", at 1-3 (docs/testing.md)
 pytestmark = pytest.mark.world_sizes(1, 2, 3, 4, 5)
 
-SHARED = {"randomk": dict(ratio=0.2, seed=1), "powersgd": dict(rank=2, seed=3)}
 PARAMS = {"topk": dict(ratio=0.1), "threshold": dict(tau=0.5),
           "dgc": dict(density=0.1, sample_ratio=0.5), "eightbit": dict(bucket=16)}
-PRIVATE_SEEDED = {"qsgd", "terngrad", "natural", "dgc"}
 #: the summable strategy's error bound per codec (times p and the largest input): sums in the
 #: representation's precision (fp16, bf16) against the decoded float32 sums of the reference
 SUMMABLE_TOL = {"none": 1e-6, "fp16": 2e-3, "bf16": 2e-2, "randomk": 1e-6, "powersgd": 1e-6}
 
 
 def make_codec(name, rank):
-    """The same codec on every rank, except private seeds, which differ per rank."""
-    params = dict(SHARED.get(name, {}), **PARAMS.get(name, {}))
-    if name in PRIVATE_SEEDED:
-        params["seed"] = 1000 + rank
-    return compress.get(name, **params)
+    """The same codec on every rank, except private seeds (reference.make_codec)."""
+    return codec_of(name, rank, PARAMS)
 
 
-def data(n, rank, salt=0):
-    return np.random.default_rng([rank, n, salt]).standard_normal(n).astype(np.float32)
+data = codec_data
 
 
 def uneven(n, p, salt=0):

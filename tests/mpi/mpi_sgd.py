@@ -15,6 +15,7 @@ from collectives.sgd import datasets
 from collectives.sgd import checkpoint, data, main, train
 from collectives.sgd.cli import parse
 from collectives.sgd.driver import STATE_PREFIX, Trainer
+from reference import trainer as _trainer
 
 # The driver in-process: its sync modes and checkpoints over collectives that run at every size
 # elsewhere; one rank, two and an odd number (docs/testing.md)
@@ -370,14 +371,6 @@ def test_choco_resume_is_bitwise(codec):
     comm.Barrier()
     if comm.rank == 0:
         shutil.rmtree(d)
-
-
-def _trainer(argv, comm):
-    pre = parse(argv, comm.size, 10**12)  # as train() does
-    ds = datasets.load(pre.args.dataset, pre.args.subset)
-    t = Trainer(parse(argv, comm.size, len(ds.y_train)), ds, comm)
-    t.t_start = 0.0
-    return t
 
 
 @pytest.mark.world_sizes(1, 2, 3, 4)  # one node, unequal and equal nodes

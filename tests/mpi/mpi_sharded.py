@@ -16,9 +16,8 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from collectives.sgd import datasets, main, train
-from collectives.sgd.cli import parse
-from collectives.sgd.driver import Trainer
+from collectives.sgd import main, train
+from reference import trainer as _trainer
 
 # blocks and pieces depend on p: one rank, even and odd p, more ranks than the CI's cores
 pytestmark = pytest.mark.world_sizes(1, 2, 3, 4, 5)
@@ -33,14 +32,6 @@ TINY = ["--subset", "96", "--epochs", "1", "--batch-size", "4", "--quiet"]
 MODELS = {"235": (["--hidden", "3"], []),
           "layer-of-4": (["--hidden", "3,1"], []),
           "buckets": (["--hidden", "16,5"], ["--bucket-mb", "0.0005"])}
-
-
-def _trainer(argv, comm):
-    pre = parse(argv, comm.size, 10**12)  # as train() does
-    ds = datasets.load(pre.args.dataset, pre.args.subset)
-    t = Trainer(parse(argv, comm.size, len(ds.y_train)), ds, comm)
-    t.t_start = 0.0
-    return t
 
 
 def _final(argv, comm):

@@ -62,6 +62,13 @@ def _loss(model, x, y):
     return torch.nn.functional.mse_loss(model(x), y)
 
 
+def _step(model, opt, x, y):
+    """One optimizer step of ``model`` on the batch ``(x, y)``."""
+    opt.zero_grad()
+    _loss(model, x, y).backward()
+    opt.step()
+
+
 def _identical(tensors, comm):
     mine = b"".join(t.detach().contiguous().numpy().tobytes() for t in tensors)
     return len(set(comm.allgather(mine))) == 1
@@ -79,12 +86,8 @@ def test_sharded_optimizer_equals_one_process(stage, optimizer, overlap):
     opt = ct.ShardedOptimizer(model.parameters(), cls, stage=stage, overlap=overlap,
                               bucket_bytes=256, **kw)  # several buckets per dtype
     for _ in range(4):
-        ref_opt.zero_grad()
-        _loss(ref, x, y).backward()
-        ref_opt.step()
-        opt.zero_grad()
-        _loss(model, _local(x, comm), _local(y, comm)).backward()
-        opt.step()
+        _step(ref, ref_opt, x, y)
+        _step(model, opt, _local(x, comm), _local(y, comm))
         assert _identical(list(model.parameters()), comm)
         for a, b in zip(model.parameters(), ref.parameters()):
             torch.testing.assert_close(a, b, **TOL)
@@ -112,12 +115,8 @@ def test_sharded_optimizer_state_dict(stage):
     ref_opt = cls(ref.parameters(), **kw)
     opt = ct.ShardedOptimizer(model.parameters(), cls, stage=stage, bucket_bytes=256, **kw)
     for _ in range(3):
-        ref_opt.zero_grad()
-        _loss(ref, x, y).backward()
-        ref_opt.step()
-        opt.zero_grad()
-        _loss(model, _local(x, comm), _local(y, comm)).backward()
-        opt.step()
+        _step(ref, ref_opt, x, y)
+        _step(model, opt, _local(x, comm), _local(y, comm))
     to = comm.size - 1
     opt.consolidate_state_dict(to=to)
     if comm.rank == to:
@@ -140,9 +139,7 @@ def test_sharded_optimizer_state_dict(stage):
     opt2 = ct.ShardedOptimizer(twin.parameters(), cls, stage=stage, bucket_bytes=256, **kw)
     opt2.load_state_dict(sd)
     for m, o in ((model, opt), (twin, opt2)):
-        o.zero_grad()
-        _loss(m, _local(x, comm), _local(y, comm)).backward()
-        o.step()
+        _step(m, o, _local(x, comm), _local(y, comm))
     for a, b in zip(model.parameters(), twin.parameters()):
         assert torch.equal(a, b)
 
@@ -189,12 +186,8 @@ def test_fully_shard_equals_one_process(optimizer, prefetch):
         -(-n // comm.size) for n in [7 * 13 + 13, 13 * 5 + 5, 5 * 3 + 3, 3])
     ref_opt, opt = cls(ref.parameters(), **kw), cls(shards, **kw)
     for _ in range(4):
-        ref_opt.zero_grad()
-        _loss(ref, x, y).backward()
-        ref_opt.step()
-        opt.zero_grad()
-        _loss(model, _local(x, comm), _local(y, comm)).backward()
-        opt.step()
+        _step(ref, ref_opt, x, y)
+        _step(model, opt, _local(x, comm), _local(y, comm))
         full = ct.full_state_dict(model)
         assert _identical([full[k] for k in sorted(full)], comm)
         want = ref.state_dict()
@@ -241,9 +234,7 @@ def test_codec_identical_across_ranks(which):
                 ct.ShardedOptimizer(dense.parameters(), torch.optim.SGD, lr=0.1)]
     for _ in range(3):
         for m, o in zip((model, dense), opts):
-            o.zero_grad()
-            _loss(m, _local(x, comm), _local(y, comm)).backward()
-            o.step()
+            _step(m, o, _local(x, comm), _local(y, comm))
     got = (ct.full_state_dict(model) if which == "fully_shard"
            else dict(model.named_parameters()))
     want = (ct.full_state_dict(dense) if which == "fully_shard"
@@ -269,9 +260,7 @@ def test_fully_shard_param_codec_bf16():
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, dense)]
     for _ in range(3):
         for m, o in zip((model, dense), opts):
-            o.zero_grad()
-            _loss(m, _local(x, comm), _local(y, comm)).backward()
-            o.step()
+            _step(m, o, _local(x, comm), _local(y, comm))
     shards = [q.detach() for q in model.parameters()]
     assert any(not torch.equal(q, q.to(torch.bfloat16).to(q.dtype)) for q in shards), \
         "the shards are float32 masters, not bf16 values"
@@ -332,9 +321,7 @@ def test_sharded_optimizer_frozen_parameters_stay():
     frozen = model.fc1.weight.detach().clone()
     opt = ct.ShardedOptimizer(model.parameters(), torch.optim.SGD, lr=0.1, weight_decay=0.1)
     for _ in range(2):
-        opt.zero_grad()
-        _loss(model, _local(x, comm), _local(y, comm)).backward()
-        opt.step()
+        _step(model, opt, _local(x, comm), _local(y, comm))
     assert torch.equal(model.fc1.weight, frozen)
     assert sum(b.layout.total for b in opt._buckets) == sum(
         q.numel() for q in model.parameters() if q.requires_grad)

@@ -158,3 +158,39 @@ def assert_identical_everywhere(y: np.ndarray, comm: MPI.Comm, what: str) -> Non
     """The bytes of ``y`` are the same on every rank."""
     rows = gather_all(y.reshape(-1).view(np.uint8), comm)
     assert (rows == rows[0]).all(), f"{what}: results differ across ranks"
+
+
+#: the codec settings the compressed tests share: the same on every rank (``SHARED_CODEC``) and
+#: per rank (``PRIVATE_SEEDED`` codecs draw from a seed of their rank's)
+SHARED_CODEC = {"randomk": dict(ratio=0.2, seed=1), "powersgd": dict(rank=2, seed=3)}
+PRIVATE_SEEDED = {"qsgd", "terngrad", "natural", "dgc"}
+
+
+def make_codec(name: str, rank: int, params: dict) -> object:
+    """The codec ``name`` (with ``params[name]``) the same on every rank, except private seeds,
+    which differ per rank."""
+    import compress
+
+    kw = dict(SHARED_CODEC.get(name, {}), **params.get(name, {}))
+    if name in PRIVATE_SEEDED:
+        kw["seed"] = 1000 + rank
+    return compress.get(name, **kw)
+
+
+def codec_data(n: int, rank: int, salt: int = 0) -> np.ndarray:
+    """``n`` float32 values of ``rank`` (standard normal, seeded by rank, n and salt)."""
+    return np.random.default_rng([rank, n, salt]).standard_normal(n).astype(np.float32)
+
+
+def trainer(argv: list[str], comm: MPI.Comm):
+    """The SGD driver's :class:`~collectives.sgd.driver.Trainer` of ``argv`` on ``comm``, made
+    as ``train()`` makes it (its clock started at 0)."""
+    from collectives.sgd import datasets
+    from collectives.sgd.cli import parse
+    from collectives.sgd.driver import Trainer
+
+    pre = parse(argv, comm.size, 10**12)
+    ds = datasets.load(pre.args.dataset, pre.args.subset)
+    t = Trainer(parse(argv, comm.size, len(ds.y_train)), ds, comm)
+    t.t_start = 0.0
+    return t
