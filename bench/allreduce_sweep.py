@@ -1,10 +1,21 @@
 """Quick side-by-side sweep of the allreduce algorithms against a bare MPI_Allreduce.
 
 Run ``mpiexec -n P python bench/allreduce_sweep.py [--sizes 8,1024,...] [--node-size 2]
-[--algorithms mpi,native,ring,...] [--chunk N] [--json FILE]``. Every column is interleaved in
-one loop (so drift hits them alike), ``N`` calls of a column in a row (default 1), each call
-after a barrier; rank 0 prints the median time per call in
-microseconds, averaged over ranks, and each column's ratio to ``mpi``.
+[--algorithms mpi,native,ring,...] [--mode interleaved|evicting|back-to-back] [--json FILE]``.
+Every column is timed in one loop (so drift hits them alike), each call after a barrier, and
+the columns take turns going first (the column after another one's call finds the caches as that
+call left them: a fixed order would charge it to one column). Rank 0 prints the median over
+calls of the slowest rank's time per call (the time the job waits) in microseconds, and each
+column's ratio to ``mpi``. The mode says what happens between calls:
+
+- ``interleaved`` (default): the columns alternate, one call each, as a trainer interleaves its
+  buckets' allreduces: the arrays are warm, the caches hold what the previous column's call left;
+- ``evicting``: as interleaved, and before each call every rank writes over a buffer larger than
+  the last-level cache (``--evict-bytes``; default 1.25x the size ``/sys`` gives), as a training
+  step's compute does between two steps' allreduces of a gradient: the arrays and the library's
+  own buffers come from memory. Slow (a write of that buffer per call): few ``--iterations``;
+- ``back-to-back``: ``--chunk`` calls of a column in a row (default 20) before the next column's,
+  the same call on the same arrays again: the caches stay warm, the OSU tools' pattern.
 
 - ``mpi``: mpi4py's ``comm.Allreduce(x, y, op=MPI.SUM)`` on a duplicate of COMM_WORLD, outside
   this library: the MPI library's own call, the yardstick;
@@ -39,8 +50,32 @@ from collectives.tools.osu.results import Record, read_records, write_json
 
 DEFAULT = ["mpi", "native", "ring", "tree", "recursive_doubling", "rabenseifner", "hierarchical"]
 
+#: calls of a column in a row by mode (``--chunk`` overrides back-to-back's)
+CHUNK = {"interleaved": 1, "evicting": 1, "back-to-back": 20}
 
-def _save(path: str, records: list[Record], argv: list[str], load: tuple[float, ...]) -> None:
+
+def llc_bytes() -> int:
+    """The largest cache's size in bytes from ``/sys`` (Linux), else 64 MiB."""
+    sizes = []
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = f.read_text().strip()
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        sizes.append(int(text.rstrip("KMG")) * scale)
+    return max(sizes, default=64 << 20)
+
+
+def evictor(nbytes: int):
+    """A call that writes over ``nbytes`` of private memory (none for 0): the evicting mode's
+    stand-in for a training step's compute."""
+    if nbytes <= 0:
+        return lambda: None
+    junk = np.empty(nbytes, np.uint8)
+    value = iter(range(1 << 62))
+    return lambda: junk.fill(next(value) & 0xFF)
+
+
+def _save(path: str, records: list[Record], argv: list[str], load: tuple[float, ...],
+          mode: str) -> None:
     """Add ``records`` (one world size) to the JSON file ``path``, replacing that size's, with
     the machine's load average before (``load``) and after the run (a shared machine's noise)."""
     p = records[0].ranks
@@ -49,7 +84,7 @@ def _save(path: str, records: list[Record], argv: list[str], load: tuple[float, 
         data = json.loads(Path(path).read_text())
         runs = [r for r in data.get("runs", []) if r.get("ranks") != p]
         old = [r for r in read_records(path) if r.ranks != p]
-    runs.append({"ranks": p, "argv": argv, "mpi_library": str(mpi_library()),
+    runs.append({"ranks": p, "argv": argv, "mode": mode, "mpi_library": str(mpi_library()),
                  "loadavg_before": list(load), "loadavg_after": list(os.getloadavg())})
     runs.sort(key=lambda r: r["ranks"])
     write_json(path, sorted(old + records, key=lambda r: (r.ranks, r.size)),
@@ -78,9 +113,15 @@ def main() -> None:
                         help="timed calls per column up to 64 KiB (default 200)")
     parser.add_argument("--iterations-large", type=int, default=20,
                         help="timed calls per column above 64 KiB (default 20)")
-    parser.add_argument("--chunk", type=int, default=1,
-                        help="calls of one column in a row before the next column's (default 1: "
-                             "one each; more is a training loop's pattern, the same call again)")
+    parser.add_argument("--mode", choices=list(CHUNK), default="interleaved",
+                        help="what happens between calls (the module docstring; default "
+                             "interleaved)")
+    parser.add_argument("--chunk", type=int, default=None,
+                        help="back-to-back: calls of one column in a row before the next "
+                             "column's (default 20)")
+    parser.add_argument("--evict-bytes", type=int, default=None,
+                        help="evicting: bytes written between calls (default 1.25x the "
+                             "last-level cache)")
     parser.add_argument("--json", help="add the medians to this JSON file (see above)")
     args = parser.parse_args()
     names = [a for a in args.algorithms.split(",") if a]
@@ -93,8 +134,14 @@ def main() -> None:
     bare = comm.Dup()
     opts = collectives.Options(node_size=args.node_size)
     p = comm.size
+    chunk = max(1, args.chunk if args.chunk and args.mode == "back-to-back" else CHUNK[args.mode])
+    evict_bytes = args.evict_bytes if args.evict_bytes is not None else llc_bytes() * 5 // 4
+    evict = evictor(evict_bytes if args.mode == "evicting" else 0)
     if comm.rank == 0:
-        print(f"# p={p}, median us per call (ratio to mpi: bare comm.Allreduce)")
+        how = {"interleaved": "columns alternating", "back-to-back": f"{chunk} calls in a row",
+               "evicting": f"columns alternating, {evict_bytes >> 20} MiB written before each"}
+        print(f"# p={p}, mode {args.mode} ({how[args.mode]}), median over calls of the slowest "
+              f"rank's us per call (ratio to mpi: bare comm.Allreduce)")
         print(f"{'bytes':>9} " + " ".join(f"{a:>22}" for a in names))
     records: list[Record] = []
     for nbytes in (int(s) for s in args.sizes.split(",")):
@@ -103,19 +150,25 @@ def main() -> None:
         calls = {a: _call(a, x, y, bare, opts) for a in names}
         iters = args.iterations if nbytes <= 65536 else args.iterations_large
         times: dict[str, list[float]] = {a: [] for a in names}
-        chunk = max(1, args.chunk)
-        for it in range(0, iters + 5, chunk):
-            for a, call in calls.items():
+        order = list(calls.items())
+        for turn, it in enumerate(range(0, iters + 5, chunk)):
+            k = turn % len(order)  # the columns take turns going first
+            for a, call in order[k:] + order[:k]:
                 for i in range(it, min(it + chunk, iters + 5)):
+                    evict()
                     comm.Barrier()
                     t = time.perf_counter()
                     call()
                     if i >= 5:  # warm-up
                         times[a].append(time.perf_counter() - t)
-        med = {a: comm.allreduce(float(np.median(times[a]))) / p * 1e6 for a in names}
-        avg = {a: comm.allreduce(float(np.mean(times[a]))) / p * 1e6 for a in names}
-        lo = {a: comm.allreduce(float(np.mean(times[a])), op=MPI.MIN) * 1e6 for a in names}
-        hi = {a: comm.allreduce(float(np.mean(times[a])), op=MPI.MAX) * 1e6 for a in names}
+        # per call, the slowest rank's time (what the job waits for), then statistics over calls
+        slowest = {a: np.empty(len(times[a])) for a in names}
+        for a in names:
+            comm.Allreduce(np.array(times[a]), slowest[a], op=MPI.MAX)
+        med = {a: float(np.median(slowest[a])) * 1e6 for a in names}
+        avg = {a: float(np.mean(slowest[a])) * 1e6 for a in names}
+        lo = {a: float(np.min(slowest[a])) * 1e6 for a in names}
+        hi = {a: float(np.max(slowest[a])) * 1e6 for a in names}
         if comm.rank == 0:
             cells = " ".join(f"{med[a]:>13.1f} ({med[a] / med['mpi']:5.2f})" for a in names)
             print(f"{x.nbytes:>9} {cells}", flush=True)
@@ -124,7 +177,7 @@ def main() -> None:
                                busbw_gbs("allreduce", x.nbytes, med[a] * 1e-6, p))
                         for a in names]
     if comm.rank == 0 and args.json and records:
-        _save(args.json, records, sys.argv, load)
+        _save(args.json, records, sys.argv, load, args.mode)
     bare.Free()
 
 

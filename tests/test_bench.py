@@ -505,6 +505,32 @@ def test_time_to_accuracy_without_evaluation(tmp_path):
     assert bad.returncode == 2 and "--within takes percentage points" in bad.stderr
 
 
+def test_allreduce_sweep_modes(tmp_path):
+    """bench/allreduce_sweep.py's evicting and back-to-back modes: the header and the JSON's run
+    say which mode the figures come from; every column is timed in each; the evicting mode's
+    default buffer is larger than the largest cache /sys reports."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sweep", ROOT / "bench" / "allreduce_sweep.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    assert sweep.llc_bytes() >= 1 << 20
+    for mode, extra in (("evicting", ["--evict-bytes", str(3 << 20)]),
+                        ("back-to-back", ["--chunk", "3"])):
+        out = tmp_path / f"{mode}.json"
+        stdout = _bench_job(2, "allreduce_sweep.py", "--algorithms", "mpi,auto,ring",
+                            "--sizes", "8,65536", "--iterations", "6", "--iterations-large", "6",
+                            "--mode", mode, *extra, out=out)
+        assert stdout.startswith(f"# p=2, mode {mode} ("), stdout
+        assert "3 MiB written before each" in stdout if mode == "evicting" else \
+            "3 calls in a row" in stdout
+        data = json.loads(out.read_text())
+        assert [r["mode"] for r in data["runs"]] == [mode]
+        assert {(r["algorithm"], r["size"]) for r in data["records"]} == \
+            {(a, n) for a in ("mpi", "auto", "ring") for n in (8, 65536)}
+        assert all(0 < r["min_us"] <= r["median_us"] <= r["max_us"] for r in data["records"])
+
+
 def test_allreduce_sweep_and_the_headline_table(tmp_path):
     """bench/allreduce_sweep.py at 2 ranks on two sizes, then bench/mpi_headline.py on its JSON:
     one row per size, the default call's and the best hand-written algorithm's time over the
