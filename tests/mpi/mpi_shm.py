@@ -425,6 +425,46 @@ def test_repeats_run_the_kernels_entry_with_the_same_bits(dtype, mode, monkeypat
                 assert np.array_equal(y.view(np.uint8), fresh.view(np.uint8)), (what, k)
 
 
+@pytest.mark.world_sizes(2)  # one process's lookups; a team needs two ranks
+@pytest.mark.mpi(min_size=2)
+def test_compiled_entries_are_kept_by_the_arrays_numba_types(comm):
+    """``Team.compiled`` keeps the entries it found by what makes the arrays' Numba types: asked
+    again (the kept answer) or first, for arrays that differ in dtype, dimensions, memory order,
+    alignment or write flag, it gives what Numba's own typing of all ten arguments finds."""
+    if comm.size == 1:  # COMM_SELF (the comm fixture)
+        pytest.skip("one process: no team")
+    team = shm.team(context(comm), collectives.Options())
+    for dtype in (np.float32, np.float64):  # the kernel for each dtype, compiled or loaded
+        collectives.allreduce(np.ones(5, dtype), algorithm="shm", comm=comm)
+    kernel = shm_team._kernels().run_rounds
+
+    def numba_says(x, out, mode, m):
+        args = (team.tab, team.regions(), x, out, out, 0, mode, m, 0, 0)
+        found = kernel.overloads.get(tuple(kernel.typeof_pyval(a) for a in args))
+        return None if found is None else found.entry_point
+
+    base = np.ones(8, np.float32)
+    readonly = base.copy()
+    readonly.flags.writeable = False
+    unaligned = np.frombuffer(bytearray(8 * 4 + 1), np.uint8)[1:].view(np.float32)
+    variants = [(base, np.empty_like(base)), (readonly, np.empty_like(base)),
+                (np.ones(8), np.empty(8)), (base.reshape(2, 4), np.empty((2, 4), np.float32)),
+                (np.ones((4, 2), np.float32).T, np.empty((2, 4), np.float32)),
+                (base[::2], np.empty(4, np.float32)), (unaligned, np.empty(8, np.float32)),
+                (base, unaligned)]
+    found = 0
+    for mode, m in ((layout.REPLICATED, 1), (layout.FUSED, comm.size)):
+        for _ in range(2):  # found, then kept
+            for x, out in variants:
+                got = team.compiled(x, out, 0, mode, m)
+                want = numba_says(x, out, mode, m)
+                assert (got is None) == (want is None), (x.flags, out.flags, mode)
+                if got is not None:
+                    assert got[0] == want, (x.flags, out.flags, mode)
+                    found += 1
+    assert found >= 4  # the 1-D aligned float32 and float64 pairs at least, in each mode
+
+
 @pytest.mark.world_sizes(2, 3, 4)  # the lane (the kernel's entry, found once)
 @pytest.mark.mpi(min_size=2)
 def test_a_lane_meets_every_change_safely(monkeypatch, comm):

@@ -154,6 +154,14 @@ def _cma_works(comm: MPI.Comm, tab: np.ndarray) -> bool:
     return bool(ok[0])
 
 
+def _typed(a: np.ndarray) -> tuple:
+    """What Numba's type of the NumPy array ``a`` as an argument is made of: its dtype,
+    dimensions, memory order (C, F or neither), alignment and write flag."""
+    flags = a.flags
+    return (a.dtype, a.ndim, flags.c_contiguous, flags.f_contiguous, flags.aligned,
+            flags.writeable)
+
+
 class Team:
     """The ranks of ``comm`` (all on one node) with their shared window and round counters.
 
@@ -217,6 +225,8 @@ class Team:
         #: (dtype number, input writable) of the calls whose round driver this rank has
         #: compiled (``ready``): they need not ask again
         self.warm: set[tuple[int, bool]] = set()
+        #: :meth:`compiled`'s answers found so far, by the arrays' Numba types (:func:`_typed`)
+        self.entries: dict[tuple, tuple[Any, int]] = {}
         #: the dtype of the last call run on the kernel (the next ones in it need not ask; one
         #: with a read-only input may still compile its own signature, waiting for it)
         self.last_warm: np.dtype | None = None
@@ -308,13 +318,21 @@ class Team:
         and ``out`` (Numba's: dtype, dimensions, memory order, alignment, write flag) and the
         call's kind, if this process has the entry (compiled or loaded), else None. Calling it
         skips the dispatcher, which types every argument at every call; it checks nothing: only
-        for :meth:`run_compiled` with arrays of those types. Not float16 (run's word views)."""
+        for :meth:`run_compiled` with arrays of those types. Not float16 (run's word views).
+        An entry found is kept by what decides those types (:func:`_typed`): Numba's typing
+        of the ten arguments costs tens of microseconds, which a call that is remembered once
+        and never repeats (a new output array at every step) would pay at each call."""
+        key = (_typed(x), _typed(out), opcode, mode, m)
+        found = self.entries.get(key)
+        if found is not None:
+            return found
         kernel = _kernels().run_rounds
         args = (self.tab, self.regions(), x, out, out, opcode, mode, m, 0, 0)
-        found = kernel.overloads.get(tuple(kernel.typeof_pyval(a) for a in args))
-        if found is None:
+        overload = kernel.overloads.get(tuple(kernel.typeof_pyval(a) for a in args))
+        if overload is None:
             return None
-        return found.entry_point, L.kind(out.dtype.num, opcode, mode, m)
+        found = self.entries[key] = overload.entry_point, L.kind(out.dtype.num, opcode, mode, m)
+        return found
 
     def run_compiled(self, entry: Any, x: np.ndarray, out: np.ndarray, opcode: int, mode: int,
                      m: int, kind: int, guard: Guard | None) -> None:
