@@ -175,6 +175,34 @@ def test_cross_memory_attach_from_a_threshold(comm):
         other.Free()
 
 
+@pytest.mark.world_sizes(2, 3)  # a team of ranks; 3: uneven blocks
+def test_rounds_smaller_than_the_slots(monkeypatch, shm_driver):
+    """A team whose ranks have a core each stages rounds of ``STAGE_DEDICATED_PER_RANK`` bytes
+    per rank through larger slots (``T_SEGMENT`` < ``T_SLOT_BYTES``), and a call by
+    cross-memory attach takes whole slots: here 64-byte rounds per rank in 4 KiB slots (every
+    world size counted as having cores enough), so that short vectors cross many rounds of both
+    sizes, in both modes and by both transfers; the same bits as the reference every time."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(shm_team, "SEGMENT_DEDICATED", 4096)
+    monkeypatch.setattr(shm_team, "STAGE_DEDICATED_PER_RANK", 64)
+    comm = MPI.COMM_WORLD.Dup()  # a communicator without a team yet: made with the above
+    try:
+        team = shm.team(context(comm), collectives.Options())
+        assert int(team.tab[layout.T_SLOT_BYTES]) == 4096
+        assert int(team.tab[layout.T_SEGMENT]) == 64 * comm.size
+        for mode, transfer in [(m, t) for m in MODES for t in TRANSFERS
+                               if t == "slots" or team.cma]:
+            monkeypatch.setattr(shm, "REPLICATE_BYTES", MODES[mode])
+            team.tab[layout.T_CMA] = TRANSFERS[transfer]
+            for op, dtype in (("sum", np.dtype(np.float32)), ("max", np.dtype(np.int16))):
+                for count in (1, comm.size + 1, 2051):  # up to 3 slots, 64 rounds
+                    x = make_input(count, dtype, op, comm.rank)
+                    y = collectives.allreduce(x, op=op, algorithm="shm", comm=comm)
+                    _check(y, x, op, comm, f"{op} {dtype} n={count} {transfer} {mode}")
+    finally:
+        comm.Free()
+
+
 def test_streaming_copy_out(monkeypatch, shm_driver, comm):
     """Long results are copied out with non-temporal stores: here from the first byte, so that
     short vectors with odd lengths and offsets take that path (unaligned heads and tails)."""

@@ -58,10 +58,12 @@ def run_rounds(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: 
     replicated = mode == L.REPLICATED
     hands_out = mode == L.FUSED or mode == L.ALLGATHER  # others need my block's result
     streaming = nbytes >= tab[L.T_STREAM]
-    seg = segment_elements(tab[L.T_SLOT_BYTES], m, isz)
+    cma = by_cma(tab, mode, nbytes)
+    # a round through the slots takes T_SEGMENT bytes (rounds that stay in cache and overlap);
+    # by cross-memory attach a whole slot (the bounce buffer's size: fewer system calls)
+    seg = segment_elements(tab[L.T_SLOT_BYTES] if cma else tab[L.T_SEGMENT], m, isz)
     xaddr, oaddr = x.ctypes.data, out.ctypes.data
     mine = tab[L.T_BASE + me]
-    cma = by_cma(tab, mode, nbytes)
     idle = 0
     if tab[L.T_PHASE] == 0:  # enter: from now on, nothing of an earlier call is read by me
         longest = -(-n // m)  # elements of the longest block
