@@ -20,6 +20,7 @@ from typing import Callable, Sequence, TextIO
 import numpy as np
 from mpi4py import MPI
 
+from ... import api
 from ..._runtime.arrays import xp
 from ..._runtime.cli import UsageError, program, usage_errors
 from ...options import Options
@@ -99,14 +100,16 @@ def _invoke(spec: Spec, name: str, buf: Buffers, comm: MPI.Comm, options: Option
     return spec.call(name, buf, comm, options)
 
 
-def rooted(fn: Callable, mpi_call: Callable) -> dict:
+def rooted(name: str, mpi_call: Callable) -> dict:
     """``call`` and ``mpi`` of a :class:`Spec` for a collective rooted at rank 0 that writes
-    ``Buffers.x``'s result into ``Buffers.out``: ``fn(x, root=0, out=out, algorithm=...,
-    comm=..., options=...)``, the call of this library, and ``mpi_call(comm, x, out, root=0)``,
-    the ``MPI.Comm`` method a user of mpi4py calls (``MPI.Comm.Gather``)."""
+    ``Buffers.x``'s result into ``Buffers.out``: ``api.<name>(x, root=0, out=out, algorithm=...,
+    comm=..., options=...)``, the call of this library (looked up at each call, as a call
+    written out would be), and ``mpi_call(comm, x, out, root=0)``, the ``MPI.Comm`` method a
+    user of mpi4py calls (``MPI.Comm.Gather``)."""
 
     def call(algorithm: str, b: Buffers, comm: MPI.Comm, options: Options) -> None:
-        fn(b.x, root=0, out=b.out, algorithm=algorithm, comm=comm, options=options)
+        getattr(api, name)(b.x, root=0, out=b.out, algorithm=algorithm, comm=comm,
+                           options=options)
 
     def mpi(b: Buffers, comm: MPI.Comm) -> None:
         mpi_call(comm, b.x, b.out, root=0)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from ... import api
 from ...blocks import GATHER
 from .collective import Buffers, Spec, entry_point, pattern, rooted
 
@@ -31,7 +30,7 @@ def _expected(count: int, dtype: np.dtype, comm: MPI.Comm) -> np.ndarray:
 SPEC = Spec(prog="osu_gather", title="Gather Latency Test", collective="gather",
             algorithms=list(GATHER), buffers=_buffers, expected=_expected,
             bus_bytes=lambda size, p: size * p, default_algorithm="binomial",
-            **rooted(api.gather, MPI.Comm.Gather))
+            **rooted("gather", MPI.Comm.Gather))
 
 #: Entry point (``argv`` defaults to the command line); ``python -m`` runs it.
 main = entry_point(SPEC, __name__)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from ... import api
 from ...blocks import SCATTER
 from .collective import Buffers, Spec, entry_point, pattern, rooted
 
@@ -34,7 +33,7 @@ def _expected(count: int, dtype: np.dtype, comm: MPI.Comm) -> np.ndarray:
 SPEC = Spec(prog="osu_scatter", title="Scatter Latency Test", collective="scatter",
             algorithms=list(SCATTER), buffers=_buffers, expected=_expected,
             bus_bytes=lambda size, p: size * p, default_algorithm="binomial",
-            **rooted(api.scatter, MPI.Comm.Scatter))
+            **rooted("scatter", MPI.Comm.Scatter))
 
 #: Entry point (``argv`` defaults to the command line); ``python -m`` runs it.
 main = entry_point(SPEC, __name__)
