@@ -69,12 +69,17 @@ def synchronize() -> None:
     cupy().cuda.get_current_stream().synchronize()
 
 
-def _note(path: str) -> None:
+def _direct() -> bool:
+    """Before MPI touches device memory: synchronise the stream, then say (and note in
+    :data:`LAST_PATH`) whether device buffers go to MPI directly or are staged."""
     global LAST_PATH
+    synchronize()
+    path = "cuda-aware" if cuda_aware() else "staged"
     if LAST_PATH != path:
         LOG.debug("collectives: device buffers %s", "go to MPI directly (CUDA-aware MPI)"
                   if path == "cuda-aware" else "are staged through pinned host memory")
     LAST_PATH = path
+    return path == "cuda-aware"
 
 
 def _pinned(slot: str, nbytes: int) -> np.ndarray:
@@ -92,11 +97,8 @@ def _pinned(slot: str, nbytes: int) -> np.ndarray:
 
 def to_mpi(a: Any, slot: str) -> Any:
     """What to hand MPI to *send* device array ``a``: ``a`` itself, or a pinned host copy."""
-    synchronize()
-    if cuda_aware():
-        _note("cuda-aware")
+    if _direct():
         return a
-    _note("staged")
     host = _pinned(slot, a.nbytes)
     a.reshape(-1).view(np.uint8).get(out=host)
     return host
@@ -104,11 +106,8 @@ def to_mpi(a: Any, slot: str) -> Any:
 
 def from_mpi(a: Any, slot: str) -> Any:
     """What MPI should *receive* into for device array ``a`` (finish with :func:`landed`)."""
-    synchronize()
-    if cuda_aware():
-        _note("cuda-aware")
+    if _direct():
         return a
-    _note("staged")
     return _pinned(slot, a.nbytes)
 
 
@@ -138,11 +137,8 @@ def staged(*positions: int) -> Callable:
             device = [i for i in positions if args[i] is not None and is_cupy(args[i])]
             if not device:
                 return fn(*args, **kwargs)
-            synchronize()
-            if cuda_aware():
-                _note("cuda-aware")
+            if _direct():
                 return fn(*args, **kwargs)
-            _note("staged")
             hosts: dict[int, np.ndarray] = {}
             new = list(args)
             for i in device:

@@ -19,14 +19,15 @@ Properties: not summable, biased, needs error feedback (DGCMemory), aggregation 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from .._backends import HOST
-from .._seeding import draw_stream, make_generator
+from .._seeding import draw_stream
 from .._util import check_ratio, k_for, uint_view
 from ..protocols import FusedFeedback
+from ._private import PrivateRandom
 from ._sparse import SparseCodec
 
 __all__ = ["DGC"]
@@ -36,7 +37,7 @@ _REFINE = 4
 
 
 @dataclass(eq=False)
-class DGC(FusedFeedback, SparseCodec):
+class DGC(PrivateRandom, FusedFeedback, SparseCodec):
     """DGC sparsification.
 
     Parameters
@@ -52,18 +53,15 @@ class DGC(FusedFeedback, SparseCodec):
     density: float = 0.001
     sample_ratio: float = 0.01
     seed: object = None
-    _rng: np.random.Generator = field(init=False, repr=False)
 
     name = "dgc"
     codec_id = 7
-    randomness = "private"
     needs_error_feedback = True
     sends_values = True
 
-    def __post_init__(self):
+    def _check(self):
         check_ratio("density", self.density)
         check_ratio("sample_ratio", self.sample_ratio)
-        self._rng = make_generator(self.seed)
 
     def _encode(self, x, ops, key, step, out):
         return self._emit(x, ops, out, self._select(x, ops))

@@ -17,20 +17,21 @@ Properties: not summable, unbiased, no error feedback needed, aggregation "mean"
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from .._layout import Section
-from .._seeding import draw_stream, make_generator, split_stream
+from .._seeding import draw_stream, split_stream
 from .._util import check_padding
 from ..base import Codec
+from ._private import PrivateRandom
 
 __all__ = ["Natural"]
 
 
 @dataclass(eq=False)
-class Natural(Codec):
+class Natural(PrivateRandom, Codec):
     """Natural compression (sign + exponent, 9 bits per element).
 
     Parameters
@@ -40,16 +41,11 @@ class Natural(Codec):
     """
 
     seed: object = None
-    _rng: np.random.Generator = field(init=False, repr=False)
 
     name = "natural"
     codec_id = 14
-    randomness = "private"
     unbiased = True
     PARAMS = (("stream", "Q"),)
-
-    def __post_init__(self):
-        self._rng = make_generator(self.seed)
 
     def body_nbytes(self, n, dtype):
         return n + (n + 7) // 8

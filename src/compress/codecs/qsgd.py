@@ -17,19 +17,17 @@ feedback needed, aggregation "mean".
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import numpy as np
-
-from .._seeding import make_generator
 from .._util import require
 from ._levels import MAX_LEVELS, LevelCodec
+from ._private import PrivateRandom
 
 __all__ = ["QSGD"]
 
 
 @dataclass(eq=False)
-class QSGD(LevelCodec):
+class QSGD(PrivateRandom, LevelCodec):
     """QSGD with ``levels`` levels per sign and L2-norm buckets.
 
     Parameters
@@ -45,17 +43,14 @@ class QSGD(LevelCodec):
     levels: int = 127
     bucket: int = 512
     seed: object = None
-    _rng: np.random.Generator = field(init=False, repr=False)
 
     name = "qsgd"
     codec_id = 8
-    randomness = "private"
     unbiased = True
 
-    def __post_init__(self):
+    def _check(self):
         require(1 <= self.levels <= MAX_LEVELS, f"levels must be in [1, {MAX_LEVELS}], got {self.levels}")
         require(self.bucket >= 1, f"bucket must be >= 1, got {self.bucket}")
-        self._rng = make_generator(self.seed)
 
     def _levels_bucket(self, n):
         return self.levels, self.bucket

@@ -15,19 +15,17 @@ Properties: not summable, unbiased, no error feedback needed, aggregation "mean"
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import numpy as np
-
-from .._seeding import make_generator
 from .._util import require
 from ._levels import LevelCodec
+from ._private import PrivateRandom
 
 __all__ = ["TernGrad"]
 
 
 @dataclass(eq=False)
-class TernGrad(LevelCodec):
+class TernGrad(PrivateRandom, LevelCodec):
     """Ternary stochastic quantization.
 
     Parameters
@@ -40,17 +38,14 @@ class TernGrad(LevelCodec):
 
     bucket: int | None = None
     seed: object = None
-    _rng: np.random.Generator = field(init=False, repr=False)
 
     name = "terngrad"
     codec_id = 9
-    randomness = "private"
     unbiased = True
     _use_max = True
 
-    def __post_init__(self):
+    def _check(self):
         require(self.bucket is None or self.bucket >= 1, f"bucket must be None or >= 1, got {self.bucket}")
-        self._rng = make_generator(self.seed)
 
     def _levels_bucket(self, n):
         return 1, (self.bucket or max(n, 1))

@@ -160,6 +160,9 @@ class SyncMode:
         self.clock = Clock() if clock is None else clock
         self.stats = Stats()
         self.ledger = MemoryLedger()
+        #: the parameters the optimizer updates (and whose momentum it keeps), and the gradient
+        #: it updates them with: the whole buffers here, a sharded mode's owned slices there
+        self.update_params, self.update_grads = params.flat, grads.flat
         for category, buf in (("parameters", params), ("gradients", grads)):
             if buf.flat is not None:
                 self.ledger.track(category, buf.flat)
@@ -213,16 +216,6 @@ class SyncMode:
         return cls(grads, params, comm, clock)
 
     # ------------------------------------------------------------------ each step
-    @property
-    def update_params(self) -> np.ndarray:
-        """The parameters the optimizer updates (and whose momentum it keeps)."""
-        return self.params.flat
-
-    @property
-    def update_grads(self) -> np.ndarray:
-        """The gradient the optimizer updates :attr:`update_params` with."""
-        return self.grads.flat
-
     def forward_hooks(self) -> dict:
         """Keyword arguments for ``MLP.evaluate``."""
         return {}

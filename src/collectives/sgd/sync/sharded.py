@@ -105,6 +105,7 @@ class Sharded(SyncMode):
                          grads=grads.flat if self.stage.full_grads else None,
                          reducer=None if state is None else self._compressed,
                          param_state=param_state)
+        self.update_params, self.update_grads = self.zero.owned_params, self.zero.owned_grads
         # stage 1 holds the whole gradient anyway: a bucket (its staging copy) is up to a
         # quarter of it; stages 2-3 hold one bucket beyond the shard
         cap = self.plan.total // 4 if self.stage.full_grads else \
@@ -173,14 +174,6 @@ class Sharded(SyncMode):
                        a.param_codec, seed=a.seed, rank=comm.rank))
 
     # ------------------------------------------------------------------ each step
-    @property
-    def update_params(self) -> np.ndarray:
-        return self.zero.owned_params
-
-    @property
-    def update_grads(self) -> np.ndarray:
-        return self.zero.owned_grads
-
     def _compressed(self, x: np.ndarray, *, out: np.ndarray, counts: Sequence[int],
                     key: str) -> None:
         compressed_reduce_scatter(x, self.state, out=out, op="avg", counts=counts,

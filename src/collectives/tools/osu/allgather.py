@@ -37,13 +37,5 @@ SPEC = Spec(prog="osu_allgather", title="Allgather Latency Test", collective="al
             algorithms=list(ALLGATHER), buffers=_buffers, expected=_expected, call=_call,
             bus_bytes=lambda size, p: size * p, default_algorithm="ring", mpi=_mpi)
 
-#: Entry point (``argv`` defaults to the command line).
-main = entry_point(SPEC)
-
-
-if __name__ == "__main__":
-    import sys
-
-    from ..._runtime.cli import program
-
-    sys.exit(program("osu_allgather", main)())
+#: Entry point (``argv`` defaults to the command line); ``python -m`` runs it.
+main = entry_point(SPEC, __name__)

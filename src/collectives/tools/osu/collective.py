@@ -20,8 +20,9 @@ from typing import Callable, Sequence, TextIO
 import numpy as np
 from mpi4py import MPI
 
+from ... import api
 from ..._runtime.arrays import xp
-from ..._runtime.cli import UsageError, usage_errors
+from ..._runtime.cli import UsageError, program, usage_errors
 from ...options import Options
 from . import compressed, report
 from .options import (DATATYPES, device_error, iterations_for, make_parser, message_sizes,
@@ -30,7 +31,7 @@ from .results import Record
 from .sweep import Sweep
 from .timing import Stat, time_interleaved
 
-__all__ = ["Spec", "Buffers", "run", "entry_point", "pattern", "column_label"]
+__all__ = ["Spec", "Buffers", "run", "entry_point", "rooted", "pattern", "column_label"]
 
 #: Column titles that would not fit in the 20-character OSU field.
 
@@ -97,6 +98,23 @@ def _invoke(spec: Spec, name: str, buf: Buffers, comm: MPI.Comm, options: Option
     if name == MPI_COLUMN:
         return spec.mpi(buf, comm)
     return spec.call(name, buf, comm, options)
+
+
+def rooted(name: str, mpi_call: Callable) -> dict:
+    """``call`` and ``mpi`` of a :class:`Spec` for a collective rooted at rank 0 that writes
+    ``Buffers.x``'s result into ``Buffers.out``: ``api.<name>(x, root=0, out=out, algorithm=...,
+    comm=..., options=...)``, the call of this library (looked up at each call, as a call
+    written out would be), and ``mpi_call(comm, x, out, root=0)``, the ``MPI.Comm`` method a
+    user of mpi4py calls (``MPI.Comm.Gather``)."""
+
+    def call(algorithm: str, b: Buffers, comm: MPI.Comm, options: Options) -> None:
+        getattr(api, name)(b.x, root=0, out=b.out, algorithm=algorithm, comm=comm,
+                           options=options)
+
+    def mpi(b: Buffers, comm: MPI.Comm) -> None:
+        mpi_call(comm, b.x, b.out, root=0)
+
+    return {"call": call, "mpi": mpi}
 
 
 def pattern(count: int, dtype: np.dtype, rank: int) -> np.ndarray:
@@ -250,9 +268,11 @@ def run(spec: Spec, argv: Sequence[str] | None = None, comm: MPI.Comm | None = N
     return records
 
 
-def entry_point(spec: Spec) -> Callable[..., list[Record]]:
+def entry_point(spec: Spec, module: str | None = None) -> Callable[..., list[Record]]:
     """``main(argv=None, comm=None, out=None)`` of the benchmark ``spec`` (see :func:`run`); a
-    usage error is printed once and ends every rank with ``SystemExit(2)``."""
+    usage error is printed once and ends every rank with ``SystemExit(2)``. ``module``: the
+    ``__name__`` of the benchmark's module; ``"__main__"`` (``python -m``) runs the benchmark on
+    the command line and exits with its status (as the console script does: ``program``)."""
 
     def main(argv: Sequence[str] | None = None, comm: MPI.Comm | None = None,
              out: TextIO | None = None) -> list[Record]:
@@ -261,4 +281,6 @@ def entry_point(spec: Spec) -> Callable[..., list[Record]]:
             return run(spec, argv, comm, out)
 
     main.__doc__ = f"Run ``{spec.prog}``: {spec.title}, OSU-compatible output."
+    if module == "__main__":
+        sys.exit(program(spec.prog, main)())
     return main

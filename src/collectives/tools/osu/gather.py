@@ -11,10 +11,8 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from ... import api
 from ...blocks import GATHER
-from ...options import Options
-from .collective import Buffers, Spec, entry_point, pattern
+from .collective import Buffers, Spec, entry_point, pattern, rooted
 
 __all__ = ["SPEC", "main"]
 
@@ -29,25 +27,10 @@ def _expected(count: int, dtype: np.dtype, comm: MPI.Comm) -> np.ndarray:
     return np.concatenate([pattern(count, dtype, r) for r in range(comm.size)])
 
 
-def _call(algorithm: str, b: Buffers, comm: MPI.Comm, options: Options) -> None:
-    api.gather(b.x, root=0, out=b.out, algorithm=algorithm, comm=comm, options=options)
-
-
-def _mpi(b: Buffers, comm: MPI.Comm) -> None:
-    comm.Gather(b.x, b.out, root=0)
-
-
 SPEC = Spec(prog="osu_gather", title="Gather Latency Test", collective="gather",
-            algorithms=list(GATHER), buffers=_buffers, expected=_expected, call=_call,
-            bus_bytes=lambda size, p: size * p, default_algorithm="binomial", mpi=_mpi)
+            algorithms=list(GATHER), buffers=_buffers, expected=_expected,
+            bus_bytes=lambda size, p: size * p, default_algorithm="binomial",
+            **rooted("gather", MPI.Comm.Gather))
 
-#: Entry point (``argv`` defaults to the command line).
-main = entry_point(SPEC)
-
-
-if __name__ == "__main__":
-    import sys
-
-    from ..._runtime.cli import program
-
-    sys.exit(program("osu_gather", main)())
+#: Entry point (``argv`` defaults to the command line); ``python -m`` runs it.
+main = entry_point(SPEC, __name__)

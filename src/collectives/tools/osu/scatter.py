@@ -12,10 +12,8 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from ... import api
 from ...blocks import SCATTER
-from ...options import Options
-from .collective import Buffers, Spec, entry_point, pattern
+from .collective import Buffers, Spec, entry_point, pattern, rooted
 
 __all__ = ["SPEC", "main"]
 
@@ -32,25 +30,10 @@ def _expected(count: int, dtype: np.dtype, comm: MPI.Comm) -> np.ndarray:
     return pattern(count, dtype, comm.rank)
 
 
-def _call(algorithm: str, b: Buffers, comm: MPI.Comm, options: Options) -> None:
-    api.scatter(b.x, root=0, out=b.out, algorithm=algorithm, comm=comm, options=options)
-
-
-def _mpi(b: Buffers, comm: MPI.Comm) -> None:
-    comm.Scatter(b.x, b.out, root=0)
-
-
 SPEC = Spec(prog="osu_scatter", title="Scatter Latency Test", collective="scatter",
-            algorithms=list(SCATTER), buffers=_buffers, expected=_expected, call=_call,
-            bus_bytes=lambda size, p: size * p, default_algorithm="binomial", mpi=_mpi)
+            algorithms=list(SCATTER), buffers=_buffers, expected=_expected,
+            bus_bytes=lambda size, p: size * p, default_algorithm="binomial",
+            **rooted("scatter", MPI.Comm.Scatter))
 
-#: Entry point (``argv`` defaults to the command line).
-main = entry_point(SPEC)
-
-
-if __name__ == "__main__":
-    import sys
-
-    from ..._runtime.cli import program
-
-    sys.exit(program("osu_scatter", main)())
+#: Entry point (``argv`` defaults to the command line); ``python -m`` runs it.
+main = entry_point(SPEC, __name__)
