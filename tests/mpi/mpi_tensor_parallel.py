@@ -182,11 +182,13 @@ def test_driver_tensor_matches_data_parallelism_over_the_replicas(tmp_path_facto
     for dp, t in _meshes(WORLD.size):
         split = f"{folder}/tp{t}.npy"
         s = train([*TINY, "--tensor", str(t), "--check-replicas", "--save-params", split], WORLD)
-        assert s["tensor"] == t and s["world"] == dp
+        assert s["mesh"] == {"dp": dp, "pp": 1, "tp": t} and s["tensor"] == t
         # one forward allreduce of B x 24 per step (the first pair needs no input gradient) and
-        # one per evaluated test sample of this replica's share
+        # one of the evaluated test samples of this replica's share; the ring sends 2 (T-1)/T
+        # of each
         tested = len(datasets.load("digits").y_test[WORLD.rank // t::dp])
-        assert s["tp_comm"][1] == (s["steps"] * 4 + tested) * 24 * 4
+        assert s["tp_comm"][1] == 2 * (t - 1) * (s["steps"] * 4 + tested) * 24 * 4 // t
+        assert s["axes"]["pp"]["bytes_max"] == 0  # one stage: nothing between stages
         sub = WORLD.Split(0 if WORLD.rank < dp else MPI.UNDEFINED, WORLD.rank)
         plain = f"{folder}/dp{dp}.npy"
         if sub != MPI.COMM_NULL:

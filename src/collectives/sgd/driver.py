@@ -16,7 +16,8 @@ nothing else of the compression: the error-feedback residuals, the codec's own s
 warm-start Q, the private generator of QSGD, TernGrad, ...), the "two_phase" strategy's
 server-side residuals. Statistics (times, bytes, history) continue from the checkpoint too.
 Under gossip the parameters differ between ranks, so every rank's own are saved, with its
-momentum (as local SGD's), and under ``--tensor`` every rank's own shard of both; under
+momentum (as local SGD's), and on a mesh (``--mesh``, ``--pipeline``, ``--tensor``) every
+rank's own shard of both; under
 CHOCO-SGD (``--sync gossip:GRAPH --codec``) also every rank's ``ChocoGossip.state_dict()``:
 the public copies of itself and its in-neighbors, which the next round's compressed differences
 are taken against, and its codec's own state. With ``--shard`` every rank writes its owned
@@ -45,7 +46,7 @@ import collectives
 
 from ..compressed import CompressionState
 from ..compressed.strategies import STRATEGIES
-from . import checkpoint, data, datasets, report, sync, tensor_parallel
+from . import checkpoint, data, datasets, report, sync
 from ..diagnostics import timeline
 from .._runtime import workspace
 from .._runtime.cli import program
@@ -83,12 +84,10 @@ class Trainer:
 
     def __init__(self, cfg: Config, ds: datasets.Dataset, comm: MPI.Comm) -> None:
         a = self.args = cfg.args
-        #: ``--tensor T``: the dp x tp mesh; the replicas (data, exchange) are the dp axis's
-        self.mesh = tensor_parallel.build_mesh(comm, a.tensor) if a.tensor else None
+        self.mesh = None  # a run on a dp x pp x tp mesh is PipelinedTrainer's
         self.speaks = comm.rank == 0  # the rank that prints
-        #: the ranks a checkpoint gathers: every rank of the job (each ``--tensor`` rank its shard)
+        #: the ranks a checkpoint gathers: every rank of the job
         self.job = comm
-        comm = comm if self.mesh is None else self.mesh.comm("dp")
         self.cfg, self.ds, self.comm = cfg, ds, comm
         self.world, self.rank = comm.size, comm.rank
         self.sizes = (ds.features, *cfg.hidden, ds.classes)
@@ -108,10 +107,7 @@ class Trainer:
             if problem:
                 raise UsageError(problem)
         # the buffers the mode needs whole (--shard keeps slices of them instead)
-        self.model = MLP(self.sizes, seed=a.seed, hold=cfg.mode.holds(cfg)) \
-            if self.mesh is None else \
-            tensor_parallel.TensorParallelMLP(self.sizes, self.mesh.comm("tp"), seed=a.seed,
-                                              algorithm=a.algorithm)
+        self.model = MLP(self.sizes, seed=a.seed, hold=cfg.mode.holds(cfg))
         self.clock = Clock()
         self.step_seconds: list[float] = []  # each step's wall time on this rank (the median)
         self.exchange = sync.build(cfg, self.model.grads, self.model.params, self.state, comm,
@@ -129,8 +125,7 @@ class Trainer:
         self.own_params = self.exchange.own_params
         self.own_momentum = self.exchange.own_momentum
         #: whether a checkpoint keeps every rank's own parameters and momentum (else rank 0's)
-        self.saves_own = (self.own_params or self.mesh is not None,
-                          self.own_momentum or self.mesh is not None)
+        self.saves_own = (self.own_params, self.own_momentum)
         self.history_keys = HISTORY_KEYS + (("consensus",) if self.own_params else ())
         n, k = self.model.params.size, a.consensus_coords
         #: the coordinates the consensus distance is estimated from (None: all of them, or no
@@ -351,10 +346,9 @@ class Trainer:
         return data.shard(len(self.ds.y_train), self.world, self.rank, self.args.seed, epoch)
 
     def params_to_save(self) -> np.ndarray | None:
-        """What ``--save-params`` writes (rank 0): the unsplit model's parameters, gathered over
-        the tp axis with ``--tensor`` and from the owners' shards with ``--shard`` (collective:
-        every rank calls it)."""
-        return self.exchange.full_params() if self.mesh is None else self.model.full_params()
+        """What ``--save-params`` writes (rank 0): the model's parameters, gathered from the
+        owners' shards with ``--shard`` (collective: every rank calls it)."""
+        return self.exchange.full_params()
 
     def close(self) -> None:
         self.exchange.close()
@@ -439,8 +433,6 @@ class Trainer:
                 "world": self.world, "params": self.model.params.size, "steps": self.step,
                 "codec": a.codec + (" + error feedback" if ef else "") + mc,
                 "algorithm": a.algorithm, "sync": a.sync, "hidden": list(self.cfg.hidden),
-                "tensor": a.tensor or 1,
-                "tp_comm": self.model.comm_stats if a.tensor else None,
                 "loss": last.get("loss", float("nan")), "train_acc": last.get("train_acc", 0.0),
                 "test_acc": last.get("test_acc", 0.0), "seconds": secs,
                 "wall_s": self.elapsed + self.run_seconds(), "analytic": self.exchange.analytic,
@@ -459,7 +451,8 @@ class Trainer:
 
 
 class PipelinedTrainer(Pipelined, Trainer):
-    """``--pipeline S``: the trainer of a model cut into stages (:mod:`collectives.sgd.pipelined`)."""
+    """``--mesh``, ``--pipeline S``, ``--tensor T``: the trainer of a model on a dp x pp x tp
+    mesh, cut into stages whose layer pairs are split (:mod:`collectives.sgd.pipelined`)."""
 
     def __init__(self, cfg: Config, ds: datasets.Dataset, comm: MPI.Comm) -> None:
         super().__init__(cfg, ds, comm)
@@ -488,7 +481,7 @@ def train(argv: list[str] | None = None, comm: MPI.Comm | None = None) -> dict |
     ds = datasets.load(pre.args.dataset, pre.args.subset)
     cfg = parse(argv, comm.size, len(ds.y_train))
     limit_threads(comm.size)
-    t = (PipelinedTrainer if cfg.args.pipeline else Trainer)(cfg, ds, comm)
+    t = (PipelinedTrainer if cfg.mesh else Trainer)(cfg, ds, comm)
     t.t_start = time.perf_counter()
     if cfg.args.resume:
         try:
@@ -511,8 +504,7 @@ def train(argv: list[str] | None = None, comm: MPI.Comm | None = None) -> dict |
             t.mesh.free()
         return None
     s = t.summary()
-    # what --save-params writes: the unsplit model (collective with --tensor, --pipeline and
-    # --shard)
+    # what --save-params writes: the unsplit model (collective on a mesh and with --shard)
     params = t.params_to_save() if cfg.args.save_params else None
     if t.speaks:
         _outputs(t, s, params)
