@@ -109,7 +109,8 @@ def test_bad_meshes_stop_every_rank():
              (["--mesh", f"xp={W}"], "at most once"),
              (["--mesh", f"dp={W}", "--pipeline", "1"], "shorthands"),
              (["--mesh", f"dp={W}", "--shard", "2"], "does not compose with --mesh"),
-             (["--mesh", f"dp={W}", "--codec", "topk:ratio=0.5"], "does not take --codec"),
+             (["--mesh", f"dp={W}", "--codec", "topk:ratio=0.5", "--momentum-correction"],
+              "does not take --momentum-correction"),
              (["--mesh", f"pp=1,dp={W}", "--hidden", "8"], None)]
     if W >= 2:
         cases += [(["--mesh", f"dp={W // 2},tp=2", "--hidden", "12,8,9,8"],
@@ -127,6 +128,42 @@ def test_bad_meshes_stop_every_rank():
             parse(base + extra, W, 64)
         assert main(base + extra, WORLD) == 2
     assert train([*base, "--mesh", f"dp={W}"], WORLD) is not None
+
+
+@pytest.mark.world_sizes(4)
+def test_codec_compresses_the_dp_exchange():
+    """dp2 x pp2 with ``--codec``: each shard's dp exchange compressed. fp16 (no memory) sends
+    half the dense run's bytes over dp and nothing else changes on the other axes; its
+    parameters differ from the dense run's (it was applied) by fp16's rounding at most; topk
+    with error feedback, stopped and resumed, ends with the bits of the run that never stopped
+    (every rank's residual of its shard in the checkpoint)."""
+    mesh = (2, 2, 1)
+    runs = {}
+    for codec in ("none", "fp16"):
+        t = trainer(_argv(mesh, "--codec", codec), WORLD)
+        try:
+            assert t.train()
+            runs[codec] = (t.gather_params(), t.summary())
+        finally:
+            t.close()
+    (dense, sd), (half, sh) = runs["none"], runs["fp16"]
+    assert sh["axes"]["dp"]["bytes"] == pytest.approx(sd["axes"]["dp"]["bytes"] / 2, rel=0.01)
+    assert sh["axes"]["pp"]["bytes"] == sd["axes"]["pp"]["bytes"]
+    err = np.abs(half - dense).max() / np.abs(dense).max()
+    assert 0 < err < 1e-2, err
+    d = WORLD.bcast(tempfile.mkdtemp() if WORLD.rank == 0 else None, root=0)
+    try:
+        argv = _argv(mesh, "--codec", "topk:ratio=0.5", "--epochs", "2")
+        train([*argv, "--save-params", f"{d}/whole.npy"], WORLD)
+        ckpt = ["--checkpoint-dir", f"{d}/ckpt", "--checkpoint-every", "2"]
+        assert train([*argv, *ckpt, "--stop-after", "2"], WORLD) is None
+        train([*argv, *ckpt, "--resume", "--save-params", f"{d}/again.npy"], WORLD)
+        WORLD.Barrier()
+        assert np.array_equal(np.load(f"{d}/whole.npy"), np.load(f"{d}/again.npy"))
+    finally:
+        WORLD.Barrier()
+        if WORLD.rank == 0:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.mark.world_sizes(4)

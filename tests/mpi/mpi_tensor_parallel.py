@@ -220,13 +220,13 @@ def test_driver_tensor_resume_is_bitwise(tmp_path_factory):
 
 
 def test_driver_refuses_bad_tensor_arguments_on_every_rank():
-    """A T that does not divide the world or a hidden width, an option it does not combine
-    with: exit code 2 on every rank, before any message (rank 0 prints the one line)."""
+    """A T that does not divide the world or a hidden width, an option it does not take: exit
+    code 2 on every rank, before any message (rank 0 prints the one line)."""
     from collectives.sgd import main
 
     p = WORLD.size
     bad = [["--tensor", str(p + 1)], ["--tensor", str(p), "--hidden", f"{2 * p + 1},8"],
-           ["--tensor", "1", "--codec", "topk:ratio=0.1"], ["--tensor", "1", "--overlap"]]
+           ["--tensor", "1", "--sync", "local:2"], ["--tensor", "1", "--overlap"]]
     if p == 1:
         bad.pop(1)  # every width is a multiple of 1
     for extra in bad:

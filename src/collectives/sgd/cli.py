@@ -217,7 +217,7 @@ def _mesh_shape(a: argparse.Namespace, world: int) -> tuple[tuple[int, int, int]
 
 
 def _check_mesh(a: argparse.Namespace, shape: tuple[int, int, int], flag: str,
-                hidden: tuple[int, ...], codec: str | None) -> str | None:
+                hidden: tuple[int, ...]) -> str | None:
     """What is wrong with the mesh and the pipeline flags (None: nothing); fills in their
     defaults."""
     S, T = shape[1], shape[2]
@@ -242,13 +242,14 @@ def _check_mesh(a: argparse.Namespace, shape: tuple[int, int, int], flag: str,
     if a.shard:
         return (f"--shard {a.shard} does not compose with {flag} yet: ZeRO within each dp "
                 "group of a pp x tp mesh is not built; give one of them")
-    others = [f for f, v in (("--sync " + a.sync, a.sync != "sync"), ("--codec", codec),
+    others = [f for f, v in (("--sync " + a.sync, a.sync != "sync"),
+                             ("--momentum-correction", a.momentum_correction),
                              ("--overlap", a.overlap), ("--timeline", a.timeline and S > 1))
               if v]
     if others:
         return (f"{flag} does not take {', '.join(others)}: a run on a dp x pp x tp mesh "
-                "averages its shards' dense gradients over dp every step, after the pipeline "
-                "(docs/parallelism.md)")
+                "averages its shards' gradients over dp every step, after the pipeline, "
+                "dense or compressed by --codec (docs/parallelism.md)")
     return None
 
 
@@ -372,8 +373,7 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
         raise UsageError(f"--sparsity-warmup needs a dgc or topk codec, got {name!r}")
     if a.clip is not None and not 0 < a.clip < float("inf"):
         raise UsageError(f"--clip must be a positive L2 norm, got {a.clip}")
-    message = _check_mesh(a, shape, flag, a.hidden or MODELS[a.model], codec_name) \
-        if shape else None
+    message = _check_mesh(a, shape, flag, a.hidden or MODELS[a.model]) if shape else None
     if message:
         raise UsageError(message)
     for path, exts in ((a.log, (".csv", ".json")), (a.plot, (".png",))):

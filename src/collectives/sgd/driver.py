@@ -37,6 +37,7 @@ import math
 import os
 import sys
 import time
+from typing import Callable
 
 import numpy as np
 from compress import SparsityWarmup
@@ -95,17 +96,7 @@ class Trainer:
         self.total = a.epochs * self.spe
         self.schedule = Schedule(a.lr, a.batch_size * self.world,
                                  int(round(a.warmup_epochs * self.spe)), self.total)
-        self.state: CompressionState | None = None
-        if cfg.codec_name:
-            try:
-                self.state = self.build(self.rank)
-            except (ValueError, TypeError) as e:
-                raise UsageError(f"--codec {a.codec}: {e}") from None
-            problem = STRATEGIES[a.strategy].why_not(
-                self.state.codec, self.state.memory, auto=self.state.auto is not None) \
-                if a.strategy != "auto" else None
-            if problem:
-                raise UsageError(problem)
+        self.state = self.compression()
         # the buffers the mode needs whole (--shard keeps slices of them instead)
         self.model = MLP(self.sizes, seed=a.seed, hold=cfg.mode.holds(cfg))
         self.clock = Clock()
@@ -118,9 +109,7 @@ class Trainer:
         self.ledger = self.exchange.ledger  # peak memory per category (the report)
         self.ledger.track("optimizer", self.opt.velocity)
         self.ledger.probe("buffers", workspace.held_bytes)
-        if self.state is not None:
-            self.ledger.probe("codec", lambda: sum(
-                int(v.nbytes) for v in self.state.state_dict().values()))
+        self.track_codec()
         #: where each kind of state is kept in a checkpoint: the same on every rank or its own
         self.own_params = self.exchange.own_params
         self.own_momentum = self.exchange.own_momentum
@@ -137,6 +126,29 @@ class Trainer:
         self.history: list[dict] = []
         self.elapsed = 0.0            # wall seconds of earlier runs of this job (resume)
         self.epoch_loss = np.zeros(3)  # loss sum, correct, samples of the current epoch
+
+    def compression(self) -> CompressionState | None:
+        """This rank's compression state of ``--codec`` (None without one); raises UsageError
+        (the same on every rank) for a codec or strategy that cannot run."""
+        a = self.args
+        if not self.cfg.codec_name:
+            return None
+        try:
+            state = self.build(self.rank)
+        except (ValueError, TypeError) as e:
+            raise UsageError(f"--codec {a.codec}: {e}") from None
+        problem = STRATEGIES[a.strategy].why_not(
+            state.codec, state.memory, auto=state.auto is not None) \
+            if a.strategy != "auto" else None
+        if problem:
+            raise UsageError(problem)
+        return state
+
+    def track_codec(self) -> None:
+        """The codec's state in the memory ledger (the report's peak memory)."""
+        if self.state is not None:
+            self.ledger.probe("codec", lambda: sum(
+                int(v.nbytes) for v in self.state.state_dict().values()))
 
     def build(self, rank: int) -> CompressionState:
         """The compression state of ``rank`` for ``--codec`` (and DGC's options)."""
@@ -205,22 +217,28 @@ class Trainer:
             members.update({f"rank{r}/{k}": v for k, v in mine.items()})
             members.update({f"rank{r}/{CHOCO_PREFIX}{k}": v
                             for k, v in self.exchange.state_layout(r).items()})
-
-        def with_state(step: int) -> dict[str, checkpoint.Member]:
-            layouts = self.comm.gather(self._state_layout(step), root=0) or [{}] * self.world
-            return {**members, **{f"rank{r}/{STATE_PREFIX}{k}": v
-                                  for r, layout in enumerate(layouts) for k, v in layout.items()}}
-
         meta = {"version": checkpoint.VERSION, "world": self.job.size,
                 "fingerprint": self.fingerprint, "config": self.config_text,
                 "total_steps": self.total, "steps_per_epoch": self.spe,
                 "step_multiple": self.cfg.local_every or 1, "history_keys": self.history_keys}
+        return self.with_state(members), meta
+
+    def with_state(self, members: dict[str, checkpoint.Member]
+                   ) -> dict[str, checkpoint.Member] | Callable[[dict], dict]:
+        """Collective over the job: ``members`` and every rank's compression state's, or (with
+        ``--dense-steps``) the function of the saved meta that picks them."""
+
+        def with_state(step: int) -> dict[str, checkpoint.Member]:
+            layouts = self.job.gather(self._state_layout(step), root=0) or [{}] * self.job.size
+            return {**members, **{f"rank{r}/{STATE_PREFIX}{k}": v
+                                  for r, layout in enumerate(layouts) for k, v in layout.items()}}
+
         dense = self.args.dense_steps
         if not dense or self.state is None:
-            return with_state(0), meta
+            return with_state(0)
         # --dense-steps: a checkpoint of the dense steps holds no memory (or codec state) yet
         early, late = with_state(0), with_state(dense)
-        return (lambda saved: late if saved["step"] > dense else early), meta
+        return lambda saved: late if saved["step"] > dense else early
 
     def _state_layout(self, step: int) -> dict[str, checkpoint.Member]:
         """The layout of this rank's compression state after an exchange at ``step``."""
@@ -230,7 +248,7 @@ class Trainer:
         state = self.build(self.rank)
         grads = FusionBuffer(self.model.grads.shapes)
         grads.flat[...] = np.random.default_rng(self.rank).standard_normal(grads.size)
-        exchange = sync.Synchronous(grads, grads, self.comm, Clock(), state=state,
+        exchange = sync.Synchronous(grads, grads, self.exchange.comm, Clock(), state=state,
                                     algorithm=a.algorithm, strategy=a.strategy,
                                     bucket_bytes=self.exchange.bucket_bytes)
         hooks = exchange.backward_hooks(step)  # --overlap: every bucket, as backward starts them

@@ -246,9 +246,13 @@ class Pipelined:
         self.cfg, self.ds, self.comm = cfg, ds, comm
         self.world, self.rank = comm.size, comm.rank
         self.sizes = (ds.features, *cfg.hidden, ds.classes)
+        self.replicas = cfg.mesh[0]
+        self.spe = data.steps_per_epoch(len(ds.y_train), self.replicas, a.batch_size)
+        self.total = a.epochs * self.spe
+        # --codec: this rank's state (private seeds by its rank in the job), for the dp exchange
+        self.state = self.compression()
         self.mesh = Mesh(cfg.mesh, names=MESH_AXES, comm=comm)
         S = self.mesh.size("pp")
-        self.replicas = self.mesh.size("dp")
         self.replica, self.stage_index, self.tp_index = self.mesh.coords()
         self.bounds = stage_bounds(self.sizes, S, a.split)
         lo, hi = self.bounds[self.stage_index], self.bounds[self.stage_index + 1]
@@ -260,16 +264,13 @@ class Pipelined:
         self.microbatches = a.micro_batches or S
         self.pipe = Pipeline(a.schedule or "1f1b", self.microbatches, self.mesh.comm("pp"),
                              world=self.mesh.comm())
-        self.spe = data.steps_per_epoch(len(ds.y_train), self.replicas, a.batch_size)
-        self.total = a.epochs * self.spe
         self.schedule = Schedule(a.lr, a.batch_size * self.replicas,
                                  int(round(a.warmup_epochs * self.spe)), self.total)
-        self.state = None
-        self.opt = SGD(self.stage.params.flat, a.momentum, a.weight_decay)
         self.clock = Clock()
         self.step_seconds: list[float] = []
-        self.exchange = sync.build(cfg, self.stage.grads, self.stage.params, None,
+        self.exchange = sync.build(cfg, self.stage.grads, self.stage.params, self.state,
                                    self.mesh.comm("dp"), self.clock)
+        self.opt = SGD(self.exchange.update_params, a.momentum, a.weight_decay)
         # a checkpoint holds every rank's own shard (parameters, momentum, counters)
         self.own_params = self.own_momentum = True
         self.saves_own = (True, True)
@@ -277,6 +278,7 @@ class Pipelined:
         self.ledger = self.exchange.ledger  # peak memory per category (the report)
         self.ledger.track("optimizer", self.opt.velocity)
         self.ledger.probe("buffers", workspace.held_bytes)
+        self.track_codec()
         self.history_keys = HISTORY_KEYS
         self.coords = None
         self.step = 0
@@ -299,7 +301,8 @@ class Pipelined:
         return meta, shared, mine
 
     def expected(self) -> tuple[dict[str, checkpoint.Member], dict]:
-        """Collective: every rank's own shard (its size), the driver's meta."""
+        """Collective: every rank's own shard (its size) and compression state, the driver's
+        meta."""
         sizes = self.comm.allgather(self.stage.params.size)
         stats = checkpoint.Member("<f8", self.exchange.stats.as_array().shape)
         counters = checkpoint.Member("<f8", self._counters().shape)
@@ -314,7 +317,7 @@ class Pipelined:
                 "fingerprint": self.fingerprint, "config": self.config_text,
                 "total_steps": self.total, "steps_per_epoch": self.spe, "step_multiple": 1,
                 "history_keys": self.history_keys}
-        return members, meta
+        return self.with_state(members), meta
 
     def restore(self, meta: dict, shared: dict, mine: dict) -> None:
         super().restore(meta, shared, mine)
@@ -344,7 +347,7 @@ class Pipelined:
             self.epoch_loss += (st.loss_sum, st.correct, len(batch))
         self.exchange(step)  # the shard's gradient averaged over its dp group
         with self.clock.measure("compute"):
-            self.opt.step(st.grads.flat, self.schedule(step))
+            self.opt.step(self.exchange.update_grads, self.schedule(step))
         if a.check_replicas:  # every dp group's shards alike (all ranks see every group's)
             digest = hashlib.blake2b(st.params.flat.tobytes(), digest_size=8).hexdigest()
             groups: dict[tuple[int, int], set[str]] = {}
