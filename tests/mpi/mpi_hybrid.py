@@ -81,6 +81,7 @@ def test_hybrid_training_matches_one_process():
             assert 0 <= st["bubble"] <= 1 and st["peak_activation_bytes"] > 0
 
 
+@pytest.mark.world_sizes(1, 2, 4)  # parsing alone: every rank alike
 def test_shorthands_are_mesh_shapes():
     """``--pipeline S --tensor T`` is the mesh (W/(S T), S, T): the same configuration (and
     checkpoint fingerprint) as ``--mesh``; ``--tensor T`` alone (W/T, 1, T)."""
@@ -108,7 +109,8 @@ def test_bad_meshes_stop_every_rank():
              (["--mesh", f"pp={W},pp=1"], "at most once"),
              (["--mesh", f"xp={W}"], "at most once"),
              (["--mesh", f"dp={W}", "--pipeline", "1"], "shorthands"),
-             (["--mesh", f"dp={W}", "--shard", "2"], "does not compose with --mesh"),
+             (["--mesh", f"dp={W}", "--shard", "2"], "ZeRO stages 2 and 3"),
+             (["--pipeline", "1", "--shard", "3"], "--shard 3 on a mesh \\(--pipeline\\)"),
              (["--mesh", f"dp={W}", "--codec", "topk:ratio=0.5", "--momentum-correction"],
               "does not take --momentum-correction"),
              (["--mesh", f"pp=1,dp={W}", "--hidden", "8"], None)]
@@ -160,6 +162,32 @@ def test_codec_compresses_the_dp_exchange():
         train([*argv, *ckpt, "--resume", "--save-params", f"{d}/again.npy"], WORLD)
         WORLD.Barrier()
         assert np.array_equal(np.load(f"{d}/whole.npy"), np.load(f"{d}/again.npy"))
+    finally:
+        WORLD.Barrier()
+        if WORLD.rank == 0:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.world_sizes(4)
+def test_shard_1_within_the_dp_groups():
+    """dp2 x pp2 with ``--shard 1``: the optimizer state sharded within each dp group (half of
+    it per rank), the same bits as the mesh without sharding; stopped and resumed (every rank's
+    owned slices in its own file), the same bits again."""
+    mesh = (2, 2, 1)
+    d = WORLD.bcast(tempfile.mkdtemp() if WORLD.rank == 0 else None, root=0)
+    try:
+        argv = _argv(mesh, "--epochs", "2")
+        plain = train([*argv, "--save-params", f"{d}/plain.npy"], WORLD)
+        zero = train([*argv, "--shard", "1", "--save-params", f"{d}/zero.npy"], WORLD)
+        ckpt = ["--checkpoint-dir", f"{d}/ckpt", "--checkpoint-every", "2", "--shard", "1"]
+        assert train([*argv, *ckpt, "--stop-after", "2"], WORLD) is None
+        train([*argv, *ckpt, "--resume", "--save-params", f"{d}/again.npy"], WORLD)
+        WORLD.Barrier()
+        whole = np.load(f"{d}/plain.npy")
+        assert np.array_equal(whole, np.load(f"{d}/zero.npy"))
+        assert np.array_equal(whole, np.load(f"{d}/again.npy"))
+        for dense, sharded in zip(plain["memory_ranks"], zero["memory_ranks"]):
+            assert sharded["optimizer"] <= dense["optimizer"] // 2 + 4
     finally:
         WORLD.Barrier()
         if WORLD.rank == 0:

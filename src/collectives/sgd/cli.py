@@ -239,9 +239,12 @@ def _check_mesh(a: argparse.Namespace, shape: tuple[int, int, int], flag: str,
                 "give at least S (the bubble is (S-1)/(M+S-1))")
     if a.micro_batches > a.batch_size:
         return f"--micro-batches {a.micro_batches} exceeds the --batch-size {a.batch_size}"
-    if a.shard:
-        return (f"--shard {a.shard} does not compose with {flag} yet: ZeRO within each dp "
-                "group of a pp x tp mesh is not built; give one of them")
+    if a.shard and a.shard > 1:
+        return (f"--shard {a.shard} on a mesh ({flag}): ZeRO stages 2 and 3 reduce-scatter each "
+                "gradient block as backward writes it, where the stages add every "
+                "micro-batch's gradient into the whole gradient first, and split layers hold "
+                "shards of their own; --shard 1 (the optimizer state sharded within each dp "
+                "group) composes with a mesh")
     others = [f for f, v in (("--sync " + a.sync, a.sync != "sync"),
                              ("--momentum-correction", a.momentum_correction),
                              ("--overlap", a.overlap), ("--timeline", a.timeline and S > 1))

@@ -308,9 +308,10 @@ class Pipelined:
         counters = checkpoint.Member("<f8", self._counters().shape)
         members = {"meta": checkpoint.Member.text(checkpoint.META_MAX_CHARS)}
         for r, n in enumerate(sizes):
-            members.update({f"rank{r}/params": checkpoint.Member("<f4", (n,)),
-                            f"rank{r}/momentum": checkpoint.Member("<f4", (n,)),
-                            f"rank{r}/epoch_loss": checkpoint.Member("<f8", (3,)),
+            if not self.exchange.sharded:  # --shard 1: in the ranks' own files (Trainer.own)
+                members.update({f"rank{r}/params": checkpoint.Member("<f4", (n,)),
+                                f"rank{r}/momentum": checkpoint.Member("<f4", (n,))})
+            members.update({f"rank{r}/epoch_loss": checkpoint.Member("<f8", (3,)),
                             f"rank{r}/stats": stats,
                             f"rank{r}/pipeline": counters})
         meta = {"version": checkpoint.VERSION, "world": self.world,
@@ -336,6 +337,7 @@ class Pipelined:
         batch = order[i * a.batch_size:(i + 1) * a.batch_size]
         st.begin(self.ds.x_train[batch] if st.first else None,
                  self.ds.y_train[batch] if st.last else None, len(batch), self.microbatches)
+        self.exchange.pull(step)  # --shard 1: the step the exchange belongs to
         stats = self.pipe.step(st)
         self.clock.seconds["compute"] += stats.compute_s
         self.clock.seconds["bubble"] += stats.idle_s
@@ -348,6 +350,7 @@ class Pipelined:
         self.exchange(step)  # the shard's gradient averaged over its dp group
         with self.clock.measure("compute"):
             self.opt.step(self.exchange.update_grads, self.schedule(step))
+        self.exchange.average_params(step)  # --shard 1: the owners' slices gathered
         if a.check_replicas:  # every dp group's shards alike (all ranks see every group's)
             digest = hashlib.blake2b(st.params.flat.tobytes(), digest_size=8).hexdigest()
             groups: dict[tuple[int, int], set[str]] = {}
