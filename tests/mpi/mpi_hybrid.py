@@ -196,9 +196,9 @@ def test_shard_1_within_the_dp_groups():
 
 @pytest.mark.world_sizes(4)
 def test_resume_gives_the_same_bits():
-    """pp2 x tp2 (every rank its own shard), stopped after step 2 with a checkpoint and resumed, ends with the
-    bits of the run that never stopped; resuming on another mesh is refused on every rank."""
-    W = WORLD.size
+    """pp2 x tp2 (every rank its own shard), stopped after step 2 with a checkpoint and resumed,
+    ends with the bits of the run that never stopped; resuming on another mesh is refused on
+    every rank."""
     mesh = (1, 2, 2)
     d = WORLD.bcast(tempfile.mkdtemp() if WORLD.rank == 0 else None, root=0)
     try:

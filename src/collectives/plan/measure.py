@@ -4,9 +4,10 @@ configurations, and (``--measure``) their measured step time beside the predicti
 A configuration becomes ``mpiexec -n RANKS [-ppn PER_HOST] python -m collectives.sgd`` with the
 driver's flags: ``--mesh dp=D,pp=S,tp=T`` (pp or tp > 1: the driver's hybrid parallelism),
 ``--micro-batches M --schedule K`` (pp > 1), ``--shard Z`` (ZeRO stage > 0), ``--codec C``, and
-``--batch-size G / dp``: the global batch ``G`` split over the data-parallel replicas. Before running one, the driver's own parser is asked
-whether it knows every flag; a flag it does not know (a feature not merged into this
-installation) is reported and that configuration skipped, never run with the flag dropped.
+``--batch-size G / dp``: the global batch ``G`` split over the data-parallel replicas. Before
+running one, the driver's own parser is asked whether it knows every flag; a flag it does not
+know (a feature not merged into this installation) is reported and that configuration skipped,
+never run with the flag dropped.
 Measured is the driver's median step time (``step_median_s`` of its ``--log`` JSON summary).
 """
 

@@ -340,10 +340,11 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
                          "--shard 3")
     shape, flag = _mesh_shape(a, world)
     if shape is None:
-        given = [f for f, v in (("--micro-batches", a.micro_batches), ("--schedule", a.schedule),
-                                ("--split", a.split)) if v is not None]
+        given = [f for f, v in (("--micro-batches", a.micro_batches),
+                                ("--schedule", a.schedule), ("--split", a.split)) if v is not None]
         if given:
-            raise UsageError(f"{', '.join(given)} need --pipeline S or --mesh pp=S (a pipeline)")
+            raise UsageError(f"{', '.join(given)} need --pipeline S or --mesh pp=S (a "
+                             "pipeline)")
     else:
         world = shape[0]  # the data is split over the dp replicas
     n = min(n_train, a.subset or n_train)
