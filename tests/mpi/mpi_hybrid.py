@@ -1,15 +1,17 @@
 """Hybrid parallelism in the SGD driver (``--mesh dp=A,pp=B,tp=C``): pipeline stages whose
 hidden-layer pairs are split over ``tp``, replicas over ``dp``. The parameters after N steps
-against the same model trained in one process on the same global batches, at meshes with
-singleton axes and dp2 x pp2, pp2 x tp2, dp2 x tp2, dp2 x pp2 x tp2, over a 5-layer model that
-no pp of 2 or 4 divides; the report's per-axis communication; a mesh that does not match the
-world and a model that cannot be split, refused on every rank; a bitwise resume.
+against the same model trained in one process on the same global batches, at dp2 x pp2,
+pp2 x tp2, dp2 x tp2 (each with a singleton axis), pp4 and dp2 x pp2 x tp2, over a 5-layer
+model that no pp of 2 or 4 divides; the report's per-axis communication; the shorthands as
+mesh shapes; a mesh that does not match the world and a model that cannot be split, refused on
+every rank; ``--codec`` and ``--shard 1`` on the dp axis; a bitwise resume.
 
 Tolerance: the micro-batches' gradients and the row layers' partial products are summed in
 another order than one batch's matrix products: after 3 steps the largest difference from the
 one-process run, relative to the parameters' largest magnitude, stays below ``RTOL = 1e-6``
-(measured at the meshes here: 1.9e-8 to 3.9e-8; float32's epsilon is 1.2e-7), a mesh of one
-rank per axis included (its two micro-batches' gradients add in another order than one batch's).
+(measured at the meshes here: 1.9e-8 to 3.9e-8; float32's epsilon is 1.2e-7; also at 1 and 2
+ranks, where one rank per axis gives 3.9e-8: its micro-batches' gradients add in another order
+than one batch's).
 """
 
 import shutil
@@ -34,7 +36,10 @@ HIDDEN = (12, 10, 8, 6)  # 5 layers; the pairs (12 | 10) and (8 | 6) split by co
 BATCH = 8
 RTOL = 1e-6
 
-#: the meshes (dp, pp, tp) checked at each world size
+#: the meshes (dp, pp, tp) checked at each world size: at 4 ranks every pair of axes (the third
+#: a singleton) and pp alone (two singletons); 1 and 2 ranks (every axis, or all but one, a
+#: singleton) are mpi_pipeline.py's and mpi_tensor_parallel.py's shapes, and the shorthands'
+#: test below shows they are these meshes
 MESHES = {1: [(1, 1, 1)], 2: [(2, 1, 1), (1, 2, 1), (1, 1, 2)],
           4: [(2, 2, 1), (1, 2, 2), (2, 1, 2), (1, 4, 1)], 8: [(2, 2, 2)]}
 
@@ -50,6 +55,7 @@ def _argv(mesh, *extra):
             "--micro-batches", str(mesh[1] + 1), *extra]
 
 
+@pytest.mark.world_sizes(4, 8)
 def test_hybrid_training_matches_one_process():
     """Every mesh of the world size (1F1B and GPipe in turn: the schedule does not change the
     bits, mpi_pipeline.py): the gathered parameters after 3 steps within RTOL of the one-process
