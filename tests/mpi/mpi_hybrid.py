@@ -114,6 +114,8 @@ def test_bad_meshes_stop_every_rank():
              (["--mesh", f"dp={W + 1}"], f"holds {W + 1} ranks, the world size is {W}"),
              (["--mesh", f"pp={W},pp=1"], "at most once"),
              (["--mesh", f"xp={W}"], "at most once"),
+             (["--mesh", "dp=x"], "N a positive integer"),
+             (["--mesh", "dp=0"], "must be a positive integer, got 0"),
              (["--mesh", f"dp={W}", "--pipeline", "1"], "shorthands"),
              (["--mesh", f"dp={W}", "--shard", "2"], "ZeRO stages 2 and 3"),
              (["--pipeline", "1", "--shard", "3"], "--shard 3 on a mesh \\(--pipeline\\)"),

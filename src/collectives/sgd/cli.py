@@ -178,10 +178,10 @@ def _mesh(text: str) -> dict[str, int]:
     sizes: dict[str, int] = {}
     for part in (p.strip() for p in text.split(",")):
         name, eq, value = part.partition("=")
-        if not eq or name not in MESH_AXES or name in sizes:
+        if not eq or name not in MESH_AXES or name in sizes or not value.strip().isdigit():
             raise argparse.ArgumentTypeError(
-                f"expected AXIS=N,... with each of {', '.join(MESH_AXES)} at most once, got "
-                f"{text!r}")
+                f"expected AXIS=N,... with each of {', '.join(MESH_AXES)} at most once and N a "
+                f"positive integer, got {text!r}")
         sizes[name] = _positive(value)
     return sizes
 
