@@ -248,9 +248,11 @@ def test_command_end_to_end(tmp_path, tuning, capsys):
 
 def test_driver_flags_and_unknown_flags():
     c = planner.Configuration(2, 2, 2, 4, 0, "fp16", "gpipe")
-    assert measure.driver_flags(c, 16) == ["--batch-size", "16", "--pipeline", "2",
+    assert measure.driver_flags(c, 16) == ["--batch-size", "16", "--mesh", "dp=2,pp=2,tp=2",
                                            "--micro-batches", "4", "--schedule", "gpipe",
-                                           "--tensor", "2", "--codec", "fp16"]
+                                           "--codec", "fp16"]
+    assert measure.driver_flags(planner.Configuration(2, 1, 2), 8) == [
+        "--batch-size", "8", "--mesh", "dp=2,pp=1,tp=2"]
     assert measure.driver_flags(planner.Configuration(4, 1, 1, shard=3), 8) == [
         "--batch-size", "8", "--shard", "3"]
     base = ["mpiexec", "-n", "2", "python", "-m", "collectives.sgd", "--batch-size", "4"]

@@ -147,7 +147,7 @@ def test_bad_pipeline_flags_stop_every_rank():
              (["--pipeline", str(W), "--micro-batches", str(max(1, W - 1))] if W > 1 else
               ["--micro-batches", "2"], "below the" if W > 1 else "need --pipeline"),
              (["--pipeline", "1", "--split", "2,2"], "adding up to"),
-             (["--pipeline", "1", "--codec", "topk:ratio=0.5"], "does not take --codec"),
+             (["--pipeline", "1", "--sync", "local:2"], "does not take --sync local:2"),
              (["--pipeline", "1", "--overlap"], "does not take --overlap")]
     if W > 2:
         cases.append((["--pipeline", str(W), "--hidden", "8"], "every stage needs at least one"))

@@ -182,11 +182,13 @@ def test_driver_tensor_matches_data_parallelism_over_the_replicas(tmp_path_facto
     for dp, t in _meshes(WORLD.size):
         split = f"{folder}/tp{t}.npy"
         s = train([*TINY, "--tensor", str(t), "--check-replicas", "--save-params", split], WORLD)
-        assert s["tensor"] == t and s["world"] == dp
+        assert s["mesh"] == {"dp": dp, "pp": 1, "tp": t} and s["tensor"] == t
         # one forward allreduce of B x 24 per step (the first pair needs no input gradient) and
-        # one per evaluated test sample of this replica's share
+        # one of the evaluated test samples of this replica's share; the ring sends 2 (T-1)/T
+        # of each
         tested = len(datasets.load("digits").y_test[WORLD.rank // t::dp])
-        assert s["tp_comm"][1] == (s["steps"] * 4 + tested) * 24 * 4
+        assert s["tp_comm"][1] == 2 * (t - 1) * (s["steps"] * 4 + tested) * 24 * 4 // t
+        assert s["axes"]["pp"]["bytes_max"] == 0  # one stage: nothing between stages
         sub = WORLD.Split(0 if WORLD.rank < dp else MPI.UNDEFINED, WORLD.rank)
         plain = f"{folder}/dp{dp}.npy"
         if sub != MPI.COMM_NULL:
@@ -218,13 +220,13 @@ def test_driver_tensor_resume_is_bitwise(tmp_path_factory):
 
 
 def test_driver_refuses_bad_tensor_arguments_on_every_rank():
-    """A T that does not divide the world or a hidden width, an option it does not combine
-    with: exit code 2 on every rank, before any message (rank 0 prints the one line)."""
+    """A T that does not divide the world or a hidden width, an option it does not take: exit
+    code 2 on every rank, before any message (rank 0 prints the one line)."""
     from collectives.sgd import main
 
     p = WORLD.size
     bad = [["--tensor", str(p + 1)], ["--tensor", str(p), "--hidden", f"{2 * p + 1},8"],
-           ["--tensor", "1", "--codec", "topk:ratio=0.1"], ["--tensor", "1", "--overlap"]]
+           ["--tensor", "1", "--sync", "local:2"], ["--tensor", "1", "--overlap"]]
     if p == 1:
         bad.pop(1)  # every width is a multiple of 1
     for extra in bad:

@@ -183,14 +183,39 @@ def codec_data(n: int, rank: int, salt: int = 0) -> np.ndarray:
 
 
 def trainer(argv: list[str], comm: MPI.Comm):
-    """The SGD driver's :class:`~collectives.sgd.driver.Trainer` of ``argv`` on ``comm``, made
-    as ``train()`` makes it (its clock started at 0)."""
+    """The SGD driver's trainer of ``argv`` on ``comm`` (:class:`~collectives.sgd.driver.Trainer`,
+    or ``PipelinedTrainer`` for a run on a mesh), made as ``train()`` makes it (its clock started
+    at 0)."""
     from collectives.sgd import datasets
     from collectives.sgd.cli import parse
-    from collectives.sgd.driver import Trainer
+    from collectives.sgd.driver import PipelinedTrainer, Trainer
 
     pre = parse(argv, comm.size, 10**12)
     ds = datasets.load(pre.args.dataset, pre.args.subset)
-    t = Trainer(parse(argv, comm.size, len(ds.y_train)), ds, comm)
+    cfg = parse(argv, comm.size, len(ds.y_train))
+    t = (PipelinedTrainer if cfg.mesh else Trainer)(cfg, ds, comm)
     t.t_start = 0.0
     return t
+
+
+def one_process(t) -> np.ndarray:
+    """The flat parameters of the model of the trainer ``t`` trained in one process for
+    ``t.step`` steps, each on the step's global batch (its data-parallel replicas' batches
+    together), with the run's optimizer and learning-rate schedule."""
+    from collectives.sgd import data
+    from collectives.sgd.model import MLP
+    from collectives.sgd.optim import SGD, Schedule
+
+    a, ds = t.args, t.ds
+    replicas = getattr(t, "replicas", t.world)
+    model = MLP(t.sizes, seed=a.seed)
+    opt = SGD(model.params.flat, a.momentum, a.weight_decay)
+    sched = Schedule(a.lr, a.batch_size * replicas, int(round(a.warmup_epochs * t.spe)), t.total)
+    B = a.batch_size
+    for step in range(t.step):
+        epoch, i = divmod(step, t.spe)
+        b = np.concatenate([data.shard(len(ds.y_train), replicas, r, a.seed, epoch)
+                            [i * B:(i + 1) * B] for r in range(replicas)])
+        model.loss_and_grad(ds.x_train[b], ds.y_train[b])
+        opt.step(model.grads.flat, sched(step))
+    return model.params.flat

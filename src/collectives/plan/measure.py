@@ -2,11 +2,12 @@
 configurations, and (``--measure``) their measured step time beside the prediction.
 
 A configuration becomes ``mpiexec -n RANKS [-ppn PER_HOST] python -m collectives.sgd`` with the
-driver's flags: ``--pipeline S --micro-batches M --schedule K`` (pp > 1), ``--tensor T`` (tp > 1),
-``--shard Z`` (ZeRO stage > 0), ``--codec C``, and ``--batch-size G / dp``: the global batch
-``G`` split over the data-parallel replicas. Before running one, the driver's own parser is asked
-whether it knows every flag; a flag it does not know (a feature not merged into this
-installation) is reported and that configuration skipped, never run with the flag dropped.
+driver's flags: ``--mesh dp=D,pp=S,tp=T`` (pp or tp > 1: the driver's hybrid parallelism),
+``--micro-batches M --schedule K`` (pp > 1), ``--shard Z`` (ZeRO stage > 0), ``--codec C``, and
+``--batch-size G / dp``: the global batch ``G`` split over the data-parallel replicas. Before
+running one, the driver's own parser is asked whether it knows every flag; a flag it does not
+know (a feature not merged into this installation) is reported and that configuration skipped,
+never run with the flag dropped.
 Measured is the driver's median step time (``step_median_s`` of its ``--log`` JSON summary).
 """
 
@@ -33,11 +34,10 @@ TIMEOUT_S = 1800
 def driver_flags(c: Configuration, dp_batch: int) -> list[str]:
     """The driver's flags of configuration ``c`` (the parallel ones and the batch)."""
     flags = ["--batch-size", str(dp_batch)]
+    if c.pp > 1 or c.tp > 1:
+        flags += ["--mesh", f"dp={c.dp},pp={c.pp},tp={c.tp}"]
     if c.pp > 1:
-        flags += ["--pipeline", str(c.pp), "--micro-batches", str(c.micro_batches),
-                  "--schedule", c.schedule]
-    if c.tp > 1:
-        flags += ["--tensor", str(c.tp)]
+        flags += ["--micro-batches", str(c.micro_batches), "--schedule", c.schedule]
     if c.shard:
         flags += ["--shard", str(c.shard)]
     if c.codec != "none":

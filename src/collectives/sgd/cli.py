@@ -21,6 +21,7 @@ from . import datasets
 from ..compressed.auto import split_spec
 from . import sync, tensor_parallel
 from .model import MODELS
+from .pipelined import MESH_AXES
 from ..parallel import STAGES
 from ..parallel.pipeline import SCHEDULES
 
@@ -121,17 +122,23 @@ def parser() -> argparse.ArgumentParser:
                           "and the W/S pipelines average their stages' gradients "
                           "(docs/pipeline.md)")
     par.add_argument("--micro-batches", type=_positive, metavar="M",
-                     help="with --pipeline: micro-batches per batch, at least S (default S; "
+                     help="with a pipeline: micro-batches per batch, at least S (default S; "
                           "the bubble is (S-1)/(M+S-1))")
     par.add_argument("--schedule", choices=list(SCHEDULES), default=None,
-                     help="with --pipeline: gpipe (every forward, then every backward; holds M "
+                     help="with a pipeline: gpipe (every forward, then every backward; holds M "
                           "micro-batches) or 1f1b (the default; holds at most S)")
     par.add_argument("--split", type=_hidden, metavar="N,N,...",
-                     help="with --pipeline: layers per stage, e.g. 4,4,9 (default: balanced)")
+                     help="with a pipeline: layers per stage, e.g. 4,4,9 (default: balanced)")
     par.add_argument("--tensor", type=_positive, metavar="T",
                      help="tensor parallelism: split each pair of hidden layers Megatron-style "
                           "(columns, then rows) over T ranks; the world / T replicas train as "
                           "data parallelism does (docs/parallelism.md)")
+    par.add_argument("--mesh", type=_mesh, metavar="dp=A,pp=B,tp=C",
+                     help="hybrid parallelism: the ranks as a dp x pp x tp mesh (an axis left "
+                          "out is 1; the product is the world size): pipeline stages along pp "
+                          "whose hidden-layer pairs are split Megatron-style along tp, the dp "
+                          "replicas averaging each shard's gradient (docs/parallelism.md); "
+                          "--pipeline S and --tensor T are its shorthands pp=S and tp=T")
     par.add_argument("--shard", type=int, choices=sorted(STAGES),
                      help="sharded data parallelism, ZeRO stage 1 (optimizer state sharded over "
                           "the ranks), 2 (and gradients) or 3 (and parameters); docs/sharded.md")
@@ -166,35 +173,86 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _check_pipeline(a: argparse.Namespace, world: int, layers: int,
-                    codec: str | None) -> str | None:
-    """What is wrong with the pipeline flags (None: nothing); fills in their defaults."""
-    if not a.pipeline:
-        given = [f for f, v in (("--micro-batches", a.micro_batches), ("--schedule", a.schedule),
-                                ("--split", a.split)) if v is not None]
-        return f"{', '.join(given)} need --pipeline" if given else None
-    S = a.pipeline
+def _mesh(text: str) -> dict[str, int]:
+    """``--mesh dp=A,pp=B,tp=C`` -> ``{"dp": A, ...}`` (the axes given; each at most once)."""
+    sizes: dict[str, int] = {}
+    for part in (p.strip() for p in text.split(",")):
+        name, eq, value = part.partition("=")
+        if not eq or name not in MESH_AXES or name in sizes or not value.strip().isdigit():
+            raise argparse.ArgumentTypeError(
+                f"expected AXIS=N,... with each of {', '.join(MESH_AXES)} at most once and N a "
+                f"positive integer, got {text!r}")
+        sizes[name] = _positive(value)
+    return sizes
+
+
+def _mesh_shape(a: argparse.Namespace, world: int) -> tuple[tuple[int, int, int] | None, str]:
+    """The run's ``(dp, pp, tp)`` mesh and the flag that gave it (None: plain data
+    parallelism): ``--mesh`` as given (axes left out are 1), or the shorthands ``--pipeline S``
+    (``pp = S``) and ``--tensor T`` (``tp = T``), ``dp`` the rest of the world."""
+    if a.mesh is not None:
+        if a.pipeline or a.tensor:
+            raise UsageError("--mesh gives the whole dp x pp x tp shape; --pipeline S and "
+                             "--tensor T are shorthands of it (pp=S, tp=T): give one or the "
+                             "other")
+        shape = tuple(a.mesh.get(axis, 1) for axis in MESH_AXES)
+        if shape[0] * shape[1] * shape[2] != world:
+            raise UsageError(f"--mesh {','.join(f'{k}={v}' for k, v in zip(MESH_AXES, shape))}"
+                             f" holds {shape[0] * shape[1] * shape[2]} ranks, the world size is "
+                             f"{world}: dp x pp x tp must equal it (an axis left out is 1)")
+        return shape, "--mesh"
+    if not (a.pipeline or a.tensor):
+        return None, ""
+    S, T = a.pipeline or 1, a.tensor or 1
+    flag = " and ".join(f for f, v in (("--pipeline", a.pipeline), ("--tensor", a.tensor)) if v)
+    if world % (S * T):
+        raise UsageError(
+            f"--pipeline {S} must divide the world size {world} (W/S data-parallel pipelines)"
+            if not a.tensor else
+            f"--tensor {T} does not divide the world size {world}: the ranks form a dp x tp "
+            f"mesh of {world} / {T} x {T}" if not a.pipeline else
+            f"--pipeline {S} x --tensor {T} = {S * T} must divide the world size {world} (a "
+            f"dp x pp x tp mesh)")
+    return (world // (S * T), S, T), flag
+
+
+def _check_mesh(a: argparse.Namespace, shape: tuple[int, int, int], flag: str,
+                hidden: tuple[int, ...]) -> str | None:
+    """What is wrong with the mesh and the pipeline flags (None: nothing); fills in their
+    defaults."""
+    S, T = shape[1], shape[2]
+    layers = len(hidden) + 1
     a.schedule = a.schedule or "1f1b"
     a.micro_batches = a.micro_batches or S
-    if world % S:
-        return f"--pipeline {S} must divide the world size {world} (W/S data-parallel pipelines)"
     if S > layers:
-        return (f"--pipeline {S}: the model has {layers} layers, and every stage needs at least "
-                "one")
+        return (f"{flag}: {S} pipeline stages, but the model has {layers} layers, and every "
+                "stage needs at least one")
+    if T > 1:
+        problem = tensor_parallel.check(hidden, T, "--tensor" if a.tensor else "--mesh tp=")
+        if problem:
+            return problem
     if a.split is not None and (len(a.split) != S or sum(a.split) != layers):
         return (f"--split {','.join(map(str, a.split))} must list {S} stages' layer counts "
                 f"adding up to the model's {layers} layers")
     if a.micro_batches < S:
-        return (f"--micro-batches {a.micro_batches} is below the {S} stages of --pipeline: give "
-                "at least S (the bubble is (S-1)/(M+S-1))")
+        return (f"--micro-batches {a.micro_batches} is below the {S} stages of the pipeline: "
+                "give at least S (the bubble is (S-1)/(M+S-1))")
     if a.micro_batches > a.batch_size:
         return f"--micro-batches {a.micro_batches} exceeds the --batch-size {a.batch_size}"
-    others = [f for f, v in (("--sync " + a.sync, a.sync != "sync"), ("--codec", codec),
-                             ("--overlap", a.overlap), ("--check-replicas", a.check_replicas),
-                             ("--timeline", a.timeline)) if v]
+    if a.shard and a.shard > 1:
+        return (f"--shard {a.shard} on a mesh ({flag}): ZeRO stages 2 and 3 reduce-scatter each "
+                "gradient block as backward writes it, where the stages add every "
+                "micro-batch's gradient into the whole gradient first, and split layers hold "
+                "shards of their own; --shard 1 (the optimizer state sharded within each dp "
+                "group) composes with a mesh")
+    others = [f for f, v in (("--sync " + a.sync, a.sync != "sync"),
+                             ("--momentum-correction", a.momentum_correction),
+                             ("--overlap", a.overlap), ("--timeline", a.timeline and S > 1))
+              if v]
     if others:
-        return (f"--pipeline does not take {', '.join(others)}: a pipelined run averages its "
-                "stages' dense gradients every step (docs/pipeline.md)")
+        return (f"{flag} does not take {', '.join(others)}: a run on a dp x pp x tp mesh "
+                "averages its shards' gradients over dp every step, after the pipeline, "
+                "dense or compressed by --codec (docs/parallelism.md)")
     return None
 
 
@@ -212,6 +270,8 @@ class Config:
     choco: str | None = None
     #: the sync mode's class (:data:`collectives.sgd.sync.MODES`)
     mode: type[sync.SyncMode] = sync.Synchronous
+    #: ``(dp, pp, tp)`` of ``--mesh`` (or ``--pipeline``, ``--tensor``), else None
+    mesh: tuple[int, int, int] | None = None
 
     def fingerprint_fields(self) -> dict:
         """What fixes the trajectory (a checkpoint must match it to be resumed)."""
@@ -223,14 +283,13 @@ class Config:
                   "strategy": a.strategy, "sync": a.sync}
         if a.dense_steps:
             fields["dense_steps"] = a.dense_steps
-        if a.pipeline:  # the micro-batches fix the order of the gradient's sum (not the schedule)
-            fields.update(pipeline=a.pipeline, micro_batches=a.micro_batches or a.pipeline,
+        if self.mesh:  # the micro-batches fix the order of the gradient's sum (not the
+            # schedule); tp, the order of the row layers' sums
+            fields.update(mesh=list(self.mesh), micro_batches=a.micro_batches,
                           split=list(a.split) if a.split else None)
         if a.momentum_correction:  # DGC as published: other state, other trajectory
             fields.update(momentum_correction=True, sparsity_warmup=a.sparsity_warmup,
                           clip=a.clip)
-        if a.tensor:  # the row-parallel sums round in another order: other bits
-            fields["tensor"] = a.tensor
         if self.choco:
             fields["gamma"] = a.gamma
         if a.gossip_dtype != "float32":
@@ -279,25 +338,22 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
     if a.param_codec and not a.shard:
         raise UsageError("--param-codec compresses stage 3's parameter gathers: it needs "
                          "--shard 3")
-    given = [flag for flag, on in (("--tensor", a.tensor), ("--pipeline", a.pipeline),
-                                   ("--shard", a.shard)) if on]
-    if len(given) > 1:
-        raise UsageError(f"{' and '.join(given)} do not compose yet (a dp x pp x tp mesh with "
-                         "sharded dp); give one of them")
-    if a.tensor:  # the data is split over the world / T replicas
-        problem = tensor_parallel.refusal(a, a.hidden or MODELS[a.model], world)
-        if problem:
-            raise UsageError(problem)
-        world //= a.tensor
+    shape, flag = _mesh_shape(a, world)
+    if shape is None:
+        given = [f for f, v in (("--micro-batches", a.micro_batches),
+                                ("--schedule", a.schedule), ("--split", a.split)) if v is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)} need --pipeline S or --mesh pp=S (a "
+                             "pipeline)")
+    else:
+        world = shape[0]  # the data is split over the dp replicas
     n = min(n_train, a.subset or n_train)
     if world > n:
         raise UsageError(f"world size {world} exceeds the {n} training samples")
-    # the data is split over the data-parallel replicas: the ranks, or the pipelines
-    replicas = world // a.pipeline if a.pipeline and world % a.pipeline == 0 else world
-    if (n // replicas) < a.batch_size:
-        raise UsageError(f"--batch-size {a.batch_size} exceeds the {n // replicas} training "
-                         f"samples of each of the {replicas} "
-                         f"{'pipelines' if replicas != world else 'ranks'}")
+    if (n // world) < a.batch_size:
+        raise UsageError(f"--batch-size {a.batch_size} exceeds the {n // world} training "
+                         f"samples of each of the {world} "
+                         f"{'replicas' if shape else 'ranks'}")
     if not 0 <= a.momentum < 1 or a.lr <= 0 or a.warmup_epochs < 0 or a.weight_decay < 0:
         raise UsageError("need --lr > 0, 0 <= --momentum < 1, --warmup-epochs >= 0, "
                          "--weight-decay >= 0")
@@ -321,7 +377,7 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
         raise UsageError(f"--sparsity-warmup needs a dgc or topk codec, got {name!r}")
     if a.clip is not None and not 0 < a.clip < float("inf"):
         raise UsageError(f"--clip must be a positive L2 norm, got {a.clip}")
-    message = _check_pipeline(a, world, len(a.hidden or MODELS[a.model]) + 1, codec_name)
+    message = _check_mesh(a, shape, flag, a.hidden or MODELS[a.model]) if shape else None
     if message:
         raise UsageError(message)
     for path, exts in ((a.log, (".csv", ".json")), (a.plot, (".png",))):
@@ -330,4 +386,4 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
     if a.plot and importlib.util.find_spec("matplotlib") is None:
         raise UsageError(f"--plot needs matplotlib: {PLOT_INSTALL}")
     return Config(a, a.hidden or MODELS[a.model], local_every, codec_name,
-                  value.name if mode is sync.Gossip else None, choco, mode)
+                  value.name if mode is sync.Gossip else None, choco, mode, shape)

@@ -16,7 +16,8 @@ nothing else of the compression: the error-feedback residuals, the codec's own s
 warm-start Q, the private generator of QSGD, TernGrad, ...), the "two_phase" strategy's
 server-side residuals. Statistics (times, bytes, history) continue from the checkpoint too.
 Under gossip the parameters differ between ranks, so every rank's own are saved, with its
-momentum (as local SGD's), and under ``--tensor`` every rank's own shard of both; under
+momentum (as local SGD's), and on a mesh (``--mesh``, ``--pipeline``, ``--tensor``) every
+rank's own shard of both; under
 CHOCO-SGD (``--sync gossip:GRAPH --codec``) also every rank's ``ChocoGossip.state_dict()``:
 the public copies of itself and its in-neighbors, which the next round's compressed differences
 are taken against, and its codec's own state. With ``--shard`` every rank writes its owned
@@ -36,6 +37,7 @@ import math
 import os
 import sys
 import time
+from typing import Callable
 
 import numpy as np
 from compress import SparsityWarmup
@@ -45,7 +47,7 @@ import collectives
 
 from ..compressed import CompressionState
 from ..compressed.strategies import STRATEGIES
-from . import checkpoint, data, datasets, report, sync, tensor_parallel
+from . import checkpoint, data, datasets, report, sync
 from ..diagnostics import timeline
 from .._runtime import workspace
 from .._runtime.cli import program
@@ -83,12 +85,10 @@ class Trainer:
 
     def __init__(self, cfg: Config, ds: datasets.Dataset, comm: MPI.Comm) -> None:
         a = self.args = cfg.args
-        #: ``--tensor T``: the dp x tp mesh; the replicas (data, exchange) are the dp axis's
-        self.mesh = tensor_parallel.build_mesh(comm, a.tensor) if a.tensor else None
+        self.mesh = None  # a run on a dp x pp x tp mesh is PipelinedTrainer's
         self.speaks = comm.rank == 0  # the rank that prints
-        #: the ranks a checkpoint gathers: every rank of the job (each ``--tensor`` rank its shard)
+        #: the ranks a checkpoint gathers: every rank of the job
         self.job = comm
-        comm = comm if self.mesh is None else self.mesh.comm("dp")
         self.cfg, self.ds, self.comm = cfg, ds, comm
         self.world, self.rank = comm.size, comm.rank
         self.sizes = (ds.features, *cfg.hidden, ds.classes)
@@ -96,22 +96,9 @@ class Trainer:
         self.total = a.epochs * self.spe
         self.schedule = Schedule(a.lr, a.batch_size * self.world,
                                  int(round(a.warmup_epochs * self.spe)), self.total)
-        self.state: CompressionState | None = None
-        if cfg.codec_name:
-            try:
-                self.state = self.build(self.rank)
-            except (ValueError, TypeError) as e:
-                raise UsageError(f"--codec {a.codec}: {e}") from None
-            problem = STRATEGIES[a.strategy].why_not(
-                self.state.codec, self.state.memory, auto=self.state.auto is not None) \
-                if a.strategy != "auto" else None
-            if problem:
-                raise UsageError(problem)
+        self.state = self.compression()
         # the buffers the mode needs whole (--shard keeps slices of them instead)
-        self.model = MLP(self.sizes, seed=a.seed, hold=cfg.mode.holds(cfg)) \
-            if self.mesh is None else \
-            tensor_parallel.TensorParallelMLP(self.sizes, self.mesh.comm("tp"), seed=a.seed,
-                                              algorithm=a.algorithm)
+        self.model = MLP(self.sizes, seed=a.seed, hold=cfg.mode.holds(cfg))
         self.clock = Clock()
         self.step_seconds: list[float] = []  # each step's wall time on this rank (the median)
         self.exchange = sync.build(cfg, self.model.grads, self.model.params, self.state, comm,
@@ -122,15 +109,12 @@ class Trainer:
         self.ledger = self.exchange.ledger  # peak memory per category (the report)
         self.ledger.track("optimizer", self.opt.velocity)
         self.ledger.probe("buffers", workspace.held_bytes)
-        if self.state is not None:
-            self.ledger.probe("codec", lambda: sum(
-                int(v.nbytes) for v in self.state.state_dict().values()))
+        self.track_codec()
         #: where each kind of state is kept in a checkpoint: the same on every rank or its own
         self.own_params = self.exchange.own_params
         self.own_momentum = self.exchange.own_momentum
         #: whether a checkpoint keeps every rank's own parameters and momentum (else rank 0's)
-        self.saves_own = (self.own_params or self.mesh is not None,
-                          self.own_momentum or self.mesh is not None)
+        self.saves_own = (self.own_params, self.own_momentum)
         self.history_keys = HISTORY_KEYS + (("consensus",) if self.own_params else ())
         n, k = self.model.params.size, a.consensus_coords
         #: the coordinates the consensus distance is estimated from (None: all of them, or no
@@ -142,6 +126,29 @@ class Trainer:
         self.history: list[dict] = []
         self.elapsed = 0.0            # wall seconds of earlier runs of this job (resume)
         self.epoch_loss = np.zeros(3)  # loss sum, correct, samples of the current epoch
+
+    def compression(self) -> CompressionState | None:
+        """This rank's compression state of ``--codec`` (None without one); raises UsageError
+        (the same on every rank) for a codec or strategy that cannot run."""
+        a = self.args
+        if not self.cfg.codec_name:
+            return None
+        try:
+            state = self.build(self.rank)
+        except (ValueError, TypeError) as e:
+            raise UsageError(f"--codec {a.codec}: {e}") from None
+        problem = STRATEGIES[a.strategy].why_not(
+            state.codec, state.memory, auto=state.auto is not None) \
+            if a.strategy != "auto" else None
+        if problem:
+            raise UsageError(problem)
+        return state
+
+    def track_codec(self) -> None:
+        """The codec's state in the memory ledger (the report's peak memory)."""
+        if self.state is not None:
+            self.ledger.probe("codec", lambda: sum(
+                int(v.nbytes) for v in self.state.state_dict().values()))
 
     def build(self, rank: int) -> CompressionState:
         """The compression state of ``rank`` for ``--codec`` (and DGC's options)."""
@@ -210,22 +217,28 @@ class Trainer:
             members.update({f"rank{r}/{k}": v for k, v in mine.items()})
             members.update({f"rank{r}/{CHOCO_PREFIX}{k}": v
                             for k, v in self.exchange.state_layout(r).items()})
-
-        def with_state(step: int) -> dict[str, checkpoint.Member]:
-            layouts = self.comm.gather(self._state_layout(step), root=0) or [{}] * self.world
-            return {**members, **{f"rank{r}/{STATE_PREFIX}{k}": v
-                                  for r, layout in enumerate(layouts) for k, v in layout.items()}}
-
         meta = {"version": checkpoint.VERSION, "world": self.job.size,
                 "fingerprint": self.fingerprint, "config": self.config_text,
                 "total_steps": self.total, "steps_per_epoch": self.spe,
                 "step_multiple": self.cfg.local_every or 1, "history_keys": self.history_keys}
+        return self.with_state(members), meta
+
+    def with_state(self, members: dict[str, checkpoint.Member]
+                   ) -> dict[str, checkpoint.Member] | Callable[[dict], dict]:
+        """Collective over the job: ``members`` and every rank's compression state's, or (with
+        ``--dense-steps``) the function of the saved meta that picks them."""
+
+        def with_state(step: int) -> dict[str, checkpoint.Member]:
+            layouts = self.job.gather(self._state_layout(step), root=0) or [{}] * self.job.size
+            return {**members, **{f"rank{r}/{STATE_PREFIX}{k}": v
+                                  for r, layout in enumerate(layouts) for k, v in layout.items()}}
+
         dense = self.args.dense_steps
         if not dense or self.state is None:
-            return with_state(0), meta
+            return with_state(0)
         # --dense-steps: a checkpoint of the dense steps holds no memory (or codec state) yet
         early, late = with_state(0), with_state(dense)
-        return (lambda saved: late if saved["step"] > dense else early), meta
+        return lambda saved: late if saved["step"] > dense else early
 
     def _state_layout(self, step: int) -> dict[str, checkpoint.Member]:
         """The layout of this rank's compression state after an exchange at ``step``."""
@@ -235,7 +248,7 @@ class Trainer:
         state = self.build(self.rank)
         grads = FusionBuffer(self.model.grads.shapes)
         grads.flat[...] = np.random.default_rng(self.rank).standard_normal(grads.size)
-        exchange = sync.Synchronous(grads, grads, self.comm, Clock(), state=state,
+        exchange = sync.Synchronous(grads, grads, self.exchange.comm, Clock(), state=state,
                                     algorithm=a.algorithm, strategy=a.strategy,
                                     bucket_bytes=self.exchange.bucket_bytes)
         hooks = exchange.backward_hooks(step)  # --overlap: every bucket, as backward starts them
@@ -351,10 +364,9 @@ class Trainer:
         return data.shard(len(self.ds.y_train), self.world, self.rank, self.args.seed, epoch)
 
     def params_to_save(self) -> np.ndarray | None:
-        """What ``--save-params`` writes (rank 0): the unsplit model's parameters, gathered over
-        the tp axis with ``--tensor`` and from the owners' shards with ``--shard`` (collective:
-        every rank calls it)."""
-        return self.exchange.full_params() if self.mesh is None else self.model.full_params()
+        """What ``--save-params`` writes (rank 0): the model's parameters, gathered from the
+        owners' shards with ``--shard`` (collective: every rank calls it)."""
+        return self.exchange.full_params()
 
     def close(self) -> None:
         self.exchange.close()
@@ -439,8 +451,6 @@ class Trainer:
                 "world": self.world, "params": self.model.params.size, "steps": self.step,
                 "codec": a.codec + (" + error feedback" if ef else "") + mc,
                 "algorithm": a.algorithm, "sync": a.sync, "hidden": list(self.cfg.hidden),
-                "tensor": a.tensor or 1,
-                "tp_comm": self.model.comm_stats if a.tensor else None,
                 "loss": last.get("loss", float("nan")), "train_acc": last.get("train_acc", 0.0),
                 "test_acc": last.get("test_acc", 0.0), "seconds": secs,
                 "wall_s": self.elapsed + self.run_seconds(), "analytic": self.exchange.analytic,
@@ -459,7 +469,8 @@ class Trainer:
 
 
 class PipelinedTrainer(Pipelined, Trainer):
-    """``--pipeline S``: the trainer of a model cut into stages (:mod:`collectives.sgd.pipelined`)."""
+    """``--mesh``, ``--pipeline S``, ``--tensor T``: the trainer of a model on a dp x pp x tp
+    mesh, cut into stages whose layer pairs are split (:mod:`collectives.sgd.pipelined`)."""
 
     def __init__(self, cfg: Config, ds: datasets.Dataset, comm: MPI.Comm) -> None:
         super().__init__(cfg, ds, comm)
@@ -488,7 +499,7 @@ def train(argv: list[str] | None = None, comm: MPI.Comm | None = None) -> dict |
     ds = datasets.load(pre.args.dataset, pre.args.subset)
     cfg = parse(argv, comm.size, len(ds.y_train))
     limit_threads(comm.size)
-    t = (PipelinedTrainer if cfg.args.pipeline else Trainer)(cfg, ds, comm)
+    t = (PipelinedTrainer if cfg.mesh else Trainer)(cfg, ds, comm)
     t.t_start = time.perf_counter()
     if cfg.args.resume:
         try:
@@ -511,8 +522,7 @@ def train(argv: list[str] | None = None, comm: MPI.Comm | None = None) -> dict |
             t.mesh.free()
         return None
     s = t.summary()
-    # what --save-params writes: the unsplit model (collective with --tensor, --pipeline and
-    # --shard)
+    # what --save-params writes: the unsplit model (collective on a mesh and with --shard)
     params = t.params_to_save() if cfg.args.save_params else None
     if t.speaks:
         _outputs(t, s, params)

@@ -55,11 +55,25 @@ def _sync(spec: str) -> str:
     return "synchronous SGD (gradients averaged every step)"
 
 
-def _pipeline(p: dict) -> list[str]:
-    """The pipeline's lines: its shape, and per stage its layers, bubble and memory."""
-    lines = [f"pipeline: {p['stages']} stages x {p['replicas']} data-parallel replicas, "
-             f"{p['schedule']}, {p['microbatches']} micro-batches; bubble (S-1)/(M+S-1) = "
-             f"{100 * p['ideal_bubble']:.1f}%"]
+#: what each mesh axis carries, for the report
+AXES = {"dp": "gradient exchange", "pp": "activations and their gradients to the neighbor "
+        "stages; seconds: waiting for them, the bubble included",
+        "tp": "allreduces inside the split layer pairs, within compute"}
+
+
+def _mesh(s: dict) -> list[str]:
+    """A mesh run's lines: its shape, per axis the communication's seconds and bytes per rank,
+    and per stage its layers, bubble and memory."""
+    m, p = s["mesh"], s["pipeline"]
+    lines = [f"mesh dp {m['dp']} x pp {m['pp']} x tp {m['tp']}: {p['stages']} stages x "
+             f"{p['replicas']} data-parallel replicas, each layer pair split over {m['tp']} "
+             f"ranks; {p['schedule']}, {p['microbatches']} micro-batches; bubble "
+             f"(S-1)/(M+S-1) = {100 * p['ideal_bubble']:.1f}%",
+             "  per axis (mean per rank): seconds, bytes sent (max of one rank)"]
+    for axis, what in AXES.items():
+        x = s["axes"][axis]
+        lines.append(f"  {axis}: {x['seconds']:8.2f} s  {_mb(x['bytes'])} ({_mb(x['bytes_max'])})"
+                     f"  {what}")
     for k, st in enumerate(p["per_stage"]):
         a, b = st["layers"]
         lines.append(f"  stage {k}: layers {a}-{b - 1}, {st['params']:,} parameters, bubble "
@@ -109,12 +123,6 @@ def final_report(summary: dict) -> str:
         lines.append(f"  {label:<14} {t.get(k, 0.0):8.2f} s  {100 * t.get(k, 0.0) / total:5.1f}%"
                      + (f"  (encode {t.get('encode', 0.0):.2f} s, decode "
                         f"{t.get('decode', 0.0):.2f} s)" if k == "codec" and t.get(k) else ""))
-    if s.get("tp_comm") is not None:  # --tensor: inside compute (forward and backward)
-        secs, size = s["tp_comm"]
-        lines.append(f"  tensor parallel: mesh dp {s['world']} x tp {s['tensor']} (ranks, "
-                     f"parameters and exchange above: the dp axis's, this rank's shard); the "
-                     f"allreduces of activations over tp took {secs:.2f} s of compute, "
-                     f"{size / 1e6:,.2f} MB reduced")
     if t.get("epoch_wait"):
         lines.append(f"  {'epoch end wait':<14} {t['epoch_wait']:8.2f} s  "
                      f"{100 * t['epoch_wait'] / total:5.1f}%  (the ranks' epochs end apart)")
@@ -132,8 +140,8 @@ def final_report(summary: dict) -> str:
                      f"{t.get('comm', 0.0):.2f} s waited for")
     if s.get("auto_report"):
         lines.append(s["auto_report"])
-    if s.get("pipeline"):
-        lines += _pipeline(s["pipeline"])
+    if s.get("mesh"):
+        lines += _mesh(s)
     if t.get("step"):
         lines.append(f"  step (forward, backward, exchange, update): mean "
                      f"{t['step'] / max(1, s['steps']) * 1e3:.1f} ms" + (

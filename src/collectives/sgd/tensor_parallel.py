@@ -1,12 +1,12 @@
-"""``--tensor T``: the driver's MLP with its hidden layers split Megatron-style over a ``tp`` axis.
+"""The MLP with its hidden layers split Megatron-style over a ``tp`` axis: the plan, and a whole
+model on one axis.
 
-The ``W`` ranks form a :class:`collectives.Mesh` ``dp x tp`` of shape ``(W / T, T)``. Each
-consecutive pair of hidden layers (the layers whose outputs are hidden activations: the first
-and second, the third and fourth, ...) is split over the ``tp`` axis, the first by columns, the
-second by rows (:mod:`collectives.parallel.tensor`); a hidden layer left without a partner and
-the output layer run replicated on every rank of the axis. The ``W / T`` replicas (one per
-``dp`` coordinate) train on their own batches and average their gradients over the ``dp`` axis
-with the driver's dense exchange, as plain data parallelism with ``W / T`` ranks does.
+Each consecutive pair of hidden layers (the layers whose outputs are hidden activations: the
+first and second, the third and fourth, ...) is split over the ``tp`` axis, the first by
+columns, the second by rows (:mod:`collectives.parallel.tensor`); a hidden layer left without a
+partner and the output layer run replicated on every rank of the axis (:func:`plan`;
+:func:`check` says when the widths do not allow it). The driver's ``--tensor T`` (and the ``tp``
+axis of ``--mesh``) runs this plan stage by stage (:class:`collectives.sgd.pipelined.MLPStage`).
 
 :class:`TensorParallelMLP` has :class:`collectives.sgd.model.MLP`'s surface (``params`` and
 ``grads`` fusion buffers, ``loss_and_grad``, ``evaluate``): the buffers hold this rank's shards
@@ -20,18 +20,17 @@ activations per split pair and step, the first pair's backward one fewer: no inp
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from mpi4py import MPI
 
 from ..api import allgather
-from ..mesh.mesh import Mesh
 from ..parallel.tensor import ColumnParallelLinear, RowParallelLinear
 from .fusion import FusionBuffer
 from .model import MLP, _log_softmax, loss_gradient
 
-__all__ = ["TensorParallelMLP", "plan", "check", "refusal", "build_mesh"]
+__all__ = ["TensorParallelMLP", "plan", "check"]
 
 #: how a layer runs: split by columns, split by rows, or whole on every rank of the axis
 KINDS = ("column", "row", "replicated")
@@ -47,23 +46,15 @@ def plan(sizes: Sequence[int]) -> list[str]:
     return kinds
 
 
-def check(hidden: Sequence[int], world: int, tensor: int) -> str | None:
-    """Why ``--tensor tensor`` cannot split an MLP of the ``hidden`` widths over ``world``
-    ranks, or None."""
-    if world % tensor:
-        return (f"--tensor {tensor} does not divide the world size {world}: the ranks form a "
-                f"dp x tp mesh of {world} / {tensor} x {tensor}")
+def check(hidden: Sequence[int], tensor: int, flag: str = "--tensor") -> str | None:
+    """Why an MLP of the ``hidden`` widths cannot have its pairs split over ``tensor`` ranks
+    (``flag``: how the message names the axis size), or None."""
     for i, kind in enumerate(plan((1, *hidden, 1))):
         if kind == "column" and hidden[i] % tensor:
-            return (f"--tensor {tensor} does not divide the hidden width {hidden[i]} of layer "
-                    f"{i + 1} (split by columns, layer {i + 2} by rows); choose widths that "
-                    f"are multiples of {tensor}")
+            return (f"{flag}{'' if flag.endswith('=') else ' '}{tensor} does not divide the "
+                    f"hidden width {hidden[i]} of layer {i + 1} (split by columns, layer "
+                    f"{i + 2} by rows); choose widths that are multiples of {tensor}")
     return None
-
-
-def build_mesh(comm: MPI.Comm, tensor: int) -> Mesh:
-    """Collective: the ``dp x tp`` mesh of ``comm``, shape ``(size / tensor, tensor)``."""
-    return Mesh((comm.size // tensor, tensor), names=("dp", "tp"), comm=comm)
 
 
 class TensorParallelMLP:
@@ -174,15 +165,3 @@ class TensorParallelMLP:
             else:  # blocks of rows: the flat concatenation; the bias is whole
                 parts += [gathered, b.ravel()]
         return np.concatenate(parts).astype(np.float32, copy=False)
-
-
-def refusal(args: Any, hidden: Sequence[int], world: int) -> str | None:
-    """Why the driver cannot run ``--tensor`` with these arguments, or None: the mesh and the
-    widths (:func:`check`), and the options it does not combine with yet."""
-    others = [flag for flag, on in (
-        ("--codec", args.codec != "none"), ("--sync " + args.sync, args.sync != "sync"),
-        ("--overlap", args.overlap)) if on]
-    if others:
-        return (f"--tensor runs with dense synchronous data parallelism over the dp axis; it "
-                f"does not combine with {', '.join(others)} yet")
-    return check(hidden, world, args.tensor)
