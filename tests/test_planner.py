@@ -80,8 +80,8 @@ def by_hand(shard=0, codec="none", schedule="1f1b", tuning=None):
                 step=(M + S - 1) * t0 + dp + u)
 
 
-@pytest.mark.parametrize("shard,codec", [(0, "none"), (1, "none"), (2, "none"), (3, "none"),
-                                         (0, "fp16"), (0, "topk:ratio=0.25")])
+@pytest.mark.parametrize("shard,codec", [(0, "none"), (1, "none"), (0, "fp16"),
+                                         (0, "topk:ratio=0.25")])  # (ZeRO 2-3: dp-only meshes)
 def test_prediction_equals_the_docs_formula(setup, tuning, shard, codec):
     w, cl, compute = setup
     c = planner.Configuration(dp=2, pp=2, tp=2, micro_batches=4, shard=shard, codec=codec)
@@ -103,14 +103,19 @@ def test_bubble_is_the_gpipe_fraction_of_the_pipelined_time(setup):
 def test_memory_estimate_by_shard_stage_and_schedule(setup):
     w, cl, compute = setup
     psi = 8 * 8 + 8 + 8 * 16 + 16
-    for shard, schedule in itertools.product((0, 1, 2, 3), ("1f1b", "gpipe")):
+    for shard, schedule in itertools.product((0, 1), ("1f1b", "gpipe")):
         c = planner.Configuration(2, 2, 2, 4, shard, "none", schedule)
         m = planner.predict(c, w, cl, compute).memory
-        assert m.params == 4 * psi / (2 if shard >= 3 else 1)
-        assert m.grads == 4 * psi / (2 if shard >= 2 else 1)
+        assert m.params == m.grads == 4 * psi
         assert m.optimizer == 4 * psi / (2 if shard >= 1 else 1)
         in_flight = 4 if schedule == "gpipe" else 2        # stage 0 of 1F1B holds S
         assert m.activations == 4 * 4 * (8 + 8 + 16) * in_flight
+    whole = 4 * (8 * 16 + 16 + 16 * 16 + 16 + 16 * 4 + 4)  # the whole model on every dp rank
+    for shard in (0, 1, 2, 3):  # ZeRO 2-3 on data-parallel meshes only
+        m = planner.predict(planner.Configuration(8, 1, 1, 1, shard), w, cl, compute).memory
+        assert m.params == whole / (8 if shard >= 3 else 1)
+        assert m.grads == whole / (8 if shard >= 2 else 1)
+        assert m.optimizer == whole / (8 if shard >= 1 else 1)
     m = planner.predict(planner.Configuration(2, 2, 2, 4, 0, "topk:ratio=0.25"), w, cl,
                         compute).memory
     assert m.optimizer == 2 * 4 * psi                      # momentum + error feedback residual
@@ -160,6 +165,7 @@ def test_every_proposed_configuration_is_valid(sizes, ranks):
         assert c.micro_batches >= c.pp and (c.pp > 1 or c.micro_batches == 1)
         assert w.global_batch % (c.dp * c.micro_batches) == 0
         assert c.shard == 0 or (c.dp > 1 and c.codec == "none")
+        assert c.shard <= 1 or c.pp == c.tp == 1  # as the driver takes them
         assert c.codec == "none" or c.dp > 1
         assert planner.why_invalid(c, w, ranks) is None
     # and none is missing: every (dp, pp, tp) that the rules allow is there
@@ -176,6 +182,8 @@ def test_every_proposed_configuration_is_valid(sizes, ranks):
     (planner.Configuration(1, 8, 1, 8), "exceeds the 3 blocks"),
     (planner.Configuration(2, 1, 4, 1, shard=4), "ZeRO stages"),
     (planner.Configuration(8, 1, 1, 1, shard=1, codec="fp16"), "shard 0"),
+    (planner.Configuration(4, 2, 1, 2, shard=2), "data-parallel mesh only"),
+    (planner.Configuration(2, 1, 4, 1, shard=3), "data-parallel mesh only"),
     (planner.Configuration(1, 2, 4, 3), "does not divide"),
 ])
 def test_invalid_configuration_is_refused(setup, config, match):

@@ -17,7 +17,8 @@ compare). A configuration splits ``ranks = dp x pp x tp``:
 
 Valid (:func:`why_invalid`) where ``dp pp tp == ranks``, ``tp`` divides every hidden width,
 ``pp`` <= the number of blocks, ``micro_batches >= pp`` (1 when ``pp`` is 1), ``dp x
-micro_batches`` divides the global batch, ``shard`` in 0-3 and 0 when ``dp`` is 1, a codec only
+micro_batches`` divides the global batch, ``shard`` in 0-3, 0 when ``dp`` is 1 and at most 1 when
+``pp`` or ``tp`` is above 1 (as the driver takes them), a codec only
 with ``dp > 1`` and ``shard`` 0. :func:`configurations` lists every valid one.
 """
 
@@ -139,6 +140,10 @@ def why_invalid(c: Configuration, w: Workload, ranks: int) -> str | None:
                 f"{c.micro_batches} micro-batches")
     if c.shard not in SHARD_STAGES or (c.shard and c.dp == 1):
         return f"shard {c.shard}: ZeRO stages are 0-3, and need dp > 1"
+    if c.shard > 1 and (c.pp > 1 or c.tp > 1):
+        return (f"shard {c.shard} with pp {c.pp} x tp {c.tp}: ZeRO stages 2 and 3 run on a "
+                "data-parallel mesh only (the driver refuses them on a split model); stage 1 "
+                "composes")
     if c.schedule not in SCHEDULES:
         return f"schedule {c.schedule!r}: choose one of {', '.join(SCHEDULES)}"
     if c.codec != "none" and (c.dp == 1 or c.shard):
