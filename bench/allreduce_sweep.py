@@ -2,9 +2,10 @@
 
 Run ``mpiexec -n P python bench/allreduce_sweep.py [--sizes 8,1024,...] [--node-size 2]
 [--algorithms mpi,native,ring,...] [--mode interleaved|evicting|back-to-back] [--json FILE]``.
-Every column is timed in one loop (so drift hits them alike), each call after a barrier, and
-the columns take turns going first (the column after another one's call finds the caches as that
-call left them: a fixed order would charge it to one column). Rank 0 prints the median over
+Every column is timed in one loop (so drift hits them alike), each call after a barrier, the
+columns in a new random order each time, the same on every rank (a call finds the caches and
+the other rank as the call before it left them: the bare MPI call, for one, slows the call after
+it, which a fixed order, or one only rotated, would charge to the same column every time). Rank 0 prints the median over
 calls of the slowest rank's time per call (the time the job waits) in microseconds, and each
 column's ratio to ``mpi``. The mode says what happens between calls:
 
@@ -151,9 +152,10 @@ def main() -> None:
         iters = args.iterations if nbytes <= 65536 else args.iterations_large
         times: dict[str, list[float]] = {a: [] for a in names}
         order = list(calls.items())
-        for turn, it in enumerate(range(0, iters + 5, chunk)):
-            k = turn % len(order)  # the columns take turns going first
-            for a, call in order[k:] + order[:k]:
+        shuffle = np.random.default_rng(nbytes).permutation  # the same orders on every rank
+        for it in range(0, iters + 5, chunk):
+            for k in shuffle(len(order)):  # a new order each time: each column follows each
+                a, call = order[k]
                 for i in range(it, min(it + chunk, iters + 5)):
                     evict()
                     comm.Barrier()
