@@ -211,6 +211,52 @@ def test_barrier(algorithm, comm):
     assert min(t[1] for t in times) >= max(t[0] for t in times), times
 
 
+@pytest.mark.world_sizes(2, 3, 4)
+@pytest.mark.parametrize("algorithm", list(collectives.ALLTOALL))
+def test_repeated_calls_recheck_what_can_change(algorithm, monkeypatch):
+    """A repeated ``alltoall(x, out=y)`` and ``barrier()`` run from the one cache of remembered
+    calls (``_runtime/repeats.py``, without the checks of a first call: ``run_call`` counted):
+    new contents arrive every time; an ``out`` made read-only or reshaped in place is checked
+    again (the read-only one an error on every rank, before any message of that call), and the
+    calls after it are right."""
+    from collectives import api
+
+    checked = []
+    run_call = api.run_call
+    monkeypatch.setattr(api, "run_call", lambda cls, *a: checked.append(cls.kind) or
+                        run_call(cls, *a))
+    comm = MPI.COMM_WORLD
+    p, r = comm.size, comm.rank
+    x = np.zeros(4 * p, np.float32)
+    y = np.empty_like(x)
+    for step in range(4):
+        x[:] = np.arange(4 * p) + 100 * r + 1000 * step
+        assert collectives.alltoall(x, out=y, algorithm=algorithm) is y
+        expected = np.concatenate([np.arange(4 * r, 4 * r + 4) + 100 * i + 1000 * step
+                                   for i in range(p)])
+        assert np.array_equal(y, expected), (algorithm, step)
+        collectives.barrier(algorithm="native" if algorithm == "native" else "auto")
+    assert checked == ["alltoall", "barrier"], checked  # the first calls only
+    if r == p - 1:
+        y.flags.writeable = False
+    try:
+        collectives.alltoall(x, out=y, algorithm=algorithm)
+        error = None
+    except (ValueError, collectives.CollectiveError) as exc:
+        error = exc
+    assert all(comm.allgather(error is not None)), algorithm
+    assert r != p - 1 or "read-only" in str(error), error
+    y.flags.writeable = True
+    y.shape = (p, 4)  # the same memory, another shape: out must have x's, checked again
+    with pytest.raises(ValueError, match="shape"):
+        collectives.alltoall(x, out=y, algorithm=algorithm)
+    x.shape = (p, 4)
+    y[:] = -1
+    assert collectives.alltoall(x, out=y, algorithm=algorithm) is y
+    assert np.array_equal(y.reshape(-1), expected), algorithm
+    _still_works()
+
+
 @pytest.mark.world_sizes(1, 2, 3)
 def test_tensors_and_bfloat16_keep_their_type():
     torch = pytest.importorskip("torch")

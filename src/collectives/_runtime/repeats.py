@@ -1,9 +1,10 @@
 """The one cache of remembered calls, and its one "nothing changed" test.
 
 A training loop calls the same collective on the same arrays every step. The blocking
-``allreduce`` (``api.py``) and ``iallreduce`` (``engine/nonblocking.py``) remember what the first
-call on a pair of arrays checked and decided, in :data:`REPEATS`, and repeat it while
-:meth:`Repeats.find` finds that nothing that could change in place has:
+``allreduce``, ``alltoall`` and ``barrier`` (``api.py``) and ``iallreduce``
+(``engine/nonblocking.py``) remember what the first call on a pair of arrays checked and
+decided, in :data:`REPEATS`, and repeat it while :meth:`Repeats.find` finds that nothing that
+could change in place has (a barrier has no arrays: a stand-in array takes their place):
 
 - an entry (:class:`Repeat`) is keyed by the call's form ("allreduce", "iallreduce"), the
   identities of ``x``, ``out`` and ``comm``, and the names of op and algorithm; it holds the
