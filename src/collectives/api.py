@@ -379,7 +379,8 @@ class _AlltoallRepeat(Repeat):
         self.run, self.offsets = runner(ctx, call.opts).run, call.sendoffsets
         fn = call.fn
         if fn is _AUTO_ALLTOALL:  # the block size and p are the repeat's too
-            fn = _blocks_auto.choose(int(call.sendoffsets[1]) * call.src.itemsize, ctx.comm.size)
+            block = int(call.sendoffsets[1]) * call.src.itemsize
+            fn = _blocks_auto.resolve(ctx, call.opts, block)
         self.fn = fn
         self.what = describe(call)  # for the flight recorder, made once (_runtime/flight.py)
 
@@ -626,8 +627,9 @@ def alltoall(x: np.ndarray, *, out: np.ndarray | None = None,
     ``received_splits``. ``out=`` must then be 1-D of ``sum(out_counts)`` elements (checked once
     they are known); in place is not possible.
 
-    ``algorithm``: "auto" (Bruck for blocks up to 256 bytes, else pairwise), "pairwise", "bruck"
-    (equal blocks only) or "native" (:data:`collectives.ALLTOALL`).
+    ``algorithm``: "auto" (the fitted cost model's fastest for the block size: ``blocks/auto.py``;
+    pairwise for the v form), "pairwise", "bruck" (equal blocks only), "hierarchical" or
+    "native" (:data:`collectives.ALLTOALL`).
 
     A call of equal blocks out of place repeated with the same ``x``, ``out`` (given), ``comm``,
     algorithm name and ``options=`` argument, ``validate`` left unset, is remembered as
