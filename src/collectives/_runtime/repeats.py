@@ -2,9 +2,10 @@
 
 A training loop calls the same collective on the same arrays every step. The blocking
 ``allreduce``, ``alltoall`` and ``barrier`` (``api.py``), ``iallreduce``
-(``engine/nonblocking.py``), ``send`` and ``recv`` (``pt2pt/messages.py``) remember what the first call on a pair of arrays checked and
-decided, in :data:`REPEATS`, and repeat it while :meth:`Repeats.find` finds that nothing that
-could change in place has (a barrier has no arrays: a stand-in array takes their place):
+(``engine/nonblocking.py``), ``send`` and ``recv`` (``pt2pt/messages.py``) remember what the
+first call on a pair of arrays checked and decided, in :data:`REPEATS`, and repeat it while
+:meth:`Repeats.find` finds that nothing that could change in place has (a barrier has no
+arrays: a stand-in array takes their place):
 
 - an entry (:class:`Repeat`) is keyed by the call's form ("allreduce", "iallreduce"), the
   identities of ``x``, ``out`` and ``comm``, and the names of op and algorithm (a point-to-point
