@@ -1,7 +1,8 @@
 """alltoall's "auto": the algorithm the fitted cost model predicts fastest for the block size.
 
-The model (:mod:`collectives.selection.alltoall_model`: pairwise, Bruck, native and, across
-nodes, the node-aware one) is evaluated with the parameters of
+The model (:mod:`collectives.selection.alltoall_model`: pairwise, Bruck and native; the
+node-aware one is costed but not chosen, as its measurements disagree with its formula) is
+evaluated with the parameters of
 :func:`collectives.selection.network.network_for`, the same lookup the allreduce's "auto" reads:
 the tuning file's fitted model for this world size (``collectives-tune``), else the built-in
 inside-node parameters, and across nodes (``Split_type(COMM_TYPE_SHARED)``, or the emulated
