@@ -205,8 +205,8 @@ def test_bad_model(tmp_path):
 
 def test_choose_with_a_two_level_model():
     """Across nodes on a slow network, the model sends large messages through hierarchical."""
-    from collectives.algorithms.auto import CLUSTER_DEFAULTS
     from collectives.selection.cost_model import Network
+    from collectives.selection.network import CLUSTER_DEFAULTS
 
     slow = Network(**{**CLUSTER_DEFAULTS, "beta_inter": 8e-9, "alpha_inter": 1e-4,
                       "node_size": 4})
@@ -231,7 +231,7 @@ def test_plan_on_one_node_follows_rules_or_builtin(tmp_path, use):
 
 
 def test_cluster_model_prefers_fitted_parameters():
-    from collectives.algorithms.auto import CLUSTER_DEFAULTS, _cluster_model
+    from collectives.selection.network import CLUSTER_DEFAULTS, cluster_model as _cluster_model
 
     fitted = selection.Entry(RULES, (2, 2), {"alpha": 2e-6, "beta": 1e-10, "gamma": 1e-10,
                                           "alpha_inter": 7e-5, "beta_inter": 8e-9,

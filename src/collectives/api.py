@@ -43,6 +43,7 @@ from ._runtime.validate import lookup
 from .algorithms import ALGORITHMS, FLAT, auto, lanes
 from .blocks import (ALLGATHER, ALLTOALL, BARRIER, BCAST, EQUAL_BLOCKS_ONLY, GATHER, REDUCE,
                      REDUCE_SCATTER, SCATTER)
+from .blocks import auto as _blocks_auto
 from .blocks.bruck import alltoall as _bruck
 from .ops import Op, get_op
 from .options import Options
@@ -364,6 +365,60 @@ class BarrierCall:
             self.fn(ctx, self.opts)
 
 
+class _AlltoallRepeat(Repeat):
+    """A remembered blocking alltoall of equal blocks, out of place (``_runtime/repeats.py``):
+    its repeat runs the decided algorithm function ("auto" resolved for this block size and p)
+    on the same block offsets, under the runner of its options, on the context ``where``."""
+
+    __slots__ = ("run", "fn", "offsets", "what")
+
+    def __init__(self, call: AlltoallCall, x: Any, out: Any, algorithm: str, comm_arg: Any,
+                 options: Any, ctx: Context, xkind: Kind, okind: Kind) -> None:
+        super().__init__("alltoall", call, x, out, _NO_OP, algorithm, comm_arg, options, ctx,
+                         xkind, okind)
+        self.run, self.offsets = runner(ctx, call.opts).run, call.sendoffsets
+        fn = call.fn
+        if fn is _AUTO_ALLTOALL:  # the block size and p are the repeat's too
+            block = int(call.sendoffsets[1]) * call.src.itemsize
+            fn = _blocks_auto.resolve(ctx, call.opts, block)
+        self.fn = fn
+        self.what = describe(call)  # for the flight recorder, made once (_runtime/flight.py)
+
+
+class _BarrierRepeat(Repeat):
+    """A remembered barrier: the one cache's entry (``_runtime/repeats.py``) of a call with no
+    arrays (both stand-ins are :data:`_NO_ARRAY`), found by communicator, algorithm name and
+    ``options=`` argument while the context lives; its repeat runs the algorithm function
+    under the runner of its options."""
+
+    __slots__ = ("run", "fn", "what")
+
+    def __init__(self, call: BarrierCall, algorithm: str, comm_arg: Any, options: Any,
+                 ctx: Context) -> None:
+        super().__init__("barrier", _NoArrays(call.opts), _NO_ARRAY, _NO_ARRAY, _NO_OP,
+                         algorithm, comm_arg, options, ctx, _NUMPY_KIND, _NUMPY_KIND)
+        self.run, self.fn = runner(ctx, call.opts).run, call.fn
+        self.what = describe(call)
+
+
+class _NoArrays:
+    """What :class:`Repeat` reads of a checked call, for a call with no arrays."""
+
+    __slots__ = ("src", "dst", "opts")
+
+    def __init__(self, opts: Options) -> None:
+        self.src = self.dst = _NO_ARRAY
+        self.opts = opts
+
+
+_AUTO_ALLTOALL = ALLTOALL["auto"]
+#: the op name of the remembered calls that have none (a string: the keyed lookup's)
+_NO_OP = ""
+#: the stand-in array of a remembered call with no arrays (barrier)
+_NO_ARRAY = np.empty(0, dtype=np.uint8)
+_NUMPY_KIND = kind_of(_NO_ARRAY)
+
+
 class GatherCall:
     """A checked gather: ``run(ctx)`` concatenates every rank's block into ``result`` on
     ``root`` (None elsewhere)."""
@@ -572,10 +627,33 @@ def alltoall(x: np.ndarray, *, out: np.ndarray | None = None,
     ``received_splits``. ``out=`` must then be 1-D of ``sum(out_counts)`` elements (checked once
     they are known); in place is not possible.
 
-    ``algorithm``: "auto" (Bruck for blocks up to 256 bytes, else pairwise), "pairwise", "bruck"
-    (equal blocks only) or "native" (:data:`collectives.ALLTOALL`).
+    ``algorithm``: "auto" (the fitted cost model's fastest for the block size: ``blocks/auto.py``;
+    pairwise for the v form), "pairwise", "bruck" (equal blocks only), "hierarchical" or
+    "native" (:data:`collectives.ALLTOALL`).
+
+    A call of equal blocks out of place repeated with the same ``x``, ``out`` (given), ``comm``,
+    algorithm name and ``options=`` argument, ``validate`` left unset, is remembered as
+    :func:`allreduce`'s is (``_runtime/repeats.py``): it skips its first call's checks and
+    decisions after re-checking what could have changed in place, and keeps the options its
+    first call read from the environment.
     """
-    return run_call(AlltoallCall, comm, options, validate, x, out, counts, algorithm).result
+    if counts is None and validate is None:  # a repeat (_runtime/repeats.py)
+        e = _find("alltoall", x, out, _NO_OP, algorithm, comm, options)
+        if e is not None:
+            src, dst = (x, out) if e.vector else (e.pair or e.views(x, out))
+            opts = e.opts
+            e.run("alltoall", e.fn, src, dst, e.offsets, None, e.where, opts,
+                  timeout=opts.timeout, what=e.what)
+            return out
+    call = run_call(AlltoallCall, comm, options, validate, x, out, counts, algorithm)
+    if (counts is None and validate is None and out is not None and not call.trivial
+            and not call.inplace and not call.opts.validate):
+        xkind, okind = kind_of(x), kind_of(out)
+        if xkind is not None and okind is not None:
+            ctx = context(MPI.COMM_WORLD if comm is None else comm)
+            REPEATS.remember(_AlltoallRepeat(call, x, out, algorithm, comm, options, ctx, xkind,
+                                             okind))
+    return call.result
 
 
 def barrier(*, algorithm: str = "auto", comm: MPI.Comm | None = None,
@@ -584,8 +662,18 @@ def barrier(*, algorithm: str = "auto", comm: MPI.Comm | None = None,
 
     ``algorithm``: "auto" (= "dissemination": ceil(log2 p) rounds of empty messages) or
     "native" (:data:`collectives.BARRIER`). A failure on any rank ends it on every rank.
+    A repeat with the same ``comm``, algorithm name and ``options=`` argument is remembered
+    (``_runtime/repeats.py``): it runs without its first call's checks, under its options.
     """
-    run_call(BarrierCall, comm, options, None, algorithm)
+    e = _find("barrier", _NO_ARRAY, _NO_ARRAY, _NO_OP, algorithm, comm, options)
+    if e is not None:  # a repeat (_runtime/repeats.py)
+        opts = e.opts
+        e.run("barrier", e.fn, e.where, opts, timeout=opts.timeout, what=e.what)
+        return
+    call = run_call(BarrierCall, comm, options, None, algorithm)
+    if not call.trivial and not call.opts.validate:
+        ctx = context(MPI.COMM_WORLD if comm is None else comm)
+        REPEATS.remember(_BarrierRepeat(call, algorithm, comm, options, ctx))
 
 
 def gather(x: np.ndarray, *, root: int = 0, out: np.ndarray | None = None,

@@ -211,6 +211,52 @@ def test_barrier(algorithm, comm):
     assert min(t[1] for t in times) >= max(t[0] for t in times), times
 
 
+@pytest.mark.world_sizes(2, 3, 4)
+@pytest.mark.parametrize("algorithm", list(collectives.ALLTOALL))
+def test_repeated_calls_recheck_what_can_change(algorithm, monkeypatch):
+    """A repeated ``alltoall(x, out=y)`` and ``barrier()`` run from the one cache of remembered
+    calls (``_runtime/repeats.py``, without the checks of a first call: ``run_call`` counted):
+    new contents arrive every time; an ``out`` made read-only or reshaped in place is checked
+    again (the read-only one an error on every rank, before any message of that call), and the
+    calls after it are right."""
+    from collectives import api
+
+    checked = []
+    run_call = api.run_call
+    monkeypatch.setattr(api, "run_call", lambda cls, *a: checked.append(cls.kind) or
+                        run_call(cls, *a))
+    comm = MPI.COMM_WORLD
+    p, r = comm.size, comm.rank
+    x = np.zeros(4 * p, np.float32)
+    y = np.empty_like(x)
+    for step in range(4):
+        x[:] = np.arange(4 * p) + 100 * r + 1000 * step
+        assert collectives.alltoall(x, out=y, algorithm=algorithm) is y
+        expected = np.concatenate([np.arange(4 * r, 4 * r + 4) + 100 * i + 1000 * step
+                                   for i in range(p)])
+        assert np.array_equal(y, expected), (algorithm, step)
+        collectives.barrier(algorithm="native" if algorithm == "native" else "auto")
+    assert checked == ["alltoall", "barrier"], checked  # the first calls only
+    if r == p - 1:
+        y.flags.writeable = False
+    try:
+        collectives.alltoall(x, out=y, algorithm=algorithm)
+        error = None
+    except (ValueError, collectives.CollectiveError) as exc:
+        error = exc
+    assert all(comm.allgather(error is not None)), algorithm
+    assert r != p - 1 or "read-only" in str(error), error
+    y.flags.writeable = True
+    y.shape = (p, 4)  # the same memory, another shape: out must have x's, checked again
+    with pytest.raises(ValueError, match="shape"):
+        collectives.alltoall(x, out=y, algorithm=algorithm)
+    x.shape = (p, 4)
+    y[:] = -1
+    assert collectives.alltoall(x, out=y, algorithm=algorithm) is y
+    assert np.array_equal(y.reshape(-1), expected), algorithm
+    _still_works()
+
+
 @pytest.mark.world_sizes(1, 2, 3)
 def test_tensors_and_bfloat16_keep_their_type():
     torch = pytest.importorskip("torch")
@@ -333,3 +379,66 @@ def test_out_of_the_wrong_size_in_the_v_form_raises_on_every_rank():
     with pytest.raises((ValueError, collectives.CollectiveError)):
         collectives.alltoall(np.ones(p), counts=[1] * p, out=out)
     _still_works()
+
+
+# ---------------------------------------------------------------- auto: the fitted model's argmin
+def _predicted(name, b, p, m):
+    """Seconds of alltoall ``name`` for ``b``-byte blocks on one node, written out plainly from
+    the formulas of docs/algorithms.md (``m``: the fitted model's parameters)."""
+    rounds = [sum(1 for i in range(p) if i & (1 << k)) for k in range((p - 1).bit_length())]
+
+    def bruck(alpha):
+        return sum(alpha + c * b * m["beta"] for c in rounds) + \
+            (2 * p + 2 * sum(rounds)) * b * m["gamma"]
+
+    def pairwise(alpha):
+        return (p - 1) * (alpha + b * m["beta"])
+
+    if name == "native":
+        return (bruck if b <= 256 else pairwise)(m["alpha_native"]) + p * b * m["gamma"]
+    return {"bruck": bruck, "pairwise": pairwise}[name](m["alpha"])
+
+
+@pytest.mark.world_sizes(2, 3, 4)
+def test_auto_runs_the_fitted_models_argmin(monkeypatch):
+    """With a tuning file's fitted model, "auto" runs, for each block size, the algorithm whose
+    predicted time is the smallest (the formulas written out above); the results are right."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from collectives import selection
+    from collectives.blocks import auto
+
+    comm = MPI.COMM_WORLD
+    p, r = comm.size, comm.rank
+    model = {"alpha": 2e-6, "beta": 1e-10, "gamma": 1e-9, "alpha_native": 1e-6}
+    folder = Path(comm.bcast(tempfile.mkdtemp() if r == 0 else None, root=0))
+    if r == 0:
+        (folder / "tuning.json").write_text(json.dumps({
+            "format": selection.FORMAT, "version": selection.VERSION, "world_sizes": {
+                str(p): {"rules": [{"max_bytes": None, "algorithm": "native"}],
+                         "model": model}}}))
+    comm.Barrier()
+    monkeypatch.setenv(selection.ENV, str(folder / "tuning.json"))
+    selection.clear_cache()
+    ran = []
+    for name, real in list(auto.FUNCTIONS.items()):
+        monkeypatch.setitem(auto.FUNCTIONS, name,
+                            lambda *a, _n=name, _f=real: (ran.append(_n), _f(*a)))
+    dup = comm.Dup()
+    try:
+        expected_names = []
+        for block in (8, 64, 256, 512, 1024, 4096, 65536):
+            n = block // 4
+            x = np.arange(n * p, dtype=np.float32) + 1000 * r
+            y = collectives.alltoall(x, comm=dup)
+            want = np.concatenate([np.arange(n * r, n * (r + 1)) + 1000 * i for i in range(p)])
+            assert np.array_equal(y, want), block
+            times = {a: _predicted(a, block, p, model) for a in ("pairwise", "bruck", "native")}
+            expected_names.append(min(times, key=times.get))
+        assert ran == expected_names, (ran, expected_names)
+        assert len(set(ran)) > 1, ran  # the file's model changes the pick with the size
+    finally:
+        dup.Free()
+        selection.clear_cache()

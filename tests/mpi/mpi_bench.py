@@ -16,8 +16,8 @@ import compress
 from collectives import selection
 from collectives._runtime.context import context
 from collectives.algorithms import auto
-from collectives.tools.osu import (allgather, allreduce, alltoall, barrier, bcast, bw, gather,
-                                   latency, reduce_scatter, scatter)
+from collectives.tools.osu import (allgather, allreduce, alltoall, alltoallv, barrier, bcast, bw,
+                                   gather, latency, reduce_scatter, scatter)
 
 # The benchmark commands and auto's tuning file: plumbing over collectives that run at every size
 # elsewhere; one rank, two and an odd number (docs/testing.md)
@@ -38,8 +38,8 @@ def _run(module, *args):
 
 @pytest.mark.parametrize("module, sizes", [(allreduce, (8, 1024)), (reduce_scatter, (1024,)),
                                            (allgather, (1024,)), (bcast, (1024,)),
-                                           (alltoall, (8, 1024)), (gather, (8,)),
-                                           (scatter, (8,))])
+                                           (alltoall, (8, 1024)), (alltoallv, (8, 1024)),
+                                           (gather, (8,)), (scatter, (8,))])
 def test_all_algorithms_validate(module, sizes):
     records, text = _run(module, "--algorithm", "all", "-c", "--busbw",
                          "--sizes", ",".join(map(str, sizes)))
@@ -345,8 +345,8 @@ def test_the_baseline_is_the_bare_mpi_call_where_mpi_has_the_type():
     assert ratio_table(records).startswith("Median us per call over the iterations (ratio to mpi)")
 
 
-@pytest.mark.parametrize("module", [allreduce, reduce_scatter, allgather, bcast, alltoall, gather,
-                                    scatter, barrier])
+@pytest.mark.parametrize("module", [allreduce, reduce_scatter, allgather, bcast, alltoall,
+                                    alltoallv, gather, scatter, barrier])
 def test_the_mpi_column_calls_no_library_code(module, monkeypatch):
     """``--algorithm mpi`` (and the ``mpi`` column of ``all``) times mpi4py's own call: with every
     public collective of the library and both of its call runners made to raise, it still runs,

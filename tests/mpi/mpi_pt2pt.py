@@ -86,6 +86,50 @@ def test_persistent_plans_send_what_the_array_holds_at_each_call():
         collectives.send_init(x, p)
 
 
+@pytest.mark.world_sizes(2, 3)
+def test_repeated_messages_are_remembered_and_checked_again(monkeypatch):
+    """A ``send``/``recv`` repeated on the same arrays runs from the one cache of remembered
+    calls without the first call's checks (``prepare_local`` counted); what can change in place
+    is checked again: an ``out`` made read-only is an error before any message is taken (the
+    message waits for the next receive), and a freed communicator is no communicator."""
+    from collectives.pt2pt import messages
+
+    checked = []
+    prepare = messages.prepare_local
+    monkeypatch.setattr(messages, "prepare_local",
+                        lambda cls, *a: checked.append(cls.kind) or prepare(cls, *a))
+    comm = MPI.COMM_WORLD
+    r = comm.rank
+    dup = comm.Dup()
+    x = np.zeros(1000, np.float32)
+    out = np.empty_like(x)
+    for step in range(4):
+        if r == 0:
+            x[:] = step
+            collectives.send(x, 1, tag=5, comm=dup)
+        elif r == 1:
+            assert collectives.recv(out, 0, tag=5, comm=dup) is out
+            assert np.array_equal(out, np.full(1000, step, np.float32)), step
+    assert checked == {0: ["send"], 1: ["recv"]}.get(r, []), checked
+    if r == 0:
+        x[:] = 7
+        collectives.send(x, 1, tag=5, comm=dup)
+    elif r == 1:
+        out.flags.writeable = False
+        with pytest.raises(ValueError, match="read-only"):
+            collectives.recv(out, 0, tag=5, comm=dup)
+        out.flags.writeable = True
+        collectives.recv(out, 0, tag=5, comm=dup)
+        assert np.array_equal(out, np.full(1000, 7, np.float32))
+    dup.Free()
+    if r < 2:
+        with pytest.raises(TypeError, match="intracommunicator"):
+            if r == 0:
+                collectives.send(x, 1, tag=5, comm=dup)
+            else:
+                collectives.recv(out, 0, tag=5, comm=dup)
+
+
 def test_tensors_and_shapes():
     """Tensors (bfloat16 and float32) and a 2-D Fortran-order array go as their bytes."""
     torch = pytest.importorskip("torch")

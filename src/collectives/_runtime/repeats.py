@@ -1,12 +1,15 @@
 """The one cache of remembered calls, and its one "nothing changed" test.
 
 A training loop calls the same collective on the same arrays every step. The blocking
-``allreduce`` (``api.py``) and ``iallreduce`` (``engine/nonblocking.py``) remember what the first
-call on a pair of arrays checked and decided, in :data:`REPEATS`, and repeat it while
-:meth:`Repeats.find` finds that nothing that could change in place has:
+``allreduce``, ``alltoall`` and ``barrier`` (``api.py``), ``iallreduce``
+(``engine/nonblocking.py``), ``send`` and ``recv`` (``pt2pt/messages.py``) remember what the
+first call on a pair of arrays checked and decided, in :data:`REPEATS`, and repeat it while
+:meth:`Repeats.find` finds that nothing that could change in place has (a barrier has no
+arrays: a stand-in array takes their place):
 
 - an entry (:class:`Repeat`) is keyed by the call's form ("allreduce", "iallreduce"), the
-  identities of ``x``, ``out`` and ``comm``, and the names of op and algorithm; it holds the
+  identities of ``x``, ``out`` and ``comm``, and the names of op and algorithm (a point-to-point
+  message's tag and peer, ``pt2pt/messages.py``, in their places); it holds the
   arrays by weak references only, and the ``options=`` argument it was made with (``None``
   included: a remembered call made without options keeps the environment's options of its
   first call, as NCCL and MPI read their environment once, at initialisation);
@@ -153,6 +156,10 @@ class _Nothing:
 _NOTHING = _Nothing()
 
 
+#: the types of op and algorithm arguments looked up by value (names; a message's tag and peer)
+_KEYED = (str, int)
+
+
 class Repeats:
     """The remembered calls (see the module docstring): :meth:`find`, :meth:`remember`."""
 
@@ -205,7 +212,7 @@ class Repeats:
                     and e.comm_arg is comm and e.form is form):
                 break
         else:
-            if type(op) is not str or type(algorithm) is not str:
+            if type(op) not in _KEYED or type(algorithm) not in _KEYED:
                 return None
             key = (form, id(x), id(out), op, algorithm, id(comm))
             e = self.entries.get(key)

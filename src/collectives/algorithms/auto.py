@@ -11,7 +11,8 @@ Three sources, in order:
    "native" up to ``SMALL_BYTES`` (as below), and above it the algorithm the model
    (:mod:`collectives.selection.cost_model`) predicts fastest, "hierarchical" included. Its
    parameters are the tuning file's fitted ``model`` for this world size when it has two levels
-   (``collectives-tune`` fits them on the cluster), else :data:`CLUSTER_DEFAULTS` (shared memory
+   (``collectives-tune`` fits them on the cluster), else
+   :data:`~collectives.selection.network.CLUSTER_DEFAULTS` (shared memory
    inside a node, a 10 Gbit/s network between), with the communicator's smallest node as
    ``node_size``. Each size's pick is computed once per communicator.
 3. **The built-in rule** otherwise (one node; docs/algorithms.md): "native" for
@@ -33,7 +34,6 @@ warns once (``RuntimeWarning``) and every rank uses the built-in rule (or the de
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -41,6 +41,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import selection
+from ..selection.network import cluster_model, read_entry
 from .._runtime.context import Context
 from .._runtime.nodes import node_sizes
 from .._runtime.ranks import pof2_of
@@ -50,19 +51,12 @@ from . import hierarchical, shm
 from .flat import FLAT
 
 __all__ = ["algorithm_for", "builtin_choice", "comm_rules", "selector", "resolve", "Selector",
-           "network_for",
-           "allreduce", "SMALL_BYTES", "SHM_BYTES", "CLUSTER_DEFAULTS", "MODEL_CHOICES"]
+           "allreduce", "SMALL_BYTES", "SHM_BYTES", "MODEL_CHOICES"]
 
 SMALL_BYTES = 64 << 10
 SHM_BYTES = 0
 _SELECTOR_KEY = "auto-selector"
 
-#: Two-level model parameters auto uses across nodes when no tuning file gives fitted ones:
-#: shared memory inside a node (alpha, beta, gamma and alpha_native as fitted on one node,
-#: docs/benchmarks.md, "Numbers behind the code"), a 10 Gbit/s TCP network between (25 us,
-#: 0.8 ns/B).
-CLUSTER_DEFAULTS = {"alpha": 1.4e-6, "beta": 5e-11, "gamma": 3e-11, "alpha_native": 8e-6,
-                    "alpha_inter": 2.5e-5, "beta_inter": 8e-10}
 #: What the model chooses among across nodes.
 MODEL_CHOICES = ("native", "ring", "tree", "recursive_doubling", "rabenseifner", "hierarchical")
 # "shm" does not wait for its kernel to compile (algorithms/shm.py), as "auto" only
@@ -120,59 +114,14 @@ class Selector:
         return name
 
 
-def _read_entry(comm: MPI.Comm) -> selection.Entry | None:
-    entry, problem = None, None
-    if comm.rank == 0:
-        try:
-            entry = selection.entry_for(comm.size)
-        except selection.TuningFileError as exc:
-            problem = str(exc)
-    entry, problem = comm.bcast((entry, problem), root=0)
-    if problem and comm.rank == 0:
-        warnings.warn(f"ignoring the tuning file: {problem}; algorithm='auto' uses its "
-                      "built-in rule", RuntimeWarning, stacklevel=3)
-    return entry
-
-
-def _cluster_model(entry: selection.Entry | None, nodes: list[int]):
-    from ..selection.cost_model import Network
-
-    params = dict(CLUSTER_DEFAULTS)
-    fitted = (entry.model or {}) if entry is not None else {}
-    if fitted.get("alpha_inter") is not None or fitted.get("beta_inter") is not None:
-        params = {k: v for k, v in fitted.items() if k != "node_size"}
-    try:
-        return Network(**{**params, "node_size": min(nodes)})
-    except (TypeError, ValueError):  # a hand-edited model: fall back to the defaults
-        return Network(**{**CLUSTER_DEFAULTS, "node_size": min(nodes)})
-
-
-def network_for(entry: selection.Entry | None, nodes: list[int]):
-    """The cost model of a communicator with these ``nodes`` (ranks per node) and tuning
-    ``entry`` (read on rank 0 and broadcast, so the same on every rank): across nodes the
-    two-level model "auto" chooses by; on one node the entry's fitted model, else the inside-node
-    parameters of :data:`CLUSTER_DEFAULTS`."""
-    from ..selection.cost_model import Network
-
-    if len(nodes) > 1:
-        return _cluster_model(entry, nodes)
-    inter = ("alpha_inter", "beta_inter", "node_size")
-    fitted = {k: v for k, v in ((entry.model or {}) if entry is not None else {}).items()
-              if k not in inter}
-    try:
-        return Network(**fitted)
-    except (TypeError, ValueError):  # none, or a hand-edited model: the defaults
-        return Network(**{k: v for k, v in CLUSTER_DEFAULTS.items() if k not in inter})
-
-
 def _make_selector(comm: MPI.Comm, node_size: int | None) -> Selector:
-    entry = _read_entry(comm)
+    entry = read_entry(comm)
     nodes = node_sizes(comm, node_size)
     sel = Selector(comm.size, nodes)
     if entry is not None and (list(entry.nodes or [comm.size]) == nodes):
         sel.rules = entry.rules
     elif len(nodes) > 1:
-        sel.model = _cluster_model(entry, nodes)
+        sel.model = cluster_model(entry, nodes)
     return sel
 
 

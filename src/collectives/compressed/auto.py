@@ -15,7 +15,7 @@ as every element) and the strategy the call runs::
 and the call compresses when ``compressed < (1 - margin) dense`` (``margin`` 0.1 by default: in
 a close call dense wins, which holds nothing back). ``T`` is
 :mod:`collectives.selection.cost_model` with the parameters that auto's choice of algorithm reads
-(:func:`collectives.algorithms.auto.network_for`): the tuning file's fitted model for this world
+(:func:`collectives.selection.network.network_for`): the tuning file's fitted model for this world
 size (two levels on a cluster, fitted there by ``collectives-tune``), else the built-in one
 (10 Gbit/s between nodes). ``e``, ``d``, ``q`` (seconds per byte) come from the tuning file's
 ``"codecs"`` section, which ``collectives-tune`` measures (every rank at once, the slowest kept):
@@ -59,7 +59,8 @@ import compress
 from .. import selection
 from .._runtime.context import Context
 from .._runtime.nodes import node_sizes
-from ..algorithms.auto import network_for, selector
+from ..algorithms.auto import selector
+from ..selection.network import network_for
 from ..selection.cost_model import COSTS, Network, allgather, predict
 
 __all__ = ["AutoCompression", "CodecSpeed", "Decision", "DEFAULT_SPEEDS", "AUTO_FORMS",

@@ -75,8 +75,10 @@ from mpi4py import MPI
 
 from .._runtime import device as _device
 from .._runtime import flight
-from .._runtime.arrays import check_input, flat, writeable
+from .._runtime.arrays import check_input, flat, unowned, writeable
 from .._runtime.blocking import prepare_local, run_local
+from .._runtime.repeats import REPEATS, Repeat, kind_of
+from .._runtime.validate import resolve
 from .._runtime.guard import TESTS_BEFORE_YIELD
 from ..observe import OBSERVERS as _OBSERVED
 from ..options import Options
@@ -584,6 +586,64 @@ def _overlaps(a: Any, b: Any) -> bool:
         b.data.ptr < a.data.ptr + a.nbytes
 
 
+# -- remembered messages -------------------------------------------------------------------------
+class _Open:
+    """Where a remembered message runs: the caller's communicator, ``live`` until freed."""
+
+    __slots__ = ("comm",)
+
+    def __init__(self, comm: MPI.Comm) -> None:
+        self.comm = comm
+
+    @property
+    def live(self) -> bool:
+        return self.comm != MPI.COMM_NULL
+
+
+class _Checked:
+    """What :class:`Repeat` reads of a checked call: the one array (``src`` and ``dst``: a send
+    reads it, a receive writes it, so its write flag counts) and the options."""
+
+    __slots__ = ("src", "dst", "opts")
+
+    def __init__(self, a: np.ndarray, opts: Options) -> None:
+        self.src = self.dst = a
+        self.opts = opts
+
+
+class _Message(Repeat):
+    """A remembered blocking ``send`` or ``recv`` of a NumPy array of a built-in dtype
+    (``_runtime/repeats.py``, keyed by the array, tag, peer, ``comm`` and ``options=``
+    arguments): its checked call, made once more on a view of the array's memory that keeps
+    nothing alive (:func:`~.arrays.unowned`), runs again while the array is the same object
+    with the same shape, strides, dtype and write flag and the communicator is not freed."""
+
+    __slots__ = ("call", "comm")
+
+    def __init__(self, form: str, cls: type, a: np.ndarray, peer: int, tag: int, comm_arg: Any,
+                 comm: MPI.Comm, options: Any, opts: Options) -> None:
+        kind = kind_of(a)
+        super().__init__(form, _Checked(a, opts), a, a, tag, peer, comm_arg, options,
+                         _Open(comm), kind, kind)
+        view = unowned(a)
+        self.call = cls(comm, view, peer, tag, opts) if cls is SendCall else \
+            cls(comm, view, peer, tag, None, opts)
+        self.comm = comm
+
+
+def _remember(form: str, cls: type, a: Any, peer: Any, tag: Any, comm_arg: Any, comm: MPI.Comm,
+              options: Any) -> None:
+    """Remember the blocking message just made (:class:`_Message`) where it can repeat."""
+    if type(a) is np.ndarray and a.size and a.dtype in _BY_DTYPE and type(peer) is int and \
+            type(tag) is int:
+        opts, problem = resolve(options)
+        if problem is None:
+            REPEATS.remember(_Message(form, cls, a, peer, tag, comm_arg, comm, options, opts))
+
+
+_find = REPEATS.find
+
+
 # -- the public functions ------------------------------------------------------------------------
 def send(x: Any, dest: int, *, tag: int = 0, comm: MPI.Comm | None = None,
          options: Options | None = None) -> None:
@@ -591,8 +651,17 @@ def send(x: Any, dest: int, *, tag: int = 0, comm: MPI.Comm | None = None,
     ``comm.Send(x, dest, tag)``; the receiver's ``out`` must have ``x``'s count and dtype.
 
     With ``Options.timeout`` it raises ``TimeoutError`` if the message has not left after that
-    many seconds (a large message waits for its receive)."""
-    run_local(SendCall, comm, options, x, dest, tag)
+    many seconds (a large message waits for its receive). A send repeated with the same NumPy
+    ``x``, ``dest``, ``tag``, ``comm`` and ``options=`` arguments is remembered, as a repeated
+    ``allreduce`` is (``_runtime/repeats.py``: checked once, re-checked for what can change in
+    place; made without ``options=``, it keeps the options its first call read)."""
+    e = _find("send", x, x, tag, dest, comm, options)
+    if e is not None:
+        e.call.run(e.comm)
+        return
+    call, c = prepare_local(SendCall, comm, options, x, dest, tag)
+    call.run(c)
+    _remember("send", SendCall, x, dest, tag, comm, c, options)
 
 
 def recv(out: Any, source: int, *, tag: int = 0, comm: MPI.Comm | None = None,
@@ -602,8 +671,18 @@ def recv(out: Any, source: int, *, tag: int = 0, comm: MPI.Comm | None = None,
 
     A message of another count or dtype than ``out``'s raises ``ValueError`` (module
     docstring); ``status`` (an ``MPI.Status``) gets the sender's rank and tag. With
-    ``Options.timeout``, ``TimeoutError`` once no message has come for that many seconds."""
-    return run_local(RecvCall, comm, options, out, source, tag, status).result
+    ``Options.timeout``, ``TimeoutError`` once no message has come for that many seconds.
+    Without ``status``, a receive repeated as :func:`send`'s is remembered the same way."""
+    if status is None:
+        e = _find("recv", out, out, tag, source, comm, options)
+        if e is not None:
+            e.call.run(e.comm)
+            return out
+    call, c = prepare_local(RecvCall, comm, options, out, source, tag, status)
+    call.run(c)
+    if status is None:
+        _remember("recv", RecvCall, out, source, tag, comm, c, options)
+    return call.result
 
 
 def sendrecv(x: Any, dest: int, out: Any, source: int, *, sendtag: int = 0, recvtag: int = 0,

@@ -6,11 +6,17 @@
 - :mod:`~collectives.selection.cost_model`: the alpha-beta-gamma cost model of every allreduce
   algorithm, on one level or two; :func:`~collectives.selection.cost_model.from_tuning_file`
   gives the parameters ``collectives-tune`` fitted.
+- :mod:`~collectives.selection.alltoall_model`: the same for every alltoall algorithm
+  (``blocks/auto.py`` chooses by it);
+- :mod:`~collectives.selection.network`: the parameters both "auto"s read for a communicator
+  (the tuning file's entry, read on rank 0 and broadcast, and its fitted model or the built-in
+  ``CLUSTER_DEFAULTS``);
 - :mod:`~collectives.selection.names`: the algorithms' names; this layer never imports the
-  algorithms themselves (``algorithms/auto.py``, above it, does the choosing).
+  algorithms themselves (``algorithms/auto.py`` and ``blocks/auto.py``, above it, do the
+  choosing).
 
-Only the tuning file is imported with the package (auto needs it at its first call); the cost
-model when a communicator spans nodes.
+Only the tuning file is imported with the package; the cost models and the network lookup with
+the alltoall's "auto" (``blocks/``), which ``import collectives`` imports.
 """
 
 from .names import FLAT_NAMES, TUNABLE

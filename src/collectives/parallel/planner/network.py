@@ -8,7 +8,7 @@ A :class:`Cluster` is ``hosts`` hosts of ``ranks // hosts`` ranks each and one
 - ``tuning``: the fitted model of a tuning file (``collectives-tune``; for the world size
   ``ranks`` when the file has it, else its first two-level model, else its first);
 - otherwise the inside-node parameters of
-  :data:`collectives.algorithms.auto.CLUSTER_DEFAULTS` (fitted on one node of this machine,
+  :data:`collectives.selection.network.CLUSTER_DEFAULTS` (fitted on one node of this machine,
   docs/benchmarks.md) and its 25 us per message between hosts;
 - ``rate`` (``--network 1gbit|10gbit|<rate>``, :func:`parse_rate`) sets ``beta_inter = 8 /
   rate`` seconds per byte, over what the tuning file says.
@@ -30,8 +30,8 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ...algorithms.auto import CLUSTER_DEFAULTS
 from ...selection.cost_model import Network, from_tuning_file
+from ...selection.network import CLUSTER_DEFAULTS
 from ...selection.tuning_file import read_entries
 
 __all__ = ["Cluster", "cluster", "parse_rate", "RATE_UNITS", "DEFAULT_ALPHA_INTER",

@@ -1,12 +1,12 @@
 """Every benchmark's entry point by its OSU program name (the console scripts' table)."""
 
 from ..._runtime.cli import program
-from . import (allgather, allreduce, alltoall, barrier, bcast, bw, gather, iallreduce, latency,
-               reduce_scatter, scatter)
+from . import (allgather, allreduce, alltoall, alltoallv, barrier, bcast, bw, gather, iallreduce,
+               latency, reduce_scatter, scatter)
 
 __all__ = ["BENCHMARKS", "osu_allreduce", "osu_reduce_scatter", "osu_allgather", "osu_bcast",
-           "osu_alltoall", "osu_gather", "osu_scatter", "osu_barrier", "osu_latency", "osu_bw",
-           "osu_iallreduce"]
+           "osu_alltoall", "osu_alltoallv", "osu_gather", "osu_scatter", "osu_barrier",
+           "osu_latency", "osu_bw", "osu_iallreduce"]
 
 #: Entry point ``main(argv=None, comm=None, out=None)`` of each benchmark.
 BENCHMARKS = {
@@ -15,6 +15,7 @@ BENCHMARKS = {
     "osu_allgather": allgather.main,
     "osu_bcast": bcast.main,
     "osu_alltoall": alltoall.main,
+    "osu_alltoallv": alltoallv.main,
     "osu_gather": gather.main,
     "osu_scatter": scatter.main,
     "osu_barrier": barrier.main,
@@ -37,6 +38,7 @@ osu_reduce_scatter = _script("osu_reduce_scatter")
 osu_allgather = _script("osu_allgather")
 osu_bcast = _script("osu_bcast")
 osu_alltoall = _script("osu_alltoall")
+osu_alltoallv = _script("osu_alltoallv")
 osu_gather = _script("osu_gather")
 osu_scatter = _script("osu_scatter")
 osu_barrier = _script("osu_barrier")
