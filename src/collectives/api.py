@@ -40,8 +40,8 @@ from ._runtime.flight import describe
 from ._runtime.counts import block_offsets as _offsets, gathered_offsets as _gathered
 from ._runtime.repeats import REPEATS, Kind, Repeat, kind_of
 from ._runtime.validate import lookup
-from .algorithms import ALGORITHMS, FLAT, auto, lanes
-from .blocks import (ALLGATHER, ALLTOALL, BARRIER, BCAST, EQUAL_BLOCKS_ONLY, GATHER, REDUCE,
+from .algorithms import ALGORITHMS, BARRIER, BARRIER_RESOLVERS, FLAT, auto, lanes
+from .blocks import (ALLGATHER, ALLTOALL, BCAST, EQUAL_BLOCKS_ONLY, GATHER, REDUCE,
                      REDUCE_SCATTER, SCATTER)
 from .blocks import auto as _blocks_auto
 from .blocks.bruck import alltoall as _bruck
@@ -362,6 +362,9 @@ class BarrierCall:
 
     def run(self, ctx: Context | None) -> None:
         if not self.trivial:
+            resolve = BARRIER_RESOLVERS.get(self.fn)  # "auto" and "shm": once per call object
+            if resolve is not None:
+                self.fn = resolve(ctx, self.opts)
             self.fn(ctx, self.opts)
 
 
@@ -660,8 +663,10 @@ def barrier(*, algorithm: str = "auto", comm: MPI.Comm | None = None,
             options: Options | None = None) -> None:
     """Return once every rank of ``comm`` has called ``barrier`` (``MPI_Barrier``).
 
-    ``algorithm``: "auto" (= "dissemination": ceil(log2 p) rounds of empty messages) or
-    "native" (:data:`collectives.BARRIER`). A failure on any rank ends it on every rank.
+    ``algorithm``: "auto" ("shm" when every rank shares one node: no message, the ranks'
+    counters in a shared window; else "dissemination": ceil(log2 p) rounds of empty messages),
+    "shm", "dissemination" or "native" (:data:`collectives.BARRIER`). A failure on any rank
+    ends it on every rank.
     A repeat with the same ``comm``, algorithm name and ``options=`` argument is remembered
     (``_runtime/repeats.py``): it runs without its first call's checks, under its options.
     """

@@ -128,7 +128,7 @@ def _routing_calls(x, count, algorithm, comm):
     arguments, for the algorithm ``algorithm`` of each table that has it; ``x`` holds
     ``count`` elements per block (p blocks)."""
     p, rank, root = comm.size, comm.rank, comm.size - 1
-    kw = dict(algorithm=algorithm, comm=comm, options=SMALL)
+    kw = dict(algorithm=algorithm, comm=comm, options=for_algorithm(SMALL, algorithm))
     v = [(count + 3 * rank + 5 * j) % (count + 1) for j in range(p)]  # this rank's send counts
     own = [(count + k) % (count + 1) for k in range(p)]  # gatherv/scatterv blocks
     mine = x[:own[rank]]

@@ -8,10 +8,11 @@ zero elements and for one process, so algorithms never special-case those.
 
 from __future__ import annotations
 
-from . import auto, hierarchical, shm
+from ..blocks import BARRIER as _BLOCK_BARRIERS
+from . import auto, hierarchical, shm, shm_barrier
 from .flat import FLAT, Algorithm
 
-__all__ = ["ALGORITHMS", "FLAT", "Algorithm"]
+__all__ = ["ALGORITHMS", "BARRIER", "BARRIER_RESOLVERS", "FLAT", "Algorithm"]
 
 #: Every allreduce algorithm by name (``algorithm=`` of :func:`collectives.allreduce`).
 ALGORITHMS: dict[str, Algorithm] = {
@@ -20,3 +21,12 @@ ALGORITHMS: dict[str, Algorithm] = {
     "shm": shm.allreduce,
     "auto": auto.allreduce,
 }
+
+#: Every barrier algorithm by name (``algorithm=`` of :func:`collectives.barrier`): the
+#: message-based ones of ``collectives.blocks``, "shm" (one node, no message) and "auto" ("shm"
+#: on one node, else "dissemination").
+BARRIER = {**_BLOCK_BARRIERS, "shm": shm_barrier.barrier, "auto": auto.barrier}
+#: The barrier functions a checked call resolves once for its context, each by its resolver
+#: ``(ctx, opts) -> barrier function``: "auto" to what it runs there, "shm" to the context's
+#: token and lane. A repeated barrier then runs what its first call resolved.
+BARRIER_RESOLVERS = {auto.barrier: auto.barrier_for, shm_barrier.barrier: shm_barrier.resolved}

@@ -47,11 +47,12 @@ from .._runtime.nodes import node_sizes
 from .._runtime.ranks import pof2_of
 from ..ops import Op
 from ..options import Options
-from . import hierarchical, shm
+from ..blocks import BARRIER as _BLOCK_BARRIERS
+from . import hierarchical, shm, shm_barrier
 from .flat import FLAT
 
 __all__ = ["algorithm_for", "builtin_choice", "comm_rules", "selector", "resolve", "Selector",
-           "allreduce", "SMALL_BYTES", "SHM_BYTES", "MODEL_CHOICES"]
+           "allreduce", "barrier", "barrier_for", "SMALL_BYTES", "SHM_BYTES", "MODEL_CHOICES"]
 
 SMALL_BYTES = 64 << 10
 SHM_BYTES = 0
@@ -145,3 +146,17 @@ def resolve(buf: np.ndarray, ctx: Context, opts: Options) -> Callable[..., None]
 
 def allreduce(src: np.ndarray, buf: np.ndarray, op: Op, ctx: Context, opts: Options) -> None:
     resolve(buf, ctx, opts)(src, buf, op, ctx, opts)
+
+
+def barrier_for(ctx: Context, opts: Options):
+    """The barrier function "auto" runs on ``ctx``: the communicator's shm barrier
+    (``shm_barrier.resolved``: no message) when every rank shares one node (as "auto" finds for
+    the allreduce, collectively at the first call), else the dissemination barrier."""
+    if shm.on_one_node(ctx, opts):
+        return shm_barrier.resolved(ctx, opts)
+    return _BLOCK_BARRIERS["dissemination"]
+
+
+def barrier(ctx: Context, opts: Options) -> None:
+    """"auto" of :func:`collectives.barrier` (:func:`barrier_for`)."""
+    barrier_for(ctx, opts)(ctx, opts)

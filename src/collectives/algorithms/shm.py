@@ -80,7 +80,7 @@ from ..options import Options
 from .flat import FLAT
 
 __all__ = ["allreduce", "allreduce_without_waiting", "lane", "Lane", "on_one_node", "prepare",
-           "team", "REPLICATE_BYTES"]
+           "team", "team_key", "REPLICATE_BYTES"]
 
 #: Up to this many bytes every rank reduces the whole vector itself from every input (one
 #: hand-off per round instead of two; the same operands in the same order, so the same bits).
@@ -97,7 +97,7 @@ def on_one_node(ctx: Context, opts: Options) -> bool:
     return _why_not(ctx, opts) is None
 
 
-def _team_key(opts: Options) -> tuple:
+def team_key(opts: Options) -> tuple:
     """The key of the communicator's team for these options in its context's cache."""
     return ("shm", opts.node_size, opts.shm_segment_bytes, opts.shm_cma_bytes)
 
@@ -110,7 +110,7 @@ def team(ctx: Context, opts: Options) -> Team:
     ValueError
         Some ranks are not on rank 0's node (every rank raises it, with the same message).
     """
-    key = _team_key(opts)
+    key = team_key(opts)
     found = ctx.cache.get(key)  # the per-call path: one lookup, no closure
     if found is None:
         found = ctx.cached(key, lambda comm: _make_team(ctx, opts))
@@ -130,7 +130,7 @@ def prepare(ctx: Context, opts: Options) -> None:
     """Make the communicator's team ahead of its first call, its pages written once
     (``collectives.preload(comm=...)``), if its ranks share a node and it has none yet
     (collective)."""
-    key = _team_key(opts)
+    key = team_key(opts)
     if key not in ctx.cache and on_one_node(ctx, opts):
         ctx.cached(key, lambda comm: _make_team(ctx, opts, touch=True))
 
@@ -203,7 +203,7 @@ class Lane:
 
     def _find(self, src: np.ndarray, buf: np.ndarray, ctx: Context, opts: Options) -> None:
         """After a call by ``fn``: the team it ran on and the kernel's entry, if compiled."""
-        found = ctx.cache.get(_team_key(opts))
+        found = ctx.cache.get(team_key(opts))
         if type(found) is not Team or shm_team.INTERPRET:
             return
         mode, m = _mode(buf, found)

@@ -13,7 +13,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ... import api
-from ...blocks import BARRIER
+from ...algorithms import BARRIER
 from ...options import Options
 from .collective import Buffers, Spec, entry_point
 
