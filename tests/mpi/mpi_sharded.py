@@ -118,6 +118,35 @@ def test_compressed_gradients_inside_every_stage(stage):
 
 
 @pytest.mark.world_sizes(2, 3)
+@pytest.mark.parametrize("stage,codec,dtype", [("1", "fp16", "bfloat16"),
+                                               ("2", "topk:ratio=0.3", "bfloat16"),
+                                               ("3", "topk:ratio=0.3", "float16")])
+def test_narrow_residuals_inside_sharded_training(stage, codec, dtype):
+    """``--residual-dtype``: every residual (one per bucket and destination block; fp16 through
+    the summable strategy's compensate and remember, top-k through the fused encode) is stored
+    in two bytes per element; the replicas of stages 1-2 stay identical; the run stays near the
+    float32 residuals' one without being it; a resumed run gives the same bits."""
+    comm = WORLD
+    d = _shared_dir(comm)
+    base = [*TINY, "--epochs", "2", "--hidden", "3", "--shard", stage, "--codec", codec,
+            "--error-feedback"]
+    wide, _ = _final(base, comm)
+    args = [*base, "--residual-dtype", dtype, "--checkpoint-dir", d]
+    whole, t = _final(args, comm)
+    residuals = t.state.memory.state.values()
+    assert residuals and all(r.error.dtype == (np.float16 if dtype == "float16" else np.uint16)
+                             and r.spare is None for r in residuals)
+    if stage != "3":
+        assert comm.allgather(t.model.params.flat.tobytes()) == [whole.tobytes()] * comm.size
+    assert not np.array_equal(whole, wide)
+    np.testing.assert_allclose(whole, wide, rtol=0, atol=0.05 * np.abs(wide).max())
+    assert train([*args, "--checkpoint-every", "3", "--stop-after", "7"], comm) is None
+    resumed, _ = _final([*args, "--resume"], comm)
+    assert resumed.tobytes() == whole.tobytes()
+    _cleanup(comm, d)
+
+
+@pytest.mark.world_sizes(2, 3)
 def test_stage_3_with_bf16_parameters_in_the_gathers():
     """``--shard 3 --param-codec bf16``: the layers' gathers decode bf16 (the shards stay
     float32 masters): training follows the dense stage 3 within bf16's rounding, and resumes
@@ -201,6 +230,8 @@ def test_memory_split_shrinks_by_the_ranks():
     ["--param-codec", "bf16"],
     ["--shard", "3", "--param-codec", "powersgd"],
     ["--shard", "2", "--algorithm", "rabenseifner"],
+    ["--shard", "2", "--residual-dtype", "float16"],
+    ["--shard", "2", "--codec", "fp16", "--residual-dtype", "bfloat16"],
 ])
 def test_bad_arguments_return_2_everywhere(argv):
     comm = WORLD

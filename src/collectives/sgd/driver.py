@@ -123,8 +123,7 @@ class Trainer:
         self.ledger.track("optimizer", self.opt.velocity)
         self.ledger.probe("buffers", workspace.held_bytes)
         if self.state is not None:
-            self.ledger.probe("codec", lambda: sum(
-                int(v.nbytes) for v in self.state.state_dict().values()))
+            self.ledger.probe("codec", self.state.held_nbytes)
         #: where each kind of state is kept in a checkpoint: the same on every rank or its own
         self.own_params = self.exchange.own_params
         self.own_momentum = self.exchange.own_momentum
@@ -154,7 +153,8 @@ class Trainer:
                    if a.sparsity_warmup else None}
         return CompressionState.from_spec(a.codec, seed=a.seed, rank=rank,
                                           error_feedback=a.error_feedback,
-                                          momentum_correction=dgc, start_step=a.dense_steps)
+                                          momentum_correction=dgc, start_step=a.dense_steps,
+                                          residual_dtype=a.residual_dtype)
 
     # ------------------------------------------------------------------ checkpoint state
     def capture(self) -> tuple[dict, dict, dict]:
@@ -437,7 +437,8 @@ class Trainer:
                 "memory": {k: max(m[k] for m in ranks) for k in memory},
                 "memory_ranks": ranks,
                 "world": self.world, "params": self.model.params.size, "steps": self.step,
-                "codec": a.codec + (" + error feedback" if ef else "") + mc,
+                "codec": a.codec + (" + error feedback" if ef else "")
+                + (f" ({a.residual_dtype} residuals)" if ef and a.residual_dtype else "") + mc,
                 "algorithm": a.algorithm, "sync": a.sync, "hidden": list(self.cfg.hidden),
                 "tensor": a.tensor or 1,
                 "tp_comm": self.model.comm_stats if a.tensor else None,
