@@ -135,10 +135,7 @@ class ErrorFeedback(Memory):
     def _narrow(self, x) -> ResidualFormat | None:
         """The format a residual of ``x`` is narrowed to, or None (kept in ``x``'s dtype)."""
         fmt = self._format
-        if fmt is None or not fmt.narrows(x.dtype):
-            return None
-        fmt.check(x.dtype)
-        return fmt
+        return None if fmt is None or not fmt.narrows(x.dtype) else fmt
 
     def _work(self, i: int, x) -> np.ndarray:
         """Scratch buffer ``i`` (0: the widened residual, 1: the compensated values) in ``x``'s

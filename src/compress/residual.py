@@ -16,7 +16,8 @@ again per rank (one residual per destination block). A narrower residual halves 
 ``"bfloat16"``
     Two bytes (bfloat16, kept as the ``uint16`` words of :mod:`compress.bfloat16`: NumPy has no
     such dtype without ``ml_dtypes``): float32's range, 8 significant bits, a relative error of
-    at most ``2**-8`` per step.
+    at most ``2**-8`` per step (a float64 tensor's values are rounded through float32, so at
+    most ``2**-8 + 2**-24``).
 
 So with a narrow residual the sum over steps of what was sent plus the residual equals the sum of
 the inputs up to the roundings of the residuals kept: ``|sum_t (x_t) - sum_t (sent_t) - e_T| <=
@@ -57,11 +58,6 @@ class ResidualFormat:
         """Whether a residual of a ``dtype`` tensor is stored narrowed (else as it is)."""
         return self.name != np.dtype(dtype).name
 
-    def check(self, dtype: np.dtype) -> None:
-        """ValueError unless a tensor of ``dtype`` can keep its residual in this format."""
-        if self.name == "bfloat16" and np.dtype(dtype) != np.float32:
-            raise ValueError(f"a bfloat16 residual is kept for float32 tensors, got {dtype}")
-
     def zeros(self, shape, like) -> np.ndarray:
         """A zero residual (``+0.0`` words) on ``like``'s device."""
         return namespace(like).zeros(shape, dtype=self.storage)
@@ -69,6 +65,7 @@ class ResidualFormat:
     def narrow(self, values: np.ndarray, out: np.ndarray) -> None:
         """``values`` (finite) rounded to nearest even into the stored array ``out``."""
         if self.name == "bfloat16":
+            values = values.astype(np.float32, copy=False)  # float64 through float32
             if is_device(out):
                 from .bfloat16 import narrow
 

@@ -145,12 +145,21 @@ def test_float32_residual_of_float32_tensors_is_the_default():
     assert a.state[0].error.tobytes() == b.state[0].error.tobytes()
 
 
+def test_float64_tensors_round_through_float32():
+    ef = ErrorFeedback(compress.get("topk", ratio=0.01), residual_dtype="bfloat16")
+    x = np.linspace(-1, 1, 300)
+    ef.encode(x, key=0)
+    want = _round(x.astype(np.float32), "bfloat16")
+    want[np.argmax(np.abs(x))] = 0  # the one element sent... and its twin
+    e = ef.state[0].error
+    sent = np.flatnonzero(e != want)
+    assert e.dtype == np.uint16 and len(sent) <= 2 and (e[sent] == 0).all()
+    assert ef.residual(0).dtype == np.float32
+
+
 def test_bad_residual_dtypes():
     with pytest.raises(ValueError, match="residual_dtype must be one of float32, float16"):
         ErrorFeedback(compress.get("topk"), residual_dtype="int8")
-    with pytest.raises(ValueError, match="bfloat16 residual is kept for float32 tensors"):
-        ErrorFeedback(compress.get("topk"), residual_dtype="bfloat16").encode(
-            np.ones(100), key=0)
     with pytest.raises(ValueError, match="has no error feedback"):
         CompressionState.from_spec("topk", residual_dtype="float16")
     ef = ErrorFeedback(compress.get("topk"), residual_dtype="bfloat16")
