@@ -261,11 +261,10 @@ class CompressionState:
         if self.server is not None:
             parts.append(self.server.state_dict())
         held = 0
-        if self.memory is not None:
-            if hasattr(self.memory, "held_nbytes"):
-                held = self.memory.held_nbytes()
-            else:
-                parts.append(self.memory.state_dict())
+        if isinstance(self.memory, ErrorFeedback):
+            held = self.memory.held_nbytes()
+        elif self.memory is not None:
+            parts.append(self.memory.state_dict())
         return held + sum(int(v.nbytes) for part in parts for v in part.values())
 
     def state_dict(self) -> dict[str, np.ndarray]:

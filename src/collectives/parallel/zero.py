@@ -189,6 +189,7 @@ class Zero:
         #: stages 2-3: :meth:`reduce_group` starts each bucket on the progress engine
         self.pipelined = bool(pipelined) and not self.stage.full_grads
         self._pending: tuple | None = None
+        self._groups: dict[tuple, tuple] = {}
 
     def _dense(self, x: np.ndarray, *, out: np.ndarray, counts: Sequence[int], key: str) -> Any:
         call = ireduce_scatter if self.pipelined else reduce_scatter
@@ -218,10 +219,7 @@ class Zero:
         ``reducer`` returns its request) and this call returns at once, after waiting for the
         bucket started before (:meth:`flush` waits for the last one): one bucket travels while
         backward computes the next."""
-        pieces = [self.plan.split(lo, hi, self.rank) for lo, hi in ranges]
-        counts = [sum(c) for c in zip(*(pc.counts for pc in pieces))]
-        mine = [pc.mine for pc in pieces if pc.counts[self.rank]]
-        adjacent = all(a.stop == b.start for a, b in zip(mine, mine[1:]))
+        counts, mine, adjacent = self._group_plan(tuple(ranges))
         own = self.owned_grads
         out = own[mine[0].start:mine[-1].stop] if mine and adjacent else \
             self.ledger.track("gradients", np.empty(counts[self.rank], dtype=np.float32))
@@ -235,6 +233,18 @@ class Zero:
             self._pending = (req, scatter)
         else:
             _scatter(own, scatter)
+
+    def _group_plan(self, ranges: tuple[tuple[int, int], ...]) -> tuple:
+        """``(counts, my slices of the shard, whether they are adjacent)`` of a group of
+        ranges, made once per group (the same groups come back every step)."""
+        plan = self._groups.get(ranges)
+        if plan is None:
+            pieces = [self.plan.split(lo, hi, self.rank) for lo, hi in ranges]
+            counts = [sum(c) for c in zip(*(pc.counts for pc in pieces))]
+            mine = [pc.mine for pc in pieces if pc.counts[self.rank]]
+            plan = self._groups[ranges] = (
+                counts, mine, all(a.stop == b.start for a, b in zip(mine, mine[1:])))
+        return plan
 
     def flush(self) -> None:
         """Wait for the bucket :meth:`reduce_group` left in flight (``pipelined``), if any."""

@@ -304,7 +304,7 @@ class _Group(NamedTuple):
     """One gradient bucket of a layer: flat ranges (ascending), its size, and whether it ends
     with the layer's bias."""
 
-    ranges: list[tuple[int, int]]
+    ranges: tuple[tuple[int, int], ...]
     size: int
     bias: bool
 
@@ -339,7 +339,7 @@ def _row_groups(mode: Sharded, i: int) -> tuple[list[_Group], list[tuple[int, sl
             ranges.append((lo + r0 * fan_out, hi))
             at += hi - ranges[-1][0]
         if ranges:
-            groups.append(_Group(ranges, at, ranges[-1][1] == mode.bounds[i + 1]))
+            groups.append(_Group(tuple(ranges), at, ranges[-1][1] == mode.bounds[i + 1]))
     return groups, blocks
 
 
