@@ -83,6 +83,7 @@ def _patterns(comm: MPI.Comm) -> dict[str, Callable[[], None]]:
     return {"data parallelism (allreduce)": dp,
             "contiguous /16, blocking": contiguous(16),
             "balanced /16, blocking": balanced(16, 0),
+            "balanced /4, blocking": balanced(4, 0),
             "balanced /32, blocking": balanced(32, 0),
             "balanced /32, one in flight": balanced(32, 1),
             "balanced /16, two in flight": balanced(16, 2)}

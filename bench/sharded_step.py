@@ -36,6 +36,7 @@ CONFIGS = {
     "stage 2, balanced, pipelined": (["--shard", "2"], True, True),
     "stage 3, contiguous, blocking": (["--shard", "3"], False, False),
     "stage 3, balanced, pipelined": (["--shard", "3"], True, True),
+    "stage 3, balanced, blocking": (["--shard", "3"], True, False),
 }
 
 

@@ -54,10 +54,24 @@ def test_every_stage_gives_data_parallelism_bits_in_small_buckets():
     _assert_same_bits(*MODELS["buckets"])
 
 
-def _assert_same_bits(args, sharded):
+@pytest.mark.world_sizes(2, 3)
+@pytest.mark.parametrize("balanced,pipelined", [(True, False), (True, True), (False, True)])
+def test_balanced_and_pipelined_buckets_give_the_same_bits(monkeypatch, balanced, pipelined):
+    """The bucket layouts and schedules of ``collectives.sgd.sync.sharded`` (``BALANCED``: a
+    block of rows of every owner's part of a layer; ``PIPELINED``: reduce-scatters on the
+    progress engine, one in flight) end with data parallelism's parameters too."""
+    from collectives.sgd.sync import sharded
+
+    monkeypatch.setattr(sharded, "BALANCED", balanced)
+    monkeypatch.setattr(sharded, "PIPELINED", pipelined)
+    for model in ("buckets", "layer-of-4"):
+        _assert_same_bits(*MODELS[model], stages=(2, 3))
+
+
+def _assert_same_bits(args, sharded, stages=(1, 2, 3)):
     comm = WORLD
     dp, _ = _final([*TINY, *args], comm)
-    for stage in (1, 2, 3):
+    for stage in stages:
         params, t = _final([*TINY, *args, *sharded, "--shard", str(stage)], comm)
         assert params.tobytes() == dp.tobytes(), (stage, np.abs(params - dp).max())
         assert t.opt.velocity.size == t.exchange.plan.counts[comm.rank]

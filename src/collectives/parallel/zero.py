@@ -11,10 +11,11 @@ the network, depends on the stage (:data:`STAGES`, one small class each):
 - **stage 2** (gradients sharded too): the same exchange, but each bucket of the gradient is
   reduce-scattered as soon as backward has written it and then freed, so a rank holds the
   averaged gradient of its shard plus a bucket or two, not the whole gradient. A bucket is a
-  group of flat ranges (:meth:`Zero.reduce_group`), one inside each owner's part of a layer,
-  side by side: its reduce-scatter gives every owner a share (a contiguous range inside one
-  shard would travel the whole ring to that one owner). With ``pipelined`` each bucket's
-  reduce-scatter runs on the progress engine while backward computes the next one.
+  contiguous range (mostly inside one shard: its reduce-scatter carries it along the whole
+  ring to that owner) or a group of ranges side by side (:meth:`Zero.reduce_group`), one
+  inside each owner's part of a layer, whose reduce-scatter gives every owner a share. With
+  ``pipelined`` each bucket's reduce-scatter runs on the progress engine while backward
+  computes the next one (docs/sharded.md measures both choices).
 - **stage 3** (parameters sharded too): a rank keeps only its shard of the parameters; before a
   layer's forward, and again before its backward, the layer's parameters are allgathered from
   their owners and freed after use, the next layer's gather running on the progress engine

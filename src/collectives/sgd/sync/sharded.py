@@ -14,11 +14,10 @@ the MLP and the training loop's hooks (:mod:`.base`):
   in a staging copy), each rank's average written over its own slice; stages 2 and 3 hand
   the model a :class:`~collectives.sgd.model.LayerSource` (:meth:`Sharded.backward_hooks`)
   whose gradient blocks are buckets of at most ``--bucket-mb`` and at most
-  1/:data:`BUCKET_SHARE` of a shard (but :data:`MIN_BUCKET` elements at least), each made of
-  a block of rows of every owner's part of a layer (a balanced reduce-scatter), each
-  reduce-scattered as backward finishes it and freed; with :data:`PIPELINED` the
-  reduce-scatter runs on the progress engine while backward computes the next bucket (two
-  buckets alive, each half as large);
+  1/:data:`BUCKET_SHARE` of a shard (but :data:`MIN_BUCKET` elements at least), consecutive
+  rows of a layer (with :data:`BALANCED` a block of rows of every owner's part of it), each
+  reduce-scattered as backward finishes it and freed (with :data:`PIPELINED` on the progress
+  engine while backward computes the next bucket: two buckets alive, each half as large);
   stage 3's source also gathers each layer's parameters before forward and backward
   (:class:`collectives.parallel.LayerGather`, one ahead on the progress engine);
 - stages 1 and 2 allgather the updated parameters after the update (``average_params``);
@@ -66,13 +65,15 @@ BUCKET_SHARE = 16
 #: ... but at least this many elements (64 KiB), or every call's latency would dominate small
 #: models
 MIN_BUCKET = 1 << 14
-#: stages 2-3 start each bucket's reduce-scatter on the progress engine, one in flight
-#: (read when a mode is made; bench/sharded_step.py compares both)
-PIPELINED = True
-#: stages 2-3 make each bucket of a block of rows of every owner's part of a layer; False:
-#: consecutive rows (a bucket inside one shard goes the whole ring to its one owner), for
-#: bench/sharded_step.py
-BALANCED = True
+#: stages 2-3 start each bucket's reduce-scatter on the progress engine, one in flight, in
+#: buckets half as large (read when a mode is made; off: measured slower on the development
+#: machine, the calls doubled, docs/sharded.md; bench/sharded_step.py compares both)
+PIPELINED = False
+#: stages 2-3 make each bucket of a block of rows of every owner's part of a layer (a
+#: balanced reduce-scatter); off: consecutive rows, a bucket inside one shard going the whole
+#: ring to its one owner, which measured faster on the development machine's oversubscribed
+#: cores (docs/sharded.md; bench/sharded_step.py compares both)
+BALANCED = False
 
 
 class Sharded(SyncMode):
@@ -251,9 +252,9 @@ class _Step:
     replica (stage 2) or gathered one ahead (stage 3); gradient blocks as buckets, each
     reduce-scattered to its owners once written, then dropped.
 
-    A bucket holds a block of rows of every owner's part of the layer (:func:`_row_groups`),
-    side by side in flat order, so that its reduce-scatter gives every owner a share of it;
-    the rows are computed group by group."""
+    A bucket holds consecutive rows of the layer, or with :data:`BALANCED` a block of rows of
+    every owner's part of it (:func:`_row_groups`), side by side in flat order, so that its
+    reduce-scatter gives every owner a share of it; the rows are computed group by group."""
 
     def __init__(self, mode: Sharded) -> None:
         self.mode, self.zero, self.fans = mode, mode.zero, mode.fans
@@ -312,11 +313,11 @@ class _Group(NamedTuple):
 def _row_groups(mode: Sharded, i: int) -> tuple[list[_Group], list[tuple[int, slice, int]]]:
     """Layer ``i``'s gradient buckets and its row blocks in the order they are computed.
 
-    The rows of the layer's weight are split among the owners of their first elements; each
-    owner's rows are cut into ``m`` near-equal blocks (``m`` such that a bucket of one block of
-    every owner holds at most ``mode.bucket`` elements), and bucket ``k`` is block ``k`` of
-    every owner, in flat order (the bias with the last rows). A layer inside one shard gives
-    consecutive buckets of its rows, as before."""
+    With :data:`BALANCED` the rows of the layer's weight are split among the owners of their
+    first elements (else they are one part); each part's rows are cut into ``m`` near-equal
+    blocks (``m`` such that a bucket of one block of every part holds at most ``mode.bucket``
+    elements), and bucket ``k`` is block ``k`` of every part, in flat order (the bias with the
+    last rows). A layer inside one shard gives consecutive buckets of its rows either way."""
     fan_in, fan_out = mode.fans[i]
     lo = mode.bounds[i]
     offsets = mode.plan.offsets
