@@ -35,6 +35,13 @@ step computes ``x + zeros`` into its zeros (one new buffer); the second step mak
 one. Both paths give the same bits (``tests/compress/test_fused.py``); ``fused=False`` takes the
 generic one. Device arrays take the generic one.
 
+A narrower residual: ``ErrorFeedback(codec, residual_dtype="float16" | "bfloat16")`` keeps each
+residual in two bytes per element instead of the tensor's four (:mod:`compress.residual`: the
+formats, what each costs in rounding). The compensated values are computed in the tensor's dtype
+in scratch buffers the memory shares between its keys (the largest tensor's size, two of them),
+and only the rounded residual stays per key: no spare per key either, so a float32 tensor's
+error feedback holds a quarter of the bytes of the default's residual and spare.
+
 Both keep state in small dataclasses, check their arguments, and are
 :class:`compress.protocols.Memory` (which gives them ``decode``, the codec's, and ``reset``):
 ``state_dict()`` gives every key's state as named host arrays (keys as ``str(key)``),
@@ -52,6 +59,7 @@ from ._util import quiet
 from .base import Codec
 from .arrays import as_array, host_copy, is_device, like, namespace
 from .protocols import FusedFeedback, Memory, SparsePayload
+from .residual import ResidualFormat, residual_format
 from .schedule import SparsityWarmup
 
 __all__ = ["ErrorFeedback", "DGCMemory", "Residual", "MomentumState"]
@@ -105,21 +113,53 @@ class ErrorFeedback(Memory):
         ``x + e`` in the codec's selecting pass into a buffer kept per key, which becomes the
         residual (the default); False: compute, encode, decode as for any codec. Both give the
         same bits (``tests/compress/test_fused.py``); the switch is for comparing them.
+    residual_dtype : {None, "float32", "float16", "bfloat16"}
+        The dtype each residual is kept in (:mod:`compress.residual`); None: the tensor's own.
+        A narrower one is rounded to nearest even after every step (``residual()`` gives its
+        values in the tensor's dtype; ``state_dict()`` the stored array: float16, or bfloat16's
+        uint16 words).
     """
 
     codec: Codec
     state: dict = field(default_factory=dict, repr=False)
     fused: bool = True
+    residual_dtype: str | None = None
+    _scratch: list = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         _check_codec(self.codec)
+        self._format: ResidualFormat | None = residual_format(self.residual_dtype)
+        if self._format is not None:
+            self.residual_dtype = self._format.name
+
+    def _narrow(self, x) -> ResidualFormat | None:
+        """The format a residual of ``x`` is narrowed to, or None (kept in ``x``'s dtype)."""
+        fmt = self._format
+        return None if fmt is None or not fmt.narrows(x.dtype) else fmt
+
+    def _work(self, i: int, x) -> np.ndarray:
+        """Scratch buffer ``i`` (0: the widened residual, 1: the compensated values) in ``x``'s
+        shape and dtype, shared by every key (grown to the largest tensor)."""
+        while len(self._scratch) <= i:
+            self._scratch.append(None)
+        buf = self._scratch[i]
+        if buf is None or buf.size < x.size or buf.dtype != x.dtype or type(buf) is not type(x):
+            buf = self._scratch[i] = namespace(x).empty(x.size, dtype=x.dtype)
+        return buf[:x.size].reshape(x.shape)
+
+    def held_nbytes(self) -> int:
+        """Bytes this memory holds: every key's residual and spare, and the shared scratch."""
+        held = sum(int(st.error.nbytes) + (0 if st.spare is None else int(st.spare.nbytes))
+                   for st in self.state.values())
+        return held + sum(int(b.nbytes) for b in self._scratch if b is not None)
 
     def encode(self, x, *, key=None, step: int = 0, out=None) -> np.ndarray:
         """Encode ``x`` plus the residual of ``key`` (into ``out``, see ``Codec.encode``), and
         update the residual."""
         a = as_array(x)
         if self.fused and isinstance(self.codec, FusedFeedback) and type(a) is np.ndarray:
-            payload = self._encode_fused(a, key, step, None if out is None else as_array(out))
+            fused = self._encode_fused if self._narrow(a) is None else self._encode_fused_narrow
+            payload = fused(a, key, step, None if out is None else as_array(out))
             return like(x, payload) if out is None else out
         corrected = self.compensate(a, key=key)
         payload = self.codec.encode(corrected, key=key, step=step,
@@ -175,15 +215,47 @@ class ErrorFeedback(Memory):
         st.steps += 1
         return payload
 
+    def _encode_fused_narrow(self, x: np.ndarray, key, step: int, out) -> np.ndarray:
+        """The fused path with a narrower residual: the residual widened into scratch 0, ``x +
+        e`` computed by the codec's selecting pass into scratch 1, the sent elements there
+        becoming ``c - decoded``, and the result rounded into the key's stored residual (left
+        as it was where something overflowed)."""
+        if step < 0:
+            raise ValueError(f"step must be >= 0, got {step}")
+        x = self.codec._prepare(x, HOST)
+        addend = self.addend(x, key=key)
+        spare = self._work(1, x)
+        src = HOST.compensated(x, addend, spare)
+        payload, idx, sent = self.codec._encode_source(src, key, int(step), out)
+        if src.nonfinite or (not self.codec.sends_values
+                             and HOST.subtract_at(src.values, idx, sent)):
+            return payload
+        if self.codec.sends_values:  # c - c at the sent indices: +0.0
+            HOST.zero_at(spare, idx)
+        st = self.state[key]
+        self._format.narrow(spare, st.error)
+        st.steps += 1
+        return payload
+
     def addend(self, x, *, key=None):
         """The residual of ``key`` that :meth:`compensate` adds to ``x`` (zeros the first time,
-        made now), checked against ``x``; None: ``x`` is compressed as it is."""
+        made now), checked against ``x``, in ``x``'s dtype (a narrower residual widened into a
+        shared scratch buffer); None: ``x`` is compressed as it is."""
         xp = namespace(x)
+        fmt = self._narrow(x)
         st = self.state.get(key)
         if st is None:
-            st = self.state[key] = Residual(xp.zeros_like(x))
-        _check_like("the residual", st.error, x, key)
-        return st.error
+            st = self.state[key] = Residual(xp.zeros_like(x) if fmt is None
+                                            else fmt.zeros(x.shape, x))
+        if fmt is None:
+            _check_like("the residual", st.error, x, key)
+            return st.error
+        if st.error.shape != x.shape or st.error.dtype != fmt.storage:
+            raise ValueError(f"key {key!r}: the residual has shape {st.error.shape} and dtype "
+                             f"{st.error.dtype}, but the new tensor has shape {x.shape} (a "
+                             f"{fmt.name} residual); use a distinct key per tensor or call "
+                             "reset()")
+        return fmt.widen(st.error, self._work(0, x))
 
     def compensate(self, x, *, key=None) -> np.ndarray:
         """``x`` plus the residual of ``key`` (zeros the first time): what to compress now.
@@ -220,7 +292,11 @@ class ErrorFeedback(Memory):
         if count_nonfinite(error):
             return
         st = self.state[key]
-        st.error = error
+        fmt = self._narrow(error)
+        if fmt is None:
+            st.error = error
+        else:
+            fmt.narrow(error, st.error)
         st.steps += 1
 
     def flush(self, x, *, key=None):
@@ -233,21 +309,27 @@ class ErrorFeedback(Memory):
         if st is None:
             return x
         x = namespace(x).asarray(x)
-        _check_like("the residual", st.error, x, key)
         with quiet():
-            c = x + st.error
+            c = x + self.addend(x, key=key)
         if not count_nonfinite(c):
             del self.state[key]
         return c
 
     def residual(self, key=None) -> np.ndarray | None:
-        """A copy of the current residual of ``key`` (None before its first encode); the live
+        """A copy of the current residual of ``key`` (None before its first encode), in the
+        dtype it is kept in (a bfloat16 one's words widened to float32, exactly); the live
         array's memory is reused by a later fused encode."""
         st = self.state.get(key)
-        return None if st is None else backend_of(st.error).copy(st.error)
+        if st is None:
+            return None
+        if self._format is not None and self._format.name == "bfloat16":
+            return self._format.widen(st.error, namespace(st.error).empty(st.error.shape,
+                                                                          dtype=np.float32))
+        return backend_of(st.error).copy(st.error)
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """``error/<key>`` (the residual, on the host) and ``steps/<key>`` of every key."""
+        """``error/<key>`` (the residual as stored, on the host: a narrower one in its own
+        dtype, bfloat16 as uint16 words) and ``steps/<key>`` of every key."""
         out: dict[str, np.ndarray] = {}
         for key, st in self.state.items():
             out[f"error/{key}"] = host_copy(st.error)
@@ -257,8 +339,15 @@ class ErrorFeedback(Memory):
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Replace every residual by those of :meth:`state_dict` (keys come back as str)."""
         steps = _by_key(state, "steps")
+        errors = _by_key(state, "error")
+        fmt = self._format
+        if fmt is not None and fmt.name == "bfloat16":
+            for key, error in errors.items():
+                if np.asarray(error).dtype != fmt.storage:
+                    raise ValueError(f"key {key!r}: a bfloat16 residual is kept as uint16 words, "
+                                     f"the state holds {np.asarray(error).dtype}")
         self.state = {key: Residual(np.array(error, copy=True), int(steps.get(key, 0)))
-                      for key, error in _by_key(state, "error").items()}
+                      for key, error in errors.items()}
 
 
 @dataclass

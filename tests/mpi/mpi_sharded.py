@@ -54,10 +54,24 @@ def test_every_stage_gives_data_parallelism_bits_in_small_buckets():
     _assert_same_bits(*MODELS["buckets"])
 
 
-def _assert_same_bits(args, sharded):
+@pytest.mark.world_sizes(2, 3)
+@pytest.mark.parametrize("balanced,pipelined", [(True, False), (True, True), (False, True)])
+def test_balanced_and_pipelined_buckets_give_the_same_bits(monkeypatch, balanced, pipelined):
+    """The bucket layouts and schedules of ``collectives.sgd.sync.sharded`` (``BALANCED``: a
+    block of rows of every owner's part of a layer; ``PIPELINED``: reduce-scatters on the
+    progress engine, one in flight) end with data parallelism's parameters too."""
+    from collectives.sgd.sync import sharded
+
+    monkeypatch.setattr(sharded, "BALANCED", balanced)
+    monkeypatch.setattr(sharded, "PIPELINED", pipelined)
+    for model in ("buckets", "layer-of-4"):
+        _assert_same_bits(*MODELS[model], stages=(2, 3))
+
+
+def _assert_same_bits(args, sharded, stages=(1, 2, 3)):
     comm = WORLD
     dp, _ = _final([*TINY, *args], comm)
-    for stage in (1, 2, 3):
+    for stage in stages:
         params, t = _final([*TINY, *args, *sharded, "--shard", str(stage)], comm)
         assert params.tobytes() == dp.tobytes(), (stage, np.abs(params - dp).max())
         assert t.opt.velocity.size == t.exchange.plan.counts[comm.rank]
@@ -111,6 +125,35 @@ def test_compressed_gradients_inside_every_stage(stage):
     if stage != "3":
         assert comm.allgather(t.model.params.flat.tobytes()) == [whole.tobytes()] * comm.size
     assert not np.array_equal(whole, dense)  # the codec changed something
+    assert train([*args, "--checkpoint-every", "3", "--stop-after", "7"], comm) is None
+    resumed, _ = _final([*args, "--resume"], comm)
+    assert resumed.tobytes() == whole.tobytes()
+    _cleanup(comm, d)
+
+
+@pytest.mark.world_sizes(2, 3)
+@pytest.mark.parametrize("stage,codec,dtype", [("1", "fp16", "bfloat16"),
+                                               ("2", "topk:ratio=0.3", "bfloat16"),
+                                               ("3", "topk:ratio=0.3", "float16")])
+def test_narrow_residuals_inside_sharded_training(stage, codec, dtype):
+    """``--residual-dtype``: every residual (one per bucket and destination block; fp16 through
+    the summable strategy's compensate and remember, top-k through the fused encode) is stored
+    in two bytes per element; the replicas of stages 1-2 stay identical; the run stays near the
+    float32 residuals' one without being it; a resumed run gives the same bits."""
+    comm = WORLD
+    d = _shared_dir(comm)
+    base = [*TINY, "--epochs", "2", "--hidden", "3", "--shard", stage, "--codec", codec,
+            "--error-feedback"]
+    wide, _ = _final(base, comm)
+    args = [*base, "--residual-dtype", dtype, "--checkpoint-dir", d]
+    whole, t = _final(args, comm)
+    residuals = t.state.memory.state.values()
+    assert residuals and all(r.error.dtype == (np.float16 if dtype == "float16" else np.uint16)
+                             and r.spare is None for r in residuals)
+    if stage != "3":
+        assert comm.allgather(t.model.params.flat.tobytes()) == [whole.tobytes()] * comm.size
+    assert not np.array_equal(whole, wide)
+    np.testing.assert_allclose(whole, wide, rtol=0, atol=0.05 * np.abs(wide).max())
     assert train([*args, "--checkpoint-every", "3", "--stop-after", "7"], comm) is None
     resumed, _ = _final([*args, "--resume"], comm)
     assert resumed.tobytes() == whole.tobytes()
@@ -201,6 +244,8 @@ def test_memory_split_shrinks_by_the_ranks():
     ["--param-codec", "bf16"],
     ["--shard", "3", "--param-codec", "powersgd"],
     ["--shard", "2", "--algorithm", "rabenseifner"],
+    ["--shard", "2", "--residual-dtype", "float16"],
+    ["--shard", "2", "--codec", "fp16", "--residual-dtype", "bfloat16"],
 ])
 def test_bad_arguments_return_2_everywhere(argv):
     comm = WORLD

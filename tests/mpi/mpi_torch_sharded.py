@@ -11,6 +11,7 @@ optimizer state against the reference optimizer's and reloaded; the full state d
 module gives the same loss. Bad input raises on every rank before any message.
 """
 
+import compress
 import pytest
 from mpi4py import MPI
 
@@ -164,12 +165,12 @@ def _root(seed=0):
     return Root()
 
 
-def _sharded_root(comm, seed, prefetch, codec=None):
+def _sharded_root(comm, seed, prefetch, codec=None, **kw):
     model = _root(seed)
     for layer in model.body:  # ReLU too: a unit without parameters
-        ct.fully_shard(layer, comm=comm, prefetch=prefetch, codec=codec)
-    ct.fully_shard(model.body, comm=comm, prefetch=prefetch, codec=codec)
-    ct.fully_shard(model, comm=comm, prefetch=prefetch, codec=codec)
+        ct.fully_shard(layer, comm=comm, prefetch=prefetch, codec=codec, **kw)
+    ct.fully_shard(model.body, comm=comm, prefetch=prefetch, codec=codec, **kw)
+    ct.fully_shard(model, comm=comm, prefetch=prefetch, codec=codec, **kw)
     return model
 
 
@@ -278,6 +279,43 @@ def test_fully_shard_param_codec_bf16():
         torch.testing.assert_close(got[k], want[k], rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("which", ["sharded_optimizer", "fully_shard"])
+def test_bfloat16_residuals_identical_across_ranks(which):
+    """``residual_dtype="bfloat16"`` with top-k and error feedback: the residuals are stored as
+    bfloat16 words (two bytes an element); every rank ends with the same parameters, near the
+    float32 residuals' run and not the same bits."""
+    comm = MPI.COMM_WORLD
+    x, y = _data()
+    codec = "topk:ratio=0.3"
+    if which == "fully_shard":
+        model = _sharded_root(comm, seed=0, prefetch=True, codec=codec,
+                              residual_dtype="bfloat16")
+        wide = _sharded_root(comm, seed=0, prefetch=True, codec=codec)
+        opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, wide)]
+        states = [getattr(m, "_collectives_fully_shard").codec_state for m in model.modules()
+                  if getattr(m, "_collectives_fully_shard", None) is not None]
+    else:
+        model, wide = _net(), _net()
+        opts = [ct.ShardedOptimizer(model.parameters(), torch.optim.SGD, codec=codec,
+                                    residual_dtype="bfloat16", lr=0.1),
+                ct.ShardedOptimizer(wide.parameters(), torch.optim.SGD, codec=codec, lr=0.1)]
+        states = [opts[0]._codec_state]
+    for _ in range(4):
+        for m, o in zip((model, wide), opts):
+            _step(m, o, _local(x, comm), _local(y, comm))
+    residuals = [r.error for st in states for r in st.memory.state.values()]
+    assert residuals and all(e.dtype == torch.uint16 or str(e.dtype) == "uint16"
+                             for e in residuals)
+    got = (ct.full_state_dict(model) if which == "fully_shard"
+           else dict(model.named_parameters()))
+    want = (ct.full_state_dict(wide) if which == "fully_shard"
+            else dict(wide.named_parameters()))
+    assert _identical([got[k] for k in sorted(got)], comm)
+    assert any(not torch.equal(got[k], want[k]) for k in want)
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=0.05, atol=0.02)
+
+
 BAD = {
     "stage 3": (lambda m: ct.ShardedOptimizer(m.parameters(), torch.optim.SGD, stage=3, lr=0.1),
                 ValueError, "stage 1 or 2"),
@@ -296,6 +334,16 @@ BAD = {
     "param_codec low-rank": (lambda m: ct.fully_shard(m, param_codec="powersgd"), ValueError,
                              "factors a matrix"),
     "twice": (lambda m: ct.fully_shard(ct.fully_shard(m)), ValueError, "already"),
+    "residual dtype without error feedback": (
+        lambda m: ct.ShardedOptimizer(m.parameters(), torch.optim.SGD, codec="fp16",
+                                      residual_dtype="bfloat16", lr=0.1),
+        ValueError, "no error feedback"),
+    "residual dtype of a codec object": (
+        lambda m: ct.fully_shard(m, codec=compress.get("topk"), residual_dtype="float16"),
+        ValueError, "codec spec"),
+    "unknown residual dtype": (
+        lambda m: ct.fully_shard(m, codec="topk", residual_dtype="int8"), ValueError,
+        "residual_dtype must be one of"),
 }
 
 

@@ -193,7 +193,7 @@ class CompressionState:
     @classmethod
     def from_spec(cls, spec: str, *, seed: int = 0, rank: int = 0,
                   error_feedback: bool | None = False, momentum_correction: dict | None = None,
-                  start_step: int = 0) -> "CompressionState":
+                  start_step: int = 0, residual_dtype: str | None = None) -> "CompressionState":
         """The state of a codec spec for ``rank``: the one builder from a spec to a state.
 
         Parameters
@@ -212,6 +212,10 @@ class CompressionState:
             correction, warm-up and clipping), in place of error feedback.
         start_step : int
             Calls at a step below it are dense.
+        residual_dtype : {None, "float32", "float16", "bfloat16"}
+            The dtype error feedback keeps its residuals in (``compress.ErrorFeedback``'s
+            ``residual_dtype``; :mod:`compress.residual`); None: the tensor's own. Only with
+            error feedback.
 
         Raises
         ------
@@ -227,7 +231,10 @@ class CompressionState:
             memory: Memory | None = compress.DGCMemory(codec, **momentum_correction)
         else:
             wanted = codec.needs_error_feedback if error_feedback is None else error_feedback
-            memory = ErrorFeedback(codec) if wanted else None
+            memory = ErrorFeedback(codec, residual_dtype=residual_dtype) if wanted else None
+        if residual_dtype is not None and not isinstance(memory, ErrorFeedback):
+            raise ValueError(f"residual_dtype={residual_dtype!r} sets error feedback's residual: "
+                             f"{spec!r} has no error feedback here")
         return cls(codec, memory, start_step=start_step,
                    auto=None if inner is None else AutoCompression())
 
@@ -245,6 +252,20 @@ class CompressionState:
     def generator(self) -> np.random.Generator | None:
         """The codec's private generator (codecs with ``randomness == "private"``), else None."""
         return self.codec.generator
+
+    def held_nbytes(self) -> int:
+        """Bytes the state holds: the codec's and the server's arrays, and the memory's (with
+        the spare and scratch buffers of ``compress.ErrorFeedback.held_nbytes`` where it has
+        them), without copying the residuals as :meth:`state_dict` does."""
+        parts = [self.codec.state_dict()]
+        if self.server is not None:
+            parts.append(self.server.state_dict())
+        held = 0
+        if isinstance(self.memory, ErrorFeedback):
+            held = self.memory.held_nbytes()
+        elif self.memory is not None:
+            parts.append(self.memory.state_dict())
+        return held + sum(int(v.nbytes) for part in parts for v in part.values())
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """All of the state as named host arrays: ``step``, ``codec/...`` (the codec's own),

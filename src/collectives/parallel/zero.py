@@ -10,11 +10,12 @@ the network, depends on the stage (:data:`STAGES`, one small class each):
   and an allgather of the updated slices rebuilds every rank's full parameters.
 - **stage 2** (gradients sharded too): the same exchange, but each bucket of the gradient is
   reduce-scattered as soon as backward has written it and then freed, so a rank holds the
-  averaged gradient of its shard plus one bucket, not the whole gradient. A bucket is then a
-  contiguous range, mostly inside one rank's shard: its reduce-scatter carries it along the
-  whole ring to that owner, not a balanced share to every rank (docs/sharded.md measures the
-  stages' step times; sharding each bucket over all ranks, as FSDP shards each unit, would
-  balance it at the price of data parallelism's summation order).
+  averaged gradient of its shard plus a bucket or two, not the whole gradient. A bucket is a
+  contiguous range (mostly inside one shard: its reduce-scatter carries it along the whole
+  ring to that owner) or a group of ranges side by side (:meth:`Zero.reduce_group`), one
+  inside each owner's part of a layer, whose reduce-scatter gives every owner a share. With
+  ``pipelined`` each bucket's reduce-scatter runs on the progress engine while backward
+  computes the next one (docs/sharded.md measures both choices).
 - **stage 3** (parameters sharded too): a rank keeps only its shard of the parameters; before a
   layer's forward, and again before its backward, the layer's parameters are allgathered from
   their owners and freed after use, the next layer's gather running on the progress engine
@@ -47,7 +48,7 @@ from mpi4py import MPI
 from ..api import allgather, gather, reduce_scatter
 from ..blocks import ALLGATHER, REDUCE_SCATTER
 from ..compressed.shard import compressed_allgather
-from ..engine.nonblocking import iallgather, icompressed_allgather
+from ..engine.nonblocking import iallgather, icompressed_allgather, ireduce_scatter
 from ..engine.requests import Request
 from .memory import MemoryLedger
 from .sharding import ShardPlan
@@ -130,6 +131,11 @@ class Zero:
         with the same decoded parameters, while each owner keeps its shard in full precision);
         None: dense. Stages 1-2 refuse one: their allgather writes over the owner's own slice,
         the master copy.
+    pipelined
+        Stages 2-3: :meth:`reduce_group` starts each bucket's reduce-scatter on the progress
+        engine and waits for it when the next bucket is ready (or at :meth:`flush`), so that it
+        travels while backward computes: two buckets are alive at once instead of one. The
+        ``reducer`` then returns the request (``icompressed_reduce_scatter``'s). The same bits.
 
     Raises
     ------
@@ -142,7 +148,7 @@ class Zero:
                  params: np.ndarray | None = None, grads: np.ndarray | None = None,
                  algorithm: str = "ring",
                  ledger: MemoryLedger | None = None, reducer: Callable[..., Any] | None = None,
-                 param_state: Any = None) -> None:
+                 param_state: Any = None, pipelined: bool = False) -> None:
         if stage not in STAGES:
             raise ValueError(f"stage must be one of {sorted(STAGES)}, got {stage!r}")
         if param_state is not None and STAGES[stage].full_params:
@@ -181,10 +187,15 @@ class Zero:
         #: seconds spent in this rank's exchanges (blocking calls and waits)
         self.seconds = 0.0
         self.reducer = self._dense if reducer is None else reducer
+        #: stages 2-3: :meth:`reduce_group` starts each bucket on the progress engine
+        self.pipelined = bool(pipelined) and not self.stage.full_grads
+        self._pending: tuple | None = None
+        self._groups: dict[tuple, tuple] = {}
 
-    def _dense(self, x: np.ndarray, *, out: np.ndarray, counts: Sequence[int], key: str) -> None:
-        reduce_scatter(x, out=out, op="avg", counts=counts, algorithm=self.algorithm,
-                       comm=self.comm)
+    def _dense(self, x: np.ndarray, *, out: np.ndarray, counts: Sequence[int], key: str) -> Any:
+        call = ireduce_scatter if self.pipelined else reduce_scatter
+        return call(x, out=out, op="avg", counts=counts, algorithm=self.algorithm,
+                    comm=self.comm)
 
     def _new(self, category: str, count: int) -> np.ndarray:
         return self.ledger.track(category, np.zeros(count, dtype=np.float32))
@@ -192,12 +203,59 @@ class Zero:
     # ------------------------------------------------------------------ gradients
     def reduce_range(self, lo: int, grad: np.ndarray) -> None:
         """Average the gradient of the flat range ``[lo, lo + grad.size)`` over the ranks: each
-        rank receives its owned piece of it into :attr:`owned_grads` (one reduce-scatter)."""
-        piece = self.plan.split(lo, lo + grad.size, self.rank)
+        rank receives its owned piece of it into :attr:`owned_grads` (one reduce-scatter; a
+        group of one range, :meth:`reduce_group`)."""
+        self.reduce_group([(lo, lo + grad.size)], grad)
+
+    def reduce_group(self, ranges: Sequence[tuple[int, int]], grad: np.ndarray) -> None:
+        """Average the gradient of several flat ranges (ascending, disjoint), side by side in
+        ``grad``, over the ranks in one reduce-scatter: the concatenation lies in the owners'
+        order, so each owner's block is its pieces of every range, and the sum of each element
+        runs along the ring that ends at its owner, as for :meth:`reduce_range`. A bucket made
+        of a range of every owner's shard keeps the reduce-scatter balanced (a contiguous one
+        inside one shard travels the whole ring to that one owner). Named after its first
+        range, as :meth:`reduce_range` names a bucket.
+
+        With ``pipelined`` the reduce-scatter is started on the progress engine (the
+        ``reducer`` returns its request) and this call returns at once, after waiting for the
+        bucket started before (:meth:`flush` waits for the last one): one bucket travels while
+        backward computes the next."""
+        counts, mine, adjacent = self._group_plan(tuple(ranges))
+        own = self.owned_grads
+        out = own[mine[0].start:mine[-1].stop] if mine and adjacent else \
+            self.ledger.track("gradients", np.empty(counts[self.rank], dtype=np.float32))
         t0 = time.perf_counter()
-        self.reducer(grad.reshape(-1), out=self.owned_grads[piece.mine], counts=piece.counts,
-                     key=f"grads.{lo}")
+        self.flush()
+        req = self.reducer(grad.reshape(-1), out=out, counts=counts,
+                           key=f"grads.{ranges[0][0]}")
         self.seconds += time.perf_counter() - t0
+        scatter = None if not mine or adjacent else (mine, out)
+        if self.pipelined:
+            self._pending = (req, scatter)
+        else:
+            _scatter(own, scatter)
+
+    def _group_plan(self, ranges: tuple[tuple[int, int], ...]) -> tuple:
+        """``(counts, my slices of the shard, whether they are adjacent)`` of a group of
+        ranges, made once per group (the same groups come back every step)."""
+        plan = self._groups.get(ranges)
+        if plan is None:
+            pieces = [self.plan.split(lo, hi, self.rank) for lo, hi in ranges]
+            counts = [sum(c) for c in zip(*(pc.counts for pc in pieces))]
+            mine = [pc.mine for pc in pieces if pc.counts[self.rank]]
+            plan = self._groups[ranges] = (
+                counts, mine, all(a.stop == b.start for a, b in zip(mine, mine[1:])))
+        return plan
+
+    def flush(self) -> None:
+        """Wait for the bucket :meth:`reduce_group` left in flight (``pipelined``), if any."""
+        if self._pending is None:
+            return
+        (req, scatter), self._pending = self._pending, None
+        t0 = time.perf_counter()
+        req.wait()
+        self.seconds += time.perf_counter() - t0
+        _scatter(self.owned_grads, scatter)
 
     def reduce_all(self, bucket: int) -> None:
         """Stage 1: average the whole flat gradient in buckets of about ``bucket`` elements,
@@ -277,3 +335,14 @@ class Zero:
         self.owned_params[...] = values
         if self.stage.full_params:
             self.gather_params()
+
+
+def _scatter(own: np.ndarray, scatter: tuple | None) -> None:
+    """Copy a bucket's received block (``(slices, out)``) to its pieces of the shard ``own``."""
+    if scatter is None:
+        return
+    at = 0
+    slices, out = scatter
+    for sl in slices:
+        own[sl] = out[at:at + sl.stop - sl.start]
+        at += sl.stop - sl.start

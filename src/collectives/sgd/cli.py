@@ -83,6 +83,10 @@ def parser() -> argparse.ArgumentParser:
                    "'none' = dense allreduce. Codecs: " + ", ".join(compress.CODECS))
     c.add_argument("--error-feedback", action=argparse.BooleanOptionalAction, default=None,
                    help="wrap the codec in error feedback (default: if the codec needs it)")
+    c.add_argument("--residual-dtype", choices=("float32", "float16", "bfloat16"),
+                   help="with error feedback: the dtype its residuals are kept in (default: the "
+                        "gradient's, float32); float16/bfloat16 halve their memory, rounding "
+                        "each step's residual (docs/sharded.md)")
     c.add_argument("--momentum-correction", action="store_true",
                    help="DGC's momentum correction and factor masking (compress.DGCMemory) in "
                         "place of error feedback: --momentum is applied before compression and "
@@ -298,6 +302,8 @@ class Config:
             fields["shard"] = a.shard
         if a.param_codec:
             fields["param_codec"] = a.param_codec
+        if a.residual_dtype:
+            fields["residual_dtype"] = a.residual_dtype
         if a.overlap and self.gossip is not None:  # mixing x_t, not x_t's update: another run
             fields["overlap"] = True
         elif a.overlap:  # buckets reduce in other pieces than one fused buffer: other bits
@@ -368,6 +374,11 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
                                or a.momentum_correction or a.dense_steps):
         raise UsageError("--error-feedback, --momentum-correction, --dense-steps and --strategy "
                          "need a --codec")
+    if a.residual_dtype and (codec_name is None or a.momentum_correction
+                             or not (a.error_feedback if a.error_feedback is not None
+                                     else compress.CODECS[name].needs_error_feedback)):
+        raise UsageError("--residual-dtype sets the dtype of error feedback's residuals: it "
+                         "needs a --codec with error feedback (--error-feedback)")
     if a.momentum_correction and a.error_feedback:
         raise UsageError("--momentum-correction replaces --error-feedback (it keeps what was "
                          "not sent in the velocity): give one of them")

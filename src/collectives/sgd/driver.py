@@ -147,8 +147,7 @@ class Trainer:
     def track_codec(self) -> None:
         """The codec's state in the memory ledger (the report's peak memory)."""
         if self.state is not None:
-            self.ledger.probe("codec", lambda: sum(
-                int(v.nbytes) for v in self.state.state_dict().values()))
+            self.ledger.probe("codec", self.state.held_nbytes)
 
     def build(self, rank: int) -> CompressionState:
         """The compression state of ``rank`` for ``--codec`` (and DGC's options)."""
@@ -161,7 +160,8 @@ class Trainer:
                    if a.sparsity_warmup else None}
         return CompressionState.from_spec(a.codec, seed=a.seed, rank=rank,
                                           error_feedback=a.error_feedback,
-                                          momentum_correction=dgc, start_step=a.dense_steps)
+                                          momentum_correction=dgc, start_step=a.dense_steps,
+                                          residual_dtype=a.residual_dtype)
 
     # ------------------------------------------------------------------ checkpoint state
     def capture(self) -> tuple[dict, dict, dict]:
@@ -449,7 +449,8 @@ class Trainer:
                 "memory": {k: max(m[k] for m in ranks) for k in memory},
                 "memory_ranks": ranks,
                 "world": self.world, "params": self.model.params.size, "steps": self.step,
-                "codec": a.codec + (" + error feedback" if ef else "") + mc,
+                "codec": a.codec + (" + error feedback" if ef else "")
+                + (f" ({a.residual_dtype} residuals)" if ef and a.residual_dtype else "") + mc,
                 "algorithm": a.algorithm, "sync": a.sync, "hidden": list(self.cfg.hidden),
                 "loss": last.get("loss", float("nan")), "train_acc": last.get("train_acc", 0.0),
                 "test_acc": last.get("test_acc", 0.0), "seconds": secs,

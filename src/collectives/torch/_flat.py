@@ -23,6 +23,7 @@ import torch
 
 from .. import api as _api
 from ..engine import nonblocking
+from ..compressed.state import CompressionState
 from ..compressed.strategies import why_not_gather
 from ._common import low_rank, make_state
 
@@ -64,10 +65,23 @@ def layout(tensors: Sequence[torch.Tensor], p: int, rank: int) -> FlatLayout:
     return FlatLayout([t.shape for t in tensors], p, rank)
 
 
-def codec_state(codec: Any, rank: int, where: str) -> Any:
+def codec_state(codec: Any, rank: int, where: str, residual_dtype: str | None = None) -> Any:
     """The compression state for ``codec=`` of ``where``; a codec that needs matrices (PowerSGD)
-    cannot work on flat buckets and is refused here, before any message."""
-    state = make_state(codec, None, rank=rank)
+    cannot work on flat buckets and is refused here, before any message. ``residual_dtype``:
+    the dtype error feedback keeps its residuals in (``compress.ErrorFeedback``'s), for a codec
+    spec with error feedback (a codec object carries its own memory)."""
+    if residual_dtype is not None:
+        if not isinstance(codec, str):
+            raise ValueError(f"{where}: residual_dtype= goes with a codec spec (\"topk:ratio=0.01"
+                             f"\"); around a codec object pass compress.ErrorFeedback(codec, "
+                             f"residual_dtype=...) as codec, got {type(codec).__name__}")
+        try:
+            state = CompressionState.from_spec(codec, rank=rank, error_feedback=None,
+                                               residual_dtype=residual_dtype)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+    else:
+        state = make_state(codec, None, rank=rank)
     if low_rank(state):
         raise ValueError(f"{where}: codec {codec!r} compresses matrices (low rank); sharded "
                          "buckets are flat, use an elementwise codec (topk, qsgd, fp16, ...)")

@@ -198,7 +198,8 @@ class _Unit:
 
 
 def fully_shard(module: torch.nn.Module, *, comm: Any = None, codec: Any = None,
-                param_codec: Any = None, prefetch: bool = True) -> torch.nn.Module:
+                param_codec: Any = None, prefetch: bool = True,
+                residual_dtype: str | None = None) -> torch.nn.Module:
     """Shard ``module``'s parameters (those no inner ``fully_shard`` holds) over the ranks of
     ``comm``; returns ``module``, changed in place (FSDP2's ``fully_shard``).
 
@@ -211,6 +212,9 @@ def fully_shard(module: torch.nn.Module, *, comm: Any = None, codec: Any = None,
         unit of one model must use the same one.
     codec
         Codec spec or codec for the gradients' reduce (elementwise; None: dense).
+    residual_dtype
+        With a codec spec that has error feedback: the dtype its residuals are kept in,
+        "float32", "float16" or "bfloat16" (as :class:`ShardedOptimizer` takes it).
     param_codec
         Codec spec or codec for the parameters' allgather (:func:`collectives.compressed_allgather`:
         "fp16", "bf16", "eightbit:bucket=256"; None: dense). Each rank keeps its shard in full
@@ -229,7 +233,7 @@ def fully_shard(module: torch.nn.Module, *, comm: Any = None, codec: Any = None,
     comm = default_comm() if comm is None else comm
     if not isinstance(comm, MPI.Intracomm):
         raise TypeError(f"comm must be an MPI intracommunicator, got {type(comm).__name__}")
-    state = codec_state(codec, comm.rank, "fully_shard")
+    state = codec_state(codec, comm.rank, "fully_shard", residual_dtype)
     param_state = None if param_codec is None else param_codec_state(param_codec, comm.rank)
     inner = [m for m in module.modules() if getattr(m, _UNIT, None) is not None]
     held = {id(f.shard) for m in inner for f in getattr(m, _UNIT).flats}

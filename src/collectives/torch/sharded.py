@@ -122,6 +122,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
     codec
         A codec spec or codec for the gradients (an elementwise one; with error feedback where it
         needs it); None: dense.
+    residual_dtype
+        With a codec spec that has error feedback: the dtype its residuals are kept in,
+        "float32", "float16" or "bfloat16" (``compress.ErrorFeedback``'s ``residual_dtype``;
+        docs/sharded.md: half the memory, each step's residual rounded); None: the gradient's.
     overlap
         Start each bucket's reduce during backward from a post-accumulate-grad hook.
     bucket_bytes
@@ -131,7 +135,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
     """
 
     def __init__(self, params: Iterable, optimizer_class: type, *, comm: Any = None,
-                 stage: int = 2, codec: Any = None, overlap: bool = False,
+                 stage: int = 2, codec: Any = None, residual_dtype: str | None = None,
+                 overlap: bool = False,
                  bucket_bytes: int = 25 * MiB, **defaults: Any) -> None:
         if not (isinstance(optimizer_class, type)
                 and issubclass(optimizer_class, torch.optim.Optimizer)):
@@ -150,7 +155,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
         groups = _groups(params)
         super().__init__(groups, defaults)
         self._comm, self._stage, self._overlap = comm, stage, bool(overlap)
-        self._codec_state = codec_state(codec, comm.rank, "ShardedOptimizer")
+        self._codec_state = codec_state(codec, comm.rank, "ShardedOptimizer",
+                                        residual_dtype)
         self._step_count = 0
         p, rank = comm.size, comm.rank
         self._buckets: list[_Bucket] = []

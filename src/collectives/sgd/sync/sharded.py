@@ -14,8 +14,10 @@ the MLP and the training loop's hooks (:mod:`.base`):
   in a staging copy), each rank's average written over its own slice; stages 2 and 3 hand
   the model a :class:`~collectives.sgd.model.LayerSource` (:meth:`Sharded.backward_hooks`)
   whose gradient blocks are buckets of at most ``--bucket-mb`` and at most
-  1/:data:`BUCKET_SHARE` of a shard (but :data:`MIN_BUCKET` elements at least), each
-  reduce-scattered as backward finishes it and freed;
+  1/:data:`BUCKET_SHARE` of a shard (but :data:`MIN_BUCKET` elements at least), consecutive
+  rows of a layer (with :data:`BALANCED` a block of rows of every owner's part of it), each
+  reduce-scattered as backward finishes it and freed (with :data:`PIPELINED` on the progress
+  engine while backward computes the next bucket: two buckets alive, each half as large);
   stage 3's source also gathers each layer's parameters before forward and backward
   (:class:`collectives.parallel.LayerGather`, one ahead on the progress engine);
 - stages 1 and 2 allgather the updated parameters after the update (``average_params``);
@@ -24,7 +26,8 @@ the MLP and the training loop's hooks (:mod:`.base`):
 - with ``--codec`` every bucket's reduce-scatter is ``collectives.compressed_reduce_scatter``:
   each destination block compressed on its own, error feedback (where the codec takes it)
   keeping one residual per bucket and destination block, so the residual memory is the
-  gradient's size per rank (docs/sharded.md).
+  gradient's size per rank, in float32 or, with ``--residual-dtype``, in float16 or bfloat16
+  (docs/sharded.md).
 
 Communication inside backward (stages 2-3) is counted as communication, not compute: the
 mode moves its seconds from the clock's "compute" to the exchange's statistics. Every array
@@ -37,7 +40,7 @@ parameters and of the momentum; ``--save-params`` gathers the full parameters on
 from __future__ import annotations
 
 import argparse
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 from mpi4py import MPI
@@ -45,6 +48,7 @@ from mpi4py import MPI
 from ...compressed import CompressionState
 from ...compressed.shard import compressed_reduce_scatter
 from ...compressed.strategies import why_not_gather
+from ...engine.nonblocking import icompressed_reduce_scatter
 from ...parallel import ALGORITHMS, BACKWARD, FORWARD, STAGES, LayerGather, ShardPlan, Zero
 from ..._runtime.traffic import TRAFFIC
 from ..fusion import FusionBuffer
@@ -61,6 +65,15 @@ BUCKET_SHARE = 16
 #: ... but at least this many elements (64 KiB), or every call's latency would dominate small
 #: models
 MIN_BUCKET = 1 << 14
+#: stages 2-3 start each bucket's reduce-scatter on the progress engine, one in flight, in
+#: buckets half as large (read when a mode is made; off: measured slower on the development
+#: machine, the calls doubled, docs/sharded.md; bench/sharded_step.py compares both)
+PIPELINED = False
+#: stages 2-3 make each bucket of a block of rows of every owner's part of a layer (a
+#: balanced reduce-scatter); off: consecutive rows, a bucket inside one shard going the whole
+#: ring to its one owner, which measured faster on the development machine's oversubscribed
+#: cores (docs/sharded.md; bench/sharded_step.py compares both)
+BALANCED = False
 
 
 class Sharded(SyncMode):
@@ -104,16 +117,20 @@ class Sharded(SyncMode):
                          params=params.flat if self.stage.full_params else None,
                          grads=grads.flat if self.stage.full_grads else None,
                          reducer=None if state is None else self._compressed,
-                         param_state=param_state)
+                         param_state=param_state, pipelined=PIPELINED)
         self.update_params, self.update_grads = self.zero.owned_params, self.zero.owned_grads
         # stage 1 holds the whole gradient anyway: a bucket (its staging copy) is up to a
         # quarter of it; stages 2-3 hold one bucket beyond the shard
+        # (pipelined: two buckets alive at once, each half as large)
+        alive = 2 if self.zero.pipelined else 1
         cap = self.plan.total // 4 if self.stage.full_grads else \
-            self.plan.largest // BUCKET_SHARE
-        self.bucket = max(1, min(bucket_bytes // 4, max(MIN_BUCKET, cap)))
+            self.plan.largest // (BUCKET_SHARE * alive)
+        self.bucket = max(1, min(bucket_bytes // 4, max(MIN_BUCKET // alive, cap)))
         if not self.stage.full_params:
             self._initialise(seed)
         self.gather: LayerGather | None = None
+        #: each layer's gradient buckets and row blocks (:func:`_row_groups`), made once
+        self.row_groups: dict[int, tuple[list, list]] = {}
         self._mark = (0, 0.0)
 
     def _initialise(self, seed: int) -> None:
@@ -175,9 +192,10 @@ class Sharded(SyncMode):
 
     # ------------------------------------------------------------------ each step
     def _compressed(self, x: np.ndarray, *, out: np.ndarray, counts: Sequence[int],
-                    key: str) -> None:
-        compressed_reduce_scatter(x, self.state, out=out, op="avg", counts=counts,
-                                  comm=self.comm, key=key, step=self._step)
+                    key: str) -> Any:
+        call = icompressed_reduce_scatter if self.zero.pipelined else compressed_reduce_scatter
+        return call(x, self.state, out=out, op="avg", counts=counts, comm=self.comm, key=key,
+                    step=self._step)
 
     def pull(self, step: int) -> None:
         self._step = step
@@ -191,6 +209,7 @@ class Sharded(SyncMode):
     def __call__(self, step: int) -> None:
         # what the collectives took inside forward and backward is communication, not compute
         self.clock.seconds["compute"] -= self.zero.seconds - self._mark[1]
+        self.zero.flush()  # the last bucket's reduce-scatter
         if self.gather is not None:
             self.gather.finish()
             self.gather = None
@@ -224,12 +243,18 @@ class Sharded(SyncMode):
 class _Step:
     """The model's layers for one step at stages 2-3 (a ``LayerSource``): parameters from the
     replica (stage 2) or gathered one ahead (stage 3); gradient blocks as buckets, each
-    reduce-scattered to its owners once written, then dropped."""
+    reduce-scattered to its owners once written, then dropped.
+
+    A bucket holds consecutive rows of the layer, or with :data:`BALANCED` a block of rows of
+    every owner's part of it (:func:`_row_groups`), side by side in flat order, so that its
+    reduce-scatter gives every owner a share of it; the rows are computed group by group."""
 
     def __init__(self, mode: Sharded) -> None:
         self.mode, self.zero, self.fans = mode, mode.zero, mode.fans
         self._bias: np.ndarray | None = None
-        self._block: tuple[int, np.ndarray, int] | None = None  # (flat offset, bucket, rows' size)
+        self._groups: list[_Group] = []
+        self._blocks: list[tuple[int, slice, int]] = []  # (group, rows, offset in its bucket)
+        self._bucket: np.ndarray | None = None
 
     def params(self, i: int, backward: bool) -> tuple[np.ndarray, np.ndarray]:
         if self.mode.stage.full_params:
@@ -242,26 +267,74 @@ class _Step:
         return self._bias
 
     def row_blocks(self, i: int) -> Sequence[slice]:
-        fan_in, fan_out = self.fans[i]
-        per = max(1, self.mode.bucket // fan_out)
-        return [slice(a, min(a + per, fan_in)) for a in range(0, fan_in, per)]
+        cache = self.mode.row_groups
+        if i not in cache:
+            cache[i] = _row_groups(self.mode, i)
+        self._groups, self._blocks = cache[i]
+        return [rows for _, rows, _ in self._blocks]
 
     def grad_rows(self, i: int, k: int, rows: slice) -> np.ndarray:
-        fan_in, fan_out = self.fans[i]
-        size = (rows.stop - rows.start) * fan_out
-        last = rows.stop == fan_in  # the bias follows the last rows in the flat vector
-        bucket = self.mode.ledger.track("gradients",
-                                        np.empty(size + fan_out * last, np.float32))
-        self._block = (self.mode.bounds[i] + rows.start * fan_out, bucket, size)
-        return bucket[:size].reshape(-1, fan_out)
+        g, _, at = self._blocks[k]
+        group = self._groups[g]
+        if at == 0:  # the group's first block: its bucket
+            self._bucket = self.mode.ledger.track("gradients",
+                                                  np.empty(group.size, np.float32))
+        fan_out = self.fans[i][1]
+        return self._bucket[at:at + (rows.stop - rows.start) * fan_out].reshape(-1, fan_out)
 
     def on_ready(self, i: int, k: int) -> None:
-        lo, bucket, size = self._block
-        self._block = None
-        if bucket.size > size:
-            bucket[size:] = self._bias
+        g, _, _ = self._blocks[k]
+        if k + 1 < len(self._blocks) and self._blocks[k + 1][0] == g:
+            return  # the group's bucket is not full yet
+        group, bucket = self._groups[g], self._bucket
+        self._bucket = None
+        if group.bias:  # the bias follows the layer's last rows in the flat vector
+            bucket[-self._bias.size:] = self._bias
             self._bias = None
-        self.zero.reduce_range(lo, bucket)
+        self.zero.reduce_group(group.ranges, bucket)
+
+
+class _Group(NamedTuple):
+    """One gradient bucket of a layer: flat ranges (ascending), its size, and whether it ends
+    with the layer's bias."""
+
+    ranges: tuple[tuple[int, int], ...]
+    size: int
+    bias: bool
+
+
+def _row_groups(mode: Sharded, i: int) -> tuple[list[_Group], list[tuple[int, slice, int]]]:
+    """Layer ``i``'s gradient buckets and its row blocks in the order they are computed.
+
+    With :data:`BALANCED` the rows of the layer's weight are split among the owners of their
+    first elements (else they are one part); each part's rows are cut into ``m`` near-equal
+    blocks (``m`` such that a bucket of one block of every part holds at most ``mode.bucket``
+    elements), and bucket ``k`` is block ``k`` of every part, in flat order (the bias with the
+    last rows). A layer inside one shard gives consecutive buckets of its rows either way."""
+    fan_in, fan_out = mode.fans[i]
+    lo = mode.bounds[i]
+    offsets = mode.plan.offsets
+    # the first row of each owner's part: the first whose first element is in its shard
+    starts = sorted({min(fan_in, max(0, -(-(a - lo) // fan_out))) for a in offsets[:-1]}
+                    | {0, fan_in})
+    parts = [(a, b) for a, b in zip(starts, starts[1:]) if b > a] if BALANCED else [(0, fan_in)]
+    m = max(1, -(-(fan_in * fan_out) // max(1, mode.bucket)))
+    m = min(m, max(b - a for a, b in parts))
+    groups: list[_Group] = []
+    blocks: list[tuple[int, slice, int]] = []
+    for k in range(m):
+        ranges, at = [], 0
+        for a, b in parts:
+            r0, r1 = a + (b - a) * k // m, a + (b - a) * (k + 1) // m
+            if r1 == r0:
+                continue
+            blocks.append((len(groups), slice(r0, r1), at))
+            hi = lo + r1 * fan_out + (fan_out if r1 == fan_in else 0)  # and the bias
+            ranges.append((lo + r0 * fan_out, hi))
+            at += hi - ranges[-1][0]
+        if ranges:
+            groups.append(_Group(tuple(ranges), at, ranges[-1][1] == mode.bounds[i + 1]))
+    return groups, blocks
 
 
 class _Gathered:
