@@ -18,7 +18,7 @@ from ...blocks import ALLTOALL
 from ...options import Options
 from .collective import Buffers, Spec, entry_point
 
-__all__ = ["SPEC", "block", "main"]
+__all__ = ["SPEC", "block", "buffers", "expected", "main"]
 
 
 def block(count: int, dtype: np.dtype, src: int, dst: int) -> np.ndarray:
@@ -26,12 +26,12 @@ def block(count: int, dtype: np.dtype, src: int, dst: int) -> np.ndarray:
     return ((np.arange(count) + 3 * src + dst) % 11 + 1).astype(dtype)
 
 
-def _buffers(count: int, dtype: np.dtype, comm: MPI.Comm) -> Buffers:
+def buffers(count: int, dtype: np.dtype, comm: MPI.Comm) -> Buffers:
     x = np.concatenate([block(count, dtype, comm.rank, j) for j in range(comm.size)])
     return Buffers(x, np.empty_like(x))
 
 
-def _expected(count: int, dtype: np.dtype, comm: MPI.Comm) -> np.ndarray:
+def expected(count: int, dtype: np.dtype, comm: MPI.Comm) -> np.ndarray:
     return np.concatenate([block(count, dtype, i, comm.rank) for i in range(comm.size)])
 
 
@@ -44,8 +44,8 @@ def _mpi(b: Buffers, comm: MPI.Comm) -> None:
 
 
 SPEC = Spec(prog="osu_alltoall", title="All-to-All Personalized Exchange Latency Test",
-            collective="alltoall", algorithms=list(ALLTOALL), buffers=_buffers,
-            expected=_expected, call=_call, bus_bytes=lambda size, p: size * p, mpi=_mpi)
+            collective="alltoall", algorithms=list(ALLTOALL), buffers=buffers,
+            expected=expected, call=_call, bus_bytes=lambda size, p: size * p, mpi=_mpi)
 
 #: Entry point (``argv`` defaults to the command line).
 main = entry_point(SPEC)

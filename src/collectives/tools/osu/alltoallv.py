@@ -18,19 +18,10 @@ from mpi4py import MPI
 from ... import api
 from ...blocks import ALLTOALL, EQUAL_BLOCKS_ONLY
 from ...options import Options
-from .alltoall import block
+from .alltoall import buffers, expected
 from .collective import Buffers, Spec, entry_point
 
 __all__ = ["SPEC", "main"]
-
-
-def _buffers(count: int, dtype: np.dtype, comm: MPI.Comm) -> Buffers:
-    x = np.concatenate([block(count, dtype, comm.rank, j) for j in range(comm.size)])
-    return Buffers(x, np.empty_like(x))
-
-
-def _expected(count: int, dtype: np.dtype, comm: MPI.Comm) -> np.ndarray:
-    return np.concatenate([block(count, dtype, i, comm.rank) for i in range(comm.size)])
 
 
 def _call(algorithm: str, b: Buffers, comm: MPI.Comm, options: Options) -> None:
@@ -47,8 +38,8 @@ def _mpi(b: Buffers, comm: MPI.Comm) -> None:
 
 SPEC = Spec(prog="osu_alltoallv", title="All-to-Allv Personalized Exchange Latency Test",
             collective="alltoall",
-            algorithms=[a for a in ALLTOALL if a not in EQUAL_BLOCKS_ONLY], buffers=_buffers,
-            expected=_expected, call=_call, bus_bytes=lambda size, p: size * p, mpi=_mpi)
+            algorithms=[a for a in ALLTOALL if a not in EQUAL_BLOCKS_ONLY], buffers=buffers,
+            expected=expected, call=_call, bus_bytes=lambda size, p: size * p, mpi=_mpi)
 
 #: Entry point (``argv`` defaults to the command line).
 main = entry_point(SPEC)
