@@ -87,10 +87,10 @@ class Options:
     shm_segment_bytes
         Bytes each rank stages per round in the "shm" algorithm (and inside "hierarchical"):
         the size of one slot of its shared window, which holds four (two in, two out). Tests
-        shrink it so that small arrays take many rounds. None (default): 1 MiB slots when the
-        node's ranks have a core each, with rounds of 64 KiB per rank through them (a call by
-        cross-memory attach takes whole slots), 4 MiB when they share cores (each round then
-        costs a turn of the scheduler, so fewer, larger rounds win).
+        shrink it so that small arrays take many rounds. None (default): 64 KiB per rank when
+        the node's ranks have a core each (a call by cross-memory attach, which stages nothing,
+        takes rounds of 1 MiB), 4 MiB when they share cores (each round then costs a turn of
+        the scheduler, so fewer, larger rounds win).
     timeout
         Seconds after which a blocking call raises ``TimeoutError`` naming the call, on the
         rank that waited that long and, through its notice, on every rank still in the call

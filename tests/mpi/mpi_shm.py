@@ -177,19 +177,20 @@ def test_cross_memory_attach_from_a_threshold(comm):
 
 @pytest.mark.world_sizes(2, 3)  # a team of ranks; 3: uneven blocks
 def test_rounds_smaller_than_the_slots(monkeypatch, shm_driver):
-    """A team whose ranks have a core each stages rounds of ``STAGE_DEDICATED_PER_RANK`` bytes
-    per rank through larger slots (``T_SEGMENT`` < ``T_SLOT_BYTES``), and a call by
-    cross-memory attach takes whole slots: here 64-byte rounds per rank in 4 KiB slots (every
-    world size counted as having cores enough), so that short vectors cross many rounds of both
-    sizes, in both modes and by both transfers; the same bits as the reference every time."""
+    """A team whose ranks have a core each has slots of ``SLOT_DEDICATED_PER_RANK`` bytes per
+    rank, and a call by cross-memory attach, which stages nothing, takes larger rounds
+    (``T_CMA_SEGMENT``: ``SEGMENT_DEDICATED``, the bounce buffer's size): here 64-byte slots
+    per rank and 4 KiB rounds by cross-memory attach (every world size counted as having cores
+    enough), so that short vectors cross many rounds of both sizes, in both modes and by both
+    transfers; the same bits as the reference every time."""
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
     monkeypatch.setattr(shm_team, "SEGMENT_DEDICATED", 4096)
-    monkeypatch.setattr(shm_team, "STAGE_DEDICATED_PER_RANK", 64)
+    monkeypatch.setattr(shm_team, "SLOT_DEDICATED_PER_RANK", 64)
     comm = MPI.COMM_WORLD.Dup()  # a communicator without a team yet: made with the above
     try:
         team = shm.team(context(comm), collectives.Options())
-        assert int(team.tab[layout.T_SLOT_BYTES]) == 4096
-        assert int(team.tab[layout.T_SEGMENT]) == 64 * comm.size
+        assert int(team.tab[layout.T_SLOT_BYTES]) == 64 * comm.size
+        assert int(team.tab[layout.T_CMA_SEGMENT]) == 4096
         for mode, transfer in [(m, t) for m in MODES for t in TRANSFERS
                                if t == "slots" or team.cma]:
             monkeypatch.setattr(shm, "REPLICATE_BYTES", MODES[mode])

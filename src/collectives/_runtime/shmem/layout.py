@@ -41,7 +41,7 @@ __all__ = [
     "T_ME", "T_P", "T_SLOTS",
     "T_SLOT_BYTES", "T_SPIN", "T_PHASE", "T_TS", "T_TF", "T_TC", "T_T0", "T_TL", "T_CALL",
     "T_STREAM", "T_KIND", "T_ORD", "T_BAD", "T_SLOT0", "T_DLAST", "T_IN", "T_OUT", "T_CMA",
-    "T_READV", "T_ERRNO", "T_BOUNCE", "T_ERR", "T_SEGMENT", "T_BASE",
+    "T_READV", "T_ERRNO", "T_BOUNCE", "T_ERR", "T_CMA_SEGMENT", "T_BASE",
     "segment_bytes",
 ]
 
@@ -115,7 +115,7 @@ T_CMA = 23   # bytes from which an allreduce uses cross-memory attach (a huge va
 T_READV, T_ERRNO = 24, 25  # addresses of the C library's process_vm_readv, __errno_location
 T_BOUNCE = 26  # address of this rank's private bounce buffer (one slot's bytes)
 T_ERR = 27   # after CMA_FAILED: the errno (the rank is in T_BAD)
-T_SEGMENT = 28  # bytes of one round's segments (<= T_SLOT_BYTES) of a call through the slots
+T_CMA_SEGMENT = 28  # bytes of one round of a call by cross-memory attach (the bounce buffer's)
 T_BASE = 29  # T_BASE + q: address of rank q's segment in this process; T_BASE + p + q: the
 #             descriptor copy of rank q's current call (as found at the call's first read);
 #             T_BASE + 2 p + q: rank q's process id

@@ -33,13 +33,14 @@ __all__ = ["Team", "OPCODES"]
 OPCODES = L.OPCODES
 
 #: Default slot size (``Options.shm_segment_bytes`` None) when the team's ranks have a core each,
-#: and when they share cores: there every round costs a turn of the scheduler, so fewer, larger
-#: rounds (docs/benchmarks/shm.md, shm thresholds).
-SEGMENT_DEDICATED, SEGMENT_SHARED = 1 << 20, 4 << 20
-#: ... and when they have a core each, the bytes of a round through the slots per rank (64 KiB of
-#: every block: rounds that stay in the cores' caches and overlap the three steps; a call by
-#: cross-memory attach takes whole slots, each round a system call per rank)
-STAGE_DEDICATED_PER_RANK = 64 << 10
+#: per rank (64 KiB of every block a round: rounds that stay in the cores' caches and overlap
+#: the three steps), and when they share cores: there every round costs a turn of the scheduler,
+#: so fewer, larger rounds (docs/benchmarks/shm.md).
+SLOT_DEDICATED_PER_RANK, SEGMENT_SHARED = 64 << 10, 4 << 20
+#: A round's bytes by cross-memory attach, which stages nothing (the bounce buffer's size), when
+#: the team's ranks have a core each: each round costs two system calls per rank, so rounds of
+#: 1 MiB (with shared cores, and under ``Options.shm_segment_bytes``: a slot's bytes).
+SEGMENT_DEDICATED = 1 << 20
 #: Bytes apart that reading one byte touches every page (4 KiB, the smallest x86-64 page).
 PAGE = 4096
 #: Bytes from which an allreduce moves private buffers by cross-memory attach (where it beats the
@@ -187,11 +188,12 @@ class Team:
                              f"node, got {p}")
         self.comm, self.size, self.buffers = comm, p, buffers
         dedicated = p <= (os.cpu_count() or 1)
-        stage = slot_bytes
+        cma_round = slot_bytes
         if slot_bytes is None:
-            slot_bytes = SEGMENT_DEDICATED if dedicated else SEGMENT_SHARED
-            stage = min(STAGE_DEDICATED_PER_RANK * p, slot_bytes) if dedicated else slot_bytes
+            slot_bytes = SLOT_DEDICATED_PER_RANK * p if dedicated else SEGMENT_SHARED
+            cma_round = SEGMENT_DEDICATED if dedicated else slot_bytes
         slot = L.segment_bytes(slot_bytes, p)
+        cma_round = max(L.segment_bytes(cma_round, p), slot)
         self.win = MPI.Win.Allocate_shared(L.DATA_OFFSET + 2 * L.SLOTS * slot, 1, comm=comm)
         if self.win.Get_attr(MPI.WIN_MODEL) != MPI.WIN_UNIFIED:  # pragma: no cover - no such MPI
             self.win.Free()
@@ -215,12 +217,12 @@ class Team:
         self.tab[[L.T_ME, L.T_P, L.T_SLOTS, L.T_SLOT_BYTES, L.T_SPIN]] = (me, p, L.SLOTS, slot,
                                                                           spin)
         self.tab[L.T_STREAM] = L.STREAM_BYTES
-        self.tab[L.T_SEGMENT] = min(L.segment_bytes(stage, p), slot)
+        self.tab[L.T_CMA_SEGMENT] = cma_round
         self.tab[L.T_BASE:L.T_BASE + p] = [self.win.Shared_query(q)[0].address for q in range(p)]
         self.cma = _cma_works(comm, self.tab)
         self.tab[L.T_CMA] = np.iinfo(np.int64).max  # never
         if self.cma:  # two iovecs, then room for the other ranks' segments of a round
-            self._bounce = np.zeros((64 + slot) // 8, np.int64)
+            self._bounce = np.zeros((64 + cma_round) // 8, np.int64)
             if touch:
                 self._bounce.fill(0)  # np.zeros of this size maps pages it has not written
             self.tab[L.T_BOUNCE] = self._bounce.ctypes.data + 64

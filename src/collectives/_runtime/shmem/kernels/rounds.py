@@ -59,9 +59,9 @@ def run_rounds(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: 
     hands_out = mode == L.FUSED or mode == L.ALLGATHER  # others need my block's result
     streaming = nbytes >= tab[L.T_STREAM]
     cma = by_cma(tab, mode, nbytes)
-    # a round through the slots takes T_SEGMENT bytes (rounds that stay in cache and overlap);
-    # by cross-memory attach a whole slot (the bounce buffer's size: fewer system calls)
-    seg = segment_elements(tab[L.T_SLOT_BYTES] if cma else tab[L.T_SEGMENT], m, isz)
+    # a round fills a slot; by cross-memory attach, which stages nothing, the bounce buffer
+    # (larger where the slots are small: fewer system calls)
+    seg = segment_elements(tab[L.T_CMA_SEGMENT] if cma else tab[L.T_SLOT_BYTES], m, isz)
     xaddr, oaddr = x.ctypes.data, out.ctypes.data
     mine = tab[L.T_BASE + me]
     idle = 0
