@@ -35,6 +35,7 @@ and the README's figure quote it.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -71,8 +72,8 @@ def evictor(nbytes: int):
     if nbytes <= 0:
         return lambda: None
     junk = np.empty(nbytes, np.uint8)
-    value = iter(range(1 << 62))
-    return lambda: junk.fill(next(value) & 0xFF)
+    step = itertools.count()
+    return lambda: junk.fill(next(step) & 0xFF)
 
 
 def _save(path: str, records: list[Record], argv: list[str], load: tuple[float, ...],

@@ -14,14 +14,12 @@ ranks, where one rank per axis gives 3.9e-8: its micro-batches' gradients add in
 than one batch's).
 """
 
-import shutil
-import tempfile
 
 import numpy as np
 import pytest
 from mpi4py import MPI
 
-from reference import one_process, trainer
+from reference import one_process, shared_dir, trainer
 
 from collectives._runtime.cli import UsageError
 from collectives.sgd import main, train
@@ -161,8 +159,7 @@ def test_codec_compresses_the_dp_exchange():
     assert sh["axes"]["pp"]["bytes"] == sd["axes"]["pp"]["bytes"]
     err = np.abs(half - dense).max() / np.abs(dense).max()
     assert 0 < err < 1e-2, err
-    d = WORLD.bcast(tempfile.mkdtemp() if WORLD.rank == 0 else None, root=0)
-    try:
+    with shared_dir(WORLD) as d:
         argv = _argv(mesh, "--codec", "topk:ratio=0.5", "--epochs", "2")
         train([*argv, "--save-params", f"{d}/whole.npy"], WORLD)
         ckpt = ["--checkpoint-dir", f"{d}/ckpt", "--checkpoint-every", "2"]
@@ -170,10 +167,6 @@ def test_codec_compresses_the_dp_exchange():
         train([*argv, *ckpt, "--resume", "--save-params", f"{d}/again.npy"], WORLD)
         WORLD.Barrier()
         assert np.array_equal(np.load(f"{d}/whole.npy"), np.load(f"{d}/again.npy"))
-    finally:
-        WORLD.Barrier()
-        if WORLD.rank == 0:
-            shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.mark.world_sizes(4)
@@ -182,8 +175,7 @@ def test_shard_1_within_the_dp_groups():
     it per rank), the same bits as the mesh without sharding; stopped and resumed (every rank's
     owned slices in its own file), the same bits again."""
     mesh = (2, 2, 1)
-    d = WORLD.bcast(tempfile.mkdtemp() if WORLD.rank == 0 else None, root=0)
-    try:
+    with shared_dir(WORLD) as d:
         argv = _argv(mesh, "--epochs", "2")
         plain = train([*argv, "--save-params", f"{d}/plain.npy"], WORLD)
         zero = train([*argv, "--shard", "1", "--save-params", f"{d}/zero.npy"], WORLD)
@@ -196,10 +188,6 @@ def test_shard_1_within_the_dp_groups():
         assert np.array_equal(whole, np.load(f"{d}/again.npy"))
         for dense, sharded in zip(plain["memory_ranks"], zero["memory_ranks"]):
             assert sharded["optimizer"] <= dense["optimizer"] // 2 + 4
-    finally:
-        WORLD.Barrier()
-        if WORLD.rank == 0:
-            shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.mark.world_sizes(4)
@@ -208,8 +196,7 @@ def test_resume_gives_the_same_bits():
     ends with the bits of the run that never stopped; resuming on another mesh is refused on
     every rank."""
     mesh = (1, 2, 2)
-    d = WORLD.bcast(tempfile.mkdtemp() if WORLD.rank == 0 else None, root=0)
-    try:
+    with shared_dir(WORLD) as d:
         argv = _argv(mesh)[:-2] + ["--epochs", "2", "--micro-batches", str(mesh[1])]
         whole, again = f"{d}/whole.npy", f"{d}/again.npy"
         assert train([*argv, "--save-params", whole], WORLD) is not None
@@ -223,7 +210,3 @@ def test_resume_gives_the_same_bits():
         other[other.index("--micro-batches") + 1] = "4"
         with pytest.raises(UsageError, match="another run|fingerprint|config"):
             train([*other, *ckpt, "--resume"], WORLD)
-    finally:
-        WORLD.Barrier()
-        if WORLD.rank == 0:
-            shutil.rmtree(d, ignore_errors=True)

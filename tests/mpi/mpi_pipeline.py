@@ -4,8 +4,6 @@ every ``dp x pp`` mesh of the world size (singleton axes included), layer counts
 divide by S; bad flags and a stage that raises stopping every rank with a clear error."""
 
 import json
-import shutil
-import tempfile
 
 import numpy as np
 import pytest
@@ -20,6 +18,7 @@ from collectives.sgd.model import MLP
 from collectives.sgd.optim import SGD, Schedule
 from collectives.sgd.driver import PipelinedTrainer
 from collectives.sgd.pipelined import MLPStage
+from reference import shared_dir
 
 # 1-4 ranks: every factorisation dp x pp of them (S = 1, 2, 3, 4; singleton axes at each end)
 pytestmark = pytest.mark.world_sizes(1, 2, 3, 4)
@@ -215,8 +214,7 @@ def test_resume_gives_the_same_bits_and_a_changed_run_is_refused():
     the run that never stopped; the --log holds the bubble; resuming with other micro-batches
     is refused on every rank."""
     W = WORLD.size
-    d = WORLD.bcast(tempfile.mkdtemp() if WORLD.rank == 0 else None, root=0)
-    try:
+    with shared_dir(WORLD) as d:
         argv = _argv(W, "1f1b", W + 1, 1)[:-2] + ["--epochs", "2"]
         whole, again = f"{d}/whole.npy", f"{d}/again.npy"
         assert train([*argv, "--schedule", "gpipe", "--save-params", whole,
@@ -234,7 +232,3 @@ def test_resume_gives_the_same_bits_and_a_changed_run_is_refused():
         other = [a if a != str(W + 1) else str(W + 2) for a in argv]
         with pytest.raises(UsageError, match="another run|fingerprint|config"):
             train([*other, *ckpt, "--resume"], WORLD)
-    finally:
-        WORLD.Barrier()
-        if WORLD.rank == 0:
-            shutil.rmtree(d, ignore_errors=True)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import tempfile
+from contextlib import contextmanager
 
 import numpy as np
 from mpi4py import MPI
@@ -219,3 +222,17 @@ def one_process(t) -> np.ndarray:
         model.loss_and_grad(ds.x_train[b], ds.y_train[b])
         opt.step(model.grads.flat, sched(step))
     return model.params.flat
+
+
+@contextmanager
+def shared_dir(comm: MPI.Comm):
+    """A temporary folder that every rank of ``comm`` names (made on rank 0, which shares this
+    machine's file system with the others), removed by rank 0 once every rank has left the
+    block."""
+    d = comm.bcast(tempfile.mkdtemp() if comm.rank == 0 else None, root=0)
+    try:
+        yield d
+    finally:
+        comm.Barrier()
+        if comm.rank == 0:
+            shutil.rmtree(d, ignore_errors=True)

@@ -50,13 +50,8 @@ def resolved(ctx: Context, opts: Options) -> Any:
     """The communicator's resolved barrier function ``(ctx, opts)`` for these options, made at
     the first call (the team too: off one node, the same ``ValueError`` on every rank, before
     any message)."""
-    key = ("shm-barrier", shm.team_key(opts))
-    found = ctx.cache.get(key)
-    if found is None:
-        shm.team(ctx, opts)
-        made = _made(ctx, opts)
-        found = ctx.cached(key, lambda comm: made)
-    return found
+    shm.team(ctx, opts)
+    return ctx.cached(("shm-barrier", shm.team_key(opts)), lambda comm: _made(ctx, opts))
 
 
 def barrier(ctx: Context, opts: Options) -> None:
