@@ -253,8 +253,10 @@ def _engines() -> list[dict[str, Any]]:
 # -- point-to-point ---------------------------------------------------------------------------------
 class P2PRing:
     """The last ``size`` point-to-point messages of this process: message ``seq``'s start in
-    ``starts[seq % size]`` and its end in ``ends[seq % size]`` (tuples made at once: no record
-    object is touched again), and the numbers of those in flight by their message's identity."""
+    ``starts[seq % size]`` and its end in ``ends[seq % size]``, tuples made at once (no record
+    object is touched again). A message's op carries what is kept of it, made once
+    (``envelope``: side, communicator, peer, tag, bytes, dtype code), and the number of its
+    current message (``seq``), so that a start is one tuple and an end another."""
 
     def __init__(self, size: int) -> None:
         self.size = max(size, 1)
@@ -262,32 +264,27 @@ class P2PRing:
         self.ends: list[tuple | None] = [None] * self.size
         self.seq = 0
         self._counter = itertools.count(1)
-        self._open: dict[int, int] = {}
 
     def observe(self, kind: str, op: Any, t0: float, t1: float | None,
                 error: str | None) -> None:
         """The observer of ``pt2pt``: a message's start, then its end."""
         if t1 is None:
-            seq = self.seq = next(self._counter)
-            self.starts[seq % self.size] = (seq, kind, op.side, op.comm, op.peer, op.tag,
-                                            op.nbytes, op.code, t0)
-            self._open[id(op)] = seq
+            seq = self.seq = op.seq = next(self._counter)
+            self.starts[seq % self.size] = (seq, kind, op.envelope, t0)
             return
-        seq = self._open.pop(id(op), None)
-        if seq is not None:
+        seq = op.seq
+        if seq:  # (0: its start was not observed)
             self.ends[seq % self.size] = (seq, t1, error)
+            op.seq = 0
 
     def snapshot(self, offset: float) -> dict[str, Any]:
         """The ``pt2pt`` part of a dump (the module docstring); ``offset``: clock to wall time."""
         from ..pt2pt.messages import dtype_name
 
-        if len(self._open) > self.size:  # messages never ended (requests never waited)
-            live = {seq for seq in self._open.values() if seq > self.seq - self.size}
-            self._open = {k: v for k, v in self._open.items() if v in live}
         worlds: dict[int, Any] = {}
         out = []
         for start in sorted((s for s in self.starts if s is not None), key=lambda s: s[0]):
-            seq, kind, side, comm, peer, tag, nbytes, code, t0 = start
+            seq, kind, (side, comm, peer, tag, nbytes, code), t0 = start
             end = self.ends[seq % self.size]
             t1, error = (end[1], end[2]) if end is not None and end[0] == seq else (None, None)
             state = flight.STARTED if t1 is None else \

@@ -177,13 +177,16 @@ def _describe(nbytes: int, code: int) -> str:
 class _Send:
     """One send in flight: ``test()`` until True, ``abandon()`` after a timeout."""
 
-    __slots__ = ("comm", "buf", "spec", "dest", "tag", "wire", "req", "code", "nbytes")
+    __slots__ = ("comm", "buf", "spec", "dest", "tag", "wire", "req", "code", "nbytes",
+                 "envelope", "seq")
     side = "send"
 
     def __init__(self, comm: MPI.Comm, a: Any, code: int, dest: int, tag: int,
                  staging: str | None) -> None:
         self.comm, self.dest, self.tag, self.wire = comm, dest, tag, tag * CODES + code
         self.code, self.nbytes = code, a.nbytes
+        #: what an observer keeps of the message, made once; ``seq``: its number there
+        self.envelope, self.seq = ("send", comm, dest, tag, a.nbytes, code), 0
         buf = a if a.ndim == 1 and type(a) is np.ndarray and a.dtype.isbuiltin else flat(a)
         if not is_numpy(buf):  # device: CUDA-aware, or a host copy
             buf = _device.to_mpi(buf, staging) if staging else buf.view(np.uint8).get()
@@ -225,13 +228,14 @@ class _Recv:
 
     __slots__ = ("comm", "kind", "out", "flat", "target", "spec", "code", "source", "tag",
                  "probe_tag", "null", "status", "req", "tests", "next_scan", "result_status",
-                 "blocking", "posted")
+                 "blocking", "posted", "envelope", "seq")
     side = "recv"
 
     def __init__(self, comm: MPI.Comm, kind: str, a: Any, code: int, source: int, tag: int,
                  staging: str | None, status: MPI.Status | None) -> None:
         self.comm, self.kind, self.out, self.code = comm, kind, a, code
         self.source, self.tag, self.result_status = source, tag, status
+        self.envelope, self.seq = ("recv", comm, source, tag, a.nbytes, code), 0  # as _Send's
         target = self.flat = flat(a)
         if not is_numpy(target):  # device: CUDA-aware, or received on the host and copied
             target = _device.from_mpi(target, staging) if staging else \
