@@ -82,7 +82,7 @@ def _alltoall_rows(args, comm: MPI.Comm, bare: MPI.Comm) -> list[dict]:
 
 
 def _barrier_row(args, comm: MPI.Comm, bare: MPI.Comm) -> dict:
-    variants = {"comm.Barrier": bare.Barrier, "auto": lambda: collectives.barrier(),
+    variants = {"comm.Barrier": lambda: bare.Barrier(), "auto": lambda: collectives.barrier(),
                 "native": lambda: collectives.barrier(algorithm="native")}
     med = _sweep(variants, args, comm)
     return {"calls": med.pop("calls"), **{k: v * 1e6 for k, v in med.items()}}

@@ -38,7 +38,7 @@ from ._runtime.context import context
 from ._runtime.abort_mode import runner
 from ._runtime.flight import describe
 from ._runtime.counts import block_offsets as _offsets, gathered_offsets as _gathered
-from ._runtime.repeats import REPEATS, Kind, Repeat, kind_of
+from ._runtime.repeats import NO_ARRAYS, REPEATS, Kind, Repeat, kind_of
 from ._runtime.validate import lookup
 from .algorithms import ALGORITHMS, BARRIER, BARRIER_RESOLVERS, FLAT, auto, lanes
 from .blocks import (ALLGATHER, ALLTOALL, BCAST, EQUAL_BLOCKS_ONLY, GATHER, REDUCE,
@@ -399,7 +399,7 @@ class _BarrierRepeat(Repeat):
     def __init__(self, call: BarrierCall, algorithm: str, comm_arg: Any, options: Any,
                  ctx: Context) -> None:
         super().__init__("barrier", _NoArrays(call.opts), _NO_ARRAY, _NO_ARRAY, _NO_OP,
-                         algorithm, comm_arg, options, ctx, _NUMPY_KIND, _NUMPY_KIND)
+                         algorithm, comm_arg, options, ctx, NO_ARRAYS, NO_ARRAYS)
         self.run, self.fn = runner(ctx, call.opts).run, call.fn
         self.what = describe(call)
 
@@ -419,7 +419,6 @@ _AUTO_ALLTOALL = ALLTOALL["auto"]
 _NO_OP = ""
 #: the stand-in array of a remembered call with no arrays (barrier)
 _NO_ARRAY = np.empty(0, dtype=np.uint8)
-_NUMPY_KIND = kind_of(_NO_ARRAY)
 
 
 class GatherCall:

@@ -49,7 +49,7 @@ import numpy as np
 
 from .arrays import flat, unowned
 
-__all__ = ["Kind", "KINDS", "kind_of", "Repeat", "Repeats", "REPEATS"]
+__all__ = ["NO_ARRAYS", "Kind", "KINDS", "kind_of", "Repeat", "Repeats", "REPEATS"]
 
 
 class Kind:
@@ -76,6 +76,14 @@ def _tensor(t: Any) -> tuple:
 
 _NUMPY = Kind("numpy", attrgetter("shape", "strides", "dtype", "flags.writeable"), False,
               read=attrgetter("shape", "strides", "dtype"))
+
+
+def _no_fields(a: Any) -> tuple:
+    return ()
+
+
+#: the kind of the stand-in of a call with no arrays (``barrier``): nothing to re-check
+NO_ARRAYS = Kind("none", _no_fields, False)
 
 #: the array kinds a call is remembered for, by (module, type name): exact types only (a
 #: subclass may redefine what its attributes mean); torch and cupy are looked up in
