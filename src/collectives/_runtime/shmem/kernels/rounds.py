@@ -62,6 +62,9 @@ def run_rounds(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: 
     # a round fills a slot; by cross-memory attach, which stages nothing, the bounce buffer
     # (larger where the slots are small: fewer system calls)
     seg = segment_elements(tab[L.T_CMA_SEGMENT] if cma else tab[L.T_SLOT_BYTES], m, isz)
+    exchange = mode >= L.ALLTOALL  # alltoall: copies of my block of every input, no reduction
+    if mode == L.ALLTOALL_CMA:  # read straight into my output: no bounce buffer, one round
+        seg = max(1, -(-n // m))
     xaddr, oaddr = x.ctypes.data, out.ctypes.data
     mine = tab[L.T_BASE + me]
     idle = 0
@@ -101,7 +104,27 @@ def run_rounds(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: 
                 return L.MISMATCH
             slot_wanted = hands_out and needs_slot(tab, me, p)
             k = (s0 + tf - t0) % nslots  # my output slot of this round
-            if not slot_wanted or released(tab, me, p, tab[L.T_OUT + k], L.FREED):
+            if exchange:  # segment tf of my block of rank q's input to block q of my output
+                lo, hi = span(n, m, me, tf - t0, seg)
+                at, count = lo * isz, (hi - lo) * isz
+                for q in range(p):
+                    into = oaddr + span(n, m, q, tf - t0, seg)[0] * isz
+                    if q == me:
+                        copy(into, xaddr + at, count)
+                        continue
+                    base = shared(tab, regions, q, L.X_REGION)
+                    if base:
+                        copy(into, base + at, count)
+                    elif descriptor(tab, q)[L.X_REGION] == L.CMA:
+                        if not cma_read(tab, q, into, descriptor(tab, q)[L.X_OFFSET] + at,
+                                        count):
+                            return L.CMA_FAILED
+                    else:
+                        copy(into, slot(tab, q, tf - t0, 0) + me * seg * isz, count)
+                store_release(mine + L.DONE * 8, tf)
+                tf += 1
+                moved = True
+            elif not slot_wanted or released(tab, me, p, tab[L.T_OUT + k], L.FREED):
                 lo, hi = span(n, m, block, tf - t0, seg)
                 at = lo * isz
                 nsrc = 1
