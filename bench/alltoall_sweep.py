@@ -2,7 +2,7 @@
 ``comm.Alltoall``, and ``collectives.barrier`` against ``comm.Barrier``, in one loop.
 
 Run ``mpiexec -n P python bench/alltoall_sweep.py [--sizes 8,64,512,4K,64K,256K,1M]
-[--rounds 7] [--target-ms 20] [--barrier] [--json FILE]``. ``--sizes`` are bytes per block
+[--rounds 7] [--target-ms 20] [--algorithms shm,pairwise,...] [--barrier] [--json FILE]``. ``--sizes`` are bytes per block
 (float32): each rank sends ``P`` blocks, so ``x`` and ``y`` hold ``P`` times that. For each
 size every variant is called a few times to warm it, then the number of calls per batch is
 chosen so that one batch of the bare call lasts about ``--target-ms`` (the slowest rank's
@@ -29,7 +29,7 @@ import collectives
 from collectives.tools.osu.options import parse_sizes
 
 SIZES = [8, 64, 512, 4096, 65536, 262144, 1 << 20]
-ALGORITHMS = ("pairwise", "bruck", "hierarchical", "native")
+ALGORITHMS = ("shm", "pairwise", "bruck", "hierarchical", "native")
 
 
 def _timed(fn: Callable[[], object], calls: int, comm: MPI.Comm) -> float:
@@ -67,10 +67,10 @@ def _alltoall_rows(args, comm: MPI.Comm, bare: MPI.Comm) -> list[dict]:
     for nbytes in args.sizes:
         n = max(nbytes // 4, 1)  # elements per block
         x = np.repeat(np.arange(p, dtype=np.float32) + 1000 * rank, n)  # block j: 1000 rank + j
-        outs = {k: np.empty_like(x) for k in ("comm.Alltoall", "default", *ALGORITHMS)}
+        outs = {k: np.empty_like(x) for k in ("comm.Alltoall", "default", *args.algorithms)}
         variants = {"comm.Alltoall": lambda: bare.Alltoall(x, outs["comm.Alltoall"]),
                     "default": lambda: collectives.alltoall(x, out=outs["default"])}
-        for a in ALGORITHMS:
+        for a in args.algorithms:
             variants[a] = (lambda a=a: collectives.alltoall(x, out=outs[a], algorithm=a))
         med = _sweep(variants, args, comm)
         want = np.repeat(1000 * np.arange(p, dtype=np.float32) + rank, n)  # block i from rank i
@@ -108,6 +108,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--max-calls", type=int, default=2000)
     ap.add_argument("--barrier", action="store_true",
                     help="time barrier instead of alltoall")
+    ap.add_argument("--algorithms", type=lambda s: [a for a in s.split(",") if a],
+                    default=list(ALGORITHMS), help="the algorithms timed beside the default "
+                    f"(comma-separated; default {','.join(ALGORITHMS)})")
     ap.add_argument("--json", help="write the rows here (rank 0)")
     args = ap.parse_args(argv)
     comm = MPI.COMM_WORLD

@@ -470,17 +470,31 @@ def _predicted(name, b, p, m):
 
 @pytest.mark.world_sizes(2, 3, 4)
 def test_auto_runs_the_fitted_models_argmin(monkeypatch):
-    """With a tuning file's fitted model, "auto" runs, for each block size, the algorithm whose
-    predicted time is the smallest (the formulas written out above); the results are right."""
+    """On one node "auto" runs the shm alltoall for equal blocks (and pairwise for the v form);
+    where it does not (a communicator that spans nodes, here: one said to), with a tuning file's
+    fitted model, it runs, for each block size, the algorithm whose predicted time is the
+    smallest (the formulas written out above); the results are right."""
     import json
     import tempfile
     from pathlib import Path
 
     from collectives import selection
+    from collectives.algorithms import shm, shm_alltoall
     from collectives.blocks import auto
 
     comm = MPI.COMM_WORLD
     p, r = comm.size, comm.rank
+    took = []
+    real_shm = shm_alltoall.alltoall_without_waiting
+    monkeypatch.setattr(shm_alltoall, "alltoall_without_waiting",
+                        lambda *a: (took.append("shm"), real_shm(*a)))
+    x = np.arange(2 * p, dtype=np.float32) + 1000 * r
+    want = np.concatenate([np.arange(2 * r, 2 * r + 2) + 1000 * i for i in range(p)])
+    assert np.array_equal(collectives.alltoall(x, comm=comm), want)
+    assert took == ["shm"], took
+    collectives.alltoall(x, counts=[2] * p, comm=comm)
+    assert took == ["shm"], took
+    monkeypatch.setattr(shm, "on_one_node", lambda ctx, opts: False)
     model = {"alpha": 2e-6, "beta": 1e-10, "gamma": 1e-9, "alpha_native": 1e-6}
     folder = Path(comm.bcast(tempfile.mkdtemp() if r == 0 else None, root=0))
     if r == 0:

@@ -3,8 +3,10 @@
 :func:`run_rounds` enters the call (numbers it, publishes its descriptor: ``protocol.open_call``),
 then loops over the three steps of a round, each gated by the other ranks' counters
 (``protocol``): reduce my block's segment (``arithmetic.fold``), stage my input segments, copy
-the other blocks' segments out (``copies``). docs/shm-protocol.md states the protocol and proves
-it correct.
+the other blocks' segments out (``copies``). In the alltoall modes (``ALLTOALL``,
+``ALLTOALL_CMA``) the first step copies my block's segment of every rank's input into my output
+instead of reducing it, and there is nothing to copy out. docs/shm-protocol.md states the
+protocol and proves it correct.
 
 The steps stay in one function: as kernels of their own (operands, destinations, staging,
 copying out) they are not inlined and add reference counting of the arrays they take to every
@@ -41,7 +43,8 @@ def run_rounds(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: 
     than a call may have).
 
     ``m`` blocks (1 in REPLICATED mode), reduced by ranks ``0 .. m-1`` (by every rank in
-    REPLICATED mode). Returns WAITING after ``tab[T_SPIN]`` polls without progress, with the
+    REPLICATED mode; in the ALLTOALL modes, ``m = p`` and rank b copies block b of every input
+    into block q of its output, q the input's rank). Returns WAITING after ``tab[T_SPIN]`` polls without progress, with the
     cursor saved in ``tab``, so that the caller can yield the processor and call again.
 
     Counter invariants, for every rank q and round t (any mode): ``READY[q] >= t`` means q's
@@ -211,9 +214,11 @@ def run_rounds(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: 
             if streaming:
                 fence()
             # others may still read my input in place, or write my output: wait for them,
-            # unless every rank reduces for itself from my staged copies (REPLICATED); by
-            # cross-memory attach they also read my result from my output until their FREED
-            if (replicated and shared(tab, regions, me, L.X_REGION) == 0) or \
+            # unless every rank reads only my staged copies (REPLICATED, a staged ALLTOALL);
+            # by cross-memory attach they also read my result from my output until their FREED
+            staged_only = (replicated or mode == L.ALLTOALL) and \
+                shared(tab, regions, me, L.X_REGION) == 0
+            if staged_only or \
                     (all_reached(tab, L.DONE, tl, p, me) and
                      (not cma or all_reached(tab, L.FREED, tl, p, me))):
                 tab[L.T_PHASE] = 0
