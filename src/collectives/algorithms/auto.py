@@ -169,11 +169,12 @@ def alltoall_for(src: np.ndarray, recvoffsets: Sequence[int] | None, ctx: Contex
     """The alltoall function "auto" runs for blocks of ``src`` on ``ctx``: the shared-memory
     alltoall (``shm_alltoall``, not waiting for its kernel) when every rank shares one node
     (found collectively at the first call, as for the barrier) and the blocks are equal, else
-    the cost model's pick (``blocks/auto.py``: the v form runs pairwise exchange)."""
-    if recvoffsets is None and shm.on_one_node(ctx, opts):
+    the cost model's pick (``blocks/auto.py``); the v form runs pairwise exchange."""
+    if recvoffsets is not None:  # the v form: pairwise, with nothing to set up collectively
+        return _blocks_auto.FUNCTIONS["pairwise"]  # (a rank may have raised at its receive
+    if shm.on_one_node(ctx, opts):                 # counts, after the exchange)
         return shm_alltoall.alltoall_without_waiting
-    block = None if recvoffsets is not None else src.size // ctx.comm.size * src.itemsize
-    return _blocks_auto.resolve(ctx, opts, block)
+    return _blocks_auto.resolve(ctx, opts, src.size // ctx.comm.size * src.itemsize)
 
 
 def alltoall(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],
