@@ -7,8 +7,8 @@ peer. Here the ranks use the team of the shm allreduce (``algorithms/shm.py``: a
 window, flags in it, the protocol of docs/shm-protocol.md) in its two alltoall modes
 (``_runtime/shmem/layout.py``), one call of the round driver's kernel per alltoall:
 
-- **by cross-memory attach** (``ALLTOALL_CMA``, from :data:`CMA_BLOCK_BYTES` per block where
-  every rank may ``process_vm_readv`` the others): each rank publishes the address of its input
+- **by cross-memory attach** (``ALLTOALL_CMA``, from :data:`CMA_BLOCK_BYTES` per block, 8 KiB,
+  where every rank may ``process_vm_readv`` the others; 64 KiB where ranks share cores): each rank publishes the address of its input
   in its descriptor and raises its ``READY`` counter; rank ``r`` then reads block ``r`` of each
   peer's input straight into block ``q`` of its own output, one system call per peer (the kernel
   copies from the other process's pages: **each byte copied once**), and raises ``DONE``. It
@@ -56,13 +56,15 @@ from ..options import Options
 from . import shm
 
 __all__ = ["alltoall", "alltoall_without_waiting", "lane", "Lane", "mode", "resolved",
-           "CMA_BLOCK_BYTES"]
+           "CMA_BLOCK_BYTES", "CMA_BLOCK_BYTES_SHARED"]
 
 #: Bytes per block from which an alltoall reads private inputs by cross-memory attach (where the
-#: team may): below it the slots' two copies cost less than ``p - 1`` system calls
+#: team may), when the team's ranks have a core each, and when they share cores: below it the
+#: slots' two copies cost less than ``p - 1`` system calls and the wait for every peer's
+#: ``DONE``, which costs a turn of the scheduler where ranks share cores
 #: (docs/benchmarks/alltoall.md). ``Options.shm_cma_bytes`` sets it instead, as bytes of the
 #: whole input (0: every size; one above any call: never).
-CMA_BLOCK_BYTES = 32 << 10
+CMA_BLOCK_BYTES, CMA_BLOCK_BYTES_SHARED = 8 << 10, 64 << 10
 
 
 def mode(team: Team, nbytes: int, opts: Options) -> int:
@@ -70,7 +72,10 @@ def mode(team: Team, nbytes: int, opts: Options) -> int:
     the bytes are, and the team agreed on whether cross-memory attach works)."""
     if not team.cma:
         return layout.ALLTOALL
-    at = CMA_BLOCK_BYTES * team.size if opts.shm_cma_bytes is None else opts.shm_cma_bytes
+    if opts.shm_cma_bytes is not None:
+        at = opts.shm_cma_bytes
+    else:
+        at = (CMA_BLOCK_BYTES if team.dedicated else CMA_BLOCK_BYTES_SHARED) * team.size
     return layout.ALLTOALL_CMA if nbytes >= at else layout.ALLTOALL
 
 

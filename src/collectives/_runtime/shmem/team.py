@@ -187,7 +187,8 @@ class Team:
             raise ValueError(f"shared-memory collectives take at most {L.MAX_TEAM} ranks per "
                              f"node, got {p}")
         self.comm, self.size, self.buffers = comm, p, buffers
-        dedicated = p <= (os.cpu_count() or 1)
+        #: whether every rank of the team can have a core of its own (the same on every rank)
+        self.dedicated = dedicated = p <= (os.cpu_count() or 1)
         cma_round = slot_bytes
         if slot_bytes is None:
             slot_bytes = SLOT_DEDICATED_PER_RANK * p if dedicated else SEGMENT_SHARED
