@@ -43,4 +43,5 @@ ALLTOALL = {**_BLOCK_ALLTOALLS, "shm": shm_alltoall.alltoall, "auto": auto.allto
 EQUAL_BLOCKS_ONLY = _BLOCK_EQUAL_ONLY | {"shm"}
 #: The alltoall functions a remembered call of equal blocks resolves once for its arrays and
 #: context, each by its resolver ``(src, dst, ctx, opts) -> alltoall function``.
-ALLTOALL_RESOLVERS = {auto.alltoall: auto.alltoall_resolved, shm_alltoall.alltoall: shm_alltoall.resolved}
+ALLTOALL_RESOLVERS = {auto.alltoall: auto.alltoall_resolved,
+                      shm_alltoall.alltoall: shm_alltoall.resolved}

@@ -8,9 +8,10 @@ window, flags in it, the protocol of docs/shm-protocol.md) in its two alltoall m
 (``_runtime/shmem/layout.py``), one call of the round driver's kernel per alltoall:
 
 - **by cross-memory attach** (``ALLTOALL_CMA``, from :data:`CMA_BLOCK_BYTES` per block, 8 KiB,
-  where every rank may ``process_vm_readv`` the others; 64 KiB where ranks share cores): each rank publishes the address of its input
-  in its descriptor and raises its ``READY`` counter; rank ``r`` then reads block ``r`` of each
-  peer's input straight into block ``q`` of its own output, one system call per peer (the kernel
+  where every rank may ``process_vm_readv`` the others; 64 KiB where ranks share cores): each
+  rank publishes the address of its input in its descriptor and raises its ``READY`` counter;
+  rank ``r`` then reads block ``r`` of each peer's input straight into block ``q`` of its own
+  output, one system call per peer (the kernel
   copies from the other process's pages: **each byte copied once**), and raises ``DONE``. It
   returns once every rank's ``DONE`` has reached the call, so that no rank reuses (or frees) its
   input while a peer still reads it.

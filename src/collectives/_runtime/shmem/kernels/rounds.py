@@ -44,8 +44,9 @@ def run_rounds(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: 
 
     ``m`` blocks (1 in REPLICATED mode), reduced by ranks ``0 .. m-1`` (by every rank in
     REPLICATED mode; in the ALLTOALL modes, ``m = p`` and rank b copies block b of every input
-    into block q of its output, q the input's rank). Returns WAITING after ``tab[T_SPIN]`` polls without progress, with the
-    cursor saved in ``tab``, so that the caller can yield the processor and call again.
+    into block q of its output, q the input's rank). Returns WAITING after ``tab[T_SPIN]``
+    polls without progress, with the cursor saved in ``tab``, so that the caller can yield the
+    processor and call again.
 
     Counter invariants, for every rank q and round t (any mode): ``READY[q] >= t`` means q's
     input of round t can be read and q's descriptor of this call is published; ``DONE[q] >= t``
