@@ -2,14 +2,16 @@
 ``comm.Alltoall``, and ``collectives.barrier`` against ``comm.Barrier``, in one loop.
 
 Run ``mpiexec -n P python bench/alltoall_sweep.py [--sizes 8,64,512,4K,64K,256K,1M]
-[--rounds 7] [--target-ms 20] [--barrier] [--json FILE]``. ``--sizes`` are bytes per block
+[--rounds 7] [--target-ms 20] [--algorithms shm,pairwise,...] [--stat median|min] [--barrier]
+[--json FILE]``. ``--sizes`` are bytes per block
 (float32): each rank sends ``P`` blocks, so ``x`` and ``y`` hold ``P`` times that. For each
 size every variant is called a few times to warm it, then the number of calls per batch is
 chosen so that one batch of the bare call lasts about ``--target-ms`` (the slowest rank's
 estimate, so every rank agrees); each round times one batch of every variant, in an order
 that rotates from round to round, each batch after a barrier, and a batch's time per call is
-the slowest rank's. Rank 0 prints the median over rounds and its ratio to the bare call. The
-bare call runs on a duplicate of ``COMM_WORLD``; the results are checked after the rounds.
+the slowest rank's. Rank 0 prints the median over rounds (``--stat min``: the fastest) and its
+ratio to the bare call. The bare call runs on a duplicate of ``COMM_WORLD``; the results are
+checked after the rounds.
 
 ``--barrier`` times ``comm.Barrier()`` against ``collectives.barrier()`` (auto, which is
 dissemination) and ``algorithm="native"`` the same way instead.
@@ -29,7 +31,7 @@ import collectives
 from collectives.tools.osu.options import parse_sizes
 
 SIZES = [8, 64, 512, 4096, 65536, 262144, 1 << 20]
-ALGORITHMS = ("pairwise", "bruck", "hierarchical", "native")
+ALGORITHMS = ("shm", "pairwise", "bruck", "hierarchical", "native")
 
 
 def _timed(fn: Callable[[], object], calls: int, comm: MPI.Comm) -> float:
@@ -56,7 +58,8 @@ def _sweep(variants: dict[str, Callable[[], object]], args, comm: MPI.Comm) -> d
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:
             times[name].append(_timed(variants[name], calls, comm))
-    med = {k: float(np.median(v)) for k, v in times.items()}
+    stat = np.min if args.stat == "min" else np.median
+    med = {k: float(stat(v)) for k, v in times.items()}
     med["calls"] = calls
     return med
 
@@ -67,10 +70,10 @@ def _alltoall_rows(args, comm: MPI.Comm, bare: MPI.Comm) -> list[dict]:
     for nbytes in args.sizes:
         n = max(nbytes // 4, 1)  # elements per block
         x = np.repeat(np.arange(p, dtype=np.float32) + 1000 * rank, n)  # block j: 1000 rank + j
-        outs = {k: np.empty_like(x) for k in ("comm.Alltoall", "default", *ALGORITHMS)}
+        outs = {k: np.empty_like(x) for k in ("comm.Alltoall", "default", *args.algorithms)}
         variants = {"comm.Alltoall": lambda: bare.Alltoall(x, outs["comm.Alltoall"]),
                     "default": lambda: collectives.alltoall(x, out=outs["default"])}
-        for a in ALGORITHMS:
+        for a in args.algorithms:
             variants[a] = (lambda a=a: collectives.alltoall(x, out=outs[a], algorithm=a))
         med = _sweep(variants, args, comm)
         want = np.repeat(1000 * np.arange(p, dtype=np.float32) + rank, n)  # block i from rank i
@@ -108,6 +111,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--max-calls", type=int, default=2000)
     ap.add_argument("--barrier", action="store_true",
                     help="time barrier instead of alltoall")
+    ap.add_argument("--algorithms", type=lambda s: [a for a in s.split(",") if a],
+                    default=list(ALGORITHMS), help="the algorithms timed beside the default "
+                    f"(comma-separated; default {','.join(ALGORITHMS)})")
+    ap.add_argument("--stat", choices=("median", "min"), default="median",
+                    help="over the rounds: the median, or the fastest round (on a machine shared "
+                    "with other jobs, with short batches: the cost without their preemptions)")
     ap.add_argument("--json", help="write the rows here (rank 0)")
     args = ap.parse_args(argv)
     comm = MPI.COMM_WORLD
@@ -120,7 +129,7 @@ def main(argv: list[str] | None = None) -> dict:
     finally:
         bare.Free()
     if comm.rank == 0:
-        head = (f"p = {comm.size}, {collectives.mpi_library()}: us per call, median of "
+        head = (f"p = {comm.size}, {collectives.mpi_library()}: us per call, {args.stat} of "
                 f"{args.rounds} rounds, slowest rank (ratio to the bare call)")
         if args.barrier:
             _print(f"# barrier, {head}", [result["barrier"]], "comm.Barrier", "")

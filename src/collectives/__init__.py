@@ -9,10 +9,10 @@ import sys as _sys
 from ._runtime.mpilib import mpi_library  # first: a clear ImportError when there is no MPI library
 from ._runtime.arrays import SUPPORTED_DTYPES
 from ._runtime.shmem import empty, zeros
-from .algorithms import ALGORITHMS, BARRIER
+from .algorithms import ALGORITHMS, ALLTOALL, BARRIER
 from .api import (allgather, allreduce, alltoall, barrier, bcast, gather, reduce, reduce_scatter,
                   scatter)
-from .blocks import ALLGATHER, ALLTOALL, BCAST, GATHER, REDUCE, REDUCE_SCATTER, SCATTER
+from .blocks import ALLGATHER, BCAST, GATHER, REDUCE, REDUCE_SCATTER, SCATTER
 from .compressed import (STRATEGIES, AutoCompression, CompressionState, CodecSpeed,
                          compressed_allgather, compressed_allreduce, compressed_reduce_scatter)
 from ._runtime.context import reset

@@ -40,10 +40,9 @@ from ._runtime.flight import describe
 from ._runtime.counts import block_offsets as _offsets, gathered_offsets as _gathered
 from ._runtime.repeats import NO_ARRAYS, REPEATS, Kind, Repeat, kind_of
 from ._runtime.validate import lookup
-from .algorithms import ALGORITHMS, BARRIER, BARRIER_RESOLVERS, FLAT, auto, lanes
-from .blocks import (ALLGATHER, ALLTOALL, BCAST, EQUAL_BLOCKS_ONLY, GATHER, REDUCE,
-                     REDUCE_SCATTER, SCATTER)
-from .blocks import auto as _blocks_auto
+from .algorithms import (ALGORITHMS, ALLTOALL, ALLTOALL_RESOLVERS, BARRIER, BARRIER_RESOLVERS,
+                         EQUAL_BLOCKS_ONLY, FLAT, auto, lanes)
+from .blocks import ALLGATHER, BCAST, GATHER, REDUCE, REDUCE_SCATTER, SCATTER
 from .blocks.bruck import alltoall as _bruck
 from .ops import Op, get_op
 from .options import Options
@@ -381,9 +380,9 @@ class _AlltoallRepeat(Repeat):
                          xkind, okind)
         self.run, self.offsets = runner(ctx, call.opts).run, call.sendoffsets
         fn = call.fn
-        if fn is _AUTO_ALLTOALL:  # the block size and p are the repeat's too
-            block = int(call.sendoffsets[1]) * call.src.itemsize
-            fn = _blocks_auto.resolve(ctx, call.opts, block)
+        resolve = ALLTOALL_RESOLVERS.get(fn)  # "auto" and "shm": the block size, p and the
+        if resolve is not None:               # arrays' types are the repeat's too
+            fn = resolve(call.src, call.dst, ctx, call.opts)
         self.fn = fn
         self.what = describe(call)  # for the flight recorder, made once (_runtime/flight.py)
 
@@ -414,7 +413,6 @@ class _NoArrays:
         self.opts = opts
 
 
-_AUTO_ALLTOALL = ALLTOALL["auto"]
 #: the op name of the remembered calls that have none (a string: the keyed lookup's)
 _NO_OP = ""
 #: the stand-in array of a remembered call with no arrays (barrier)
@@ -629,8 +627,10 @@ def alltoall(x: np.ndarray, *, out: np.ndarray | None = None,
     ``received_splits``. ``out=`` must then be 1-D of ``sum(out_counts)`` elements (checked once
     they are known); in place is not possible.
 
-    ``algorithm``: "auto" (the fitted cost model's fastest for the block size: ``blocks/auto.py``;
-    pairwise for the v form), "pairwise", "bruck" (equal blocks only), "hierarchical" or
+    ``algorithm``: "auto" ("shm" on one node for equal blocks, else the fitted cost model's
+    fastest for the block size: ``blocks/auto.py``; pairwise for the v form), "shm" (one node,
+    equal blocks: each rank copies its blocks straight from the others' memory,
+    ``algorithms/shm_alltoall.py``), "pairwise", "bruck" (equal blocks only), "hierarchical" or
     "native" (:data:`collectives.ALLTOALL`).
 
     A call of equal blocks out of place repeated with the same ``x``, ``out`` (given), ``comm``,

@@ -69,7 +69,8 @@ def test_alltoall(algorithm, comm):
             assert np.array_equal(_bits(y), _bits(expected)), what
 
 
-@pytest.mark.parametrize("algorithm", [a for a in collectives.ALLTOALL if a != "bruck"])
+@pytest.mark.parametrize("algorithm", [a for a in collectives.ALLTOALL
+                                       if a not in collectives.algorithms.EQUAL_BLOCKS_ONLY])
 def test_alltoallv(algorithm, comm):
     """Horovod's splits: each rank gives its send counts, learns its receive counts."""
     p, r = comm.size, comm.rank
@@ -90,6 +91,74 @@ def test_alltoallv(algorithm, comm):
             assert out is None or y is out, what
             assert y.shape == (sum(got),) and y.dtype == dtype, what
             assert np.array_equal(_bits(y), _bits(expected)), what
+
+
+#: The shm alltoall's paths (``algorithms/shm_alltoall.py``), each with slots of 64 bytes (a
+#: few bytes of every block a round: blocks longer than a slot go in many rounds): through the
+#: slots, by cross-memory attach (where the team may), from an input in shared memory
+#: (``collectives.empty``: read in place), and with the even ranks on the interpreted driver.
+SHM_PATHS = {"slots": dict(shm_segment_bytes=1, shm_cma_bytes=1 << 62),
+             "cma": dict(shm_segment_bytes=1, shm_cma_bytes=0),
+             "shared": dict(shm_segment_bytes=1, shm_cma_bytes=1 << 62),
+             "interpreted": dict(shm_segment_bytes=1, shm_cma_bytes=1 << 62)}
+
+
+@pytest.mark.world_sizes(1, 2, 3, 4, 5, 7, 8)
+@pytest.mark.parametrize("path", list(SHM_PATHS))
+def test_shm_alltoall_paths(path, monkeypatch):
+    """Each path of the shm alltoall against the gathered reference, bitwise, blocks of 0, 1,
+    p+1 and 37 elements (up to 37 rounds), in place and not, a dtype per block size; a
+    remembered repeat (the lane's compiled entry) with new contents each time."""
+    from collectives._runtime.shmem import team
+
+    comm = MPI.COMM_WORLD
+    p, r = comm.size, comm.rank
+    opts = collectives.Options(**SHM_PATHS[path])
+    if path == "interpreted":
+        monkeypatch.setattr(team, "INTERPRET", r % 2 == 0)
+    for k, block in enumerate([0, 1, p + 1, 37]):
+        dtype = DTYPES[(k + len(path)) % len(DTYPES)]
+        x = _data(block * p, dtype, r, k)
+        if path == "shared":
+            shared = collectives.empty(x.shape, dtype)
+            shared[...] = x
+            x = shared
+        xs = comm.allgather(np.asarray(x))
+        expected = np.concatenate([xs[i][r * block:(r + 1) * block] for i in range(p)])
+        y = collectives.alltoall(x, algorithm="shm", options=opts)
+        assert np.array_equal(_bits(y), _bits(expected)), (path, block, dtype)
+        z = np.array(x)
+        collectives.alltoall(z, out=z, algorithm="shm", options=opts)
+        assert np.array_equal(_bits(z), _bits(expected)), (path, block, dtype, "in place")
+    out = np.empty(5 * p, np.int64)
+    x = np.empty(5 * p, np.int64)
+    for step in range(3):  # the third one is the lane's entry where the kernel is compiled
+        x[:] = np.arange(5 * p) + 100 * r + 1000 * step
+        assert collectives.alltoall(x, out=out, algorithm="shm", options=opts) is out
+        expected = np.concatenate([np.arange(5 * r, 5 * r + 5) + 100 * i + 1000 * step
+                                   for i in range(p)])
+        assert np.array_equal(out, expected), (path, step)
+
+
+@pytest.mark.world_sizes(2, 3)
+@pytest.mark.parametrize("bad", ["dtype", "count"])
+def test_shm_alltoall_mismatch_raises_on_every_rank(bad):
+    """Without validate=True a dtype of the same bytes, or a count, that differs on one rank is
+    found by the descriptors' comparison before any rank reads another's data: every rank
+    raises, naming the bytes and dtypes, and the next call is right."""
+    comm = MPI.COMM_WORLD
+    p, last = comm.size, comm.rank == comm.size - 1
+    dtype = np.int32 if bad == "dtype" and last else np.float32
+    x = np.ones(p * (3 if bad == "count" and last else 2), dtype)
+    try:
+        collectives.alltoall(x, algorithm="shm")
+        error = None
+    except (ValueError, collectives.CollectiveError) as exc:
+        error = exc
+    errors = comm.allgather(None if error is None else str(error))
+    assert all(errors), errors
+    assert any("count or dtype differs across ranks" in e for e in errors), errors
+    _still_works()
 
 
 @pytest.mark.parametrize("node_size", [1, 2, 3])
@@ -401,17 +470,31 @@ def _predicted(name, b, p, m):
 
 @pytest.mark.world_sizes(2, 3, 4)
 def test_auto_runs_the_fitted_models_argmin(monkeypatch):
-    """With a tuning file's fitted model, "auto" runs, for each block size, the algorithm whose
-    predicted time is the smallest (the formulas written out above); the results are right."""
+    """On one node "auto" runs the shm alltoall for equal blocks (and pairwise for the v form);
+    where it does not (a communicator that spans nodes, here: one said to), with a tuning file's
+    fitted model, it runs, for each block size, the algorithm whose predicted time is the
+    smallest (the formulas written out above); the results are right."""
     import json
     import tempfile
     from pathlib import Path
 
     from collectives import selection
+    from collectives.algorithms import shm, shm_alltoall
     from collectives.blocks import auto
 
     comm = MPI.COMM_WORLD
     p, r = comm.size, comm.rank
+    took = []
+    real_shm = shm_alltoall.alltoall_without_waiting
+    monkeypatch.setattr(shm_alltoall, "alltoall_without_waiting",
+                        lambda *a: (took.append("shm"), real_shm(*a)))
+    x = np.arange(2 * p, dtype=np.float32) + 1000 * r
+    want = np.concatenate([np.arange(2 * r, 2 * r + 2) + 1000 * i for i in range(p)])
+    assert np.array_equal(collectives.alltoall(x, comm=comm), want)
+    assert took == ["shm"], took
+    collectives.alltoall(x, counts=[2] * p, comm=comm)
+    assert took == ["shm"], took
+    monkeypatch.setattr(shm, "on_one_node", lambda ctx, opts: False)
     model = {"alpha": 2e-6, "beta": 1e-10, "gamma": 1e-9, "alpha_native": 1e-6}
     folder = Path(comm.bcast(tempfile.mkdtemp() if r == 0 else None, root=0))
     if r == 0:

@@ -24,7 +24,7 @@ import collectives
 import compress
 from collectives.engine import engine as engine_module, engine_of, live_engines
 from collectives._runtime.ranks import partition
-from collectives.blocks import EQUAL_BLOCKS_ONLY
+from collectives.algorithms import EQUAL_BLOCKS_ONLY
 from reference import (assert_close, assert_identical_everywhere, counts_for, for_algorithm,
                        gather_all, make_input, reference_allreduce)
 

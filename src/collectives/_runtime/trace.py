@@ -72,7 +72,8 @@ def _modes() -> dict[int, str]:
     from .shmem import layout
 
     return {layout.FUSED: "allreduce", layout.REPLICATED: "allreduce (replicated)",
-            layout.REDUCE_SCATTER: "reduce-scatter", layout.ALLGATHER: "allgather"}
+            layout.REDUCE_SCATTER: "reduce-scatter", layout.ALLGATHER: "allgather",
+            layout.ALLTOALL: "alltoall", layout.ALLTOALL_CMA: "alltoall (cross-memory attach)"}
 
 
 _MODES: dict[int, str] = {}

@@ -8,11 +8,14 @@ zero elements and for one process, so algorithms never special-case those.
 
 from __future__ import annotations
 
+from ..blocks import ALLTOALL as _BLOCK_ALLTOALLS
 from ..blocks import BARRIER as _BLOCK_BARRIERS
-from . import auto, hierarchical, shm, shm_barrier
+from ..blocks import EQUAL_BLOCKS_ONLY as _BLOCK_EQUAL_ONLY
+from . import auto, hierarchical, shm, shm_alltoall, shm_barrier
 from .flat import FLAT, Algorithm
 
-__all__ = ["ALGORITHMS", "BARRIER", "BARRIER_RESOLVERS", "FLAT", "Algorithm"]
+__all__ = ["ALGORITHMS", "ALLTOALL", "ALLTOALL_RESOLVERS", "BARRIER", "BARRIER_RESOLVERS",
+           "EQUAL_BLOCKS_ONLY", "FLAT", "Algorithm"]
 
 #: Every allreduce algorithm by name (``algorithm=`` of :func:`collectives.allreduce`).
 ALGORITHMS: dict[str, Algorithm] = {
@@ -30,3 +33,15 @@ BARRIER = {**_BLOCK_BARRIERS, "shm": shm_barrier.barrier, "auto": auto.barrier}
 #: ``(ctx, opts) -> barrier function``: "auto" to what it runs there, "shm" to the context's
 #: token and lane. A repeated barrier then runs what its first call resolved.
 BARRIER_RESOLVERS = {auto.barrier: auto.barrier_for, shm_barrier.barrier: shm_barrier.resolved}
+
+#: Every alltoall algorithm by name (``algorithm=`` of :func:`collectives.alltoall`): the
+#: message-based ones of ``collectives.blocks``, "shm" (one node: each rank copies its blocks
+#: straight from the others' memory) and "auto" ("shm" on one node for equal blocks, else the
+#: cost model's pick).
+ALLTOALL = {**_BLOCK_ALLTOALLS, "shm": shm_alltoall.alltoall, "auto": auto.alltoall}
+#: The alltoall entries that need equal blocks (no ``counts=``).
+EQUAL_BLOCKS_ONLY = _BLOCK_EQUAL_ONLY | {"shm"}
+#: The alltoall functions a remembered call of equal blocks resolves once for its arrays and
+#: context, each by its resolver ``(src, dst, ctx, opts) -> alltoall function``.
+ALLTOALL_RESOLVERS = {auto.alltoall: auto.alltoall_resolved,
+                      shm_alltoall.alltoall: shm_alltoall.resolved}

@@ -35,7 +35,7 @@ warns once (``RuntimeWarning``) and every rank uses the built-in rule (or the de
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 from mpi4py import MPI
@@ -48,11 +48,13 @@ from .._runtime.ranks import pof2_of
 from ..ops import Op
 from ..options import Options
 from ..blocks import BARRIER as _BLOCK_BARRIERS
-from . import hierarchical, shm, shm_barrier
+from ..blocks import auto as _blocks_auto
+from . import hierarchical, shm, shm_alltoall, shm_barrier
 from .flat import FLAT
 
 __all__ = ["algorithm_for", "builtin_choice", "comm_rules", "selector", "resolve", "Selector",
-           "allreduce", "barrier", "barrier_for", "SMALL_BYTES", "SHM_BYTES", "MODEL_CHOICES"]
+           "allreduce", "barrier", "barrier_for", "alltoall", "alltoall_for", "alltoall_resolved",
+           "SMALL_BYTES", "SHM_BYTES", "MODEL_CHOICES"]
 
 SMALL_BYTES = 64 << 10
 SHM_BYTES = 0
@@ -160,3 +162,31 @@ def barrier_for(ctx: Context, opts: Options):
 def barrier(ctx: Context, opts: Options) -> None:
     """"auto" of :func:`collectives.barrier` (:func:`barrier_for`)."""
     barrier_for(ctx, opts)(ctx, opts)
+
+
+def alltoall_for(src: np.ndarray, recvoffsets: Sequence[int] | None, ctx: Context,
+                 opts: Options) -> Callable:
+    """The alltoall function "auto" runs for blocks of ``src`` on ``ctx``: the shared-memory
+    alltoall (``shm_alltoall``, not waiting for its kernel) when every rank shares one node
+    (found collectively at the first call, as for the barrier) and the blocks are equal, else
+    the cost model's pick (``blocks/auto.py``); the v form runs pairwise exchange."""
+    if recvoffsets is not None:  # the v form: pairwise, with nothing to set up collectively
+        return _blocks_auto.FUNCTIONS["pairwise"]  # (a rank may have raised at its receive
+    if shm.on_one_node(ctx, opts):                 # counts, after the exchange)
+        return shm_alltoall.alltoall_without_waiting
+    return _blocks_auto.resolve(ctx, opts, src.size // ctx.comm.size * src.itemsize)
+
+
+def alltoall(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],
+             recvoffsets: Sequence[int] | None, ctx: Context, opts: Options) -> None:
+    """"auto" of :func:`collectives.alltoall` (:func:`alltoall_for`)."""
+    alltoall_for(src, recvoffsets, ctx, opts)(src, dst, sendoffsets, recvoffsets, ctx, opts)
+
+
+def alltoall_resolved(src: np.ndarray, dst: np.ndarray, ctx: Context, opts: Options) -> Callable:
+    """What a remembered "auto" alltoall of equal blocks on ``src`` and ``dst`` repeats:
+    :func:`alltoall_for`, as a lane of the shm alltoall where that is it."""
+    fn = alltoall_for(src, None, ctx, opts)
+    if fn is shm_alltoall.alltoall_without_waiting:
+        return shm_alltoall.lane(fn, src, dst, ctx, opts)
+    return fn

@@ -36,7 +36,8 @@ __all__ = [
     "DATA_OFFSET", "X_REGION", "X_OFFSET", "OUT_REGION", "OUT_OFFSET", "D_BYTES",
     "D_KIND", "kind", "D_SLOT0", "DESCRIPTOR", "D_CALLS", "READY", "DONE", "FREED", "ENTER",
     "ROUND_BITS",
-    "CALLS_PER_SEQ", "STAGED", "FUSED", "REDUCE_SCATTER", "ALLGATHER", "REPLICATED", "OPCODES",
+    "CALLS_PER_SEQ", "STAGED", "FUSED", "REDUCE_SCATTER", "ALLGATHER", "REPLICATED", "ALLTOALL",
+    "ALLTOALL_CMA", "OPCODES",
     "COMPLETE", "WAITING", "MISMATCH", "TOO_LONG", "CMA_FAILED", "STREAM_BYTES", "CMA",
     "T_ME", "T_P", "T_SLOTS",
     "T_SLOT_BYTES", "T_SPIN", "T_PHASE", "T_TS", "T_TF", "T_TC", "T_T0", "T_TL", "T_CALL",
@@ -97,6 +98,9 @@ FUSED = 0           # allreduce: reduce my block from every input, every rank co
 REDUCE_SCATTER = 1  # the first m ranks reduce their block into their own output only
 ALLGATHER = 2       # the first m ranks hand out their block of their own input
 REPLICATED = 3      # allreduce of a short vector: every rank reduces all of it from every input
+ALLTOALL = 4        # alltoall: every rank copies its block of every input (staged or shared)
+ALLTOALL_CMA = 5    # alltoall reading private inputs by cross-memory attach, in one round
+# (an alltoall's "op" word is the element dtype's number: its data travels as bytes)
 
 #: Reduction codes of the kernels, by ``collectives.ops`` name ("avg" sums; the caller divides).
 OPCODES = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 0}

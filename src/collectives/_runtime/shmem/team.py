@@ -81,7 +81,7 @@ _DTYPES = {np.dtype(c).num: np.dtype(c).name for c in np.typecodes["All"] if c n
 _OPS = {0: "sum", 1: "prod", 2: "min", 3: "max"}
 _COMPLETE, _FLOAT16 = L.COMPLETE, np.dtype(np.float16).num
 _MODES = {L.FUSED: "allreduce", L.REDUCE_SCATTER: "reduce-scatter", L.ALLGATHER: "allgather",
-          L.REPLICATED: "allreduce"}
+          L.REPLICATED: "allreduce", L.ALLTOALL: "alltoall", L.ALLTOALL_CMA: "alltoall"}
 _KERNELS: Any = None
 
 
@@ -187,7 +187,8 @@ class Team:
             raise ValueError(f"shared-memory collectives take at most {L.MAX_TEAM} ranks per "
                              f"node, got {p}")
         self.comm, self.size, self.buffers = comm, p, buffers
-        dedicated = p <= (os.cpu_count() or 1)
+        #: whether every rank of the team can have a core of its own (the same on every rank)
+        self.dedicated = dedicated = p <= (os.cpu_count() or 1)
         cma_round = slot_bytes
         if slot_bytes is None:
             slot_bytes = SLOT_DEDICATED_PER_RANK * p if dedicated else SEGMENT_SHARED
@@ -420,6 +421,8 @@ class Team:
         dtype = _DTYPES.get(code & 0xFF, f"dtype #{code & 0xFF}")
         op = _OPS.get(code >> 8 & 0xFF, "?")
         mode = _MODES.get(code >> 16 & 0xFF, "?")
+        if code >> 16 & 0xFF >= L.ALLTOALL:  # bytes; the "op" word holds the element dtype
+            dtype, op = _DTYPES.get(code >> 8 & 0xFF, "?"), "copies"
         return int(words[L.D_BYTES]), f"{dtype} ({op}, {mode} of {code >> 24} blocks)"
 
     def _mismatch(self, guard: Any) -> ValueError:

@@ -146,7 +146,9 @@ def _shm(comm: Any, mode: int, nbytes: int, t0: float, t1: float) -> None:
         _SHM_MODES.update({layout.FUSED: "shm allreduce",
                            layout.REPLICATED: "shm allreduce (replicated)",
                            layout.REDUCE_SCATTER: "shm reduce-scatter",
-                           layout.ALLGATHER: "shm allgather"})
+                           layout.ALLGATHER: "shm allgather",
+                           layout.ALLTOALL: "shm alltoall",
+                           layout.ALLTOALL_CMA: "shm alltoall (cross-memory attach)"})
     rec.add("shm", _SHM_MODES.get(mode, "shm"), t0, t1, (nbytes, comm.size))
 
 

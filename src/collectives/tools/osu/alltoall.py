@@ -14,7 +14,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ... import api
-from ...blocks import ALLTOALL
+from ...algorithms import ALLTOALL
 from ...options import Options
 from .collective import Buffers, Spec, entry_point
 

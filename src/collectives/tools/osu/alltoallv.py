@@ -16,7 +16,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ... import api
-from ...blocks import ALLTOALL, EQUAL_BLOCKS_ONLY
+from ...algorithms import ALLTOALL, EQUAL_BLOCKS_ONLY
 from ...options import Options
 from .alltoall import buffers, expected
 from .collective import Buffers, Spec, entry_point

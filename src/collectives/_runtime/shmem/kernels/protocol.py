@@ -105,8 +105,9 @@ def entered_after(tab, me, p, last):  # pragma: no cover - compiled
 @njit(**NJIT)
 def by_cma(tab, mode, nbytes):  # pragma: no cover - compiled
     """Whether this call moves private buffers by cross-memory attach (the same answer on every
-    rank making the same call: the team agreed on ``T_CMA``, and mode and bytes are compared)."""
-    return mode == L.FUSED and nbytes >= tab[L.T_CMA]
+    rank making the same call: the team agreed on ``T_CMA``, and mode and bytes are compared;
+    an alltoall's caller chooses the mode)."""
+    return (mode == L.FUSED and nbytes >= tab[L.T_CMA]) or mode == L.ALLTOALL_CMA
 
 
 @njit(**NJIT)
@@ -148,8 +149,8 @@ def open_call(tab, regions, xaddr, oaddr, nbytes, mode, m, rounds):  # pragma: n
         store_release(ctrl + L.READY * 8, tl)  # release: the descriptor is visible first
     else:
         tab[L.T_TS] = t0
-    if mode == L.REDUCE_SCATTER or mode == L.REPLICATED or oreg >= 0:
-        tab[L.T_TC] = tl + 1  # nothing to copy out
+    if mode == L.REDUCE_SCATTER or mode == L.REPLICATED or mode >= L.ALLTOALL or oreg >= 0:
+        tab[L.T_TC] = tl + 1  # nothing to copy out (an alltoall writes only its own output)
         store_release(ctrl + L.FREED * 8, tl)
     else:
         tab[L.T_TC] = t0

@@ -3,8 +3,10 @@
 :func:`run_rounds` enters the call (numbers it, publishes its descriptor: ``protocol.open_call``),
 then loops over the three steps of a round, each gated by the other ranks' counters
 (``protocol``): reduce my block's segment (``arithmetic.fold``), stage my input segments, copy
-the other blocks' segments out (``copies``). docs/shm-protocol.md states the protocol and proves
-it correct.
+the other blocks' segments out (``copies``). In the alltoall modes (``ALLTOALL``,
+``ALLTOALL_CMA``) the first step copies my block's segment of every rank's input into my output
+instead of reducing it, and there is nothing to copy out. docs/shm-protocol.md states the
+protocol and proves it correct.
 
 The steps stay in one function: as kernels of their own (operands, destinations, staging,
 copying out) they are not inlined and add reference counting of the arrays they take to every
@@ -41,8 +43,10 @@ def run_rounds(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: 
     than a call may have).
 
     ``m`` blocks (1 in REPLICATED mode), reduced by ranks ``0 .. m-1`` (by every rank in
-    REPLICATED mode). Returns WAITING after ``tab[T_SPIN]`` polls without progress, with the
-    cursor saved in ``tab``, so that the caller can yield the processor and call again.
+    REPLICATED mode; in the ALLTOALL modes, ``m = p`` and rank b copies block b of every input
+    into block q of its output, q the input's rank). Returns WAITING after ``tab[T_SPIN]``
+    polls without progress, with the cursor saved in ``tab``, so that the caller can yield the
+    processor and call again.
 
     Counter invariants, for every rank q and round t (any mode): ``READY[q] >= t`` means q's
     input of round t can be read and q's descriptor of this call is published; ``DONE[q] >= t``
@@ -62,6 +66,9 @@ def run_rounds(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: 
     # a round fills a slot; by cross-memory attach, which stages nothing, the bounce buffer
     # (larger where the slots are small: fewer system calls)
     seg = segment_elements(tab[L.T_CMA_SEGMENT] if cma else tab[L.T_SLOT_BYTES], m, isz)
+    exchange = mode >= L.ALLTOALL  # alltoall: copies of my block of every input, no reduction
+    if mode == L.ALLTOALL_CMA:  # read straight into my output: no bounce buffer, one round
+        seg = max(1, -(-n // m))
     xaddr, oaddr = x.ctypes.data, out.ctypes.data
     mine = tab[L.T_BASE + me]
     idle = 0
@@ -101,7 +108,27 @@ def run_rounds(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: 
                 return L.MISMATCH
             slot_wanted = hands_out and needs_slot(tab, me, p)
             k = (s0 + tf - t0) % nslots  # my output slot of this round
-            if not slot_wanted or released(tab, me, p, tab[L.T_OUT + k], L.FREED):
+            if exchange:  # segment tf of my block of rank q's input to block q of my output
+                lo, hi = span(n, m, me, tf - t0, seg)
+                at, count = lo * isz, (hi - lo) * isz
+                for q in range(p):
+                    into = oaddr + span(n, m, q, tf - t0, seg)[0] * isz
+                    if q == me:
+                        copy(into, xaddr + at, count)
+                        continue
+                    base = shared(tab, regions, q, L.X_REGION)
+                    if base:
+                        copy(into, base + at, count)
+                    elif descriptor(tab, q)[L.X_REGION] == L.CMA:
+                        if not cma_read(tab, q, into, descriptor(tab, q)[L.X_OFFSET] + at,
+                                        count):
+                            return L.CMA_FAILED
+                    else:
+                        copy(into, slot(tab, q, tf - t0, 0) + me * seg * isz, count)
+                store_release(mine + L.DONE * 8, tf)
+                tf += 1
+                moved = True
+            elif not slot_wanted or released(tab, me, p, tab[L.T_OUT + k], L.FREED):
                 lo, hi = span(n, m, block, tf - t0, seg)
                 at = lo * isz
                 nsrc = 1
@@ -188,9 +215,11 @@ def run_rounds(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: 
             if streaming:
                 fence()
             # others may still read my input in place, or write my output: wait for them,
-            # unless every rank reduces for itself from my staged copies (REPLICATED); by
-            # cross-memory attach they also read my result from my output until their FREED
-            if (replicated and shared(tab, regions, me, L.X_REGION) == 0) or \
+            # unless every rank reads only my staged copies (REPLICATED, a staged ALLTOALL);
+            # by cross-memory attach they also read my result from my output until their FREED
+            staged_only = (replicated or mode == L.ALLTOALL) and \
+                shared(tab, regions, me, L.X_REGION) == 0
+            if staged_only or \
                     (all_reached(tab, L.DONE, tl, p, me) and
                      (not cma or all_reached(tab, L.FREED, tl, p, me))):
                 tab[L.T_PHASE] = 0

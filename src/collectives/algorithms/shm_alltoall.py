@@ -1,0 +1,166 @@
+"""The shared-memory alltoall: each rank copies its block of every other rank's input straight
+into its own output.
+
+On one node MPI's alltoall moves every block through its shared-memory transport, which copies
+each message twice (the sender into a shared cell, the cell into the receiver), one message per
+peer. Here the ranks use the team of the shm allreduce (``algorithms/shm.py``: an MPI-3 shared
+window, flags in it, the protocol of docs/shm-protocol.md) in its two alltoall modes
+(``_runtime/shmem/layout.py``), one call of the round driver's kernel per alltoall:
+
+- **by cross-memory attach** (``ALLTOALL_CMA``, from :data:`CMA_BLOCK_BYTES` per block, 8 KiB,
+  where every rank may ``process_vm_readv`` the others; 64 KiB where ranks share cores): each
+  rank publishes the address of its input in its descriptor and raises its ``READY`` counter;
+  rank ``r`` then reads block ``r`` of each peer's input straight into block ``q`` of its own
+  output, one system call per peer (the kernel
+  copies from the other process's pages: **each byte copied once**), and raises ``DONE``. It
+  returns once every rank's ``DONE`` has reached the call, so that no rank reuses (or frees) its
+  input while a peer still reads it.
+- **through the slots** (``ALLTOALL``: smaller blocks, or where cross-memory attach is not
+  allowed): per round each rank stages a segment of each of its blocks into its input slot and
+  raises ``READY``; rank ``r`` copies segment ``t`` of block ``r`` from every peer's slot into
+  its output, then raises ``DONE``. Blocks longer than a slot's share
+  (``Options.shm_segment_bytes`` / p) go in rounds, two slots in turn, so staging round ``t+1``
+  overlaps the copies of round ``t``. An input that lives in shared memory
+  (``collectives.empty``) is read in place, staged by no one.
+
+Data travels as bytes (one compiled kernel for every dtype, the shm barrier's); the call's
+descriptor names the element dtype and the byte count, which every rank compares with its own
+before it reads a peer's data (a mismatch raises on every rank). In place (``out=x``) the caller
+hands a private copy of the input (``api.AlltoallCall``), as to every alltoall algorithm.
+
+Cost per rank, ``n`` bytes of input, ``p`` ranks: by cross-memory attach ``n (p-1)/p`` bytes
+read from the other processes and written once, ``p - 1`` system calls and two hand-offs (arrive,
+done); through the slots ``2 n (p-1)/p beta`` (stage, copy: MPI's two copies, without its
+per-message matching and with no message at all) and two hand-offs per round. A small alltoall
+costs one kernel call and a few cache lines read from each peer, no MPI call.
+
+Equal blocks only (``counts=`` raises before any message: ``EQUAL_BLOCKS_ONLY``); only on a
+communicator whose ranks share one node (else the same ``ValueError`` on every rank, naming the
+ranks off rank 0's node). "auto" runs it on one node (:func:`collectives.algorithms.auto.alltoall`)
+without waiting for its kernel to compile (the interpreted round driver meanwhile, as the shm
+allreduce's "auto"). A remembered call resolves once to a :class:`Lane`, which calls the
+kernel's compiled entry directly.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from .._runtime.context import Context
+from .._runtime.shmem import layout
+from .._runtime.shmem import team as shm_team
+from .._runtime.shmem.team import Team
+from ..observe import OBSERVERS as _OBSERVED
+from ..options import Options
+from . import shm
+
+__all__ = ["alltoall", "alltoall_without_waiting", "lane", "Lane", "mode", "resolved",
+           "CMA_BLOCK_BYTES", "CMA_BLOCK_BYTES_SHARED"]
+
+#: Bytes per block from which an alltoall reads private inputs by cross-memory attach (where the
+#: team may), when the team's ranks have a core each, and when they share cores: below it the
+#: slots' two copies cost less than ``p - 1`` system calls and the wait for every peer's
+#: ``DONE``, which costs a turn of the scheduler where ranks share cores
+#: (docs/benchmarks/alltoall.md). ``Options.shm_cma_bytes`` sets it instead, as bytes of the
+#: whole input (0: every size; one above any call: never).
+CMA_BLOCK_BYTES, CMA_BLOCK_BYTES_SHARED = 8 << 10, 64 << 10
+
+
+def mode(team: Team, nbytes: int, opts: Options) -> int:
+    """The team's mode for an alltoall of ``nbytes`` bytes of input (the same on every rank:
+    the bytes are, and the team agreed on whether cross-memory attach works)."""
+    if not team.cma:
+        return layout.ALLTOALL
+    if opts.shm_cma_bytes is not None:
+        at = opts.shm_cma_bytes
+    else:
+        at = (CMA_BLOCK_BYTES if team.dedicated else CMA_BLOCK_BYTES_SHARED) * team.size
+    return layout.ALLTOALL_CMA if nbytes >= at else layout.ALLTOALL
+
+
+def _bytes(a: np.ndarray) -> np.ndarray:
+    """The 1-D contiguous array ``a`` as bytes (``api.flat``'s views are 1-D and contiguous)."""
+    return a.view(np.uint8)
+
+
+def alltoall(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],
+             recvoffsets: Sequence[int] | None, ctx: Context, opts: Options,
+             wait: bool = True) -> None:
+    """``algorithm="shm"``: block ``j`` of ``src`` to block ``rank`` of rank ``j``'s ``dst``
+    (equal blocks: ``recvoffsets`` None). ``wait=False`` (what "auto" runs:
+    :func:`alltoall_without_waiting`): on the interpreted round driver while the kernel
+    compiles."""
+    team = shm.team(ctx, opts)
+    if type(dst) is not np.ndarray:  # CuPy: the window is host memory, exchange host copies
+        host, got = src.get(), np.empty(dst.shape, dst.dtype)
+        alltoall(host, got, sendoffsets, recvoffsets, ctx, opts, wait)
+        dst.set(got)
+        return
+    x, out = _bytes(src), _bytes(dst)
+    team.run(x, out, src.dtype.num, mode(team, x.nbytes, opts), team.size, ctx.active, wait)
+
+
+def alltoall_without_waiting(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],
+                             recvoffsets: Sequence[int] | None, ctx: Context,
+                             opts: Options) -> None:
+    """What "auto" runs on one node: :func:`alltoall` on the interpreted round driver while the
+    kernel compiles (with ``team.BACKGROUND``), not waiting for it."""
+    alltoall(src, dst, sendoffsets, recvoffsets, ctx, opts, not shm_team.BACKGROUND)
+
+
+class Lane:
+    """The repeats of one decided shm alltoall on the same arrays (a remembered call), as an
+    alltoall function ``(src, dst, sendoffsets, recvoffsets, ctx, opts)``: the team, the byte
+    views, the mode and the kernel's compiled entry (:meth:`Team.compiled`) are found once, as
+    the shm allreduce's :class:`~collectives.algorithms.shm.Lane` finds them. Until this process
+    has the entry, while a test forces the interpreted driver (``team.INTERPRET``), while
+    observers of ``shm`` listen, or on another context, it runs ``fn``. Its callers pass
+    arrays of the first call's Numba types and sizes (a remembered call's re-checks); it keeps
+    no array alive.
+    """
+
+    __slots__ = ("fn", "ctx", "team", "entry", "kind", "mode")
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+        self.ctx = self.team = self.entry = None
+        self.kind = self.mode = 0
+
+    def __call__(self, src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],
+                 recvoffsets: Sequence[int] | None, ctx: Context, opts: Options) -> None:
+        if ctx is self.ctx and not shm_team.INTERPRET and not _OBSERVED.shm:
+            team = self.team
+            team.run_compiled(self.entry, src.view(np.uint8), dst.view(np.uint8), src.dtype.num,
+                              self.mode, team.size, self.kind, ctx.active)
+            return
+        self.fn(src, dst, sendoffsets, recvoffsets, ctx, opts)
+        if self.entry is None:
+            self._find(src, dst, ctx, opts)
+
+    def _find(self, src: np.ndarray, dst: np.ndarray, ctx: Context, opts: Options) -> None:
+        """After a call by ``fn``: the team it ran on and the kernel's entry, if compiled."""
+        found = ctx.cache.get(shm.team_key(opts))
+        if type(found) is not Team or shm_team.INTERPRET or type(dst) is not np.ndarray:
+            return
+        x, out = _bytes(src), _bytes(dst)
+        how = mode(found, x.nbytes, opts)
+        compiled = found.compiled(x, out, src.dtype.num, how, found.size)
+        if compiled is not None:
+            self.team, self.mode = found, how
+            (self.entry, self.kind), self.ctx = compiled, ctx
+
+
+def lane(fn: Any, src: np.ndarray, dst: np.ndarray, ctx: Context, opts: Options) -> Any:
+    """``fn`` (:func:`alltoall` or :func:`alltoall_without_waiting`, decided for a call on
+    ``ctx``) for the repeats of that call on the same arrays: a :class:`Lane` that takes the
+    kernel's entry at once if the team and the entry exist already."""
+    made = Lane(fn)
+    made._find(src, dst, ctx, opts)
+    return made
+
+
+def resolved(src: np.ndarray, dst: np.ndarray, ctx: Context, opts: Options) -> Any:
+    """What a remembered ``algorithm="shm"`` alltoall on ``src`` and ``dst`` repeats."""
+    return lane(alltoall, src, dst, ctx, opts)
