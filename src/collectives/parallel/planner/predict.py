@@ -13,9 +13,11 @@ local shape (:mod:`.compute`); ``w_i`` the MLP's widths (``sizes``); ``A(n, p)``
 allreduce algorithm's cost (:data:`~collectives.selection.cost_model.COSTS`, ring by default) of
 ``n`` bytes on ``p`` ranks on that axis's network (:func:`.network.group_network`), ``AG(n, p)``
 :func:`~collectives.selection.cost_model.allgather`; ``P2P(n)`` a neighbor message
-(:func:`.network.p2p_seconds`). Per micro-batch, stage ``s`` costs::
+(:func:`.network.p2p_seconds`); ``o`` the driver's seconds per layer and micro-batch outside
+the kernels (measured in the launch, :mod:`collectives.plan.calibrate`; 0 without it). Per
+micro-batch, stage ``s`` costs::
 
-    c_s = sum over its layers of F_l(r) + B_l(r)
+    c_s = sum over its layers of F_l(r) + B_l(r) + o
     x_s = sum over its tensor-parallel pairs (i, i+1) of
               A(4 r w_{i+2}, tp)                   forward: the row-parallel layer's output
             + A(4 r w_i, tp)   if i > 0            backward: the pair's input gradient
@@ -50,7 +52,8 @@ at 1-3), activations ``4 r (w_in(s) + sum of its layers' local outputs)`` per mi
 flight: ``M`` for GPipe, ``min(M, S - s)`` for 1F1B.
 
 Not modelled: communication overlapped with compute (everything above is serial), stragglers
-and noise, the BLAS threads of several ranks sharing a host's cores, memory limits.
+and noise, memory limits. Ranks sharing cores are in the measured ``F``, ``B`` when the compute
+model was calibrated inside the launch; otherwise a slowdown factor stands for them.
 """
 
 from __future__ import annotations
@@ -177,7 +180,8 @@ def predict(c: Configuration, w: Workload, cl: Cluster, compute: ComputeModel,
     dp_net = group_network(cl, axis_groups("dp", c.dp, c.pp, c.tp))
 
     blocks = w.blocks(c.tp)
-    comp = [sum(sum(compute.layer(rows, l.fan_in, l.fan_out, l.relu, l.input_grad))
+    o = compute.overhead()
+    comp = [sum(sum(compute.layer(rows, l.fan_in, l.fan_out, l.relu, l.input_grad)) + o
                 for l in b) for b in blocks]
     tpx = [_tp_seconds(b, w, rows, c.tp, tp_net, algorithm) for b in blocks]
     groups = partition([a + b for a, b in zip(comp, tpx)], S)
