@@ -361,7 +361,8 @@ def test_calibrate_inside_a_launch(tmp_path):
     assert out.returncode == 0, out.stderr
     data = json.loads(cal.read_text())
     assert data["launch"]["ranks"] == 2 and data["launch"]["threads"] >= 1
-    assert set(data["network"]) == {"alpha", "beta"} and data["network"]["alpha"] > 0
+    assert set(data["network"]) == {"alpha", "beta"}
+    assert data["network"]["alpha"] >= 0 and data["network"]["beta"] > 0
     from collectives.plan import calibrate
     w = planner.Workload((64, 16, 16, 10), 64)
     want = {f"layer {r} {a} {b} {int(relu)} {int(g)} threads={data['launch']['threads']}"

@@ -11,11 +11,11 @@ the others. What it measures (docs/planner.md, "Calibrating inside the launch"):
   planner's workload needs, with the BLAS threads the driver gives a rank
   (:func:`collectives.sgd.driver.limit_threads`). Before each shape a barrier; each rank takes
   the median of its :data:`REPETITIONS` runs, and the file keeps the median over the ranks;
-- **network**: one-way times of a ping-pong of 8 bytes and of :data:`PROBE_BYTES` between rank 0
-  and the first rank of the next host (``alpha_inter``, ``beta_inter``) and between rank 0 and
-  rank 1 on one host (``alpha``, ``beta``), the other ranks waiting in a barrier (as busy as
-  ranks waiting for a message in a step). ``alpha`` is the small message's one-way time,
-  ``beta`` the large one's extra time per byte;
+- **network**: the library's ring allreduce (the driver's dp and tp axes) timed at the two sizes
+  of :data:`PROBE_SIZES`, first on each host's ranks (every host at once), then on all ranks;
+  ``alpha``, ``beta`` and then ``alpha_inter``, ``beta_inter`` are the values for which the cost
+  model's ring formula gives those times (the slowest rank's median). Every rank takes part, so
+  a step's latency includes waiting for a peer that shares a core with others;
 - **overhead**: the driver's per-micro-batch work outside the matmuls, timed on the driver's own
   :class:`~collectives.sgd.model.MLP`: its forward and backward of a micro-batch minus the sum of
   the layer kernels of the same shapes (Python calls, the loss and softmax, temporaries), per
@@ -40,12 +40,12 @@ import numpy as np
 from ..parallel import planner
 from ..parallel.planner.compute import FORMAT, measure_layer, measure_update
 
-__all__ = ["shapes", "run", "REPETITIONS", "PROBE_BYTES"]
+__all__ = ["shapes", "run", "REPETITIONS", "PROBE_SIZES"]
 
 #: Timed runs per shape on each rank (the median is kept).
 REPETITIONS = 7
-#: The large message of the ping-pong probes.
-PROBE_BYTES = 1 << 20
+#: The two allreduce sizes the links are fitted to (bytes per rank).
+PROBE_SIZES = (4 << 10, 1 << 20)
 _PINGS = 9
 
 
@@ -60,33 +60,69 @@ def shapes(w: planner.Workload, ranks: int, micro_factors, schedule: str) -> lis
     return sorted(out)
 
 
-def _pingpong(comm, me: int, other: int, nbytes: int) -> float:
-    """Median one-way seconds of ``nbytes`` between ranks ``me`` and ``other`` (0 elsewhere)."""
-    buf = np.zeros(max(1, nbytes), np.uint8)
+def _allreduce_seconds(comm, nbytes: int) -> float:
+    """The slowest rank's median seconds of the library's ring allreduce of ``nbytes`` on
+    ``comm`` (the one the driver's dp and tp axes run), every rank of COMM_WORLD at once."""
+    from mpi4py import MPI
+
+    from ..api import allreduce
+
+    x = np.ones(max(1, nbytes // 4), np.float32)
+    allreduce(x, out=x, algorithm="ring", comm=comm)
     times = []
     for _ in range(_PINGS):
+        comm.Barrier()
         t0 = time.perf_counter()
-        if me < other:
-            comm.Send(buf, other, 7)
-            comm.Recv(buf, other, 7)
-        else:
-            comm.Recv(buf, other, 7)
-            comm.Send(buf, other, 7)
-        times.append((time.perf_counter() - t0) / 2)
-    return statistics.median(times[1:])
+        allreduce(x, out=x, algorithm="ring", comm=comm)
+        times.append(time.perf_counter() - t0)
+    return comm.allreduce(statistics.median(times), op=MPI.MAX)
 
 
-def _link(comm, a: int, b: int) -> tuple[float, float] | None:
-    """(alpha, beta) of the link between ranks ``a`` and ``b``, known on every rank."""
-    comm.Barrier()
-    fit = None
-    if comm.rank in (a, b):
-        other = b if comm.rank == a else a
-        small = _pingpong(comm, comm.rank, other, 8)
-        large = _pingpong(comm, comm.rank, other, PROBE_BYTES)
-        fit = (small, max(0.0, large - small) / PROBE_BYTES)
-    comm.Barrier()
-    return comm.bcast(fit, root=a)
+def _fit(measured: dict[int, float], p: int, net, keys: tuple[str, str]) -> tuple[float, float]:
+    """The (alpha, beta) named ``keys`` of ``net`` for which the cost model's ring allreduce on
+    ``p`` ranks takes the ``measured`` seconds at both sizes (a 2 x 2 linear solve: the model
+    is linear in them)."""
+    from dataclasses import replace
+
+    from ..selection.cost_model import predict as cost
+
+    def f(a, b, n):
+        return cost("ring", float(n), p, replace(net, **{keys[0]: a, keys[1]: b}))
+
+    (n1, t1), (n2, t2) = sorted(measured.items())
+    rows = [(f(1, 0, n) - f(0, 0, n), f(0, 1, n) - f(0, 0, n), t - f(0, 0, n))
+            for n, t in ((n1, t1), (n2, t2))]
+    (a1, b1, y1), (a2, b2, y2) = rows
+    det = a1 * b2 - a2 * b1
+    alpha = (y1 * b2 - y2 * b1) / det
+    beta = (a1 * y2 - a2 * y1) / det
+    return max(alpha, 0.0), max(beta, 0.0)
+
+
+def _links(comm, cl: planner.Cluster) -> dict[str, float]:
+    """``alpha``/``beta`` (one host's ranks, every host at once) and ``alpha_inter``/
+    ``beta_inter`` (all ranks) fitted to the ring allreduce measured at two sizes."""
+    from dataclasses import replace
+
+    from mpi4py import MPI
+
+    from ..parallel.planner.network import group_network
+
+    out: dict[str, float] = {}
+    net = cl.net
+    if cl.per_host > 1:
+        host = comm.Split(comm.rank // cl.per_host, comm.rank)
+        t = {n: _allreduce_seconds(host, n) for n in PROBE_SIZES}
+        t = {n: comm.allreduce(v, op=MPI.MAX) for n, v in t.items()}
+        host.Free()
+        out["alpha"], out["beta"] = _fit(t, cl.per_host, net.intra(), ("alpha", "beta"))
+        net = replace(net, alpha=out["alpha"], beta=out["beta"])
+    if cl.hosts > 1:
+        t = {n: _allreduce_seconds(comm, n) for n in PROBE_SIZES}
+        g = group_network(replace(cl, net=net), [list(range(cl.ranks))])
+        out["alpha_inter"], out["beta_inter"] = _fit(t, cl.ranks, g,
+                                                     ("alpha_inter", "beta_inter"))
+    return out
 
 
 def _overhead(w: planner.Workload, rows: int, threads: int) -> float:
@@ -157,11 +193,7 @@ def run(path: Path, w: planner.Workload, cl: planner.Cluster, micro_factors, sch
         update = comm.gather(measure_update(1 << 20, REPETITIONS), root=0)
         comm.Barrier()
         over = comm.gather(_overhead(w, w.global_batch // cl.ranks, threads), root=0)
-    net = {}
-    if cl.per_host > 1:
-        net["alpha"], net["beta"] = _link(comm, 0, 1)
-    if cl.hosts > 1:
-        net["alpha_inter"], net["beta_inter"] = _link(comm, 0, cl.per_host)
+    net = _links(comm, cl)
     if comm.rank == 0:
         times[f"update threads={threads}"] = [statistics.median(update)]
         times[f"overhead threads={threads}"] = [statistics.median(over)]
