@@ -14,7 +14,10 @@ What it does, on one cluster (``bench/cluster.py up``; ``down`` at the end, also
    (``--epochs``, ``--subset``) with ``--log``: the driver's median step time, its per-axis
    seconds per step and each stage's bubble beside the prediction's terms.
 
-It prints the table predicted against measured (ratio measured / predicted; ``ok`` where the
+4. the calibration again after the runs, and each prediction from it (``predicted after``): how
+   far the shared machine drifted while the sweep ran.
+
+It prints the table predicted against measured (ratio measured / predicted; ``yes`` where the
 prediction is within 25 %) and whether the planner's first choice is within 10 % of the fastest
 measured configuration, and writes all of it to ``--json``.
 """
@@ -76,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="plan-sweep-") as tmp:
             cal = Path(tmp) / "calibration.json"
-            done = _cluster_run(a.name, [py, "-m", "collectives.plan", *plan_args,
-                                         "--calibrate", str(cal)], 900)
+            done = _cluster_run(a.name, [py, "-m", "collectives.plan", *plan_args, "--codecs",
+                                         a.codecs, "--calibrate", str(cal)], 900)
             print(done.stdout.strip(), done.stderr.strip()[-2000:], sep="\n", flush=True)
             if done.returncode:
                 return done.returncode
@@ -119,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
                     s = json.loads(log.read_text())["summary"]
                     steps = max(1, int(s["steps"]))
                     rec["measured"] = {"step": s["step_median_s"], "steps": steps,
+                                       "seconds": {k: v / steps for k, v in
+                                                   s["seconds"].items()},
                                        "axes": {k: v["seconds"] / steps
                                                 for k, v in (s.get("axes") or {}).items()},
                                        "bubble": [st["bubble"] for st in
@@ -130,19 +135,31 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"#{i} {name}: predicted {pr.step * 1e3:.0f} ms, measured "
                           f"{m * 1e3:.0f} ms, ratio {m / pr.step:.2f}", flush=True)
                 out["runs"].append(rec)
+            # the same calibration again after the runs: how far the machine drifted
+            cal2 = Path(tmp) / "calibration-after.json"
+            done = _cluster_run(a.name, [py, "-m", "collectives.plan", *plan_args, "--codecs",
+                                         a.codecs, "--calibrate", str(cal2)], 900)
+            print(done.stdout.strip(), flush=True)
+            if cal2.exists():
+                out["calibration_after"] = json.loads(cal2.read_text())
+                after = planner.MeasuredCompute(cal2)
+                cl2 = planner.cluster(ranks, a.hosts, a.rate, None, after.network)
+                for rec, pr in zip(out["runs"], rows):
+                    rec["predicted_after"] = planner.predict(pr.config, w, cl2, after).step
     finally:
         if not a.keep:
             subprocess.run([*CLUSTER, "down", "--name", a.name])
     ok = [r for r in out["runs"] if "measured" in r]
     print("\n| # | configuration | predicted ms | measured ms | measured / predicted | "
-          "within 25 % |")
-    print("|---|---|---|---|---|---|")
+          "within 25 % | predicted after ms |")
+    print("|---|---|---|---|---|---|---|")
     for r in ok:
         ratio = r["measured"]["step"] / r["predicted"]["step"]
         r["ratio"] = ratio
+        after = f"{r['predicted_after'] * 1e3:.0f}" if "predicted_after" in r else "-"
         print(f"| {r['rank']} | {r['config']} | {r['predicted']['step'] * 1e3:.0f} | "
               f"{r['measured']['step'] * 1e3:.0f} | {ratio:.2f} | "
-              f"{'yes' if abs(ratio - 1) <= TOLERANCE else 'no'} |")
+              f"{'yes' if abs(ratio - 1) <= TOLERANCE else 'no'} | {after} |")
     if ok:
         fastest = min(ok, key=lambda r: r["measured"]["step"])
         first = ok[0]

@@ -124,6 +124,7 @@ def test_calibrated_file_is_used_as_it_is(tmp_path, tuning):
     assert (m.threads, m.slowdown, m.network) == (3, 1.0, net)
     assert m.layer(4, 8, 16, True, False) == (1e-3, 2e-3)
     assert m.update(1000) == pytest.approx(1e-6) and m.overhead() == 5e-5
+    assert m.codec_speeds() == {}
     with pytest.raises(ValueError, match="calibrated inside a launch for another workload"):
         m.layer(4, 16, 16, True, True)
     assert m.measured == 0
@@ -354,7 +355,7 @@ def test_calibrate_inside_a_launch(tmp_path):
     once, and the link between them; the planner then reads the file as it is."""
     from collectives.tools.launch import mpiexec_command
     cal = tmp_path / "cal.json"
-    args = ["--hidden", "16,16", "--ranks", "2", "--micro-factors", "1,2"]
+    args = ["--hidden", "16,16", "--ranks", "2", "--micro-factors", "1,2", "--codecs", "none,fp16"]
     out = subprocess.run([*mpiexec_command(), "-n", "2", sys.executable, "-m",
                           "collectives.plan", *args, "--calibrate", str(cal)],
                          capture_output=True, text=True, timeout=300)
@@ -363,6 +364,7 @@ def test_calibrate_inside_a_launch(tmp_path):
     assert data["launch"]["ranks"] == 2 and data["launch"]["threads"] >= 1
     assert set(data["network"]) == {"alpha", "beta"}
     assert data["network"]["alpha"] >= 0 and data["network"]["beta"] > 0
+    assert set(data["codecs"]) == {"fp16"} and data["codecs"]["fp16"]["encode"] > 0
     from collectives.plan import calibrate
     w = planner.Workload((64, 16, 16, 10), 64)
     want = {f"layer {r} {a} {b} {int(relu)} {int(g)} threads={data['launch']['threads']}"

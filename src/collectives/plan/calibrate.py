@@ -16,6 +16,9 @@ the others. What it measures (docs/planner.md, "Calibrating inside the launch"):
   ``alpha``, ``beta`` and then ``alpha_inter``, ``beta_inter`` are the values for which the cost
   model's ring formula gives those times (the slowest rank's median). Every rank takes part, so
   a step's latency includes waiting for a peer that shares a core with others;
+- **codecs**: each ``--codecs`` codec's pipeline speed
+  (:func:`collectives.compressed.speed.measure_speed`, the slowest rank's), as the tuning file's
+  ``"codecs"`` section holds it;
 - **overhead**: the driver's per-micro-batch work outside the matmuls, timed on the driver's own
   :class:`~collectives.sgd.model.MLP`: its forward and backward of a micro-batch minus the sum of
   the layer kernels of the same shapes (Python calls, the loss and softmax, temporaries), per
@@ -46,6 +49,8 @@ __all__ = ["shapes", "run", "REPETITIONS", "PROBE_SIZES"]
 REPETITIONS = 7
 #: The two allreduce sizes the links are fitted to (bytes per rank).
 PROBE_SIZES = (4 << 10, 1 << 20)
+#: The float32 elements each codec's speed is measured on.
+CODEC_ELEMENTS = 1 << 22
 _PINGS = 9
 
 
@@ -151,8 +156,26 @@ def _overhead(w: planner.Workload, rows: int, threads: int) -> float:
     return max(0.0, statistics.median(times) - kernels) / w.layers
 
 
+def _codec_speeds(comm, codecs, count: int) -> dict[str, dict[str, float]]:
+    """Each codec's pipeline speed (:func:`collectives.compressed.speed.measure_speed`) on
+    every rank at once, the slowest rank's, as ``collectives-tune`` keeps them."""
+    from mpi4py import MPI
+
+    from ..compressed.speed import measure_speed
+
+    out = {}
+    for spec in codecs:
+        if spec == "none":
+            continue
+        comm.Barrier()
+        sp = measure_speed(spec, count, comm.size, REPETITIONS)
+        out[spec] = {k: comm.allreduce(getattr(sp, k), op=MPI.MAX)
+                     for k in ("encode", "decode", "payload")}
+    return out
+
+
 def run(path: Path, w: planner.Workload, cl: planner.Cluster, micro_factors, schedule: str,
-        out) -> int:
+        out, codecs=()) -> int:
     """Measure on every rank of COMM_WORLD; rank 0 writes ``path``. Exit status."""
     from mpi4py import MPI
     from threadpoolctl import threadpool_limits
@@ -193,6 +216,8 @@ def run(path: Path, w: planner.Workload, cl: planner.Cluster, micro_factors, sch
         update = comm.gather(measure_update(1 << 20, REPETITIONS), root=0)
         comm.Barrier()
         over = comm.gather(_overhead(w, w.global_batch // cl.ranks, threads), root=0)
+    with threadpool_limits(threads):
+        speeds = _codec_speeds(comm, codecs, CODEC_ELEMENTS)
     net = _links(comm, cl)
     if comm.rank == 0:
         times[f"update threads={threads}"] = [statistics.median(update)]
@@ -202,7 +227,7 @@ def run(path: Path, w: planner.Workload, cl: planner.Cluster, micro_factors, sch
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"format": FORMAT, "host": platform.node(),
                                     "numpy": np.__version__, "launch": launch, "network": net,
-                                    "times": times}, indent=0))
+                                    "codecs": speeds, "times": times}, indent=0))
         print(f"calibrated {len(todo)} layer shapes on {comm.size} ranks at once "
               f"({threads} BLAS thread(s) each, {launch['seconds']} s); network "
               + ", ".join(f"{k} {v * (1e6 if k.startswith('alpha') else 1e9):.3f} "

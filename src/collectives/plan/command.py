@@ -140,7 +140,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         cl = planner.cluster(a.ranks, a.hosts, a.network, a.tuning)
         if a.calibrate:
             from . import calibrate
-            return calibrate.run(a.calibrate, w, cl, a.micro_factors, a.schedule, sys.stdout)
+            codecs = tuple(s.strip() for s in a.codecs.split(",") if s.strip())
+            return calibrate.run(a.calibrate, w, cl, a.micro_factors, a.schedule, sys.stdout,
+                                 codecs)
         for spec in codecs:
             planner.codec_of(spec)  # an unknown codec is an error, not an empty table
         threads, slowdown = threads_per_rank(cl.ranks if a.emulated else cl.per_host, a.cores,

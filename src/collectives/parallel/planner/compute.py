@@ -59,6 +59,9 @@ class ComputeModel(Protocol):
     def overhead(self) -> float:
         """Seconds per layer and micro-batch outside the layer kernels (Python, the loss)."""
 
+    def codec_speeds(self) -> dict[str, dict[str, float]]:
+        """Codec speeds measured with the compute (a tuning file's ``"codecs"`` form), or {}."""
+
 
 @dataclass(frozen=True)
 class FlopRate:
@@ -80,6 +83,9 @@ class FlopRate:
 
     def overhead(self) -> float:
         return self.overhead_s
+
+    def codec_speeds(self) -> dict[str, dict[str, float]]:
+        return {}
 
 
 def default_cache_path() -> Path:
@@ -164,7 +170,8 @@ class MeasuredCompute:
 
     A file written by ``--calibrate`` inside a launch (it has ``"launch"``,
     :mod:`collectives.plan.calibrate`) is read as it is, whatever the host: its ``threads``, no
-    slowdown, its per-layer ``overhead``, and ``network`` its measured links; a shape it lacks
+    slowdown, its per-layer ``overhead``, ``network`` its measured links and ``codecs`` its
+    codecs' speeds; a shape it lacks
     is an error (it was calibrated for another workload), never measured alone here."""
 
     path: Path | None = None
@@ -173,6 +180,7 @@ class MeasuredCompute:
     measured: int = 0
     launch: dict | None = None
     network: dict = field(default_factory=dict)
+    codecs: dict = field(default_factory=dict)
     _table: dict[str, list[float]] = field(default_factory=dict, repr=False)
     _host: str = field(default_factory=platform.node, repr=False)
 
@@ -190,6 +198,7 @@ class MeasuredCompute:
             if ok and isinstance(data.get("launch"), dict):
                 self.launch = data["launch"]
                 self.network = dict(data.get("network") or {})
+                self.codecs = dict(data.get("codecs") or {})
                 self.threads, self.slowdown = int(self.launch["threads"]), 1.0
                 self._table = {k: list(v) for k, v in data["times"].items()}
             elif ok and data.get("host") == self._host:
@@ -229,6 +238,10 @@ class MeasuredCompute:
     def update(self, params: int) -> float:
         (per_param,) = self._lookup("update", lambda: [measure_update(1 << 20)])
         return params * per_param
+
+    def codec_speeds(self) -> dict[str, dict[str, float]]:
+        """The launch's measured codec speeds ({} outside a calibrated launch)."""
+        return self.codecs
 
     def overhead(self) -> float:
         """The launch's measured per-layer overhead; 0 outside a calibrated launch."""

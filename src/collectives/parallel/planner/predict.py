@@ -37,9 +37,9 @@ gradient of its ``Psi_s`` local parameters over dp (``n = 4 Psi_s`` bytes) and s
          = AG(b, dp) + (e + d) n + q dp b             other codecs (top-k): allgather strategy
     u_s  = update(Psi_s / dp if shard >= 1 else Psi_s)
 
-with ``e, d, q`` the codec's encode, decode and per-payload-byte seconds (the tuning file's
-``"codecs"`` section, else :data:`collectives.compressed.auto.DEFAULT_SPEEDS`), as
-``codec="auto:..."`` prices them. The step::
+with ``e, d, q`` the codec's encode, decode and per-payload-byte seconds (measured inside the
+launch by ``--calibrate``, else the tuning file's ``"codecs"`` section, else
+:data:`collectives.compressed.auto.DEFAULT_SPEEDS`), as ``codec="auto:..."`` prices them. The step::
 
     step    = (M + S - 1) t_{s*} + max_s (dp_s + u_s)
     compute = M c_{s*} + u_{s'}       bubble = (S - 1) t_{s*}      (s' the max's stage)
@@ -110,11 +110,13 @@ class Prediction:
         return self.compute + self.bubble + self.dp + self.pp + self.tp
 
 
-def codec_speed(spec: str, tuning: str | Path | None = None) -> CodecSpeed:
-    """The codec's per-byte speeds: the tuning file's entry of this spec, else of this codec
-    name, else the built-in :data:`DEFAULT_SPEEDS`."""
+def codec_speed(spec: str, tuning: str | Path | None = None,
+                measured: dict | None = None) -> CodecSpeed:
+    """The codec's per-byte speeds: ``measured`` (inside the launch, ``--calibrate``) or the
+    tuning file's entry of this spec, else of this codec name, else the built-in
+    :data:`DEFAULT_SPEEDS`."""
     name = spec.partition(":")[0]
-    table = read_codec_speeds(tuning) if tuning is not None else {}
+    table = {**(read_codec_speeds(tuning) if tuning is not None else {}), **(measured or {})}
     for key in (spec, *[k for k in table if k.partition(":")[0] == name]):
         if key in table:
             return CodecSpeed(**table[key], source=f"measured ({key})")
@@ -200,7 +202,7 @@ def predict(c: Configuration, w: Workload, cl: Cluster, compute: ComputeModel,
     t_star, c_star, x_star, q_star = max(per, key=lambda v: v[0])
 
     codec = codec_of(c.codec)
-    speed = codec_speed(c.codec, tuning) if codec is not None else None
+    speed = codec_speed(c.codec, tuning, compute.codec_speeds()) if codec is not None else None
     tails, memories = [], []
     for s, g in enumerate(groups):
         layers = [l for j in g for l in blocks[j]]
