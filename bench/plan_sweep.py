@@ -10,9 +10,10 @@ What it does, on one cluster (``bench/cluster.py up``; ``down`` at the end, also
 1. ``python -m collectives.plan --calibrate FILE`` under the cluster's launch: the compute model
    and the links measured on every rank at once (:mod:`collectives.plan.calibrate`);
 2. the planner's listing from that file (``--compute-cache FILE --emulated``), printed;
-3. each of the ``--run`` best configurations run once with the SGD driver on the cluster
-   (``--epochs``, ``--subset``) with ``--log``: the driver's median step time, its per-axis
-   seconds per step and each stage's bubble beside the prediction's terms.
+3. each of the ``--run`` best configurations run with the SGD driver on the cluster
+   (``--epochs``, ``--subset``) with ``--log``, ``--repeats`` launches each in rounds: the median
+   of the launches' median step times, the last launch's per-axis seconds per step and each
+   stage's bubble beside the prediction's terms.
 
 4. the calibration again after the runs, and each prediction from it (``predicted after``): how
    far the shared machine drifted while the sweep ran.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -62,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--micro-factors", default="1,2,4")
     p.add_argument("--run", type=int, default=6)
     p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=1,
+                   help="launches of each configuration, in rounds (1..N, 1..N, ...); measured "
+                        "is the median of their median steps")
     p.add_argument("--subset", type=int)
     p.add_argument("--json", type=Path)
     p.add_argument("--keep", action="store_true", help="leave the cluster up")
@@ -99,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
             codecs = tuple(s for s in a.codecs.split(",") if s)
             factors = tuple(int(f) for f in a.micro_factors.split(","))
             rows = planner.plan(w, cl, compute, codecs, factors)[:a.run]
-            for i, pr in enumerate(rows, 1):
+            launches: dict[int, list[float]] = {}
+            by_rank: dict[int, dict] = {}
+            for i, pr in [(i, pr) for _ in range(a.repeats) for i, pr in enumerate(rows, 1)]:
                 c = pr.config
                 cmd = measure.command(c, w, a.model, hidden, "digits", a.batch_size, cl,
                                       a.epochs)
@@ -131,10 +138,15 @@ def main(argv: list[str] | None = None) -> int:
                                        "stage_layers": [st["layers"] for st in
                                                         (s.get("pipeline") or {})
                                                         .get("per_stage", [])]}
+                    launches.setdefault(i, []).append(rec["measured"]["step"])
+                    rec["measured"]["launches"] = list(launches[i])
+                    rec["measured"]["step"] = statistics.median(launches[i])
                     m = rec["measured"]["step"]
                     print(f"#{i} {name}: predicted {pr.step * 1e3:.0f} ms, measured "
                           f"{m * 1e3:.0f} ms, ratio {m / pr.step:.2f}", flush=True)
-                out["runs"].append(rec)
+                if "measured" in rec or i not in by_rank:
+                    by_rank[i] = rec
+            out["runs"] = [by_rank[i] for i in sorted(by_rank)]
             # the same calibration again after the runs: how far the machine drifted
             cal2 = Path(tmp) / "calibration-after.json"
             done = _cluster_run(a.name, [py, "-m", "collectives.plan", *plan_args, "--codecs",

@@ -11,10 +11,11 @@ the others. What it measures (docs/planner.md, "Calibrating inside the launch"):
   planner's workload needs, with the BLAS threads the driver gives a rank
   (:func:`collectives.sgd.driver.limit_threads`). Before each shape a barrier; each rank takes
   the median of its :data:`REPETITIONS` runs, and the file keeps the median over the ranks;
-- **network**: the library's ring allreduce (the driver's dp and tp axes) timed at the two sizes
-  of :data:`PROBE_SIZES`, first on each host's ranks (every host at once), then on all ranks;
+- **network**: the library's ring allreduce (the driver's dp and tp axes) timed at the sizes of
+  :data:`PROBE_SIZES`, first on each host's ranks (every host at once), then on all ranks;
   ``alpha``, ``beta`` and then ``alpha_inter``, ``beta_inter`` are the values for which the cost
-  model's ring formula gives those times (the slowest rank's median). Every rank takes part, so
+  model's ring formula comes closest to those times (the slowest rank's median; least squares
+  of the relative errors). Every rank takes part, so
   a step's latency includes waiting for a peer that shares a core with others;
 - **codecs**: each ``--codecs`` codec's pipeline speed
   (:func:`collectives.compressed.speed.measure_speed`, the slowest rank's), as the tuning file's
@@ -47,11 +48,11 @@ __all__ = ["shapes", "run", "REPETITIONS", "PROBE_SIZES"]
 
 #: Timed runs per shape on each rank (the median is kept).
 REPETITIONS = 7
-#: The two allreduce sizes the links are fitted to (bytes per rank).
-PROBE_SIZES = (4 << 10, 1 << 20)
+#: The allreduce sizes the links are fitted to (bytes per rank).
+PROBE_SIZES = (4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
 #: The float32 elements each codec's speed is measured on.
 CODEC_ELEMENTS = 1 << 22
-_PINGS = 9
+_PINGS = 11
 
 
 def shapes(w: planner.Workload, ranks: int, micro_factors, schedule: str) -> list[tuple]:
@@ -85,8 +86,8 @@ def _allreduce_seconds(comm, nbytes: int) -> float:
 
 def _fit(measured: dict[int, float], p: int, net, keys: tuple[str, str]) -> tuple[float, float]:
     """The (alpha, beta) named ``keys`` of ``net`` for which the cost model's ring allreduce on
-    ``p`` ranks takes the ``measured`` seconds at both sizes (a 2 x 2 linear solve: the model
-    is linear in them)."""
+    ``p`` ranks comes closest to the ``measured`` seconds at every size, relative to each time
+    (least squares; the model is linear in them), neither below 0."""
     from dataclasses import replace
 
     from ..selection.cost_model import predict as cost
@@ -94,14 +95,18 @@ def _fit(measured: dict[int, float], p: int, net, keys: tuple[str, str]) -> tupl
     def f(a, b, n):
         return cost("ring", float(n), p, replace(net, **{keys[0]: a, keys[1]: b}))
 
-    (n1, t1), (n2, t2) = sorted(measured.items())
-    rows = [(f(1, 0, n) - f(0, 0, n), f(0, 1, n) - f(0, 0, n), t - f(0, 0, n))
-            for n, t in ((n1, t1), (n2, t2))]
-    (a1, b1, y1), (a2, b2, y2) = rows
-    det = a1 * b2 - a2 * b1
-    alpha = (y1 * b2 - y2 * b1) / det
-    beta = (a1 * y2 - a2 * y1) / det
-    return max(alpha, 0.0), max(beta, 0.0)
+    rows, rhs = [], []
+    for n, t in sorted(measured.items()):
+        base = f(0, 0, n)
+        rows.append([(f(1, 0, n) - base) / t, (f(0, 1, n) - base) / t])
+        rhs.append((t - base) / t)
+    (alpha, beta), *_ = np.linalg.lstsq(np.array(rows), np.array(rhs), rcond=None)
+    if alpha < 0 or beta < 0:   # the best fit on the boundary: one parameter alone
+        alpha = max(0.0, float(alpha))
+        col = np.array(rows)[:, 1]
+        beta = max(0.0, float(np.dot(col, np.array(rhs) - alpha * np.array(rows)[:, 0])
+                              / np.dot(col, col)))
+    return float(alpha), float(beta)
 
 
 def _links(comm, cl: planner.Cluster) -> dict[str, float]:
