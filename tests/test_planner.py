@@ -361,9 +361,13 @@ def test_calibrate_inside_a_launch(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     data = json.loads(cal.read_text())
+    from collectives.plan import calibrate
     assert data["launch"]["ranks"] == 2 and data["launch"]["threads"] >= 1
     assert set(data["network"]) == {"alpha", "beta"}
-    assert data["network"]["alpha"] >= 0 and data["network"]["beta"] > 0
+    assert data["network"]["alpha"] >= 0 and data["network"]["beta"] >= 0
+    assert data["network"]["alpha"] + data["network"]["beta"] > 0
+    assert [int(n) for n in data["probes"]["host"]] == list(calibrate.PROBE_SIZES)
+    assert all(t > 0 for t in data["probes"]["host"].values())
     assert set(data["codecs"]) == {"fp16"} and data["codecs"]["fp16"]["encode"] > 0
     from collectives.plan import calibrate
     w = planner.Workload((64, 16, 16, 10), 64)
@@ -376,3 +380,17 @@ def test_calibrate_inside_a_launch(tmp_path):
                              timeout=300)
     assert listing.returncode == 0, listing.stderr
     assert "measured inside the launch" in listing.stdout
+
+
+def test_link_fit_recovers_the_cost_model(tuning):
+    """The least-squares fit of --calibrate gives back alpha_inter and beta_inter from ring
+    allreduce times the cost model itself produced (at the five probe sizes)."""
+    from dataclasses import replace
+    from collectives.plan import calibrate
+    from collectives.selection.cost_model import predict as cost
+    cl = planner.cluster(8, 2, tuning=tuning)
+    g = pnet.group_network(cl, [list(range(8))])
+    true = replace(g, alpha_inter=2e-3, beta_inter=9e-9)
+    times = {n: cost("ring", float(n), 8, true) for n in calibrate.PROBE_SIZES}
+    a, b = calibrate._fit(times, 8, g, ("alpha_inter", "beta_inter"))
+    assert (a, b) == (pytest.approx(2e-3, rel=1e-9), pytest.approx(9e-9, rel=1e-9))

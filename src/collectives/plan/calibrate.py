@@ -109,9 +109,10 @@ def _fit(measured: dict[int, float], p: int, net, keys: tuple[str, str]) -> tupl
     return float(alpha), float(beta)
 
 
-def _links(comm, cl: planner.Cluster) -> dict[str, float]:
+def _links(comm, cl: planner.Cluster, probes: dict) -> dict[str, float]:
     """``alpha``/``beta`` (one host's ranks, every host at once) and ``alpha_inter``/
-    ``beta_inter`` (all ranks) fitted to the ring allreduce measured at two sizes."""
+    ``beta_inter`` (all ranks) fitted to the ring allreduce measured at :data:`PROBE_SIZES`
+    (the times go into ``probes``: "host" and "all", bytes -> seconds)."""
     from dataclasses import replace
 
     from mpi4py import MPI
@@ -125,10 +126,12 @@ def _links(comm, cl: planner.Cluster) -> dict[str, float]:
         t = {n: _allreduce_seconds(host, n) for n in PROBE_SIZES}
         t = {n: comm.allreduce(v, op=MPI.MAX) for n, v in t.items()}
         host.Free()
+        probes["host"] = t
         out["alpha"], out["beta"] = _fit(t, cl.per_host, net.intra(), ("alpha", "beta"))
         net = replace(net, alpha=out["alpha"], beta=out["beta"])
     if cl.hosts > 1:
         t = {n: _allreduce_seconds(comm, n) for n in PROBE_SIZES}
+        probes["all"] = t
         g = group_network(replace(cl, net=net), [list(range(cl.ranks))])
         out["alpha_inter"], out["beta_inter"] = _fit(t, cl.ranks, g,
                                                      ("alpha_inter", "beta_inter"))
@@ -223,7 +226,8 @@ def run(path: Path, w: planner.Workload, cl: planner.Cluster, micro_factors, sch
         over = comm.gather(_overhead(w, w.global_batch // cl.ranks, threads), root=0)
     with threadpool_limits(threads):
         speeds = _codec_speeds(comm, codecs, CODEC_ELEMENTS)
-    net = _links(comm, cl)
+    probes: dict = {}
+    net = _links(comm, cl, probes)
     if comm.rank == 0:
         times[f"update threads={threads}"] = [statistics.median(update)]
         times[f"overhead threads={threads}"] = [statistics.median(over)]
@@ -232,7 +236,7 @@ def run(path: Path, w: planner.Workload, cl: planner.Cluster, micro_factors, sch
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"format": FORMAT, "host": platform.node(),
                                     "numpy": np.__version__, "launch": launch, "network": net,
-                                    "codecs": speeds, "times": times}, indent=0))
+                                    "probes": probes, "codecs": speeds, "times": times}, indent=0))
         print(f"calibrated {len(todo)} layer shapes on {comm.size} ranks at once "
               f"({threads} BLAS thread(s) each, {launch['seconds']} s); network "
               + ", ".join(f"{k} {v * (1e6 if k.startswith('alpha') else 1e9):.3f} "
