@@ -384,7 +384,8 @@ def test_calibrate_inside_a_launch(tmp_path):
 
 def test_link_fit_recovers_the_cost_model(tuning):
     """The least-squares fit of --calibrate gives back alpha_inter and beta_inter from ring
-    allreduce times the cost model itself produced (at the five probe sizes)."""
+    allreduce times the cost model itself produced (at the five probe sizes), within 0.1 %: the
+    model is linear in them but for its segment pipelining."""
     from dataclasses import replace
     from collectives.plan import calibrate
     from collectives.selection.cost_model import predict as cost
@@ -393,4 +394,4 @@ def test_link_fit_recovers_the_cost_model(tuning):
     true = replace(g, alpha_inter=2e-3, beta_inter=9e-9)
     times = {n: cost("ring", float(n), 8, true) for n in calibrate.PROBE_SIZES}
     a, b = calibrate._fit(times, 8, g, ("alpha_inter", "beta_inter"))
-    assert (a, b) == (pytest.approx(2e-3, rel=1e-9), pytest.approx(9e-9, rel=1e-9))
+    assert (a, b) == (pytest.approx(2e-3, rel=1e-3), pytest.approx(9e-9, rel=1e-3))

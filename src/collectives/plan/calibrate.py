@@ -53,6 +53,7 @@ PROBE_SIZES = (4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
 #: The float32 elements each codec's speed is measured on.
 CODEC_ELEMENTS = 1 << 22
 _PINGS = 11
+_FIT_STEPS = 30
 
 
 def shapes(w: planner.Workload, ranks: int, micro_factors, schedule: str) -> list[tuple]:
@@ -87,7 +88,8 @@ def _allreduce_seconds(comm, nbytes: int) -> float:
 def _fit(measured: dict[int, float], p: int, net, keys: tuple[str, str]) -> tuple[float, float]:
     """The (alpha, beta) named ``keys`` of ``net`` for which the cost model's ring allreduce on
     ``p`` ranks comes closest to the ``measured`` seconds at every size, relative to each time
-    (least squares; the model is linear in them), neither below 0."""
+    (least squares by Gauss-Newton steps: the model is linear in them but for its segment
+    pipelining), neither below 0."""
     from dataclasses import replace
 
     from ..selection.cost_model import predict as cost
@@ -95,17 +97,16 @@ def _fit(measured: dict[int, float], p: int, net, keys: tuple[str, str]) -> tupl
     def f(a, b, n):
         return cost("ring", float(n), p, replace(net, **{keys[0]: a, keys[1]: b}))
 
-    rows, rhs = [], []
-    for n, t in sorted(measured.items()):
-        base = f(0, 0, n)
-        rows.append([(f(1, 0, n) - base) / t, (f(0, 1, n) - base) / t])
-        rhs.append((t - base) / t)
-    (alpha, beta), *_ = np.linalg.lstsq(np.array(rows), np.array(rhs), rcond=None)
-    if alpha < 0 or beta < 0:   # the best fit on the boundary: one parameter alone
-        alpha = max(0.0, float(alpha))
-        col = np.array(rows)[:, 1]
-        beta = max(0.0, float(np.dot(col, np.array(rhs) - alpha * np.array(rows)[:, 0])
-                              / np.dot(col, col)))
+    alpha, beta = 1e-4, 1e-9   # Gauss-Newton from a start of the size fitted values take
+    sizes = sorted(measured)
+    t = np.array([measured[n] for n in sizes])
+    for _ in range(_FIT_STEPS):
+        da, db = max(alpha, 1e-6) * 1e-3, max(beta, 1e-12) * 1e-3
+        base = np.array([f(alpha, beta, n) for n in sizes])
+        jac = np.array([[(f(alpha + da, beta, n) - b0) / da, (f(alpha, beta + db, n) - b0) / db]
+                        for n, b0 in zip(sizes, base)]) / t[:, None]
+        (ua, ub), *_ = np.linalg.lstsq(jac, (t - base) / t, rcond=None)
+        alpha, beta = max(0.0, alpha + ua), max(0.0, beta + ub)
     return float(alpha), float(beta)
 
 
