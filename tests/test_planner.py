@@ -394,4 +394,6 @@ def test_link_fit_recovers_the_cost_model(tuning):
     true = replace(g, alpha_inter=2e-3, beta_inter=9e-9)
     times = {n: cost("ring", float(n), 8, true) for n in calibrate.PROBE_SIZES}
     a, b = calibrate._fit(times, 8, g, ("alpha_inter", "beta_inter"))
+    assert calibrate._fit({n: 1.0 for n in calibrate.PROBE_SIZES}, 8, g.intra(),
+                          ("alpha_inter", "beta_inter")) == (None, None)   # not seen at all
     assert (a, b) == (pytest.approx(2e-3, rel=1e-3), pytest.approx(9e-9, rel=1e-3))

@@ -85,7 +85,8 @@ def _allreduce_seconds(comm, nbytes: int) -> float:
     return comm.allreduce(statistics.median(times), op=MPI.MAX)
 
 
-def _fit(measured: dict[int, float], p: int, net, keys: tuple[str, str]) -> tuple[float, float]:
+def _fit(measured: dict[int, float], p: int, net,
+         keys: tuple[str, str]) -> tuple[float | None, float | None]:
     """The (alpha, beta) named ``keys`` of ``net`` for which the cost model's ring allreduce on
     ``p`` ranks comes closest to the ``measured`` seconds at every size, relative to each time
     (least squares by Gauss-Newton steps: the model is linear in them but for its segment
@@ -107,7 +108,10 @@ def _fit(measured: dict[int, float], p: int, net, keys: tuple[str, str]) -> tupl
                         for n, b0 in zip(sizes, base)]) / t[:, None]
         (ua, ub), *_ = np.linalg.lstsq(jac, (t - base) / t, rcond=None)
         alpha, beta = max(0.0, alpha + ua), max(0.0, beta + ub)
-    return float(alpha), float(beta)
+    # a parameter the times do not depend on (a ring whose every step is paced by the other
+    # level) is not measured: None, and the planner keeps its default
+    seen = np.abs(jac).max(axis=0) * np.array([max(alpha, 1e-6), max(beta, 1e-12)])
+    return tuple(float(v) if s > 1e-3 else None for v, s in zip((alpha, beta), seen))
 
 
 def _links(comm, cl: planner.Cluster, probes: dict) -> dict[str, float]:
@@ -129,14 +133,14 @@ def _links(comm, cl: planner.Cluster, probes: dict) -> dict[str, float]:
         host.Free()
         probes["host"] = t
         out["alpha"], out["beta"] = _fit(t, cl.per_host, net.intra(), ("alpha", "beta"))
-        net = replace(net, alpha=out["alpha"], beta=out["beta"])
+        net = replace(net, **{k: out[k] for k in ("alpha", "beta") if out[k] is not None})
     if cl.hosts > 1:
         t = {n: _allreduce_seconds(comm, n) for n in PROBE_SIZES}
         probes["all"] = t
         g = group_network(replace(cl, net=net), [list(range(cl.ranks))])
         out["alpha_inter"], out["beta_inter"] = _fit(t, cl.ranks, g,
                                                      ("alpha_inter", "beta_inter"))
-    return out
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def _overhead(w: planner.Workload, rows: int, threads: int) -> float:
