@@ -48,15 +48,16 @@ def ring(n, p, alpha, beta):
     return 2 * (p - 1) * (alpha + n / p * beta)
 
 
-def by_hand(shard=0, codec="none", schedule="1f1b", tuning=None):
-    """dp 2 x pp 2 x tp 2, M 4 on 2 hosts of 4 ranks, following docs/planner.md line by line."""
+def by_hand(shard=0, codec="none", schedule="1f1b", tuning=None, o=0.0):
+    """dp 2 x pp 2 x tp 2, M 4 on 2 hosts of 4 ranks, following docs/planner.md line by line
+    (``o``: the overhead per layer and micro-batch)."""
     r = 32 // (2 * 4)                                    # rows per micro-batch: 4
     # stage 0: the pair (0, 1), layer 0 column-split (8 x 8), layer 1 row-split (8 x 16)
-    c0 = FLOP_S * (2 * r * 8 * 8 * 2 + 2 * r * 8 * 16 * 3)   # layer 0 needs no input gradient
+    c0 = FLOP_S * (2 * r * 8 * 8 * 2 + 2 * r * 8 * 16 * 3) + 2 * o   # layer 0: no input grad
     x0 = ring(4 * r * 16, 2, A, B)                       # forward allreduce of the pair's output
     q0 = A + 4 * r * 16 * B                              # activation to stage 1, inside a host
     t0 = c0 + x0 + q0
-    c1 = FLOP_S * (2 * r * 16 * 4 * 3)
+    c1 = FLOP_S * (2 * r * 16 * 4 * 3) + o
     t1 = c1 + 0 + q0                                     # stage 1: its input gradient back
     assert t0 > t1
     # dp groups {o, o + 4}: one rank per host, 4 groups share each host's link
@@ -90,6 +91,66 @@ def test_prediction_equals_the_docs_formula(setup, tuning, shard, codec):
     got = dict(compute=p.compute, bubble=p.bubble, dp=p.dp, pp=p.pp, tp=p.tp, step=p.step)
     assert got == pytest.approx(want, rel=1e-12)
     assert p.stages == ((0, 1), (2,))
+
+
+def test_overhead_per_layer_and_micro_batch(setup, tuning):
+    """The measured overhead ``o`` enters ``c_s`` once per layer, M times per step."""
+    w, cl, _ = setup
+    compute = planner.FlopRate(FLOP_S, UPDATE_S, overhead_s=3e-5)
+    p = planner.predict(planner.Configuration(2, 2, 2, 4), w, cl, compute, tuning=tuning)
+    want = by_hand(o=3e-5)
+    got = dict(compute=p.compute, bubble=p.bubble, dp=p.dp, pp=p.pp, tp=p.tp, step=p.step)
+    assert got == pytest.approx(want, rel=1e-12)
+    assert p.step - planner.predict(planner.Configuration(2, 2, 2, 4), w, cl, setup[2],
+                                    tuning=tuning).step == pytest.approx((4 + 1) * 2 * 3e-5)
+
+
+def calibration(path, times, network, ranks=8, threads=1):
+    path.write_text(json.dumps({"format": "collectives-plan-compute", "host": "elsewhere",
+                                "launch": {"ranks": ranks, "hosts": ["node0", "node1"],
+                                           "threads": threads},
+                                "network": network, "times": times}))
+    return path
+
+
+def test_calibrated_file_is_used_as_it_is(tmp_path, tuning):
+    """A file written by --calibrate: its times whatever the host, its threads, no slowdown,
+    its overhead and links; a shape it lacks is an error, never measured here."""
+    times = {"layer 4 8 16 1 0 threads=3": [1e-3, 2e-3], "update threads=3": [1e-9],
+             "overhead threads=3": [5e-5]}
+    net = {"alpha_inter": 3e-5, "beta_inter": 9e-9}
+    path = calibration(tmp_path / "cal.json", times, net, threads=3)
+    m = planner.MeasuredCompute(path, threads=1, slowdown=4.0)
+    assert (m.threads, m.slowdown, m.network) == (3, 1.0, net)
+    assert m.layer(4, 8, 16, True, False) == (1e-3, 2e-3)
+    assert m.update(1000) == pytest.approx(1e-6) and m.overhead() == 5e-5
+    assert m.codec_speeds() == {}
+    with pytest.raises(ValueError, match="calibrated inside a launch for another workload"):
+        m.layer(4, 16, 16, True, True)
+    assert m.measured == 0
+    cl = planner.cluster(8, 2, "1gbit", tuning, m.network)
+    assert (cl.net.alpha_inter, cl.net.beta_inter) == (3e-5, 9e-9)
+    assert (cl.net.alpha, cl.net.beta) == (A, B)       # not measured: the tuning file's
+    # outside a launch file, no overhead is assumed
+    assert planner.MeasuredCompute(None).overhead() == 0.0
+
+
+def test_threads_follow_the_driver():
+    """The driver gives each rank cores // world threads; ranks sharing cores slow down."""
+    from collectives.parallel.planner.compute import threads_per_rank
+    assert threads_per_rank(1, 2, 4) == (1, 1.0)      # 4 hosts of 1 rank, 2 cores each
+    assert threads_per_rank(4, 2, 4) == (1, 2.0)      # emulated: the 4 ranks share 2 cores
+    assert threads_per_rank(2, 8) == (4, 1.0)
+    with pytest.raises(ValueError):
+        threads_per_rank(4, 2, 2)
+
+
+def test_calibrate_needs_the_launch(tmp_path, capsys):
+    """--calibrate outside a launch of --ranks ranks: a clear error, exit status 2."""
+    assert command.main(["--hidden", "16", "--ranks", "2", "--calibrate",
+                         str(tmp_path / "c.json")]) == 2
+    assert "runs on the launch of --ranks 2 ranks, got 1" in capsys.readouterr().out
+    assert not (tmp_path / "c.json").exists()
 
 
 def test_bubble_is_the_gpipe_fraction_of_the_pipelined_time(setup):
@@ -287,3 +348,52 @@ def test_measure_runs_the_driver(tmp_path):
     line = next(l for l in out.stdout.splitlines() if l.strip().startswith("#1 dp 1"))
     assert "predicted" in line and "measured" in line, out.stdout
     assert float(line.split("measured ")[1].split(" ms")[0]) > 0
+
+
+def test_calibrate_inside_a_launch(tmp_path):
+    """mpiexec -n 2 ... --calibrate: every shape the planner needs, measured on both ranks at
+    once, and the link between them; the planner then reads the file as it is."""
+    from collectives.tools.launch import mpiexec_command
+    cal = tmp_path / "cal.json"
+    args = ["--hidden", "16,16", "--ranks", "2", "--micro-factors", "1,2", "--codecs", "none,fp16"]
+    out = subprocess.run([*mpiexec_command(), "-n", "2", sys.executable, "-m",
+                          "collectives.plan", *args, "--calibrate", str(cal)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(cal.read_text())
+    from collectives.plan import calibrate
+    assert data["launch"]["ranks"] == 2 and data["launch"]["threads"] >= 1
+    assert set(data["network"]) == {"alpha", "beta"}
+    assert data["network"]["alpha"] >= 0 and data["network"]["beta"] >= 0
+    assert data["network"]["alpha"] + data["network"]["beta"] > 0
+    assert [int(n) for n in data["probes"]["host"]] == list(calibrate.PROBE_SIZES)
+    assert all(t > 0 for t in data["probes"]["host"].values())
+    assert set(data["codecs"]) == {"fp16"} and data["codecs"]["fp16"]["encode"] > 0
+    from collectives.plan import calibrate
+    w = planner.Workload((64, 16, 16, 10), 64)
+    want = {f"layer {r} {a} {b} {int(relu)} {int(g)} threads={data['launch']['threads']}"
+            for r, a, b, relu, g in calibrate.shapes(w, 2, (1, 2), "1f1b")}
+    assert want and want <= set(data["times"]) and all(
+        t >= 0 for v in data["times"].values() for t in v)
+    listing = subprocess.run([sys.executable, "-m", "collectives.plan", *args,
+                              "--compute-cache", str(cal)], capture_output=True, text=True,
+                             timeout=300)
+    assert listing.returncode == 0, listing.stderr
+    assert "measured inside the launch" in listing.stdout
+
+
+def test_link_fit_recovers_the_cost_model(tuning):
+    """The least-squares fit of --calibrate gives back alpha_inter and beta_inter from ring
+    allreduce times the cost model itself produced (at the five probe sizes), within 0.1 %: the
+    model is linear in them but for its segment pipelining."""
+    from dataclasses import replace
+    from collectives.plan import calibrate
+    from collectives.selection.cost_model import predict as cost
+    cl = planner.cluster(8, 2, tuning=tuning)
+    g = pnet.group_network(cl, [list(range(8))])
+    true = replace(g, alpha_inter=2e-3, beta_inter=9e-9)
+    times = {n: cost("ring", float(n), 8, true) for n in calibrate.PROBE_SIZES}
+    a, b = calibrate._fit(times, 8, g, ("alpha_inter", "beta_inter"))
+    assert calibrate._fit({n: 1.0 for n in calibrate.PROBE_SIZES}, 8, g.intra(),
+                          ("alpha_inter", "beta_inter")) == (None, None)   # not seen at all
+    assert (a, b) == (pytest.approx(2e-3, rel=1e-3), pytest.approx(9e-9, rel=1e-3))

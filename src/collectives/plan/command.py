@@ -87,9 +87,16 @@ def parser() -> argparse.ArgumentParser:
     k = p.add_argument_group("compute model")
     k.add_argument("--cores", type=_positive, default=os.cpu_count() or 1,
                    help="cores of a host, shared by its ranks (default this machine's)")
+    k.add_argument("--emulated", action="store_true",
+                   help="the hosts are emulated on this machine (bench/cluster.py): all ranks "
+                        "share its --cores")
     k.add_argument("--compute-cache", default=str(planner.default_cache_path()), metavar="FILE",
                    help="JSON cache of the measured layer times ('none': do not cache; "
-                        "default %(default)s)")
+                        "default %(default)s), or a file written by --calibrate")
+    k.add_argument("--calibrate", type=Path, metavar="FILE",
+                   help="run under the launch (mpiexec, bench/cluster.py run): measure the "
+                        "compute and links on every rank at once and write FILE, for "
+                        "--compute-cache FILE")
     o = p.add_argument_group("output")
     o.add_argument("--top", type=_positive, help="print only the N fastest")
     o.add_argument("--run", type=_positive, metavar="N",
@@ -131,11 +138,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         w = planner.Workload((data.features, *hidden, data.classes), a.batch_size * a.ranks)
         cl = planner.cluster(a.ranks, a.hosts, a.network, a.tuning)
+        if a.calibrate:
+            from . import calibrate
+            codecs = tuple(s.strip() for s in a.codecs.split(",") if s.strip())
+            return calibrate.run(a.calibrate, w, cl, a.micro_factors, a.schedule, sys.stdout,
+                                 codecs)
         for spec in codecs:
             planner.codec_of(spec)  # an unknown codec is an error, not an empty table
-        threads, slowdown = threads_per_rank(cl.per_host, a.cores)
+        threads, slowdown = threads_per_rank(cl.ranks if a.emulated else cl.per_host, a.cores,
+                                             cl.ranks)
         cache = None if a.compute_cache.lower() == "none" else Path(a.compute_cache)
         compute = planner.MeasuredCompute(cache, threads, slowdown)
+        if compute.launch is not None:
+            threads, slowdown = compute.threads, 1.0
+            if compute.launch.get("ranks") != a.ranks:
+                raise ValueError(f"{cache}: calibrated on {compute.launch.get('ranks')} ranks, "
+                                 f"not --ranks {a.ranks}")
+            cl = planner.cluster(a.ranks, a.hosts, a.network, a.tuning, compute.network)
         rows = planner.plan(w, cl, compute, codecs, a.micro_factors, a.schedule, a.algorithm,
                             a.tuning)
     except FileNotFoundError as exc:
@@ -147,9 +166,12 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{a.ranks} ranks on {a.hosts} host(s); network: {cl.source}")
     print(f"  intra alpha {net.alpha * 1e6:.2f} us, beta {net.beta * 1e9:.4f} ns/B; inter "
           f"alpha {(net.alpha_inter or 0) * 1e6:.1f} us, beta {(net.beta_inter or 0) * 1e9:.3f} "
-          f"ns/B; compute: {threads} BLAS thread(s) per rank, x{slowdown:.2f} for shared cores "
-          f"({compute.measured} shape(s) measured now"
-          + (f", cache {cache})" if cache else ")"))
+          f"ns/B; compute: {threads} BLAS thread(s) per rank, "
+          + (f"measured inside the launch ({cache}), overhead "
+             f"{compute.overhead() * 1e6:.0f} us per layer and micro-batch"
+             if compute.launch is not None else
+             f"x{slowdown:.2f} for shared cores ({compute.measured} shape(s) measured now"
+             + (f", cache {cache})" if cache else ")")))
     print(f"{len(rows)} valid configurations, fastest first")
     print(table(rows[:a.top] if a.top else rows))
     if a.run:

@@ -11,7 +11,7 @@ SGD driver's :class:`~collectives.sgd.model.MLP` runs for that shape, on this ma
   gradient ``dz @ W.T`` and the ReLU mask ``*= h > 0``;
 - the optimizer step per parameter: ``v = mu v + g; p -= lr v`` on a float32 buffer.
 
-They run under ``threadpool_limits(threads)`` (the driver gives each rank ``cores // ranks``
+They run under ``threadpool_limits(threads)`` (the driver gives each rank ``cores // world``
 BLAS threads, :func:`threads_per_rank`), and a rank's times are multiplied by ``slowdown``
 (:func:`threads_per_rank`: more ranks than cores on a host share them). Each is run
 :data:`REPETITIONS` times after one warm-up and the median kept (fewer repetitions for
@@ -36,13 +36,14 @@ import numpy as np
 from ...selection.tuning_file import default_path
 
 __all__ = ["ComputeModel", "FlopRate", "MeasuredCompute", "default_cache_path", "REPETITIONS",
-           "BUDGET_S", "threads_per_rank"]
+           "BUDGET_S", "FORMAT", "threads_per_rank", "measure_layer", "measure_update"]
 
 #: Timed repetitions per measurement (the median is kept).
 REPETITIONS = 5
 #: A shape whose first run takes longer than this is repeated only 3 times.
 BUDGET_S = 0.2
-_FORMAT = "collectives-plan-compute"
+#: The ``"format"`` of a compute cache file.
+FORMAT = "collectives-plan-compute"
 
 
 class ComputeModel(Protocol):
@@ -55,6 +56,12 @@ class ComputeModel(Protocol):
     def update(self, params: int) -> float:
         """Seconds of the optimizer step over ``params`` parameters."""
 
+    def overhead(self) -> float:
+        """Seconds per layer and micro-batch outside the layer kernels (Python, the loss)."""
+
+    def codec_speeds(self) -> dict[str, dict[str, float]]:
+        """Codec speeds measured with the compute (a tuning file's ``"codecs"`` form), or {}."""
+
 
 @dataclass(frozen=True)
 class FlopRate:
@@ -64,6 +71,7 @@ class FlopRate:
 
     seconds: float
     update_s: float = 0.0
+    overhead_s: float = 0.0
 
     def layer(self, rows: int, fan_in: int, fan_out: int, relu: bool,
               input_grad: bool) -> tuple[float, float]:
@@ -73,36 +81,47 @@ class FlopRate:
     def update(self, params: int) -> float:
         return params * self.update_s
 
+    def overhead(self) -> float:
+        return self.overhead_s
+
+    def codec_speeds(self) -> dict[str, dict[str, float]]:
+        return {}
+
 
 def default_cache_path() -> Path:
     """``plan-compute.json`` beside the tuning file's default path."""
     return default_path().parent / "plan-compute.json"
 
 
-def threads_per_rank(ranks_per_host: int, cores: int) -> tuple[int, float]:
-    """The BLAS threads of each of ``ranks_per_host`` ranks on ``cores`` cores (the SGD
-    driver's ``max(1, cores // ranks)``) and the slowdown of their compute when the ranks'
-    threads outnumber the cores (``ranks x threads / cores``, at least 1)."""
-    if ranks_per_host < 1 or cores < 1:
-        raise ValueError(f"ranks per host and cores must be >= 1, got {ranks_per_host}, {cores}")
-    threads = max(1, cores // ranks_per_host)
+def threads_per_rank(ranks_per_host: int, cores: int,
+                     world: int | None = None) -> tuple[int, float]:
+    """The BLAS threads of each rank (the SGD driver's ``max(1, cores // world)``: it divides a
+    host's cores by the whole launch's ranks, ``world``, default ``ranks_per_host``) and the
+    slowdown of their compute when the ``ranks_per_host`` ranks sharing ``cores`` cores have
+    more threads than cores (``ranks x threads / cores``, at least 1)."""
+    world = ranks_per_host if world is None else world
+    if ranks_per_host < 1 or cores < 1 or world < ranks_per_host:
+        raise ValueError(f"ranks per host and cores must be >= 1 and the launch's ranks at "
+                         f"least those of a host, got {ranks_per_host}, {cores}, {world}")
+    threads = max(1, cores // world)
     return threads, max(1.0, ranks_per_host * threads / cores)
 
 
-def _median_time(fn: Callable[[], object]) -> float:
+def _median_time(fn: Callable[[], object], repetitions: int = REPETITIONS) -> float:
     fn()  # warm-up (first touch of the buffers, BLAS threads)
     t0 = time.perf_counter()
     fn()
     times = [time.perf_counter() - t0]
-    for _ in range((REPETITIONS if times[0] < BUDGET_S else 3) - 1):
+    for _ in range((repetitions if times[0] < BUDGET_S else 3) - 1):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
 
-def _measure_layer(rows: int, fan_in: int, fan_out: int, relu: bool,
-                   input_grad: bool) -> tuple[float, float]:
+def measure_layer(rows: int, fan_in: int, fan_out: int, relu: bool, input_grad: bool,
+                  repetitions: int = REPETITIONS) -> tuple[float, float]:
+    """Median (forward, backward) seconds of one layer's kernels (the module docstring)."""
     rng = np.random.default_rng(0)
     h = rng.standard_normal((rows, fan_in), dtype=np.float32)
     w = rng.standard_normal((fan_in, fan_out), dtype=np.float32)
@@ -126,10 +145,11 @@ def _measure_layer(rows: int, fan_in: int, fan_out: int, relu: bool,
             dh *= h > 0
         return gw
 
-    return _median_time(forward), _median_time(backward)
+    return _median_time(forward, repetitions), _median_time(backward, repetitions)
 
 
-def _measure_update(n: int) -> float:
+def measure_update(n: int, repetitions: int = REPETITIONS) -> float:
+    """Median seconds per parameter of the momentum-SGD step over ``n`` parameters."""
     p = np.zeros(n, np.float32)
     g = np.ones(n, np.float32)
     v = np.zeros(n, np.float32)
@@ -139,19 +159,28 @@ def _measure_update(n: int) -> float:
         v.__iadd__(g)
         p.__isub__(np.float32(0.01) * v)
 
-    return _median_time(step) / n
+    return _median_time(step, repetitions) / n
 
 
 @dataclass
 class MeasuredCompute:
     """Layer times measured on this machine, cached in the JSON file ``path`` (None: not
     cached). ``measured`` counts the shapes measured by this object (the rest came from the
-    cache)."""
+    cache).
+
+    A file written by ``--calibrate`` inside a launch (it has ``"launch"``,
+    :mod:`collectives.plan.calibrate`) is read as it is, whatever the host: its ``threads``, no
+    slowdown, its per-layer ``overhead``, ``network`` its measured links and ``codecs`` its
+    codecs' speeds; a shape it lacks
+    is an error (it was calibrated for another workload), never measured alone here."""
 
     path: Path | None = None
     threads: int = 1
     slowdown: float = 1.0
     measured: int = 0
+    launch: dict | None = None
+    network: dict = field(default_factory=dict)
+    codecs: dict = field(default_factory=dict)
     _table: dict[str, list[float]] = field(default_factory=dict, repr=False)
     _host: str = field(default_factory=platform.node, repr=False)
 
@@ -164,12 +193,23 @@ class MeasuredCompute:
                 data = None
             except (OSError, ValueError) as exc:
                 raise ValueError(f"{self.path}: not a compute cache ({exc})") from None
-            if isinstance(data, dict) and data.get("format") == _FORMAT \
-                    and data.get("host") == self._host and isinstance(data.get("times"), dict):
+            ok = isinstance(data, dict) and data.get("format") == FORMAT \
+                and isinstance(data.get("times"), dict)
+            if ok and isinstance(data.get("launch"), dict):
+                self.launch = data["launch"]
+                self.network = dict(data.get("network") or {})
+                self.codecs = dict(data.get("codecs") or {})
+                self.threads, self.slowdown = int(self.launch["threads"]), 1.0
+                self._table = {k: list(v) for k, v in data["times"].items()}
+            elif ok and data.get("host") == self._host:
                 self._table = {k: list(v) for k, v in data["times"].items()}
 
     def _lookup(self, key: str, measure: Callable[[], list[float]]) -> list[float]:
         key = f"{key} threads={self.threads}"
+        if key not in self._table and self.launch is not None:
+            raise ValueError(f"{self.path}: calibrated inside a launch for another workload "
+                             f"(no {key!r}): run --calibrate again with this --model, "
+                             f"--batch-size and --micro-factors")
         if key not in self._table:
             from threadpoolctl import threadpool_limits
 
@@ -184,17 +224,27 @@ class MeasuredCompute:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"format": _FORMAT, "host": self._host,
+        tmp.write_text(json.dumps({"format": FORMAT, "host": self._host,
                                    "numpy": np.__version__, "times": self._table}, indent=0))
         tmp.replace(self.path)
 
     def layer(self, rows: int, fan_in: int, fan_out: int, relu: bool,
               input_grad: bool) -> tuple[float, float]:
         key = f"layer {rows} {fan_in} {fan_out} {int(relu)} {int(input_grad)}"
-        fwd, bwd = self._lookup(key, lambda: list(_measure_layer(rows, fan_in, fan_out, relu,
-                                                                 input_grad)))
+        fwd, bwd = self._lookup(key, lambda: list(measure_layer(rows, fan_in, fan_out, relu,
+                                                                input_grad)))
         return fwd, bwd
 
     def update(self, params: int) -> float:
-        (per_param,) = self._lookup("update", lambda: [_measure_update(1 << 20)])
+        (per_param,) = self._lookup("update", lambda: [measure_update(1 << 20)])
         return params * per_param
+
+    def codec_speeds(self) -> dict[str, dict[str, float]]:
+        """The launch's measured codec speeds ({} outside a calibrated launch)."""
+        return self.codecs
+
+    def overhead(self) -> float:
+        """The launch's measured per-layer overhead; 0 outside a calibrated launch."""
+        if self.launch is None:
+            return 0.0
+        return self._lookup("overhead", lambda: [0.0])[0]

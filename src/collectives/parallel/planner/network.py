@@ -11,7 +11,9 @@ A :class:`Cluster` is ``hosts`` hosts of ``ranks // hosts`` ranks each and one
   :data:`collectives.selection.network.CLUSTER_DEFAULTS` (fitted on one node of this machine,
   docs/benchmarks.md) and its 25 us per message between hosts;
 - ``rate`` (``--network 1gbit|10gbit|<rate>``, :func:`parse_rate`) sets ``beta_inter = 8 /
-  rate`` seconds per byte, over what the tuning file says.
+  rate`` seconds per byte, over what the tuning file says;
+- ``measured``: the links measured inside the launch (``--calibrate``,
+  :mod:`collectives.plan.calibrate`), over all of the above.
 
 Placement: ranks fill host 0 first, then host 1, ... (``mpiexec -hosts a:m,b:m``). The mesh
 coordinates of rank ``r`` are ``(d, s, t)`` with ``r = (d pp + s) tp + t``: tensor parallelism
@@ -98,9 +100,10 @@ def _fitted(path: str | Path, ranks: int) -> dict:
 
 
 def cluster(ranks: int, hosts: int = 1, rate: str | None = None,
-            tuning: str | Path | None = None) -> Cluster:
+            tuning: str | Path | None = None, measured: dict | None = None) -> Cluster:
     """The :class:`Cluster` of these arguments (the module docstring says where each parameter
-    comes from); raises ValueError for bad values."""
+    comes from; ``measured``: ``alpha``, ``beta``, ``alpha_inter``, ``beta_inter`` measured
+    inside the launch, over all of them); raises ValueError for bad values."""
     if ranks < 1:
         raise ValueError(f"--ranks must be >= 1, got {ranks}")
     if tuning is not None:
@@ -113,6 +116,10 @@ def cluster(ranks: int, hosts: int = 1, rate: str | None = None,
         if fields.get("alpha_inter") is None:
             fields["alpha_inter"] = DEFAULT_ALPHA_INTER
         source += f", {rate} between hosts"
+    if measured:
+        fields.update({k: float(v) for k, v in measured.items()
+                       if k in ("alpha", "beta", "alpha_inter", "beta_inter")})
+        source += f"; {', '.join(sorted(measured))} measured inside the launch"
     return Cluster(ranks, hosts, Network(**fields), source)
 
 

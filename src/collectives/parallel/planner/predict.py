@@ -13,9 +13,11 @@ local shape (:mod:`.compute`); ``w_i`` the MLP's widths (``sizes``); ``A(n, p)``
 allreduce algorithm's cost (:data:`~collectives.selection.cost_model.COSTS`, ring by default) of
 ``n`` bytes on ``p`` ranks on that axis's network (:func:`.network.group_network`), ``AG(n, p)``
 :func:`~collectives.selection.cost_model.allgather`; ``P2P(n)`` a neighbor message
-(:func:`.network.p2p_seconds`). Per micro-batch, stage ``s`` costs::
+(:func:`.network.p2p_seconds`); ``o`` the driver's seconds per layer and micro-batch outside
+the kernels (measured in the launch, :mod:`collectives.plan.calibrate`; 0 without it). Per
+micro-batch, stage ``s`` costs::
 
-    c_s = sum over its layers of F_l(r) + B_l(r)
+    c_s = sum over its layers of F_l(r) + B_l(r) + o
     x_s = sum over its tensor-parallel pairs (i, i+1) of
               A(4 r w_{i+2}, tp)                   forward: the row-parallel layer's output
             + A(4 r w_i, tp)   if i > 0            backward: the pair's input gradient
@@ -35,9 +37,9 @@ gradient of its ``Psi_s`` local parameters over dp (``n = 4 Psi_s`` bytes) and s
          = AG(b, dp) + (e + d) n + q dp b             other codecs (top-k): allgather strategy
     u_s  = update(Psi_s / dp if shard >= 1 else Psi_s)
 
-with ``e, d, q`` the codec's encode, decode and per-payload-byte seconds (the tuning file's
-``"codecs"`` section, else :data:`collectives.compressed.auto.DEFAULT_SPEEDS`), as
-``codec="auto:..."`` prices them. The step::
+with ``e, d, q`` the codec's encode, decode and per-payload-byte seconds (measured inside the
+launch by ``--calibrate``, else the tuning file's ``"codecs"`` section, else
+:data:`collectives.compressed.auto.DEFAULT_SPEEDS`), as ``codec="auto:..."`` prices them. The step::
 
     step    = (M + S - 1) t_{s*} + max_s (dp_s + u_s)
     compute = M c_{s*} + u_{s'}       bubble = (S - 1) t_{s*}      (s' the max's stage)
@@ -50,7 +52,8 @@ at 1-3), activations ``4 r (w_in(s) + sum of its layers' local outputs)`` per mi
 flight: ``M`` for GPipe, ``min(M, S - s)`` for 1F1B.
 
 Not modelled: communication overlapped with compute (everything above is serial), stragglers
-and noise, the BLAS threads of several ranks sharing a host's cores, memory limits.
+and noise, memory limits. Ranks sharing cores are in the measured ``F``, ``B`` when the compute
+model was calibrated inside the launch; otherwise a slowdown factor stands for them.
 """
 
 from __future__ import annotations
@@ -107,11 +110,13 @@ class Prediction:
         return self.compute + self.bubble + self.dp + self.pp + self.tp
 
 
-def codec_speed(spec: str, tuning: str | Path | None = None) -> CodecSpeed:
-    """The codec's per-byte speeds: the tuning file's entry of this spec, else of this codec
-    name, else the built-in :data:`DEFAULT_SPEEDS`."""
+def codec_speed(spec: str, tuning: str | Path | None = None,
+                measured: dict | None = None) -> CodecSpeed:
+    """The codec's per-byte speeds: ``measured`` (inside the launch, ``--calibrate``) or the
+    tuning file's entry of this spec, else of this codec name, else the built-in
+    :data:`DEFAULT_SPEEDS`."""
     name = spec.partition(":")[0]
-    table = read_codec_speeds(tuning) if tuning is not None else {}
+    table = {**(read_codec_speeds(tuning) if tuning is not None else {}), **(measured or {})}
     for key in (spec, *[k for k in table if k.partition(":")[0] == name]):
         if key in table:
             return CodecSpeed(**table[key], source=f"measured ({key})")
@@ -177,7 +182,8 @@ def predict(c: Configuration, w: Workload, cl: Cluster, compute: ComputeModel,
     dp_net = group_network(cl, axis_groups("dp", c.dp, c.pp, c.tp))
 
     blocks = w.blocks(c.tp)
-    comp = [sum(sum(compute.layer(rows, l.fan_in, l.fan_out, l.relu, l.input_grad))
+    o = compute.overhead()
+    comp = [sum(sum(compute.layer(rows, l.fan_in, l.fan_out, l.relu, l.input_grad)) + o
                 for l in b) for b in blocks]
     tpx = [_tp_seconds(b, w, rows, c.tp, tp_net, algorithm) for b in blocks]
     groups = partition([a + b for a, b in zip(comp, tpx)], S)
@@ -196,7 +202,7 @@ def predict(c: Configuration, w: Workload, cl: Cluster, compute: ComputeModel,
     t_star, c_star, x_star, q_star = max(per, key=lambda v: v[0])
 
     codec = codec_of(c.codec)
-    speed = codec_speed(c.codec, tuning) if codec is not None else None
+    speed = codec_speed(c.codec, tuning, compute.codec_speeds()) if codec is not None else None
     tails, memories = [], []
     for s, g in enumerate(groups):
         layers = [l for j in g for l in blocks[j]]
