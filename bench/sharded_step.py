@@ -6,13 +6,15 @@ every configuration of :data:`CONFIGS` in turn (the order rotates from round to 
 parallelism, stage 1, and stages 2 and 3 with the bucket layouts and schedules of
 ``collectives.sgd.sync.sharded`` (``BALANCED``: a bucket made of a block of rows of every
 owner's part of a layer, else consecutive rows; ``PIPELINED``: each bucket's reduce-scatter on
-the progress engine while backward computes the next, else blocking; ``BUCKET_SHARE``: a bucket's
-largest share of a shard), with and without compression. It records the slowest
+the progress engine while backward computes the next, else blocking; ``BUCKET_SHARE``: a
+bucket's largest share of a shard), with and without compression. It records the slowest
 rank's median step of the run, its peak memory per category (the largest rank's, from the
-driver's ledger) and the bytes it sent per step; rank 0 prints, per configuration, the median over rounds and its
-ratio to data parallelism's (after one untimed run of each on a small model, which compiles
-the kernels). Every configuration ends with the same parameters (dense, ring:
-docs/sharded.md), which the script checks.
+driver's ledger; "buffers" reads the collectives' scratch, which the process keeps from one
+run to the next) and the bytes it sent per step, and writes them after every round; rank 0
+prints, per configuration, the median over rounds and its ratio to data parallelism's (after
+one untimed run of each on a small model, which compiles the kernels). Every configuration
+without a codec ends with the same parameters (dense, ring: docs/sharded.md), which the script
+checks.
 """
 
 from __future__ import annotations
@@ -119,7 +121,8 @@ def _report(times: dict, extras: dict, bits: set, world: int, base: list, path: 
               f"runs {[round(x) for x in row['runs_ms']]}  "
               f"sent {row['sent_per_step'] * mb:.1f} MB/step  memory MB: "
               f"params {m['parameters'] * mb:.1f} grads {m['gradients'] * mb:.1f} "
-              f"optim {m['optimizer'] * mb:.1f} codec {m['codec'] * mb:.1f} buffers {m['buffers'] * mb:.1f} "
+              f"optim {m['optimizer'] * mb:.1f} codec {m['codec'] * mb:.1f} "
+              f"buffers {m['buffers'] * mb:.1f} "
               f"total {m['total'] * mb:.1f}")
     if final:
         print(f"same parameters in every run without a codec: {len(bits) == 1}")
