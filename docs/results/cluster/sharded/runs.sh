@@ -7,7 +7,7 @@ step() {  # $1 tag, $2 hosts, $3 ranks per host, $4 subnet
     nice -n 5 python bench/cluster.py up --name hz$1 --hosts $2 --ranks-per-host $3 --rate 1gbit --subnet $4
     uptime > $R/step_$1.load
     nice -n 5 python bench/cluster.py run --name hz$1 -- python bench/sharded_step.py --rounds 2 \
-        --json $R/step_$1.json -- --model wide --subset 768 --epochs 1 --quiet > $R/step_$1.log 2>&1
+        --only 0,1,2,3,4,5,6,7,8 --json $R/step_$1.json -- --model wide --subset 768 --epochs 1 --quiet > $R/step_$1.log 2>&1
     uptime >> $R/step_$1.load
     python bench/cluster.py down --name hz$1
 }
@@ -34,7 +34,7 @@ esac
 # parallelism's (ring) parameters bit for bit, so its accuracy is data parallelism's
 acc() {  # $1 name, then driver arguments
     name=$1; shift
-    nice -n 15 mpiexec -n 4 python -m collectives.sgd --dataset synthetic --model wide --quiet \
+    nice -n 5 mpiexec -n 4 python -m collectives.sgd --dataset synthetic --model wide --quiet \
         --epochs 5 --algorithm ring --log $R/$name.json "$@" > $R/$name.log 2>&1
 }
 case "$1" in
