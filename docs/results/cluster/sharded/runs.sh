@@ -72,3 +72,13 @@ case "$1" in
         done
         python bench/cluster.py down --name hzt ;;
 esac
+# PyTorch: ShardedOptimizer and fully_shard against ZeroRedundancyOptimizer + DDP and FSDP2 over gloo
+case "$1" in
+    torch2x2)
+        nice -n 5 python bench/cluster.py up --name hzp --hosts 2 --ranks-per-host 2 --rate 1gbit --subnet 10.199.54.0/24
+        uptime > $R/torch_2x2.load
+        nice -n 5 python bench/cluster.py run --name hzp -- python bench/torch_sharded.py --hidden 2048 \
+            --batch 64 --steps 5 --rounds 3 --json $R/torch_2x2.json > $R/torch_2x2.log 2>&1 || true
+        uptime >> $R/torch_2x2.load
+        python bench/cluster.py down --name hzp ;;
+esac
