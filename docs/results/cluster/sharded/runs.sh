@@ -28,6 +28,7 @@ case "$1" in
     steps4x1) steps 4x1 4 1 10.199.51.0/24 0,1,2,3,5,6,9,10 384 ;;
     steps2x2c) steps 2x2c 2 2 10.199.50.0/24 0,1,2,3,9,10,11,12 384 ;;
     steps2x1) steps 2x1 2 1 10.199.53.0/24 0,1,2,3,5,6,9,10 384 ;;
+    steps2x2q) steps 2x2q 2 2 10.199.55.0/24 0,1,2,3,9,11,5 384 ;;
 esac
 # 625 steps (5 epochs) on one node, 4 ranks: the final accuracy, which does not depend on where
 # the ranks run (the same arithmetic in the same order); dense --shard 2 ends with data
