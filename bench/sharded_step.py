@@ -3,14 +3,18 @@
 Run ``mpiexec -n 4 python bench/sharded_step.py [--rounds 5] [--json FILE] [-- DRIVER ARGS]``
 (driver arguments default to ``--model wide --epochs 1 --quiet``). Each round trains one run of
 every configuration of :data:`CONFIGS` in turn (the order rotates from round to round): data
-parallelism, and stages 2 and 3 with the bucket layouts and schedules of
+parallelism, stage 1, and stages 2 and 3 with the bucket layouts and schedules of
 ``collectives.sgd.sync.sharded`` (``BALANCED``: a bucket made of a block of rows of every
 owner's part of a layer, else consecutive rows; ``PIPELINED``: each bucket's reduce-scatter on
-the progress engine while backward computes the next, else blocking). It records the slowest
-rank's median step of the run; rank 0 prints, per configuration, the median over rounds and its
-ratio to data parallelism's (after one untimed run of each on a small model, which compiles
-the kernels). Every configuration ends with the same parameters (dense, ring:
-docs/sharded.md), which the script checks.
+the progress engine while backward computes the next, else blocking; ``BUCKET_SHARE``: a
+bucket's largest share of a shard), with and without compression. It records the slowest
+rank's median step of the run, its peak memory per category (the largest rank's, from the
+driver's ledger; "buffers" reads the collectives' scratch, which the process keeps from one
+run to the next) and the bytes it sent per step, and writes them after every round; rank 0
+prints, per configuration, the median over rounds and its ratio to data parallelism's (after
+one untimed run of each on a small model, which compiles the kernels). Every configuration
+without a codec ends with the same parameters (dense, ring: docs/sharded.md), which the script
+checks.
 """
 
 from __future__ import annotations
@@ -28,21 +32,34 @@ from collectives.sgd.cli import parse
 from collectives.sgd.driver import Trainer
 from collectives.sgd.sync import sharded
 
-#: name -> (extra driver arguments, BALANCED, PIPELINED)
+#: name -> (extra driver arguments, BALANCED, PIPELINED[, BUCKET_SHARE]); a configuration with a
+#: codec is left out of the check that every run ends with the same parameters
 CONFIGS = {
     "data parallelism": ([], True, True),
+    "stage 1": (["--shard", "1"], False, False),
     "stage 2, contiguous, blocking": (["--shard", "2"], False, False),
     "stage 2, balanced, blocking": (["--shard", "2"], True, False),
     "stage 2, balanced, pipelined": (["--shard", "2"], True, True),
     "stage 3, contiguous, blocking": (["--shard", "3"], False, False),
     "stage 3, balanced, pipelined": (["--shard", "3"], True, True),
     "stage 3, balanced, blocking": (["--shard", "3"], True, False),
+    "stage 2, contiguous, pipelined": (["--shard", "2"], False, True),
+    "stage 2, top-k 1 % + EF": (["--shard", "2", "--codec", "topk:ratio=0.01",
+                                 "--error-feedback"], False, False),
+    "stage 3, top-k 1 % + EF, bf16 parameters": (
+        ["--shard", "3", "--codec", "topk:ratio=0.01", "--error-feedback",
+         "--param-codec", "bf16"], False, False),
+    "stage 2, balanced, blocking, buckets of 1/4 shard": (["--shard", "2"], True, False, 4),
+    "stage 3, balanced, blocking, buckets of 1/4 shard": (["--shard", "3"], True, False, 4),
 }
 
 
-def _run(argv: list[str], comm: MPI.Comm, balanced: bool, pipelined: bool) -> tuple[float, bytes]:
-    """The slowest rank's median step of one run, and the final parameters' bytes."""
-    sharded.BALANCED, sharded.PIPELINED = balanced, pipelined
+def _run(argv: list[str], comm: MPI.Comm, balanced: bool, pipelined: bool,
+         share: int = sharded.BUCKET_SHARE) -> tuple[float, bytes, dict]:
+    """The slowest rank's median step of one run, the final parameters' bytes, and the peak
+    memory per category (the largest over the ranks; ``rss`` is the process's, over every run
+    so far) with the mean bytes sent per rank and step."""
+    sharded.BALANCED, sharded.PIPELINED, sharded.BUCKET_SHARE = balanced, pipelined, share
     pre = parse(argv, comm.size, 10**12)
     ds = datasets.load(pre.args.dataset, pre.args.subset)
     t = Trainer(parse(argv, comm.size, len(ds.y_train)), ds, comm)
@@ -51,7 +68,11 @@ def _run(argv: list[str], comm: MPI.Comm, balanced: bool, pipelined: bool) -> tu
     t.exchange.close()
     full = t.exchange.full_params()
     median = comm.allreduce(float(np.median(t.step_seconds)), op=MPI.MAX)
-    return median, comm.bcast(None if full is None else full.tobytes(), root=0)
+    ranks = comm.allgather(t.ledger.report())
+    extra = {"memory": {k: max(m[k] for m in ranks) for k in ranks[0]},
+             "sent_per_step": comm.allreduce(t.exchange.stats.bytes_sent) / comm.size / t.step,
+             "test_acc": t.history[-1].get("test_acc") if t.history else None}
+    return median, comm.bcast(None if full is None else full.tobytes(), root=0), extra
 
 
 def main() -> None:
@@ -65,32 +86,50 @@ def main() -> None:
     comm = MPI.COMM_WORLD
     names = list(CONFIGS) if not a.only else [list(CONFIGS)[int(i)] for i in a.only.split(",")]
     times: dict[str, list[float]] = {k: [] for k in names}
+    extras: dict[str, dict] = {}
     bits = set()
     for k in names:  # compile the kernels every configuration calls, on a small model
         _run(["--hidden", "16", "--subset", "128", "--epochs", "1", "--quiet", *CONFIGS[k][0]],
              comm, *CONFIGS[k][1:])
     for r in range(a.rounds):
         for k in names[r % len(names):] + names[:r % len(names)]:
-            extra, balanced, pipelined = CONFIGS[k]
+            extra, *layout = CONFIGS[k]
             comm.Barrier()
-            median, params = _run([*base, *extra], comm, balanced, pipelined)
+            median, params, extras[k] = _run([*base, *extra], comm, *layout)
             times[k].append(median)
-            bits.add(params)
+            if "--codec" not in extra:
+                bits.add(params)
             if comm.rank == 0:
                 print(f"round {r}: {k}: {median * 1e3:.1f} ms", file=sys.stderr, flush=True)
-    if comm.rank == 0:
-        dp = statistics.median(times["data parallelism"])
-        rows = {k: {"median_ms": statistics.median(v) * 1e3,
-                    "ratio": statistics.median(v) / dp, "runs_ms": [x * 1e3 for x in v]}
-                for k, v in times.items()}
-        for k, row in rows.items():
-            print(f"{k:32s} {row['median_ms']:8.1f} ms  {row['ratio']:.2f}x  "
-                  f"runs {[round(x) for x in row['runs_ms']]}")
-        print(f"same parameters in every run: {len(bits) == 1}")
-        if a.json:
-            with open(a.json, "w") as f:
-                json.dump({"world": comm.size, "driver": base, "configs": rows,
-                           "same_bits": len(bits) == 1}, f, indent=1)
+        if comm.rank == 0:  # after every round, so that a run cut short leaves its rounds
+            _report(times, extras, bits, comm.size, base, a.json, final=r == a.rounds - 1)
+
+
+def _report(times: dict, extras: dict, bits: set, world: int, base: list, path: str | None,
+            final: bool) -> None:
+    """Print (at the end) and write (every round) each configuration's medians."""
+    times = {k: v for k, v in times.items() if v}
+    dp = statistics.median(times.get("data parallelism", [float("nan")]))
+    rows = {k: {"median_ms": statistics.median(v) * 1e3,
+                "ratio": statistics.median(v) / dp, "runs_ms": [x * 1e3 for x in v],
+                **extras[k]}
+            for k, v in times.items()}
+    mb = 1e-6
+    for k, row in rows.items() if final else ():
+        m = row["memory"]
+        print(f"{k:50s} {row['median_ms']:8.1f} ms  {row['ratio']:.2f}x  "
+              f"runs {[round(x) for x in row['runs_ms']]}  "
+              f"sent {row['sent_per_step'] * mb:.1f} MB/step  memory MB: "
+              f"params {m['parameters'] * mb:.1f} grads {m['gradients'] * mb:.1f} "
+              f"optim {m['optimizer'] * mb:.1f} codec {m['codec'] * mb:.1f} "
+              f"buffers {m['buffers'] * mb:.1f} "
+              f"total {m['total'] * mb:.1f}")
+    if final:
+        print(f"same parameters in every run without a codec: {len(bits) == 1}")
+    if path:
+        with open(path, "w") as f:
+            json.dump({"world": world, "driver": base, "configs": rows,
+                       "same_bits": len(bits) == 1}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,85 @@
+#!/bin/sh
+# Sharded data parallelism on the emulated cluster (docs/sharded.md, "On the emulated cluster").
+# As root, from the repository root, with the environment's python first on PATH.
+set -e
+R=docs/results/cluster/sharded
+step() {  # $1 tag, $2 hosts, $3 ranks per host, $4 subnet
+    nice -n 5 python bench/cluster.py up --name hz$1 --hosts $2 --ranks-per-host $3 --rate 1gbit --subnet $4
+    uptime > $R/step_$1.load
+    nice -n 5 python bench/cluster.py run --name hz$1 -- python bench/sharded_step.py --rounds 2 \
+        --only 0,1,2,3,4,5,6,7,8 --json $R/step_$1.json -- --model wide --subset 768 --epochs 1 --quiet > $R/step_$1.log 2>&1
+    uptime >> $R/step_$1.load
+    python bench/cluster.py down --name hz$1
+}
+case "$1" in
+    step2x2) step 2x2 2 2 10.199.50.0/24 ;;
+    step4x1) step 4x1 4 1 10.199.51.0/24 ;;
+esac
+# the same, for chosen configurations (bench/sharded_step.py --only) and a shorter run
+steps() {  # $1 tag, $2 hosts, $3 ranks per host, $4 subnet, $5 --only, $6 --subset
+    nice -n 5 python bench/cluster.py up --name hz$1 --hosts $2 --ranks-per-host $3 --rate 1gbit --subnet $4
+    uptime > $R/step_$1.load
+    nice -n 5 python bench/cluster.py run --name hz$1 -- python bench/sharded_step.py --rounds 1 \
+        --only $5 --json $R/step_$1.json -- --model wide --subset $6 --epochs 1 --quiet > $R/step_$1.log 2>&1
+    uptime >> $R/step_$1.load
+    python bench/cluster.py down --name hz$1
+}
+case "$1" in
+    steps4x1) steps 4x1 4 1 10.199.51.0/24 0,1,2,3,5,6,9,10 384 ;;
+    steps2x2c) steps 2x2c 2 2 10.199.50.0/24 0,1,2,3,9,10,11,12 384 ;;
+    steps2x1) steps 2x1 2 1 10.199.53.0/24 0,1,2,3,5,6,9,10 384 ;;
+    steps2x2q) steps 2x2q 2 2 10.199.55.0/24 0,1,2,3,9,11,5 384 ;;
+esac
+# 625 steps (5 epochs) on one node, 4 ranks: the final accuracy, which does not depend on where
+# the ranks run (the same arithmetic in the same order); dense --shard 2 ends with data
+# parallelism's (ring) parameters bit for bit, so its accuracy is data parallelism's
+acc() {  # $1 name, then driver arguments
+    name=$1; shift
+    nice -n 5 mpiexec -n 4 python -m collectives.sgd --dataset synthetic --model wide --quiet \
+        --epochs 5 --algorithm ring --log $R/$name.json "$@" > $R/$name.log 2>&1
+}
+case "$1" in
+    acc)
+        shift
+        for run in "$@"; do
+            case "$run" in
+                dp) acc acc_dense_dp ;;
+                topk2) acc acc_topk1_ef_zero2 --shard 2 --codec topk:ratio=0.01 --error-feedback ;;
+                topk3bf16) acc acc_topk1_ef_bf16_zero3 --shard 3 --codec topk:ratio=0.01 \
+                    --error-feedback --param-codec bf16 ;;
+            esac
+        done ;;
+esac
+# 625 steps (5 epochs, batch 32 per rank) of the wide model, 2 hosts x 2 ranks (runs one after another)
+tta() {  # $1 name, then driver arguments
+    name=$1; shift
+    nice -n 5 python bench/cluster.py up --name hzt --hosts 2 --ranks-per-host 2 --rate 1gbit --subnet 10.199.52.0/24
+    uptime > $R/$name.load
+    nice -n 5 python bench/cluster.py run --name hzt -- python -m collectives.sgd --dataset synthetic \
+        --model wide --quiet --epochs 5 --algorithm ring --log $R/$name.json "$@" > $R/$name.log 2>&1
+    uptime >> $R/$name.load
+}
+case "$1" in
+    tta)
+        shift
+        for run in "$@"; do
+            case "$run" in
+                dense2) tta tta_dense_zero2 --shard 2 ;;
+                dense3) tta tta_dense_zero3 --shard 3 ;;
+                topk2) tta tta_topk1_ef_zero2 --shard 2 --codec topk:ratio=0.01 --error-feedback ;;
+                topk3bf16) tta tta_topk1_ef_bf16_zero3 --shard 3 --codec topk:ratio=0.01 --error-feedback --param-codec bf16 ;;
+                dp) tta tta_dense_dp ;;
+            esac
+        done
+        python bench/cluster.py down --name hzt ;;
+esac
+# PyTorch: ShardedOptimizer and fully_shard against ZeroRedundancyOptimizer + DDP and FSDP2 over gloo
+case "$1" in
+    torch2x2)
+        nice -n 5 python bench/cluster.py up --name hzp --hosts 2 --ranks-per-host 2 --rate 1gbit --subnet 10.199.54.0/24
+        uptime > $R/torch_2x2.load
+        nice -n 5 python bench/cluster.py run --name hzp -- python bench/torch_sharded.py --hidden 2048 \
+            --batch 64 --steps 5 --rounds 3 --json $R/torch_2x2.json > $R/torch_2x2.log 2>&1 || true
+        uptime >> $R/torch_2x2.load
+        python bench/cluster.py down --name hzp ;;
+esac
