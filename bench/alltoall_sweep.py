@@ -13,8 +13,8 @@ the slowest rank's. Rank 0 prints the median over rounds (``--stat min``: the fa
 ratio to the bare call. The bare call runs on a duplicate of ``COMM_WORLD``; the results are
 checked after the rounds.
 
-``--barrier`` times ``comm.Barrier()`` against ``collectives.barrier()`` (auto, which is
-dissemination) and ``algorithm="native"`` the same way instead.
+``--barrier`` times ``comm.Barrier()`` against ``collectives.barrier()`` (auto: shm on one node,
+dissemination across nodes) and ``algorithm="native"`` the same way instead.
 """
 
 from __future__ import annotations

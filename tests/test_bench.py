@@ -667,7 +667,7 @@ def test_alltoall_sweep_times_every_variant_and_the_barrier(tmp_path):
     stdout = _bench_job(2, "alltoall_sweep.py", "--sizes", "8,4K", "--rounds", "2",
                         "--target-ms", "0.5", "--min-calls", "2", out=out, timeout=120)
     data = json.loads(out.read_text())
-    names = ["comm.Alltoall", "default", "pairwise", "bruck", "hierarchical", "native"]
+    names = ["comm.Alltoall", "default", "shm", "pairwise", "bruck", "hierarchical", "native"]
     assert data["ranks"] == 2 and [r["bytes"] for r in data["rows"]] == [8, 4096]
     assert all(set(r) == {"bytes", "calls", *names} and min(r[n] for n in names) > 0
                for r in data["rows"])
