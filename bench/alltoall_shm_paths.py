@@ -13,7 +13,6 @@ with other jobs the fastest round is the one no other job preempted. It is what 
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 from mpi4py import MPI
@@ -21,16 +20,10 @@ from mpi4py import MPI
 import collectives
 from collectives.tools.osu.options import parse_sizes
 
+from alltoall_sweep import _timed  # the sibling script's (bench/ is sys.path[0])
+
 PATHS = {"slots": collectives.Options(shm_cma_bytes=1 << 62),
          "cma": collectives.Options(shm_cma_bytes=0)}
-
-
-def _timed(fn, calls: int, comm: MPI.Comm) -> float:
-    comm.Barrier()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return comm.allreduce((time.perf_counter() - t0) / calls, op=MPI.MAX)
 
 
 def main(argv: list[str] | None = None) -> None:
