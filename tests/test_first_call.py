@@ -97,6 +97,24 @@ def test_warmup_fills_the_cache_for_the_first_calls(tmp_path):
     assert fp16.returncode == 0, fp16.stderr
     compiled, loaded = map(int, fp16.stdout.split())
     assert compiled == 0 and loaded >= 2, fp16.stdout  # the fp16 codec's two kernels
+    # the byte kernel of the shm barrier and alltoall (a read-only input, and a writeable one)
+    script = tmp_path / "bytes.py"
+    script.write_text(textwrap.dedent("""
+        import numpy as np
+        from mpi4py import MPI
+        import collectives
+        from collectives.tools.warmup import kernel_stats
+        collectives.barrier(algorithm="shm")
+        x = np.arange(4 * MPI.COMM_WORLD.size, dtype=np.float32)
+        x.flags.writeable = False
+        collectives.alltoall(x, algorithm="shm")
+        collectives.alltoall(np.arange(4 * MPI.COMM_WORLD.size, dtype=np.float64), algorithm="shm")
+        print(*kernel_stats())
+    """))
+    run = subprocess.run([*mpiexec_command(), "-n", "2", sys.executable, str(script)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert all(line.split()[0] == "0" for line in run.stdout.splitlines()), run.stdout
     out = tmp_path / "first.json"
     run = subprocess.run([*mpiexec_command(), "-n", "2", sys.executable,
                           str(ROOT / "bench" / "first_call.py"), "--count", "5000", "--calls", "2",

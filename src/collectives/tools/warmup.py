@@ -7,7 +7,8 @@ every kernel the path's first call needs is compiled and written to the cache (`
 if set, else ``__pycache__`` next to the kernels' sources): later processes load it instead.
 
 - ``allreduce``: the shm round driver (``run_rounds``, what ``algorithm="auto"`` runs on one
-  node), through a one-rank team on ``COMM_SELF``: the same argument types as any team's call;
+  node), through a one-rank team on ``COMM_SELF``: the same argument types as any team's call,
+  and its byte signatures, which the shm barrier and alltoall run (whatever the dtype);
   for float16 also the compiled reduction of the message-based algorithms
   (:class:`collectives.ops.HalfOp`, from ``HALF_KERNEL_ELEMENTS`` elements);
 - ``compressed``: ``compressed_allreduce`` with top-k and error feedback and the sparse
@@ -48,6 +49,13 @@ def _allreduce(dtype: np.dtype) -> None:
         x = np.arange(8, dtype=dtype)
         out = np.empty_like(x)
         team.run(x, out, layout.OPCODES["sum"], layout.REPLICATED, 1, None)
+        # the byte kernel of the shm barrier and alltoall (any dtype travels as uint8 views),
+        # for a writeable input and a read-only one
+        token = np.zeros(8, np.uint8)
+        team.run(token, token, layout.OPCODES["max"], layout.REPLICATED, 1, None)
+        fixed = np.zeros(8, np.uint8)
+        fixed.flags.writeable = False
+        team.run(fixed, token, layout.OPCODES["max"], layout.REPLICATED, 1, None)
     finally:
         team.free()
     if dtype == np.float16:
