@@ -11,8 +11,8 @@ core while they "compute", so an oversubscribed machine still runs them side by 
 ``--work matmul`` multiplies 64 x 256 by 256 x 256 matrices until the time has passed (real
 compute, competing for the cores with the other ranks' waits), with the BLAS threads of each rank
 limited to ``cores // ranks`` as the driver's are (threadpoolctl; the emulated cluster's hosts
-share this machine's cores; OpenBLAS's default of a thread per core in every rank doubled 1F1B's
-bubble at S = 2, M = 16 on two cores). For every schedule and M, each
+share this machine's cores; docs/pipeline.md says what more threads did). For every schedule
+and M, each
 stage runs ``--steps`` steps; a step's bubble is the stage's idle time (waiting for receives,
 and at the step's end for the other stages) over the step's time (``StepStats.bubble``).
 Reported: the median over steps, then the mean and the largest of the stages, against the
