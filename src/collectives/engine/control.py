@@ -1,9 +1,12 @@
 """Status queries between the engines of one communicator: who has submitted what.
 
 Horovod's stall check names the ranks that have not submitted a tensor everybody else waits for.
-Here every engine keeps a receive posted on its private control communicator (a second duplicate
-of the caller's communicator, so these messages never meet an operation's). A rank that waits too
-long sends a query (a round number) to every other rank; each engine answers, from its thread,
+Here every engine looks for queries on its private control communicator (a second duplicate of
+the caller's communicator, so these messages never meet an operation's) with a matched probe
+(``MPI_Improbe`` from any source, then ``MPI_Mrecv``), which leaves nothing posted: a receive
+from any source kept posted for the engine's whole life, tested from several threads and
+cancelled at the end is the pattern of a run of MPICH's any-source bugs (its issues #2882, #6027,
+#7203; docs/reliability.md). A rank that waits too long sends a query (a round number) to every other rank; each engine answers, from its thread,
 with four counters of its communicator: operations submitted, operations finished, the one
 running (-1 if none), and named operations pending (:mod:`.named`), and four words of its flight
 recorder saying what the rank did last (:mod:`collectives._runtime.last_call`: the call it is in,
@@ -50,39 +53,50 @@ class Control:
         #: every other rank's last call (:func:`last_call.encode`'s words) at the last :meth:`ask`
         self.last_calls: dict[int, tuple[int, ...]] = {}
         self._inbox = np.zeros(1, dtype=np.int64)
-        self._posted: MPI.Request | None = None
-        self._serving = threading.Lock()   # one thread tests the posted receive at a time
+        self._status = MPI.Status()
+        self._open = False                 # answering queries
+        self._serving = threading.Lock()   # one thread probes and answers at a time
         self._asking = threading.Lock()    # one query round at a time
         self._round = 0
         self.finalizing = False            # inside MPI_Finalize: no more MPI calls
 
     def open(self) -> None:
         """Start answering (the control communicator must be ready)."""
-        self._posted = self.comm.Irecv(self._inbox, MPI.ANY_SOURCE, _QUERY)
+        self._open = True
 
     def close(self) -> None:
-        """Stop answering: withdraw the posted receive."""
+        """Stop answering; the queries already arrived are received, unanswered (a rank that
+        asks gives up on an answer after its deadline)."""
         if self.finalizing:
-            return  # no MPI call now: the thread inside MPI_Finalize withdraws it
+            return  # no MPI call now
         with self._serving:
-            posted, self._posted = self._posted, None
-            if posted is not None:
-                posted.Cancel()
-                posted.Wait()
+            if self._open:
+                self._open = False
+                while self._next() is not None:
+                    pass
 
     def serve(self) -> None:
         """Answer every query that has arrived (returns at once if another thread is at it)."""
-        if self._posted is None or self.finalizing or not self._serving.acquire(False):
+        if not self._open or self.finalizing or not self._serving.acquire(False):
             return
         try:
-            status = MPI.Status()
-            while self._posted is not None and self._posted.Test(status):
+            while self._open:
+                source = self._next()
+                if source is None:
+                    return
                 answer = np.array([self._inbox[0], *self.status(), *last_call.encode()],
                                   dtype=np.int64)
-                self.comm.Send(answer, status.Get_source(), _REPLY)  # 72 bytes: sent eagerly
-                self._posted = self.comm.Irecv(self._inbox, MPI.ANY_SOURCE, _QUERY)
+                self.comm.Send(answer, source, _REPLY)  # 72 bytes: sent eagerly
         finally:
             self._serving.release()
+
+    def _next(self) -> int | None:
+        """Receive the next query that has arrived into ``_inbox``; its source, or None."""
+        message = self.comm.Improbe(MPI.ANY_SOURCE, _QUERY, self._status)
+        if message is None:
+            return None
+        message.Recv(self._inbox)
+        return self._status.Get_source()
 
     def ask(self, deadline_s: float = 1.0) -> dict[int, Status]:
         """Every other rank's status (those that answered within ``deadline_s``), and ours."""
