@@ -56,6 +56,8 @@ from pathlib import Path
 
 import pytest
 
+import backtrace
+
 FIXTURE = "mpi_world_size"
 RUNNER = Path(__file__).resolve().parent / "mpi" / "runner.py"
 WORLD_SIZES = (1, 2, 3, 4, 5, 7, 8)
@@ -365,6 +367,7 @@ class _Job:
         from collectives.tools.launch import mpiexec_command
 
         self.size, self.nodeids, self.logdir = size, nodeids, logdir
+        self.cwd, self.began = config.rootpath, time.time()  # where and since when a core
         logdir.mkdir(parents=True)
         (logdir / "selected.txt").write_text("\n".join(nodeids) + "\n")
         (logdir / "known.txt").write_text("\n".join(sorted(known)) + "\n")
@@ -449,6 +452,17 @@ class _Job:
         if not path.exists():
             return "(no output)"
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _c_backtrace(job: _Job) -> str:
+    """The crashed rank's C frames, where it left a core (``tests/backtrace.py``)."""
+    core = backtrace.find_core(job.cwd, job.began) if backtrace.enabled() else None
+    if core is None:
+        return ""
+    text = backtrace.backtrace(core, sys.executable, job.logdir / "backtrace.txt")
+    frames = backtrace.crashed_thread(text or "")
+    return (f"\n--- C backtrace of the crashed thread (gdb; every thread's in "
+            f"{job.logdir / 'backtrace.txt'}) ---\n{frames or '(gdb could not read the core)'}")
 
 
 class _Runner:
@@ -581,7 +595,8 @@ class _Runner:
         logs = "\n".join(f"--- rank {k} ---\n{job.tail(f'rank{k}.log', 20)}" for k in ranks[:3])
         return (f"{job.size} ranks: the job ended (exit code {job.proc.returncode}) while ranks "
                 f"{', '.join(map(str, ranks))} were in this test (a crash?); logs in "
-                f"{job.logdir}\n{logs}\n--- mpiexec ---\n{job.tail('mpiexec.log', 20)}")
+                f"{job.logdir}\n{logs}\n--- mpiexec ---\n{job.tail('mpiexec.log', 20)}"
+                + _c_backtrace(job))
 
     def close(self) -> None:
         for size in list(self.jobs):

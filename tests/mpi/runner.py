@@ -3,8 +3,10 @@
 Usage: ``mpiexec -n P python tests/mpi/runner.py LOGDIR [pytest args] [paths]``. Each rank sends
 everything it prints to ``LOGDIR/rank<k>.log`` and runs ``pytest --with-mpi --mpi-log-dir LOGDIR``
 (so ``LOGDIR/rank<k>.progress`` names the test under way and ``rank<k>.results`` holds its outcomes;
-``tests/mpi_launch.py``) on the paths given, by default all of ``tests/mpi``. On a failure the rank
-writes the traceback and aborts the job, so the other ranks cannot hang waiting;
+``tests/mpi_launch.py``) on the paths given, by default all of ``tests/mpi``. Where ``gdb``
+exists a rank that crashes leaves a core file, which the outer run turns into the C backtrace of
+the failure (``tests/backtrace.py``). On a failure the rank writes the traceback and aborts the
+job, so the other ranks cannot hang waiting;
 ``COLLECTIVES_TEST_NO_ABORT=1`` lets the ranks go on past a failure instead, to see every failure
 of a run in one go (the GPU check does this, under a time limit: a failure seen by one rank only
 can then leave the other waiting). Plain ``mpiexec -n P python -m pytest --with-mpi tests/mpi``
@@ -27,9 +29,12 @@ import pytest
 from mpi4py import MPI
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from backtrace import allow_core  # noqa: E402  (tests/backtrace.py)
 
 
 def main() -> int:
+    allow_core()  # a crash leaves a core that the outer run reads with gdb
     logdir = Path(sys.argv[1])
     logdir.mkdir(parents=True, exist_ok=True)
     log = open(logdir / f"rank{MPI.COMM_WORLD.rank}.log", "w", buffering=1)
