@@ -2,7 +2,7 @@
 
 The outer run must give each multi-rank test its own item and outcome, report a failure on one
 rank with that rank's traceback and go on with the next test, fail a hang with the test each rank
-was in, refuse tests that exist only inside the ranks, honour -k and -x, run a test only at the
+was in, fail a crash with the ranks' logs and the crashed thread's C frames (where gdb exists), refuse tests that exist only inside the ranks, honour -k and -x, run a test only at the
 world sizes its ``world_sizes`` mark allows (all of them with --mpi-every-size), inside the ranks
 too; and the real tests/mpi must run directly under mpiexec with pytest-mpi's --with-mpi.
 """
@@ -13,9 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import backtrace
 from collectives.tools.launch import mpiexec_command
 
 TESTS = Path(__file__).resolve().parent
+CORE_PATTERN = Path("/proc/sys/kernel/core_pattern")
 
 CONFTEST = f"""
 import sys
@@ -55,6 +57,13 @@ def test_fails_on_rank_1():
     assert MPI.COMM_WORLD.rank != 1, "rank 1 disagrees"
     MPI.COMM_WORLD.Barrier()
 
+def test_crashes_on_rank_1():
+    MPI.COMM_WORLD.Barrier()
+    if MPI.COMM_WORLD.rank == 1:
+        import ctypes
+        ctypes.string_at(0)  # a segmentation fault
+    MPI.COMM_WORLD.Barrier()
+
 def test_ok_after():
     MPI.COMM_WORLD.Barrier()
 """
@@ -78,8 +87,16 @@ def _outer(tmp_path, *args):
 def test_each_test_is_an_item_and_a_failing_or_hanging_rank_fails_only_its_test(tmp_path):
     run, outcomes = _outer(tmp_path)
     assert outcomes == {"test_by_root": "PASSED", "test_ok": "PASSED", "test_hang": "FAILED",
-                        "test_fails_on_rank_1": "FAILED", "test_ok_after": "PASSED"}, run.stdout
+                        "test_fails_on_rank_1": "FAILED", "test_crashes_on_rank_1": "FAILED",
+                        "test_ok_after": "PASSED"}, run.stdout
     assert "failed on rank 1 of 2: AssertionError: rank 1 disagrees" in run.stdout
+    # a crash: each rank's log (faulthandler's Python frames) and, where gdb reads a core
+    # written in the working directory, the crashed thread's C frames (tests/backtrace.py)
+    assert "were in this test (a crash?)" in run.stdout and "Segmentation fault" in run.stdout
+    if backtrace.enabled() and CORE_PATTERN.read_text().startswith("core"):
+        assert "C backtrace of the crashed thread" in run.stdout, run.stdout[-4000:]
+        assert "string_at" in run.stdout, run.stdout[-4000:]
+        assert not list(tmp_path.glob("core*")), "the core was not deleted"
     assert "no rank finished anything for 4 s (a hang?)" in run.stdout
     assert "rank 1: test_probe.py::test_hang[np2]" in run.stdout
     # a test whose parameters depend on the world size cannot hide inside the ranks
