@@ -33,6 +33,7 @@ case "$1" in
     steps2x2b) steps 2x2b 2 2 10.199.56.0/24 2,13,9 384 ;;
     steps4x1b) steps 4x1b 4 1 10.199.57.0/24 2,13,9 384 ;;
     steps2x2r) steps 2x2r 2 2 10.199.56.0/24 13,9,2 384 ;;  # the same three, in reverse order
+    steps2x2s) steps 2x2s 2 2 10.199.56.0/24 2,13,9 384 ;;  # the first order again, later
 esac
 # 625 steps (5 epochs) on one node, 4 ranks: the final accuracy, which does not depend on where
 # the ranks run (the same arithmetic in the same order); dense --shard 2 ends with data
