@@ -51,6 +51,9 @@ CONFIGS = {
          "--param-codec", "bf16"], False, False),
     "stage 2, balanced, blocking, buckets of 1/4 shard": (["--shard", "2"], True, False, 4),
     "stage 3, balanced, blocking, buckets of 1/4 shard": (["--shard", "3"], True, False, 4),
+    "stage 2, top-k 1 % + EF, bf16 parameters": (
+        ["--shard", "2", "--codec", "topk:ratio=0.01", "--error-feedback",
+         "--param-codec", "bf16"], False, False),
 }
 
 
@@ -120,7 +123,8 @@ def _report(times: dict, extras: dict, bits: set, world: int, base: list, path: 
         print(f"{k:50s} {row['median_ms']:8.1f} ms  {row['ratio']:.2f}x  "
               f"runs {[round(x) for x in row['runs_ms']]}  "
               f"sent {row['sent_per_step'] * mb:.1f} MB/step  memory MB: "
-              f"params {m['parameters'] * mb:.1f} grads {m['gradients'] * mb:.1f} "
+              f"params {m['parameters'] * mb:.1f} master {m.get('master', 0) * mb:.1f} "
+              f"grads {m['gradients'] * mb:.1f} "
               f"optim {m['optimizer'] * mb:.1f} codec {m['codec'] * mb:.1f} "
               f"buffers {m['buffers'] * mb:.1f} "
               f"total {m['total'] * mb:.1f}")

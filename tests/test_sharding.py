@@ -70,8 +70,8 @@ def test_ledger_counts_live_arrays_and_their_peaks():
     view = b[10:20]
     del b
     gc.collect()
-    assert ledger.live() == {"parameters": 400, "gradients": 200, "optimizer": 0, "codec": 0,
-                             "buffers": 0}
+    assert ledger.live() == {"parameters": 400, "master": 0, "gradients": 200, "optimizer": 0,
+                             "codec": 0, "buffers": 0}
     del view
     ledger.track("gradients", np.zeros(25, np.float32))  # made and freed at once
     assert ledger.live()["gradients"] == 0
@@ -101,3 +101,7 @@ def test_the_report_names_the_stage_and_the_memory_split():
                          "2.00 MB\n  arrays held at once 8.00 MB; peak resident set size "
                          "300.00 MB")
     assert "ZeRO" not in final_report({**s, "shard": 0})
+    # --shard 1|2 --param-codec: the master slice beside the replica, on its own line item
+    master = final_report({**s, "memory": {**s["memory"], "master": mb // 4}})
+    assert "peak memory per rank (largest rank): parameters 4.00 MB, master parameters 0.25 MB, " \
+           "gradients 1.00 MB" in master

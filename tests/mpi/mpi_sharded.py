@@ -3,7 +3,8 @@
 Every stage against plain data parallelism over the same global batch: the same parameters, bit
 for bit (ring reduce-scatter over the plan's even split sums each element in ring allreduce's
 order; docs/sharded.md), with parameter counts that do not divide by p and layers of fewer
-elements than ranks; stop and resume bit for bit at every stage; the measured memory split;
+elements than ranks; stop and resume bit for bit at every stage; a parameter codec at stages
+1-2 against data parallelism with rounded masters, bit for bit; the measured memory split;
 bad arguments and foreign checkpoints stopping every rank alike, overwriting nothing.
 """
 
@@ -183,6 +184,80 @@ def test_stage_3_with_bf16_parameters_in_the_gathers():
     _cleanup(comm, d)
 
 
+def _bf16(x):
+    """float32 ``x`` rounded to bfloat16 (nearest even) and back: plain NumPy on the bits."""
+    u = x.view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return u.astype(np.uint32).view(np.float32)
+
+
+def _fp16(x):
+    return x.astype(np.float16).astype(np.float32)
+
+
+ROUNDINGS = {"bf16": _bf16, "fp16": _fp16}
+
+
+def _rounded_reference(argv, comm, rounding):
+    """Data parallelism (ring allreduce: the sharded runs' averaged gradients, bit for bit) with
+    a float32 master that the update writes, the model computing with ``rounding(master)`` from
+    the first step on: ``(master, the rounded parameters)``."""
+    from collectives.sgd.optim import SGD
+
+    t = _trainer(argv, comm)
+    params = t.model.params.flat
+    master = params.copy()
+    t.opt = SGD(master, t.opt.momentum, t.opt.weight_decay)
+    params[...] = rounding(master)
+    t.exchange.average_params = lambda step: params.__setitem__(Ellipsis, rounding(master))
+    assert t.train()
+    t.exchange.close()
+    return master, params
+
+
+@pytest.mark.parametrize("stage", ["1", "2"])
+@pytest.mark.parametrize("codec", ["bf16", "fp16"])
+def test_parameter_codec_at_stages_1_2_rounds_the_masters(stage, codec):
+    """``--shard 1|2 --param-codec``: each owner's float32 master slice is what data
+    parallelism's update writes when the model computes with the rounded masters (a one-run
+    simulation of the same rounding), bit for bit; every rank's replica is the rounded masters,
+    bitwise the same everywhere; the consolidated parameters are the masters; the ledger counts
+    the master slice. A parameter count that p does not divide (235, or 219 at p = 5)."""
+    comm = WORLD
+    args = [*TINY, *MODELS["235" if comm.size % 5 else "layer-of-4"][0]]
+    master, rounded = _rounded_reference(args, comm, ROUNDINGS[codec])
+    assert not np.array_equal(master, rounded)  # the rounding did something
+    full, t = _final([*args, "--shard", stage, "--param-codec", codec], comm)
+    zero = t.exchange.zero
+    assert zero.owned_params.tobytes() == master[zero.mine].tobytes()
+    assert full.tobytes() == master.tobytes()
+    assert comm.allgather(t.model.params.flat.tobytes()) == [rounded.tobytes()] * comm.size
+    assert t.ledger.report()["master"] == 4 * t.exchange.plan.counts[comm.rank]
+    assert t.opt.params is zero.owned_params
+
+
+@pytest.mark.world_sizes(2, 3)
+def test_stage_2_with_a_parameter_codec_resumes_bitwise():
+    """Stopped after step 7 and resumed from the sharded checkpoint of step 6 (the master
+    slices): the masters and every rank's rounded replica of the run that never stopped, bit
+    for bit; --save-params writes the masters."""
+    comm = WORLD
+    d = _shared_dir(comm)
+    path = os.path.join(d, "final.npy")
+    args = [*TINY, "--epochs", "2", "--hidden", "3", "--shard", "2", "--param-codec", "bf16",
+            "--checkpoint-dir", d]
+    whole, t = _final(args, comm)
+    replica = t.model.params.flat.tobytes()
+    assert train([*args, "--checkpoint-every", "3", "--stop-after", "7"], comm) is None
+    resumed, t = _final([*args, "--resume"], comm)
+    assert resumed.tobytes() == whole.tobytes()
+    assert comm.allgather(t.model.params.flat.tobytes()) == [replica] * comm.size
+    train([*args, "--resume", "--save-params", path], comm)  # from step 6 again
+    comm.Barrier()
+    assert comm.rank != 0 or np.load(path).tobytes() == whole.tobytes()
+    _cleanup(comm, d)
+
+
 @pytest.mark.world_sizes(1, 2, 3)
 def test_consolidated_export_loads_in_one_process():
     """--save-params at stage 3 writes the full parameters from rank 0 (gathered from the
@@ -240,8 +315,10 @@ def test_memory_split_shrinks_by_the_ranks():
     ["--shard", "2", "--overlap"],
     ["--shard", "1", "--codec", "auto:topk:ratio=0.1"],
     ["--shard", "2", "--codec", "topk:ratio=0.1", "--strategy", "allgather"],
-    ["--shard", "2", "--param-codec", "bf16"],
     ["--param-codec", "bf16"],
+    ["--shard", "2", "--param-codec", "powersgd"],
+    ["--shard", "1", "--param-codec", "auto:bf16"],
+    ["--shard", "1", "--param-codec", "nope"],
     ["--shard", "3", "--param-codec", "powersgd"],
     ["--shard", "2", "--algorithm", "rabenseifner"],
     ["--shard", "2", "--residual-dtype", "float16"],

@@ -11,7 +11,8 @@ codec's state. The report adds the process's peak resident set size (``getrusage
 holds the interpreter, MPI, the data set and activations.
 
 Categories (ZeRO's accounting, Rajbhandari et al. 2020): ``parameters`` (full replicas, owned
-shards and stage 3's gathered layers), ``gradients`` (full buffers, owned shards, buckets in
+shards and stage 3's gathered layers), ``master`` (stages 1-2 with a parameter codec: the
+owner's full-precision slice beside the replica of decoded values), ``gradients`` (full buffers, owned shards, buckets in
 flight), ``optimizer`` (the momentum), ``codec`` (error-feedback residuals and a codec's own
 state) and ``buffers`` (communication scratch and staging copies).
 """
@@ -28,7 +29,7 @@ import numpy as np
 __all__ = ["CATEGORIES", "MemoryLedger", "peak_rss"]
 
 #: what the ledger files arrays under, in report order
-CATEGORIES = ("parameters", "gradients", "optimizer", "codec", "buffers")
+CATEGORIES = ("parameters", "master", "gradients", "optimizer", "codec", "buffers")
 
 
 def peak_rss() -> int:

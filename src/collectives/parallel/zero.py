@@ -22,6 +22,13 @@ the network, depends on the stage (:data:`STAGES`, one small class each):
   (``collectives.iallgather``) while the current layer computes (:mod:`.prefetch`); no
   allgather follows the update.
 
+A parameter codec (``param_state``: fp16, bf16, int8 in buckets) compresses the parameters'
+allgathers at every stage (``collectives.compressed_allgather``): each owner keeps its slice in
+full precision, the master that the optimizer updates, and every rank, the owner too, computes
+with the decoded masters, bitwise the same everywhere. At stage 3 the owned shard is the master;
+stages 1-2 keep the master slice beside the replica (1/p of the parameters more per rank) and
+allgather it after the update into the replica.
+
 Bytes per step, ``n`` parameters of 4 bytes on ``p`` ranks (ring): stages 1-2 send
 ``2 n (p-1)/p`` like ring allreduce (a reduce-scatter and an allgather); stage 3 about 1.5x that
 (the parameters are gathered twice: forward and backward; the last layer's forward gather serves
@@ -126,11 +133,13 @@ class Zero:
         at every step: ``"grads.<flat offset>"``, where a compressed reduce-scatter keeps its
         error feedback); None: dense ``collectives.reduce_scatter(..., op="avg")``.
     param_state
-        Stage 3: the :class:`~collectives.CompressionState` of a codec the parameters' gathers
-        run through (``collectives.compressed_allgather``: every rank, the owner too, computes
-        with the same decoded parameters, while each owner keeps its shard in full precision);
-        None: dense. Stages 1-2 refuse one: their allgather writes over the owner's own slice,
-        the master copy.
+        The :class:`~collectives.CompressionState` of a codec the parameters' gathers run
+        through (``collectives.compressed_allgather``: every rank, the owner too, computes with
+        the same decoded parameters, bitwise, while each owner keeps its shard in full
+        precision, the master the optimizer updates); None: dense. Stage 3's owned shard is the
+        master; stages 1-2 keep a master slice beside the replica (:attr:`owned_params`, filed
+        as ``"master"`` in the ledger), and the replica starts as its decoded view (a
+        compressed allgather here, so the constructor is then collective).
     pipelined
         Stages 2-3: :meth:`reduce_group` starts each bucket's reduce-scatter on the progress
         engine and waits for it when the next bucket is ready (or at :meth:`flush`), so that it
@@ -151,9 +160,6 @@ class Zero:
                  param_state: Any = None, pipelined: bool = False) -> None:
         if stage not in STAGES:
             raise ValueError(f"stage must be one of {sorted(STAGES)}, got {stage!r}")
-        if param_state is not None and STAGES[stage].full_params:
-            raise ValueError(f"a parameter codec needs stage 3 (stage {stage}'s allgather "
-                             "writes over each owner's full-precision slice)")
         self.param_state = param_state
         if algorithm not in ALGORITHMS:
             raise ValueError(f"a sharded exchange runs reduce-scatter and allgather: algorithm "
@@ -169,7 +175,10 @@ class Zero:
                 raise ValueError(f"stage {stage} keeps the full parameters: pass params of "
                                  f"{plan.total} elements")
             self.params = params
-            self.owned_params = params[self.mine]
+            # with a parameter codec the replica is the masters' decoded view: the owner's
+            # master is a slice of its own, which the allgather reads and never writes
+            self.owned_params = params[self.mine] if param_state is None else \
+                self.ledger.track("master", params[self.mine].copy())
         else:
             if params is not None:
                 raise ValueError("stage 3 keeps only the owned shard of the parameters")
@@ -191,6 +200,8 @@ class Zero:
         self.pipelined = bool(pipelined) and not self.stage.full_grads
         self._pending: tuple | None = None
         self._groups: dict[tuple, tuple] = {}
+        if self.stage.full_params and param_state is not None:
+            self.gather_params()  # every rank computes with the decoded masters from the start
 
     def _dense(self, x: np.ndarray, *, out: np.ndarray, counts: Sequence[int], key: str) -> Any:
         call = ireduce_scatter if self.pipelined else reduce_scatter
@@ -280,7 +291,16 @@ class Zero:
     # ------------------------------------------------------------------ parameters
     def gather_params(self) -> None:
         """Stages 1-2, after the update: every rank's full parameters from the owned shards (one
-        allgather; the owned slice travels from a staging copy, as it lies inside the result)."""
+        allgather; the owned slice travels from a staging copy, as it lies inside the result).
+        With :attr:`param_state` the owners' masters travel through its codec
+        (``collectives.compressed_allgather``) and every rank's replica, the owner's slice too,
+        is their decoded view."""
+        if self.param_state is not None:
+            t0 = time.perf_counter()
+            compressed_allgather(self.owned_params, self.param_state, out=self.params,
+                                 counts=self.plan.counts, comm=self.comm, key="params")
+            self.seconds += time.perf_counter() - t0
+            return
         staging = self.ledger.track("buffers", self.owned_params.copy())
         t0 = time.perf_counter()
         allgather(staging, out=self.params, counts=self.plan.counts, algorithm=self.algorithm,
@@ -324,14 +344,16 @@ class Zero:
 
     def full_params(self, root: int = 0) -> np.ndarray | None:
         """Collective: the full flat parameters on ``root`` (a copy gathered from the shards at
-        stage 3, the replica itself at stages 1-2), None on the other ranks."""
-        if self.stage.full_params:
+        stage 3 and from the masters with a parameter codec, else the replica itself at stages
+        1-2), None on the other ranks."""
+        if self.stage.full_params and self.param_state is None:
             return self.params if self.rank == root else None
         return gather(self.owned_params, root=root, counts=self.plan.counts, comm=self.comm)
 
     def load_owned(self, values: np.ndarray) -> None:
-        """Collective: the owned shard of the parameters becomes ``values`` (a checkpoint's);
-        at stages 1-2 the full parameters are then gathered again."""
+        """Collective: the owned shard of the parameters (the master, with a parameter codec)
+        becomes ``values`` (a checkpoint's); at stages 1-2 the full parameters are then
+        gathered again."""
         self.owned_params[...] = values
         if self.stage.full_params:
             self.gather_params()

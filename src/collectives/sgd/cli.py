@@ -147,9 +147,9 @@ def parser() -> argparse.ArgumentParser:
                      help="sharded data parallelism, ZeRO stage 1 (optimizer state sharded over "
                           "the ranks), 2 (and gradients) or 3 (and parameters); docs/sharded.md")
     par.add_argument("--param-codec", metavar="SPEC",
-                     help="with --shard 3: compress the parameters' allgathers (bf16, fp16, "
+                     help="with --shard: compress the parameters' allgathers (bf16, fp16, "
                           "eightbit:bucket=256); every rank computes with the same decoded "
-                          "parameters, owners keep full-precision shards")
+                          "parameters, owners keep full-precision masters of their shards")
     s = p.add_argument_group("output and checkpoints")
     s.add_argument("--log", help="per-epoch log, .csv or .json")
     s.add_argument("--plot", help="PNG of the training curves")
@@ -342,8 +342,8 @@ def parse(argv: list[str] | None, world: int, n_train: int) -> Config:
             raise UsageError(message)
     local_every = mode.every(value)
     if a.param_codec and not a.shard:
-        raise UsageError("--param-codec compresses stage 3's parameter gathers: it needs "
-                         "--shard 3")
+        raise UsageError("--param-codec compresses a sharded run's parameter allgathers: "
+                         "it needs --shard 1, 2 or 3")
     shape, flag = _mesh_shape(a, world)
     if shape is None:
         given = [f for f, v in (("--micro-batches", a.micro_batches),

@@ -84,7 +84,8 @@ def _mesh(s: dict) -> list[str]:
 
 
 #: the memory categories of a summary, as the report names them
-MEMORY_LABELS = {"parameters": "parameters", "gradients": "gradients",
+MEMORY_LABELS = {"parameters": "parameters", "master": "master parameters",
+                 "gradients": "gradients",
                  "optimizer": "optimizer state", "codec": "codec state", "buffers": "buffers"}
 #: ZeRO stage -> what it shards, in words
 SHARDED = {1: "optimizer state", 2: "optimizer state and gradients",
@@ -93,11 +94,13 @@ SHARDED = {1: "optimizer state", 2: "optimizer state and gradients",
 
 def memory_lines(summary: dict) -> list[str]:
     """The report's memory lines: peak bytes per category on the largest rank (tracked arrays:
-    ``collectives.parallel.MemoryLedger``) and the process's peak resident set size."""
+    ``collectives.parallel.MemoryLedger``) and the process's peak resident set size; the
+    master parameters only where a run keeps them (``--shard 1|2 --param-codec``)."""
     m = summary.get("memory")
     if not m:
         return []
-    parts = ", ".join(f"{label} {_mb(m[k])}" for k, label in MEMORY_LABELS.items())
+    parts = ", ".join(f"{label} {_mb(m[k])}" for k, label in MEMORY_LABELS.items()
+                      if k != "master" or m.get(k))
     return [f"peak memory per rank (largest rank): {parts}",
             f"  arrays held at once {_mb(m['total'])}; peak resident set size {_mb(m['rss'])}"]
 

@@ -29,6 +29,11 @@ case "$1" in
     steps2x2c) steps 2x2c 2 2 10.199.50.0/24 0,1,2,3,9,10,11,12 384 ;;
     steps2x1) steps 2x1 2 1 10.199.53.0/24 0,1,2,3,5,6,9,10 384 ;;
     steps2x2q) steps 2x2q 2 2 10.199.55.0/24 0,1,2,3,9,11,5 384 ;;
+    # dense stage 2 against top-k + bf16 parameters at stage 2 (and without bf16), back to back
+    steps2x2b) steps 2x2b 2 2 10.199.56.0/24 2,13,9 384 ;;
+    steps4x1b) steps 4x1b 4 1 10.199.57.0/24 2,13,9 384 ;;
+    steps2x2r) steps 2x2r 2 2 10.199.56.0/24 13,9,2 384 ;;  # the same three, in reverse order
+    steps2x2s) steps 2x2s 2 2 10.199.56.0/24 2,13,9 384 ;;  # the first order again, later
 esac
 # 625 steps (5 epochs) on one node, 4 ranks: the final accuracy, which does not depend on where
 # the ranks run (the same arithmetic in the same order); dense --shard 2 ends with data
@@ -46,6 +51,8 @@ case "$1" in
                 dp) acc acc_dense_dp ;;
                 topk2) acc acc_topk1_ef_zero2 --shard 2 --codec topk:ratio=0.01 --error-feedback ;;
                 topk3bf16) acc acc_topk1_ef_bf16_zero3 --shard 3 --codec topk:ratio=0.01 \
+                    --error-feedback --param-codec bf16 ;;
+                topk2bf16) acc acc_topk1_ef_bf16_zero2 --shard 2 --codec topk:ratio=0.01 \
                     --error-feedback --param-codec bf16 ;;
             esac
         done ;;
@@ -68,6 +75,7 @@ case "$1" in
                 dense3) tta tta_dense_zero3 --shard 3 ;;
                 topk2) tta tta_topk1_ef_zero2 --shard 2 --codec topk:ratio=0.01 --error-feedback ;;
                 topk3bf16) tta tta_topk1_ef_bf16_zero3 --shard 3 --codec topk:ratio=0.01 --error-feedback --param-codec bf16 ;;
+                topk2bf16) tta tta_topk1_ef_bf16_zero2 --shard 2 --codec topk:ratio=0.01 --error-feedback --param-codec bf16 ;;
                 dp) tta tta_dense_dp ;;
             esac
         done

@@ -21,8 +21,11 @@ the MLP and the training loop's hooks (:mod:`.base`):
   stage 3's source also gathers each layer's parameters before forward and backward
   (:class:`collectives.parallel.LayerGather`, one ahead on the progress engine);
 - stages 1 and 2 allgather the updated parameters after the update (``average_params``);
-- with ``--param-codec`` (stage 3) each layer's gathers are ``collectives.compressed_allgather``
-  (every rank computes with the same decoded parameters; owners keep full-precision shards);
+- with ``--param-codec`` the parameters' allgathers are ``collectives.compressed_allgather``
+  (stage 3: each layer's gathers; stages 1-2: the allgather after the update): every rank
+  computes with the same decoded parameters, while owners keep full-precision masters (stage 3:
+  the shard; stages 1-2: a master slice beside the replica, which the optimizer updates and
+  checkpoints save);
 - with ``--codec`` every bucket's reduce-scatter is ``collectives.compressed_reduce_scatter``:
   each destination block compressed on its own, error feedback (where the codec takes it)
   keeping one residual per bucket and destination block, so the residual memory is the
@@ -34,7 +37,8 @@ mode moves its seconds from the clock's "compute" to the exchange's statistics. 
 the mode makes is tracked in :attr:`Sharded.ledger` (peak memory per category).
 
 Checkpoints are sharded (``collectives.sgd.checkpoint``): each rank writes its owned slice of the
-parameters and of the momentum; ``--save-params`` gathers the full parameters on rank 0.
+parameters (the master, with ``--param-codec``) and of the momentum; ``--save-params`` gathers
+the full parameters on rank 0 (the masters, with ``--param-codec``).
 """
 
 from __future__ import annotations
@@ -166,12 +170,10 @@ class Sharded(SyncMode):
         if a.algorithm not in ALGORITHMS:
             return (f"--shard {value} reduce-scatters gradients and allgathers parameters: "
                     f"--algorithm must be {' or '.join(ALGORITHMS)}, got {a.algorithm}")
-        if a.param_codec and value != 3:
-            return (f"--param-codec needs --shard 3: at stage {value} the parameters' allgather "
-                    "writes over each owner's full-precision slice")
         if a.param_codec:
             try:
-                why = why_not_gather(CompressionState.from_spec(a.param_codec).codec, None)
+                param = CompressionState.from_spec(a.param_codec)
+                why = why_not_gather(param.codec, None, auto=param.auto is not None)
             except (ValueError, TypeError) as e:
                 why = str(e)
             if why:
