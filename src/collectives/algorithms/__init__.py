@@ -40,7 +40,7 @@ BARRIER_RESOLVERS = {auto.barrier: auto.barrier_for, shm_barrier.barrier: shm_ba
 #: cost model's pick).
 ALLTOALL = {**_BLOCK_ALLTOALLS, "shm": shm_alltoall.alltoall, "auto": auto.alltoall}
 #: The alltoall entries that need equal blocks (no ``counts=``).
-EQUAL_BLOCKS_ONLY = _BLOCK_EQUAL_ONLY | {"shm"}
+EQUAL_BLOCKS_ONLY = _BLOCK_EQUAL_ONLY
 #: The alltoall functions a remembered call of equal blocks resolves once for its arrays and
 #: context, each by its resolver ``(src, dst, ctx, opts) -> alltoall function``.
 ALLTOALL_RESOLVERS = {auto.alltoall: auto.alltoall_resolved,

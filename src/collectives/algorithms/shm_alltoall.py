@@ -56,8 +56,8 @@ from ..observe import OBSERVERS as _OBSERVED
 from ..options import Options
 from . import shm
 
-__all__ = ["alltoall", "alltoall_without_waiting", "lane", "Lane", "mode", "resolved",
-           "CMA_BLOCK_BYTES", "CMA_BLOCK_BYTES_SHARED"]
+__all__ = ["alltoall", "alltoall_without_waiting", "lane", "Lane", "mode", "block_cma_bytes",
+           "resolved", "CMA_BLOCK_BYTES", "CMA_BLOCK_BYTES_SHARED"]
 
 #: Bytes per block from which an alltoall reads private inputs by cross-memory attach (where the
 #: team may), when the team's ranks have a core each, and when they share cores: below it the
@@ -85,12 +85,35 @@ def _bytes(a: np.ndarray) -> np.ndarray:
     return a.view(np.uint8)
 
 
+def block_cma_bytes(team: Team, opts: Options) -> int:
+    """Bytes of one block from which the v form reads it by cross-memory attach (the same on
+    every rank: the options and the team's agreement are), :func:`mode`'s threshold per block:
+    ``Options.shm_cma_bytes`` / p where set."""
+    if opts.shm_cma_bytes is not None:
+        return opts.shm_cma_bytes // team.size
+    return CMA_BLOCK_BYTES if team.dedicated else CMA_BLOCK_BYTES_SHARED
+
+
+def _checked(offsets: Sequence[int], p: int, size: int, itemsize: int, what: str) -> np.ndarray:
+    """``offsets`` (elements) as the kernel's byte offsets, after checking that they are
+    ``p + 1`` ascending ones inside an array of ``size`` elements (the kernel does not check
+    bounds: it reads and writes what they say)."""
+    at = np.asarray(offsets, dtype=np.int64)
+    if at.shape != (p + 1,) or at[0] < 0 or at[-1] > size or np.any(np.diff(at) < 0):
+        raise ValueError(f"shm alltoall: {what} offsets {list(offsets)} are not {p + 1} "
+                         f"ascending offsets inside an array of {size} elements")
+    return at * itemsize
+
+
 def alltoall(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],
              recvoffsets: Sequence[int] | None, ctx: Context, opts: Options,
              wait: bool = True) -> None:
     """``algorithm="shm"``: block ``j`` of ``src`` to block ``rank`` of rank ``j``'s ``dst``
-    (equal blocks: ``recvoffsets`` None). ``wait=False`` (what "auto" runs:
-    :func:`alltoall_without_waiting`): on the interpreted round driver while the kernel
+    (equal blocks: ``recvoffsets`` None; else the v form, blocks ``sendoffsets[j]`` to
+    ``sendoffsets[j + 1]`` of ``src`` and ``recvoffsets[i]`` to ``recvoffsets[i + 1]`` of
+    ``dst``, checked here, their counts compared across ranks by the kernel before any data
+    moves: a ``ValueError`` on every rank where they disagree). ``wait=False`` (what "auto"
+    runs: :func:`alltoall_without_waiting`): on the interpreted round driver while the kernel
     compiles."""
     team = shm.team(ctx, opts)
     if type(dst) is not np.ndarray:  # CuPy: the window is host memory, exchange host copies
@@ -99,7 +122,14 @@ def alltoall(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],
         dst.set(got)
         return
     x, out = _bytes(src), _bytes(dst)
-    team.run(x, out, src.dtype.num, mode(team, x.nbytes, opts), team.size, ctx.active, wait)
+    if recvoffsets is None:
+        team.run(x, out, src.dtype.num, mode(team, x.nbytes, opts), team.size, ctx.active, wait)
+        return
+    p, isz = team.size, src.itemsize
+    sends = _checked(sendoffsets, p, src.size, isz, "send")
+    got = _checked(recvoffsets, p, dst.size, isz, "receive")
+    team.exchange(sends, got, block_cma_bytes(team, opts))
+    team.run(x, out, src.dtype.num, layout.ALLTOALLV, p, ctx.active, wait)
 
 
 def alltoall_without_waiting(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],
