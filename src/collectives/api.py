@@ -40,8 +40,8 @@ from ._runtime.flight import describe
 from ._runtime.counts import block_offsets as _offsets, gathered_offsets as _gathered
 from ._runtime.repeats import NO_ARRAYS, REPEATS, Kind, Repeat, kind_of
 from ._runtime.validate import lookup
-from .algorithms import (ALGORITHMS, ALLTOALL, ALLTOALL_RESOLVERS, BARRIER, BARRIER_RESOLVERS,
-                         EQUAL_BLOCKS_ONLY, FLAT, auto, lanes)
+from .algorithms import (ALGORITHMS, ALLTOALL, ALLTOALL_RESOLVERS, ALLTOALLV_SETUP, BARRIER,
+                         BARRIER_RESOLVERS, EQUAL_BLOCKS_ONLY, FLAT, auto, lanes)
 from .blocks import ALLGATHER, BCAST, GATHER, REDUCE, REDUCE_SCATTER, SCATTER
 from .blocks.bruck import alltoall as _bruck
 from .ops import Op, get_op
@@ -328,6 +328,9 @@ class AlltoallCall:
         if self.trivial:
             got = sent
         else:
+            setup = ALLTOALLV_SETUP.get(self.fn)
+            if setup is not None:  # collective: before a rank may raise alone (out, below)
+                setup(ctx, self.opts)
             got = np.empty_like(sent)
             _bruck(sent, got, 1, ctx.comm, ctx.active)
         total = int(got.sum())

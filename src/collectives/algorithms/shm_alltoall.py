@@ -56,7 +56,7 @@ from ..observe import OBSERVERS as _OBSERVED
 from ..options import Options
 from . import shm
 
-__all__ = ["alltoall", "alltoall_without_waiting", "lane", "Lane", "mode", "block_cma_bytes",
+__all__ = ["alltoall", "alltoall_without_waiting", "setup", "lane", "Lane", "mode", "block_cma_bytes",
            "resolved", "CMA_BLOCK_BYTES", "CMA_BLOCK_BYTES_SHARED"]
 
 #: Bytes per block from which an alltoall reads private inputs by cross-memory attach (where the
@@ -130,6 +130,13 @@ def alltoall(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],
     got = _checked(recvoffsets, p, dst.size, isz, "receive")
     team.exchange(sends, got, block_cma_bytes(team, opts))
     team.run(x, out, src.dtype.num, layout.ALLTOALLV, p, ctx.active, wait)
+
+
+def setup(ctx: Context, opts: Options) -> None:
+    """The collective part of a first call on ``ctx`` (the team, :func:`shm.team`), which the v
+    form makes before its receive counts' exchange: after it a rank may raise alone (its
+    ``out`` of the wrong size), and none may then be in a collective step the others skip."""
+    shm.team(ctx, opts)
 
 
 def alltoall_without_waiting(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],
