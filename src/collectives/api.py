@@ -630,9 +630,9 @@ def alltoall(x: np.ndarray, *, out: np.ndarray | None = None,
     ``received_splits``. ``out=`` must then be 1-D of ``sum(out_counts)`` elements (checked once
     they are known); in place is not possible.
 
-    ``algorithm``: "auto" ("shm" on one node for equal blocks, else the fitted cost model's
-    fastest for the block size: ``blocks/auto.py``; pairwise for the v form), "shm" (one node,
-    equal blocks: each rank copies its blocks straight from the others' memory,
+    ``algorithm``: "auto" ("shm" on one node, else the fitted cost model's fastest for the
+    block size: ``blocks/auto.py``, and pairwise for the v form), "shm" (one node, equal blocks
+    or the v form: each rank copies its blocks straight from the others' memory,
     ``algorithms/shm_alltoall.py``), "pairwise", "bruck" (equal blocks only), "hierarchical" or
     "native" (:data:`collectives.ALLTOALL`).
 

@@ -23,23 +23,57 @@ window, flags in it, the protocol of docs/shm-protocol.md) in its two alltoall m
   overlaps the copies of round ``t``. An input that lives in shared memory
   (``collectives.empty``) is read in place, staged by no one.
 
+**The v form** (``counts=``: blocks of any length, zero included; the caller gives both
+sides' offsets, ``api.AlltoallCall`` having learned the receive counts) runs in the kernel's
+``ALLTOALLV`` mode: each rank publishes its send and receive offsets in its offset table in the
+window (``_runtime/shmem/layout.py``), and at its first round every rank compares, for every
+pair of ranks, what one sends with what the other expects, before any rank reads another's
+data: a mismatch raises the same ``ValueError`` on every rank (every rank scans the same pairs
+in the same order). Then each block by its own length, the same on both sides:
+
+- from :func:`block_cma_bytes` per block (8 KiB, 64 KiB where ranks share cores; or
+  ``Options.shm_cma_bytes`` / p) by cross-memory attach: the reader takes the whole block, in
+  its first round, from the sender's input at the sender's displacement (its offset table)
+  into its output at its own displacement, one system call; a sender with such a block waits at
+  the end for every rank's ``DONE``. A per-block choice, not one per call by the largest block:
+  both ends of a block know its length, while the largest block of the call is known to no rank
+  without one more exchange; and one long block then does not send the short ones through
+  system calls that cost more than their two copies;
+- shorter blocks through the slots, in rounds: each round stages up to a slot-share
+  (``Options.shm_segment_bytes`` / p) of each of them, segment ``t`` of a block at its
+  block's place in the slot. A rank takes as many rounds as its own blocks need (the longest it
+  sends or receives through the slots); one whose blocks are all done raises its counters to
+  the call's last round, so that it still takes part in the hand-offs (others read its last
+  slots, wait on its ``DONE``) without being waited for in rounds it does not have.
+
+An input in shared memory (``collectives.empty``) is read in place, each block whole in the
+first round, staged by no one. Python checks every offset against the arrays before the kernel
+(which does not check bounds): the kernel reads and writes only inside the blocks they give,
+and reads a peer's block only once the counts agree.
+
 Data travels as bytes (one compiled kernel for every dtype, the shm barrier's); the call's
 descriptor names the element dtype and the byte count, which every rank compares with its own
-before it reads a peer's data (a mismatch raises on every rank). In place (``out=x``) the caller
-hands a private copy of the input (``api.AlltoallCall``), as to every alltoall algorithm.
+(equal blocks; the v form compares the dtype and the blocks' counts) before it reads a peer's
+data (a mismatch raises on every rank). In place (``out=x``, equal blocks only) the caller hands
+a private copy of the input (``api.AlltoallCall``), as to every alltoall algorithm.
 
 Cost per rank, ``n`` bytes of input, ``p`` ranks: by cross-memory attach ``n (p-1)/p`` bytes
 read from the other processes and written once, ``p - 1`` system calls and two hand-offs (arrive,
 done); through the slots ``2 n (p-1)/p beta`` (stage, copy: MPI's two copies, without its
 per-message matching and with no message at all) and two hand-offs per round. A small alltoall
-costs one kernel call and a few cache lines read from each peer, no MPI call.
+costs one kernel call and a few cache lines read from each peer, no MPI call. The v form adds
+the comparison of the counts (``p^2`` words read from the offset tables, in the first round)
+and, in ``collectives.alltoall``, the exchange of the receive counts that precedes it (one
+Bruck alltoall of one int64 per rank: MPI messages).
 
-Equal blocks only (``counts=`` raises before any message: ``EQUAL_BLOCKS_ONLY``); only on a
-communicator whose ranks share one node (else the same ``ValueError`` on every rank, naming the
-ranks off rank 0's node). "auto" runs it on one node (:func:`collectives.algorithms.auto.alltoall`)
-without waiting for its kernel to compile (the interpreted round driver meanwhile, as the shm
-allreduce's "auto"). A remembered call resolves once to a :class:`Lane`, which calls the
-kernel's compiled entry directly.
+Only on a communicator whose ranks share one node (else the same ``ValueError`` on every rank,
+naming the ranks off rank 0's node). "auto" runs it on one node
+(:func:`collectives.algorithms.auto.alltoall`), equal blocks and the v form, without waiting
+for its kernel to compile (the interpreted round driver meanwhile, as the shm allreduce's
+"auto"); the v form makes the team (:func:`setup`)
+before the receive counts' exchange, after which one rank may raise alone. A remembered call
+(equal blocks) resolves once to a :class:`Lane`, which calls the kernel's compiled entry
+directly.
 """
 
 from __future__ import annotations
@@ -56,8 +90,8 @@ from ..observe import OBSERVERS as _OBSERVED
 from ..options import Options
 from . import shm
 
-__all__ = ["alltoall", "alltoall_without_waiting", "setup", "lane", "Lane", "mode", "block_cma_bytes",
-           "resolved", "CMA_BLOCK_BYTES", "CMA_BLOCK_BYTES_SHARED"]
+__all__ = ["alltoall", "alltoall_without_waiting", "setup", "lane", "Lane", "mode",
+           "block_cma_bytes", "resolved", "CMA_BLOCK_BYTES", "CMA_BLOCK_BYTES_SHARED"]
 
 #: Bytes per block from which an alltoall reads private inputs by cross-memory attach (where the
 #: team may), when the team's ranks have a core each, and when they share cores: below it the
