@@ -152,7 +152,7 @@ def _vcases(p):
     unequal[p - 1, 0] = 50  # 400 bytes: 50 rounds of 8-byte segments at p = 8
     alone = np.zeros((p, p), int)
     alone[p // 2, p // 2] = 3
-    return [(uneven, np.dtype(np.float32)), (silent, DTYPES[-1]),
+    return [(uneven, DTYPES[-1]), (silent, np.dtype(np.float32)),
             (unequal, np.dtype(np.float64)), (alone, np.dtype(np.int64))]
 
 

@@ -53,7 +53,8 @@ from . import hierarchical, shm, shm_alltoall, shm_barrier
 from .flat import FLAT
 
 __all__ = ["algorithm_for", "builtin_choice", "comm_rules", "selector", "resolve", "Selector",
-           "allreduce", "barrier", "barrier_for", "alltoall", "alltoall_for", "alltoall_resolved", "alltoallv_setup",
+           "allreduce", "barrier", "barrier_for", "alltoall", "alltoall_for", "alltoall_resolved",
+           "alltoallv_setup",
            "SMALL_BYTES", "SHM_BYTES", "MODEL_CHOICES"]
 
 SMALL_BYTES = 64 << 10

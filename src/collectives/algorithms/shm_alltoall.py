@@ -114,6 +114,13 @@ def mode(team: Team, nbytes: int, opts: Options) -> int:
     return layout.ALLTOALL_CMA if nbytes >= at else layout.ALLTOALL
 
 
+def _code(dtype: np.dtype) -> int:
+    """The element dtype's code in the call's kind (its "op" byte, ``layout.kind``): NumPy's
+    number, 255 for the numbers that do not fit a byte (``ml_dtypes``' bfloat16: 256 and up),
+    which would spill into the mode's byte."""
+    return min(dtype.num, 255)
+
+
 def _bytes(a: np.ndarray) -> np.ndarray:
     """The 1-D contiguous array ``a`` as bytes (``api.flat``'s views are 1-D and contiguous)."""
     return a.view(np.uint8)
@@ -157,13 +164,13 @@ def alltoall(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],
         return
     x, out = _bytes(src), _bytes(dst)
     if recvoffsets is None:
-        team.run(x, out, src.dtype.num, mode(team, x.nbytes, opts), team.size, ctx.active, wait)
+        team.run(x, out, _code(src.dtype), mode(team, x.nbytes, opts), team.size, ctx.active, wait)
         return
     p, isz = team.size, src.itemsize
     sends = _checked(sendoffsets, p, src.size, isz, "send")
     got = _checked(recvoffsets, p, dst.size, isz, "receive")
-    team.exchange(sends, got, block_cma_bytes(team, opts))
-    team.run(x, out, src.dtype.num, layout.ALLTOALLV, p, ctx.active, wait)
+    team.exchange(sends, got, block_cma_bytes(team, opts), isz)
+    team.run(x, out, _code(src.dtype), layout.ALLTOALLV, p, ctx.active, wait)
 
 
 def setup(ctx: Context, opts: Options) -> None:
@@ -203,7 +210,7 @@ class Lane:
                  recvoffsets: Sequence[int] | None, ctx: Context, opts: Options) -> None:
         if ctx is self.ctx and not shm_team.INTERPRET and not _OBSERVED.shm:
             team = self.team
-            team.run_compiled(self.entry, src.view(np.uint8), dst.view(np.uint8), src.dtype.num,
+            team.run_compiled(self.entry, src.view(np.uint8), dst.view(np.uint8), _code(src.dtype),
                               self.mode, team.size, self.kind, ctx.active)
             return
         self.fn(src, dst, sendoffsets, recvoffsets, ctx, opts)
@@ -217,7 +224,7 @@ class Lane:
             return
         x, out = _bytes(src), _bytes(dst)
         how = mode(found, x.nbytes, opts)
-        compiled = found.compiled(x, out, src.dtype.num, how, found.size)
+        compiled = found.compiled(x, out, _code(src.dtype), how, found.size)
         if compiled is not None:
             self.team, self.mode = found, how
             (self.entry, self.kind), self.ctx = compiled, ctx

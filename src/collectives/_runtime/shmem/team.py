@@ -232,6 +232,7 @@ class Team:
         self._ranks = (None if buffers is None else
                        buffers.translate(comm))  # team rank -> rank in the buffers' node
         self._regions = np.zeros((0, 1 + p), np.int64)
+        self._itemsize = 1  # the last v form's element bytes (:meth:`exchange`)
         self._version = -1
         #: (dtype number, input writable) of the calls whose round driver this rank has
         #: compiled (``ready``): they need not ask again
@@ -381,7 +382,7 @@ class Team:
             self._await_notice(guard)
             raise self._mismatch(guard)
         if status == L.COUNTS:  # every rank found the same pair (protocol.counts_agree)
-            raise self._counts(guard, np.dtype(_DTYPES.get(opcode, "uint8")).itemsize)
+            raise self._counts(guard)
         if status == L.CMA_FAILED:  # the rank read from has left the call (failed)
             self._await_notice(guard, always=True)
             q, errno = int(tab[L.T_BAD]), int(tab[L.T_ERR])
@@ -443,10 +444,10 @@ class Team:
         return ValueError(f"{name}: {what} across ranks: rank {names[0]} has {mine[0]} bytes "
                           f"of {mine[1]}, rank {names[1]} has {theirs[0]} bytes of {theirs[1]}")
 
-    def _counts(self, guard: Any, itemsize: int) -> ValueError:
+    def _counts(self, guard: Any) -> ValueError:
         """The error of an alltoall whose counts disagree (``tab[T_BAD]`` sends ``T_SENT``
-        bytes to ``T_TO``, which expects ``T_WANT``), in elements of ``itemsize`` bytes."""
-        tab = self.tab
+        bytes to ``T_TO``, which expects ``T_WANT``), in elements of the call's dtype."""
+        tab, itemsize = self.tab, self._itemsize
         a, b = int(tab[L.T_BAD]), int(tab[L.T_TO])
         sent, want = int(tab[L.T_SENT]) // itemsize, int(tab[L.T_WANT]) // itemsize
         name = "shm"
@@ -456,13 +457,14 @@ class Team:
         return ValueError(f"{name}: alltoall counts differ across ranks: rank {a} sends {sent} "
                           f"elements to rank {b}, which expects {want} from it")
 
-    def exchange(self, sends: np.ndarray, got: np.ndarray, far: int) -> None:
+    def exchange(self, sends: np.ndarray, got: np.ndarray, far: int, itemsize: int) -> None:
         """Set the next ``ALLTOALLV`` call's blocks: the byte offsets of block ``b`` in the
         input, ``sends[b]`` to ``sends[b + 1]``, and in the output, ``got[b]`` to ``got[b +
         1]`` (each ``p + 1`` of them, checked by the caller against its arrays: the kernel reads
         and writes what they say), and the block bytes from which a block is read by
-        cross-memory attach (a huge value: never; only where the team may)."""
-        p = self.size
+        cross-memory attach (a huge value: never; only where the team may); ``itemsize``: the
+        elements' bytes, for the error of counts that disagree."""
+        p, self._itemsize = self.size, itemsize
         at = L.T_BASE + 3 * p
         self.tab[at:at + p + 1] = sends
         self.tab[at + p + 1:at + 2 * p + 2] = got

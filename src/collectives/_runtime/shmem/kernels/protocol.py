@@ -195,15 +195,16 @@ def descriptor(tab, q):  # pragma: no cover - compiled
 
 @njit(**NJIT)
 def _agree(tab, q, nbytes):  # pragma: no cover - compiled
-    """Whether rank q's call is this rank's, with the same bytes, dtype, op, mode and blocks
-    (else records q in ``T_BAD``); notes q's descriptor copy for :func:`descriptor`. Only
-    after acquiring q's READY or DONE of this call, before reading anything else of q's."""
+    """Whether rank q's call is this rank's, with the same bytes (unless ``nbytes`` is -1),
+    dtype, op, mode and blocks (else records q in ``T_BAD``); notes q's descriptor copy for
+    :func:`descriptor`. Only after acquiring q's READY or DONE of this call, before reading
+    anything else of q's."""
     copy, call = _copy_of(tab, q)
     tab[L.T_BASE + tab[L.T_P] + q] = copy
     words = descriptor(tab, q)
-    # (an ALLTOALLV's byte counts differ by rank: counts_agree compares its blocks instead)
+    # (nbytes -1: an ALLTOALLV, whose bytes differ by rank; counts_agree compares its blocks)
     if call == tab[L.T_CALL] and words[L.D_KIND] == tab[L.T_KIND] and \
-            (words[L.D_BYTES] == nbytes or (tab[L.T_KIND] >> 16 & 0xFF) == L.ALLTOALLV):
+            (words[L.D_BYTES] == nbytes or nbytes < 0):
         return True
     tab[L.T_BAD] = q
     return False

@@ -141,7 +141,7 @@ def run_rounds(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: 
         # 1. reduce my block's segment of round tf, once every rank has staged it (at the
         # first round, after checking that every rank makes the same call)
         if tf <= tl and ts > tf and all_reached(tab, L.READY, tf, p, me):
-            if tf == t0 and not all_agree(tab, p, me, nbytes):
+            if tf == t0 and not all_agree(tab, p, me, -1 if mode == L.ALLTOALLV else nbytes):
                 return L.MISMATCH
             slot_wanted = hands_out and needs_slot(tab, me, p)
             k = (s0 + tf - t0) % nslots  # my output slot of this round
