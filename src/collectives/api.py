@@ -328,11 +328,13 @@ class AlltoallCall:
         if self.trivial:
             got = sent
         else:
-            setup = ALLTOALLV_SETUP.get(self.fn)
-            if setup is not None:  # collective: before a rank may raise alone (out, below)
-                setup(ctx, self.opts)
+            setup = ALLTOALLV_SETUP.get(self.fn)  # collective: before a rank may raise alone
+            exchange = None if setup is None else setup(ctx, self.opts)  # (at out, below)
             got = np.empty_like(sent)
-            _bruck(sent, got, 1, ctx.comm, ctx.active)
+            if exchange is None:
+                _bruck(sent, got, 1, ctx.comm, ctx.active)
+            else:  # the algorithm's own (shm: through the node's window)
+                exchange(sent, got)
         total = int(got.sum())
         if self.out is None:
             res = new_like(self.a, (total,))

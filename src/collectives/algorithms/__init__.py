@@ -46,6 +46,7 @@ EQUAL_BLOCKS_ONLY = _BLOCK_EQUAL_ONLY
 ALLTOALL_RESOLVERS = {auto.alltoall: auto.alltoall_resolved,
                       shm_alltoall.alltoall: shm_alltoall.resolved}
 #: What the v form of an alltoall function does collectively before its first message
-#: ``(ctx, opts)``: "auto" and "shm" make the shm team (after the receive counts' exchange a
-#: rank may raise alone).
+#: ``(ctx, opts) -> exchange of the receive counts or None``: "auto" (on one node) and "shm"
+#: make the shm team (after the receive counts' exchange a rank may raise alone) and exchange
+#: the counts through it ``(sent, got)``; None: a Bruck alltoall of the counts.
 ALLTOALLV_SETUP = {auto.alltoall: auto.alltoallv_setup, shm_alltoall.alltoall: shm_alltoall.setup}

@@ -178,12 +178,14 @@ def alltoall_for(src: np.ndarray, recvoffsets: Sequence[int] | None, ctx: Contex
     return _blocks_auto.resolve(ctx, opts, src.size // ctx.comm.size * src.itemsize)
 
 
-def alltoallv_setup(ctx: Context, opts: Options) -> None:
+def alltoallv_setup(ctx: Context, opts: Options) -> Callable | None:
     """What "auto"'s v form does collectively before its first message (the receive counts'
     exchange, after which one rank may raise at its ``out``, the others going on): find whether
-    the ranks share one node and make the shm team there (:func:`shm_alltoall.setup`)."""
+    the ranks share one node, and there make the shm team and return the exchange of the counts
+    through it (:func:`shm_alltoall.setup_without_waiting`); else None."""
     if shm.on_one_node(ctx, opts):
-        shm_alltoall.setup(ctx, opts)
+        return shm_alltoall.setup_without_waiting(ctx, opts)
+    return None
 
 
 def alltoall(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],

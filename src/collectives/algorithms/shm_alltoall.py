@@ -63,8 +63,8 @@ done); through the slots ``2 n (p-1)/p beta`` (stage, copy: MPI's two copies, wi
 per-message matching and with no message at all) and two hand-offs per round. A small alltoall
 costs one kernel call and a few cache lines read from each peer, no MPI call. The v form adds
 the comparison of the counts (``p^2`` words read from the offset tables, in the first round)
-and, in ``collectives.alltoall``, the exchange of the receive counts that precedes it (one
-Bruck alltoall of one int64 per rank: MPI messages).
+and, in ``collectives.alltoall``, the exchange of the receive counts that precedes it: one
+more call of this alltoall, of one int64 per rank (:func:`setup`), no MPI message either.
 
 Only on a communicator whose ranks share one node (else the same ``ValueError`` on every rank,
 naming the ranks off rank 0's node). "auto" runs it on one node
@@ -78,7 +78,7 @@ directly.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -90,8 +90,9 @@ from ..observe import OBSERVERS as _OBSERVED
 from ..options import Options
 from . import shm
 
-__all__ = ["alltoall", "alltoall_without_waiting", "setup", "lane", "Lane", "mode",
-           "block_cma_bytes", "resolved", "CMA_BLOCK_BYTES", "CMA_BLOCK_BYTES_SHARED"]
+__all__ = ["alltoall", "alltoall_without_waiting", "setup", "setup_without_waiting", "lane",
+           "Lane", "mode", "block_cma_bytes", "resolved", "CMA_BLOCK_BYTES",
+           "CMA_BLOCK_BYTES_SHARED"]
 
 #: Bytes per block from which an alltoall reads private inputs by cross-memory attach (where the
 #: team may), when the team's ranks have a core each, and when they share cores: below it the
@@ -135,15 +136,21 @@ def block_cma_bytes(team: Team, opts: Options) -> int:
     return CMA_BLOCK_BYTES if team.dedicated else CMA_BLOCK_BYTES_SHARED
 
 
-def _checked(offsets: Sequence[int], p: int, size: int, itemsize: int, what: str) -> np.ndarray:
-    """``offsets`` (elements) as the kernel's byte offsets, after checking that they are
-    ``p + 1`` ascending ones inside an array of ``size`` elements (the kernel does not check
-    bounds: it reads and writes what they say)."""
-    at = np.asarray(offsets, dtype=np.int64)
-    if at.shape != (p + 1,) or at[0] < 0 or at[-1] > size or np.any(np.diff(at) < 0):
-        raise ValueError(f"shm alltoall: {what} offsets {list(offsets)} are not {p + 1} "
-                         f"ascending offsets inside an array of {size} elements")
-    return at * itemsize
+def _checked(offsets: Sequence[int], p: int, size: int, what: str) -> None:
+    """Check that ``offsets`` are ``p + 1`` ascending offsets from 0 or more inside an array of
+    ``size`` elements: the kernel does not check bounds, it reads and writes what they say.
+    (A loop: the v form's offsets come as a short list, which NumPy would first convert.)"""
+    last = 0
+    if len(offsets) == p + 1:
+        for at in offsets:
+            if at < last:
+                break
+            last = at
+        else:
+            if last <= size:
+                return
+    raise ValueError(f"shm alltoall: {what} offsets {list(offsets)} are not {p + 1} "
+                     f"ascending offsets from 0 on inside an array of {size} elements")
 
 
 def alltoall(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],
@@ -163,21 +170,39 @@ def alltoall(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],
         dst.set(got)
         return
     x, out = _bytes(src), _bytes(dst)
+    p, code = team.size, _code(src.dtype)
     if recvoffsets is None:
-        team.run(x, out, _code(src.dtype), mode(team, x.nbytes, opts), team.size, ctx.active, wait)
-        return
-    p, isz = team.size, src.itemsize
-    sends = _checked(sendoffsets, p, src.size, isz, "send")
-    got = _checked(recvoffsets, p, dst.size, isz, "receive")
-    team.exchange(sends, got, block_cma_bytes(team, opts), isz)
-    team.run(x, out, _code(src.dtype), layout.ALLTOALLV, p, ctx.active, wait)
+        how = mode(team, x.nbytes, opts)
+    else:
+        _checked(sendoffsets, p, src.size, "send")
+        _checked(recvoffsets, p, dst.size, "receive")
+        team.exchange(sendoffsets, recvoffsets, block_cma_bytes(team, opts), src.itemsize)
+        how = layout.ALLTOALLV
+    # the kernel's compiled entry where this process has it (the dispatcher would type the ten
+    # arguments at every call: tens of microseconds), as a remembered call's lane takes it
+    found = None if shm_team.INTERPRET or _OBSERVED.shm else team.compiled(x, out, code, how, p)
+    if found is not None:
+        team.run_compiled(found[0], x, out, code, how, p, found[1], ctx.active)
+    else:
+        team.run(x, out, code, how, p, ctx.active, wait)
 
 
-def setup(ctx: Context, opts: Options) -> None:
+def setup(ctx: Context, opts: Options, wait: bool = True) -> Callable[[np.ndarray, np.ndarray],
+                                                                      None]:
     """The collective part of a first call on ``ctx`` (the team, :func:`shm.team`), which the v
     form makes before its receive counts' exchange: after it a rank may raise alone (its
-    ``out`` of the wrong size), and none may then be in a collective step the others skip."""
+    ``out`` of the wrong size), and none may then be in a collective step the others skip.
+    Returns that exchange, ``(sent, got)`` (int64, one per rank), run by this alltoall too (one
+    team call of 8-byte blocks: no MPI message); ``wait`` as :func:`alltoall`'s."""
     shm.team(ctx, opts)
+    return lambda sent, got: alltoall(sent, got, (), None, ctx, opts, wait)
+
+
+def setup_without_waiting(ctx: Context, opts: Options) -> Callable[[np.ndarray, np.ndarray],
+                                                                     None]:
+    """What "auto"'s v form sets up on one node: :func:`setup`, whose exchange of the counts
+    does not wait for the kernel to compile (as :func:`alltoall_without_waiting`)."""
+    return setup(ctx, opts, not shm_team.BACKGROUND)
 
 
 def alltoall_without_waiting(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],

@@ -457,18 +457,20 @@ class Team:
         return ValueError(f"{name}: alltoall counts differ across ranks: rank {a} sends {sent} "
                           f"elements to rank {b}, which expects {want} from it")
 
-    def exchange(self, sends: np.ndarray, got: np.ndarray, far: int, itemsize: int) -> None:
-        """Set the next ``ALLTOALLV`` call's blocks: the byte offsets of block ``b`` in the
-        input, ``sends[b]`` to ``sends[b + 1]``, and in the output, ``got[b]`` to ``got[b +
-        1]`` (each ``p + 1`` of them, checked by the caller against its arrays: the kernel reads
-        and writes what they say), and the block bytes from which a block is read by
-        cross-memory attach (a huge value: never; only where the team may); ``itemsize``: the
-        elements' bytes, for the error of counts that disagree."""
-        p, self._itemsize = self.size, itemsize
+    def exchange(self, sends: Any, got: Any, far: int, itemsize: int) -> None:
+        """Set the next ``ALLTOALLV`` call's blocks: block ``b`` is elements ``sends[b]`` to
+        ``sends[b + 1]`` of the input and ``got[b]`` to ``got[b + 1]`` of the output (each
+        ``p + 1`` of them, checked by the caller against its arrays: the kernel reads and writes
+        what they say), of ``itemsize`` bytes each; from ``far`` bytes a block is read by
+        cross-memory attach (a huge value: never; only where the team may)."""
+        p, tab = self.size, self.tab
         at = L.T_BASE + 3 * p
-        self.tab[at:at + p + 1] = sends
-        self.tab[at + p + 1:at + 2 * p + 2] = got
-        self.tab[L.T_A2A_CMA] = far if self.cma else np.iinfo(np.int64).max
+        tab[at:at + p + 1] = sends
+        tab[at + p + 1:at + 2 * p + 2] = got
+        if itemsize != 1:
+            tab[at:at + 2 * p + 2] *= itemsize
+        tab[L.T_A2A_CMA] = far if self.cma else np.iinfo(np.int64).max
+        self._itemsize = itemsize
 
     def free(self) -> None:
         """Release the window (collective over the team's communicator) and the bounce buffer:
