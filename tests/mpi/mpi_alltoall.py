@@ -197,11 +197,12 @@ def test_shm_alltoallv_paths(path, monkeypatch):
 
 
 @pytest.mark.world_sizes(2, 3)
-def test_shm_alltoallv_counts_mismatch_raises_on_every_rank():
+def test_shm_alltoallv_counts_mismatch_raises_on_every_rank(monkeypatch):
     """Send and receive offsets whose counts disagree between two ranks (given to the
     algorithm itself: the public v form learns its receive counts), through the slots and by
     cross-memory attach: every rank raises the same ValueError, naming the pair, and no rank's
-    output was written (the counts are compared before any data moves); a dtype that differs
+    output was written (the counts are compared before any data moves); so does a threshold of
+    cross-memory attach that differs on one rank (how a block travels); a dtype that differs
     on one rank in the public v form raises on every rank too; the next calls are right."""
     from collectives._runtime.context import context
     from collectives.algorithms import shm_alltoall
@@ -224,6 +225,16 @@ def test_shm_alltoallv_counts_mismatch_raises_on_every_rank():
             ValueError)
         assert f"rank 0 sends 2 elements to rank {last}, which expects 3" in str(error)
         assert np.all(out == -7.0), settings
+    # one rank would read by cross-memory attach the blocks another stages: found the same way
+    real = shm_alltoall.block_cma_bytes
+    monkeypatch.setattr(shm_alltoall, "block_cma_bytes",
+                        lambda team, o: 0 if r == last else real(team, o))
+    out = np.full(2 * p, -7.0, np.float32)
+    offsets = list(range(0, 2 * p + 1, 2))
+    with pytest.raises(ValueError, match="differs across ranks"):
+        shm_alltoall.alltoall(x, out, offsets, offsets, ctx, collectives.Options())
+    assert np.all(out == -7.0)
+    monkeypatch.undo()
     dtype = np.float32 if r == last else np.float64
     with pytest.raises((ValueError, collectives.CollectiveError)):
         collectives.alltoall(np.ones(2 * p, dtype), counts=[2] * p, algorithm="shm")

@@ -38,7 +38,7 @@ from __future__ import annotations
 __all__ = [
     "SLOTS", "CTRL_BYTES", "FOLD_BLOCK", "MAX_TEAM", "SCRATCH_OFFSET", "SCRATCH_BYTES",
     "DATA_OFFSET", "X_REGION", "X_OFFSET", "OUT_REGION", "OUT_OFFSET", "D_BYTES",
-    "D_KIND", "kind", "D_SLOT0", "DESCRIPTOR", "D_CALLS", "READY", "DONE", "FREED", "ENTER",
+    "D_KIND", "kind", "D_SLOT0", "D_FAR", "DESCRIPTOR", "D_CALLS", "READY", "DONE", "FREED", "ENTER",
     "ROUND_BITS", "LAST_ROUND",
     "CALLS_PER_SEQ", "STAGED", "FUSED", "REDUCE_SCATTER", "ALLGATHER", "REPLICATED", "ALLTOALL",
     "ALLTOALL_CMA", "ALLTOALLV", "OPCODES",
@@ -71,6 +71,8 @@ X_REGION, X_OFFSET, OUT_REGION, OUT_OFFSET = 0, 1, 2, 3
 # the call's bytes, its kind (dtype.num | opcode << 8 | mode << 16 | m << 24), and the slot of
 # its first round (round i uses slot (D_SLOT0 + i) mod SLOTS, in and out)
 D_BYTES, D_KIND, D_SLOT0 = 4, 5, 6
+# an ALLTOALLV's T_A2A_CMA (which blocks go by cross-memory attach: both ends must agree), else 0
+D_FAR = 7
 DESCRIPTOR = 8
 READY = 16   # last round whose input segments this rank has staged (or: all, at arrival)
 DONE = 24    # last round this rank has reduced (it has stopped reading inputs of that round)

@@ -437,7 +437,11 @@ class Team:
         if guard is not None:  # name the ranks as the caller's communicator does
             name = guard.name
             names = self.comm.Get_group().Translate_ranks([me, q], guard.comm.Get_group())
-        if mine[0] != theirs[0] or mine[1].split()[0] != theirs[1].split()[0]:
+        kinds = [int(self._descriptor(k)[0][L.D_KIND]) for k in (me, q)]
+        if kinds[0] >> 16 & 0xFF == L.ALLTOALLV and kinds[0] == kinds[1]:  # (bytes may differ)
+            what = ("the blocks' cross-memory attach threshold (Options.shm_cma_bytes) "
+                    "differs")
+        elif mine[0] != theirs[0] or mine[1].split()[0] != theirs[1].split()[0]:
             what = "count or dtype differs"
         else:
             what = "the call differs (op or mode)"

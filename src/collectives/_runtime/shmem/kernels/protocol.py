@@ -143,6 +143,7 @@ def open_call(tab, regions, xaddr, oaddr, xbytes, nbytes, mode, m, rounds,
     words[L.D_BYTES] = nbytes
     words[L.D_KIND] = tab[L.T_KIND]
     words[L.D_SLOT0] = tab[L.T_SLOT0] - rounds
+    words[L.D_FAR] = tab[L.T_A2A_CMA] if mode == L.ALLTOALLV else 0
     tab[L.T_BASE + p + me] = copy
     if exchange:  # published before READY (below, or at the first staging) releases it
         table = carray(pointer(offsets(tab, me), WORDS), 2 * (p + 1))
@@ -195,17 +196,21 @@ def descriptor(tab, q):  # pragma: no cover - compiled
 
 @njit(**NJIT)
 def _agree(tab, q, nbytes):  # pragma: no cover - compiled
-    """Whether rank q's call is this rank's, with the same bytes (unless ``nbytes`` is -1),
-    dtype, op, mode and blocks (else records q in ``T_BAD``); notes q's descriptor copy for
-    :func:`descriptor`. Only after acquiring q's READY or DONE of this call, before reading
-    anything else of q's."""
+    """Whether rank q's call is this rank's, with the same bytes (unless ``nbytes`` is -1:
+    then the same ``T_A2A_CMA``), dtype, op, mode and blocks (else records q in ``T_BAD``);
+    notes q's descriptor copy for :func:`descriptor`. Only after acquiring q's READY or DONE
+    of this call, before reading anything else of q's."""
     copy, call = _copy_of(tab, q)
     tab[L.T_BASE + tab[L.T_P] + q] = copy
     words = descriptor(tab, q)
-    # (nbytes -1: an ALLTOALLV, whose bytes differ by rank; counts_agree compares its blocks)
-    if call == tab[L.T_CALL] and words[L.D_KIND] == tab[L.T_KIND] and \
-            (words[L.D_BYTES] == nbytes or nbytes < 0):
-        return True
+    # (nbytes -1: an ALLTOALLV, whose bytes differ by rank, counts_agree comparing its blocks;
+    # its threshold decides how each block travels, so both ends of every block must agree)
+    if call == tab[L.T_CALL] and words[L.D_KIND] == tab[L.T_KIND]:
+        if nbytes >= 0:
+            if words[L.D_BYTES] == nbytes:
+                return True
+        elif words[L.D_FAR] == tab[L.T_A2A_CMA]:
+            return True
     tab[L.T_BAD] = q
     return False
 
