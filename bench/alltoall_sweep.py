@@ -3,7 +3,7 @@
 
 Run ``mpiexec -n P python bench/alltoall_sweep.py [--sizes 8,64,512,4K,64K,256K,1M]
 [--rounds 7] [--target-ms 20] [--algorithms shm,pairwise,...] [--stat median|min] [--barrier]
-[--json FILE]``. ``--sizes`` are bytes per block
+[--v] [--json FILE]``. ``--sizes`` are bytes per block
 (float32): each rank sends ``P`` blocks, so ``x`` and ``y`` hold ``P`` times that. For each
 size every variant is called a few times to warm it, then the number of calls per batch is
 chosen so that one batch of the bare call lasts about ``--target-ms`` (the slowest rank's
@@ -12,6 +12,11 @@ that rotates from round to round, each batch after a barrier, and a batch's time
 the slowest rank's. Rank 0 prints the median over rounds (``--stat min``: the fastest) and its
 ratio to the bare call. The bare call runs on a duplicate of ``COMM_WORLD``; the results are
 checked after the rounds.
+
+``--v`` times the v form instead: ``collectives.alltoall(x, out=y, counts=...)`` (which learns
+its receive counts at every call, Horovod's splits) against ``comm.Alltoallv`` given both
+sides' counts, with unequal blocks: rank i sends rank j the size's bytes where i + j is even,
+half of them where it is odd (the algorithms without a v form are left out).
 
 ``--barrier`` times ``comm.Barrier()`` against ``collectives.barrier()`` (auto: shm on one node,
 dissemination across nodes) and ``algorithm="native"`` the same way instead.
@@ -84,6 +89,37 @@ def _alltoall_rows(args, comm: MPI.Comm, bare: MPI.Comm) -> list[dict]:
     return rows
 
 
+def _alltoallv_rows(args, comm: MPI.Comm, bare: MPI.Comm) -> list[dict]:
+    p, rank = comm.size, comm.rank
+    names = [a for a in args.algorithms if a not in collectives.algorithms.EQUAL_BLOCKS_ONLY]
+    rows = []
+    for nbytes in args.sizes:
+        n = max(nbytes // 4, 1)  # elements of the even blocks; the odd ones have half
+        counts = np.array([[n if (i + j) % 2 == 0 else n // 2 for j in range(p)]
+                           for i in range(p)])
+        sends, recvs = counts[rank], counts[:, rank]
+        sdispls = np.concatenate([[0], np.cumsum(sends)[:-1]])
+        rdispls = np.concatenate([[0], np.cumsum(recvs)[:-1]])
+        x = np.repeat(np.arange(p, dtype=np.float32) + 1000 * rank, sends)
+        outs = {k: np.empty(int(recvs.sum()), np.float32)
+                for k in ("comm.Alltoallv", "default", *names)}
+        send_spec = [x, (sends.tolist(), sdispls.tolist()), MPI.FLOAT]
+        recv_spec = [outs["comm.Alltoallv"], (recvs.tolist(), rdispls.tolist()), MPI.FLOAT]
+        split = sends.tolist()
+        variants = {"comm.Alltoallv": lambda: bare.Alltoallv(send_spec, recv_spec),
+                    "default": lambda: collectives.alltoall(x, out=outs["default"], counts=split)}
+        for a in names:
+            variants[a] = (lambda a=a: collectives.alltoall(x, out=outs[a], counts=split,
+                                                            algorithm=a))
+        med = _sweep(variants, args, comm)
+        want = np.repeat(1000 * np.arange(p, dtype=np.float32) + rank, recvs)
+        for name, y in outs.items():
+            assert np.array_equal(y, want), f"{name} at {nbytes} B per even block"
+        rows.append({"bytes": nbytes, "calls": med.pop("calls"),
+                     **{k: v * 1e6 for k, v in med.items()}})
+    return rows
+
+
 def _barrier_row(args, comm: MPI.Comm, bare: MPI.Comm) -> dict:
     variants = {"comm.Barrier": lambda: bare.Barrier(), "auto": lambda: collectives.barrier(),
                 "native": lambda: collectives.barrier(algorithm="native")}
@@ -111,6 +147,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--max-calls", type=int, default=2000)
     ap.add_argument("--barrier", action="store_true",
                     help="time barrier instead of alltoall")
+    ap.add_argument("--v", action="store_true",
+                    help="time the v form (counts=) against comm.Alltoallv")
     ap.add_argument("--algorithms", type=lambda s: [a for a in s.split(",") if a],
                     default=list(ALGORITHMS), help="the algorithms timed beside the default "
                     f"(comma-separated; default {','.join(ALGORITHMS)})")
@@ -124,6 +162,8 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         if args.barrier:
             result = {"ranks": comm.size, "barrier": _barrier_row(args, comm, bare)}
+        elif args.v:
+            result = {"ranks": comm.size, "rows": _alltoallv_rows(args, comm, bare)}
         else:
             result = {"ranks": comm.size, "rows": _alltoall_rows(args, comm, bare)}
     finally:
@@ -133,6 +173,9 @@ def main(argv: list[str] | None = None) -> dict:
                 f"{args.rounds} rounds, slowest rank (ratio to the bare call)")
         if args.barrier:
             _print(f"# barrier, {head}", [result["barrier"]], "comm.Barrier", "")
+        elif args.v:
+            _print(f"# alltoall(x, out=y, counts=...), float32, bytes per even block (odd: "
+                   f"half), {head}", result["rows"], "comm.Alltoallv", "bytes")
         else:
             _print(f"# alltoall(x, out=y), float32, bytes per block, {head}", result["rows"],
                    "comm.Alltoall", "bytes")

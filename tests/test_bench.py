@@ -679,3 +679,15 @@ def test_alltoall_sweep_times_every_variant_and_the_barrier(tmp_path):
     row = json.loads(out.read_text())["barrier"]
     assert set(row) == {"calls", "comm.Barrier", "auto", "native"} and min(row.values()) > 0
     assert stdout.count("x)") == 3, stdout
+
+
+def test_alltoall_sweep_times_the_v_form(tmp_path):
+    """bench/alltoall_sweep.py --v at 2 ranks on one tiny size: comm.Alltoallv, the default v
+    form and every algorithm with one (Bruck has none), results checked by the script."""
+    out = tmp_path / "a2av.json"
+    stdout = _bench_job(2, "alltoall_sweep.py", "--v", "--sizes", "64", "--rounds", "2",
+                        "--target-ms", "0.5", "--min-calls", "2", out=out, timeout=120)
+    names = ["comm.Alltoallv", "default", "shm", "pairwise", "hierarchical", "native"]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["bytes"] for r in rows] == [64] and set(rows[0]) == {"bytes", "calls", *names}
+    assert min(rows[0][n] for n in names) > 0 and stdout.count("x)") == len(names), stdout

@@ -40,8 +40,8 @@ from ._runtime.flight import describe
 from ._runtime.counts import block_offsets as _offsets, gathered_offsets as _gathered
 from ._runtime.repeats import NO_ARRAYS, REPEATS, Kind, Repeat, kind_of
 from ._runtime.validate import lookup
-from .algorithms import (ALGORITHMS, ALLTOALL, ALLTOALL_RESOLVERS, BARRIER, BARRIER_RESOLVERS,
-                         EQUAL_BLOCKS_ONLY, FLAT, auto, lanes)
+from .algorithms import (ALGORITHMS, ALLTOALL, ALLTOALL_RESOLVERS, ALLTOALLV_SETUP, BARRIER,
+                         BARRIER_RESOLVERS, EQUAL_BLOCKS_ONLY, FLAT, auto, lanes)
 from .blocks import ALLGATHER, BCAST, GATHER, REDUCE, REDUCE_SCATTER, SCATTER
 from .blocks.bruck import alltoall as _bruck
 from .ops import Op, get_op
@@ -328,8 +328,13 @@ class AlltoallCall:
         if self.trivial:
             got = sent
         else:
+            setup = ALLTOALLV_SETUP.get(self.fn)  # collective: before a rank may raise alone
+            exchange = None if setup is None else setup(ctx, self.opts)  # (at out, below)
             got = np.empty_like(sent)
-            _bruck(sent, got, 1, ctx.comm, ctx.active)
+            if exchange is None:
+                _bruck(sent, got, 1, ctx.comm, ctx.active)
+            else:  # the algorithm's own (shm: through the node's window)
+                exchange(sent, got)
         total = int(got.sum())
         if self.out is None:
             res = new_like(self.a, (total,))
@@ -627,9 +632,9 @@ def alltoall(x: np.ndarray, *, out: np.ndarray | None = None,
     ``received_splits``. ``out=`` must then be 1-D of ``sum(out_counts)`` elements (checked once
     they are known); in place is not possible.
 
-    ``algorithm``: "auto" ("shm" on one node for equal blocks, else the fitted cost model's
-    fastest for the block size: ``blocks/auto.py``; pairwise for the v form), "shm" (one node,
-    equal blocks: each rank copies its blocks straight from the others' memory,
+    ``algorithm``: "auto" ("shm" on one node, else the fitted cost model's fastest for the
+    block size: ``blocks/auto.py``, and pairwise for the v form), "shm" (one node, equal blocks
+    or the v form: each rank copies its blocks straight from the others' memory,
     ``algorithms/shm_alltoall.py``), "pairwise", "bruck" (equal blocks only), "hierarchical" or
     "native" (:data:`collectives.ALLTOALL`).
 

@@ -140,6 +140,109 @@ def test_shm_alltoall_paths(path, monkeypatch):
         assert np.array_equal(out, expected), (path, step)
 
 
+def _vcases(p):
+    """Count matrices of the shm v form (row i: what rank i sends each rank), with a dtype
+    each: uneven with zeros; rank 0 sending nothing; very unequal (one block many rounds long,
+    the others 0 or 1 elements); all zero but one rank's own block."""
+    rng = np.random.default_rng(p)
+    uneven = rng.integers(0, 7, (p, p)) * rng.integers(0, 2, (p, p))
+    silent = rng.integers(1, 5, (p, p))
+    silent[0] = 0
+    unequal = np.add.outer(np.arange(p), np.arange(p)) % 2
+    unequal[p - 1, 0] = 50  # 400 bytes: 50 rounds of 8-byte segments at p = 8
+    alone = np.zeros((p, p), int)
+    alone[p // 2, p // 2] = 3
+    return [(uneven, DTYPES[-1]), (silent, np.dtype(np.float32)),
+            (unequal, np.dtype(np.float64)), (alone, np.dtype(np.int64))]
+
+
+#: The v form's paths: the equal form's, and blocks of 16 bytes and more by cross-memory
+#: attach with the shorter ones through the slots (``Options.shm_cma_bytes`` / p per block).
+SHM_VPATHS = {**SHM_PATHS, "mixed": dict(shm_segment_bytes=1, shm_cma_bytes=0)}
+
+
+@pytest.mark.world_sizes(1, 2, 3, 4, 5, 7, 8)
+@pytest.mark.parametrize("path", list(SHM_VPATHS))
+def test_shm_alltoallv_paths(path, monkeypatch):
+    """The shm v form on each path against the gathered reference, bitwise: counts with zeros,
+    a rank that sends nothing, one block of many rounds beside blocks of 0 and 1 element (on
+    slots of 64 bytes: a few bytes of every block a round, the ranks' numbers of rounds
+    differing), a caller's out."""
+    from collectives._runtime.shmem import team
+
+    comm = MPI.COMM_WORLD
+    p, r = comm.size, comm.rank
+    settings = dict(SHM_VPATHS[path])
+    if path == "mixed":
+        settings["shm_cma_bytes"] = 16 * p
+    opts = collectives.Options(**settings)
+    if path == "interpreted":
+        monkeypatch.setattr(team, "INTERPRET", r % 2 == 0)
+    for k, (sends, dtype) in enumerate(_vcases(p)):
+        x = _data(int(sends[r].sum()), dtype, r, k)
+        if path == "shared":
+            shared = collectives.empty(x.shape, dtype)
+            shared[...] = x
+            x = shared
+        xs = comm.allgather(np.asarray(x))
+        offs = [np.concatenate([[0], np.cumsum(row)]).astype(int) for row in sends]
+        expected = np.concatenate([xs[i][offs[i][r]:offs[i][r + 1]] for i in range(p)])
+        out = np.empty(int(sends[:, r].sum()), dtype) if k % 2 else None
+        y, got = collectives.alltoall(x, out=out, counts=sends[r].tolist(), algorithm="shm",
+                                      options=opts)
+        what = (path, k, dtype)
+        assert got == sends[:, r].tolist(), what
+        assert out is None or y is out, what
+        assert np.array_equal(_bits(y), _bits(expected)), what
+
+
+@pytest.mark.world_sizes(2, 3)
+def test_shm_alltoallv_counts_mismatch_raises_on_every_rank(monkeypatch):
+    """Send and receive offsets whose counts disagree between two ranks (given to the
+    algorithm itself: the public v form learns its receive counts), through the slots and by
+    cross-memory attach: every rank raises the same ValueError, naming the pair, and no rank's
+    output was written (the counts are compared before any data moves); so does a threshold of
+    cross-memory attach that differs on one rank (how a block travels); a dtype that differs
+    on one rank in the public v form raises on every rank too; the next calls are right."""
+    from collectives._runtime.context import context
+    from collectives.algorithms import shm_alltoall
+
+    comm = MPI.COMM_WORLD
+    p, r, last = comm.size, comm.rank, comm.size - 1
+    ctx = context(comm)
+    for settings in SHM_PATHS["slots"], SHM_PATHS["cma"]:
+        opts = collectives.Options(**settings)
+        counts = np.full(p, 2)
+        recv = np.full(p, 2)
+        if r == last:
+            recv[0] = 3  # rank 0 sends 2
+        x = np.arange(2 * p, dtype=np.float32)
+        out = np.full(int(recv.sum()), -7.0, np.float32)
+        sendoffsets = np.concatenate([[0], np.cumsum(counts)]).tolist()
+        recvoffsets = np.concatenate([[0], np.cumsum(recv)]).tolist()
+        error = _same_error_everywhere(
+            lambda: shm_alltoall.alltoall(x, out, sendoffsets, recvoffsets, ctx, opts),
+            ValueError)
+        assert f"rank 0 sends 2 elements to rank {last}, which expects 3" in str(error)
+        assert np.all(out == -7.0), settings
+    # one rank would read by cross-memory attach the blocks another stages: found the same way
+    real = shm_alltoall.block_cma_bytes
+    monkeypatch.setattr(shm_alltoall, "block_cma_bytes",
+                        lambda team, o: 0 if r == last else real(team, o))
+    out = np.full(2 * p, -7.0, np.float32)
+    offsets = list(range(0, 2 * p + 1, 2))
+    with pytest.raises(ValueError, match="differs across ranks"):
+        shm_alltoall.alltoall(x, out, offsets, offsets, ctx, collectives.Options())
+    assert np.all(out == -7.0)
+    monkeypatch.undo()
+    dtype = np.float32 if r == last else np.float64
+    with pytest.raises((ValueError, collectives.CollectiveError)):
+        collectives.alltoall(np.ones(2 * p, dtype), counts=[2] * p, algorithm="shm")
+    _still_works()
+    y, got = collectives.alltoall(np.full(p, r, np.int64), counts=[1] * p, algorithm="shm")
+    assert got == [1] * p and np.array_equal(y, np.arange(p)), y
+
+
 @pytest.mark.world_sizes(2, 3)
 @pytest.mark.parametrize("bad", ["dtype", "count"])
 def test_shm_alltoall_mismatch_raises_on_every_rank(bad):
@@ -470,7 +573,7 @@ def _predicted(name, b, p, m):
 
 @pytest.mark.world_sizes(2, 3, 4)
 def test_auto_runs_the_fitted_models_argmin(monkeypatch):
-    """On one node "auto" runs the shm alltoall for equal blocks (and pairwise for the v form);
+    """On one node "auto" runs the shm alltoall, for equal blocks and the v form;
     where it does not (a communicator that spans nodes, here: one said to), with a tuning file's
     fitted model, it runs, for each block size, the algorithm whose predicted time is the
     smallest (the formulas written out above); the results are right."""
@@ -492,8 +595,8 @@ def test_auto_runs_the_fitted_models_argmin(monkeypatch):
     want = np.concatenate([np.arange(2 * r, 2 * r + 2) + 1000 * i for i in range(p)])
     assert np.array_equal(collectives.alltoall(x, comm=comm), want)
     assert took == ["shm"], took
-    collectives.alltoall(x, counts=[2] * p, comm=comm)
-    assert took == ["shm"], took
+    collectives.alltoall(x, counts=[2] * p, comm=comm)  # the v form too
+    assert took == ["shm", "shm"], took
     monkeypatch.setattr(shm, "on_one_node", lambda ctx, opts: False)
     model = {"alpha": 2e-6, "beta": 1e-10, "gamma": 1e-9, "alpha_native": 1e-6}
     folder = Path(comm.bcast(tempfile.mkdtemp() if r == 0 else None, root=0))

@@ -14,8 +14,8 @@ from ..blocks import EQUAL_BLOCKS_ONLY as _BLOCK_EQUAL_ONLY
 from . import auto, hierarchical, shm, shm_alltoall, shm_barrier
 from .flat import FLAT, Algorithm
 
-__all__ = ["ALGORITHMS", "ALLTOALL", "ALLTOALL_RESOLVERS", "BARRIER", "BARRIER_RESOLVERS",
-           "EQUAL_BLOCKS_ONLY", "FLAT", "Algorithm"]
+__all__ = ["ALGORITHMS", "ALLTOALL", "ALLTOALL_RESOLVERS", "ALLTOALLV_SETUP", "BARRIER",
+           "BARRIER_RESOLVERS", "EQUAL_BLOCKS_ONLY", "FLAT", "Algorithm"]
 
 #: Every allreduce algorithm by name (``algorithm=`` of :func:`collectives.allreduce`).
 ALGORITHMS: dict[str, Algorithm] = {
@@ -36,12 +36,17 @@ BARRIER_RESOLVERS = {auto.barrier: auto.barrier_for, shm_barrier.barrier: shm_ba
 
 #: Every alltoall algorithm by name (``algorithm=`` of :func:`collectives.alltoall`): the
 #: message-based ones of ``collectives.blocks``, "shm" (one node: each rank copies its blocks
-#: straight from the others' memory) and "auto" ("shm" on one node for equal blocks, else the
-#: cost model's pick).
+#: straight from the others' memory, equal blocks or the v form's) and "auto" ("shm" on one
+#: node, else the cost model's pick for equal blocks and pairwise for the v form).
 ALLTOALL = {**_BLOCK_ALLTOALLS, "shm": shm_alltoall.alltoall, "auto": auto.alltoall}
-#: The alltoall entries that need equal blocks (no ``counts=``).
-EQUAL_BLOCKS_ONLY = _BLOCK_EQUAL_ONLY | {"shm"}
+#: The alltoall entries that need equal blocks (no ``counts=``): Bruck's.
+EQUAL_BLOCKS_ONLY = _BLOCK_EQUAL_ONLY
 #: The alltoall functions a remembered call of equal blocks resolves once for its arrays and
 #: context, each by its resolver ``(src, dst, ctx, opts) -> alltoall function``.
 ALLTOALL_RESOLVERS = {auto.alltoall: auto.alltoall_resolved,
                       shm_alltoall.alltoall: shm_alltoall.resolved}
+#: What the v form of an alltoall function does collectively before its first message
+#: ``(ctx, opts) -> exchange of the receive counts or None``: "auto" (on one node) and "shm"
+#: make the shm team (after the receive counts' exchange a rank may raise alone) and exchange
+#: the counts through it ``(sent, got)``; None: a Bruck alltoall of the counts.
+ALLTOALLV_SETUP = {auto.alltoall: auto.alltoallv_setup, shm_alltoall.alltoall: shm_alltoall.setup}

@@ -54,6 +54,7 @@ from .flat import FLAT
 
 __all__ = ["algorithm_for", "builtin_choice", "comm_rules", "selector", "resolve", "Selector",
            "allreduce", "barrier", "barrier_for", "alltoall", "alltoall_for", "alltoall_resolved",
+           "alltoallv_setup",
            "SMALL_BYTES", "SHM_BYTES", "MODEL_CHOICES"]
 
 SMALL_BYTES = 64 << 10
@@ -168,13 +169,23 @@ def alltoall_for(src: np.ndarray, recvoffsets: Sequence[int] | None, ctx: Contex
                  opts: Options) -> Callable:
     """The alltoall function "auto" runs for blocks of ``src`` on ``ctx``: the shared-memory
     alltoall (``shm_alltoall``, not waiting for its kernel) when every rank shares one node
-    (found collectively at the first call, as for the barrier) and the blocks are equal, else
-    the cost model's pick (``blocks/auto.py``); the v form runs pairwise exchange."""
-    if recvoffsets is not None:  # the v form: pairwise, with nothing to set up collectively
-        return _blocks_auto.FUNCTIONS["pairwise"]  # (a rank may have raised at its receive
-    if shm.on_one_node(ctx, opts):                 # counts, after the exchange)
-        return shm_alltoall.alltoall_without_waiting
+    (found collectively at the first call, as for the barrier), else the cost model's pick
+    (``blocks/auto.py``) for equal blocks and pairwise exchange for the v form."""
+    if shm.on_one_node(ctx, opts):  # (the v form's was found, and its team made, by
+        return shm_alltoall.alltoall_without_waiting  # alltoallv_setup before any message)
+    if recvoffsets is not None:  # the v form across nodes: pairwise
+        return _blocks_auto.FUNCTIONS["pairwise"]
     return _blocks_auto.resolve(ctx, opts, src.size // ctx.comm.size * src.itemsize)
+
+
+def alltoallv_setup(ctx: Context, opts: Options) -> Callable | None:
+    """What "auto"'s v form does collectively before its first message (the receive counts'
+    exchange, after which one rank may raise at its ``out``, the others going on): find whether
+    the ranks share one node, and there make the shm team and return the exchange of the counts
+    through it (:func:`shm_alltoall.setup_without_waiting`); else None."""
+    if shm.on_one_node(ctx, opts):
+        return shm_alltoall.setup_without_waiting(ctx, opts)
+    return None
 
 
 def alltoall(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],

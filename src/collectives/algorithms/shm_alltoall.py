@@ -23,28 +23,62 @@ window, flags in it, the protocol of docs/shm-protocol.md) in its two alltoall m
   overlaps the copies of round ``t``. An input that lives in shared memory
   (``collectives.empty``) is read in place, staged by no one.
 
+**The v form** (``counts=``: blocks of any length, zero included; the caller gives both
+sides' offsets, ``api.AlltoallCall`` having learned the receive counts) runs in the kernel's
+``ALLTOALLV`` mode: each rank publishes its send and receive offsets in its offset table in the
+window (``_runtime/shmem/layout.py``), and at its first round every rank compares, for every
+pair of ranks, what one sends with what the other expects, before any rank reads another's
+data: a mismatch raises the same ``ValueError`` on every rank (every rank scans the same pairs
+in the same order). Then each block by its own length, the same on both sides:
+
+- from :func:`block_cma_bytes` per block (8 KiB, 64 KiB where ranks share cores; or
+  ``Options.shm_cma_bytes`` / p) by cross-memory attach: the reader takes the whole block, in
+  its first round, from the sender's input at the sender's displacement (its offset table)
+  into its output at its own displacement, one system call; a sender with such a block waits at
+  the end for every rank's ``DONE``. A per-block choice, not one per call by the largest block:
+  both ends of a block know its length, while the largest block of the call is known to no rank
+  without one more exchange; and one long block then does not send the short ones through
+  system calls that cost more than their two copies;
+- shorter blocks through the slots, in rounds: each round stages up to a slot-share
+  (``Options.shm_segment_bytes`` / p) of each of them, segment ``t`` of a block at its
+  block's place in the slot. A rank takes as many rounds as its own blocks need (the longest it
+  sends or receives through the slots); one whose blocks are all done raises its counters to
+  the call's last round, so that it still takes part in the hand-offs (others read its last
+  slots, wait on its ``DONE``) without being waited for in rounds it does not have.
+
+An input in shared memory (``collectives.empty``) is read in place, each block whole in the
+first round, staged by no one. Python checks every offset against the arrays before the kernel
+(which does not check bounds): the kernel reads and writes only inside the blocks they give,
+and reads a peer's block only once the counts agree.
+
 Data travels as bytes (one compiled kernel for every dtype, the shm barrier's); the call's
 descriptor names the element dtype and the byte count, which every rank compares with its own
-before it reads a peer's data (a mismatch raises on every rank). In place (``out=x``) the caller
-hands a private copy of the input (``api.AlltoallCall``), as to every alltoall algorithm.
+(equal blocks; the v form compares the dtype and the blocks' counts) before it reads a peer's
+data (a mismatch raises on every rank). In place (``out=x``, equal blocks only) the caller hands
+a private copy of the input (``api.AlltoallCall``), as to every alltoall algorithm.
 
 Cost per rank, ``n`` bytes of input, ``p`` ranks: by cross-memory attach ``n (p-1)/p`` bytes
 read from the other processes and written once, ``p - 1`` system calls and two hand-offs (arrive,
 done); through the slots ``2 n (p-1)/p beta`` (stage, copy: MPI's two copies, without its
 per-message matching and with no message at all) and two hand-offs per round. A small alltoall
-costs one kernel call and a few cache lines read from each peer, no MPI call.
+costs one kernel call and a few cache lines read from each peer, no MPI call. The v form adds
+the comparison of the counts (``p^2`` words read from the offset tables, in the first round)
+and, in ``collectives.alltoall``, the exchange of the receive counts that precedes it: one
+more call of this alltoall, of one int64 per rank (:func:`setup`), no MPI message either.
 
-Equal blocks only (``counts=`` raises before any message: ``EQUAL_BLOCKS_ONLY``); only on a
-communicator whose ranks share one node (else the same ``ValueError`` on every rank, naming the
-ranks off rank 0's node). "auto" runs it on one node (:func:`collectives.algorithms.auto.alltoall`)
-without waiting for its kernel to compile (the interpreted round driver meanwhile, as the shm
-allreduce's "auto"). A remembered call resolves once to a :class:`Lane`, which calls the
-kernel's compiled entry directly.
+Only on a communicator whose ranks share one node (else the same ``ValueError`` on every rank,
+naming the ranks off rank 0's node). "auto" runs it on one node
+(:func:`collectives.algorithms.auto.alltoall`), equal blocks and the v form, without waiting
+for its kernel to compile (the interpreted round driver meanwhile, as the shm allreduce's
+"auto"); the v form makes the team (:func:`setup`)
+before the receive counts' exchange, after which one rank may raise alone. A remembered call
+(equal blocks) resolves once to a :class:`Lane`, which calls the kernel's compiled entry
+directly.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -56,8 +90,9 @@ from ..observe import OBSERVERS as _OBSERVED
 from ..options import Options
 from . import shm
 
-__all__ = ["alltoall", "alltoall_without_waiting", "lane", "Lane", "mode", "resolved",
-           "CMA_BLOCK_BYTES", "CMA_BLOCK_BYTES_SHARED"]
+__all__ = ["alltoall", "alltoall_without_waiting", "setup", "setup_without_waiting", "lane",
+           "Lane", "mode", "block_cma_bytes", "resolved", "CMA_BLOCK_BYTES",
+           "CMA_BLOCK_BYTES_SHARED"]
 
 #: Bytes per block from which an alltoall reads private inputs by cross-memory attach (where the
 #: team may), when the team's ranks have a core each, and when they share cores: below it the
@@ -80,17 +115,53 @@ def mode(team: Team, nbytes: int, opts: Options) -> int:
     return layout.ALLTOALL_CMA if nbytes >= at else layout.ALLTOALL
 
 
+def _code(dtype: np.dtype) -> int:
+    """The element dtype's code in the call's kind (its "op" byte, ``layout.kind``): NumPy's
+    number, 255 for the numbers that do not fit a byte (``ml_dtypes``' bfloat16: 256 and up),
+    which would spill into the mode's byte."""
+    return min(dtype.num, 255)
+
+
 def _bytes(a: np.ndarray) -> np.ndarray:
     """The 1-D contiguous array ``a`` as bytes (``api.flat``'s views are 1-D and contiguous)."""
     return a.view(np.uint8)
+
+
+def block_cma_bytes(team: Team, opts: Options) -> int:
+    """Bytes of one block from which the v form reads it by cross-memory attach (the same on
+    every rank: the options and the team's agreement are), :func:`mode`'s threshold per block:
+    ``Options.shm_cma_bytes`` / p where set."""
+    if opts.shm_cma_bytes is not None:
+        return opts.shm_cma_bytes // team.size
+    return CMA_BLOCK_BYTES if team.dedicated else CMA_BLOCK_BYTES_SHARED
+
+
+def _checked(offsets: Sequence[int], p: int, size: int, what: str) -> None:
+    """Check that ``offsets`` are ``p + 1`` ascending offsets from 0 or more inside an array of
+    ``size`` elements: the kernel does not check bounds, it reads and writes what they say.
+    (A loop: the v form's offsets come as a short list, which NumPy would first convert.)"""
+    last = 0
+    if len(offsets) == p + 1:
+        for at in offsets:
+            if at < last:
+                break
+            last = at
+        else:
+            if last <= size:
+                return
+    raise ValueError(f"shm alltoall: {what} offsets {list(offsets)} are not {p + 1} "
+                     f"ascending offsets from 0 on inside an array of {size} elements")
 
 
 def alltoall(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],
              recvoffsets: Sequence[int] | None, ctx: Context, opts: Options,
              wait: bool = True) -> None:
     """``algorithm="shm"``: block ``j`` of ``src`` to block ``rank`` of rank ``j``'s ``dst``
-    (equal blocks: ``recvoffsets`` None). ``wait=False`` (what "auto" runs:
-    :func:`alltoall_without_waiting`): on the interpreted round driver while the kernel
+    (equal blocks: ``recvoffsets`` None; else the v form, blocks ``sendoffsets[j]`` to
+    ``sendoffsets[j + 1]`` of ``src`` and ``recvoffsets[i]`` to ``recvoffsets[i + 1]`` of
+    ``dst``, checked here, their counts compared across ranks by the kernel before any data
+    moves: a ``ValueError`` on every rank where they disagree). ``wait=False`` (what "auto"
+    runs: :func:`alltoall_without_waiting`): on the interpreted round driver while the kernel
     compiles."""
     team = shm.team(ctx, opts)
     if type(dst) is not np.ndarray:  # CuPy: the window is host memory, exchange host copies
@@ -99,7 +170,39 @@ def alltoall(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],
         dst.set(got)
         return
     x, out = _bytes(src), _bytes(dst)
-    team.run(x, out, src.dtype.num, mode(team, x.nbytes, opts), team.size, ctx.active, wait)
+    p, code = team.size, _code(src.dtype)
+    if recvoffsets is None:
+        how = mode(team, x.nbytes, opts)
+    else:
+        _checked(sendoffsets, p, src.size, "send")
+        _checked(recvoffsets, p, dst.size, "receive")
+        team.exchange(sendoffsets, recvoffsets, block_cma_bytes(team, opts), src.itemsize)
+        how = layout.ALLTOALLV
+    # the kernel's compiled entry where this process has it (the dispatcher would type the ten
+    # arguments at every call: tens of microseconds), as a remembered call's lane takes it
+    found = None if shm_team.INTERPRET or _OBSERVED.shm else team.compiled(x, out, code, how, p)
+    if found is not None:
+        team.run_compiled(found[0], x, out, code, how, p, found[1], ctx.active)
+    else:
+        team.run(x, out, code, how, p, ctx.active, wait)
+
+
+def setup(ctx: Context, opts: Options, wait: bool = True) -> Callable[[np.ndarray, np.ndarray],
+                                                                      None]:
+    """The collective part of a first call on ``ctx`` (the team, :func:`shm.team`), which the v
+    form makes before its receive counts' exchange: after it a rank may raise alone (its
+    ``out`` of the wrong size), and none may then be in a collective step the others skip.
+    Returns that exchange, ``(sent, got)`` (int64, one per rank), run by this alltoall too (one
+    team call of 8-byte blocks: no MPI message); ``wait`` as :func:`alltoall`'s."""
+    shm.team(ctx, opts)
+    return lambda sent, got: alltoall(sent, got, (), None, ctx, opts, wait)
+
+
+def setup_without_waiting(ctx: Context, opts: Options) -> Callable[[np.ndarray, np.ndarray],
+                                                                     None]:
+    """What "auto"'s v form sets up on one node: :func:`setup`, whose exchange of the counts
+    does not wait for the kernel to compile (as :func:`alltoall_without_waiting`)."""
+    return setup(ctx, opts, not shm_team.BACKGROUND)
 
 
 def alltoall_without_waiting(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],
@@ -132,7 +235,7 @@ class Lane:
                  recvoffsets: Sequence[int] | None, ctx: Context, opts: Options) -> None:
         if ctx is self.ctx and not shm_team.INTERPRET and not _OBSERVED.shm:
             team = self.team
-            team.run_compiled(self.entry, src.view(np.uint8), dst.view(np.uint8), src.dtype.num,
+            team.run_compiled(self.entry, src.view(np.uint8), dst.view(np.uint8), _code(src.dtype),
                               self.mode, team.size, self.kind, ctx.active)
             return
         self.fn(src, dst, sendoffsets, recvoffsets, ctx, opts)
@@ -146,7 +249,7 @@ class Lane:
             return
         x, out = _bytes(src), _bytes(dst)
         how = mode(found, x.nbytes, opts)
-        compiled = found.compiled(x, out, src.dtype.num, how, found.size)
+        compiled = found.compiled(x, out, _code(src.dtype), how, found.size)
         if compiled is not None:
             self.team, self.mode = found, how
             (self.entry, self.kind), self.ctx = compiled, ctx

@@ -81,7 +81,8 @@ _DTYPES = {np.dtype(c).num: np.dtype(c).name for c in np.typecodes["All"] if c n
 _OPS = {0: "sum", 1: "prod", 2: "min", 3: "max"}
 _COMPLETE, _FLOAT16 = L.COMPLETE, np.dtype(np.float16).num
 _MODES = {L.FUSED: "allreduce", L.REDUCE_SCATTER: "reduce-scatter", L.ALLGATHER: "allgather",
-          L.REPLICATED: "allreduce", L.ALLTOALL: "alltoall", L.ALLTOALL_CMA: "alltoall"}
+          L.REPLICATED: "allreduce", L.ALLTOALL: "alltoall", L.ALLTOALL_CMA: "alltoall",
+          L.ALLTOALLV: "alltoall with counts"}
 _KERNELS: Any = None
 
 
@@ -195,7 +196,7 @@ class Team:
             cma_round = SEGMENT_DEDICATED if dedicated else slot_bytes
         slot = L.segment_bytes(slot_bytes, p)
         cma_round = max(L.segment_bytes(cma_round, p), slot)
-        self.win = MPI.Win.Allocate_shared(L.DATA_OFFSET + 2 * L.SLOTS * slot, 1, comm=comm)
+        self.win = MPI.Win.Allocate_shared(L.window_bytes(slot, p), 1, comm=comm)
         if self.win.Get_attr(MPI.WIN_MODEL) != MPI.WIN_UNIFIED:  # pragma: no cover - no such MPI
             self.win.Free()
             raise RuntimeError("algorithm 'shm' needs MPI shared windows in the unified memory "
@@ -213,7 +214,7 @@ class Team:
                 if q != me:
                     theirs = np.frombuffer(self.win.Shared_query(q)[0], np.uint8)
                     int(theirs[L.DATA_OFFSET::PAGE].max(initial=0))
-        self.tab = np.zeros(L.T_BASE + 3 * p, np.int64)
+        self.tab = np.zeros(L.table_words(p), np.int64)
         spin = SPIN_DEDICATED if dedicated else SPIN_SHARED
         self.tab[[L.T_ME, L.T_P, L.T_SLOTS, L.T_SLOT_BYTES, L.T_SPIN]] = (me, p, L.SLOTS, slot,
                                                                           spin)
@@ -231,6 +232,7 @@ class Team:
         self._ranks = (None if buffers is None else
                        buffers.translate(comm))  # team rank -> rank in the buffers' node
         self._regions = np.zeros((0, 1 + p), np.int64)
+        self._itemsize = 1  # the last v form's element bytes (:meth:`exchange`)
         self._version = -1
         #: (dtype number, input writable) of the calls whose round driver this rank has
         #: compiled (``ready``): they need not ask again
@@ -379,6 +381,8 @@ class Team:
         if status == L.MISMATCH:
             self._await_notice(guard)
             raise self._mismatch(guard)
+        if status == L.COUNTS:  # every rank found the same pair (protocol.counts_agree)
+            raise self._counts(guard)
         if status == L.CMA_FAILED:  # the rank read from has left the call (failed)
             self._await_notice(guard, always=True)
             q, errno = int(tab[L.T_BAD]), int(tab[L.T_ERR])
@@ -433,12 +437,44 @@ class Team:
         if guard is not None:  # name the ranks as the caller's communicator does
             name = guard.name
             names = self.comm.Get_group().Translate_ranks([me, q], guard.comm.Get_group())
-        if mine[0] != theirs[0] or mine[1].split()[0] != theirs[1].split()[0]:
+        kinds = [int(self._descriptor(k)[0][L.D_KIND]) for k in (me, q)]
+        if kinds[0] >> 16 & 0xFF == L.ALLTOALLV and kinds[0] == kinds[1]:  # (bytes may differ)
+            what = ("the blocks' cross-memory attach threshold (Options.shm_cma_bytes) "
+                    "differs")
+        elif mine[0] != theirs[0] or mine[1].split()[0] != theirs[1].split()[0]:
             what = "count or dtype differs"
         else:
             what = "the call differs (op or mode)"
         return ValueError(f"{name}: {what} across ranks: rank {names[0]} has {mine[0]} bytes "
                           f"of {mine[1]}, rank {names[1]} has {theirs[0]} bytes of {theirs[1]}")
+
+    def _counts(self, guard: Any) -> ValueError:
+        """The error of an alltoall whose counts disagree (``tab[T_BAD]`` sends ``T_SENT``
+        bytes to ``T_TO``, which expects ``T_WANT``), in elements of the call's dtype."""
+        tab, itemsize = self.tab, self._itemsize
+        a, b = int(tab[L.T_BAD]), int(tab[L.T_TO])
+        sent, want = int(tab[L.T_SENT]) // itemsize, int(tab[L.T_WANT]) // itemsize
+        name = "shm"
+        if guard is not None:  # name the ranks as the caller's communicator does
+            name = guard.name
+            a, b = self.comm.Get_group().Translate_ranks([a, b], guard.comm.Get_group())
+        return ValueError(f"{name}: alltoall counts differ across ranks: rank {a} sends {sent} "
+                          f"elements to rank {b}, which expects {want} from it")
+
+    def exchange(self, sends: Any, got: Any, far: int, itemsize: int) -> None:
+        """Set the next ``ALLTOALLV`` call's blocks: block ``b`` is elements ``sends[b]`` to
+        ``sends[b + 1]`` of the input and ``got[b]`` to ``got[b + 1]`` of the output (each
+        ``p + 1`` of them, checked by the caller against its arrays: the kernel reads and writes
+        what they say), of ``itemsize`` bytes each; from ``far`` bytes a block is read by
+        cross-memory attach (a huge value: never; only where the team may)."""
+        p, tab = self.size, self.tab
+        at = L.T_BASE + 3 * p
+        tab[at:at + p + 1] = sends
+        tab[at + p + 1:at + 2 * p + 2] = got
+        if itemsize != 1:
+            tab[at:at + 2 * p + 2] *= itemsize
+        tab[L.T_A2A_CMA] = far if self.cma else np.iinfo(np.int64).max
+        self._itemsize = itemsize
 
     def free(self) -> None:
         """Release the window (collective over the team's communicator) and the bounce buffer:

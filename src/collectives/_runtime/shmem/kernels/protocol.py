@@ -9,10 +9,12 @@ opens a call (:func:`open_call`):
 - *whether a slot or descriptor copy may be rewritten* (nobody reads it any more):
   :func:`released`, :func:`entered_after`;
 - *whether every rank makes the same call*: :func:`all_agree`, which also notes the descriptor
-  copy of each rank's call for :func:`descriptor`;
+  copy of each rank's call for :func:`descriptor`, and for an alltoall of the offset tables'
+  blocks :func:`counts_agree` (what each rank sends each other is what that one expects);
 - *where a round's data lies*: :func:`span` (elements of a block's segment),
   :func:`shared` (another rank's input or output in a shared buffer), :func:`slot` (a rank's
-  input or output slot of a round), :func:`needs_slot`, :func:`by_cma`.
+  input or output slot of a round), :func:`needs_slot`, :func:`by_cma`, :func:`offsets` (a
+  rank's offset table of the current call).
 
 The rules they implement, and why they make the protocol correct, are in docs/shm-protocol.md.
 """
@@ -26,7 +28,8 @@ from . import NJIT
 from .memory import WORDS, load_acquire, pointer, store_release
 
 __all__ = ["all_reached", "segment_elements", "span", "released", "entered_after", "by_cma",
-           "open_call", "descriptor", "all_agree", "shared", "needs_slot", "slot"]
+           "open_call", "descriptor", "all_agree", "counts_agree", "offsets", "shared",
+           "needs_slot", "slot"]
 
 
 @njit(**NJIT)
@@ -111,16 +114,21 @@ def by_cma(tab, mode, nbytes):  # pragma: no cover - compiled
 
 
 @njit(**NJIT)
-def open_call(tab, regions, xaddr, oaddr, nbytes, mode, m, rounds):  # pragma: no cover - compiled
-    """Publish this rank's descriptor (in the copy no other rank reads any more), set the cursor,
-    and move the counters of the steps this rank does not take in this call straight to the
-    call's last round."""
-    me = tab[L.T_ME]
+def open_call(tab, regions, xaddr, oaddr, xbytes, nbytes, mode, m, rounds,
+              lend):  # pragma: no cover - compiled
+    """Publish this rank's descriptor (in the copy no other rank reads any more), and in the
+    alltoall modes its offset table (``tab``'s send and receive offsets), set the cursor, and
+    move the counters of the steps this rank does not take in this call straight to the call's
+    last round. ``xbytes``: the input's bytes (an alltoall's may differ from the output's);
+    ``lend``: the others read blocks of my private input by cross-memory attach (an
+    ``ALLTOALLV`` with a block past ``T_A2A_CMA``)."""
+    me, p = tab[L.T_ME], tab[L.T_P]
     t0 = tab[L.T_CALL] << L.ROUND_BITS
     tl = t0 + rounds - 1
-    xreg, xoff = _find(tab, regions, xaddr, nbytes)
+    exchange = mode >= L.ALLTOALL
+    xreg, xoff = _find(tab, regions, xaddr, xbytes)
     oreg, ooff = _find(tab, regions, oaddr, nbytes)
-    if by_cma(tab, mode, nbytes):  # the others read my private buffers themselves
+    if by_cma(tab, mode, nbytes) or lend:  # the others read my private buffers themselves
         if xreg == L.STAGED:
             xreg, xoff = L.CMA, xaddr
         if oreg == L.STAGED:
@@ -135,23 +143,33 @@ def open_call(tab, regions, xaddr, oaddr, nbytes, mode, m, rounds):  # pragma: n
     words[L.D_BYTES] = nbytes
     words[L.D_KIND] = tab[L.T_KIND]
     words[L.D_SLOT0] = tab[L.T_SLOT0] - rounds
+    words[L.D_FAR] = tab[L.T_A2A_CMA] if mode == L.ALLTOALLV else 0
+    tab[L.T_BASE + p + me] = copy
+    if exchange:  # published before READY (below, or at the first staging) releases it
+        table = carray(pointer(offsets(tab, me), WORDS), 2 * (p + 1))
+        sent = L.T_BASE + 3 * p
+        for i in range(2 * (p + 1)):
+            table[i] = tab[sent + i]
     store_release(ctrl + (L.D_CALLS + copy) * 8, tab[L.T_CALL])
-    tab[L.T_BASE + tab[L.T_P] + me] = copy
     tab[L.T_DLAST + copy] = tl
     tab[L.T_T0], tab[L.T_TL] = t0, tl
+    # an alltoall's ranks may have different numbers of rounds: a rank done with all of its
+    # own stands at the call's last possible round, waited for by none
+    end = t0 + L.LAST_ROUND if exchange else tl
     if me < m or mode == L.REPLICATED:
         tab[L.T_TF] = t0
     else:  # not reducing: reads no input of this call
         tab[L.T_TF] = tl + 1
         store_release(ctrl + L.DONE * 8, tl)
-    if mode == L.ALLGATHER or xreg != L.STAGED:  # nothing to stage: arrive for all rounds
-        tab[L.T_TS] = tl + 1
-        store_release(ctrl + L.READY * 8, tl)  # release: the descriptor is visible first
+    if mode == L.ALLGATHER or (xreg != L.STAGED and not (mode == L.ALLTOALLV and
+                                                          xreg == L.CMA)):
+        tab[L.T_TS] = tl + 1  # nothing to stage: arrive for all rounds
+        store_release(ctrl + L.READY * 8, end)  # release: the descriptor is visible first
     else:
         tab[L.T_TS] = t0
-    if mode == L.REDUCE_SCATTER or mode == L.REPLICATED or mode >= L.ALLTOALL or oreg >= 0:
+    if mode == L.REDUCE_SCATTER or mode == L.REPLICATED or exchange or oreg >= 0:
         tab[L.T_TC] = tl + 1  # nothing to copy out (an alltoall writes only its own output)
-        store_release(ctrl + L.FREED * 8, tl)
+        store_release(ctrl + L.FREED * 8, end)
     else:
         tab[L.T_TC] = t0
     tab[L.T_PHASE] = 2
@@ -178,14 +196,21 @@ def descriptor(tab, q):  # pragma: no cover - compiled
 
 @njit(**NJIT)
 def _agree(tab, q, nbytes):  # pragma: no cover - compiled
-    """Whether rank q's call is this rank's, with the same bytes, dtype, op, mode and blocks
-    (else records q in ``T_BAD``); notes q's descriptor copy for :func:`descriptor`. Only
-    after acquiring q's READY or DONE of this call, before reading anything else of q's."""
+    """Whether rank q's call is this rank's, with the same bytes (unless ``nbytes`` is -1:
+    then the same ``T_A2A_CMA``), dtype, op, mode and blocks (else records q in ``T_BAD``);
+    notes q's descriptor copy for :func:`descriptor`. Only after acquiring q's READY or DONE
+    of this call, before reading anything else of q's."""
     copy, call = _copy_of(tab, q)
     tab[L.T_BASE + tab[L.T_P] + q] = copy
     words = descriptor(tab, q)
-    if call == tab[L.T_CALL] and words[L.D_BYTES] == nbytes and words[L.D_KIND] == tab[L.T_KIND]:
-        return True
+    # (nbytes -1: an ALLTOALLV, whose bytes differ by rank, counts_agree comparing its blocks;
+    # its threshold decides how each block travels, so both ends of every block must agree)
+    if call == tab[L.T_CALL] and words[L.D_KIND] == tab[L.T_KIND]:
+        if nbytes >= 0:
+            if words[L.D_BYTES] == nbytes:
+                return True
+        elif words[L.D_FAR] == tab[L.T_A2A_CMA]:
+            return True
     tab[L.T_BAD] = q
     return False
 
@@ -196,6 +221,33 @@ def all_agree(tab, hi, me, nbytes):  # pragma: no cover - compiled
     for q in range(hi):
         if q != me and not _agree(tab, q, nbytes):
             return False
+    return True
+
+
+@njit(**NJIT)
+def offsets(tab, q):  # pragma: no cover - compiled
+    """Address of rank q's offset table of this rank's current call (send offsets, then receive
+    offsets, ``p + 1`` words each), in the copy of q's descriptor (after :func:`all_agree`, or
+    this rank's own after :func:`open_call`)."""
+    copy = tab[L.T_BASE + tab[L.T_P] + q]
+    return tab[L.T_BASE + q] + L.DATA_OFFSET + 2 * tab[L.T_SLOTS] * tab[L.T_SLOT_BYTES] + \
+        copy * 2 * (tab[L.T_P] + 1) * 8
+
+
+@njit(**NJIT)
+def counts_agree(tab, p):  # pragma: no cover - compiled
+    """Whether, for every pair of ranks, the bytes rank a sends rank b (a's send offsets) are
+    the bytes b expects from a (b's receive offsets); else records the first pair found (``T_BAD``
+    sends ``T_SENT`` bytes to ``T_TO``, which expects ``T_WANT``). Every rank scans every pair in
+    the same order, so every rank finds the same one. After :func:`all_agree`."""
+    for b in range(p):
+        received = carray(pointer(offsets(tab, b), WORDS), 2 * (p + 1))[p + 1:]
+        for a in range(p):
+            sends = carray(pointer(offsets(tab, a), WORDS), p + 1)
+            sent, want = sends[b + 1] - sends[b], received[a + 1] - received[a]
+            if sent != want:
+                tab[L.T_BAD], tab[L.T_TO], tab[L.T_SENT], tab[L.T_WANT] = a, b, sent, want
+                return False
     return True
 
 

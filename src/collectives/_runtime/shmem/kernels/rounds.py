@@ -26,8 +26,9 @@ from . import NJIT
 from .arithmetic import BLOCK, fold
 from .copies import cma_read, copy, copy_streaming
 from .memory import FLOAT16, WORDS, fence, pointer, store_release
-from .protocol import (all_agree, all_reached, by_cma, descriptor, entered_after, needs_slot,
-                       open_call, released, segment_elements, shared, slot, span)
+from .protocol import (all_agree, all_reached, by_cma, counts_agree, descriptor, entered_after,
+                       needs_slot, offsets, open_call, released, segment_elements, shared, slot,
+                       span)
 
 __all__ = ["run_rounds", "FLOAT16"]
 
@@ -44,7 +45,10 @@ def run_rounds(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: 
 
     ``m`` blocks (1 in REPLICATED mode), reduced by ranks ``0 .. m-1`` (by every rank in
     REPLICATED mode; in the ALLTOALL modes, ``m = p`` and rank b copies block b of every input
-    into block q of its output, q the input's rank). Returns WAITING after ``tab[T_SPIN]``
+    into block q of its output, q the input's rank: equal blocks, or in ALLTOALLV mode those of
+    the send and receive offsets in ``tab``, which the caller checked against ``x`` and ``out``,
+    and whose counts every rank compares pairwise before any reads another's data: COUNTS
+    where they disagree). Returns WAITING after ``tab[T_SPIN]``
     polls without progress, with the cursor saved in ``tab``, so that the caller can yield the
     processor and call again.
 
@@ -52,7 +56,10 @@ def run_rounds(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: 
     input of round t can be read and q's descriptor of this call is published; ``DONE[q] >= t``
     means q reads no input of rounds <= t any more (and wrote its results of them); ``FREED[q]
     >= t`` means q reads no output slot (by cross-memory attach: no other rank's output) of
-    rounds <= t any more. Returns CMA_FAILED when a read by cross-memory attach fails
+    rounds <= t any more. An alltoall's ranks may have different numbers of rounds (each as many
+    as its own blocks through the slots need): a rank done with its last one raises its
+    counters to the call's last possible round (``LAST_ROUND``), so that no rank waits on it
+    for a round it does not have. Returns CMA_FAILED when a read by cross-memory attach fails
     (``tab[T_BAD]``, ``tab[T_ERR]``).
     """
     me, p, nslots = tab[L.T_ME], tab[L.T_P], tab[L.T_SLOTS]
@@ -67,13 +74,42 @@ def run_rounds(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: 
     # (larger where the slots are small: fewer system calls)
     seg = segment_elements(tab[L.T_CMA_SEGMENT] if cma else tab[L.T_SLOT_BYTES], m, isz)
     exchange = mode >= L.ALLTOALL  # alltoall: copies of my block of every input, no reduction
-    if mode == L.ALLTOALL_CMA:  # read straight into my output: no bounce buffer, one round
-        seg = max(1, -(-n // m))
     xaddr, oaddr = x.ctypes.data, out.ctypes.data
     mine = tab[L.T_BASE + me]
     idle = 0
+    # an alltoall's blocks: the offsets (elements) of block b in my input, sends[b] to
+    # sends[b + 1], and in my output, got[b] to got[b + 1] (the caller's, checked by it, in the
+    # v form; else equal blocks, set here); blocks from ``far`` bytes on are read whole by
+    # cross-memory attach in the first round, the others through the slots, ``seg`` a round
+    sends = tab[L.T_BASE + 3 * p:L.T_BASE + 4 * p + 1]
+    got = tab[L.T_BASE + 4 * p + 1:L.T_BASE + 5 * p + 2]
+    far = 1 << 62
+    longest = -(-n // m)  # elements of the longest block through the slots
+    lend = False  # a block of my input is read by cross-memory attach
+    if exchange:
+        seg = segment_elements(tab[L.T_SLOT_BYTES], m, isz)
+        if mode == L.ALLTOALL_CMA:
+            far = 0
+        elif mode == L.ALLTOALLV:
+            far = tab[L.T_A2A_CMA]
+        else:
+            far = 1 << 62
+        if mode != L.ALLTOALLV and tab[L.T_PHASE] == 0:
+            for b in range(p + 1):
+                sends[b] = b * (n // p)
+                got[b] = b * (n // p)
+        longest = 0
+        for b in range(p):
+            if b != me:
+                count = sends[b + 1] - sends[b]
+                if count * isz < far:
+                    longest = max(longest, count)
+                else:
+                    lend = True
+                count = got[b + 1] - got[b]
+                if count * isz < far:
+                    longest = max(longest, count)
     if tab[L.T_PHASE] == 0:  # enter: from now on, nothing of an earlier call is read by me
-        longest = -(-n // m)  # elements of the longest block
         rounds = max(1, -(-longest // seg))
         if rounds >= 1 << L.ROUND_BITS:
             return L.TOO_LONG
@@ -91,7 +127,8 @@ def run_rounds(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: 
                 return L.WAITING
         rounds = tab[L.T_TS]
         tab[L.T_SLOT0] += rounds  # this call's slots start at the old value (D_SLOT0)
-        open_call(tab, regions, xaddr, oaddr, nbytes, mode, m, rounds)
+        open_call(tab, regions, xaddr, oaddr, x.size * isz if exchange else nbytes, nbytes,
+                  mode, m, rounds, lend and mode == L.ALLTOALLV)
     t0, tl = tab[L.T_T0], tab[L.T_TL]
     s0 = descriptor(tab, me)[L.D_SLOT0]
     ts, tf, tc = tab[L.T_TS], tab[L.T_TF], tab[L.T_TC]
@@ -104,28 +141,35 @@ def run_rounds(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: 
         # 1. reduce my block's segment of round tf, once every rank has staged it (at the
         # first round, after checking that every rank makes the same call)
         if tf <= tl and ts > tf and all_reached(tab, L.READY, tf, p, me):
-            if tf == t0 and not all_agree(tab, p, me, nbytes):
+            if tf == t0 and not all_agree(tab, p, me, -1 if mode == L.ALLTOALLV else nbytes):
                 return L.MISMATCH
             slot_wanted = hands_out and needs_slot(tab, me, p)
             k = (s0 + tf - t0) % nslots  # my output slot of this round
             if exchange:  # segment tf of my block of rank q's input to block q of my output
-                lo, hi = span(n, m, me, tf - t0, seg)
-                at, count = lo * isz, (hi - lo) * isz
+                if tf == t0 and mode == L.ALLTOALLV and not counts_agree(tab, p):
+                    return L.COUNTS
+                i = tf - t0
                 for q in range(p):
-                    into = oaddr + span(n, m, q, tf - t0, seg)[0] * isz
-                    if q == me:
-                        copy(into, xaddr + at, count)
+                    count = got[q + 1] - got[q]  # (= what q sends me: compared above)
+                    into = oaddr + got[q] * isz
+                    if q == me:  # my own block, whole, at the first round
+                        if i == 0:
+                            copy(into, xaddr + sends[me] * isz, count * isz)
                         continue
                     base = shared(tab, regions, q, L.X_REGION)
-                    if base:
-                        copy(into, base + at, count)
-                    elif descriptor(tab, q)[L.X_REGION] == L.CMA:
-                        if not cma_read(tab, q, into, descriptor(tab, q)[L.X_OFFSET] + at,
-                                        count):
-                            return L.CMA_FAILED
-                    else:
-                        copy(into, slot(tab, q, tf - t0, 0) + me * seg * isz, count)
-                store_release(mine + L.DONE * 8, tf)
+                    if base or count * isz >= far:  # read in place, whole, at the first round
+                        if i == 0:
+                            at = carray(pointer(offsets(tab, q), WORDS), p + 1)[me] * isz
+                            if base:
+                                copy(into, base + at, count * isz)
+                            elif not cma_read(tab, q, into, descriptor(tab, q)[L.X_OFFSET] + at,
+                                              count * isz):
+                                return L.CMA_FAILED
+                        continue
+                    lo = min(i * seg, count)  # through q's slot: segment i
+                    hi = min(lo + seg, count)
+                    copy(into + lo * isz, slot(tab, q, i, 0) + me * seg * isz, (hi - lo) * isz)
+                store_release(mine + L.DONE * 8, tf if tf < tl else t0 + L.LAST_ROUND)
                 tf += 1
                 moved = True
             elif not slot_wanted or released(tab, me, p, tab[L.T_OUT + k], L.FREED):
@@ -178,10 +222,18 @@ def run_rounds(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: 
                 released(tab, me, p, tab[L.T_IN + k], L.DONE):
             into = slot(tab, me, ts - t0, 0)
             for b in range(m):
-                if b != me or replicated:
+                if exchange:  # segment ts of each block the slots carry
+                    count = sends[b + 1] - sends[b]
+                    if b != me and count * isz < far:
+                        lo = min((ts - t0) * seg, count)
+                        hi = min(lo + seg, count)
+                        copy(into + b * seg * isz, xaddr + (sends[b] + lo) * isz,
+                             (hi - lo) * isz)
+                elif b != me or replicated:
                     lo, hi = span(n, m, b, ts - t0, seg)
                     copy(into + b * seg * isz, xaddr + lo * isz, (hi - lo) * isz)
-            store_release(mine + L.READY * 8, ts)
+            store_release(mine + L.READY * 8,
+                          t0 + L.LAST_ROUND if exchange and ts == tl else ts)
             tab[L.T_IN + k] = ts
             ts += 1
             moved = True
@@ -217,11 +269,13 @@ def run_rounds(tab, regions, x, out, token, op, mode, m, seq, kind):  # pragma: 
             # others may still read my input in place, or write my output: wait for them,
             # unless every rank reads only my staged copies (REPLICATED, a staged ALLTOALL);
             # by cross-memory attach they also read my result from my output until their FREED
-            staged_only = (replicated or mode == L.ALLTOALL) and \
-                shared(tab, regions, me, L.X_REGION) == 0
+            # (an alltoall's ranks may have fewer or more rounds: they end at the last one)
+            staged_only = (replicated and shared(tab, regions, me, L.X_REGION) == 0) or \
+                (exchange and descriptor(tab, me)[L.X_REGION] == L.STAGED)
+            last = t0 + L.LAST_ROUND if exchange else tl
             if staged_only or \
-                    (all_reached(tab, L.DONE, tl, p, me) and
-                     (not cma or all_reached(tab, L.FREED, tl, p, me))):
+                    (all_reached(tab, L.DONE, last, p, me) and
+                     (not cma or all_reached(tab, L.FREED, last, p, me))):
                 tab[L.T_PHASE] = 0
                 return L.COMPLETE
         if moved:
