@@ -105,6 +105,14 @@ def test_overhead_per_layer_and_micro_batch(setup, tuning):
     assert p.step - planner.predict(planner.Configuration(2, 2, 2, 4), w, cl, setup[2],
                                     tuning=tuning).step == pytest.approx((4 + 1) * 2 * 3e-5)
 
+    class PerMesh(planner.FlopRate):  # a calibration with a stage overhead for one mesh
+        def overhead(self, mesh=None):
+            return 3e-5 if mesh == (2, 2, 2) else 9.0
+
+    p = planner.predict(planner.Configuration(2, 2, 2, 4), w, cl, PerMesh(FLOP_S, UPDATE_S),
+                        tuning=tuning)
+    assert p.step == pytest.approx(want["step"], rel=1e-12)
+
 
 def test_partner_waits_enter_the_docs_formula(setup, tuning):
     """``w`` per tp allreduce and ``h`` per pipeline slot: in the tp and pp columns, M times,

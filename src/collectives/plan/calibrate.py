@@ -31,8 +31,8 @@ the others. What it measures (docs/planner.md, "Calibrating inside the launch"):
 
 Rank 0 writes a compute cache (:class:`~collectives.parallel.planner.MeasuredCompute`'s format)
 tagged with the launch: ``"launch"`` (ranks, hosts, threads), ``"network"`` and
-``"partners"``. The planner then reads it with ``--compute-cache FILE`` and uses its times as they are (no slowdown factor) and
-its network parameters over the defaults and ``--network``.
+``"partners"``. The planner then reads it with ``--compute-cache FILE`` and uses its times as
+they are (no slowdown factor) and its network parameters over the defaults and ``--network``.
 """
 
 from __future__ import annotations
@@ -202,7 +202,8 @@ def handoffs(path: Path, w: planner.Workload, cl: planner.Cluster, found: dict,
     from dataclasses import replace
 
     compute = planner.MeasuredCompute(path)
-    net = replace(cl, net=replace(cl.net, **{k: float(v) for k, v in compute.network.items()}))
+    measured = replace(cl, net=replace(cl.net, **{k: float(v)
+                                                  for k, v in compute.network.items()}))
     out = {}
     for key, v in found.items():
         dp, pp, tp = (int(x) for x in key.split(","))
@@ -210,7 +211,7 @@ def handoffs(path: Path, w: planner.Workload, cl: planner.Cluster, found: dict,
         messages = 0.0
         if pp > 1:
             c = planner.Configuration(dp, pp, tp, M, 0, "none", schedule)
-            messages = planner.predict(c, w, net, compute).pp / c.micro_batches
+            messages = planner.predict(c, w, measured, compute).pp / c.micro_batches
         out[key] = {**v, "messages": messages,
                     "handoff": max(0.0, v["slot"] - messages) if pp > 1 or tp > 1 else 0.0}
         if pp > 1 or tp > 1:  # the driver's pipelined stage (dp alone runs its MLP: o)
