@@ -1,4 +1,5 @@
-"""The calibration's step probe: the waits a step's collectives meet that back-to-back timing misses.
+"""The calibration's step probe: the waits a step's collectives meet, which back-to-back timing
+misses.
 
 :mod:`.calibrate` fits ``alpha`` and ``beta`` to allreduces run back to back, every rank entering
 together. In a step a rank reaches each tensor-parallel allreduce right after its own layer

@@ -18,9 +18,10 @@ BLAS threads, :func:`threads_per_rank`), and a rank's times are multiplied by ``
 shapes that take over :data:`BUDGET_S`). Results are cached in a JSON file (default
 ``plan-compute.json`` beside the tuning file, :func:`default_cache_path`) keyed by shape and
 host name, so a shape is measured once per machine. Tests inject :class:`FlopRate` instead: a
-closed form (seconds per multiply-add pair, and constant partner waits) their expected values are computed
-from by hand. The partner waits (``sync``, ``handoff``) come only from a calibration inside the
-launch (:mod:`collectives.plan.partners`); a rank timed alone has no partner.
+closed form (seconds per multiply-add pair, and constant partner waits) their expected values
+are computed from by hand. The partner waits (``sync``, ``handoff``) come only from a
+calibration inside the launch (:mod:`collectives.plan.partners`); a rank timed alone has no
+partner.
 """
 
 from __future__ import annotations
