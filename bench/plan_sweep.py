@@ -18,15 +18,21 @@ What it does, on one cluster (``bench/cluster.py up``; ``down`` at the end, also
 4. the calibration again after the runs, and each prediction from it (``predicted after``): how
    far the shared machine drifted while the sweep ran.
 
+``python bench/plan_sweep.py terms FILE.json ...`` prints each sweep's terms predicted against
+the driver's report (:func:`terms`).
+
 It prints the table predicted against measured (ratio measured / predicted; ``yes`` where the
 prediction is within 25 %) and whether the planner's first choice is within 10 % of the fastest
-measured configuration, and writes all of it to ``--json``.
+measured configuration, and writes all of it to ``--json`` (with the load average at the start,
+at each launch and at the end: the machine is shared). The calibration's ``"partners"``
+(:mod:`collectives.plan.partners`) holds each mesh's measured partner waits.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -51,7 +57,43 @@ def _cluster_run(name: str, argv: list[str], timeout: float) -> subprocess.Compl
                           text=True, timeout=timeout)
 
 
+def terms(path: Path) -> str:
+    """A Markdown table of a sweep's ``--json``: each configuration's terms predicted against
+    the driver's report. The driver's are its means per step over the launch (the first step
+    and the evaluation's tp allreduces included), scaled by median step / mean step so that
+    they add up to the median step the prediction is compared with; "wait" is the driver's
+    idle time (the measured bubble with the hand-offs) against the predicted bubble + pp."""
+    data = json.loads(path.read_text())
+    rows = ["| # | configuration | step pred / meas | compute pred / meas | tp pred / meas | "
+            "bubble + pp pred / meas wait | dp pred / meas | measured / predicted |",
+            "|---|---|---|---|---|---|---|---|"]
+    for r in data["runs"]:
+        if "measured" not in r:
+            continue
+        p, m = r["predicted"], r["measured"]
+        sec, axes = m["seconds"], m["axes"]
+        k = m["step"] / sec["step"] if sec.get("step") else 1.0
+        tp, dp = axes.get("tp", 0.0) * k, axes.get("dp", 0.0) * k
+        wait = sec.get("bubble", 0.0) * k
+        comp = m["step"] - tp - dp - wait
+
+        def ms(a: float, b: float) -> str:
+            return f"{a * 1e3:.0f} / {b * 1e3:.0f}"
+
+        rows.append(f"| {r['rank']} | {r['config']} | {ms(p['step'], m['step'])} | "
+                    f"{ms(p['compute'], comp)} | {ms(p['tp'], tp)} | "
+                    f"{ms(p['bubble'] + p['pp'], wait)} | {ms(p['dp'], dp)} | "
+                    f"{m['step'] / p['step']:.2f} |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] == "terms":  # plan_sweep.py terms FILE.json ...
+        for f in argv[1:]:
+            print(f"{f}\n\n{terms(Path(f))}\n")
+        return 0
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--name", required=True)
     p.add_argument("--hosts", type=int, required=True)
@@ -80,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
           str(a.ranks_per_host), "--rate", a.rate, "--subnet", a.subnet]
     subprocess.run(up, check=True)
     out: dict = {"cluster": {"hosts": a.hosts, "ranks_per_host": a.ranks_per_host,
-                             "rate": a.rate}, "model": a.model, "runs": []}
+                             "rate": a.rate}, "model": a.model, "runs": [],
+                 "load": {"start": os.getloadavg()}}
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     try:
         with tempfile.TemporaryDirectory(prefix="plan-sweep-") as tmp:
             cal = Path(tmp) / "calibration.json"
@@ -119,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                 name = (f"dp {c.dp} pp {c.pp} tp {c.tp} M {c.micro_batches} shard {c.shard} "
                         f"codec {c.codec}")
                 rec = {"rank": i, "config": name, "command": measure.shell(drv),
+                       "load": os.getloadavg(),
                        "predicted": {k: getattr(pr, k) for k in
                                      ("step", "compute", "bubble", "dp", "pp", "tp")},
                        "stages": pr.stages}
@@ -143,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                     rec["measured"]["step"] = statistics.median(launches[i])
                     m = rec["measured"]["step"]
                     print(f"#{i} {name}: predicted {pr.step * 1e3:.0f} ms, measured "
-                          f"{m * 1e3:.0f} ms, ratio {m / pr.step:.2f}", flush=True)
+                          f"{m * 1e3:.0f} ms, ratio {m / pr.step:.2f} (load average "
+                          f"{rec['load'][0]:.2f})", flush=True)
                 if "measured" in rec or i not in by_rank:
                     by_rank[i] = rec
             out["runs"] = [by_rank[i] for i in sorted(by_rank)]
@@ -161,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not a.keep:
             subprocess.run([*CLUSTER, "down", "--name", a.name])
+    out["load"]["end"] = os.getloadavg()
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     ok = [r for r in out["runs"] if "measured" in r]
     print("\n| # | configuration | predicted ms | measured ms | measured / predicted | "
           "within 25 % | predicted after ms |")

@@ -48,14 +48,15 @@ def ring(n, p, alpha, beta):
     return 2 * (p - 1) * (alpha + n / p * beta)
 
 
-def by_hand(shard=0, codec="none", schedule="1f1b", tuning=None, o=0.0):
+def by_hand(shard=0, codec="none", schedule="1f1b", tuning=None, o=0.0, w=0.0, h=0.0):
     """dp 2 x pp 2 x tp 2, M 4 on 2 hosts of 4 ranks, following docs/planner.md line by line
-    (``o``: the overhead per layer and micro-batch)."""
+    (``o``: the overhead per layer and micro-batch; ``w``, ``h``: the partner waits, per tp
+    allreduce and per pipeline slot)."""
     r = 32 // (2 * 4)                                    # rows per micro-batch: 4
     # stage 0: the pair (0, 1), layer 0 column-split (8 x 8), layer 1 row-split (8 x 16)
     c0 = FLOP_S * (2 * r * 8 * 8 * 2 + 2 * r * 8 * 16 * 3) + 2 * o   # layer 0: no input grad
-    x0 = ring(4 * r * 16, 2, A, B)                       # forward allreduce of the pair's output
-    q0 = A + 4 * r * 16 * B                              # activation to stage 1, inside a host
+    x0 = ring(4 * r * 16, 2, A, B) + w                   # forward allreduce of the pair's output
+    q0 = A + 4 * r * 16 * B + h                          # activation to stage 1, inside a host
     t0 = c0 + x0 + q0
     c1 = FLOP_S * (2 * r * 16 * 4 * 3) + o
     t1 = c1 + 0 + q0                                     # stage 1: its input gradient back
@@ -103,6 +104,105 @@ def test_overhead_per_layer_and_micro_batch(setup, tuning):
     assert got == pytest.approx(want, rel=1e-12)
     assert p.step - planner.predict(planner.Configuration(2, 2, 2, 4), w, cl, setup[2],
                                     tuning=tuning).step == pytest.approx((4 + 1) * 2 * 3e-5)
+
+    class PerMesh(planner.FlopRate):  # a calibration with a stage overhead for one mesh
+        def overhead(self, mesh=None):
+            return 3e-5 if mesh == (2, 2, 2) else 9.0
+
+    p = planner.predict(planner.Configuration(2, 2, 2, 4), w, cl, PerMesh(FLOP_S, UPDATE_S),
+                        tuning=tuning)
+    assert p.step == pytest.approx(want["step"], rel=1e-12)
+
+
+def test_partner_waits_enter_the_docs_formula(setup, tuning):
+    """``w`` per tp allreduce and ``h`` per pipeline slot: in the tp and pp columns, M times,
+    and in the bubble through the slowest stage's slot."""
+    w, cl, _ = setup
+    compute = planner.FlopRate(FLOP_S, UPDATE_S, sync_s=2e-4, handoff_s=7e-4)
+    p = planner.predict(planner.Configuration(2, 2, 2, 4), w, cl, compute, tuning=tuning)
+    got = dict(compute=p.compute, bubble=p.bubble, dp=p.dp, pp=p.pp, tp=p.tp, step=p.step)
+    assert got == pytest.approx(by_hand(w=2e-4, h=7e-4), rel=1e-12)
+    assert p.step - planner.predict(planner.Configuration(2, 2, 2, 4), w, cl, setup[2],
+                                    tuning=tuning).step == pytest.approx((4 + 1) * (2e-4 + 7e-4))
+
+
+def test_partner_waits_by_mesh(tuning):
+    """tp alone: ``w`` on each of its allreduces (two pairs: the first's forward, the second's
+    forward and backward) and ``h`` once, the step's closing wait; dp alone: ``w`` once, on
+    the gradient's exchange; neither where the mesh has no partner."""
+    w = planner.Workload((8, 16, 16, 16, 16, 4), global_batch=32)
+    cl = planner.cluster(8, hosts=2, tuning=tuning)
+    plain = planner.FlopRate(FLOP_S, UPDATE_S)
+    waits = planner.FlopRate(FLOP_S, UPDATE_S, sync_s=2e-4, handoff_s=7e-4)
+
+    def diff(c):
+        a, b = (planner.predict(c, w, cl, m, tuning=tuning) for m in (waits, plain))
+        return {k: getattr(a, k) - getattr(b, k) for k in ("compute", "bubble", "dp", "pp", "tp")}
+
+    assert diff(planner.Configuration(4, 1, 2)) == pytest.approx(
+        dict(compute=0, bubble=0, dp=0, pp=0, tp=3 * 2e-4 + 7e-4), abs=1e-15)
+    assert diff(planner.Configuration(8, 1, 1)) == pytest.approx(
+        dict(compute=0, bubble=0, dp=2e-4, pp=0, tp=0), abs=1e-15)
+    assert diff(planner.Configuration(4, 2, 1, 4)) == pytest.approx(
+        dict(compute=0, bubble=7e-4, dp=0, pp=4 * 7e-4, tp=0), abs=1e-15)
+
+
+def test_calibrated_partner_waits_are_read_by_mesh(tmp_path):
+    """A calibration's ``"partners"`` section: each mesh's own ``sync`` and ``handoff``; a
+    mesh it lacks (or a file without the section) waits 0."""
+    path = calibration(tmp_path / "cal.json", {"update threads=1": [1e-9],
+                                                "overhead threads=1": [5e-5]}, {})
+    data = json.loads(path.read_text())
+    data["partners"] = {"2,2,2": {"sync": 1e-3, "handoff": 2e-3, "overhead": 7e-5},
+                        "1,1,8": {"sync": 3e-3, "handoff": 0.0}}
+    path.write_text(json.dumps(data))
+    m = planner.MeasuredCompute(path)
+    assert (m.sync(2, 2, 2), m.handoff(2, 2, 2)) == (1e-3, 2e-3)
+    assert (m.sync(1, 1, 8), m.handoff(1, 1, 8)) == (3e-3, 0.0)
+    assert (m.sync(8, 1, 1), m.handoff(1, 8, 1)) == (0.0, 0.0)
+    # the stage's own overhead where the mesh has one, else the MLP's
+    assert (m.overhead((2, 2, 2)), m.overhead((1, 1, 8)), m.overhead()) == (7e-5, 5e-5, 5e-5)
+    assert planner.MeasuredCompute(None).sync(2, 2, 2) == 0.0
+
+
+PROBE_SCRIPT = """
+import json, sys, time
+from mpi4py import MPI
+from collectives.parallel import planner
+from collectives.plan import partners
+from collectives.sgd.pipelined import MLPStage
+
+comm = MPI.COMM_WORLD
+w = planner.Workload((64, 32, 32, 32, 32, 10), 32)
+plain = partners.probe(comm, w, (1, 1, 2, 1), steps=4)
+if comm.rank == 1:   # rank 1 reaches every tp allreduce DELAY s late
+    real = MLPStage._allreduce
+
+    def late(self, x):
+        time.sleep(DELAY)
+        return real(self, x)
+
+    MLPStage._allreduce = late
+late = partners.probe(comm, w, (1, 1, 2, 1), steps=4)
+if comm.rank == 0:
+    print(json.dumps([plain, late]))
+"""
+
+
+def test_calibration_recovers_an_injected_skew(tmp_path):
+    """The probe under mpiexec -n 2, tp 2: one rank made to reach every tp allreduce 40 ms
+    late (inside the allreduce it times, so its partner waits 40 ms and it counts its own
+    40 ms as well): the measured wait per allreduce grows by 40 ms (within 25 %), where the
+    back-to-back second allreduce sees none of it."""
+    from collectives.tools.launch import mpiexec_command
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE_SCRIPT.replace("DELAY", "0.04"))
+    out = subprocess.run([*mpiexec_command(), "-n", "2", sys.executable, str(script)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    plain, late = json.loads(out.stdout.strip().splitlines()[-1])
+    assert late["sync"] - plain["sync"] == pytest.approx(0.04, rel=0.25)
+    assert plain["micro_batches"] == late["micro_batches"] == 1 and plain["compute"] > 0
 
 
 def calibration(path, times, network, ranks=8, threads=1):
@@ -369,6 +469,14 @@ def test_calibrate_inside_a_launch(tmp_path):
     assert [int(n) for n in data["probes"]["host"]] == list(calibrate.PROBE_SIZES)
     assert all(t > 0 for t in data["probes"]["host"].values())
     assert set(data["codecs"]) == {"fp16"} and data["codecs"]["fp16"]["encode"] > 0
+    # the partner waits of every mesh a configuration uses (dp 2; pp 2, M the middle of 2, 4;
+    # tp 2), none below 0; no pipeline: no messages to take out of the slot
+    assert set(data["partners"]) == {"2,1,1", "1,2,1", "1,1,2"}
+    assert data["partners"]["1,2,1"]["micro_batches"] == 4
+    assert all(v[k] >= 0 for v in data["partners"].values() for k in ("sync", "handoff"))
+    assert data["partners"]["1,1,2"]["messages"] == 0 < data["partners"]["1,2,1"]["messages"]
+    # the pipelined stage's overhead where the driver runs one (not on dp alone: its MLP's)
+    assert {k for k, v in data["partners"].items() if "overhead" in v} == {"1,2,1", "1,1,2"}
     from collectives.plan import calibrate
     w = planner.Workload((64, 16, 16, 10), 64)
     want = {f"layer {r} {a} {b} {int(relu)} {int(g)} threads={data['launch']['threads']}"

@@ -20,15 +20,19 @@ the others. What it measures (docs/planner.md, "Calibrating inside the launch"):
 - **codecs**: each ``--codecs`` codec's pipeline speed
   (:func:`collectives.compressed.speed.measure_speed`, the slowest rank's), as the tuning file's
   ``"codecs"`` section holds it;
+- **partner waits** (:mod:`.partners`): the driver's own stage run on every mesh, each tp
+  allreduce followed by a second: the wait ``w`` per allreduce for partners still computing,
+  and ``h`` per pipeline slot beyond the compute and the messages the cost model prices
+  (:func:`handoffs`);
 - **overhead**: the driver's per-micro-batch work outside the matmuls, timed on the driver's own
   :class:`~collectives.sgd.model.MLP`: its forward and backward of a micro-batch minus the sum of
   the layer kernels of the same shapes (Python calls, the loss and softmax, temporaries), per
   layer and per micro-batch at the rows of the data-parallel configuration.
 
 Rank 0 writes a compute cache (:class:`~collectives.parallel.planner.MeasuredCompute`'s format)
-tagged with the launch: ``"launch"`` (ranks, hosts, threads) and ``"network"``. The planner then
-reads it with ``--compute-cache FILE`` and uses its times as they are (no slowdown factor) and
-its network parameters over the defaults and ``--network``.
+tagged with the launch: ``"launch"`` (ranks, hosts, threads), ``"network"`` and
+``"partners"``. The planner then reads it with ``--compute-cache FILE`` and uses its times as
+they are (no slowdown factor) and its network parameters over the defaults and ``--network``.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ import numpy as np
 from ..parallel import planner
 from ..parallel.planner.compute import FORMAT, measure_layer, measure_update
 
-__all__ = ["shapes", "run", "REPETITIONS", "PROBE_SIZES"]
+__all__ = ["shapes", "run", "handoffs", "REPETITIONS", "PROBE_SIZES"]
 
 #: Timed runs per shape on each rank (the median is kept).
 REPETITIONS = 7
@@ -187,6 +191,37 @@ def _codec_speeds(comm, codecs, count: int) -> dict[str, dict[str, float]]:
     return out
 
 
+def handoffs(path: Path, w: planner.Workload, cl: planner.Cluster, found: dict,
+             schedule: str) -> dict:
+    """``found`` (:func:`.partners.probe` per mesh) with each mesh's hand-off ``h``: its
+    measured seconds per slot beyond the slowest rank's compute, less the neighbor messages
+    the cost model prices for that slot (read from the calibration file ``path``, its links
+    over ``cl``'s), at least 0; no pipeline and no tp: 0. With a pipeline or tp also its
+    stage ``overhead`` per layer and micro-batch: the stages' compute less the kernels the
+    file has for the same shapes, over the layers, at least 0."""
+    from dataclasses import replace
+
+    compute = planner.MeasuredCompute(path)
+    measured = replace(cl, net=replace(cl.net, **{k: float(v)
+                                                  for k, v in compute.network.items()}))
+    out = {}
+    for key, v in found.items():
+        dp, pp, tp = (int(x) for x in key.split(","))
+        M = int(v["micro_batches"])
+        messages = 0.0
+        if pp > 1:
+            c = planner.Configuration(dp, pp, tp, M, 0, "none", schedule)
+            messages = planner.predict(c, w, measured, compute).pp / c.micro_batches
+        out[key] = {**v, "messages": messages,
+                    "handoff": max(0.0, v["slot"] - messages) if pp > 1 or tp > 1 else 0.0}
+        if pp > 1 or tp > 1:  # the driver's pipelined stage (dp alone runs its MLP: o)
+            rows = w.global_batch // (dp * M)
+            kernels = sum(sum(compute.layer(rows, l.fan_in, l.fan_out, l.relu, l.input_grad))
+                          for b in w.blocks(tp) for l in b)
+            out[key]["overhead"] = max(0.0, v["stages_compute"] - kernels) / w.layers
+    return out
+
+
 def run(path: Path, w: planner.Workload, cl: planner.Cluster, micro_factors, schedule: str,
         out, codecs=()) -> int:
     """Measure on every rank of COMM_WORLD; rank 0 writes ``path``. Exit status."""
@@ -233,19 +268,33 @@ def run(path: Path, w: planner.Workload, cl: planner.Cluster, micro_factors, sch
         speeds = _codec_speeds(comm, codecs, CODEC_ELEMENTS)
     probes: dict = {}
     net = _links(comm, cl, probes)
+    from . import partners as _partners
+
+    found = {}
+    with threadpool_limits(threads):
+        for mesh in _partners.meshes(w, cl.ranks, micro_factors, schedule):
+            comm.Barrier()
+            found[",".join(map(str, mesh[:3]))] = _partners.probe(comm, w, mesh)
     if comm.rank == 0:
         times[f"update threads={threads}"] = [statistics.median(update)]
         times[f"overhead threads={threads}"] = [statistics.median(over)]
         launch = {"ranks": comm.size, "hosts": hosts, "threads": threads,
                   "seconds": round(time.perf_counter() - t_start, 1)}
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"format": FORMAT, "host": platform.node(),
-                                    "numpy": np.__version__, "launch": launch, "network": net,
-                                    "probes": probes, "codecs": speeds, "times": times}, indent=0))
+        data = {"format": FORMAT, "host": platform.node(), "numpy": np.__version__,
+                "launch": launch, "network": net, "probes": probes, "codecs": speeds,
+                "times": times, "partners": found}
+        path.write_text(json.dumps(data, indent=0))
+        data["partners"] = handoffs(path, w, cl, found, schedule)
+        path.write_text(json.dumps(data, indent=0))
         print(f"calibrated {len(todo)} layer shapes on {comm.size} ranks at once "
               f"({threads} BLAS thread(s) each, {launch['seconds']} s); network "
               + ", ".join(f"{k} {v * (1e6 if k.startswith('alpha') else 1e9):.3f} "
                           f"{'us' if k.startswith('alpha') else 'ns/B'}" for k, v in net.items())
               + f"; overhead {times[f'overhead threads={threads}'][0] * 1e6:.0f} us per layer and "
-              f"micro-batch; wrote {path}", file=out)
+              f"micro-batch; partner waits per mesh (dp,pp,tp: sync w per allreduce, hand-off h "
+              f"per slot) "
+              + ", ".join(f"{k}: {v['sync'] * 1e3:.2f}/{v['handoff'] * 1e3:.2f} ms"
+                          for k, v in data["partners"].items())
+              + f"; wrote {path}", file=out)
     return 0

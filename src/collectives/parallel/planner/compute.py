@@ -18,7 +18,10 @@ BLAS threads, :func:`threads_per_rank`), and a rank's times are multiplied by ``
 shapes that take over :data:`BUDGET_S`). Results are cached in a JSON file (default
 ``plan-compute.json`` beside the tuning file, :func:`default_cache_path`) keyed by shape and
 host name, so a shape is measured once per machine. Tests inject :class:`FlopRate` instead: a
-closed form (seconds per multiply-add pair) their expected values are computed from by hand.
+closed form (seconds per multiply-add pair, and constant partner waits) their expected values
+are computed from by hand. The partner waits (``sync``, ``handoff``) come only from a
+calibration inside the launch (:mod:`collectives.plan.partners`); a rank timed alone has no
+partner.
 """
 
 from __future__ import annotations
@@ -56,22 +59,35 @@ class ComputeModel(Protocol):
     def update(self, params: int) -> float:
         """Seconds of the optimizer step over ``params`` parameters."""
 
-    def overhead(self) -> float:
-        """Seconds per layer and micro-batch outside the layer kernels (Python, the loss)."""
+    def overhead(self, mesh: tuple[int, int, int] | None = None) -> float:
+        """Seconds per layer and micro-batch outside the layer kernels (Python, the loss) on
+        ``mesh`` (``(dp, pp, tp)``; None: the data-parallel model's)."""
 
     def codec_speeds(self) -> dict[str, dict[str, float]]:
         """Codec speeds measured with the compute (a tuning file's ``"codecs"`` form), or {}."""
+
+    def sync(self, dp: int, pp: int, tp: int) -> float:
+        """Seconds a rank of this mesh waits per tp allreduce (dp-only: per gradient
+        allreduce) for partners still computing, beyond the allreduce itself; 0 if unknown."""
+
+    def handoff(self, dp: int, pp: int, tp: int) -> float:
+        """Seconds per pipeline slot of this mesh beyond the stage's compute and modelled
+        messages (the neighbor hand-offs; one stage: the step's closing wait); 0 if unknown."""
 
 
 @dataclass(frozen=True)
 class FlopRate:
     """A closed-form compute model: ``seconds`` per floating-point operation of the matmuls
     (``2 rows fan_in fan_out`` forward; the same for the weight gradient and again for the
-    input gradient in backward) and ``update_s`` per parameter of the optimizer step."""
+    input gradient in backward), ``update_s`` per parameter of the optimizer step,
+    ``overhead_s`` per layer and micro-batch, and on every mesh ``sync_s`` per allreduce and
+    ``handoff_s`` per pipeline slot."""
 
     seconds: float
     update_s: float = 0.0
     overhead_s: float = 0.0
+    sync_s: float = 0.0
+    handoff_s: float = 0.0
 
     def layer(self, rows: int, fan_in: int, fan_out: int, relu: bool,
               input_grad: bool) -> tuple[float, float]:
@@ -81,11 +97,17 @@ class FlopRate:
     def update(self, params: int) -> float:
         return params * self.update_s
 
-    def overhead(self) -> float:
+    def overhead(self, mesh: tuple[int, int, int] | None = None) -> float:
         return self.overhead_s
 
     def codec_speeds(self) -> dict[str, dict[str, float]]:
         return {}
+
+    def sync(self, dp: int, pp: int, tp: int) -> float:
+        return self.sync_s
+
+    def handoff(self, dp: int, pp: int, tp: int) -> float:
+        return self.handoff_s
 
 
 def default_cache_path() -> Path:
@@ -172,7 +194,9 @@ class MeasuredCompute:
     :mod:`collectives.plan.calibrate`) is read as it is, whatever the host: its ``threads``, no
     slowdown, its per-layer ``overhead``, ``network`` its measured links and ``codecs`` its
     codecs' speeds; a shape it lacks
-    is an error (it was calibrated for another workload), never measured alone here."""
+    is an error (it was calibrated for another workload), never measured alone here;
+    ``partners`` its waits per mesh (``"dp,pp,tp"``: ``sync``, ``handoff``, and the stage's
+    ``overhead`` where the mesh runs the driver's pipelined stage)."""
 
     path: Path | None = None
     threads: int = 1
@@ -181,6 +205,7 @@ class MeasuredCompute:
     launch: dict | None = None
     network: dict = field(default_factory=dict)
     codecs: dict = field(default_factory=dict)
+    partners: dict = field(default_factory=dict)
     _table: dict[str, list[float]] = field(default_factory=dict, repr=False)
     _host: str = field(default_factory=platform.node, repr=False)
 
@@ -199,6 +224,7 @@ class MeasuredCompute:
                 self.launch = data["launch"]
                 self.network = dict(data.get("network") or {})
                 self.codecs = dict(data.get("codecs") or {})
+                self.partners = dict(data.get("partners") or {})
                 self.threads, self.slowdown = int(self.launch["threads"]), 1.0
                 self._table = {k: list(v) for k, v in data["times"].items()}
             elif ok and data.get("host") == self._host:
@@ -243,8 +269,24 @@ class MeasuredCompute:
         """The launch's measured codec speeds ({} outside a calibrated launch)."""
         return self.codecs
 
-    def overhead(self) -> float:
-        """The launch's measured per-layer overhead; 0 outside a calibrated launch."""
+    def _partner(self, dp: int, pp: int, tp: int, key: str) -> float:
+        return float((self.partners.get(f"{dp},{pp},{tp}") or {}).get(key, 0.0))
+
+    def sync(self, dp: int, pp: int, tp: int) -> float:
+        """The launch's measured wait per allreduce of this mesh (``"partners"``); else 0."""
+        return self._partner(dp, pp, tp, "sync")
+
+    def handoff(self, dp: int, pp: int, tp: int) -> float:
+        """The launch's measured hand-off per pipeline slot of this mesh; else 0."""
+        return self._partner(dp, pp, tp, "handoff")
+
+    def overhead(self, mesh: tuple[int, int, int] | None = None) -> float:
+        """The launch's measured per-layer overhead: of ``mesh``'s pipelined stage where the
+        file has it (``"partners"``), else of the data-parallel ``MLP``; 0 outside a
+        calibrated launch."""
         if self.launch is None:
             return 0.0
+        per_mesh = (self.partners.get(",".join(map(str, mesh))) or {}) if mesh else {}
+        if "overhead" in per_mesh:
+            return float(per_mesh["overhead"])
         return self._lookup("overhead", lambda: [0.0])[0]

@@ -14,15 +14,21 @@ allreduce algorithm's cost (:data:`~collectives.selection.cost_model.COSTS`, rin
 ``n`` bytes on ``p`` ranks on that axis's network (:func:`.network.group_network`), ``AG(n, p)``
 :func:`~collectives.selection.cost_model.allgather`; ``P2P(n)`` a neighbor message
 (:func:`.network.p2p_seconds`); ``o`` the driver's seconds per layer and micro-batch outside
-the kernels (measured in the launch, :mod:`collectives.plan.calibrate`; 0 without it). Per
-micro-batch, stage ``s`` costs::
+the kernels (measured in the launch, :mod:`collectives.plan.calibrate`, on the driver's
+pipelined stage of this mesh where it runs one, else on its ``MLP``; 0 without it); ``w``
+and ``h`` the mesh's partner waits measured in the launch by running the driver's own stage
+(:mod:`collectives.plan.partners`; 0 without it): ``w`` per allreduce, the wait for partners
+still computing that back-to-back allreduces never see, ``h`` per pipeline slot, what a slot
+costs beyond its compute and the modelled messages. Per micro-batch, stage ``s`` costs::
 
     c_s = sum over its layers of F_l(r) + B_l(r) + o
     x_s = sum over its tensor-parallel pairs (i, i+1) of
-              A(4 r w_{i+2}, tp)                   forward: the row-parallel layer's output
-            + A(4 r w_i, tp)   if i > 0            backward: the pair's input gradient
+              A(4 r w_{i+2}, tp) + w               forward: the row-parallel layer's output
+            + A(4 r w_i, tp) + w   if i > 0        backward: the pair's input gradient
+        + h                     if S = 1, tp > 1   the step's closing wait
     q_s = P2P(4 r w_out(s)) if s < S-1             its activation to the next stage
         + P2P(4 r w_in(s))  if s > 0               its input's gradient to the previous one
+        + h                 if S > 1               the hand-offs of one slot
     t_s = c_s + x_s + q_s
 
 The stages are cut to balance ``c_s + x_s`` (:func:`partition`); the slowest, ``s*``, sets the pace:
@@ -30,7 +36,8 @@ the pipeline (GPipe or 1F1B, which have the same bubble) takes ``(M + S - 1) t_{
 ``(S - 1) t_{s*}`` is the bubble, ``(S-1)/(M+S-1)`` of it. Then each stage exchanges the
 gradient of its ``Psi_s`` local parameters over dp (``n = 4 Psi_s`` bytes) and steps::
 
-    dp_s = A(n, dp)                                   dense (shard 0)
+    dp_s = A(n, dp) (+ w on a dp-only mesh)           dense (shard 0); every form below
+                                                      gets the same + w on a dp-only mesh
          = ring(n, dp)                                ZeRO 1-2: reduce-scatter + allgather
          = 1.5 ring(n, dp)                            ZeRO 3: parameters gathered again
          = A(b, dp) + (e + d) n                       summable codec (fp16, bf16), b its payload
@@ -160,13 +167,13 @@ def _sharded(nbytes: float, c: Configuration, stage: int) -> float:
 
 
 def _tp_seconds(block: Sequence[Layer], w: Workload, rows: int, tp: int, net: Network,
-                algorithm: str) -> float:
+                algorithm: str, sync: float) -> float:
     if tp == 1 or len(block) < 2:
         return 0.0
     i = block[0].index
-    t = cost(algorithm, 4.0 * rows * w.sizes[i + 2], tp, net)
+    t = cost(algorithm, 4.0 * rows * w.sizes[i + 2], tp, net) + sync
     if i > 0:
-        t += cost(algorithm, 4.0 * rows * w.sizes[i], tp, net)
+        t += cost(algorithm, 4.0 * rows * w.sizes[i], tp, net) + sync
     return t
 
 
@@ -182,10 +189,11 @@ def predict(c: Configuration, w: Workload, cl: Cluster, compute: ComputeModel,
     dp_net = group_network(cl, axis_groups("dp", c.dp, c.pp, c.tp))
 
     blocks = w.blocks(c.tp)
-    o = compute.overhead()
+    o = compute.overhead((c.dp, c.pp, c.tp))
     comp = [sum(sum(compute.layer(rows, l.fan_in, l.fan_out, l.relu, l.input_grad)) + o
                 for l in b) for b in blocks]
-    tpx = [_tp_seconds(b, w, rows, c.tp, tp_net, algorithm) for b in blocks]
+    sync = compute.sync(c.dp, c.pp, c.tp)
+    tpx = [_tp_seconds(b, w, rows, c.tp, tp_net, algorithm, sync) for b in blocks]
     groups = partition([a + b for a, b in zip(comp, tpx)], S)
 
     def boundary(s: int) -> float:  # stage s sends its output to stage s+1, all (d, t) at once
@@ -194,15 +202,25 @@ def predict(c: Configuration, w: Workload, cl: Cluster, compute: ComputeModel,
                  for d in range(c.dp) for t in range(c.tp)]
         return p2p_seconds(cl, pairs, 4.0 * rows * width)
 
+    # the hand-off per slot: with a pipeline the neighbor messages', else the step's closing
+    # wait of a tp mesh (the executor's barrier)
+    h = compute.handoff(c.dp, c.pp, c.tp) if S > 1 or c.tp > 1 else 0.0
     per = []
     for s, g in enumerate(groups):
         cs, xs = sum(comp[j] for j in g), sum(tpx[j] for j in g)
         qs = (boundary(s) if s < S - 1 else 0.0) + (boundary(s - 1) if s > 0 else 0.0)
+        if S > 1:
+            qs += h
+        else:
+            xs += h
         per.append((cs + xs + qs, cs, xs, qs))
     t_star, c_star, x_star, q_star = max(per, key=lambda v: v[0])
 
     codec = codec_of(c.codec)
     speed = codec_speed(c.codec, tuning, compute.codec_speeds()) if codec is not None else None
+    # data parallelism alone: the gradient's exchange waits for the replicas' backward (with
+    # pp or tp the pipeline's closing barrier has lined the ranks up, its wait is in h)
+    dp_sync = compute.sync(c.dp, c.pp, c.tp) if c.dp > 1 and S == 1 and c.tp == 1 else 0.0
     tails, memories = [], []
     for s, g in enumerate(groups):
         layers = [l for j in g for l in blocks[j]]
@@ -213,13 +231,14 @@ def predict(c: Configuration, w: Workload, cl: Cluster, compute: ComputeModel,
         elif codec is None:
             dps = cost(algorithm if c.shard == 0 else "ring", n, c.dp, dp_net)
             dps *= ZERO3_FACTOR if c.shard == 3 else 1.0
+            dps += dp_sync
         else:
             b = float(codec.payload_nbytes((psi,), np.float32))
             coding = (speed.encode + speed.decode) * n
             if codec.summable:
-                dps = cost(algorithm, b, c.dp, dp_net) + coding
+                dps = cost(algorithm, b, c.dp, dp_net) + coding + dp_sync
             else:
-                dps = allgather(b, c.dp, dp_net) + coding + speed.payload * c.dp * b
+                dps = allgather(b, c.dp, dp_net) + coding + speed.payload * c.dp * b + dp_sync
         us = compute.update(psi // c.dp if c.shard >= 1 else psi)
         tails.append((dps + us, dps, us))
         residual = 4.0 * psi if codec is not None and codec.needs_error_feedback else 0.0
