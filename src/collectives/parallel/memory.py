@@ -12,9 +12,10 @@ holds the interpreter, MPI, the data set and activations.
 
 Categories (ZeRO's accounting, Rajbhandari et al. 2020): ``parameters`` (full replicas, owned
 shards and stage 3's gathered layers), ``master`` (stages 1-2 with a parameter codec: the
-owner's full-precision slice beside the replica of decoded values), ``gradients`` (full buffers, owned shards, buckets in
-flight), ``optimizer`` (the momentum), ``codec`` (error-feedback residuals and a codec's own
-state) and ``buffers`` (communication scratch and staging copies).
+owner's full-precision slice beside the replica of decoded values), ``gradients`` (full
+buffers, owned shards, buckets in flight), ``optimizer`` (the momentum), ``codec``
+(error-feedback residuals and a codec's own state) and ``buffers`` (communication scratch and
+staging copies).
 """
 
 from __future__ import annotations

@@ -220,7 +220,7 @@ def predict(c: Configuration, w: Workload, cl: Cluster, compute: ComputeModel,
     speed = codec_speed(c.codec, tuning, compute.codec_speeds()) if codec is not None else None
     # data parallelism alone: the gradient's exchange waits for the replicas' backward (with
     # pp or tp the pipeline's closing barrier has lined the ranks up, its wait is in h)
-    dp_sync = compute.sync(c.dp, c.pp, c.tp) if c.dp > 1 and S == 1 and c.tp == 1 else 0.0
+    dp_sync = sync if c.dp > 1 and S == 1 and c.tp == 1 else 0.0
     tails, memories = [], []
     for s, g in enumerate(groups):
         layers = [l for j in g for l in blocks[j]]
