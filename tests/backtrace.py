@@ -23,13 +23,14 @@ import shutil
 import subprocess
 from pathlib import Path
 
-__all__ = ["allow_core", "find_core", "backtrace", "crashed_thread"]
+__all__ = ["enabled", "allow_core", "find_core", "backtrace", "crashed_thread"]
 
 #: seconds gdb may take to read a core (about 5 s of CPU with PyTorch loaded)
 GDB_TIMEOUT_S = 300
 
 
 def enabled() -> bool:
+    """Whether crashed ranks' cores are read: gdb is installed and not turned off."""
     return shutil.which("gdb") is not None and os.environ.get("COLLECTIVES_TEST_CORES") != "0"
 
 
