@@ -37,6 +37,7 @@ from ._runtime.blocking import run_call
 from ._runtime.context import context
 from ._runtime.abort_mode import runner
 from ._runtime.flight import describe
+from ._runtime.guard import mark_argument_error
 from ._runtime.counts import block_offsets as _offsets, gathered_offsets as _gathered
 from ._runtime.repeats import NO_ARRAYS, REPEATS, Kind, Repeat, kind_of
 from ._runtime.validate import lookup
@@ -273,7 +274,7 @@ class AlltoallCall:
 
     kind = "alltoall"
     __slots__ = ("x", "out", "src", "dst", "a", "fn", "sendoffsets", "recvoffsets", "algorithm",
-                 "opts", "result", "trivial", "out_counts", "inplace")
+                 "opts", "result", "trivial", "out_counts", "inplace", "exchange")
 
     def __init__(self, comm: MPI.Comm, x: np.ndarray, out: np.ndarray | None,
                  counts: Sequence[int] | None, algorithm: str, opts: Options) -> None:
@@ -281,7 +282,7 @@ class AlltoallCall:
         p = comm.size
         self.fn = lookup(ALLTOALL, algorithm, "algorithm")
         self.x, self.out, self.a, self.algorithm, self.opts = x, out, a, algorithm, opts
-        self.out_counts = None
+        self.out_counts = self.exchange = None
         if counts is None:
             if a.size % p:
                 raise ValueError(f"x has {a.size} elements, not a multiple of the {p} ranks; "
@@ -330,11 +331,11 @@ class AlltoallCall:
         else:
             setup = ALLTOALLV_SETUP.get(self.fn)  # collective: before a rank may raise alone
             exchange = None if setup is None else setup(ctx, self.opts)  # (at out, below)
+            if exchange is None:  # a Bruck alltoall of the counts; else the algorithm's own
+                exchange = _counts_by_bruck(ctx)  # (shm: through the node's window)
             got = np.empty_like(sent)
-            if exchange is None:
-                _bruck(sent, got, 1, ctx.comm, ctx.active)
-            else:  # the algorithm's own (shm: through the node's window)
-                exchange(sent, got)
+            exchange(sent, got)
+            self.exchange = exchange  # (a remembered call's repeats exchange the same way)
         total = int(got.sum())
         if self.out is None:
             res = new_like(self.a, (total,))
@@ -348,6 +349,12 @@ class AlltoallCall:
             self.fn(self.src, self.dst, self.sendoffsets, self.recvoffsets, ctx, self.opts)
         self.out_counts = got.tolist()
         self.result = (returned(self.x, self.out, res), self.out_counts)
+
+
+def _counts_by_bruck(ctx: Context) -> Any:
+    """The v form's exchange of the receive counts by messages: a Bruck alltoall of one int64
+    per rank, ``(sent, got)``."""
+    return lambda sent, got: _bruck(sent, got, 1, ctx.comm, ctx.active)
 
 
 class BarrierCall:
@@ -390,6 +397,54 @@ class _AlltoallRepeat(Repeat):
             fn = resolve(call.src, call.dst, ctx, call.opts)
         self.fn = fn
         self.what = describe(call)  # for the flight recorder, made once (_runtime/flight.py)
+
+
+class _AlltoallvRepeat(Repeat):
+    """A remembered blocking alltoall of the v form (``counts=``) into a given ``out``
+    (``_runtime/repeats.py``): the counts change from call to call (a mixture of experts'
+    dispatch), so its repeat (:func:`_alltoallv_again`) checks them as the first call does,
+    exchanges them the way the first call did, checks ``out``'s size against the received
+    total, and runs the decided algorithm function ("auto" resolved, as a lane of the shm
+    alltoall where that is it) under the runner of its options, on the context ``where``."""
+
+    __slots__ = ("run", "fn", "exchange", "sent", "got", "what")
+
+    def __init__(self, call: AlltoallCall, x: Any, out: Any, algorithm: str, comm_arg: Any,
+                 options: Any, ctx: Context, xkind: Kind, okind: Kind) -> None:
+        super().__init__("alltoallv", call, x, out, _NO_OP, algorithm, comm_arg, options, ctx,
+                         xkind, okind)
+        self.run, self.exchange = runner(ctx, call.opts).run, call.exchange
+        fn = call.fn
+        resolve = ALLTOALL_RESOLVERS.get(fn)
+        self.fn = fn if resolve is None else resolve(call.src, call.dst, ctx, call.opts, True)
+        # the counts' arrays, as the first call's (int64, one per rank): the exchange's lane
+        # takes arrays of the same types at every call
+        self.sent, self.got = np.empty(ctx.comm.size, np.int64), np.empty(ctx.comm.size, np.int64)
+        self.what = describe(call)  # for the flight recorder, made once (_runtime/flight.py)
+
+
+def _alltoallv_again(e: _AlltoallvRepeat, src: Any, dst: Any, counts: Sequence[int],
+                     ctx: Context) -> list[int]:
+    """The body of a remembered v form's repeat (:class:`_AlltoallvRepeat`), under the guard:
+    ``counts`` checked, the receive counts exchanged, the blocks exchanged; returns the receive
+    counts."""
+    try:
+        sendoffsets = _offsets(counts, src.size, ctx.comm.size)
+    except Exception as exc:
+        mark_argument_error(exc)
+        raise
+    sent, got = e.sent, e.got
+    sent[:] = counts  # (checked: the offsets' differences)
+    e.exchange(sent, got)
+    out_counts = got.tolist()
+    recvoffsets, total = [0], 0
+    for count in out_counts:
+        total += count
+        recvoffsets.append(total)
+    if total != dst.size:  # the first call's error (check_out) for the same out
+        check_out(dst, src, (total,))
+    e.fn(src, dst, sendoffsets, recvoffsets, ctx, e.opts)
+    return out_counts
 
 
 class _BarrierRepeat(Repeat):
@@ -638,28 +693,33 @@ def alltoall(x: np.ndarray, *, out: np.ndarray | None = None,
     ``algorithms/shm_alltoall.py``), "pairwise", "bruck" (equal blocks only), "hierarchical" or
     "native" (:data:`collectives.ALLTOALL`).
 
-    A call of equal blocks out of place repeated with the same ``x``, ``out`` (given), ``comm``,
-    algorithm name and ``options=`` argument, ``validate`` left unset, is remembered as
-    :func:`allreduce`'s is (``_runtime/repeats.py``): it skips its first call's checks and
-    decisions after re-checking what could have changed in place, and keeps the options its
-    first call read from the environment.
+    A call out of place repeated with the same ``x``, ``out`` (given), ``comm``, algorithm name
+    and ``options=`` argument, ``validate`` left unset, is remembered as :func:`allreduce`'s is
+    (``_runtime/repeats.py``): it skips its first call's checks and decisions after re-checking
+    what could have changed in place, and keeps the options its first call read from the
+    environment. In the v form the counts may change from call to call: a repeat checks them,
+    exchanges them and checks ``out``'s size against the received total as a first call does.
     """
-    if counts is None and validate is None:  # a repeat (_runtime/repeats.py)
-        e = _find("alltoall", x, out, _NO_OP, algorithm, comm, options)
+    if validate is None:  # a repeat (_runtime/repeats.py)
+        e = _find("alltoall" if counts is None else "alltoallv", x, out, _NO_OP, algorithm, comm,
+                  options)
         if e is not None:
             src, dst = (x, out) if e.vector else (e.pair or e.views(x, out))
             opts = e.opts
-            e.run("alltoall", e.fn, src, dst, e.offsets, None, e.where, opts,
-                  timeout=opts.timeout, what=e.what)
-            return out
+            if counts is None:
+                e.run("alltoall", e.fn, src, dst, e.offsets, None, e.where, opts,
+                      timeout=opts.timeout, what=e.what)
+                return out
+            return out, e.run("alltoall", _alltoallv_again, e, src, dst, counts, e.where,
+                              timeout=opts.timeout, what=e.what)
     call = run_call(AlltoallCall, comm, options, validate, x, out, counts, algorithm)
-    if (counts is None and validate is None and out is not None and not call.trivial
-            and not call.inplace and not call.opts.validate):
+    if (validate is None and out is not None and not call.trivial and not call.inplace
+            and not call.opts.validate):
         xkind, okind = kind_of(x), kind_of(out)
         if xkind is not None and okind is not None:
             ctx = context(MPI.COMM_WORLD if comm is None else comm)
-            REPEATS.remember(_AlltoallRepeat(call, x, out, algorithm, comm, options, ctx, xkind,
-                                             okind))
+            made = _AlltoallRepeat if counts is None else _AlltoallvRepeat
+            REPEATS.remember(made(call, x, out, algorithm, comm, options, ctx, xkind, okind))
     return call.result
 
 

@@ -429,6 +429,76 @@ def test_repeated_calls_recheck_what_can_change(algorithm, monkeypatch):
     _still_works()
 
 
+def _flows(p, step, size):
+    """A matrix of counts whose every row and column sums to ``size`` (rank ``i`` sends
+    ``C[i][j]`` to ``j``), different at each step, zeros included: the same on every rank."""
+    rng = np.random.default_rng([p, step])
+    counts = np.zeros((p, p), int)
+    for _ in range(size):  # a sum of permutations: equal row and column sums
+        counts[np.arange(p), rng.permutation(p)] += 1
+    return counts
+
+
+@pytest.mark.world_sizes(2, 3, 4)
+@pytest.mark.parametrize("algorithm", [a for a in collectives.ALLTOALL
+                                       if a not in collectives.algorithms.EQUAL_BLOCKS_ONLY])
+def test_repeated_v_form_takes_new_counts(algorithm, monkeypatch):
+    """A repeated ``alltoall(x, out=y, counts=c)`` runs from the one cache of remembered calls
+    (``run_call`` counted: the first call only) with new counts at every step, as a mixture of
+    experts' dispatch sends: the right blocks and receive counts against MPI's own alltoallv;
+    counts that are wrong on one rank in a repeat, and an ``out`` whose size no longer matches
+    the received total, raise on every rank; the calls after them are right."""
+    from collectives import api
+
+    checked = []
+    run_call = api.run_call
+    monkeypatch.setattr(api, "run_call", lambda cls, *a: checked.append(cls.kind) or
+                        run_call(cls, *a))
+    comm = MPI.COMM_WORLD
+    p, r = comm.size, comm.rank
+    size = 2 * p + 1
+    x = np.empty(size, np.float64)
+    y = np.empty(size, np.float64)
+    for step in range(5):
+        flows = _flows(p, step, size)
+        counts, got = flows[r].tolist(), flows[:, r].tolist()
+        x[:] = np.arange(size) + 100 * r + 1000 * step
+        expected = np.empty(size)
+        comm.Alltoallv([x, counts, np.cumsum([0] + counts[:-1]), MPI.DOUBLE],
+                       [expected, got, np.cumsum([0] + got[:-1]), MPI.DOUBLE])
+        result, out_counts = collectives.alltoall(x, out=y, counts=counts, algorithm=algorithm)
+        assert result is y and out_counts == got, (algorithm, step, out_counts, got)
+        assert np.array_equal(y, expected), (algorithm, step)
+    assert checked == ["alltoall"], checked  # the first call only
+    bad = flows[r].tolist()
+    if r == p - 1:
+        bad[0] += 1  # sums to size + 1: this rank's check, in the repeat
+    error = None
+    try:
+        collectives.alltoall(x, out=y, counts=bad, algorithm=algorithm)
+    except (ValueError, collectives.CollectiveError) as exc:
+        error = exc
+    assert all(comm.allgather(error is not None)), algorithm
+    assert r != p - 1 or "sum to" in str(error), error
+    # rank 1 sends one element less to rank a, one more to rank a + 1: the counts agree
+    # pairwise, but those two ranks receive one element fewer and one more than y holds
+    shifted = flows.copy()
+    a = int(np.flatnonzero(shifted[1])[0])
+    shifted[1, a] -= 1
+    shifted[1, (a + 1) % p] += 1
+    error = None
+    try:
+        collectives.alltoall(x, out=y, counts=shifted[r].tolist(), algorithm=algorithm)
+    except (ValueError, collectives.CollectiveError) as exc:
+        error = exc
+    assert all(comm.allgather(error is not None)), (algorithm, shifted)
+    counts, got = flows[r].tolist(), flows[:, r].tolist()
+    y[:] = -1
+    assert collectives.alltoall(x, out=y, counts=counts, algorithm=algorithm)[1] == got
+    assert np.array_equal(y, expected), algorithm
+    _still_works()
+
+
 @pytest.mark.world_sizes(1, 2, 3)
 def test_tensors_and_bfloat16_keep_their_type():
     torch = pytest.importorskip("torch")

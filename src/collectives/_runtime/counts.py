@@ -23,6 +23,16 @@ def block_offsets(counts: Sequence[int] | None, total: int, p: int) -> list[int]
     """Element offsets of the p blocks: ``counts`` if given (checked), else a near-equal split."""
     if counts is None:
         return partition(total, p)
+    if type(counts) is list or type(counts) is tuple:  # Python ints, the common case: no array
+        offsets, at = [0], 0
+        for count in counts:
+            if type(count) is not int or count < 0:
+                break
+            at += count
+            offsets.append(at)
+        else:
+            if len(counts) == p and at == total:
+                return offsets
     sizes = np.asarray(counts)
     if sizes.shape != (p,) or sizes.dtype.kind not in "iu" or (sizes < 0).any():
         raise ValueError(f"counts must be {p} non-negative integers (one per rank), got {counts!r}")

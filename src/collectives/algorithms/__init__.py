@@ -41,8 +41,8 @@ BARRIER_RESOLVERS = {auto.barrier: auto.barrier_for, shm_barrier.barrier: shm_ba
 ALLTOALL = {**_BLOCK_ALLTOALLS, "shm": shm_alltoall.alltoall, "auto": auto.alltoall}
 #: The alltoall entries that need equal blocks (no ``counts=``): Bruck's.
 EQUAL_BLOCKS_ONLY = _BLOCK_EQUAL_ONLY
-#: The alltoall functions a remembered call of equal blocks resolves once for its arrays and
-#: context, each by its resolver ``(src, dst, ctx, opts) -> alltoall function``.
+#: The alltoall functions a remembered call resolves once for its arrays and context, each by
+#: its resolver ``(src, dst, ctx, opts, v) -> alltoall function`` (``v``: of the v form).
 ALLTOALL_RESOLVERS = {auto.alltoall: auto.alltoall_resolved,
                       shm_alltoall.alltoall: shm_alltoall.resolved}
 #: What the v form of an alltoall function does collectively before its first message

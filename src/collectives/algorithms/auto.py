@@ -194,10 +194,11 @@ def alltoall(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],
     alltoall_for(src, recvoffsets, ctx, opts)(src, dst, sendoffsets, recvoffsets, ctx, opts)
 
 
-def alltoall_resolved(src: np.ndarray, dst: np.ndarray, ctx: Context, opts: Options) -> Callable:
-    """What a remembered "auto" alltoall of equal blocks on ``src`` and ``dst`` repeats:
-    :func:`alltoall_for`, as a lane of the shm alltoall where that is it."""
-    fn = alltoall_for(src, None, ctx, opts)
+def alltoall_resolved(src: np.ndarray, dst: np.ndarray, ctx: Context, opts: Options,
+                      v: bool = False) -> Callable:
+    """What a remembered "auto" alltoall on ``src`` and ``dst`` (of equal blocks, or ``v``: of
+    the v form) repeats: :func:`alltoall_for`, as a lane of the shm alltoall where that is it."""
+    fn = alltoall_for(src, () if v else None, ctx, opts)
     if fn is shm_alltoall.alltoall_without_waiting:
-        return shm_alltoall.lane(fn, src, dst, ctx, opts)
+        return shm_alltoall.lane(fn, src, dst, ctx, opts, v)
     return fn

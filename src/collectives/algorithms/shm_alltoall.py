@@ -72,12 +72,13 @@ naming the ranks off rank 0's node). "auto" runs it on one node
 for its kernel to compile (the interpreted round driver meanwhile, as the shm allreduce's
 "auto"); the v form makes the team (:func:`setup`)
 before the receive counts' exchange, after which one rank may raise alone. A remembered call
-(equal blocks) resolves once to a :class:`Lane`, which calls the kernel's compiled entry
-directly.
+(equal blocks or the v form) resolves once to a :class:`Lane`, which calls the kernel's
+compiled entry directly, as does the receive counts' exchange of the v form.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -192,10 +193,16 @@ def setup(ctx: Context, opts: Options, wait: bool = True) -> Callable[[np.ndarra
     """The collective part of a first call on ``ctx`` (the team, :func:`shm.team`), which the v
     form makes before its receive counts' exchange: after it a rank may raise alone (its
     ``out`` of the wrong size), and none may then be in a collective step the others skip.
-    Returns that exchange, ``(sent, got)`` (int64, one per rank), run by this alltoall too (one
-    team call of 8-byte blocks: no MPI message); ``wait`` as :func:`alltoall`'s."""
+    Returns that exchange, ``(sent, got)`` (int64, one per rank), an alltoall of equal blocks
+    through the team (one kernel call of 8-byte blocks: no MPI message) as the context's one
+    :class:`Lane` of it, which runs on the kernel's compiled entry once it has it (every call
+    passes p int64s); ``wait`` as :func:`alltoall`'s."""
     shm.team(ctx, opts)
-    return lambda sent, got: alltoall(sent, got, (), None, ctx, opts, wait)
+    key = ("shm alltoall: the counts", wait, shm.team_key(opts))  # one lane per context
+    run = ctx.cache.get(key)
+    if run is None:
+        run = ctx.cache[key] = Lane(partial(alltoall, wait=wait), False)
+    return lambda sent, got: run(sent, got, (), None, ctx, opts)
 
 
 def setup_without_waiting(ctx: Context, opts: Options) -> Callable[[np.ndarray, np.ndarray],
@@ -215,26 +222,32 @@ def alltoall_without_waiting(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequ
 
 class Lane:
     """The repeats of one decided shm alltoall on the same arrays (a remembered call), as an
-    alltoall function ``(src, dst, sendoffsets, recvoffsets, ctx, opts)``: the team, the byte
-    views, the mode and the kernel's compiled entry (:meth:`Team.compiled`) are found once, as
-    the shm allreduce's :class:`~collectives.algorithms.shm.Lane` finds them. Until this process
+    alltoall function ``(src, dst, sendoffsets, recvoffsets, ctx, opts)``: the team, the mode and
+    the kernel's compiled entry (:meth:`Team.compiled`) are found once, as the shm allreduce's
+    :class:`~collectives.algorithms.shm.Lane` finds them. Equal blocks (``v`` False) or the v
+    form (``v``: the offsets of each call checked against the arrays and published in the
+    team's offset tables, :meth:`Team.exchange`, as :func:`alltoall` does). Until this process
     has the entry, while a test forces the interpreted driver (``team.INTERPRET``), while
     observers of ``shm`` listen, or on another context, it runs ``fn``. Its callers pass
-    arrays of the first call's Numba types and sizes (a remembered call's re-checks); it keeps
-    no array alive.
+    arrays of the first call's Numba types and (equal blocks) sizes (a remembered call's
+    re-checks); it keeps no array alive.
     """
 
-    __slots__ = ("fn", "ctx", "team", "entry", "kind", "mode")
+    __slots__ = ("fn", "v", "ctx", "team", "entry", "kind", "mode", "far")
 
-    def __init__(self, fn: Any) -> None:
-        self.fn = fn
+    def __init__(self, fn: Any, v: bool) -> None:
+        self.fn, self.v = fn, v
         self.ctx = self.team = self.entry = None
-        self.kind = self.mode = 0
+        self.kind = self.mode = self.far = 0
 
     def __call__(self, src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],
                  recvoffsets: Sequence[int] | None, ctx: Context, opts: Options) -> None:
         if ctx is self.ctx and not shm_team.INTERPRET and not _OBSERVED.shm:
             team = self.team
+            if self.v:
+                _checked(sendoffsets, team.size, src.size, "send")
+                _checked(recvoffsets, team.size, dst.size, "receive")
+                team.exchange(sendoffsets, recvoffsets, self.far, src.itemsize)
             team.run_compiled(self.entry, src.view(np.uint8), dst.view(np.uint8), _code(src.dtype),
                               self.mode, team.size, self.kind, ctx.active)
             return
@@ -248,22 +261,26 @@ class Lane:
         if type(found) is not Team or shm_team.INTERPRET or type(dst) is not np.ndarray:
             return
         x, out = _bytes(src), _bytes(dst)
-        how = mode(found, x.nbytes, opts)
+        how = layout.ALLTOALLV if self.v else mode(found, x.nbytes, opts)
         compiled = found.compiled(x, out, _code(src.dtype), how, found.size)
         if compiled is not None:
-            self.team, self.mode = found, how
+            self.team, self.mode, self.far = found, how, block_cma_bytes(found, opts)
             (self.entry, self.kind), self.ctx = compiled, ctx
 
 
-def lane(fn: Any, src: np.ndarray, dst: np.ndarray, ctx: Context, opts: Options) -> Any:
+def lane(fn: Any, src: np.ndarray, dst: np.ndarray, ctx: Context, opts: Options,
+         v: bool = False) -> Any:
     """``fn`` (:func:`alltoall` or :func:`alltoall_without_waiting`, decided for a call on
-    ``ctx``) for the repeats of that call on the same arrays: a :class:`Lane` that takes the
-    kernel's entry at once if the team and the entry exist already."""
-    made = Lane(fn)
+    ``ctx``) for the repeats of that call on the same arrays, of equal blocks or (``v``) the v
+    form: a :class:`Lane` that takes the kernel's entry at once if the team and the entry exist
+    already."""
+    made = Lane(fn, v)
     made._find(src, dst, ctx, opts)
     return made
 
 
-def resolved(src: np.ndarray, dst: np.ndarray, ctx: Context, opts: Options) -> Any:
-    """What a remembered ``algorithm="shm"`` alltoall on ``src`` and ``dst`` repeats."""
-    return lane(alltoall, src, dst, ctx, opts)
+def resolved(src: np.ndarray, dst: np.ndarray, ctx: Context, opts: Options,
+             v: bool = False) -> Any:
+    """What a remembered ``algorithm="shm"`` alltoall on ``src`` and ``dst`` repeats (``v``: of
+    the v form)."""
+    return lane(alltoall, src, dst, ctx, opts, v)
