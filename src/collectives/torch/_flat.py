@@ -17,8 +17,9 @@ bucket and its own block kept until a compressed reduce-scatter is there to call
 from __future__ import annotations
 
 import itertools
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
+import numpy as np
 import torch
 
 from .. import api as _api
@@ -88,14 +89,16 @@ def codec_state(codec: Any, rank: int, where: str, residual_dtype: str | None = 
     return state
 
 
-def param_codec_state(codec: Any, rank: int, where: str = "fully_shard") -> Any:
+def param_codec_state(codec: Any, rank: int, where: str = "fully_shard",
+                      dtypes: Iterable[torch.dtype] = ()) -> Any:
     """The compression state for ``param_codec=`` of ``where`` (``fully_shard``,
     ``ShardedOptimizer``): no error feedback (the owner keeps the full-precision shard, so
     nothing is lost to carry over), only a codec the compressed allgather can run
     (:func:`..compressed.strategies.why_not_gather`), and only one that rounds each element on
     its own, the same way every time (fp16, bf16, eightbit, none): a sparse codec, one that
     needs error feedback, a random one or a sign codec would hand every rank parameters that
-    are not a rounding of the masters. Refused here, before any message."""
+    are not a rounding of the masters. ``dtypes``: the parameters' dtypes, each of which the
+    codec must take. Refused here, before any message."""
     try:
         state = make_state(codec, False, rank=rank)
     except ValueError as e:
@@ -103,6 +106,11 @@ def param_codec_state(codec: Any, rank: int, where: str = "fully_shard") -> Any:
     why = why_not_gather(state.codec, None)
     if why is None:
         why = _why_not_rounding(state.codec)
+    takes = [np.dtype(d).name for d in state.codec.dtypes]
+    other = sorted({str(d).removeprefix("torch.") for d in dtypes} - set(takes))
+    if why is None and other:
+        why = (f"codec {state.codec.name!r} does not take {', '.join(other)} parameters "
+               f"(it takes {', '.join(takes)})")
     if why is not None:
         raise ValueError(f"{where}: param_codec {codec!r}: {why}")
     return state

@@ -172,7 +172,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
         groups = _groups(params)
         codec_st = codec_state(codec, comm.rank, "ShardedOptimizer", residual_dtype)
         param_st = None if param_codec is None else param_codec_state(
-            param_codec, comm.rank, "ShardedOptimizer")
+            param_codec, comm.rank, "ShardedOptimizer",
+            [q.dtype for g in groups for q in g["params"] if q.requires_grad])
         super().__init__(groups, defaults)
         self._comm, self._stage, self._overlap = comm, stage, bool(overlap)
         self._codec_state, self._param_state = codec_st, param_st
