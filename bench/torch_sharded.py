@@ -4,7 +4,9 @@ Run ``mpiexec -n 2 python bench/torch_sharded.py [--hidden 1024] [--batch 64] [-
 [--rounds 5] [--json FILE]``. One MLP (784-hidden-hidden-10, float32, Adam lr 1e-3) trained on
 random data (each rank its own batch) by every configuration of :data:`CONFIGS`:
 
-- ``ShardedOptimizer`` stage 1, stage 2 and stage 2 with ``overlap=True`` (ours) against
+- ``ShardedOptimizer`` stage 1, stage 2, stage 2 with ``overlap=True`` and stage 2 compressed
+  both ways (top-k 1 % with error feedback in the gradients' reduce-scatter, bf16 parameters in
+  the allgather: ``codec=``, ``param_codec=``) (ours) against
   ``torch.distributed.optim.ZeroRedundancyOptimizer`` under ``DistributedDataParallel`` over
   gloo (ZeRO 1: DDP allreduces the gradients, ZeRO shards the optimizer step and broadcasts the
   parameters);
@@ -43,11 +45,13 @@ def _mlp(hidden: int) -> torch.nn.Sequential:
                                torch.nn.Linear(hidden, 10))
 
 
-def _ours_zero(stage: int, overlap: bool) -> Callable:
+def _ours_zero(stage: int, overlap: bool, codec: str | None = None,
+               param_codec: str | None = None) -> Callable:
     def build(hidden: int) -> tuple[torch.nn.Module, Any]:
         model = _mlp(hidden)
         return model, ct.ShardedOptimizer(model.parameters(), torch.optim.Adam, stage=stage,
-                                          overlap=overlap, lr=1e-3)
+                                          overlap=overlap, codec=codec,
+                                          param_codec=param_codec, lr=1e-3)
     return build
 
 
@@ -97,6 +101,8 @@ CONFIGS: dict[str, tuple[Callable, str | None]] = {
     "ours ShardedOptimizer stage 1": (_ours_zero(1, False), ZERO),
     "ours ShardedOptimizer stage 2": (_ours_zero(2, False), ZERO),
     "ours ShardedOptimizer stage 2, overlap": (_ours_zero(2, True), ZERO),
+    "ours ShardedOptimizer stage 2, top-k 1% + bf16 params": (
+        _ours_zero(2, False, "topk:ratio=0.01", "bf16"), ZERO),
     FSDP2: (_torch_fsdp, None),
     "ours fully_shard": (_ours_fsdp, FSDP2),
 }

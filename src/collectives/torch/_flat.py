@@ -17,8 +17,9 @@ bucket and its own block kept until a compressed reduce-scatter is there to call
 from __future__ import annotations
 
 import itertools
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
+import numpy as np
 import torch
 
 from .. import api as _api
@@ -27,7 +28,7 @@ from ..compressed.state import CompressionState
 from ..compressed.strategies import why_not_gather
 from ._common import low_rank, make_state
 
-__all__ = ["FlatLayout", "layout", "reduce_gradient", "codec_state"]
+__all__ = ["FlatLayout", "layout", "reduce_gradient", "codec_state", "param_codec_state"]
 
 
 class FlatLayout:
@@ -88,16 +89,44 @@ def codec_state(codec: Any, rank: int, where: str, residual_dtype: str | None = 
     return state
 
 
-def param_codec_state(codec: Any, rank: int) -> Any:
-    """The compression state for ``fully_shard``'s ``param_codec=``: no error feedback (the
-    owner keeps the full-precision shard, so nothing is lost to carry over), and only a codec
-    the compressed allgather can run (:func:`..compressed.strategies.why_not_gather`), refused
-    here, before any message."""
-    state = make_state(codec, False, rank=rank)
+def param_codec_state(codec: Any, rank: int, where: str = "fully_shard",
+                      dtypes: Iterable[torch.dtype] = ()) -> Any:
+    """The compression state for ``param_codec=`` of ``where`` (``fully_shard``,
+    ``ShardedOptimizer``): no error feedback (the owner keeps the full-precision shard, so
+    nothing is lost to carry over), only a codec the compressed allgather can run
+    (:func:`..compressed.strategies.why_not_gather`), and only one that rounds each element on
+    its own, the same way every time (fp16, bf16, eightbit, none): a sparse codec, one that
+    needs error feedback, a random one or a sign codec would hand every rank parameters that
+    are not a rounding of the masters. ``dtypes``: the parameters' dtypes, each of which the
+    codec must take. Refused here, before any message."""
+    try:
+        state = make_state(codec, False, rank=rank)
+    except ValueError as e:
+        raise ValueError(f"{where}: param_codec {codec!r}: {e}") from None
     why = why_not_gather(state.codec, None)
+    if why is None:
+        why = _why_not_rounding(state.codec)
+    takes = [np.dtype(d).name for d in state.codec.dtypes]
+    other = sorted({str(d).removeprefix("torch.") for d in dtypes} - set(takes))
+    if why is None and other:
+        why = (f"codec {state.codec.name!r} does not take {', '.join(other)} parameters "
+               f"(it takes {', '.join(takes)})")
     if why is not None:
-        raise ValueError(f"fully_shard: param_codec {codec!r}: {why}")
+        raise ValueError(f"{where}: param_codec {codec!r}: {why}")
     return state
+
+
+def _why_not_rounding(codec: Any) -> str | None:
+    """Why ``codec`` is not a deterministic elementwise rounding of parameters, or None."""
+    what = ("keeps only some elements" if codec.sparse
+            else "needs error feedback" if codec.needs_error_feedback
+            else "rounds at random" if codec.randomness is not None
+            else f"aggregates by {codec.aggregation}" if codec.aggregation != "mean"
+            else None)
+    if what is None:
+        return None
+    return (f"codec {codec.name!r} {what}; parameters travel rounded, every element on its own "
+            f"and the same way every time: use fp16, bf16 or eightbit")
 
 
 def reduce_gradient(flat: torch.Tensor, shard_out: torch.Tensor | None, *, comm: Any,

@@ -234,11 +234,12 @@ def fully_shard(module: torch.nn.Module, *, comm: Any = None, codec: Any = None,
     if not isinstance(comm, MPI.Intracomm):
         raise TypeError(f"comm must be an MPI intracommunicator, got {type(comm).__name__}")
     state = codec_state(codec, comm.rank, "fully_shard", residual_dtype)
-    param_state = None if param_codec is None else param_codec_state(param_codec, comm.rank)
     inner = [m for m in module.modules() if getattr(m, _UNIT, None) is not None]
     held = {id(f.shard) for m in inner for f in getattr(m, _UNIT).flats}
     named = list(module.named_parameters(remove_duplicate=False))
     own = [(n, t) for n, t in named if id(t) not in held]
+    param_state = None if param_codec is None else param_codec_state(
+        param_codec, comm.rank, dtypes=[t.dtype for _, t in own])
     seen: dict[int, str] = {}
     for n, t in own:
         if id(t) in seen:

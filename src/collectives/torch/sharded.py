@@ -22,6 +22,16 @@ updated parameters into every rank's buffers, bitwise identical everywhere. ``ov
 starts each bucket's reduce as a non-blocking request from a post-accumulate-grad hook as soon
 as backward has produced all its gradients (as DDP and Horovod overlap), and ``step()`` waits.
 
+A parameter codec (``param_codec=``: fp16, bf16, eightbit) makes the allgather after the update
+``collectives.compressed_allgather``: the shard stays the owner's full-precision master (float32
+for float32 parameters), which the wrapped optimizer updates, and every rank, the owner
+included, writes the decoded (rounded) shards into its buckets, so the parameters a model
+computes with are bitwise the same everywhere and differ from the masters by the codec's
+rounding (as ``collectives.parallel.zero`` does for the NumPy driver). The buckets start as the
+decoded masters too. No memory is added: the shard is a copy of its own with or without a
+codec. The consolidated state dict carries the masters (``"master"``), so that a resumed run
+continues bit for bit.
+
 Cost per step: the bytes of an allreduce (reduce-scatter + allgather of every bucket), plus for
 stage 1 the allreduce's own second half; the wrapped optimizer's work divided by ``p``.
 """
@@ -34,8 +44,8 @@ import torch
 from mpi4py import MPI
 
 from .. import api as _api
-from ..engine import nonblocking
-from ._flat import FlatLayout, codec_state, reduce_gradient
+from ..compressed.shard import compressed_allgather
+from ._flat import FlatLayout, codec_state, param_codec_state, reduce_gradient
 from .basics import default_comm
 
 __all__ = ["ShardedOptimizer"]
@@ -122,6 +132,13 @@ class ShardedOptimizer(torch.optim.Optimizer):
     codec
         A codec spec or codec for the gradients (an elementwise one; with error feedback where it
         needs it); None: dense.
+    param_codec
+        A codec spec or codec for the parameters' allgather after the update
+        (:func:`collectives.compressed_allgather`: "fp16", "bf16", "eightbit:bucket=256";
+        None: dense). Each rank's shard is the full-precision master the wrapped optimizer
+        updates; every rank's parameters, the owner's too, are the decoded masters, bitwise
+        the same everywhere. A codec that does not round each element on its own (top-k,
+        signs, random or low-rank codecs) raises ``ValueError``.
     residual_dtype
         With a codec spec that has error feedback: the dtype its residuals are kept in,
         "float32", "float16" or "bfloat16" (``compress.ErrorFeedback``'s ``residual_dtype``;
@@ -136,7 +153,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params: Iterable, optimizer_class: type, *, comm: Any = None,
                  stage: int = 2, codec: Any = None, residual_dtype: str | None = None,
-                 overlap: bool = False,
+                 param_codec: Any = None, overlap: bool = False,
                  bucket_bytes: int = 25 * MiB, **defaults: Any) -> None:
         if not (isinstance(optimizer_class, type)
                 and issubclass(optimizer_class, torch.optim.Optimizer)):
@@ -153,10 +170,13 @@ class ShardedOptimizer(torch.optim.Optimizer):
         if not isinstance(comm, MPI.Intracomm):
             raise TypeError(f"comm must be an MPI intracommunicator, got {type(comm).__name__}")
         groups = _groups(params)
+        codec_st = codec_state(codec, comm.rank, "ShardedOptimizer", residual_dtype)
+        param_st = None if param_codec is None else param_codec_state(
+            param_codec, comm.rank, "ShardedOptimizer",
+            [q.dtype for g in groups for q in g["params"] if q.requires_grad])
         super().__init__(groups, defaults)
         self._comm, self._stage, self._overlap = comm, stage, bool(overlap)
-        self._codec_state = codec_state(codec, comm.rank, "ShardedOptimizer",
-                                        residual_dtype)
+        self._codec_state, self._param_state = codec_st, param_st
         self._step_count = 0
         p, rank = comm.size, comm.rank
         self._buckets: list[_Bucket] = []
@@ -178,6 +198,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
         for b in self._buckets:  # every rank starts from rank 0's parameters
             _api.bcast(b.flat, root=0, comm=comm)
             b.shard.data.copy_(b.flat[b.layout.lo:b.layout.hi])
+            if self._param_state is not None:  # ... decoded, as after every step
+                self._gather(b)
         inner_groups = []
         for gi, group in enumerate(self.param_groups):
             shards = [b.shard for b in self._buckets if b.group == gi]
@@ -232,6 +254,15 @@ class ShardedOptimizer(torch.optim.Optimizer):
                         q.grad.copy_(v)
             b.grads = None
 
+    def _gather(self, b: _Bucket) -> None:
+        """Every rank's bucket from the shards: dense, or with a parameter codec the decoded
+        masters (the owner's block too)."""
+        if self._param_state is None:
+            _api.allgather(b.shard.detach(), out=b.flat, comm=self._comm)
+        else:
+            compressed_allgather(b.shard.detach(), self._param_state, out=b.flat,
+                                 comm=self._comm, key=f"zero.params.b{b.index}")
+
     # -- the optimizer surface -------------------------------------------------------------------
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
@@ -246,7 +277,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self._sync_hyperparameters()
         self.optim.step()
         for b in self._buckets:
-            _api.allgather(b.shard.detach(), out=b.flat, comm=self._comm)
+            self._gather(b)
             b.shard.grad = None if self._stage == 2 else b.shard.grad
         self._step_count += 1
         return loss
@@ -273,7 +304,9 @@ class ShardedOptimizer(torch.optim.Optimizer):
     def consolidate_state_dict(self, to: int = 0) -> None:
         """Gather every rank's shard of the optimizer state onto rank ``to`` (collective: every
         rank calls it); then ``state_dict()`` on ``to`` returns the state of an unsharded
-        ``optimizer_class`` over the original parameters."""
+        ``optimizer_class`` over the original parameters. With a parameter codec it also holds
+        ``"master"``: each parameter's full-precision master by its index (an unsharded
+        optimizer's ``load_state_dict`` ignores the entry)."""
         if not isinstance(to, int) or not 0 <= to < self._comm.size:
             raise ValueError(f"to must be a rank of the communicator (0..{self._comm.size - 1}),"
                              f" got {to!r}")
@@ -291,12 +324,20 @@ class ShardedOptimizer(torch.optim.Optimizer):
                     for q in b.params:
                         state.setdefault(index[id(q)], {})[key] = (
                             value.clone() if torch.is_tensor(value) else value)
+        masters: dict[int, torch.Tensor] = {}
+        if self._param_state is not None:
+            for b in self._buckets:
+                full = _api.allgather(b.shard.detach().contiguous(), comm=self._comm)
+                for q, v in zip(b.params, b.layout.views(full)):
+                    masters[index[id(q)]] = v.clone()
         groups = []
         for group in self.param_groups:
             groups.append({**{k: v for k, v in group.items() if k != "params"},
                            "params": [index[id(q)] for q in group["params"]]})
-        self._consolidated = ({"state": state, "param_groups": groups}
-                              if self._comm.rank == to else None)
+        full_state = {"state": state, "param_groups": groups}
+        if self._param_state is not None:
+            full_state["master"] = masters
+        self._consolidated = full_state if self._comm.rank == to else None
         self._consolidated_to = to
 
     def state_dict(self) -> dict:
@@ -309,12 +350,17 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Load a full state (this optimizer's consolidated one, or an unsharded
-        ``optimizer_class``'s over the same parameters): each rank keeps its blocks."""
+        ``optimizer_class``'s over the same parameters): each rank keeps its blocks. Its
+        ``"master"`` entry, if any (a run with a parameter codec), becomes the shards, and
+        the parameters their decoded values with this optimizer's parameter codec (without
+        one, the masters themselves): every rank decodes every block alone, as the allgather
+        does, so no message is sent."""
         if not isinstance(state_dict, dict) or "state" not in state_dict \
                 or "param_groups" not in state_dict:
             raise ValueError("load_state_dict takes a full optimizer state dict ('state' and "
                              "'param_groups'), as state_dict() gives after consolidate_state_dict")
         saved_groups = state_dict["param_groups"]
+        masters = state_dict.get("master")
         if len(saved_groups) != len(self.param_groups) or any(
                 len(s["params"]) != len(g["params"])
                 for s, g in zip(saved_groups, self.param_groups)):
@@ -323,6 +369,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         ids = [i for s in saved_groups for i in s["params"]]
         by_param = {id(q): state_dict["state"].get(i, state_dict["state"].get(str(i)))
                     for q, i in zip(order, ids)}
+        master_of = self._masters_of(masters, order, ids) if masters else None
         for mine, saved in zip(self.param_groups, saved_groups):
             for k, v in saved.items():
                 if k != "params":
@@ -347,7 +394,40 @@ class ShardedOptimizer(torch.optim.Optimizer):
                     v = values[0]
                     st[key] = v.clone() if torch.is_tensor(v) else v
             self.optim.state[b.shard] = st
+        if master_of is not None:
+            self._load_masters(master_of)
         self._consolidated = None
+
+    def _masters_of(self, masters: dict, order: list[torch.Tensor],
+                    ids: list) -> dict[int, torch.Tensor]:
+        """The state dict's masters by parameter, checked before anything is loaded."""
+        by_param = {id(q): masters.get(i, masters.get(str(i))) for q, i in zip(order, ids)}
+        for b in self._buckets:
+            for q in b.params:
+                m = by_param[id(q)]
+                if not torch.is_tensor(m) or m.shape != q.shape:
+                    raise ValueError(f"load_state_dict: the state dict's 'master' entry has "
+                                     f"no tensor of shape {tuple(q.shape)} for a parameter "
+                                     f"of bucket {b.index}")
+        return by_param
+
+    @torch.no_grad()
+    def _load_masters(self, by_param: dict[int, torch.Tensor]) -> None:
+        """The shards become the masters' blocks; the buckets their decoded values."""
+        for b in self._buckets:
+            per = [by_param[id(q)] for q in b.params]
+            full = torch.zeros_like(b.flat)
+            for m, slot in zip(per, b.layout.views(full)):
+                slot.copy_(m)
+            b.shard.copy_(full[b.layout.lo:b.layout.hi])
+            if self._param_state is None:
+                b.flat.copy_(full)
+                continue
+            chunk = b.layout.chunk
+            for r in range(b.layout.p):  # each block encoded alone, as its owner sends it
+                block = slice(r * chunk, (r + 1) * chunk)
+                compressed_allgather(full[block], self._param_state, out=b.flat[block],
+                                     comm=MPI.COMM_SELF, key=f"zero.params.b{b.index}")
 
     def __repr__(self) -> str:
         return (f"ShardedOptimizer(stage={self._stage}, buckets={len(self._buckets)}, "

@@ -91,3 +91,15 @@ case "$1" in
         uptime >> $R/torch_2x2.load
         python bench/cluster.py down --name hzp ;;
 esac
+# ShardedOptimizer stage 2 with top-k 1 % + EF in the reduce-scatter and bf16 parameters in the
+# allgather (codec=, param_codec=) against dense and ZeroRedundancyOptimizer + DDP (gloo)
+codecs() {  # $1 tag, $2 hosts, $3 ranks per host
+    nice -n 5 python bench/cluster.py up --name hspc --hosts $2 --ranks-per-host $3 --rate 1gbit --subnet 10.199.77.0/24
+    nice -n 5 python bench/cluster.py run --name hspc -- python bench/torch_sharded.py --hidden 2048 --steps 5 \
+        --rounds 3 --only "ZeroRedundancy,ShardedOptimizer stage 2" --json $R/torch_codecs_$1.json > $R/torch_codecs_$1.log 2>&1
+    python bench/cluster.py down --name hspc
+}
+case "$1" in
+    codecs2x1) for i in 1 2 3; do codecs 2x1_$i 2 1; done ;;  # the runs kept one cluster up
+    codecs2x2) codecs 2x2 2 2 ;;
+esac
