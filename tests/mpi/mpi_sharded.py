@@ -320,6 +320,8 @@ def test_memory_split_shrinks_by_the_ranks():
     ["--shard", "1", "--param-codec", "auto:bf16"],
     ["--shard", "1", "--param-codec", "nope"],
     ["--shard", "3", "--param-codec", "powersgd"],
+    ["--shard", "2", "--param-codec", "topk:ratio=0.1"],
+    ["--shard", "3", "--param-codec", "qsgd"],
     ["--shard", "2", "--algorithm", "rabenseifner"],
     ["--shard", "2", "--residual-dtype", "float16"],
     ["--shard", "2", "--codec", "fp16", "--residual-dtype", "bfloat16"],

@@ -35,7 +35,7 @@ from compress.protocols import SUMMABLE, LowRankSummable, Memory, SparsePayload
 from . import allgather, reduce_scatter, sparse, summable, two_phase
 
 __all__ = ["Strategy", "STRATEGIES", "AUTO_ORDER", "strategy_for", "SCATTER_STRATEGIES",
-           "SCATTER_AUTO_ORDER", "scatter_strategy_for", "why_not_gather"]
+           "SCATTER_AUTO_ORDER", "scatter_strategy_for", "why_not_gather", "why_not_rounding"]
 
 #: ``why_not(codec, memory, auto)``: the reason a strategy cannot run, or None
 Rule = Callable[[Codec, "Memory | None", bool], "str | None"]
@@ -175,6 +175,23 @@ def scatter_strategy_for(codec: Codec, memory: Memory | None = None, *,
         reasons.append(f"{name}: {reason}")
     raise ValueError(f"codec {codec.name!r} cannot run in a compressed reduce-scatter ("
                      + "; ".join(reasons) + ")")
+
+
+def why_not_rounding(codec: Codec) -> str | None:
+    """Why ``codec`` cannot carry parameters (ZeRO's allgather after the update, a
+    ``param_codec``), or None: parameters travel rounded, every element on its own and the same
+    way every time, so that every rank computes with the same rounding of the owners' masters;
+    a sparse codec, one that needs error feedback, a random one or one that aggregates by
+    another rule than the mean would hand the ranks something else."""
+    what = ("keeps only some elements" if codec.sparse
+            else "needs error feedback" if codec.needs_error_feedback
+            else "rounds at random" if codec.randomness is not None
+            else f"aggregates by {codec.aggregation}" if codec.aggregation != "mean"
+            else None)
+    if what is None:
+        return None
+    return (f"codec {codec.name!r} {what}; parameters travel rounded, every element on its own "
+            f"and the same way every time: use fp16, bf16 or eightbit")
 
 
 def why_not_gather(codec: Codec, memory: Memory | None = None, *,

@@ -25,7 +25,7 @@ import torch
 from .. import api as _api
 from ..engine import nonblocking
 from ..compressed.state import CompressionState
-from ..compressed.strategies import why_not_gather
+from ..compressed.strategies import why_not_gather, why_not_rounding
 from ._common import low_rank, make_state
 
 __all__ = ["FlatLayout", "layout", "reduce_gradient", "codec_state", "param_codec_state"]
@@ -105,7 +105,7 @@ def param_codec_state(codec: Any, rank: int, where: str = "fully_shard",
         raise ValueError(f"{where}: param_codec {codec!r}: {e}") from None
     why = why_not_gather(state.codec, None)
     if why is None:
-        why = _why_not_rounding(state.codec)
+        why = why_not_rounding(state.codec)
     takes = [np.dtype(d).name for d in state.codec.dtypes]
     other = sorted({str(d).removeprefix("torch.") for d in dtypes} - set(takes))
     if why is None and other:
@@ -114,19 +114,6 @@ def param_codec_state(codec: Any, rank: int, where: str = "fully_shard",
     if why is not None:
         raise ValueError(f"{where}: param_codec {codec!r}: {why}")
     return state
-
-
-def _why_not_rounding(codec: Any) -> str | None:
-    """Why ``codec`` is not a deterministic elementwise rounding of parameters, or None."""
-    what = ("keeps only some elements" if codec.sparse
-            else "needs error feedback" if codec.needs_error_feedback
-            else "rounds at random" if codec.randomness is not None
-            else f"aggregates by {codec.aggregation}" if codec.aggregation != "mean"
-            else None)
-    if what is None:
-        return None
-    return (f"codec {codec.name!r} {what}; parameters travel rounded, every element on its own "
-            f"and the same way every time: use fp16, bf16 or eightbit")
 
 
 def reduce_gradient(flat: torch.Tensor, shard_out: torch.Tensor | None, *, comm: Any,

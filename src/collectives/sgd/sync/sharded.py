@@ -51,7 +51,7 @@ from mpi4py import MPI
 
 from ...compressed import CompressionState
 from ...compressed.shard import compressed_reduce_scatter
-from ...compressed.strategies import why_not_gather
+from ...compressed.strategies import why_not_gather, why_not_rounding
 from ...engine.nonblocking import icompressed_reduce_scatter
 from ...parallel import ALGORITHMS, BACKWARD, FORWARD, STAGES, LayerGather, ShardPlan, Zero
 from ..._runtime.traffic import TRAFFIC
@@ -173,7 +173,8 @@ class Sharded(SyncMode):
         if a.param_codec:
             try:
                 param = CompressionState.from_spec(a.param_codec)
-                why = why_not_gather(param.codec, None, auto=param.auto is not None)
+                why = why_not_gather(param.codec, None, auto=param.auto is not None) \
+                    or why_not_rounding(param.codec)
             except (ValueError, TypeError) as e:
                 why = str(e)
             if why:
