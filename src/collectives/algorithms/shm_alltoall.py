@@ -123,9 +123,12 @@ def _code(dtype: np.dtype) -> int:
     return min(dtype.num, 255)
 
 
+_U8 = np.dtype(np.uint8)
+
+
 def _bytes(a: np.ndarray) -> np.ndarray:
     """The 1-D contiguous array ``a`` as bytes (``api.flat``'s views are 1-D and contiguous)."""
-    return a.view(np.uint8)
+    return a.view(_U8)
 
 
 def block_cma_bytes(team: Team, opts: Options) -> int:
@@ -233,12 +236,12 @@ class Lane:
     re-checks); it keeps no array alive.
     """
 
-    __slots__ = ("fn", "v", "ctx", "team", "entry", "kind", "mode", "far")
+    __slots__ = ("fn", "v", "ctx", "team", "entry", "kind", "mode", "far", "code")
 
     def __init__(self, fn: Any, v: bool) -> None:
         self.fn, self.v = fn, v
         self.ctx = self.team = self.entry = None
-        self.kind = self.mode = self.far = 0
+        self.kind = self.mode = self.far = self.code = 0
 
     def __call__(self, src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],
                  recvoffsets: Sequence[int] | None, ctx: Context, opts: Options) -> None:
@@ -248,8 +251,8 @@ class Lane:
                 _checked(sendoffsets, team.size, src.size, "send")
                 _checked(recvoffsets, team.size, dst.size, "receive")
                 team.exchange(sendoffsets, recvoffsets, self.far, src.itemsize)
-            team.run_compiled(self.entry, src.view(np.uint8), dst.view(np.uint8), _code(src.dtype),
-                              self.mode, team.size, self.kind, ctx.active)
+            team.run_compiled(self.entry, src.view(_U8), dst.view(_U8), self.code, self.mode,
+                              team.size, self.kind, ctx.active)
             return
         self.fn(src, dst, sendoffsets, recvoffsets, ctx, opts)
         if self.entry is None:
@@ -262,9 +265,11 @@ class Lane:
             return
         x, out = _bytes(src), _bytes(dst)
         how = layout.ALLTOALLV if self.v else mode(found, x.nbytes, opts)
-        compiled = found.compiled(x, out, _code(src.dtype), how, found.size)
+        code = _code(src.dtype)  # (every call's arrays have the first one's dtype)
+        compiled = found.compiled(x, out, code, how, found.size)
         if compiled is not None:
-            self.team, self.mode, self.far = found, how, block_cma_bytes(found, opts)
+            self.team, self.mode, self.code = found, how, code
+            self.far = block_cma_bytes(found, opts)
             (self.entry, self.kind), self.ctx = compiled, ctx
 
 

@@ -80,6 +80,7 @@ _clock = time.perf_counter
 _DTYPES = {np.dtype(c).num: np.dtype(c).name for c in np.typecodes["All"] if c not in "OMmV"}
 _OPS = {0: "sum", 1: "prod", 2: "min", 3: "max"}
 _COMPLETE, _FLOAT16 = L.COMPLETE, np.dtype(np.float16).num
+_T_PHASE = L.T_PHASE
 _MODES = {L.FUSED: "allreduce", L.REDUCE_SCATTER: "reduce-scatter", L.ALLGATHER: "allgather",
           L.REPLICATED: "allreduce", L.ALLTOALL: "alltoall", L.ALLTOALL_CMA: "alltoall",
           L.ALLTOALLV: "alltoall with counts"}
@@ -352,10 +353,12 @@ class Team:
         :meth:`compiled` gave them for arrays of the types of ``x`` and ``out``. Unobserved:
         its caller (``algorithms/shm.py``'s lane) calls :meth:`run` instead while observers of
         ``shm`` are registered."""
-        tab = self.tab
-        regions = self.regions()
+        tab, buffers = self.tab, self.buffers
+        # regions(), in line (every repeat runs this): a new buffer registered since, if any
+        regions = self._regions if buffers is None or self._version == buffers.version \
+            else self.regions()
         seq = -1 if guard is None else guard.seq
-        tab[L.T_PHASE] = 0
+        tab[_T_PHASE] = 0
         status = entry(tab, regions, x, out, out, opcode, mode, m, seq, kind)
         if status != _COMPLETE:
             self._rest(status, entry, regions, x, out, out, opcode, mode, m, seq, kind, guard)
