@@ -8,8 +8,8 @@ Run ``mpiexec -n P python bench/alltoall_sweep.py [--sizes 8,64,512,4K,64K,256K,
 size every variant is called a few times to warm it, then the number of calls per batch is
 chosen so that one batch of the bare call lasts about ``--target-ms`` (the slowest rank's
 estimate, so every rank agrees); each round times one batch of every variant, in an order
-that rotates from round to round, each batch after a barrier, and a batch's time per call is
-the slowest rank's. Rank 0 prints the median over rounds (``--stat min``: the fastest) and its
+drawn anew each round (the same on every rank), each batch after a barrier, and a batch's time
+per call is the slowest rank's. Rank 0 prints the median over rounds (``--stat min``: the fastest) and its
 ratio to the bare call. The bare call runs on a duplicate of ``COMM_WORLD``; the results are
 checked after the rounds.
 
@@ -60,8 +60,9 @@ def _sweep(variants: dict[str, Callable[[], object]], args, comm: MPI.Comm) -> d
     times: dict[str, list[float]] = {k: [] for k in variants}
     names = list(variants)
     for r in range(args.rounds):
-        shift = r % len(names)
-        for name in names[shift:] + names[:shift]:
+        # a new order every round, the same on every rank (seeded by the round): a variant that
+        # always follows the same neighbour (the bare call) would carry what that one leaves
+        for name in np.random.default_rng(r).permutation(names):
             times[name].append(_timed(variants[name], calls, comm))
     stat = np.min if args.stat == "min" else np.median
     med = {k: float(stat(v)) for k, v in times.items()}
