@@ -380,52 +380,39 @@ class BarrierCall:
 
 
 class _AlltoallRepeat(Repeat):
-    """A remembered blocking alltoall of equal blocks, out of place (``_runtime/repeats.py``):
-    its repeat runs the decided algorithm function ("auto" resolved for this block size and p)
-    on the same block offsets, under the runner of its options, on the context ``where``."""
+    """A remembered blocking alltoall out of place (``_runtime/repeats.py``), under the runner of
+    its options, on the context ``where``. Of equal blocks: its repeat runs the decided
+    algorithm function ("auto" resolved for this block size and p) on the same block offsets.
+    Of the v form (``counts=``, form "alltoallv"): the counts change from call to call (a
+    mixture of experts' dispatch), so its repeat (:func:`_alltoallv_again`) checks them as the
+    first call does, exchanges them the way the first call did (``exchange``, on the counts'
+    arrays ``sent`` and ``got``), checks ``out``'s size against the received total, and runs the
+    decided algorithm function ("auto" resolved; the shm alltoall as its lane of the v form)."""
 
-    __slots__ = ("run", "fn", "offsets", "what")
+    __slots__ = ("run", "fn", "offsets", "exchange", "sent", "got", "what")
 
     def __init__(self, call: AlltoallCall, x: Any, out: Any, algorithm: str, comm_arg: Any,
                  options: Any, ctx: Context, xkind: Kind, okind: Kind) -> None:
-        super().__init__("alltoall", call, x, out, _NO_OP, algorithm, comm_arg, options, ctx,
-                         xkind, okind)
-        self.run, self.offsets = runner(ctx, call.opts).run, call.sendoffsets
+        v = call.exchange is not None  # (the v form's first call exchanged its counts)
+        super().__init__("alltoallv" if v else "alltoall", call, x, out, _NO_OP, algorithm,
+                         comm_arg, options, ctx, xkind, okind)
+        self.run, self.offsets, self.exchange = runner(ctx, call.opts).run, call.sendoffsets, \
+            call.exchange
         fn = call.fn
         resolve = ALLTOALL_RESOLVERS.get(fn)  # "auto" and "shm": the block size, p and the
         if resolve is not None:               # arrays' types are the repeat's too
-            fn = resolve(call.src, call.dst, ctx, call.opts)
+            fn = resolve(call.src, call.dst, ctx, call.opts, v)
         self.fn = fn
-        self.what = describe(call)  # for the flight recorder, made once (_runtime/flight.py)
-
-
-class _AlltoallvRepeat(Repeat):
-    """A remembered blocking alltoall of the v form (``counts=``) into a given ``out``
-    (``_runtime/repeats.py``): the counts change from call to call (a mixture of experts'
-    dispatch), so its repeat (:func:`_alltoallv_again`) checks them as the first call does,
-    exchanges them the way the first call did, checks ``out``'s size against the received
-    total, and runs the decided algorithm function ("auto" resolved, as a lane of the shm
-    alltoall where that is it) under the runner of its options, on the context ``where``."""
-
-    __slots__ = ("run", "fn", "exchange", "sent", "got", "what")
-
-    def __init__(self, call: AlltoallCall, x: Any, out: Any, algorithm: str, comm_arg: Any,
-                 options: Any, ctx: Context, xkind: Kind, okind: Kind) -> None:
-        super().__init__("alltoallv", call, x, out, _NO_OP, algorithm, comm_arg, options, ctx,
-                         xkind, okind)
-        self.run, self.exchange = runner(ctx, call.opts).run, call.exchange
-        fn = call.fn
-        resolve = ALLTOALL_RESOLVERS.get(fn)
-        self.fn = fn if resolve is None else resolve(call.src, call.dst, ctx, call.opts, True)
-        # the counts' arrays, as the first call's (int64, one per rank): the exchange's lane
+        # the v form's counts, as its first call's (int64, one per rank): the exchange's lane
         # takes arrays of the same types at every call
-        self.sent, self.got = np.empty(ctx.comm.size, np.int64), np.empty(ctx.comm.size, np.int64)
+        p = ctx.comm.size
+        self.sent, self.got = (np.empty(p, np.int64), np.empty(p, np.int64)) if v else (None, None)
         self.what = describe(call)  # for the flight recorder, made once (_runtime/flight.py)
 
 
-def _alltoallv_again(e: _AlltoallvRepeat, src: Any, dst: Any, counts: Sequence[int],
+def _alltoallv_again(e: _AlltoallRepeat, src: Any, dst: Any, counts: Sequence[int],
                      ctx: Context) -> list[int]:
-    """The body of a remembered v form's repeat (:class:`_AlltoallvRepeat`), under the guard:
+    """The body of a remembered v form's repeat (:class:`_AlltoallRepeat`), under the guard:
     ``counts`` checked, the receive counts exchanged, the blocks exchanged; returns the receive
     counts."""
     try:
@@ -718,8 +705,8 @@ def alltoall(x: np.ndarray, *, out: np.ndarray | None = None,
         xkind, okind = kind_of(x), kind_of(out)
         if xkind is not None and okind is not None:
             ctx = context(MPI.COMM_WORLD if comm is None else comm)
-            made = _AlltoallRepeat if counts is None else _AlltoallvRepeat
-            REPEATS.remember(made(call, x, out, algorithm, comm, options, ctx, xkind, okind))
+            REPEATS.remember(_AlltoallRepeat(call, x, out, algorithm, comm, options, ctx, xkind,
+                                             okind))
     return call.result
 
 

@@ -383,6 +383,18 @@ def test_barrier(algorithm, comm):
     assert min(t[1] for t in times) >= max(t[0] for t in times), times
 
 
+def _checked_calls(monkeypatch):
+    """The kinds of the calls that go through the first call's checked path (``run_call``),
+    in order, from now on: a remembered repeat adds none."""
+    from collectives import api
+
+    checked = []
+    run_call = api.run_call
+    monkeypatch.setattr(api, "run_call", lambda cls, *a: checked.append(cls.kind) or
+                        run_call(cls, *a))
+    return checked
+
+
 @pytest.mark.world_sizes(2, 3, 4)
 @pytest.mark.parametrize("algorithm", list(collectives.ALLTOALL))
 def test_repeated_calls_recheck_what_can_change(algorithm, monkeypatch):
@@ -391,12 +403,7 @@ def test_repeated_calls_recheck_what_can_change(algorithm, monkeypatch):
     new contents arrive every time; an ``out`` made read-only or reshaped in place is checked
     again (the read-only one an error on every rank, before any message of that call), and the
     calls after it are right."""
-    from collectives import api
-
-    checked = []
-    run_call = api.run_call
-    monkeypatch.setattr(api, "run_call", lambda cls, *a: checked.append(cls.kind) or
-                        run_call(cls, *a))
+    checked = _checked_calls(monkeypatch)
     comm = MPI.COMM_WORLD
     p, r = comm.size, comm.rank
     x = np.zeros(4 * p, np.float32)
@@ -448,12 +455,7 @@ def test_repeated_v_form_takes_new_counts(algorithm, monkeypatch):
     experts' dispatch sends: the right blocks and receive counts against MPI's own alltoallv;
     counts that are wrong on one rank in a repeat, and an ``out`` whose size no longer matches
     the received total, raise on every rank; the calls after them are right."""
-    from collectives import api
-
-    checked = []
-    run_call = api.run_call
-    monkeypatch.setattr(api, "run_call", lambda cls, *a: checked.append(cls.kind) or
-                        run_call(cls, *a))
+    checked = _checked_calls(monkeypatch)
     comm = MPI.COMM_WORLD
     p, r = comm.size, comm.rank
     size = 2 * p + 1
