@@ -644,7 +644,14 @@ def native_call(ctx: Any, name: str, args: tuple, fallback: Callable[[], None],
     ran = False
     try:
         start = getattr(ctx.native_comm, _NONBLOCKING[name])
-        ran = guard.native(lambda: start(*args), fallback, (args, landing))
+        started = ctx.started
+
+        def post() -> Any:
+            req = start(*args)
+            started[0] += 1  # counted for the release (``_runtime/release.py``)
+            return req
+
+        ran = guard.native(post, fallback, (args, landing))
     finally:
         if not ran and landing is not None:
             forget(*landing)
