@@ -48,7 +48,9 @@ private context, :mod:`.context`):
   above every one this process used before (``_HIGH``), and a notice numbered below the
   guard's first call is dropped. The guard counts the notices it sends to and receives from
   each rank, so that its communicator is freed only once every notice sent on it has been
-  received (``_runtime/release.py``), and none waits for the next communicator.
+  received (``_runtime/release.py``), and none waits for the next communicator. The native and
+  check duplicates, where ranks that retired native skipped an operation that another rank
+  started, are never freed before exit (``_runtime/release.py``, step 4).
 
 The running call is explicit: :meth:`Guard.run` names itself in its context's ``active``, and
 the algorithms hand that guard to every message (:mod:`.p2p`), block and shared-memory round
