@@ -104,8 +104,8 @@ def agree(ctx: Context, sig: tuple) -> None:
     guard = ctx.active
     if guard is None:  # abort mode, or an algorithm called directly: blocking
         control.Allreduce(MPI.IN_PLACE, [buf, MPI.INT64_T], MPI.MAX)
-    elif not guard.native(lambda: _start(guard, control, buf, before is not None,
-                                         ctx.started), _nothing, (buf,)):
+    elif not guard.native(lambda: _start(guard, control, buf, before is not None), _nothing,
+                          (buf,), ctx.started, 1):
         return  # native is retired: the hand-written replacement checks sizes itself
     if int(buf[0]) == h and -int(buf[1]) == h:
         ctx.agreed = sig
@@ -121,16 +121,15 @@ def agree(ctx: Context, sig: tuple) -> None:
     raise error
 
 
-def _start(guard: Any, control: MPI.Comm, buf: np.ndarray, repeatable: bool,
-           started: list[int]) -> Any:
-    """Start the check's ``MPI_Iallreduce`` (counted in ``started[1]``, the context's: its
-    release compares the counts, ``_runtime/release.py``); one that has not finished within
-    ``guard.CHECK_PATIENCE`` seconds while a signature was agreed (``repeatable``: a rank may
-    be repeating it instead of checking) sends check notes (``guard.py``). Checks on a part of
-    the call's ranks (hierarchical's cross-node ranks) send none."""
+def _start(guard: Any, control: MPI.Comm, buf: np.ndarray, repeatable: bool) -> Any:
+    """Start the check's ``MPI_Iallreduce`` (``guard.native`` counts it in the context's
+    ``started[1]``: a release compares the counts, ``_runtime/release.py``); one that has not
+    finished within ``guard.CHECK_PATIENCE`` seconds while a signature was agreed
+    (``repeatable``: a rank may be repeating it instead of checking) sends check notes
+    (``guard.py``). Checks on a part of the call's ranks (hierarchical's cross-node ranks) send
+    none."""
     k = guard.begin_check()
     req = control.Iallreduce(MPI.IN_PLACE, [buf, MPI.INT64_T], MPI.MAX)
-    started[1] += 1
     if repeatable and control.size == guard.size:
         deadline = time.monotonic() + CHECK_PATIENCE
         while not req.Get_status():  # (Test would free a finished request)

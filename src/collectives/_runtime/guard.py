@@ -588,15 +588,20 @@ class Guard:
         self.dangling = [d for d in self.dangling if not d[0].Test()]
 
     def native(self, start: Callable[[], Any], fallback: Callable[[], None],
-               keep: tuple = ()) -> bool:
+               keep: tuple = (), started: list[int] | None = None, which: int = 0) -> bool:
         """Run a native operation (``start()`` returns its request) and return True, or run
         ``fallback()`` and return False once native is retired or turns out to be unable to
         finish (see the module docstring). ``keep``: the operation's buffers, kept alive with
-        its request if it is abandoned (MPI may still read and write them)."""
+        its request if it is abandoned (MPI may still read and write them). ``started``: the
+        context's counts of operations started (``Context.started``), of which entry ``which``
+        counts this one once MPI has started it (a release compares them across ranks:
+        ``_runtime/release.py``)."""
         if self.retired:
             fallback()
             return False
         req = start()
+        if started is not None:
+            started[which] += 1
         try:
             self.complete([req], [None], [-1], native=True, keep=keep)
         except _Retire:
@@ -646,14 +651,7 @@ def native_call(ctx: Any, name: str, args: tuple, fallback: Callable[[], None],
     ran = False
     try:
         start = getattr(ctx.native_comm, _NONBLOCKING[name])
-        started = ctx.started
-
-        def post() -> Any:
-            req = start(*args)
-            started[0] += 1  # counted for the release (``_runtime/release.py``)
-            return req
-
-        ran = guard.native(post, fallback, (args, landing))
+        ran = guard.native(lambda: start(*args), fallback, (args, landing), ctx.started, 0)
     finally:
         if not ran and landing is not None:
             forget(*landing)

@@ -29,7 +29,8 @@ with MPI_ERR_TRUNCATE. So a guard's communicator is released, not freed:
    size, without an error (docs/reliability.md, "Collectives that went different ways"). A
    parked communicator keeps its id on every rank. Where the counts cannot be exchanged apart
    from the operations they count (the progress engine's communicator, hierarchical's
-   cross-node ones), a communicator is parked wherever its guard has retired native
+   cross-node ones, the distributed graphs of ``neighbor_allgather``'s "mpi" backend), a
+   communicator is parked wherever its guard has retired native
    (:func:`park`); a rank that has not retired started every operation the others did. The
    requests of abandoned operations, with their buffers, are kept until MPI completes them
    (:func:`keep`): a freed landing buffer must never be written.
