@@ -27,8 +27,6 @@ from collectives.tools.launch import mpiexec_command
 ROOT = Path(__file__).resolve().parents[1]
 
 SCENE = """
-    import time
-
     import numpy as np
     from mpi4py import MPI
 
@@ -41,9 +39,10 @@ SCENE = """
     a = world.Dup()
     x = np.arange(12, dtype=np.float32) + 100 * r
     collectives.alltoall(x, algorithm="native", comm=a)  # the ranks agree on its signature
-    # F fails before any message; E (the root) learns of it, L (a leaf) sends and returns
+    # F fails before any message, once L (a leaf) has sent its part and returned; E (the root)
+    # learns of it there
     if r == F:
-        time.sleep(0.2)  # L has sent and returned by then
+        world.recv(source=L, tag=7)
     bad = np.zeros(3, np.complex64) if r == F else np.zeros(3, np.float32)
     try:
         collectives.reduce(bad, root=E, algorithm="binomial", comm=a)
@@ -51,6 +50,7 @@ SCENE = """
         assert r != L
     else:
         assert r == L
+        world.send(None, dest=F, tag=7)
     # the agreed signature again: L posts MPI's alltoall, E and F (retired) run pairwise; L
     # learns of the failure in its wait and runs pairwise too: every result is right
     y = collectives.alltoall(x, algorithm="native", comm=a)

@@ -648,11 +648,12 @@ def test_collectives_that_went_different_ways_keep_their_communicator():
         comm = world.Dup()
         x = np.arange(12, dtype=np.float32) + 100 * r
         collectives.alltoall(x, algorithm="native", comm=comm)  # the signature agreed
-        if r == 2:
-            time.sleep(0.2)  # rank 1, the leaf, has sent and returned by then
+        if r == 2:  # fails once rank 1, a leaf, has sent its part and returned
+            world.recv(source=1, tag=7)
         bad = np.zeros(3, np.complex64) if r == 2 else np.zeros(3, np.float32)
         if r == 1:
             collectives.reduce(bad, root=0, algorithm="binomial", comm=comm)
+            world.send(None, dest=2, tag=7)
         else:
             error = _raises_everywhere(lambda: collectives.reduce(
                 bad, root=0, algorithm="binomial", comm=comm), TypeError)
