@@ -619,6 +619,57 @@ def test_abandoned_native_operation_never_writes_into_the_result(monkeypatch, pi
     MPI.Request.Waitall([s for s, _ in sends])
 
 
+def _released(world):
+    """Finish every release under way (collective: every rank is releasing)."""
+    from collectives._runtime import release
+
+    deadline = time.monotonic() + 30
+    while release.pending() and time.monotonic() < deadline:
+        release.progress()
+    assert release.pending() == 0, "a release did not finish"
+    world.Barrier()
+
+
+@pytest.mark.world_sizes(3)
+def test_collectives_that_went_different_ways_keep_their_communicator():
+    """Rank 2 fails a reduce before any message; the root (rank 0) learns of it there and
+    retires native, a leaf (rank 1) sends and returns. In the next native alltoall rank 1
+    starts MPI's alltoall while ranks 0 and 2 run pairwise (rank 1 follows once it learns of
+    the failure): every result is right, but rank 1's messages wait in the others' queues. The
+    native duplicate is then parked on every rank, never freed before exit, so that no later
+    communicator can get its context id and take them (``_runtime/release.py``, step 4; what
+    that did: tests/test_recycled_context.py). After the same failure with no native call
+    after it, every rank started the same operations, and the duplicates are freed."""
+    from collectives._runtime import release
+
+    world = MPI.COMM_WORLD
+    r = world.rank
+    for native_after in (True, False):
+        comm = world.Dup()
+        x = np.arange(12, dtype=np.float32) + 100 * r
+        collectives.alltoall(x, algorithm="native", comm=comm)  # the signature agreed
+        if r == 2:  # fails once rank 1, a leaf, has sent its part and returned
+            world.recv(source=1, tag=7)
+        bad = np.zeros(3, np.complex64) if r == 2 else np.zeros(3, np.float32)
+        if r == 1:
+            collectives.reduce(bad, root=0, algorithm="binomial", comm=comm)
+            world.send(None, dest=2, tag=7)
+        else:
+            error = _raises_everywhere(lambda: collectives.reduce(
+                bad, root=0, algorithm="binomial", comm=comm), TypeError)
+            assert "unsupported dtype" in str(error), error
+        y = collectives.alltoall(x, algorithm="native" if native_after else "pairwise",
+                                 comm=comm)
+        want = np.concatenate([np.arange(4 * r, 4 * r + 4) + 100 * k for k in range(3)])
+        assert np.array_equal(y, want), (native_after, y)
+        before = release.parked()
+        comm.Free()
+        _released(world)
+        parked = world.allgather(release.parked() - before)
+        assert parked == ([1] * 3 if native_after else [0] * 3), (native_after, parked)
+    _still_works()
+
+
 @pytest.mark.mpi(min_size=2)
 def test_a_mismatch_or_a_failure_in_a_lane_raises_on_every_rank(monkeypatch):
     """Repeated shm calls run the kernel's entry (``shm.Lane``); its waits end as the

@@ -105,7 +105,7 @@ def agree(ctx: Context, sig: tuple) -> None:
     if guard is None:  # abort mode, or an algorithm called directly: blocking
         control.Allreduce(MPI.IN_PLACE, [buf, MPI.INT64_T], MPI.MAX)
     elif not guard.native(lambda: _start(guard, control, buf, before is not None), _nothing,
-                          (buf,)):
+                          (buf,), ctx.started, 1):
         return  # native is retired: the hand-written replacement checks sizes itself
     if int(buf[0]) == h and -int(buf[1]) == h:
         ctx.agreed = sig
@@ -122,10 +122,12 @@ def agree(ctx: Context, sig: tuple) -> None:
 
 
 def _start(guard: Any, control: MPI.Comm, buf: np.ndarray, repeatable: bool) -> Any:
-    """Start the check's ``MPI_Iallreduce``; one that has not finished within
-    ``guard.CHECK_PATIENCE`` seconds while a signature was agreed (``repeatable``: a rank may
-    be repeating it instead of checking) sends check notes (``guard.py``). Checks on a part of
-    the call's ranks (hierarchical's cross-node ranks) send none."""
+    """Start the check's ``MPI_Iallreduce`` (``guard.native`` counts it in the context's
+    ``started[1]``: a release compares the counts, ``_runtime/release.py``); one that has not
+    finished within ``guard.CHECK_PATIENCE`` seconds while a signature was agreed
+    (``repeatable``: a rank may be repeating it instead of checking) sends check notes
+    (``guard.py``). Checks on a part of the call's ranks (hierarchical's cross-node ranks) send
+    none."""
     k = guard.begin_check()
     req = control.Iallreduce(MPI.IN_PLACE, [buf, MPI.INT64_T], MPI.MAX)
     if repeatable and control.size == guard.size:

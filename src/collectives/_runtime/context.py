@@ -52,6 +52,10 @@ class Context:
         self.control_comm: MPI.Comm | None = self.comm.Dup() if dup else control
         #: the signature of a native operation that every rank agreed on last (:mod:`.agree`)
         self.agreed: tuple | None = None
+        #: operations this rank started under a guard on ``native_comm`` (MPI's own collectives)
+        #: and ``control_comm`` (signature checks): a release compares them across ranks, and
+        #: parks a duplicate whose counts differ instead of freeing it (``_runtime/release.py``)
+        self.started = [0, 0]
         self._owned = dup
         #: the guard of the public call now running on this context (:meth:`Guard.run` sets
         #: it), None outside one: the algorithms hand it to every message they send
@@ -85,10 +89,10 @@ class Context:
         self.cache.clear()
         if self._guard is not None:
             self._guard.close()
-        if self._owned:
-            self.native_comm.Free()
-            self.control_comm.Free()
-            _release.release(self.comm, self._guard)
+            _release.keep(self._guard.dangling)  # abandoned operations MPI may still complete
+        if self._owned:  # the duplicates of MPI's own collectives go with the release
+            _release.release(self.comm, self._guard, self.native_comm, self.control_comm,
+                             (self.started[0], self.started[1]))
 
 
 #: the communicators holding a context (in their slots), in the order the contexts were made

@@ -48,7 +48,9 @@ private context, :mod:`.context`):
   above every one this process used before (``_HIGH``), and a notice numbered below the
   guard's first call is dropped. The guard counts the notices it sends to and receives from
   each rank, so that its communicator is freed only once every notice sent on it has been
-  received (``_runtime/release.py``), and none waits for the next communicator.
+  received (``_runtime/release.py``), and none waits for the next communicator. The native and
+  check duplicates, where ranks that retired native skipped an operation that another rank
+  started, are never freed before exit (``_runtime/release.py``, step 4).
 
 The running call is explicit: :meth:`Guard.run` names itself in its context's ``active``, and
 the algorithms hand that guard to every message (:mod:`.p2p`), block and shared-memory round
@@ -586,15 +588,20 @@ class Guard:
         self.dangling = [d for d in self.dangling if not d[0].Test()]
 
     def native(self, start: Callable[[], Any], fallback: Callable[[], None],
-               keep: tuple = ()) -> bool:
+               keep: tuple = (), started: list[int] | None = None, which: int = 0) -> bool:
         """Run a native operation (``start()`` returns its request) and return True, or run
         ``fallback()`` and return False once native is retired or turns out to be unable to
         finish (see the module docstring). ``keep``: the operation's buffers, kept alive with
-        its request if it is abandoned (MPI may still read and write them)."""
+        its request if it is abandoned (MPI may still read and write them). ``started``: the
+        context's counts of operations started (``Context.started``), of which entry ``which``
+        counts this one once MPI has started it (a release compares them across ranks:
+        ``_runtime/release.py``)."""
         if self.retired:
             fallback()
             return False
         req = start()
+        if started is not None:
+            started[which] += 1
         try:
             self.complete([req], [None], [-1], native=True, keep=keep)
         except _Retire:
@@ -644,7 +651,7 @@ def native_call(ctx: Any, name: str, args: tuple, fallback: Callable[[], None],
     ran = False
     try:
         start = getattr(ctx.native_comm, _NONBLOCKING[name])
-        ran = guard.native(lambda: start(*args), fallback, (args, landing))
+        ran = guard.native(lambda: start(*args), fallback, (args, landing), ctx.started, 0)
     finally:
         if not ran and landing is not None:
             forget(*landing)

@@ -16,6 +16,25 @@ with MPI_ERR_TRUNCATE. So a guard's communicator is released, not freed:
    communicator (the messages of failed calls whose receives were withdrawn; best effort).
 3. **Free.** Only then is the communicator freed.
 
+4. **Park what went different ways.** A context's duplicates for MPI's own collectives (the
+   native duplicate, the check duplicate: ``_runtime/context.py``) ride on the same release:
+   each rank adds to the exchange how many operations it started on each, and one whose counts
+   differ between ranks is *parked*, never freed, until exit. MPI cannot cancel a collective,
+   and after a failure a rank that had retired native skipped an operation that a rank not yet
+   told had started (``_runtime/guard.py``): that operation's messages then wait, unmatched, in
+   the skipping rank's queue under the duplicate's context id. MPICH agrees on a new
+   communicator's context id among its members only, so once the skipping ranks freed the
+   duplicate, a sub-communicator without the starting rank could get that id, and its
+   collective at the same place in its sequence took the old message, truncated to its own
+   size, without an error (docs/reliability.md, "Collectives that went different ways"). A
+   parked communicator keeps its id on every rank. Where the counts cannot be exchanged apart
+   from the operations they count (the progress engine's communicator, hierarchical's
+   cross-node ones, the distributed graphs of ``neighbor_allgather``'s "mpi" backend), a
+   communicator is parked wherever its guard has retired native
+   (:func:`park`); a rank that has not retired started every operation the others did. The
+   requests of abandoned operations, with their buffers, are kept until MPI completes them
+   (:func:`keep`): a freed landing buffer must never be written.
+
 Nothing here blocks: ``MPI_Comm_free`` is collective, so every rank starts its release at about
 the same time and the exchange usually completes at once; where it does not (a rank frees later
 than the others), the release waits in :data:`_PENDING`, advanced by every later release and
@@ -36,7 +55,7 @@ from mpi4py import MPI
 
 from .guard import _NOTICE_BYTES, NOTICE_TAG
 
-__all__ = ["release", "progress", "finish", "mark_exiting", "pending"]
+__all__ = ["release", "progress", "finish", "mark_exiting", "pending", "park", "parked", "keep"]
 
 #: releases still waiting for their exchange or their notices, oldest first
 _PENDING: list["_Release"] = []
@@ -46,17 +65,28 @@ _EXITING = [False]
 _BUSY = [False]
 #: messages a release's sweep received (tests account for the messages they leave)
 SWEPT = [0]
+#: communicators never freed before exit: their MPI collectives went different ways on different
+#: ranks (module docstring, step 4)
+_PARKED: list[MPI.Comm] = []
+#: abandoned operations' requests with what they read and write, until MPI completes them
+_KEPT: list[tuple[Any, Any]] = []
 
 
 class _Release:
     """One communicator's release (the module docstring's steps 1-3)."""
 
     def __init__(self, comm: MPI.Comm, sent: np.ndarray, got: np.ndarray,
-                 keep: list[Any]) -> None:
+                 keep: list[Any], parts: list[tuple[MPI.Comm, int]],
+                 started: tuple[int, int]) -> None:
         self.comm, self.got = comm, got.copy()
-        self.sent = sent.astype(np.int64)  # kept alive with the request that reads it
+        # to each rank: the notices sent to it, and this rank's count of operations started on
+        # each part (kept alive with the request that reads it)
+        self.sent = np.empty((comm.size, 3), dtype=np.int64)
+        self.sent[:, 0] = sent
+        self.sent[:, 1:] = started
         self.owed = np.zeros_like(self.sent)
         self.keep = keep  # this rank's own notice sends: freed only once they complete
+        self.parts, self.started = parts, started
         self.exchange = comm.Ialltoall([self.sent, MPI.INT64_T], [self.owed, MPI.INT64_T])
         self.receives: list[Any] | None = None
         self.boxes: list[np.ndarray] = []
@@ -71,7 +101,7 @@ class _Release:
                 if not self.exchange.Test():
                     return False
                 self.receives = []
-                for rank, missing in enumerate(self.owed - self.got):
+                for rank, missing in enumerate(self.owed[:, 0] - self.got):
                     for _ in range(max(0, int(missing))):
                         box = np.empty(_NOTICE_BYTES, dtype=np.uint8)
                         self.boxes.append(box)
@@ -84,6 +114,11 @@ class _Release:
         except MPI.Exception:  # (a collective of another kind matched the exchange: the
             self.failed = True  # communicator's collectives were out of step) left to exit
             return False
+        for part, k in self.parts:  # step 4: the same count everywhere, or parked
+            if (self.owed[:, 1 + k] == self.started[k]).all():
+                part.Free()
+            else:
+                park(part)
         self.comm.Free()
         return True
 
@@ -103,23 +138,55 @@ class _Release:
         for req in self.receives or []:
             if req != MPI.REQUEST_NULL and not req.Test():
                 req.Cancel()
+        for part, _ in self.parts:
+            part.Free()
         self.comm.Free()
 
 
-def release(comm: MPI.Comm, guard: Any) -> None:
+def release(comm: MPI.Comm, guard: Any, native: MPI.Comm | None = None,
+            control: MPI.Comm | None = None, started: tuple[int, int] = (0, 0)) -> None:
     """Free ``comm``, the communicator of ``guard`` (closed, or None where none was made), once
-    no notice meant for it can still arrive (module docstring)."""
+    no notice meant for it can still arrive; with it ``native`` and ``control``, the context's
+    duplicates on which it started ``started`` operations (MPI's own collectives, signature
+    checks), each parked instead where another rank started another number (module
+    docstring)."""
+    parts = [(c, k) for k, c in enumerate((native, control)) if c is not None]
     if guard is None or comm.size == 1 or _EXITING[0] or MPI.Is_finalized():
+        for part, _ in parts:
+            part.Free()
         comm.Free()
         return
-    _PENDING.append(_Release(comm, guard.sent, guard.got, guard.take_outbox()))
+    _PENDING.append(_Release(comm, guard.sent, guard.got, guard.take_outbox(), parts,
+                             (int(started[0]), int(started[1]))))
     progress()
+
+
+def park(comm: MPI.Comm) -> None:
+    """Keep ``comm`` allocated until exit instead of freeing it: its MPI collectives may have
+    gone different ways on different ranks (module docstring, step 4). At exit, freed."""
+    if _EXITING[0] or MPI.Is_finalized():
+        comm.Free()
+        return
+    _PARKED.append(comm)
+
+
+def parked() -> int:
+    """How many communicators are parked (tests)."""
+    return len(_PARKED)
+
+
+def keep(dangling: list[tuple[Any, Any]]) -> None:
+    """Keep abandoned operations' ``(request, buffers)`` referenced until MPI completes them
+    (a closed guard's ``dangling``): MPI may still write the buffers."""
+    _KEPT.extend(d for d in dangling if not d[0].Test())
 
 
 def progress() -> None:
     """Advance every pending release (free those that are done). Not reentrant: freeing a
     communicator runs its attributes' delete callbacks, which may release another (it joins
     the list, for the next round) but must not step the one being freed again."""
+    if _KEPT:
+        _KEPT[:] = [d for d in _KEPT if not d[0].Test()]
     if _BUSY[0] or not _PENDING:
         return
     _BUSY[0] = True
@@ -155,3 +222,8 @@ def finish(wait_s: float = 2.0) -> None:
         if not MPI.Is_finalized():
             r.abandon()
     _PENDING.clear()
+    for comm in _PARKED:  # no communicator is made any more: no id can be taken again
+        if not MPI.Is_finalized():
+            comm.Free()
+    _PARKED.clear()
+    _KEPT.clear()

@@ -40,6 +40,7 @@ from .._runtime.arrays import copy_into
 from .._runtime.context import Context
 from .._runtime.p2p import recv, send
 from .._runtime.ranks import partition
+from .._runtime.release import park
 from .._runtime.shmem import layout as shm_layout
 from .._runtime.shmem import team as shm_team
 from .._runtime.shmem.buffers import registry
@@ -63,13 +64,24 @@ class Layout:
     holders: MPI.Comm    # the node's position holders (COMM_NULL on an extra)
     cross: Context | None  # the ranks holding this position on every node (None on an extra)
     team: Team | None = None  # the node's shared-memory team (None for a node of one rank)
+    owner: Context | None = None  # the context whose calls run across (their guard)
 
     def free(self) -> None:
         if self.team is not None:
             self.team.free()
-        if self.cross is not None:  # its control communicator (native's signature check)
-            self.cross.control_comm.Free()
-        for comm in (self.node, self.holders) + ((self.cross.comm,) if self.cross else ()):
+        # MPI's own collectives across nodes run under the owner's guard: where it retired
+        # native they may have gone different ways on different ranks, and the cross-node
+        # communicator and its control communicator (native's signature check) are parked,
+        # never freed before exit (_runtime/release.py, step 4)
+        guard = None if self.owner is None else self.owner._guard
+        diverged = guard is not None and guard.retired
+        if self.cross is not None:
+            for comm in (self.cross.control_comm, self.cross.comm):
+                if diverged:
+                    park(comm)
+                else:
+                    comm.Free()
+        for comm in (self.node, self.holders):
             if comm != MPI.COMM_NULL:
                 comm.Free()
 
@@ -92,7 +104,7 @@ def layout(comm: MPI.Comm, node_size: int | None, ctx: Context | None = None,
     # the cross-node context checks a native operation's signature on a control communicator
     # of its own (_runtime/agree.py): nodes whose ranks pass other counts raise on every rank
     cross_ctx = Context(cross, dup=False, control=cross.Dup()) if local < m else None
-    return Layout(node, m, holders, cross_ctx, team)
+    return Layout(node, m, holders, cross_ctx, team, ctx)
 
 
 def prepare(ctx: Context, opts: Options) -> None:

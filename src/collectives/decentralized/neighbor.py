@@ -49,6 +49,7 @@ from mpi4py import MPI
 from .._runtime import p2p
 from .._runtime.arrays import check_input, check_out, copy_into, flat, new_like, returned
 from .._runtime.blocking import run_call
+from .._runtime.release import park
 from .._runtime.validate import lookup
 from .._runtime.workspace import forget, scratch
 from .neighbor_hierarchical import DTYPES as _HIER_DTYPES, HierarchicalRound
@@ -72,14 +73,23 @@ def _p2p(src: np.ndarray, recv: np.ndarray, sources: tuple[int, ...], dests: tup
 
 
 class _DistGraph:
-    """A distributed-graph communicator over the context's communicator, freed with it."""
+    """A distributed-graph communicator over the context's communicator, freed with it; parked
+    instead, never freed before exit, where the context's guard retired native: MPI's neighbor
+    collectives on it may then have gone different ways on different ranks, and their messages
+    must not reach a later communicator with its context id (``_runtime/release.py``, step 4)."""
 
-    def __init__(self, comm: MPI.Comm, sources: tuple[int, ...], dests: tuple[int, ...]) -> None:
+    def __init__(self, comm: MPI.Comm, sources: tuple[int, ...], dests: tuple[int, ...],
+                 owner: Context) -> None:
         self.comm = comm.Create_dist_graph_adjacent(list(sources), list(dests), reorder=False)
+        self.owner = owner
 
     def free(self) -> None:
         if self.comm != MPI.COMM_NULL and not MPI.Is_finalized():
-            self.comm.Free()
+            guard = self.owner._guard
+            if guard is not None and guard.retired:
+                park(self.comm)
+            else:
+                self.comm.Free()
 
 
 def _graph(ctx: Context, key: tuple, sources: tuple[int, ...], dests: tuple[int, ...]) -> MPI.Comm:
@@ -94,7 +104,7 @@ def _graph(ctx: Context, key: tuple, sources: tuple[int, ...], dests: tuple[int,
         token, got = np.zeros(1, np.uint8), np.empty(len(others), np.uint8)
         p2p.exchange(comm, [(token, r) for r in others],
                      [(got[k:k + 1], r) for k, r in enumerate(others)], ctx.active)
-    return ctx.cached(name, lambda c: _DistGraph(c, sources, dests)).comm
+    return ctx.cached(name, lambda c: _DistGraph(c, sources, dests, ctx)).comm
 
 
 def _mpi(src: np.ndarray, recv: np.ndarray, sources: tuple[int, ...], dests: tuple[int, ...],

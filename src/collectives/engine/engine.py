@@ -51,7 +51,7 @@ from mpi4py import MPI
 
 from .._runtime.context import Context
 from .._runtime.flight import describe
-from .._runtime.release import release
+from .._runtime.release import keep, park, release
 from .._runtime.validate import local_error, verdict
 from .comm import Stopped, Waiter, adopt
 from .control import IDLE_POLL_S, Control
@@ -379,9 +379,23 @@ class Engine:
             return  # (never set up: some rank never came, and its duplicates are still pending)
         self.ctx.free()
         self.named.ctx.free()
-        release(self.comm, self.ctx._guard)
-        release(self.named.comm, self.named.ctx._guard)
-        self.control.comm.Free()
+        # MPI's own collectives run on the data communicator, their signature checks on the
+        # control one; where this rank's guard retired native they may have gone different
+        # ways on different ranks, and both are parked, never freed before exit (a release's
+        # exchange would run on the very communicator whose operations it counts:
+        # _runtime/release.py, step 4)
+        for ctx, comm in ((self.ctx, self.comm), (self.named.ctx, self.named.comm)):
+            guard = ctx._guard
+            if guard is not None and guard.retired:
+                keep([(r, None) for r in guard.take_outbox()])  # notices still being sent
+                park(comm)
+            else:
+                release(comm, guard)
+        guard = self.ctx._guard
+        if guard is not None and guard.retired:
+            park(self.control.comm)
+        else:
+            self.control.comm.Free()
 
     def _end_threads(self) -> tuple[threading.Thread | None, threading.Thread | None]:
         """Tell both threads to end: the stop mark goes on the queue, the named stream ends once
