@@ -62,11 +62,12 @@ def terms(path: Path) -> str:
     the driver's report. The driver's are its means per step over the launch (the first step
     and the evaluation's tp allreduces included), scaled by median step / mean step so that
     they add up to the median step the prediction is compared with; "wait" is the driver's
-    idle time (the measured bubble with the hand-offs) against the predicted bubble + pp."""
+    idle time (the measured bubble with the hand-offs) against the predicted bubble + pp; the
+    driver residual ``s`` is predicted only (the driver's compute holds what it stands for)."""
     data = json.loads(path.read_text())
     rows = ["| # | configuration | step pred / meas | compute pred / meas | tp pred / meas | "
-            "bubble + pp pred / meas wait | dp pred / meas | measured / predicted |",
-            "|---|---|---|---|---|---|---|---|"]
+            "bubble + pp pred / meas wait | dp pred / meas | s pred | measured / predicted |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for r in data["runs"]:
         if "measured" not in r:
             continue
@@ -83,7 +84,7 @@ def terms(path: Path) -> str:
         rows.append(f"| {r['rank']} | {r['config']} | {ms(p['step'], m['step'])} | "
                     f"{ms(p['compute'], comp)} | {ms(p['tp'], tp)} | "
                     f"{ms(p['bubble'] + p['pp'], wait)} | {ms(p['dp'], dp)} | "
-                    f"{m['step'] / p['step']:.2f} |")
+                    f"{p.get('driver', 0.0) * 1e3:.0f} | {m['step'] / p['step']:.2f} |")
     return "\n".join(rows)
 
 
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                 rec = {"rank": i, "config": name, "command": measure.shell(drv),
                        "load": os.getloadavg(),
                        "predicted": {k: getattr(pr, k) for k in
-                                     ("step", "compute", "bubble", "dp", "pp", "tp")},
+                                     ("step", "compute", "bubble", "dp", "pp", "tp", "driver")},
                        "stages": pr.stages}
                 if done.returncode or not log.exists():
                     rec["error"] = (done.stderr or done.stdout).strip()[-500:]

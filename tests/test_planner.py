@@ -165,6 +165,90 @@ def test_calibrated_partner_waits_are_read_by_mesh(tmp_path):
     assert planner.MeasuredCompute(None).sync(2, 2, 2) == 0.0
 
 
+def test_driver_residual_enters_the_docs_formula(setup, tuning):
+    """The driver residual ``s`` per step: its own column, added once to the step, every other
+    column as without it."""
+    w, cl, plain = setup
+    c = planner.Configuration(2, 2, 2, 4)
+    compute = planner.FlopRate(FLOP_S, UPDATE_S, driver_s=4e-2)
+    p, q = (planner.predict(c, w, cl, m, tuning=tuning) for m in (compute, plain))
+    assert p.driver == 4e-2 and q.driver == 0.0
+    assert [getattr(p, k) for k in ("compute", "bubble", "dp", "pp", "tp")] == \
+        [getattr(q, k) for k in ("compute", "bubble", "dp", "pp", "tp")]
+    assert p.step == pytest.approx(by_hand()["step"] + 4e-2, rel=1e-12)
+    assert "       s " in command.table([p]).splitlines()[0]
+    assert f"{4e-2 * 1e3:>8.3f}" in command.table([p]).splitlines()[1]
+
+
+def _fixed_calibration(path, partners):
+    """A --calibrate file for SIZES on 8 ranks whose layer and update times are the injected
+    FlopRate's (so :func:`by_hand` computes its predictions), with ``partners``."""
+    flops = planner.FlopRate(FLOP_S, UPDATE_S)
+    w = planner.Workload(SIZES, global_batch=32)
+    times = {"update threads=1": [UPDATE_S], "overhead threads=1": [0.0]}
+    from collectives.plan import calibrate
+    for r, a, b, relu, g in calibrate.shapes(w, 8, (1, 2, 4), "1f1b"):
+        times[f"layer {r} {a} {b} {int(relu)} {int(g)} threads=1"] = \
+            list(flops.layer(r, a, b, relu, g))
+    calibration(path, times, {})
+    data = json.loads(path.read_text())
+    data["partners"] = partners
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_calibrated_driver_residual_in_the_prediction(tmp_path, tuning):
+    """A fixed calibration file: dp 2 x pp 2 x tp 2, M 4 predicted with its mesh's stage
+    overhead ``o``, waits ``w``, ``h`` and driver residual ``s`` equals docs/planner.md's
+    formula by hand, ``s`` once per step in its own column; a mesh without ``s`` has 0."""
+    o, wt, h, s = 3e-5, 2e-4, 7e-4, 5e-2
+    path = _fixed_calibration(tmp_path / "cal.json", {
+        "2,2,2": {"micro_batches": 4, "sync": wt, "handoff": h, "overhead": o, "driver": s},
+        "8,1,1": {"micro_batches": 1, "sync": 0.0, "handoff": 0.0}})
+    m = planner.MeasuredCompute(path)
+    w = planner.Workload(SIZES, global_batch=32)
+    cl = planner.cluster(8, hosts=2, tuning=tuning)
+    p = planner.predict(planner.Configuration(2, 2, 2, 4), w, cl, m, tuning=tuning)
+    want = by_hand(o=o, w=wt, h=h)
+    got = dict(compute=p.compute, bubble=p.bubble, dp=p.dp, pp=p.pp, tp=p.tp,
+               step=p.step - p.driver)
+    assert got == pytest.approx(want, rel=1e-12)
+    assert p.driver == s and p.step == pytest.approx(want["step"] + s, rel=1e-12)
+    assert (m.driver(2, 2, 2), m.driver(8, 1, 1), m.driver(1, 1, 8)) == (s, 0.0, 0.0)
+    assert planner.MeasuredCompute(None).driver(2, 2, 2) == 0.0
+
+
+def test_residual_is_the_driver_step_less_the_other_terms(tmp_path, tuning):
+    """calibrate.residuals: ``s`` = the measured driver step less the prediction of the same
+    configuration without ``s`` (below 0 where that prediction is above the step); with ``s``
+    the prediction of that configuration is the measured step, and the mesh's other
+    configurations (another M, ZeRO 1) move by the same ``s``."""
+    from collectives.plan import calibrate
+    w = planner.Workload(SIZES, global_batch=32)
+    cl = planner.cluster(8, hosts=2, tuning=tuning)
+    base = {"sync": 2e-4, "handoff": 7e-4, "overhead": 3e-5}
+    path = _fixed_calibration(tmp_path / "cal.json", {
+        "2,2,2": {"micro_batches": 4, **base, "driver_step": 0.25},
+        "2,1,4": {"micro_batches": 1, **base, "driver_step": 1e-6}})
+    before = planner.MeasuredCompute(path)
+    found = calibrate.residuals(path, w, cl, "1f1b")
+    pred = planner.predict(planner.Configuration(2, 2, 2, 4), w, cl, before).step
+    assert found["2,2,2"]["predicted"] == pytest.approx(pred, rel=1e-12)
+    assert found["2,2,2"]["driver"] == pytest.approx(0.25 - pred, rel=1e-12)
+    assert found["2,1,4"]["driver"] < 0
+    data = json.loads(path.read_text())
+    data["partners"] = found
+    path.write_text(json.dumps(data))
+    after = planner.MeasuredCompute(path)
+    for key, c in (("2,2,2", planner.Configuration(2, 2, 2, 4)),
+                   ("2,1,4", planner.Configuration(2, 1, 4, 1))):
+        assert planner.predict(c, w, cl, after).step == \
+            pytest.approx(found[key]["driver_step"], rel=1e-9)
+    for c in (planner.Configuration(2, 2, 2, 2), planner.Configuration(2, 2, 2, 8, shard=1)):
+        assert planner.predict(c, w, cl, after).step - planner.predict(c, w, cl, before).step \
+            == pytest.approx(found["2,2,2"]["driver"], rel=1e-9)
+
+
 PROBE_SCRIPT = """
 import json, sys, time
 from mpi4py import MPI
@@ -477,6 +561,17 @@ def test_calibrate_inside_a_launch(tmp_path):
     assert data["partners"]["1,1,2"]["messages"] == 0 < data["partners"]["1,2,1"]["messages"]
     # the pipelined stage's overhead where the driver runs one (not on dp alone: its MLP's)
     assert {k for k, v in data["partners"].items() if "overhead" in v} == {"1,2,1", "1,1,2"}
+    # the driver's own step on every mesh, and its residual: with it, the prediction of the
+    # configuration the driver ran is that step
+    assert all(v["driver_step"] > 0 for v in data["partners"].values())
+    cl = planner.cluster(2, 1, None, None, data["network"])
+    m = planner.MeasuredCompute(cal)
+    for key, v in data["partners"].items():
+        dp, pp, tp = map(int, key.split(","))
+        assert v["driver"] == pytest.approx(v["driver_step"] - v["predicted"], rel=1e-9)
+        c = planner.Configuration(dp, pp, tp, v["micro_batches"])
+        assert planner.predict(c, planner.Workload((64, 16, 16, 10), 64), cl, m).step == \
+            pytest.approx(v["driver_step"], rel=1e-9)
     from collectives.plan import calibrate
     w = planner.Workload((64, 16, 16, 10), 64)
     want = {f"layer {r} {a} {b} {int(relu)} {int(g)} threads={data['launch']['threads']}"

@@ -24,6 +24,10 @@ the others. What it measures (docs/planner.md, "Calibrating inside the launch"):
   allreduce followed by a second: the wait ``w`` per allreduce for partners still computing,
   and ``h`` per pipeline slot beyond the compute and the messages the cost model prices
   (:func:`handoffs`);
+- **driver residual** ``s`` (:func:`residuals`): the SGD driver's whole step timed on every
+  mesh (:func:`.partners.driver_step`: its own trainer, the optimizer step and the batch
+  included) less what the planner predicts for the same configuration from everything
+  above; the term the kernels, the overheads and the waits do not hold, per step;
 - **overhead**: the driver's per-micro-batch work outside the matmuls, timed on the driver's own
   :class:`~collectives.sgd.model.MLP`: its forward and backward of a micro-batch minus the sum of
   the layer kernels of the same shapes (Python calls, the loss and softmax, temporaries), per
@@ -48,7 +52,7 @@ import numpy as np
 from ..parallel import planner
 from ..parallel.planner.compute import FORMAT, measure_layer, measure_update
 
-__all__ = ["shapes", "run", "handoffs", "REPETITIONS", "PROBE_SIZES"]
+__all__ = ["shapes", "run", "handoffs", "residuals", "REPETITIONS", "PROBE_SIZES"]
 
 #: Timed runs per shape on each rank (the median is kept).
 REPETITIONS = 7
@@ -222,8 +226,33 @@ def handoffs(path: Path, w: planner.Workload, cl: planner.Cluster, found: dict,
     return out
 
 
+def residuals(path: Path, w: planner.Workload, cl: planner.Cluster, schedule: str) -> dict:
+    """The calibration file ``path``'s ``"partners"`` with each mesh's driver residual
+    ``driver`` (``s``, seconds per step): its measured ``driver_step`` less the planner's
+    prediction (from the file as it is, its links over ``cl``'s, ``s`` not yet in it) of the
+    configuration the driver ran there (the mesh, its ``micro_batches``, no ZeRO, no codec),
+    and that prediction as ``predicted``. Not bounded below: where the other terms overprice
+    the mesh it is negative."""
+    from dataclasses import replace
+
+    compute = planner.MeasuredCompute(path)
+    measured = replace(cl, net=replace(cl.net, **{k: float(v)
+                                                  for k, v in compute.network.items()}))
+    out = {}
+    for key, v in compute.partners.items():
+        out[key] = dict(v)
+        if "driver_step" not in v:
+            continue
+        dp, pp, tp = (int(x) for x in key.split(","))
+        c = planner.Configuration(dp, pp, tp, int(v["micro_batches"]), 0, "none", schedule)
+        p = planner.predict(c, w, measured, compute)
+        out[key]["predicted"] = p.step - p.driver
+        out[key]["driver"] = float(v["driver_step"]) - out[key]["predicted"]
+    return out
+
+
 def run(path: Path, w: planner.Workload, cl: planner.Cluster, micro_factors, schedule: str,
-        out, codecs=()) -> int:
+        out, codecs=(), dataset: str = "digits") -> int:
     """Measure on every rank of COMM_WORLD; rank 0 writes ``path``. Exit status."""
     from mpi4py import MPI
     from threadpoolctl import threadpool_limits
@@ -275,6 +304,10 @@ def run(path: Path, w: planner.Workload, cl: planner.Cluster, micro_factors, sch
         for mesh in _partners.meshes(w, cl.ranks, micro_factors, schedule):
             comm.Barrier()
             found[",".join(map(str, mesh[:3]))] = _partners.probe(comm, w, mesh)
+        for mesh in _partners.meshes(w, cl.ranks, micro_factors, schedule):
+            comm.Barrier()
+            step = _partners.driver_step(comm, w, mesh, dataset, schedule)
+            found[",".join(map(str, mesh[:3]))]["driver_step"] = step
     if comm.rank == 0:
         times[f"update threads={threads}"] = [statistics.median(update)]
         times[f"overhead threads={threads}"] = [statistics.median(over)]
@@ -287,14 +320,17 @@ def run(path: Path, w: planner.Workload, cl: planner.Cluster, micro_factors, sch
         path.write_text(json.dumps(data, indent=0))
         data["partners"] = handoffs(path, w, cl, found, schedule)
         path.write_text(json.dumps(data, indent=0))
+        data["partners"] = residuals(path, w, cl, schedule)
+        path.write_text(json.dumps(data, indent=0))
         print(f"calibrated {len(todo)} layer shapes on {comm.size} ranks at once "
               f"({threads} BLAS thread(s) each, {launch['seconds']} s); network "
               + ", ".join(f"{k} {v * (1e6 if k.startswith('alpha') else 1e9):.3f} "
                           f"{'us' if k.startswith('alpha') else 'ns/B'}" for k, v in net.items())
               + f"; overhead {times[f'overhead threads={threads}'][0] * 1e6:.0f} us per layer and "
-              f"micro-batch; partner waits per mesh (dp,pp,tp: sync w per allreduce, hand-off h "
-              f"per slot) "
-              + ", ".join(f"{k}: {v['sync'] * 1e3:.2f}/{v['handoff'] * 1e3:.2f} ms"
+              f"micro-batch; per mesh (dp,pp,tp: sync w per allreduce, hand-off h per slot, "
+              f"driver residual s per step) "
+              + ", ".join(f"{k}: {v['sync'] * 1e3:.2f}/{v['handoff'] * 1e3:.2f}/"
+                          f"{v.get('driver', 0.0) * 1e3:.1f} ms"
                           for k, v in data["partners"].items())
               + f"; wrote {path}", file=out)
     return 0

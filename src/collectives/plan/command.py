@@ -115,14 +115,15 @@ def table(predictions: Sequence[planner.Prediction]) -> str:
     """The rows the command prints (milliseconds and MiB)."""
     head = (f"{'#':>3} {'dp':>3} {'pp':>3} {'tp':>3} {'M':>3} {'shard':>5} {'codec':<16} "
             f"{'step ms':>9} {'compute':>9} {'bubble':>8} {'dp comm':>8} {'pp comm':>8} "
-            f"{'tp comm':>8} {'mem MiB':>8}  params/grads/optim/act MiB")
+            f"{'tp comm':>8} {'s':>8} {'mem MiB':>8}  params/grads/optim/act MiB")
     lines = [head]
     for i, p in enumerate(predictions, 1):
         c, m = p.config, p.memory
         lines.append(
             f"{i:>3} {c.dp:>3} {c.pp:>3} {c.tp:>3} {c.micro_batches:>3} {c.shard:>5} "
             f"{c.codec:<16} {p.step * 1e3:>9.3f} {p.compute * 1e3:>9.3f} {p.bubble * 1e3:>8.3f} "
-            f"{p.dp * 1e3:>8.3f} {p.pp * 1e3:>8.3f} {p.tp * 1e3:>8.3f} {_mib(m.total):>8}  "
+            f"{p.dp * 1e3:>8.3f} {p.pp * 1e3:>8.3f} {p.tp * 1e3:>8.3f} {p.driver * 1e3:>8.3f} "
+            f"{_mib(m.total):>8}  "
             f"{_mib(m.params)}/{_mib(m.grads)}/{_mib(m.optimizer)}/{_mib(m.activations)}")
     return "\n".join(lines)
 
@@ -142,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from . import calibrate
             codecs = tuple(s.strip() for s in a.codecs.split(",") if s.strip())
             return calibrate.run(a.calibrate, w, cl, a.micro_factors, a.schedule, sys.stdout,
-                                 codecs)
+                                 codecs, a.dataset)
         for spec in codecs:
             planner.codec_of(spec)  # an unknown codec is an error, not an empty table
         threads, slowdown = threads_per_rank(cl.ranks if a.emulated else cl.per_host, a.cores,

@@ -28,6 +28,14 @@ mesh:
   driver's ``o`` as its pipelined stage has it (its Python, the loss, the copies), where the
   launch-wide ``o`` is measured on the data-parallel ``MLP``. :mod:`.calibrate` computes it.
 
+- **driver step** (seconds per step, :func:`driver_step`): the SGD driver itself
+  (:class:`~collectives.sgd.driver.Trainer`, or its ``PipelinedTrainer`` on a mesh with pp or
+  tp), built from the flags ``--run`` gives the configuration of this mesh with the probe's
+  micro-batch count, no ZeRO and no codec, its ``one_step`` timed as the driver times it; the
+  slowest rank's median. :mod:`.calibrate` subtracts what the planner's other terms predict for
+  the same configuration and keeps the rest as the mesh's per-step driver residual ``s``: the
+  optimizer step, the batch, the driver's bookkeeping, which the stage probe above never runs.
+
 Each mesh runs :data:`STEPS` steps after a warm-up one, with the middle of its configurations'
 micro-batch counts (:func:`meshes`) and the planner's global batch. docs/planner.md has the formulas
 that use them.
@@ -42,7 +50,7 @@ import numpy as np
 
 from ..parallel import planner
 
-__all__ = ["meshes", "probe", "STEPS", "DP_PROBE_ELEMENTS"]
+__all__ = ["meshes", "probe", "driver_step", "driver_argv", "STEPS", "DP_PROBE_ELEMENTS"]
 
 #: Timed steps per mesh (after one warm-up step).
 STEPS = 4
@@ -164,3 +172,39 @@ def probe(comm, w: planner.Workload, mesh: tuple[int, int, int, int], algorithm:
             "compute": comm.allreduce(statistics.median(without_tp), op=MPI.MAX) / M,
             "stages_compute": sum(statistics.median(v) for v in per_stage.values()),
             "step": step}
+
+
+def driver_argv(w: planner.Workload, mesh: tuple[int, int, int, int], dataset: str,
+                schedule: str) -> list[str]:
+    """The SGD driver's arguments of ``mesh`` (``(dp, pp, tp, M)``, no ZeRO, no codec): the
+    flags ``--run`` gives that configuration (:func:`.measure.driver_flags`)."""
+    from .measure import driver_flags
+
+    dp, pp, tp, M = mesh
+    c = planner.Configuration(dp, pp, tp, M, 0, "none", schedule)
+    return ["--hidden", ",".join(map(str, w.sizes[1:-1])), "--dataset", dataset,
+            *driver_flags(c, w.global_batch // dp), "--epochs", "1", "--quiet"]
+
+
+def driver_step(comm, w: planner.Workload, mesh: tuple[int, int, int, int],
+                dataset: str = "digits", schedule: str = "1f1b", steps: int = STEPS) -> float:
+    """Collective over ``comm`` (all of the launch): the slowest rank's median seconds of the
+    SGD driver's own step (``Trainer.one_step``, as ``step_median_s`` of its summary counts
+    it) on ``mesh``, over ``steps`` steps after a warm-up one."""
+    from mpi4py import MPI
+
+    from ..sgd import cli, datasets
+    from ..sgd.driver import PipelinedTrainer, Trainer
+
+    ds = datasets.load(dataset)
+    cfg = cli.parse(driver_argv(w, mesh, dataset, schedule), comm.size, len(ds.y_train))
+    t = (PipelinedTrainer if cfg.mesh else Trainer)(cfg, ds, comm)
+    try:
+        order = None
+        while t.step < steps + 1:
+            if order is None or t.step % t.spe == 0:
+                order = t.shard(t.step // t.spe)
+            t.one_step(order)
+    finally:
+        t.close()
+    return comm.allreduce(statistics.median(t.step_seconds[1:]), op=MPI.MAX)

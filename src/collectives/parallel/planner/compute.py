@@ -19,7 +19,8 @@ shapes that take over :data:`BUDGET_S`). Results are cached in a JSON file (defa
 ``plan-compute.json`` beside the tuning file, :func:`default_cache_path`) keyed by shape and
 host name, so a shape is measured once per machine. Tests inject :class:`FlopRate` instead: a
 closed form (seconds per multiply-add pair, and constant partner waits) their expected values
-are computed from by hand. The partner waits (``sync``, ``handoff``) come only from a
+are computed from by hand. The partner waits (``sync``, ``handoff``) and the driver's
+per-step residual (``driver``) come only from a
 calibration inside the launch (:mod:`collectives.plan.partners`); a rank timed alone has no
 partner.
 """
@@ -74,20 +75,26 @@ class ComputeModel(Protocol):
         """Seconds per pipeline slot of this mesh beyond the stage's compute and modelled
         messages (the neighbor hand-offs; one stage: the step's closing wait); 0 if unknown."""
 
+    def driver(self, dp: int, pp: int, tp: int) -> float:
+        """Seconds per step of the driver's whole step on this mesh beyond what the other terms
+        predict for it (the optimizer's and the batch's work, the driver's bookkeeping; below
+        0 where they overprice it); 0 if unknown."""
+
 
 @dataclass(frozen=True)
 class FlopRate:
     """A closed-form compute model: ``seconds`` per floating-point operation of the matmuls
     (``2 rows fan_in fan_out`` forward; the same for the weight gradient and again for the
     input gradient in backward), ``update_s`` per parameter of the optimizer step,
-    ``overhead_s`` per layer and micro-batch, and on every mesh ``sync_s`` per allreduce and
-    ``handoff_s`` per pipeline slot."""
+    ``overhead_s`` per layer and micro-batch, and on every mesh ``sync_s`` per allreduce,
+    ``handoff_s`` per pipeline slot and ``driver_s`` per step."""
 
     seconds: float
     update_s: float = 0.0
     overhead_s: float = 0.0
     sync_s: float = 0.0
     handoff_s: float = 0.0
+    driver_s: float = 0.0
 
     def layer(self, rows: int, fan_in: int, fan_out: int, relu: bool,
               input_grad: bool) -> tuple[float, float]:
@@ -108,6 +115,9 @@ class FlopRate:
 
     def handoff(self, dp: int, pp: int, tp: int) -> float:
         return self.handoff_s
+
+    def driver(self, dp: int, pp: int, tp: int) -> float:
+        return self.driver_s
 
 
 def default_cache_path() -> Path:
@@ -195,8 +205,8 @@ class MeasuredCompute:
     slowdown, its per-layer ``overhead``, ``network`` its measured links and ``codecs`` its
     codecs' speeds; a shape it lacks
     is an error (it was calibrated for another workload), never measured alone here;
-    ``partners`` its waits per mesh (``"dp,pp,tp"``: ``sync``, ``handoff``, and the stage's
-    ``overhead`` where the mesh runs the driver's pipelined stage)."""
+    ``partners`` its waits per mesh (``"dp,pp,tp"``: ``sync``, ``handoff``, ``driver``, and the
+    stage's ``overhead`` where the mesh runs the driver's pipelined stage)."""
 
     path: Path | None = None
     threads: int = 1
@@ -279,6 +289,11 @@ class MeasuredCompute:
     def handoff(self, dp: int, pp: int, tp: int) -> float:
         """The launch's measured hand-off per pipeline slot of this mesh; else 0."""
         return self._partner(dp, pp, tp, "handoff")
+
+    def driver(self, dp: int, pp: int, tp: int) -> float:
+        """The launch's measured driver residual per step of this mesh (the driver's whole
+        step less the other terms' prediction of it, ``"partners"``); else 0."""
+        return self._partner(dp, pp, tp, "driver")
 
     def overhead(self, mesh: tuple[int, int, int] | None = None) -> float:
         """The launch's measured per-layer overhead: of ``mesh``'s pipelined stage where the

@@ -48,11 +48,16 @@ with ``e, d, q`` the codec's encode, decode and per-payload-byte seconds (measur
 launch by ``--calibrate``, else the tuning file's ``"codecs"`` section, else
 :data:`collectives.compressed.auto.DEFAULT_SPEEDS`), as ``codec="auto:..."`` prices them. The step::
 
-    step    = (M + S - 1) t_{s*} + max_s (dp_s + u_s)
+    step    = (M + S - 1) t_{s*} + max_s (dp_s + u_s) + s
     compute = M c_{s*} + u_{s'}       bubble = (S - 1) t_{s*}      (s' the max's stage)
     tp      = M x_{s*}                pp     = M q_{s*}           dp = dp_{s'}
 
-so ``step = compute + bubble + dp + pp + tp``. Memory per rank (the largest stage; float32):
+with ``s`` the mesh's driver residual per step (``ComputeModel.driver``; 0 without a
+calibration): the driver's whole step measured in the launch on that mesh (the probe's
+micro-batch count, no ZeRO, no codec) less the rest of this formula for the same
+configuration, :mod:`collectives.plan.calibrate`: the optimizer's and the batch's work and the
+driver's bookkeeping that the kernels, ``o`` and the waits do not hold; it may be below 0
+where the other terms overprice the mesh. So ``step = compute + bubble + dp + pp + tp + s``. Memory per rank (the largest stage; float32):
 parameters ``4 Psi`` (``/dp`` at ZeRO 3), gradients ``4 Psi`` (``/dp`` at 2-3), optimizer state
 (the momentum, plus error feedback's residual for codecs that need one) ``4 Psi`` each (``/dp``
 at 1-3), activations ``4 r (w_in(s) + sum of its layers' local outputs)`` per micro-batch in
@@ -111,10 +116,11 @@ class Prediction:
     tp: float
     memory: Memory
     stages: tuple[tuple[int, ...], ...]   # the layers of each stage
+    driver: float = 0.0                   # s: the mesh's measured driver residual per step
 
     @property
     def step(self) -> float:
-        return self.compute + self.bubble + self.dp + self.pp + self.tp
+        return self.compute + self.bubble + self.dp + self.pp + self.tp + self.driver
 
 
 def codec_speed(spec: str, tuning: str | Path | None = None,
@@ -250,4 +256,4 @@ def predict(c: Configuration, w: Workload, cl: Cluster, compute: ComputeModel,
     memory = max(memories, key=lambda m: m.total)
     stages = tuple(tuple(l.index for j in g for l in blocks[j]) for g in groups)
     return Prediction(c, M * c_star + u_tail, (S - 1) * t_star, dp_tail, M * q_star,
-                      M * x_star, memory, stages)
+                      M * x_star, memory, stages, compute.driver(c.dp, c.pp, c.tp))
