@@ -1,6 +1,6 @@
 """Point-to-point cost against mpi4py's buffer methods, side by side (p = 2).
 
-``mpiexec -n 2 python bench/pt2pt.py [--sizes 8,64K,1M] [--rounds 7] [--timeout]``
+``mpiexec -n 2 python bench/pt2pt.py [--sizes 8,64K,1M] [--rounds 7] [--timeout] [--compare TREE]``
 
 A ping-pong between ranks 0 and 1: rank 0 sends ``size`` bytes (float32) and receives them back,
 rank 1 the reverse; the time of one message is half a round trip. In every round each variant
@@ -18,7 +18,14 @@ round, so that load on a shared machine hits them alike. Reported: rank 0's medi
   wait under the deadline too (``Isend`` and tests instead of ``MPI_Send``);
 - ``send_init/recv_init``: persistent forms (``collectives.send_init``, ``recv_init``),
   checked once per size, then ``plan()`` per message;
-- ``sendrecv``, ``comm.Sendrecv``: both directions at once, one call per rank.
+- ``sendrecv``, ``comm.Sendrecv``: both directions at once, one call per rank;
+- ``send/recv (TREE)`` (``--compare TREE``): ``send``/``recv`` of another source tree's
+  ``src/collectives/pt2pt/messages.py`` (a worktree of an earlier commit), loaded beside this
+  one's, so that before and after take turns in one loop. Only that module is the other
+  tree's: what it imports (``_runtime``, the observers) is this tree's.
+
+Each variant has arrays of its own: a repeated ``send``/``recv`` is remembered by its arrays
+(``_runtime/repeats.py``), and two modules must not run each other's remembered calls.
 
 ``--schemes`` times the ways a receiver can check count and dtype, written with bare mpi4py
 calls (no argument checks, no options), against plain ``Send``/``Recv``:
@@ -38,8 +45,11 @@ calls (no argument checks, no options), against plain ``Send``/``Recv``:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 from mpi4py import MPI
@@ -58,6 +68,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--timeout", action="store_true")
     parser.add_argument("--schemes", action="store_true")
+    parser.add_argument("--compare", type=Path, default=None, metavar="TREE")
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
     if comm.size != 2:
@@ -74,13 +85,13 @@ def main() -> None:
             comm.Recv(y, peer)
             comm.Send(x, peer)
 
-    def ours(x, y, options=None):
+    def ours(x, y, options=None, module=collectives):
         if r == 0:
-            collectives.send(x, peer, options=options)
-            collectives.recv(y, peer, options=options)
+            module.send(x, peer, options=options)
+            module.recv(y, peer, options=options)
         else:
-            collectives.recv(y, peer, options=options)
-            collectives.send(x, peer, options=options)
+            module.recv(y, peer, options=options)
+            module.send(x, peer, options=options)
 
     given = collectives.Options.from_env()
     variants = {"comm.Send/Recv": bare, "send/recv": ours,
@@ -101,6 +112,10 @@ def main() -> None:
             plans["send"]()
 
     variants["send_init/recv_init"] = persistent
+    if args.compare is not None:
+        other = _messages_of(args.compare)
+        variants[f"send/recv ({args.compare.name})"] = \
+            lambda x, y: ours(x, y, module=other)
     variants["comm.Sendrecv"] = lambda x, y: comm.Sendrecv(x, peer, recvbuf=y, source=peer)
     variants["sendrecv"] = lambda x, y: collectives.sendrecv(x, peer, y, peer)
     if args.schemes:
@@ -111,12 +126,13 @@ def main() -> None:
         print("| bytes | " + " | ".join(variants) + " |")
         print("|---" * (len(variants) + 1) + "|")
     for size in args.sizes:
-        x = np.ones(max(size // 4, 1), np.float32)
-        y = np.empty_like(x)
+        arrays = {name: (np.ones(max(size // 4, 1), np.float32),
+                         np.empty(max(size // 4, 1), np.float32)) for name in variants}
         reps = 2000 if size <= 4096 else 500 if size <= 1 << 17 else 100
         times: dict[str, list[float]] = {name: [] for name in variants}
         for _ in range(args.rounds):
             for name, fn in variants.items():
+                x, y = arrays[name]
                 for _ in range(10):
                     fn(x, y)
                 comm.Barrier()
@@ -130,6 +146,19 @@ def main() -> None:
                                else "comm.Send/Recv"] for n in variants}  # against bare forms
             cells = [f"{med[n]:.2f} ({med[n] / base[n]:.2f})" for n in variants]
             print(f"| {x.nbytes} | " + " | ".join(cells) + " |", flush=True)
+
+
+def _messages_of(tree: Path):
+    """``tree``'s ``pt2pt/messages.py`` as a module of this tree's package (its relative
+    imports resolve here), under a name of its own."""
+    path = tree / "src" / "collectives" / "pt2pt" / "messages.py"
+    if not path.is_file():
+        raise SystemExit(f"--compare: no {path}")
+    spec = importlib.util.spec_from_file_location("collectives.pt2pt._compared", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def _schemes(comm: MPI.Comm, peer: int) -> dict:
