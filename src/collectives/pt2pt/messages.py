@@ -53,6 +53,12 @@ delivered if a matching receive comes later. A non-blocking request's ``wait()``
 leaves it in flight (``wait()`` may be called again). Without a timeout a wait is as long as
 MPI's, and a blocking send is ``MPI_Send`` itself.
 
+**Cost.** A repeated blocking ``send``/``recv`` is found in the one cache of repeats, tells
+the observers its start and end in line, and a ``recv`` probes, checks and receives in one
+frame (:meth:`_Recv.receive`): from MPI's rendezvous size (8 KiB under MPICH 5) a send waits
+for its receive, so each rank's Python between two messages of an exchange is on its critical
+path, not only the sender's before ``MPI_Send`` (docs/benchmarks/alltoall.md, "send/recv").
+
 One-rank communicators, ``MPI.PROC_NULL`` and empty arrays need no special case: MPI handles
 them (a message to oneself needs ``sendrecv`` or the non-blocking forms, as in MPI).
 
