@@ -24,6 +24,13 @@ round, so that load on a shared machine hits them alike. Reported: rank 0's medi
   one's, so that before and after take turns in one loop. Only that module is the other
   tree's: what it imports (``_runtime``, the observers) is this tree's.
 
+``--parts`` takes the library's work apart instead, against ``comm.Send/Recv``: ``tag+probe``
+(the scheme alone, below), ``send_init/recv_init, no recorder`` (the persistent forms with
+the observers of ``pt2pt`` unregistered while the variant runs: no cache lookup, no flight
+record, the run path alone), ``send/recv, no recorder`` (the cache lookup added),
+``send_init/recv_init`` (the flight records added to the first) and ``send/recv`` (all of it),
+with ``--compare``'s column if given.
+
 Each variant has arrays of its own: a repeated ``send``/``recv`` is remembered by its arrays
 (``_runtime/repeats.py``), and two modules must not run each other's remembered calls.
 
@@ -55,6 +62,7 @@ import numpy as np
 from mpi4py import MPI
 
 import collectives
+from collectives import observe
 
 
 def _sizes(text: str) -> list[int]:
@@ -69,6 +77,7 @@ def main() -> None:
     parser.add_argument("--timeout", action="store_true")
     parser.add_argument("--schemes", action="store_true")
     parser.add_argument("--compare", type=Path, default=None, metavar="TREE")
+    parser.add_argument("--parts", action="store_true")
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
     if comm.size != 2:
@@ -118,10 +127,19 @@ def main() -> None:
             lambda x, y: ours(x, y, module=other)
     variants["comm.Sendrecv"] = lambda x, y: comm.Sendrecv(x, peer, recvbuf=y, source=peer)
     variants["sendrecv"] = lambda x, y: collectives.sendrecv(x, peer, y, peer)
+    quiet: set[str] = set()  # variants run with the pt2pt observers unregistered
     if args.schemes:
         variants = {"comm.Send/Recv": bare, **_schemes(comm, peer),
                     "comm.Sendrecv": variants["comm.Sendrecv"]}
         variants.update(_exchanges(comm, peer))
+    elif args.parts:
+        quiet = {"send_init/recv_init, no recorder", "send/recv, no recorder"}
+        compared = [n for n in variants if n.startswith("send/recv (")]
+        variants = {"comm.Send/Recv": bare, "tag+probe": _schemes(comm, peer)["tag+probe"],
+                    "send_init/recv_init, no recorder": persistent,
+                    "send/recv, no recorder": ours,
+                    "send_init/recv_init": persistent, "send/recv": ours,
+                    **{n: variants[n] for n in compared}}
     if r == 0:
         print("| bytes | " + " | ".join(variants) + " |")
         print("|---" * (len(variants) + 1) + "|")
@@ -133,6 +151,7 @@ def main() -> None:
         for _ in range(args.rounds):
             for name, fn in variants.items():
                 x, y = arrays[name]
+                muted = _mute() if name in quiet else ()
                 for _ in range(10):
                     fn(x, y)
                 comm.Barrier()
@@ -140,12 +159,23 @@ def main() -> None:
                 for _ in range(reps):
                     fn(x, y)
                 times[name].append((time.perf_counter() - t0) / reps / 2 * 1e6)
+                for observer in muted:
+                    observe.register("pt2pt", observer)
         if r == 0:
             med = {name: statistics.median(v) for name, v in times.items()}
             base = {n: med["comm.Sendrecv" if "endrecv" in n or "exchange" in n
                                else "comm.Send/Recv"] for n in variants}  # against bare forms
             cells = [f"{med[n]:.2f} ({med[n] / base[n]:.2f})" for n in variants]
             print(f"| {x.nbytes} | " + " | ".join(cells) + " |", flush=True)
+
+
+def _mute() -> tuple:
+    """Unregister the observers of ``pt2pt`` (the flight recorder's, and any other); returns
+    them, to be registered again."""
+    observers = observe.OBSERVERS.pt2pt
+    for observer in observers:
+        observe.unregister("pt2pt", observer)
+    return observers
 
 
 def _messages_of(tree: Path):
