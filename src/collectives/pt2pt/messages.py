@@ -615,8 +615,9 @@ class RecvCall:
         self.timeout, self.result = opts.timeout, out
 
     def run(self, comm: MPI.Comm) -> None:
-        # probed, then received (MPI_Mrecv): any mismatch leaves out as it was; posting it
-        # first is no faster in a ping-pong (docs/pt2pt.md)
+        # probed, then received (MPI_Mrecv): any mismatch leaves out as it was; posted into
+        # out first it would be faster from 64 KiB, but a message of another count would
+        # then land in out (docs/benchmarks/alltoall.md, "send/recv")
         op, observers = self.op, _OBSERVED.pt2pt
         if observers:  # -- observers: the message's start (_observed, in line)
             t0 = _clock()
