@@ -1,6 +1,6 @@
 """Point-to-point cost against mpi4py's buffer methods, side by side (p = 2).
 
-``mpiexec -n 2 python bench/pt2pt.py [--sizes 8,64K,1M] [--rounds 7] [--timeout]``
+``mpiexec -n 2 python bench/pt2pt.py [--sizes 8,64K,1M] [--rounds 7] [--timeout] [--compare TREE]``
 
 A ping-pong between ranks 0 and 1: rank 0 sends ``size`` bytes (float32) and receives them back,
 rank 1 the reverse; the time of one message is half a round trip. In every round each variant
@@ -18,7 +18,21 @@ round, so that load on a shared machine hits them alike. Reported: rank 0's medi
   wait under the deadline too (``Isend`` and tests instead of ``MPI_Send``);
 - ``send_init/recv_init``: persistent forms (``collectives.send_init``, ``recv_init``),
   checked once per size, then ``plan()`` per message;
-- ``sendrecv``, ``comm.Sendrecv``: both directions at once, one call per rank.
+- ``sendrecv``, ``comm.Sendrecv``: both directions at once, one call per rank;
+- ``send/recv (TREE)`` (``--compare TREE``): ``send``/``recv`` of another source tree's
+  ``src/collectives/pt2pt/messages.py`` (a worktree of an earlier commit), loaded beside this
+  one's, so that before and after take turns in one loop. Only that module is the other
+  tree's: what it imports (``_runtime``, the observers) is this tree's.
+
+``--parts`` takes the library's work apart instead, against ``comm.Send/Recv``: ``tag+probe``
+(the scheme alone, below), ``send_init/recv_init, no recorder`` (the persistent forms with
+the observers of ``pt2pt`` unregistered while the variant runs: no cache lookup, no flight
+record, the run path alone), ``send/recv, no recorder`` (the cache lookup added),
+``send_init/recv_init`` (the flight records added to the first) and ``send/recv`` (all of it),
+with ``--compare``'s column if given.
+
+Each variant has arrays of its own: a repeated ``send``/``recv`` is remembered by its arrays
+(``_runtime/repeats.py``), and two modules must not run each other's remembered calls.
 
 ``--schemes`` times the ways a receiver can check count and dtype, written with bare mpi4py
 calls (no argument checks, no options), against plain ``Send``/``Recv``:
@@ -38,13 +52,17 @@ calls (no argument checks, no options), against plain ``Send``/``Recv``:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 from mpi4py import MPI
 
 import collectives
+from collectives import observe
 
 
 def _sizes(text: str) -> list[int]:
@@ -58,6 +76,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--timeout", action="store_true")
     parser.add_argument("--schemes", action="store_true")
+    parser.add_argument("--compare", type=Path, default=None, metavar="TREE")
+    parser.add_argument("--parts", action="store_true")
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
     if comm.size != 2:
@@ -74,13 +94,13 @@ def main() -> None:
             comm.Recv(y, peer)
             comm.Send(x, peer)
 
-    def ours(x, y, options=None):
+    def ours(x, y, options=None, module=collectives):
         if r == 0:
-            collectives.send(x, peer, options=options)
-            collectives.recv(y, peer, options=options)
+            module.send(x, peer, options=options)
+            module.recv(y, peer, options=options)
         else:
-            collectives.recv(y, peer, options=options)
-            collectives.send(x, peer, options=options)
+            module.recv(y, peer, options=options)
+            module.send(x, peer, options=options)
 
     given = collectives.Options.from_env()
     variants = {"comm.Send/Recv": bare, "send/recv": ours,
@@ -101,22 +121,37 @@ def main() -> None:
             plans["send"]()
 
     variants["send_init/recv_init"] = persistent
+    if args.compare is not None:
+        other = _messages_of(args.compare)
+        variants[f"send/recv ({args.compare.name})"] = \
+            lambda x, y: ours(x, y, module=other)
     variants["comm.Sendrecv"] = lambda x, y: comm.Sendrecv(x, peer, recvbuf=y, source=peer)
     variants["sendrecv"] = lambda x, y: collectives.sendrecv(x, peer, y, peer)
+    quiet: set[str] = set()  # variants run with the pt2pt observers unregistered
     if args.schemes:
         variants = {"comm.Send/Recv": bare, **_schemes(comm, peer),
                     "comm.Sendrecv": variants["comm.Sendrecv"]}
         variants.update(_exchanges(comm, peer))
+    elif args.parts:
+        quiet = {"send_init/recv_init, no recorder", "send/recv, no recorder"}
+        compared = [n for n in variants if n.startswith("send/recv (")]
+        variants = {"comm.Send/Recv": bare, "tag+probe": _schemes(comm, peer)["tag+probe"],
+                    "send_init/recv_init, no recorder": persistent,
+                    "send/recv, no recorder": ours,
+                    "send_init/recv_init": persistent, "send/recv": ours,
+                    **{n: variants[n] for n in compared}}
     if r == 0:
         print("| bytes | " + " | ".join(variants) + " |")
         print("|---" * (len(variants) + 1) + "|")
     for size in args.sizes:
-        x = np.ones(max(size // 4, 1), np.float32)
-        y = np.empty_like(x)
+        arrays = {name: (np.ones(max(size // 4, 1), np.float32),
+                         np.empty(max(size // 4, 1), np.float32)) for name in variants}
         reps = 2000 if size <= 4096 else 500 if size <= 1 << 17 else 100
         times: dict[str, list[float]] = {name: [] for name in variants}
         for _ in range(args.rounds):
             for name, fn in variants.items():
+                x, y = arrays[name]
+                muted = _mute() if name in quiet else ()
                 for _ in range(10):
                     fn(x, y)
                 comm.Barrier()
@@ -124,12 +159,36 @@ def main() -> None:
                 for _ in range(reps):
                     fn(x, y)
                 times[name].append((time.perf_counter() - t0) / reps / 2 * 1e6)
+                for observer in muted:
+                    observe.register("pt2pt", observer)
         if r == 0:
             med = {name: statistics.median(v) for name, v in times.items()}
             base = {n: med["comm.Sendrecv" if "endrecv" in n or "exchange" in n
                                else "comm.Send/Recv"] for n in variants}  # against bare forms
             cells = [f"{med[n]:.2f} ({med[n] / base[n]:.2f})" for n in variants]
             print(f"| {x.nbytes} | " + " | ".join(cells) + " |", flush=True)
+
+
+def _mute() -> tuple:
+    """Unregister the observers of ``pt2pt`` (the flight recorder's, and any other); returns
+    them, to be registered again."""
+    observers = observe.OBSERVERS.pt2pt
+    for observer in observers:
+        observe.unregister("pt2pt", observer)
+    return observers
+
+
+def _messages_of(tree: Path):
+    """``tree``'s ``pt2pt/messages.py`` as a module of this tree's package (its relative
+    imports resolve here), under a name of its own."""
+    path = tree / "src" / "collectives" / "pt2pt" / "messages.py"
+    if not path.is_file():
+        raise SystemExit(f"--compare: no {path}")
+    spec = importlib.util.spec_from_file_location("collectives.pt2pt._compared", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def _schemes(comm: MPI.Comm, peer: int) -> dict:

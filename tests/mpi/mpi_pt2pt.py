@@ -252,6 +252,25 @@ def test_mismatch_posted_before_the_message():
 
 
 @pytest.mark.world_sizes(2)
+def test_a_blocking_receive_finds_another_dtype_while_it_waits():
+    """A blocking receive without a timeout that waits first (its probes, then its yields),
+    then gets a message of another dtype: found by a look, a ValueError; then one that fits."""
+    comm = MPI.COMM_WORLD
+    if comm.rank == 0:
+        time.sleep(0.05)  # the receive is yielding by now
+        collectives.send(np.ones(6, np.float64), 1, tag=6)
+        comm.Barrier()
+        collectives.send(np.arange(6), 1, tag=6)
+    else:
+        out = np.zeros(6, np.int64)
+        with pytest.raises(ValueError, match="6 elements of float64"):
+            collectives.recv(out, 0, tag=6)
+        assert not out.any()
+        comm.Barrier()
+        assert np.array_equal(collectives.recv(out, 0, tag=6), np.arange(6))
+
+
+@pytest.mark.world_sizes(2)
 def test_no_sender_times_out():
     """A receive no rank sends to, and a large send no rank receives, raise TimeoutError after
     Options.timeout; both are withdrawn, and the next exchange is unaffected."""

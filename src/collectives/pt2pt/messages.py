@@ -53,6 +53,12 @@ delivered if a matching receive comes later. A non-blocking request's ``wait()``
 leaves it in flight (``wait()`` may be called again). Without a timeout a wait is as long as
 MPI's, and a blocking send is ``MPI_Send`` itself.
 
+**Cost.** A repeated blocking ``send``/``recv`` is found in the one cache of repeats, tells
+the observers its start and end in line, and a ``recv`` probes, checks and receives in one
+frame (:meth:`_Recv.receive`): from MPI's rendezvous size (8 KiB under MPICH 5) a send waits
+for its receive, so each rank's Python between two messages of an exchange is on its critical
+path, not only the sender's before ``MPI_Send`` (docs/benchmarks/alltoall.md, "send/recv").
+
 One-rank communicators, ``MPI.PROC_NULL`` and empty arrays need no special case: MPI handles
 them (a message to oneself needs ``sendrecv`` or the non-blocking forms, as in MPI).
 
@@ -97,10 +103,12 @@ _NAMES = {code: name for name, code in DTYPE_CODES.items()}
 _BY_DTYPE = {np.dtype(name): code for name, code in DTYPE_CODES.items() if name != "bfloat16"}
 #: Codes per caller tag: room for the table and a few more dtypes.
 CODES = 16
-#: Seconds between a waiting receive's looks for a message of another dtype (the first look
-#: comes after its first :data:`_SCAN_AFTER` tests).
+#: Seconds between a waiting receive's looks for a message of another dtype (a request's
+#: first look comes after its first :data:`_SCAN_AFTER` tests, a blocking receive's
+#: ``SCAN_S`` after its first yield); a wait reads the clock once every 16 tests.
 SCAN_S = 1e-3
 _SCAN_AFTER = 16
+_LOOK_EVERY = 15  # (tests & _LOOK_EVERY == 0: a test that reads the clock)
 #: From this many bytes a ``sendrecv``'s or ``irecv``'s receive of a given tag is posted straight
 #: into ``out`` before its message comes, where the communicator returns MPI's errors (on a
 #: loaded machine a large message exchanged both ways at once was much slower received after
@@ -109,9 +117,12 @@ PREPOST_BYTES = 64 << 10
 #: Under a deadline, seconds a wait naps between tests once it has tested a thousand times.
 _NAP_S = 50e-6
 _SPINS = 1000
+#: A blocking receive's probes back to back before it yields the processor between them
+_EAGER = range(TESTS_BEFORE_YIELD)
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 #: Sends that timed out and that MPI could not withdraw, with their buffers, until they complete.
 _DANGLING: list[tuple[Any, Any]] = []
+_clock = flight.clock
 
 
 def _tag_limit() -> int:
@@ -228,13 +239,14 @@ class _Recv:
 
     __slots__ = ("comm", "kind", "out", "flat", "target", "spec", "code", "source", "tag",
                  "probe_tag", "null", "status", "req", "tests", "next_scan", "result_status",
-                 "blocking", "posted", "envelope", "seq")
+                 "blocking", "posted", "envelope", "seq", "nbytes")
     side = "recv"
 
     def __init__(self, comm: MPI.Comm, kind: str, a: Any, code: int, source: int, tag: int,
                  staging: str | None, status: MPI.Status | None) -> None:
         self.comm, self.kind, self.out, self.code = comm, kind, a, code
         self.source, self.tag, self.result_status = source, tag, status
+        self.nbytes = a.nbytes
         self.envelope, self.seq = ("recv", comm, source, tag, a.nbytes, code), 0  # as _Send's
         target = self.flat = flat(a)
         if not is_numpy(target):  # device: CUDA-aware, or received on the host and copied
@@ -280,19 +292,73 @@ class _Recv:
         msg = self.comm.Improbe(self.source, self.probe_tag, status)
         if msg is None:
             self.tests += 1
-            if self.tests >= _SCAN_AFTER and self.tag != MPI.ANY_TAG:
+            if self.tests >= _SCAN_AFTER and not self.tests & _LOOK_EVERY and \
+                    self.tag != MPI.ANY_TAG:
                 now = time.monotonic()
                 if now >= self.next_scan:
                     self.next_scan = now + SCAN_S
                     self._scan()
             return False
-        if status.tag % CODES != self.code or status.Get_count(MPI.BYTE) != self.out.nbytes:
+        if status.tag % CODES != self.code or status.Get_count(MPI.BYTE) != self.nbytes:
             self._drain(msg)  # raises
         if self.blocking:  # a matched message: its sender is sending it, the wait is short
             msg.Recv(self.spec)
             return self._landed()
         self.req = msg.Irecv(self.spec)
         return self.req.Test() and self._landed()
+
+    def receive(self, timeout: float | None) -> None:
+        """The whole of a blocking receive (``recv``): probe until the message is there
+        (:meth:`_poll`), check its size and dtype, receive it into ``out`` (``MPI_Mrecv``).
+        The same steps as :meth:`test`, in one frame: after the message has come, its
+        receiver's Python is on the critical path of every exchange."""
+        if self.null:
+            self.status.source, self.status.tag = MPI.PROC_NULL, MPI.ANY_TAG
+            self._landed()
+            return
+        status = self.status
+        msg = self.comm.Improbe(self.source, self.probe_tag, status)
+        if msg is None:
+            msg = self._poll(timeout)
+        if status.tag % CODES != self.code or status.Get_count(MPI.BYTE) != self.nbytes:
+            self._drain(msg)  # raises
+        msg.Recv(self.spec)
+        if self.target is not self.flat or self.result_status is not None:
+            self._landed()
+
+    def _poll(self, timeout: float | None) -> Any:
+        """Probe for this receive's message until it comes, and return it (matched): the
+        first :data:`TESTS_BEFORE_YIELD` probes back to back, then one per yield of the
+        processor; a look for a message of another dtype (:meth:`_scan`) every
+        :data:`SCAN_S` seconds; with ``timeout``, past :data:`_SPINS` probes a nap between
+        them and TimeoutError once that many seconds have passed."""
+        improbe, source, tag, status = self.comm.Improbe, self.source, self.probe_tag, \
+            self.status
+        for _ in _EAGER:
+            msg = improbe(source, tag, status)
+            if msg is not None:
+                return msg
+        scans = self.tag != MPI.ANY_TAG
+        now = time.monotonic()
+        deadline = None if timeout is None else now + timeout
+        next_scan, spins = now + SCAN_S, 0
+        while True:
+            spins += 1
+            if deadline is None or spins <= _SPINS:
+                _yield()
+            else:
+                time.sleep(_NAP_S)
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{self.kind}: timed out after {timeout:g} s "
+                                       f"(Options.timeout): {self.waiting()}")
+            msg = improbe(source, tag, status)
+            if msg is not None:
+                return msg
+            if scans and not spins & _LOOK_EVERY:
+                now = time.monotonic()
+                if now >= next_scan:
+                    next_scan = now + SCAN_S
+                    self._scan()
 
     def _test_posted(self) -> bool:
         """A receive posted into ``out``: a longer message is MPI's truncation error, a
@@ -307,7 +373,7 @@ class _Recv:
         if done:
             return self._landed()
         self.tests += 1
-        if self.tests >= _SCAN_AFTER:
+        if self.tests >= _SCAN_AFTER and not self.tests & _LOOK_EVERY:
             now = time.monotonic()
             if now >= self.next_scan:
                 self.next_scan = now + SCAN_S
@@ -390,10 +456,6 @@ class _Recv:
     @property
     def peer(self) -> int:
         return self.source
-
-    @property
-    def nbytes(self) -> int:
-        return self.out.nbytes
 
     @property
     def dtype(self) -> str:
@@ -479,24 +541,30 @@ def _observed(kind: str, ops: tuple, body: Any, *args: Any) -> None:
     for the flight recorder's dump."""
     observers = _OBSERVED.pt2pt
     if observers:
-        t0 = flight.clock()
+        t0 = _clock()
         for observe in observers:
             for op in ops:
                 observe(kind, op, t0, None, None)
     try:
         body(*args)
     except BaseException as exc:
-        if observers:
-            _ended(observers, kind, ops, t0, type(exc).__name__)
-        if isinstance(exc, TimeoutError):
-            flight.auto_dump("timeout", exc)
+        _failed(observers, kind, ops, t0 if observers else 0.0, exc)
         raise
     if observers:
         _ended(observers, kind, ops, t0, None)
 
 
+def _failed(observers: tuple, kind: str, ops: tuple, t0: float, exc: BaseException) -> None:
+    """A blocking call that raises ``exc``: its messages' ends told (when their starts were),
+    and a TimeoutError asks for the flight recorder's dump."""
+    if observers:
+        _ended(observers, kind, ops, t0, type(exc).__name__)
+    if isinstance(exc, TimeoutError):
+        flight.auto_dump("timeout", exc)
+
+
 def _ended(observers: tuple, kind: str, ops: tuple, t0: float, error: str | None) -> None:
-    t1 = flight.clock()
+    t1 = _clock()
     for observe in observers:
         for op in ops:
             observe(kind, op, t0, t1, error)
@@ -516,14 +584,23 @@ class SendCall:
         self.timeout, self.result = opts.timeout, None
 
     def run(self, comm: MPI.Comm) -> None:
-        _observed(self.kind, (self.op,), self._send, comm)
-
-    def _send(self, comm: MPI.Comm) -> None:
-        op = self.op
-        if self.timeout is None:  # MPI_Send itself
-            comm.Send(op.spec, op.dest, op.wire)
-            return
-        _complete([op.start()], self.kind, self.timeout)
+        op, observers = self.op, _OBSERVED.pt2pt
+        if observers:  # -- observers: the message's start (_observed, in line)
+            t0 = _clock()
+            for observe in observers:
+                observe(self.kind, op, t0, None, None)
+        try:
+            if self.timeout is None:  # MPI_Send itself
+                comm.Send(op.spec, op.dest, op.wire)
+            else:
+                _complete([op.start()], self.kind, self.timeout)
+        except BaseException as exc:
+            _failed(observers, self.kind, (op,), t0 if observers else 0.0, exc)
+            raise
+        if observers:  # -- observers: its end
+            t1 = _clock()
+            for observe in observers:
+                observe(self.kind, op, t0, t1, None)
 
 
 class RecvCall:
@@ -538,12 +615,23 @@ class RecvCall:
         self.timeout, self.result = opts.timeout, out
 
     def run(self, comm: MPI.Comm) -> None:
-        # probed, then received (MPI_Mrecv): any mismatch leaves out as it was; posting it
-        # first is no faster in a ping-pong (docs/pt2pt.md)
-        _observed(self.kind, (self.op,), self._recv)
-
-    def _recv(self) -> None:
-        _wait_one(self.op.start(prepost=False), self.kind, self.timeout, True)
+        # probed, then received (MPI_Mrecv): any mismatch leaves out as it was; posted into
+        # out first it would be faster from 64 KiB, but a message of another count would
+        # then land in out (docs/benchmarks/alltoall.md, "send/recv")
+        op, observers = self.op, _OBSERVED.pt2pt
+        if observers:  # -- observers: the message's start (_observed, in line)
+            t0 = _clock()
+            for observe in observers:
+                observe(self.kind, op, t0, None, None)
+        try:
+            op.receive(self.timeout)
+        except BaseException as exc:
+            _failed(observers, self.kind, (op,), t0 if observers else 0.0, exc)
+            raise
+        if observers:  # -- observers: its end
+            t1 = _clock()
+            for observe in observers:
+                observe(self.kind, op, t0, t1, None)
 
 
 class SendrecvCall:
