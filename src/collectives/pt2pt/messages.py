@@ -571,7 +571,31 @@ def _ended(observers: tuple, kind: str, ops: tuple, t0: float, error: str | None
 
 
 # -- the call classes ----------------------------------------------------------------------------
-class SendCall:
+class _OneMessage:
+    """A blocking call of one message (``send``, ``recv``): ``run`` tells the observers of
+    ``pt2pt`` its start and end around ``_message`` (as :func:`_observed`, in line: a repeated
+    message's Python is on its exchange's critical path)."""
+
+    __slots__ = ()
+
+    def run(self, comm: MPI.Comm) -> None:
+        op, observers = self.op, _OBSERVED.pt2pt
+        if observers:  # -- observers: the message's start
+            t0 = _clock()
+            for observe in observers:
+                observe(self.kind, op, t0, None, None)
+        try:
+            self._message(op, comm)
+        except BaseException as exc:
+            _failed(observers, self.kind, (op,), t0 if observers else 0.0, exc)
+            raise
+        if observers:  # -- observers: its end
+            t1 = _clock()
+            for observe in observers:
+                observe(self.kind, op, t0, t1, None)
+
+
+class SendCall(_OneMessage):
     """A checked blocking send (``run`` sends)."""
 
     kind = "send"
@@ -583,27 +607,13 @@ class SendCall:
                         _tag(tag, "tag", self.kind, False), "send")
         self.timeout, self.result = opts.timeout, None
 
-    def run(self, comm: MPI.Comm) -> None:
-        op, observers = self.op, _OBSERVED.pt2pt
-        if observers:  # -- observers: the message's start (_observed, in line)
-            t0 = _clock()
-            for observe in observers:
-                observe(self.kind, op, t0, None, None)
-        try:
-            if self.timeout is None:  # MPI_Send itself
-                comm.Send(op.spec, op.dest, op.wire)
-            else:
-                _complete([op.start()], self.kind, self.timeout)
-        except BaseException as exc:
-            _failed(observers, self.kind, (op,), t0 if observers else 0.0, exc)
-            raise
-        if observers:  # -- observers: its end
-            t1 = _clock()
-            for observe in observers:
-                observe(self.kind, op, t0, t1, None)
+    def _message(self, op: _Send, comm: MPI.Comm) -> None:
+        if self.timeout is None:  # MPI_Send itself
+            comm.Send(op.spec, op.dest, op.wire)
+        else:
+            _complete([op.start()], self.kind, self.timeout)
 
-
-class RecvCall:
+class RecvCall(_OneMessage):
     """A checked blocking receive (``run`` receives into ``out``, or raises)."""
 
     kind = "recv"
@@ -614,25 +624,11 @@ class RecvCall:
         self.op = _receive(comm, self.kind, out, source, tag, status, "recv")
         self.timeout, self.result = opts.timeout, out
 
-    def run(self, comm: MPI.Comm) -> None:
+    def _message(self, op: _Recv, comm: MPI.Comm) -> None:
         # probed, then received (MPI_Mrecv): any mismatch leaves out as it was; posted into
         # out first it would be faster from 64 KiB, but a message of another count would
         # then land in out (docs/benchmarks/alltoall.md, "send/recv")
-        op, observers = self.op, _OBSERVED.pt2pt
-        if observers:  # -- observers: the message's start (_observed, in line)
-            t0 = _clock()
-            for observe in observers:
-                observe(self.kind, op, t0, None, None)
-        try:
-            op.receive(self.timeout)
-        except BaseException as exc:
-            _failed(observers, self.kind, (op,), t0 if observers else 0.0, exc)
-            raise
-        if observers:  # -- observers: its end
-            t1 = _clock()
-            for observe in observers:
-                observe(self.kind, op, t0, t1, None)
-
+        op.receive(self.timeout)
 
 class SendrecvCall:
     """A checked send and receive at once (``run``: both, the receive posted first)."""
