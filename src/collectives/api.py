@@ -336,7 +336,8 @@ class AlltoallCall:
             got = np.empty_like(sent)
             exchange(sent, got)
             self.exchange = exchange  # (a remembered call's repeats exchange the same way)
-        total = int(got.sum())
+        self.out_counts, recvoffsets = _received(got)
+        total = recvoffsets[-1]
         if self.out is None:
             res = new_like(self.a, (total,))
         else:
@@ -345,10 +346,20 @@ class AlltoallCall:
         if self.trivial:
             copy_into(self.src, self.dst)
         else:
-            self.recvoffsets = [0] + np.cumsum(got).tolist()
+            self.recvoffsets = recvoffsets
             self.fn(self.src, self.dst, self.sendoffsets, self.recvoffsets, ctx, self.opts)
-        self.out_counts = got.tolist()
         self.result = (returned(self.x, self.out, res), self.out_counts)
+
+
+def _received(got: np.ndarray) -> tuple[list[int], list[int]]:
+    """The v form's receive counts (one int64 per rank, as exchanged) as a list, and the
+    ``p + 1`` offsets of the blocks they make in ``out`` (the last: their total)."""
+    counts = got.tolist()
+    offsets, total = [0], 0
+    for count in counts:
+        total += count
+        offsets.append(total)
+    return counts, offsets
 
 
 def _counts_by_bruck(ctx: Context) -> Any:
@@ -423,13 +434,9 @@ def _alltoallv_again(e: _AlltoallRepeat, src: Any, dst: Any, counts: Sequence[in
     sent, got = e.sent, e.got
     sent[:] = counts  # (checked: the offsets' differences)
     e.exchange(sent, got)
-    out_counts = got.tolist()
-    recvoffsets, total = [0], 0
-    for count in out_counts:
-        total += count
-        recvoffsets.append(total)
-    if total != dst.size:  # the first call's error (check_out) for the same out
-        check_out(dst, src, (total,))
+    out_counts, recvoffsets = _received(got)
+    if recvoffsets[-1] != dst.size:  # the first call's error (check_out) for the same out
+        check_out(dst, src, (recvoffsets[-1],))
     e.fn(src, dst, sendoffsets, recvoffsets, ctx, e.opts)
     return out_counts
 

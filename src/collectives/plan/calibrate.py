@@ -303,11 +303,10 @@ def run(path: Path, w: planner.Workload, cl: planner.Cluster, micro_factors, sch
     with threadpool_limits(threads):
         for mesh in _partners.meshes(w, cl.ranks, micro_factors, schedule):
             comm.Barrier()
-            found[",".join(map(str, mesh[:3]))] = _partners.probe(comm, w, mesh)
-        for mesh in _partners.meshes(w, cl.ranks, micro_factors, schedule):
+            key = ",".join(map(str, mesh[:3]))
+            found[key] = _partners.probe(comm, w, mesh)
             comm.Barrier()
-            step = _partners.driver_step(comm, w, mesh, dataset, schedule)
-            found[",".join(map(str, mesh[:3]))]["driver_step"] = step
+            found[key]["driver_step"] = _partners.driver_step(comm, w, mesh, dataset, schedule)
     if comm.rank == 0:
         times[f"update threads={threads}"] = [statistics.median(update)]
         times[f"overhead threads={threads}"] = [statistics.median(over)]

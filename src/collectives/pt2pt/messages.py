@@ -625,9 +625,9 @@ class RecvCall(_OneMessage):
         self.timeout, self.result = opts.timeout, out
 
     def _message(self, op: _Recv, comm: MPI.Comm) -> None:
-        # probed, then received (MPI_Mrecv): any mismatch leaves out as it was; posted into
-        # out first it would be faster from 64 KiB, but a message of another count would
-        # then land in out (docs/benchmarks/alltoall.md, "send/recv")
+        # probed, then received (MPI_Mrecv): any mismatch leaves out as it was; a receive
+        # posted into out first would let a message of another count land in out (its cost:
+        # docs/benchmarks/alltoall.md, "send/recv")
         op.receive(self.timeout)
 
 class SendrecvCall:
