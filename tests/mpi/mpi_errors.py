@@ -393,6 +393,62 @@ def test_a_rank_that_never_arrives_makes_the_others_time_out():
     _still_works()
 
 
+@pytest.mark.mpi(min_size=2)
+def test_validate_keeps_the_deadline_when_a_rank_never_arrives():
+    """``validate=True``'s exchange of signatures runs under the call's guard: the last rank
+    arrives late (after the others' deadline) and the others raise TimeoutError instead of
+    waiting in the exchange for ever (before, an MPI allgather outside the deadline: a hang);
+    the late rank gets their notice; the next call is right."""
+    import time
+
+    comm = MPI.COMM_WORLD
+    quick = collectives.Options(timeout=0.3)
+    late = comm.rank == comm.size - 1
+    x = make_input(1001, np.dtype(np.float64), "sum", comm.rank)
+    expected = reference_allreduce(x, "sum", comm)
+    for algorithm in ("ring", "native", "shm"):
+        collectives.allreduce(x, algorithm=algorithm)  # set-up (collective, no deadline)
+        comm.Barrier()
+        if late:
+            time.sleep(1.0)
+        started = time.monotonic()
+        try:
+            y, error = collectives.allreduce(x, algorithm=algorithm, options=quick,
+                                             validate=True), None
+        except TimeoutError as exc:
+            y, error = None, exc
+        if not late:
+            assert error is not None, f"{algorithm}: no TimeoutError"
+            assert time.monotonic() - started < 0.9, algorithm
+            assert re.search(r"allreduce #\d+ timed out after 0.3 s", str(error)), str(error)
+        elif error is None:
+            assert np.allclose(y, expected, rtol=1e-12, atol=1e-12), algorithm
+        y = collectives.allreduce(x, algorithm=algorithm, validate=True)
+        assert np.allclose(y, expected, rtol=1e-12, atol=1e-12), algorithm
+    comm.Barrier()
+    _still_works()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_validate_against_another_operation_fails_on_every_rank():
+    """Rank 0 validates an allreduce while the others run a dissemination barrier, whose
+    messages use the same communicator (a program whose ranks went different ways): a receive
+    gets a message of another size, and every rank raises (before: rank 0 waited in an MPI
+    allgather that no other rank would join, until the others' deadline and beyond)."""
+    comm = MPI.COMM_WORLD
+    collectives.barrier()
+    collectives.allreduce(np.ones(3))
+    with pytest.raises((ValueError, collectives.CollectiveError)):
+        if comm.rank == 0:
+            collectives.allreduce(np.ones(3), validate=True,
+                                  options=collectives.Options(timeout=10))
+        else:
+            collectives.barrier(algorithm="dissemination",
+                                options=collectives.Options(timeout=10))
+    comm.Barrier()
+    _still_works()
+
+
 def test_two_phase_key_reused_with_a_new_size_raises_on_every_rank():
     """Issue 11, item 3: reusing a two_phase key with another tensor size raised "tensor
     changed size" on one rank and hung the others. Now every rank raises, and the key works

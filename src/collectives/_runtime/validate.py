@@ -4,12 +4,20 @@ Every public collective checks its own arguments locally before sending anything
 ``validate=True`` (or ``COLLECTIVES_VALIDATE=1``) it then runs one small collective in which each
 rank contributes its argument signature and any local error; every rank then raises the same
 error, so a mismatch or a bad argument on one rank fails everywhere instead of hanging.
+
+Inside a public call that exchange is point-to-point messages of exact sizes under the call's
+guard (:func:`exchange`): its waits keep the call's deadline (``Options.timeout``: a rank that
+never arrives makes the others raise ``TimeoutError``) and read failure notices (a rank that
+ran another operation meanwhile fails, and with it every rank). Outside one (the collective
+constructors, abort mode) it is MPI's allgather.
 """
 
 from __future__ import annotations
 
+import pickle
 from typing import Any, Callable, TypeVar
 
+import numpy as np
 from mpi4py import MPI
 
 from .context import context
@@ -17,7 +25,8 @@ from .guard import everywhere
 from ..observe import OBSERVERS
 from ..options import Options
 
-__all__ = ["check_comm", "checked", "checked_call", "lookup", "resolve", "setup", "verdict"]
+__all__ = ["check_comm", "checked", "checked_call", "exchange", "lookup", "resolve", "setup",
+           "verdict"]
 
 T = TypeVar("T")
 _ERRORS = {"TypeError": TypeError, "ValueError": ValueError}
@@ -86,10 +95,45 @@ def checked(name: str, comm: MPI.Comm, validate: bool,
         error = None
     except Exception as exc:  # noqa: BLE001 - every rank must reach the exchange below
         value, signature, error = None, None, local_error(exc)
-    problem = verdict(name, context(comm).comm.allgather((signature, error)))
+    problem = verdict(name, exchange(comm, (signature, error)))
     if problem is not None:
         raise problem
     return value  # type: ignore[return-value]
+
+
+def exchange(comm: MPI.Comm, mine: Any) -> list[Any]:
+    """Every rank's ``mine`` (picklable), in rank order, on every rank of ``comm``; collective.
+
+    Inside a public call (its guard active on ``comm``'s context) each rank sends the length of
+    its pickled ``mine`` to every other rank, then the bytes, all under the guard: exact sizes,
+    the call's deadline, failure notices (the module docstring); the call's tag keeps the
+    messages apart from other calls', and MPI's order between two ranks keeps them apart from
+    the call's own messages after them. Outside one, ``MPI_Allgather`` (mpi4py's
+    ``allgather``)."""
+    ctx = context(comm)
+    guard, c = ctx.active, ctx.comm
+    if guard is None or c.size == 1:
+        return c.allgather(mine)
+    p, r = c.size, c.rank
+    data = np.frombuffer(pickle.dumps(mine), dtype=np.uint8)
+    lengths = np.zeros(p, dtype=np.int64)
+    lengths[r] = data.size
+    peers = [q for q in range(p) if q != r]
+    _all_to_all(c, guard, [lengths[r:r + 1]] * len(peers), [lengths[q:q + 1] for q in peers],
+                peers)
+    got = {q: np.empty(int(lengths[q]), dtype=np.uint8) for q in peers}
+    _all_to_all(c, guard, [data] * len(peers), [got[q] for q in peers], peers)
+    return [mine if q == r else pickle.loads(got[q].tobytes()) for q in range(p)]
+
+
+def _all_to_all(comm: MPI.Comm, guard: Any, sends: list[np.ndarray], recvs: list[np.ndarray],
+                peers: list[int]) -> None:
+    """Send ``sends[i]`` to ``peers[i]`` while receiving exactly ``recvs[i]``'s bytes from it,
+    waited for by ``guard``."""
+    tag = guard.tag
+    reqs = [comm.Irecv([b, MPI.BYTE], q, tag) for b, q in zip(recvs, peers)] + \
+        [comm.Isend([a, MPI.BYTE], q, tag) for a, q in zip(sends, peers)]
+    guard.complete(reqs, [b.nbytes for b in recvs] + [None] * len(sends), peers + peers)
 
 
 def local_error(exc: Exception) -> tuple[str, str]:
