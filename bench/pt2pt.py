@@ -5,7 +5,8 @@
 A ping-pong between ranks 0 and 1: rank 0 sends ``size`` bytes (float32) and receives them back,
 rank 1 the reverse; the time of one message is half a round trip. In every round each variant
 makes its ping-pongs back to back, timed as a whole, and the variants take turns within the
-round, so that load on a shared machine hits them alike. Reported: rank 0's median over rounds
+round, in a new random order every round (the same on both ranks), so that load on a shared
+machine hits them alike and no variant always follows the same one. Reported: rank 0's median over rounds
 (microseconds per message) and its ratio to the median of mpi4py's form of the same exchange
 (``comm.Send/Recv`` or ``comm.Sendrecv``).
 
@@ -148,8 +149,11 @@ def main() -> None:
                          np.empty(max(size // 4, 1), np.float32)) for name in variants}
         reps = 2000 if size <= 4096 else 500 if size <= 1 << 17 else 100
         times: dict[str, list[float]] = {name: [] for name in variants}
-        for _ in range(args.rounds):
-            for name, fn in variants.items():
+        for rnd in range(args.rounds):
+            # a new order of the variants every round, the same on both ranks: a fixed order
+            # gives the variant that follows the bare call that call's leftovers every time
+            for name in np.random.default_rng(rnd).permutation(list(variants)):
+                fn = variants[name]
                 x, y = arrays[name]
                 muted = _mute() if name in quiet else ()
                 for _ in range(10):
