@@ -152,3 +152,15 @@ def test_cross_memory_read_copies_and_reports_failure(driver):
     tab, _ = _cma_table(gone)
     assert not cma_read(tab, 0, dst.ctypes.data, src.ctypes.data, src.nbytes)
     assert tab[layout.T_ERR] == errno.ESRCH
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 5, 7, 8, 9])
+@pytest.mark.parametrize("slot_bytes", [64, 4160, 65536])
+def test_every_ranks_segment_starts_on_a_cache_line(p, slot_bytes):
+    """MPI lays the ranks' segments end to end: a segment size that is not a whole number of
+    cache lines would start every other rank's control block (whose counters each have a line
+    of their own) in the middle of a line. At p = 2, 4 and 8 it did, by 32 bytes."""
+    size = layout.window_bytes(slot_bytes, p)
+    assert size % 64 == 0
+    assert size >= layout.offsets_at(slot_bytes) + 2 * 2 * (p + 1) * 8  # room for the tables
+    assert layout.READY * 8 % 64 == 0 and layout.DONE * 8 % 64 == 0  # lines of their own

@@ -166,8 +166,13 @@ def offsets_at(slot_bytes: int) -> int:
 
 
 def window_bytes(slot_bytes: int, p: int) -> int:
-    """Bytes of one rank's segment of the window: control, scratch, slots, offset tables."""
-    return offsets_at(slot_bytes) + 2 * 2 * (p + 1) * 8
+    """Bytes of one rank's segment of the window: control, scratch, slots, offset tables,
+    rounded up to a whole cache line. MPI lays the ranks' segments end to end (MPICH and Open
+    MPI, unless asked for ``alloc_shared_noncontig``), so without the rounding every other
+    rank's segment would start in the middle of a line at p = 2, 4 and 8 (tables of
+    ``4 (p + 1)`` words): its counters would share lines, and its first words the line of the
+    previous rank's tables."""
+    return -(-(offsets_at(slot_bytes) + 2 * 2 * (p + 1) * 8) // 64) * 64
 
 
 def kind(dtype_num: int, opcode: int, mode: int, m: int) -> int:
