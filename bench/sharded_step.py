@@ -61,6 +61,8 @@ CONFIGS = {
     "stage 2, balanced, pipelined, buckets of 1/8 shard": (["--shard", "2"], True, True, 8),
     "stage 2, balanced, blocking, buckets of 1/11 shard": (["--shard", "2"], True, False, 11),
     "stage 3, balanced, blocking, buckets of 1/11 shard": (["--shard", "3"], True, False, 11),
+    "stage 2, balanced, blocking, buckets of a shard": (["--shard", "2"], True, False, 1),
+    "stage 2, balanced, pipelined, buckets of a shard": (["--shard", "2"], True, True, 1),
 }
 
 

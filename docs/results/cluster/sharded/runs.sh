@@ -121,6 +121,8 @@ case "$1" in
     steps2x2z2) zacc 2x2z2 2 2 10.199.71.0/24 0,1,2,14,16,5,12,15 2 ;;
     steps2x2z3) zacc 2x2z3 2 2 10.199.71.0/24 0,2,17,14,5,18,15 1 ;;
     steps4x1z4) zacc 4x1z4 4 1 10.199.72.0/24 0,1,2,14,5,15 1 ;;
+    # what shard-sized buckets (stage 1's count of calls) would give at stage 2, memory aside
+    steps2x2z5) zacc 2x2z5 2 2 10.199.71.0/24 0,1,2,14,19,20 1 ;;
     # the exchange alone (no computation), every pattern of bench/sharded_exchange.py
     exchange2x2z)
         python bench/cluster.py up --name hzaccx --hosts 2 --ranks-per-host 2 --rate 1gbit --subnet 10.199.71.0/24
