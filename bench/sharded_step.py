@@ -14,12 +14,14 @@ run to the next) and the bytes it sent per step, and writes them after every rou
 prints, per configuration, the median over rounds and its ratio to data parallelism's (after
 one untimed run of each on a small model, which compiles the kernels). Every configuration
 without a codec ends with the same parameters (dense, ring: docs/sharded.md), which the script
-checks.
+checks; each run's line ends with a digest of its final parameters (the first 12 hex digits of
+their SHA-1), so that a failed check names the runs that differ.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import sys
@@ -54,6 +56,13 @@ CONFIGS = {
     "stage 2, top-k 1 % + EF, bf16 parameters": (
         ["--shard", "2", "--codec", "topk:ratio=0.01", "--error-feedback",
          "--param-codec", "bf16"], False, False),
+    "stage 2, balanced, pipelined, buckets of 1/4 shard": (["--shard", "2"], True, True, 4),
+    "stage 3, balanced, pipelined, buckets of 1/4 shard": (["--shard", "3"], True, True, 4),
+    "stage 2, balanced, pipelined, buckets of 1/8 shard": (["--shard", "2"], True, True, 8),
+    "stage 2, balanced, blocking, buckets of 1/11 shard": (["--shard", "2"], True, False, 11),
+    "stage 3, balanced, blocking, buckets of 1/11 shard": (["--shard", "3"], True, False, 11),
+    "stage 2, balanced, blocking, buckets of a shard": (["--shard", "2"], True, False, 1),
+    "stage 2, balanced, pipelined, buckets of a shard": (["--shard", "2"], True, True, 1),
 }
 
 
@@ -100,6 +109,7 @@ def main() -> None:
             comm.Barrier()
             median, params, extras[k] = _run([*base, *extra], comm, *layout)
             times[k].append(median)
+            extras[k]["params_sha1"] = hashlib.sha1(params).hexdigest()[:12]
             if "--codec" not in extra:
                 bits.add(params)
             if comm.rank == 0:
@@ -127,7 +137,7 @@ def _report(times: dict, extras: dict, bits: set, world: int, base: list, path: 
               f"grads {m['gradients'] * mb:.1f} "
               f"optim {m['optimizer'] * mb:.1f} codec {m['codec'] * mb:.1f} "
               f"buffers {m['buffers'] * mb:.1f} "
-              f"total {m['total'] * mb:.1f}")
+              f"total {m['total'] * mb:.1f}  params {row['params_sha1']}")
     if final:
         print(f"same parameters in every run without a codec: {len(bits) == 1}")
     if path:

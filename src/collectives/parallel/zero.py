@@ -235,8 +235,8 @@ class Zero:
         own = self.owned_grads
         out = own[mine[0].start:mine[-1].stop] if mine and adjacent else \
             self.ledger.track("gradients", np.empty(counts[self.rank], dtype=np.float32))
+        self.flush()  # counts its own wait
         t0 = time.perf_counter()
-        self.flush()
         req = self.reducer(grad.reshape(-1), out=out, counts=counts,
                            key=f"grads.{ranges[0][0]}")
         self.seconds += time.perf_counter() - t0

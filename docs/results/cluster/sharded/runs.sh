@@ -103,3 +103,29 @@ case "$1" in
     codecs2x1) for i in 1 2 3; do codecs 2x1_$i 2 1; done ;;  # the runs kept one cluster up
     codecs2x2) codecs 2x2 2 2 ;;
 esac
+# Issue 52's speed targets, second pass (2026-12-07, docs/sharded.md "Second pass"): the default
+# buckets (contiguous, 1/16 shard, blocking) against balanced, pipelined 1/4-shard buckets and
+# others; bench/sharded_step.py prints each run's parameter digest (the bits check's detail).
+# Configuration numbers: bench/sharded_step.py's CONFIGS, 0-based.
+zacc() {  # $1 tag, $2 hosts, $3 ranks per host, $4 subnet, $5 --only, $6 --rounds
+    python bench/cluster.py up --name hzacc$1 --hosts $2 --ranks-per-host $3 --rate 1gbit --subnet $4
+    uptime > $R/step_$1.load
+    python bench/cluster.py run --name hzacc$1 -- python bench/sharded_step.py --rounds $6 \
+        --only $5 --json $R/step_$1.json -- --model wide --subset 384 --epochs 1 --quiet > $R/step_$1.log 2>&1
+    uptime >> $R/step_$1.load
+    python bench/cluster.py down --name hzacc$1
+}
+case "$1" in
+    steps2x2z0) zacc 2x2z0 2 2 10.199.71.0/24 0,1,2,5 1 ;;
+    steps2x2z1) zacc 2x2z1 2 2 10.199.71.0/24 0,2,11,14,5,12,15 1 ;;
+    steps2x2z2) zacc 2x2z2 2 2 10.199.71.0/24 0,1,2,14,16,5,12,15 2 ;;
+    steps2x2z3) zacc 2x2z3 2 2 10.199.71.0/24 0,2,17,14,5,18,15 1 ;;
+    steps4x1z4) zacc 4x1z4 4 1 10.199.72.0/24 0,1,2,14,5,15 1 ;;
+    # what shard-sized buckets (stage 1's count of calls) would give at stage 2, memory aside
+    steps2x2z5) zacc 2x2z5 2 2 10.199.71.0/24 0,1,2,14,19,20 1 ;;
+    # the exchange alone (no computation), every pattern of bench/sharded_exchange.py
+    exchange2x2z)
+        python bench/cluster.py up --name hzaccx --hosts 2 --ranks-per-host 2 --rate 1gbit --subnet 10.199.71.0/24
+        python bench/cluster.py run --name hzaccx -- python bench/sharded_exchange.py --rounds 3 > $R/exchange_2x2z.log 2>&1
+        python bench/cluster.py down --name hzaccx ;;
+esac
