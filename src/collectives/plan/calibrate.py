@@ -244,10 +244,19 @@ def residuals(path: Path, w: planner.Workload, cl: planner.Cluster, schedule: st
         if "driver_step" not in v:
             continue
         dp, pp, tp = (int(x) for x in key.split(","))
-        c = planner.Configuration(dp, pp, tp, int(v["micro_batches"]), 0, "none", schedule)
+        M = int(v["micro_batches"])
+        c = planner.Configuration(dp, pp, tp, M, 0, "none", schedule)
         p = planner.predict(c, w, measured, compute)
         out[key]["predicted"] = p.step - p.driver
         out[key]["driver"] = float(v["driver_step"]) - out[key]["predicted"]
+        forms = {}
+        for form, f in (v.get("forms") or {}).items():
+            c = planner.Configuration(dp, pp, tp, M, int(f["shard"]), f["codec"], schedule)
+            p = planner.predict(c, w, measured, compute)
+            forms[form] = {**f, "predicted": p.step - p.driver,
+                           "driver": float(f["driver_step"]) - (p.step - p.driver)}
+        if forms:
+            out[key]["forms"] = forms
     return out
 
 
@@ -307,6 +316,12 @@ def run(path: Path, w: planner.Workload, cl: planner.Cluster, micro_factors, sch
             found[key] = _partners.probe(comm, w, mesh)
             comm.Barrier()
             found[key]["driver_step"] = _partners.driver_step(comm, w, mesh, dataset, schedule)
+            for shard, codec in _partners.driver_forms(mesh, codecs):
+                comm.Barrier()
+                found[key].setdefault("forms", {})[planner.driver_form(shard, codec)] = {
+                    "shard": shard, "codec": codec,
+                    "driver_step": _partners.driver_step(comm, w, mesh, dataset, schedule,
+                                                         shard=shard, codec=codec)}
     if comm.rank == 0:
         times[f"update threads={threads}"] = [statistics.median(update)]
         times[f"overhead threads={threads}"] = [statistics.median(over)]
@@ -330,6 +345,8 @@ def run(path: Path, w: planner.Workload, cl: planner.Cluster, micro_factors, sch
               f"driver residual s per step) "
               + ", ".join(f"{k}: {v['sync'] * 1e3:.2f}/{v['handoff'] * 1e3:.2f}/"
                           f"{v.get('driver', 0.0) * 1e3:.1f} ms"
+                          + "".join(f" ({f}: s {g['driver'] * 1e3:.1f} ms)"
+                                    for f, g in (v.get("forms") or {}).items())
                           for k, v in data["partners"].items())
               + f"; wrote {path}", file=out)
     return 0

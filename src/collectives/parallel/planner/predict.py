@@ -256,4 +256,5 @@ def predict(c: Configuration, w: Workload, cl: Cluster, compute: ComputeModel,
     memory = max(memories, key=lambda m: m.total)
     stages = tuple(tuple(l.index for j in g for l in blocks[j]) for g in groups)
     return Prediction(c, M * c_star + u_tail, (S - 1) * t_star, dp_tail, M * q_star,
-                      M * x_star, memory, stages, compute.driver(c.dp, c.pp, c.tp))
+                      M * x_star, memory, stages,
+                      compute.driver(c.dp, c.pp, c.tp, c.shard, c.codec))
