@@ -27,7 +27,9 @@ the others. What it measures (docs/planner.md, "Calibrating inside the launch"):
 - **driver residual** ``s`` (:func:`residuals`): the SGD driver's whole step timed on every
   mesh (:func:`.partners.driver_step`: its own trainer, the optimizer step and the batch
   included) less what the planner predicts for the same configuration from everything
-  above; the term the kernels, the overheads and the waits do not hold, per step;
+  above; the term the kernels, the overheads and the waits do not hold, per step; on a mesh
+  with dp > 1 also with ZeRO 1 and with each ``--codecs`` codec, each its own ``s``
+  (``"forms"``: what the form's exchange costs beyond its formula is in it);
 - **overhead**: the driver's per-micro-batch work outside the matmuls, timed on the driver's own
   :class:`~collectives.sgd.model.MLP`: its forward and backward of a micro-batch minus the sum of
   the layer kernels of the same shapes (Python calls, the loss and softmax, temporaries), per
@@ -231,8 +233,9 @@ def residuals(path: Path, w: planner.Workload, cl: planner.Cluster, schedule: st
     ``driver`` (``s``, seconds per step): its measured ``driver_step`` less the planner's
     prediction (from the file as it is, its links over ``cl``'s, ``s`` not yet in it) of the
     configuration the driver ran there (the mesh, its ``micro_batches``, no ZeRO, no codec),
-    and that prediction as ``predicted``. Not bounded below: where the other terms overprice
-    the mesh it is negative."""
+    and that prediction as ``predicted``; the same for each data-parallel form the driver was
+    timed with on that mesh (``"forms"``: its configuration with that ZeRO stage or codec).
+    Not bounded below: where the other terms overprice the mesh it is negative."""
     from dataclasses import replace
 
     compute = planner.MeasuredCompute(path)

@@ -35,6 +35,8 @@ mesh:
   slowest rank's median. :mod:`.calibrate` subtracts what the planner's other terms predict for
   the same configuration and keeps the rest as the mesh's per-step driver residual ``s``: the
   optimizer step, the batch, the driver's bookkeeping, which the stage probe above never runs.
+  Where the mesh has dp > 1 the driver is timed again with ZeRO 1 and with each calibrated
+  codec (:func:`driver_forms`), each form getting its own ``s``.
 
 Each mesh runs :data:`STEPS` steps after a warm-up one, with the middle of its configurations'
 micro-batch counts (:func:`meshes`) and the planner's global batch. docs/planner.md has the formulas
