@@ -159,11 +159,11 @@ def main() -> int:
         print(f"mesh dp {dp} pp {pp} tp {tp}: {n} parameters on a rank ({4 * n / 2**20:.1f} MiB)")
         for k, v in out.items():
             print(f"  {k:36s} {v * 1e3:9.2f} ms" if "count" not in k else f"  {k:36s} {v}")
-        if a.calibration:
-            _model(a, n, dp, pp, tp, comm.size)
         if a.json:
             Path(a.json).write_text(json.dumps({"mesh": [dp, pp, tp], "params": n,
                                                 "seconds": out}, indent=1))
+        if a.calibration:
+            _model(a, n, dp, pp, tp, comm.size)
     mesh.free()
     return 0
 
@@ -172,6 +172,7 @@ def _model(a, n: int, dp: int, pp: int, tp: int, ranks: int) -> None:
     """The planner's pieces for the same exchange from the calibration file."""
     from collectives.parallel import planner
     from collectives.parallel.planner.network import axis_groups, group_network
+    from collectives.parallel.planner.predict import codec_speed
     from collectives.selection.cost_model import predict as cost
 
     compute = planner.MeasuredCompute(a.calibration)
@@ -181,7 +182,7 @@ def _model(a, n: int, dp: int, pp: int, tp: int, ranks: int) -> None:
     print("the planner's pieces (calibration file):")
     print(f"  ring allreduce n               {cost('ring', nb, dp, net) * 1e3:9.2f} ms")
     print(f"  ring allreduce n/2             {cost('ring', nb / 2, dp, net) * 1e3:9.2f} ms")
-    sp = planner.codec_speed("fp16", None, compute.codec_speeds())
+    sp = codec_speed("fp16", None, compute.codec_speeds())
     print(f"  fp16 (e + d) n                 {(sp.encode + sp.decode) * nb * 1e3:9.2f} ms "
           f"(e {sp.encode * 1e9:.3f}, d {sp.decode * 1e9:.3f} ns/B)")
     print(f"  update full / shard            {compute.update(n) * 1e3:9.2f} / "
