@@ -272,15 +272,21 @@ def test_form_residuals_enter_the_docs_formula(tmp_path, tuning):
         assert p.driver == want_s
         assert p.dp == pytest.approx(want["dp"], rel=1e-12)
         assert p.step == pytest.approx(want["step"] + want_s, rel=1e-12)
+    # a ZeRO stage without its own residual takes stage 1's (8,1,1: its own where it has one)
     assert m.driver(2, 2, 2, 1, "none") == s1 and m.driver(2, 2, 2, 3, "none") == s1
     assert m.driver(8, 1, 1, 1, "none") == s and m.driver(8, 1, 1, 0, "fp16") == s
     assert [planner.driver_form(*f) for f in ((0, "none"), (1, "none"), (2, "none"),
-                                              (0, "fp16"))] == [None, "shard 1", "shard 1",
+                                              (0, "fp16"))] == [None, "shard 1", "shard 2",
                                                                 "fp16"]
+    data = json.loads(path.read_text())
+    data["partners"]["8,1,1"]["forms"] = {"shard 1": {"driver": s1}, "shard 3": {"driver": s16}}
+    path.write_text(json.dumps(data))
+    m = planner.MeasuredCompute(path)
+    assert [m.driver(8, 1, 1, z, "none") for z in (0, 1, 2, 3)] == [s, s1, s1, s16]
     # the closed-form model takes the same table
     flops = planner.FlopRate(FLOP_S, UPDATE_S, driver_s=s, forms={"shard 1": s1})
-    assert (flops.driver(2, 2, 2), flops.driver(2, 2, 2, 1), flops.driver(2, 2, 2, 0, "fp16")) \
-        == (s, s1, s)
+    assert (flops.driver(2, 2, 2), flops.driver(2, 2, 2, 1), flops.driver(2, 2, 2, 2),
+            flops.driver(2, 2, 2, 0, "fp16")) == (s, s1, s1, s)
 
 
 def test_form_residual_is_the_forms_driver_step_less_the_other_terms(tmp_path, tuning):
@@ -318,9 +324,12 @@ def test_form_residual_is_the_forms_driver_step_less_the_other_terms(tmp_path, t
 
 
 def test_driver_forms_of_a_mesh():
-    """The forms timed beside the dense step: ZeRO 1 and each codec, only where dp > 1."""
+    """The forms timed beside the dense step, only where dp > 1: ZeRO 1 (and 2, 3 on a
+    dp-only mesh, the only one the driver takes them on) and each codec."""
     from collectives.plan import partners
     assert partners.driver_forms((2, 1, 2, 1), ("none", "fp16")) == [(1, "none"), (0, "fp16")]
+    assert partners.driver_forms((4, 1, 1, 1), ("none",)) == [(1, "none"), (2, "none"),
+                                                             (3, "none")]
     assert partners.driver_forms((1, 2, 2, 4), ("none", "fp16")) == []
     assert "--shard" in partners.driver_argv(planner.Workload(SIZES, 32), (2, 1, 1, 1),
                                              "digits", "1f1b", 1, "none")
@@ -649,9 +658,9 @@ def test_calibrate_inside_a_launch(tmp_path):
         c = planner.Configuration(dp, pp, tp, v["micro_batches"])
         assert planner.predict(c, planner.Workload((64, 16, 16, 10), 64), cl, m).step == \
             pytest.approx(v["driver_step"], rel=1e-9)
-    # on the dp mesh also the driver with ZeRO 1 and with fp16, each with its own s
+    # on the dp mesh also the driver with ZeRO 1-3 and with fp16, each with its own s
     forms = data["partners"]["2,1,1"]["forms"]
-    assert set(forms) == {"shard 1", "fp16"}
+    assert set(forms) == {"shard 1", "shard 2", "shard 3", "fp16"}
     assert not any("forms" in data["partners"][k] for k in ("1,2,1", "1,1,2"))
     for f in forms.values():
         assert f["driver_step"] > 0

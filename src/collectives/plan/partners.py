@@ -35,8 +35,9 @@ mesh:
   slowest rank's median. :mod:`.calibrate` subtracts what the planner's other terms predict for
   the same configuration and keeps the rest as the mesh's per-step driver residual ``s``: the
   optimizer step, the batch, the driver's bookkeeping, which the stage probe above never runs.
-  Where the mesh has dp > 1 the driver is timed again with ZeRO 1 and with each calibrated
-  codec (:func:`driver_forms`), each form getting its own ``s``.
+  Where the mesh has dp > 1 the driver is timed again with ZeRO 1 (on a dp-only mesh also
+  2 and 3) and with each calibrated codec (:func:`driver_forms`), each form getting its own
+  ``s``.
 
 Each mesh runs :data:`STEPS` steps after a warm-up one, with the middle of its configurations'
 micro-batch counts (:func:`meshes`) and the planner's global batch. docs/planner.md has the formulas
@@ -72,12 +73,15 @@ def meshes(w: planner.Workload, ranks: int, micro_factors, schedule: str
 
 
 def driver_forms(mesh: tuple[int, int, int, int], codecs) -> list[tuple[int, str]]:
-    """The data-parallel forms whose driver step is timed on ``mesh`` besides the dense one:
-    ZeRO stage 1 and each codec of ``codecs`` (but "none"), where the mesh has dp > 1;
-    ``(shard, codec)`` each."""
-    if mesh[0] < 2:
+    """The data-parallel forms whose driver step is timed on ``mesh`` besides the dense one,
+    where the mesh has dp > 1: ZeRO stage 1, stages 2 and 3 on a dp-only mesh (the driver
+    takes them there only), and each codec of ``codecs`` (but "none"); ``(shard, codec)``
+    each."""
+    dp, pp, tp, _ = mesh
+    if dp < 2:
         return []
-    return [(1, "none")] + [(0, c) for c in codecs if c != "none"]
+    stages = (1, 2, 3) if pp == tp == 1 else (1,)
+    return [(z, "none") for z in stages] + [(0, c) for c in codecs if c != "none"]
 
 
 def _stage_class():

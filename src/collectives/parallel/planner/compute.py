@@ -97,7 +97,7 @@ class FlopRate:
     handoff_s: float = 0.0
     driver_s: float = 0.0
     #: per data-parallel form (:func:`driver_form`: "shard 1", a codec's spec), its own
-    #: residual in place of ``driver_s``
+    #: residual in place of ``driver_s`` (ZeRO 2-3 without their own: stage 1's)
     forms: dict = field(default_factory=dict)
 
     def layer(self, rows: int, fan_in: int, fan_out: int, relu: bool,
@@ -121,16 +121,26 @@ class FlopRate:
         return self.handoff_s
 
     def driver(self, dp: int, pp: int, tp: int, shard: int = 0, codec: str = "none") -> float:
-        return self.forms.get(driver_form(shard, codec), self.driver_s)
+        for form in _forms(shard, codec):
+            if form in self.forms:
+                return self.forms[form]
+        return self.driver_s
 
 
 def driver_form(shard: int, codec: str) -> str | None:
     """The name of a configuration's data-parallel form whose driver residual the calibration
-    keeps apart: "shard 1" for ZeRO 1-3 (stage 1 is the one timed; 2-3 take its residual), the
-    codec's spec with a codec, None for the dense exchange (the mesh's own residual)."""
+    keeps apart: "shard N" for ZeRO stage N, the codec's spec with a codec, None for the dense
+    exchange (the mesh's own residual)."""
     if shard:
-        return "shard 1"
+        return f"shard {shard}"
     return None if codec == "none" else codec
+
+
+def _forms(shard: int, codec: str) -> list[str]:
+    """The forms whose residual a configuration takes, first found first: its own, and for
+    ZeRO 2-3 stage 1's (where the calibration did not time the stage)."""
+    form = driver_form(shard, codec)
+    return [] if form is None else [form] + (["shard 1"] if shard > 1 else [])
 
 
 def default_cache_path() -> Path:
@@ -308,10 +318,10 @@ class MeasuredCompute:
         step less the other terms' prediction of it, ``"partners"``): of this data-parallel
         form where the file has it (``"forms"``, :func:`driver_form`), else of the mesh's
         dense configuration; else 0."""
-        form = driver_form(shard, codec)
         forms = (self.partners.get(f"{dp},{pp},{tp}") or {}).get("forms") or {}
-        if form in forms and "driver" in forms[form]:
-            return float(forms[form]["driver"])
+        for form in _forms(shard, codec):
+            if "driver" in (forms.get(form) or {}):
+                return float(forms[form]["driver"])
         return self._partner(dp, pp, tp, "driver")
 
     def overhead(self, mesh: tuple[int, int, int] | None = None) -> float:
