@@ -19,7 +19,8 @@ What it does, on one cluster (``bench/cluster.py up``; ``down`` at the end, also
    far the shared machine drifted while the sweep ran.
 
 ``python bench/plan_sweep.py terms FILE.json ...`` prints each sweep's terms predicted against
-the driver's report (:func:`terms`).
+the driver's report (:func:`terms`); ``forms FILE.json ...`` each run's prediction with the
+residual ``s`` of its data-parallel form and with the mesh's dense ``s`` (:func:`forms`).
 
 It prints the table predicted against measured (ratio measured / predicted; ``yes`` where the
 prediction is within 25 %) and whether the planner's first choice is within 10 % of the fastest
@@ -88,12 +89,49 @@ def terms(path: Path) -> str:
     return "\n".join(rows)
 
 
+def forms(path: Path) -> str:
+    """A sweep's runs with the residual ``s`` of their data-parallel form (ZeRO 1, a codec:
+    the calibration's ``"forms"``) against the same prediction with the mesh's dense ``s``
+    (one ``s`` per mesh, the model before): measured / predicted of each, how many within
+    25 %, and the first choice's gap to the fastest measured (the dense-``s`` model's first
+    choice among the runs is the one it prices lowest)."""
+    data = json.loads(path.read_text())
+    partners = data["calibration"].get("partners", {})
+    rows = ["| # | configuration | measured ms | predicted ms (s of its form) | ratio | "
+            "predicted ms (dense s) | ratio |", "|---|---|---|---|---|---|---|"]
+    ok = [r for r in data["runs"] if "measured" in r]
+    dense = {}
+    for r in ok:
+        f = r["config"].split()
+        mesh = f"{f[1]},{f[3]},{f[5]}"
+        p = r["predicted"]
+        dense[r["rank"]] = p["step"] - p.get("driver", 0.0) + \
+            float((partners.get(mesh) or {}).get("driver", 0.0))
+        m = r["measured"]["step"]
+        rows.append(f"| {r['rank']} | {r['config']} | {m * 1e3:.0f} | {p['step'] * 1e3:.0f} | "
+                    f"{m / p['step']:.2f} | {dense[r['rank']] * 1e3:.0f} | "
+                    f"{m / dense[r['rank']]:.2f} |")
+    if not ok:
+        return "\n".join(rows)
+    fastest = min(r["measured"]["step"] for r in ok)
+    within = [sum(abs(r["measured"]["step"] / q - 1) <= TOLERANCE for r, q in zip(ok, qs))
+              for qs in ([r["predicted"]["step"] for r in ok], [dense[r["rank"]] for r in ok])]
+    firsts = [ok[0], min(ok, key=lambda r: dense[r["rank"]])]
+    rows.append("")
+    for name, n, first in zip(("s of its form", "dense s"), within, firsts):
+        rows.append(f"{name}: {n} of {len(ok)} within 25 %; first choice among the runs "
+                    f"#{first['rank']}, {100 * (first['measured']['step'] / fastest - 1):.1f} % "
+                    f"above the fastest measured")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
-    if argv and argv[0] == "terms":  # plan_sweep.py terms FILE.json ...
+    if argv and argv[0] in ("terms", "forms"):  # plan_sweep.py terms|forms FILE.json ...
+        show = terms if argv[0] == "terms" else forms
         for f in argv[1:]:
-            print(f"{f}\n\n{terms(Path(f))}\n")
+            print(f"{f}\n\n{show(Path(f))}\n")
         return 0
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--name", required=True)

@@ -27,7 +27,9 @@ the others. What it measures (docs/planner.md, "Calibrating inside the launch"):
 - **driver residual** ``s`` (:func:`residuals`): the SGD driver's whole step timed on every
   mesh (:func:`.partners.driver_step`: its own trainer, the optimizer step and the batch
   included) less what the planner predicts for the same configuration from everything
-  above; the term the kernels, the overheads and the waits do not hold, per step;
+  above; the term the kernels, the overheads and the waits do not hold, per step; on a mesh
+  with dp > 1 also with ZeRO 1 and with each ``--codecs`` codec, each its own ``s``
+  (``"forms"``: what the form's exchange costs beyond its formula is in it);
 - **overhead**: the driver's per-micro-batch work outside the matmuls, timed on the driver's own
   :class:`~collectives.sgd.model.MLP`: its forward and backward of a micro-batch minus the sum of
   the layer kernels of the same shapes (Python calls, the loss and softmax, temporaries), per
@@ -231,8 +233,9 @@ def residuals(path: Path, w: planner.Workload, cl: planner.Cluster, schedule: st
     ``driver`` (``s``, seconds per step): its measured ``driver_step`` less the planner's
     prediction (from the file as it is, its links over ``cl``'s, ``s`` not yet in it) of the
     configuration the driver ran there (the mesh, its ``micro_batches``, no ZeRO, no codec),
-    and that prediction as ``predicted``. Not bounded below: where the other terms overprice
-    the mesh it is negative."""
+    and that prediction as ``predicted``; the same for each data-parallel form the driver was
+    timed with on that mesh (``"forms"``: its configuration with that ZeRO stage or codec).
+    Not bounded below: where the other terms overprice the mesh it is negative."""
     from dataclasses import replace
 
     compute = planner.MeasuredCompute(path)
@@ -244,10 +247,19 @@ def residuals(path: Path, w: planner.Workload, cl: planner.Cluster, schedule: st
         if "driver_step" not in v:
             continue
         dp, pp, tp = (int(x) for x in key.split(","))
-        c = planner.Configuration(dp, pp, tp, int(v["micro_batches"]), 0, "none", schedule)
+        M = int(v["micro_batches"])
+        c = planner.Configuration(dp, pp, tp, M, 0, "none", schedule)
         p = planner.predict(c, w, measured, compute)
         out[key]["predicted"] = p.step - p.driver
         out[key]["driver"] = float(v["driver_step"]) - out[key]["predicted"]
+        forms = {}
+        for form, f in (v.get("forms") or {}).items():
+            c = planner.Configuration(dp, pp, tp, M, int(f["shard"]), f["codec"], schedule)
+            p = planner.predict(c, w, measured, compute)
+            forms[form] = {**f, "predicted": p.step - p.driver,
+                           "driver": float(f["driver_step"]) - (p.step - p.driver)}
+        if forms:
+            out[key]["forms"] = forms
     return out
 
 
@@ -307,6 +319,12 @@ def run(path: Path, w: planner.Workload, cl: planner.Cluster, micro_factors, sch
             found[key] = _partners.probe(comm, w, mesh)
             comm.Barrier()
             found[key]["driver_step"] = _partners.driver_step(comm, w, mesh, dataset, schedule)
+            for shard, codec in _partners.driver_forms(mesh, codecs):
+                comm.Barrier()
+                found[key].setdefault("forms", {})[planner.driver_form(shard, codec)] = {
+                    "shard": shard, "codec": codec,
+                    "driver_step": _partners.driver_step(comm, w, mesh, dataset, schedule,
+                                                         shard=shard, codec=codec)}
     if comm.rank == 0:
         times[f"update threads={threads}"] = [statistics.median(update)]
         times[f"overhead threads={threads}"] = [statistics.median(over)]
@@ -330,6 +348,8 @@ def run(path: Path, w: planner.Workload, cl: planner.Cluster, micro_factors, sch
               f"driver residual s per step) "
               + ", ".join(f"{k}: {v['sync'] * 1e3:.2f}/{v['handoff'] * 1e3:.2f}/"
                           f"{v.get('driver', 0.0) * 1e3:.1f} ms"
+                          + "".join(f" ({f}: s {g['driver'] * 1e3:.1f} ms)"
+                                    for f, g in (v.get("forms") or {}).items())
                           for k, v in data["partners"].items())
               + f"; wrote {path}", file=out)
     return 0

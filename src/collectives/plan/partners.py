@@ -35,6 +35,9 @@ mesh:
   slowest rank's median. :mod:`.calibrate` subtracts what the planner's other terms predict for
   the same configuration and keeps the rest as the mesh's per-step driver residual ``s``: the
   optimizer step, the batch, the driver's bookkeeping, which the stage probe above never runs.
+  Where the mesh has dp > 1 the driver is timed again with ZeRO 1 (on a dp-only mesh also
+  2 and 3) and with each calibrated codec (:func:`driver_forms`), each form getting its own
+  ``s``.
 
 Each mesh runs :data:`STEPS` steps after a warm-up one, with the middle of its configurations'
 micro-batch counts (:func:`meshes`) and the planner's global batch. docs/planner.md has the formulas
@@ -50,7 +53,8 @@ import numpy as np
 
 from ..parallel import planner
 
-__all__ = ["meshes", "probe", "driver_step", "driver_argv", "STEPS", "DP_PROBE_ELEMENTS"]
+__all__ = ["meshes", "probe", "driver_step", "driver_argv", "driver_forms", "STEPS",
+           "DP_PROBE_ELEMENTS"]
 
 #: Timed steps per mesh (after one warm-up step).
 STEPS = 4
@@ -66,6 +70,18 @@ def meshes(w: planner.Workload, ranks: int, micro_factors, schedule: str
     for c in planner.configurations(w, ranks, ("none",), micro_factors, schedule):
         counts.setdefault((c.dp, c.pp, c.tp), set()).add(c.micro_batches)
     return [(*m, sorted(v)[len(v) // 2]) for m, v in sorted(counts.items()) if m != (1, 1, 1)]
+
+
+def driver_forms(mesh: tuple[int, int, int, int], codecs) -> list[tuple[int, str]]:
+    """The data-parallel forms whose driver step is timed on ``mesh`` besides the dense one,
+    where the mesh has dp > 1: ZeRO stage 1, stages 2 and 3 on a dp-only mesh (the driver
+    takes them there only), and each codec of ``codecs`` (but "none"); ``(shard, codec)``
+    each."""
+    dp, pp, tp, _ = mesh
+    if dp < 2:
+        return []
+    stages = (1, 2, 3) if pp == tp == 1 else (1,)
+    return [(z, "none") for z in stages] + [(0, c) for c in codecs if c != "none"]
 
 
 def _stage_class():
@@ -175,29 +191,33 @@ def probe(comm, w: planner.Workload, mesh: tuple[int, int, int, int], algorithm:
 
 
 def driver_argv(w: planner.Workload, mesh: tuple[int, int, int, int], dataset: str,
-                schedule: str) -> list[str]:
-    """The SGD driver's arguments of ``mesh`` (``(dp, pp, tp, M)``, no ZeRO, no codec): the
-    flags ``--run`` gives that configuration (:func:`.measure.driver_flags`)."""
+                schedule: str, shard: int = 0, codec: str = "none") -> list[str]:
+    """The SGD driver's arguments of ``mesh`` (``(dp, pp, tp, M)``; ZeRO stage ``shard``,
+    gradient codec ``codec``, by default neither): the flags ``--run`` gives that
+    configuration (:func:`.measure.driver_flags`)."""
     from .measure import driver_flags
 
     dp, pp, tp, M = mesh
-    c = planner.Configuration(dp, pp, tp, M, 0, "none", schedule)
+    c = planner.Configuration(dp, pp, tp, M, shard, codec, schedule)
     return ["--hidden", ",".join(map(str, w.sizes[1:-1])), "--dataset", dataset,
             *driver_flags(c, w.global_batch // dp), "--epochs", "1", "--quiet"]
 
 
 def driver_step(comm, w: planner.Workload, mesh: tuple[int, int, int, int],
-                dataset: str = "digits", schedule: str = "1f1b", steps: int = STEPS) -> float:
+                dataset: str = "digits", schedule: str = "1f1b", steps: int = STEPS,
+                shard: int = 0, codec: str = "none") -> float:
     """Collective over ``comm`` (all of the launch): the slowest rank's median seconds of the
     SGD driver's own step (``Trainer.one_step``, as ``step_median_s`` of its summary counts
-    it) on ``mesh``, over ``steps`` steps after a warm-up one."""
+    it) on ``mesh`` (with ZeRO stage ``shard`` or the gradient codec ``codec``), over
+    ``steps`` steps after a warm-up one."""
     from mpi4py import MPI
 
     from ..sgd import cli, datasets
     from ..sgd.driver import PipelinedTrainer, Trainer
 
     ds = datasets.load(dataset)
-    cfg = cli.parse(driver_argv(w, mesh, dataset, schedule), comm.size, len(ds.y_train))
+    cfg = cli.parse(driver_argv(w, mesh, dataset, schedule, shard, codec), comm.size,
+                    len(ds.y_train))
     t = (PipelinedTrainer if cfg.mesh else Trainer)(cfg, ds, comm)
     try:
         order = None

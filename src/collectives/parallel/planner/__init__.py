@@ -17,14 +17,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from .compute import ComputeModel, FlopRate, MeasuredCompute, default_cache_path
+from .compute import (ComputeModel, FlopRate, MeasuredCompute, default_cache_path,
+                      driver_form)
 from .config import (SCHEDULES, Configuration, Workload, check, codec_of, configurations,
                      why_invalid)
 from .network import Cluster, cluster, parse_rate
 from .predict import Memory, Prediction, partition, predict
 
 __all__ = ["plan", "Workload", "Configuration", "Cluster", "cluster", "parse_rate",
-           "ComputeModel", "FlopRate", "MeasuredCompute", "default_cache_path", "Prediction",
+           "ComputeModel", "FlopRate", "MeasuredCompute", "default_cache_path", "driver_form",
+           "Prediction",
            "Memory", "predict", "partition", "configurations", "why_invalid", "check",
            "SCHEDULES", "codec_of"]
 

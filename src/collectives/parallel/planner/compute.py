@@ -39,8 +39,8 @@ import numpy as np
 
 from ...selection.tuning_file import default_path
 
-__all__ = ["ComputeModel", "FlopRate", "MeasuredCompute", "default_cache_path", "REPETITIONS",
-           "BUDGET_S", "FORMAT", "threads_per_rank", "measure_layer", "measure_update"]
+__all__ = ["ComputeModel", "FlopRate", "MeasuredCompute", "default_cache_path", "driver_form",
+           "REPETITIONS", "BUDGET_S", "FORMAT", "threads_per_rank", "measure_layer", "measure_update"]
 
 #: Timed repetitions per measurement (the median is kept).
 REPETITIONS = 5
@@ -75,10 +75,11 @@ class ComputeModel(Protocol):
         """Seconds per pipeline slot of this mesh beyond the stage's compute and modelled
         messages (the neighbor hand-offs; one stage: the step's closing wait); 0 if unknown."""
 
-    def driver(self, dp: int, pp: int, tp: int) -> float:
-        """Seconds per step of the driver's whole step on this mesh beyond what the other terms
-        predict for it (the optimizer's and the batch's work, the driver's bookkeeping; below
-        0 where they overprice it); 0 if unknown."""
+    def driver(self, dp: int, pp: int, tp: int, shard: int = 0, codec: str = "none") -> float:
+        """Seconds per step of the driver's whole step on this mesh (with this ZeRO stage or
+        gradient codec: :func:`driver_form`) beyond what the other terms predict for it (the
+        optimizer's and the batch's work, the driver's bookkeeping, what the data-parallel
+        form costs beyond its formula; below 0 where they overprice it); 0 if unknown."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,9 @@ class FlopRate:
     sync_s: float = 0.0
     handoff_s: float = 0.0
     driver_s: float = 0.0
+    #: per data-parallel form (:func:`driver_form`: "shard 1", a codec's spec), its own
+    #: residual in place of ``driver_s`` (ZeRO 2-3 without their own: stage 1's)
+    forms: dict = field(default_factory=dict)
 
     def layer(self, rows: int, fan_in: int, fan_out: int, relu: bool,
               input_grad: bool) -> tuple[float, float]:
@@ -116,8 +120,27 @@ class FlopRate:
     def handoff(self, dp: int, pp: int, tp: int) -> float:
         return self.handoff_s
 
-    def driver(self, dp: int, pp: int, tp: int) -> float:
+    def driver(self, dp: int, pp: int, tp: int, shard: int = 0, codec: str = "none") -> float:
+        for form in _forms(shard, codec):
+            if form in self.forms:
+                return self.forms[form]
         return self.driver_s
+
+
+def driver_form(shard: int, codec: str) -> str | None:
+    """The name of a configuration's data-parallel form whose driver residual the calibration
+    keeps apart: "shard N" for ZeRO stage N, the codec's spec with a codec, None for the dense
+    exchange (the mesh's own residual)."""
+    if shard:
+        return f"shard {shard}"
+    return None if codec == "none" else codec
+
+
+def _forms(shard: int, codec: str) -> list[str]:
+    """The forms whose residual a configuration takes, first found first: its own, and for
+    ZeRO 2-3 stage 1's (where the calibration did not time the stage)."""
+    form = driver_form(shard, codec)
+    return [] if form is None else [form] + (["shard 1"] if shard > 1 else [])
 
 
 def default_cache_path() -> Path:
@@ -290,9 +313,15 @@ class MeasuredCompute:
         """The launch's measured hand-off per pipeline slot of this mesh; else 0."""
         return self._partner(dp, pp, tp, "handoff")
 
-    def driver(self, dp: int, pp: int, tp: int) -> float:
+    def driver(self, dp: int, pp: int, tp: int, shard: int = 0, codec: str = "none") -> float:
         """The launch's measured driver residual per step of this mesh (the driver's whole
-        step less the other terms' prediction of it, ``"partners"``); else 0."""
+        step less the other terms' prediction of it, ``"partners"``): of this data-parallel
+        form where the file has it (``"forms"``, :func:`driver_form`), else of the mesh's
+        dense configuration; else 0."""
+        forms = (self.partners.get(f"{dp},{pp},{tp}") or {}).get("forms") or {}
+        for form in _forms(shard, codec):
+            if "driver" in (forms.get(form) or {}):
+                return float(forms[form]["driver"])
         return self._partner(dp, pp, tp, "driver")
 
     def overhead(self, mesh: tuple[int, int, int] | None = None) -> float:

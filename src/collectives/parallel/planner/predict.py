@@ -54,10 +54,14 @@ launch by ``--calibrate``, else the tuning file's ``"codecs"`` section, else
 
 with ``s`` the mesh's driver residual per step (``ComputeModel.driver``; 0 without a
 calibration): the driver's whole step measured in the launch on that mesh (the probe's
-micro-batch count, no ZeRO, no codec) less the rest of this formula for the same
-configuration, :mod:`collectives.plan.calibrate`: the optimizer's and the batch's work and the
-driver's bookkeeping that the kernels, ``o`` and the waits do not hold; it may be below 0
-where the other terms overprice the mesh. So ``step = compute + bubble + dp + pp + tp + s``. Memory per rank (the largest stage; float32):
+micro-batch count) less the rest of this formula for the same configuration,
+:mod:`collectives.plan.calibrate`: the optimizer's and the batch's work and the driver's
+bookkeeping that the kernels, ``o`` and the waits do not hold; it may be below 0 where the
+other terms overprice the mesh. On a mesh with dp > 1 it is measured per data-parallel form
+(:func:`~.compute.driver_form`): dense, each ZeRO stage the driver takes there (a stage not
+timed takes stage 1's) and each calibrated codec have their own ``s``, the driver timed with that form, so what the form's exchange costs
+beyond its ``dp_s`` line (the buckets, staging copies and passes over the vector the cost
+model does not see) is in it; a form the calibration did not time takes the dense one. So ``step = compute + bubble + dp + pp + tp + s``. Memory per rank (the largest stage; float32):
 parameters ``4 Psi`` (``/dp`` at ZeRO 3), gradients ``4 Psi`` (``/dp`` at 2-3), optimizer state
 (the momentum, plus error feedback's residual for codecs that need one) ``4 Psi`` each (``/dp``
 at 1-3), activations ``4 r (w_in(s) + sum of its layers' local outputs)`` per micro-batch in
@@ -256,4 +260,5 @@ def predict(c: Configuration, w: Workload, cl: Cluster, compute: ComputeModel,
     memory = max(memories, key=lambda m: m.total)
     stages = tuple(tuple(l.index for j in g for l in blocks[j]) for g in groups)
     return Prediction(c, M * c_star + u_tail, (S - 1) * t_star, dp_tail, M * q_star,
-                      M * x_star, memory, stages, compute.driver(c.dp, c.pp, c.tp))
+                      M * x_star, memory, stages,
+                      compute.driver(c.dp, c.pp, c.tp, c.shard, c.codec))
