@@ -531,6 +531,34 @@ def test_allreduce_sweep_modes(tmp_path):
         assert all(0 < r["min_us"] <= r["median_us"] <= r["max_us"] for r in data["records"])
 
 
+def test_allreduce_sweep_columns_with_options(tmp_path):
+    """bench/allreduce_sweep.py's ``NAME:KEY=VALUE`` columns: the keys of its table set those
+    options (``shm:cma=0`` cross-memory attach at every size, ``never`` above any call); an
+    unknown key is refused naming the known ones; such columns run side by side with the
+    default one and are recorded under their own names."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sweep", ROOT / "bench" / "allreduce_sweep.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    assert sweep.column("shm") == ("shm", {})
+    assert sweep.column("shm:cma=4M:seg=never") == \
+        ("shm", {"shm_cma_bytes": 4 << 20, "shm_segment_bytes": sweep.NEVER})
+    for bad in ("shm:cmb=0", "shm:cma", "shm:cma=lots"):
+        with pytest.raises(ValueError, match="cma, seg|byte count"):
+            sweep.column(bad)
+    out = tmp_path / "columns.json"
+    _bench_job(2, "allreduce_sweep.py", "--algorithms", "mpi,shm,shm:cma=0,shm:cma=never",
+               "--sizes", "8,65536", "--iterations", "4", "--iterations-large", "4", out=out)
+    records = json.loads(out.read_text())["records"]
+    assert {(r["algorithm"], r["size"]) for r in records} == \
+        {(a, n) for a in ("mpi", "shm", "shm:cma=0", "shm:cma=never") for n in (8, 65536)}
+    bad = subprocess.run([sys.executable, str(ROOT / "bench" / "allreduce_sweep.py"),
+                          "--algorithms", "mpi,shm:cmb=0"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "KEY one of cma, seg" in bad.stderr
+
+
 def test_allreduce_sweep_and_the_headline_table(tmp_path):
     """bench/allreduce_sweep.py at 2 ranks on two sizes, then bench/mpi_headline.py on its JSON:
     one row per size, the default call's and the best hand-written algorithm's time over the
