@@ -27,7 +27,12 @@ column's ratio to ``mpi``. The mode says what happens between calls:
   ``cma`` is ``Options.shm_cma_bytes``, ``seg`` ``shm_segment_bytes``; values are byte counts
   with K/M/G suffixes, or ``never``): ``shm:cma=0`` moves private buffers by cross-memory attach
   at every size, ``shm:cma=never`` through the window's slots only, side by side with ``shm``'s
-  default threshold in one loop.
+  default threshold in one loop. Such a column runs on arrays of its own (copies): the library
+  remembers one call per arrays, op and algorithm name (``_runtime/repeats.py``), so two columns
+  of one algorithm with different options on the same arrays would replace each other's
+  remembered call at every call and both pay a first call's path. Compare such columns with
+  each other (``shm:cma=4M`` is the default threshold under MPICH), not with ``shm`` or
+  ``auto``, whose arrays the other columns share and keep warm.
 
 ``--json FILE`` adds this run's records (``collectives.tools.osu.results.Record``, benchmark
 ``allreduce_sweep``) to FILE, replacing any of the same world size, so runs at several ``P`` make
@@ -126,9 +131,10 @@ def _call(name: str, x: np.ndarray, y: np.ndarray, bare: MPI.Comm, opts: collect
     if name == "mpi":
         return lambda: bare.Allreduce(x, y, op=MPI.SUM)
     algorithm, fields = column(name)
-    if fields:
+    if fields:  # on arrays of its own (see the module docstring)
         given = dataclasses.replace(collectives.Options.from_env(), **fields)
-        return lambda: collectives.allreduce(x, out=y, algorithm=algorithm, options=given)
+        xs, ys = x.copy(), np.empty_like(y)
+        return lambda: collectives.allreduce(xs, out=ys, algorithm=algorithm, options=given)
     if name == "hierarchical":
         return lambda: collectives.allreduce(x, out=y, algorithm=name, options=opts)
     return lambda: collectives.allreduce(x, out=y, algorithm=name)
