@@ -574,6 +574,19 @@ def test_cma_copy_rate(tmp_path):
     assert all(r["cma_us"] > 0 and r["memcpy_us"] > 0 for r in rows)
 
 
+def test_busy_cores_reports_and_passes_the_exit_status():
+    """bench/busy_cores.py runs the command, passes its exit status on, and prints one line with
+    the other processes' and the command's own cores."""
+    script = str(ROOT / "bench" / "busy_cores.py")
+    run = subprocess.run([sys.executable, script, sys.executable, "-c", "print('hi')"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and run.stdout.startswith("hi\n## others used "), run.stdout
+    assert " cores on average over " in run.stdout and "(this run " in run.stdout
+    failed = subprocess.run([sys.executable, script, sys.executable, "-c", "raise SystemExit(3)"],
+                            capture_output=True, text=True, timeout=60)
+    assert failed.returncode == 3
+
+
 def test_allreduce_sweep_and_the_headline_table(tmp_path):
     """bench/allreduce_sweep.py at 2 ranks on two sizes, then bench/mpi_headline.py on its JSON:
     one row per size, the default call's and the best hand-written algorithm's time over the
