@@ -22,7 +22,17 @@ column's ratio to ``mpi``. The mode says what happens between calls:
   this library: the MPI library's own call, the yardstick;
 - every other name is ``collectives.allreduce(x, out=y, algorithm=NAME)`` with default options, as
   a user calls it (``native`` is the same MPI call through the library's dispatcher and failure
-  guard; ``hierarchical`` alone gets ``Options(node_size=...)``, its emulated nodes).
+  guard; ``hierarchical`` alone gets ``Options(node_size=...)``, its emulated nodes);
+- ``NAME:KEY=VALUE[:KEY=VALUE...]``: the algorithm with those options (``KNOBS`` names the keys:
+  ``cma`` is ``Options.shm_cma_bytes``, ``seg`` ``shm_segment_bytes``; values are byte counts
+  with K/M/G suffixes, or ``never``): ``shm:cma=0`` moves private buffers by cross-memory attach
+  at every size, ``shm:cma=never`` through the window's slots only, side by side with ``shm``'s
+  default threshold in one loop. Such a column runs on arrays of its own (copies): the library
+  remembers one call per arrays, op and algorithm name (``_runtime/repeats.py``), so two columns
+  of one algorithm with different options on the same arrays would replace each other's
+  remembered call at every call and both pay a first call's path. Compare such columns with
+  each other (``shm:cma=4M`` is the default threshold under MPICH), not with ``shm`` or
+  ``auto``, whose arrays the other columns share and keep warm.
 
 ``--json FILE`` adds this run's records (``collectives.tools.osu.results.Record``, benchmark
 ``allreduce_sweep``) to FILE, replacing any of the same world size, so runs at several ``P`` make
@@ -35,6 +45,7 @@ and the README's figure quote it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -47,6 +58,7 @@ from mpi4py import MPI
 
 import collectives
 from collectives import mpi_library
+from collectives.tools.osu.options import parse_bytes
 from collectives.tools.osu.report import algbw_gbs, busbw_gbs
 from collectives.tools.osu.results import Record, read_records, write_json
 
@@ -54,6 +66,25 @@ DEFAULT = ["mpi", "native", "ring", "tree", "recursive_doubling", "rabenseifner"
 
 #: calls of a column in a row by mode (``--chunk`` overrides back-to-back's)
 CHUNK = {"interleaved": 1, "evicting": 1, "back-to-back": 20}
+
+#: a column's option keys (``shm:cma=0``) and the ``Options`` field each sets
+KNOBS = {"cma": "shm_cma_bytes", "seg": "shm_segment_bytes"}
+#: a byte count above any call (an option value ``never``)
+NEVER = 2**63 - 1
+
+
+def column(name: str) -> tuple[str, dict[str, int]]:
+    """The algorithm and the options of the column ``name`` (``shm:cma=4M``: ``"shm"`` and
+    ``{"shm_cma_bytes": 4194304}``). Raises ValueError naming the keys for an unknown one."""
+    algorithm, *pairs = name.split(":")
+    fields = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        if key not in KNOBS or not value:
+            raise ValueError(f"column {name!r}: options are KEY=VALUE with KEY one of "
+                             f"{', '.join(KNOBS)}, got {pair!r}")
+        fields[KNOBS[key]] = NEVER if value == "never" else parse_bytes(value)
+    return algorithm, fields
 
 
 def llc_bytes() -> int:
@@ -95,9 +126,15 @@ def _save(path: str, records: list[Record], argv: list[str], load: tuple[float, 
 
 def _call(name: str, x: np.ndarray, y: np.ndarray, bare: MPI.Comm, opts: collectives.Options):
     """The column ``name``'s call: the bare MPI call, ``hierarchical`` with the emulated node
-    size, any other algorithm as a user calls it (default options, read from the environment)."""
+    size, an algorithm with options (:func:`column`) with those over the environment's, any
+    other algorithm as a user calls it (default options, read from the environment)."""
     if name == "mpi":
         return lambda: bare.Allreduce(x, y, op=MPI.SUM)
+    algorithm, fields = column(name)
+    if fields:  # on arrays of its own (see the module docstring)
+        given = dataclasses.replace(collectives.Options.from_env(), **fields)
+        xs, ys = x.copy(), np.empty_like(y)
+        return lambda: collectives.allreduce(xs, out=ys, algorithm=algorithm, options=given)
     if name == "hierarchical":
         return lambda: collectives.allreduce(x, out=y, algorithm=name, options=opts)
     return lambda: collectives.allreduce(x, out=y, algorithm=name)
@@ -127,7 +164,10 @@ def main() -> None:
     parser.add_argument("--json", help="add the medians to this JSON file (see above)")
     args = parser.parse_args()
     names = [a for a in args.algorithms.split(",") if a]
-    unknown = [a for a in names if a != "mpi" and a not in collectives.ALGORITHMS]
+    try:
+        unknown = [a for a in names if a != "mpi" and column(a)[0] not in collectives.ALGORITHMS]
+    except ValueError as e:
+        parser.error(str(e))
     if unknown or "mpi" not in names:
         parser.error(f"--algorithms needs mpi and names of {', '.join(collectives.ALGORITHMS)}"
                      + (f"; unknown: {', '.join(unknown)}" if unknown else ""))

@@ -531,6 +531,62 @@ def test_allreduce_sweep_modes(tmp_path):
         assert all(0 < r["min_us"] <= r["median_us"] <= r["max_us"] for r in data["records"])
 
 
+def test_allreduce_sweep_columns_with_options(tmp_path):
+    """bench/allreduce_sweep.py's ``NAME:KEY=VALUE`` columns: the keys of its table set those
+    options (``shm:cma=0`` cross-memory attach at every size, ``never`` above any call); an
+    unknown key is refused naming the known ones; such columns run side by side with the
+    default one and are recorded under their own names."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sweep", ROOT / "bench" / "allreduce_sweep.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    assert sweep.column("shm") == ("shm", {})
+    assert sweep.column("shm:cma=4M:seg=never") == \
+        ("shm", {"shm_cma_bytes": 4 << 20, "shm_segment_bytes": sweep.NEVER})
+    for bad in ("shm:cmb=0", "shm:cma", "shm:cma=lots"):
+        with pytest.raises(ValueError, match="cma, seg|byte count"):
+            sweep.column(bad)
+    out = tmp_path / "columns.json"
+    _bench_job(2, "allreduce_sweep.py", "--algorithms", "mpi,shm,shm:cma=0,shm:cma=never",
+               "--sizes", "8,65536", "--iterations", "4", "--iterations-large", "4", out=out)
+    records = json.loads(out.read_text())["records"]
+    assert {(r["algorithm"], r["size"]) for r in records} == \
+        {(a, n) for a in ("mpi", "shm", "shm:cma=0", "shm:cma=never") for n in (8, 65536)}
+    bad = subprocess.run([sys.executable, str(ROOT / "bench" / "allreduce_sweep.py"),
+                          "--algorithms", "mpi,shm:cmb=0"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "KEY one of cma, seg" in bad.stderr
+
+
+def test_cma_copy_rate(tmp_path):
+    """bench/cma_copy_rate.py: a row per size with both copies timed (it checks that
+    process_vm_readv copied the child's bytes); skipped where the call is not permitted."""
+    out = tmp_path / "cma.json"
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "cma_copy_rate.py"), "--sizes",
+                          "4K,64K", "--calls", "3", "--json", str(out)], capture_output=True,
+                         text=True, timeout=120)
+    if run.returncode != 0 and "Operation not permitted" in run.stderr:
+        pytest.skip("process_vm_readv is not permitted here (ptrace rules or seccomp)")
+    assert run.returncode == 0, run.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["bytes"] for r in rows] == [4096, 65536]
+    assert all(r["cma_us"] > 0 and r["memcpy_us"] > 0 for r in rows)
+
+
+def test_busy_cores_reports_and_passes_the_exit_status():
+    """bench/busy_cores.py runs the command, passes its exit status on, and prints one line with
+    the other processes' and the command's own cores."""
+    script = str(ROOT / "bench" / "busy_cores.py")
+    run = subprocess.run([sys.executable, script, sys.executable, "-c", "print('hi')"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and run.stdout.startswith("hi\n## others used "), run.stdout
+    assert " cores on average over " in run.stdout and "(this run " in run.stdout
+    failed = subprocess.run([sys.executable, script, sys.executable, "-c", "raise SystemExit(3)"],
+                            capture_output=True, text=True, timeout=60)
+    assert failed.returncode == 3
+
+
 def test_allreduce_sweep_and_the_headline_table(tmp_path):
     """bench/allreduce_sweep.py at 2 ranks on two sizes, then bench/mpi_headline.py on its JSON:
     one row per size, the default call's and the best hand-written algorithm's time over the
