@@ -129,16 +129,20 @@ def test_cross_memory_attach_many_rounds(op, monkeypatch, shm_driver, comm):
 
 
 def test_cross_memory_attach_from_a_threshold(comm):
-    """From the team's threshold on (``team.CMA_DEDICATED`` bytes, under MPICH and Open MPI alike,
-    or ``CMA_SHARED`` when its ranks share cores), private buffers go by
+    """From the team's threshold on (``team.CMA_DEDICATED`` bytes, ``CMA_DEDICATED_MPICH``
+    under MPICH, or ``CMA_SHARED`` when its ranks share cores), private buffers go by
     cross-memory attach where the team can; below, and with ``COLLECTIVES_SHM_CMA=0`` (read when
     a team is made), through the slots."""
+    from collectives._runtime.mpilib import mpi_library
+
     team = shm.team(context(comm), collectives.Options())
     if team.cma:
         dedicated = comm.size <= (os.cpu_count() or 1)
+        mpich = MPI.Get_library_version().startswith("MPICH")
+        assert mpich == (mpi_library().vendor == "MPICH")
         assert team.tab[layout.T_CMA] == (
-            shm_team.CMA_DEDICATED if dedicated else shm_team.CMA_SHARED) == (
-            8 << 20 if dedicated else 16 << 20)
+            shm_team.CMA_SHARED if not dedicated else
+            shm_team.CMA_DEDICATED_MPICH if mpich else shm_team.CMA_DEDICATED)
     threshold = 200_000  # above shm.REPLICATE_BYTES: the short vector is cut into blocks too
     count = threshold // 4 + 3
     x = make_input(count, np.dtype(np.float32), "sum", comm.rank)

@@ -18,8 +18,8 @@ release/gather collectives do:
    memory.
 4. Copy out: each rank copies the other blocks' segment ``t`` from their owners' output slots.
 
-Long vectors (from 8 MiB, or 16 MiB when ranks share cores) in private buffers skip steps 2 and
-4 where the
+Long vectors (from 4 MiB under MPICH and 512 KiB under other MPI libraries, or 16 MiB when ranks
+share cores) in private buffers skip steps 2 and 4 where the
 kernel allows it: the reducer reads the other ranks' segments of its block straight from their
 memory with ``process_vm_readv`` (cross-memory attach, as MPICH's and Open MPI's single-copy
 transports do), and each rank then reads the other blocks straight from their reducers'

@@ -44,11 +44,12 @@ SEGMENT_DEDICATED = 1 << 20
 #: Bytes apart that reading one byte touches every page (4 KiB, the smallest x86-64 page).
 PAGE = 4096
 #: Bytes from which an allreduce moves private buffers by cross-memory attach (where it beats the
-#: slots), when the team's ranks have a core each (under MPICH and Open MPI alike: below, the
-#: kernel's copies cost more than the slots' copies in cache), and when they share cores: there
-#: its extra wait at the end of a call costs a turn of the scheduler (docs/benchmarks/shm.md,
-#: shm thresholds).
-CMA_DEDICATED, CMA_SHARED = 8 << 20, 16 << 20
+#: slots), when the team's ranks have a core each, and when they share cores: there its extra wait
+#: at the end of a call costs a turn of the scheduler (docs/benchmarks/shm.md, shm thresholds).
+CMA_DEDICATED, CMA_SHARED = 512 << 10, 16 << 20
+#: ... when they have a core each under MPICH, whose shared windows' slots beat cross-memory
+#: attach further up than Open MPI's (docs/benchmarks/shm.md, shm thresholds)
+CMA_DEDICATED_MPICH = 4 << 20
 #: Polls without progress (about 2 ns each) before ``run_rounds`` returns to Python to yield:
 #: about 100 us when every rank of the team can have a core of its own, well under 1 us when they
 #: cannot (then the rank waited for may need this very core); longer spins keep other jobs'
@@ -95,8 +96,13 @@ def _observed(observers: tuple, comm: MPI.Comm, mode: int, nbytes: int, t0: floa
 
 
 def _cma_bytes(dedicated: bool) -> int:
-    """The team's cross-memory attach threshold (:data:`CMA_DEDICATED`, :data:`CMA_SHARED`)."""
-    return CMA_DEDICATED if dedicated else CMA_SHARED
+    """The team's cross-memory attach threshold (:data:`CMA_DEDICATED` ...); the same on every
+    rank, which all load the same MPI library."""
+    if not dedicated:
+        return CMA_SHARED
+    from ..mpilib import mpi_library
+
+    return CMA_DEDICATED_MPICH if mpi_library().vendor == "MPICH" else CMA_DEDICATED
 
 
 def _kernels():
