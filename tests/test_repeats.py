@@ -1,7 +1,7 @@
 """The one cache of remembered calls (``_runtime/repeats.py``), its "nothing changed" check
 alone, in one process: entries made as ``api.allreduce`` makes them, found or not after each
-change that can happen in place. A pair of NumPy arrays is checked field by field in line;
-these tests hold that check to the NumPy fingerprint function it stands for.
+change that can happen in place. A pair of NumPy arrays, and a pair of tensors, is checked
+field by field in line; these tests hold that check to the fingerprint function it stands for.
 """
 
 import types
@@ -107,6 +107,43 @@ def test_tensors_are_checked_by_their_fingerprint():
     out.requires_grad_(False)
     out.set_(torch.zeros(6))  # new memory: its kept view would be stale
     assert cache.find("allreduce", x, out, "sum", "auto", None, None) is None
+
+
+#: what can change in place on a remembered call's tensors (x is 12 float64 elements, out too
+#: or x itself): every change turns the call into a first call again
+TENSOR_CHANGES = {
+    "nothing": lambda x, o: None,
+    "x reshaped": lambda x, o: x.resize_(3, 4),
+    "out reshaped": lambda x, o: o.resize_(4, 3),
+    "x strides": lambda x, o: x.as_strided_((12,), (0,)),
+    "out strides": lambda x, o: o.as_strided_((6,), (2,)),
+    "out transposed": lambda x, o: o.resize_(4, 3).t_(),
+    "x new memory": lambda x, o: x.set_(x.new_zeros(12)),
+    "out new memory": lambda x, o: o.set_(o.new_zeros(13).untyped_storage(), 1, (12,), (1,)),
+    "x dtype": lambda x, o: setattr(x, "data", x.view(__import__("torch").int64)),
+    "out dtype": lambda x, o: setattr(o, "data", o.view(__import__("torch").int64)),
+    "x requires grad": lambda x, o: x.requires_grad_(),
+    "out requires grad": lambda x, o: o.requires_grad_(),
+}
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["out-of-place", "in-place"])
+@pytest.mark.parametrize("change", list(TENSOR_CHANGES))
+def test_tensor_changes_in_place_are_noticed_as_the_fingerprint_notices_them(change, in_place):
+    torch = pytest.importorskip("torch")
+    cache = Repeats()
+    x = torch.arange(12, dtype=torch.float64)
+    out = x if in_place else torch.zeros(12, dtype=torch.float64)
+    entry = _remember(cache, x, out)
+    assert entry.torch and cache.find("allreduce", x, out, "sum", "auto", None, None) is entry
+    with torch.no_grad():
+        TENSOR_CHANGES[change](x, out)
+    repeats = change == "nothing"
+    found = cache.find("allreduce", x, out, "sum", "auto", None, None)
+    assert (found is entry) is repeats, change
+    # the fingerprint function of the tensor kind decides the same
+    by_prints = entry.xprint(x) == entry.xseen and (out is x or entry.oprint(out) == entry.oseen)
+    assert by_prints is repeats, change
 
 
 def test_entries_of_a_freed_communicator_are_dropped_at_the_next_remember():
