@@ -383,6 +383,7 @@ def test_two_phase_server_compresses_its_first_aggregate_as_it_is(name):
         np.testing.assert_array_equal(y.view(np.uint32), plus.view(np.uint32))
 
 
+@pytest.mark.world_sizes(1, 2, 3)  # "on every rank": one, two and an odd number
 @pytest.mark.filterwarnings("error::RuntimeWarning")  # an overflow is expected, not warned about
 @pytest.mark.parametrize("bad", [np.inf, np.nan, -np.inf], ids=["inf", "nan", "inf-and-minus-inf"])
 @pytest.mark.parametrize("name", list(compress.CODECS))
@@ -551,6 +552,9 @@ def _state(name, rank, memory, auto):
                                         auto=collectives.AutoCompression() if auto else None)
 
 
+# the rules are the codec's and memory's, not p's: 1, 2 and 3 ranks (the results at every size are
+# test_every_strategy_matches_reference's)
+@pytest.mark.world_sizes(1, 2, 3)
 @pytest.mark.parametrize("auto", [False, True], ids=["plain", "auto"])
 @pytest.mark.parametrize("memory", list(MEMORIES))
 @pytest.mark.parametrize("name", list(compress.CODECS))

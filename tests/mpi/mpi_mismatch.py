@@ -18,6 +18,11 @@ from mpi4py import MPI
 import collectives
 from reference import make_input, reference_allreduce
 
+#: every test needs a rank to differ from; the check is an allgather of signatures, whose
+#: properties ("on every rank", the first or last rank odd) 2, 3 and 4 ranks cover (the native
+#: algorithms' results at every size are mpi_allreduce.py's)
+pytestmark = [pytest.mark.world_sizes(2, 3, 4), pytest.mark.mpi(min_size=2)]
+
 SENTINEL = -7.0
 #: Options.timeout of the tests that wait for one: short, yet long enough that a rank of a
 #: loaded machine (more ranks than cores) does not miss the calls before it
@@ -60,8 +65,6 @@ def _value(field, count, dtype, op, root):
 def test_native_mismatch_raises_on_every_rank(name, field, odd_rank):
     comm = MPI.COMM_WORLD
     p = comm.size
-    if p == 1:
-        pytest.skip("nothing to differ from")
     odd = (comm.rank == 0) if odd_rank == "first" else (comm.rank == p - 1)
     count, dtype, op, root = _arguments(field, odd, p)
     x = np.ones(count, dtype)
@@ -99,7 +102,6 @@ ICALLS = {
 }
 
 
-@pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("name,field", [c for c in CASES if c[1] in ("count", "dtype")])
 def test_native_mismatch_raises_on_every_rank_through_the_engine(name, field):
     """The non-blocking forms' native operations run on the engine's context, which has a
@@ -158,8 +160,6 @@ def test_a_rank_that_changes_its_array_while_another_repeats():
     rank: ValueError on every rank, no timeout set, never a truncated result; the repeaters'
     ``y`` keeps its last result."""
     comm = MPI.COMM_WORLD
-    if comm.size == 1:
-        pytest.skip("nothing to differ from")
     last = comm.rank == comm.size - 1
     x = make_input(10, np.dtype(np.float32), "sum", comm.rank)
     y = np.empty_like(x)
@@ -187,8 +187,6 @@ def test_ranks_that_repeat_two_different_remembered_calls(late):
     ValueError on every rank, whether the note reaches the last rank in its wait or before
     (``late``: the last rank arrives after the note)."""
     comm = MPI.COMM_WORLD
-    if comm.size == 1:
-        pytest.skip("nothing to differ from")
     a, b = np.ones(10, np.float32), np.ones(11, np.float32)
     ya, yb = np.empty_like(a), np.empty_like(b)
     for _ in range(2):
@@ -212,8 +210,6 @@ def test_a_slow_check_that_every_rank_makes_is_no_mismatch():
     while a signature was agreed, then a repeat of the new one: the notes name a check every
     rank made, so nothing is raised, and the results are right."""
     comm = MPI.COMM_WORLD
-    if comm.size == 1:
-        pytest.skip("nothing to differ from")
     a, b = np.ones(10, np.float32), np.ones(11, np.float32)
     ya, yb = np.empty_like(a), np.empty_like(b)
     collectives.allreduce(a, out=ya, algorithm="native")
@@ -231,8 +227,6 @@ def test_a_repeat_after_a_mismatch_is_checked_again():
     every rank: the next call, a repeat of a remembered call on every rank, checks again and is
     right."""
     comm = MPI.COMM_WORLD
-    if comm.size == 1:
-        pytest.skip("nothing to differ from")
     x = np.ones(6)
     y = np.empty_like(x)
     collectives.allreduce(x, out=y, algorithm="native")
