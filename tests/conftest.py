@@ -24,3 +24,23 @@ os.environ.setdefault("COLLECTIVES_DUMP_DIR",
 # simulator, so their tests run everywhere. Numba reads this when it is first imported.
 if not (Path("/dev/nvidia0").exists() or Path("/proc/driver/nvidia").exists()):
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+
+def pytest_configure(config):
+    """The suite starts hundreds of Python processes (the ranks of every job, the driver's and
+    the tools' runs), each importing the package. Where bytecode is not written
+    (``PYTHONDONTWRITEBYTECODE``, as on the CI machines), each of them would compile every module
+    of ``src/`` from source again, some 0.2 s of a core per process: compiled here once instead,
+    as pip compiles a regular install (an editable one it does not). The environment's setting is
+    left as it is; only the checkout's own sources are compiled, and only where their cached
+    bytecode is missing or stale."""
+    from mpi_launch import _under_mpiexec
+
+    if not sys.dont_write_bytecode or _under_mpiexec():
+        return  # bytecode is written as modules are imported; or a rank, whose parent did it
+    import compileall
+
+    root = Path(__file__).resolve().parent.parent
+    for folder in (root / "src", root / "tests", root / "bench"):
+        if folder.is_dir():
+            compileall.compile_dir(folder, quiet=2, workers=1)
