@@ -26,14 +26,21 @@ if not (Path("/dev/nvidia0").exists() or Path("/proc/driver/nvidia").exists()):
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
 
+
+#: set while the outer run writes bytecode that the environment would not have written
+_BYTECODE: dict[str, bool] = {}
+
+
 def pytest_configure(config):
     """The suite starts hundreds of Python processes (the ranks of every job, the driver's and
-    the tools' runs), each importing the package. Where bytecode is not written
-    (``PYTHONDONTWRITEBYTECODE``, as on the CI machines), each of them would compile every module
-    of ``src/`` from source again, some 0.2 s of a core per process: compiled here once instead,
-    as pip compiles a regular install (an editable one it does not). The environment's setting is
-    left as it is; only the checkout's own sources are compiled, and only where their cached
-    bytecode is missing or stale."""
+    the tools' runs), each importing the package and, in the ranks, pytest's assertion-rewritten
+    test modules. Where bytecode is not written (``PYTHONDONTWRITEBYTECODE``, as on the CI
+    machines) each of them would compile all of that from source again: some 0.2 s of a core per
+    process for ``src/``, 2.5 s per rank for ``tests/mpi``. The outer run writes it once instead,
+    as pip compiles a regular install (an editable one it does not): ``src/`` and ``bench/`` by
+    ``compileall``, and the test modules while it collects them (the setting is back in place
+    when collection ends). Processes the suite starts keep the environment's setting and read
+    what is there; only the checkout's own files are written, where missing or stale."""
     from mpi_launch import _under_mpiexec
 
     if not sys.dont_write_bytecode or _under_mpiexec():
@@ -41,6 +48,13 @@ def pytest_configure(config):
     import compileall
 
     root = Path(__file__).resolve().parent.parent
-    for folder in (root / "src", root / "tests", root / "bench"):
+    for folder in (root / "src", root / "bench"):
         if folder.is_dir():
             compileall.compile_dir(folder, quiet=2, workers=1)
+    _BYTECODE["restore"] = True
+    sys.dont_write_bytecode = False
+
+
+def pytest_collection_finish(session):
+    if _BYTECODE.pop("restore", False):
+        sys.dont_write_bytecode = True
