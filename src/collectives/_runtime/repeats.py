@@ -193,9 +193,11 @@ class Repeats:
         could change in place has, and the same ``options=`` argument), else None. The recent
         entries are compared by identity, names included (a loop's literals); the keyed lookup
         compares names by value and makes the entry found the most recent."""
-        e = self.recent[0]  # a training loop's call: the most recent entry (or NOTHING)
-        if not (e.out() is out and e.x() is x and e.op is op and e.algorithm is algorithm
-                and e.comm_arg is comm and e.form is form):
+        for e in self.recent:  # a loop's calls: the recent entries (at first NOTHING)
+            if (e.out() is out and e.x() is x and e.op is op and e.algorithm is algorithm
+                    and e.comm_arg is comm and e.form is form):
+                break
+        else:
             e = self._lookup(form, x, out, op, algorithm, comm)
             if e is None:
                 return None
@@ -226,22 +228,16 @@ class Repeats:
 
     def _lookup(self, form: str, x: Any, out: Any, op: Any, algorithm: Any,
                 comm: Any) -> Repeat | None:
-        """The entry of these arguments among the other recent ones, else by key (which makes
-        it the most recent), or None."""
+        """The entry of these arguments by key (which makes it the most recent), or None."""
         if out is None or x is None:  # a gone array's weak reference gives None
             return None
-        for e in self.recent[1:]:
-            if (e.x() is x and e.out() is out and e.op is op and e.algorithm is algorithm
-                    and e.comm_arg is comm and e.form is form):
-                break
-        else:
-            if type(op) not in _KEYED or type(algorithm) not in _KEYED:
-                return None
-            key = (form, id(x), id(out), op, algorithm, id(comm))
-            e = self.entries.get(key)
-            if e is None or e.x() is not x or e.out() is not out:
-                return None
-            self._use(key, e)
+        if type(op) not in _KEYED or type(algorithm) not in _KEYED:
+            return None
+        key = (form, id(x), id(out), op, algorithm, id(comm))
+        e = self.entries.get(key)
+        if e is None or e.x() is not x or e.out() is not out:
+            return None
+        self._use(key, e)
         return e
 
     def remember(self, entry: Repeat) -> None:

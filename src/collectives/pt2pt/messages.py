@@ -55,7 +55,7 @@ MPI's, and a blocking send is ``MPI_Send`` itself.
 
 **Cost.** A repeated blocking ``send``/``recv`` is found in the one cache of repeats, tells
 the observers its start and end in line, and a ``recv`` probes, checks and receives in one
-frame (:meth:`_Recv.receive`): from MPI's rendezvous size (8 KiB under MPICH 5) a send waits
+frame (:meth:`_Recv.transfer`): from MPI's rendezvous size (8 KiB under MPICH 5) a send waits
 for its receive, so each rank's Python between two messages of an exchange is on its critical
 path, not only the sender's before ``MPI_Send`` (docs/benchmarks/alltoall.md, "send/recv").
 
@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import os
 import time
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -208,6 +209,14 @@ class _Send:
         self.req = self.comm.Isend(self.spec, self.dest, self.wire)
         return self
 
+    def transfer(self, timeout: float | None) -> None:
+        """The whole of a blocking send (``send``): ``MPI_Send`` itself without a timeout,
+        else ``MPI_Isend`` and tests under the deadline (:func:`_complete`)."""
+        if timeout is None:
+            self.comm.Send(self.spec, self.dest, self.wire)
+        else:
+            _complete([self.start()], "send", timeout)
+
     def test(self) -> bool:
         return self.req.Test()
 
@@ -307,9 +316,12 @@ class _Recv:
         self.req = msg.Irecv(self.spec)
         return self.req.Test() and self._landed()
 
-    def receive(self, timeout: float | None) -> None:
+    def transfer(self, timeout: float | None) -> None:
         """The whole of a blocking receive (``recv``): probe until the message is there
-        (:meth:`_poll`), check its size and dtype, receive it into ``out`` (``MPI_Mrecv``).
+        (:meth:`_poll`), check its size and dtype, receive it into ``out`` (``MPI_Mrecv``):
+        probed, then received, so that any mismatch leaves ``out`` as it was (a receive posted
+        into ``out`` first would let a message of another count land in it; its cost:
+        docs/benchmarks/alltoall.md, "send/recv").
         The same steps as :meth:`test`, in one frame: after the message has come, its
         receiver's Python is on the critical path of every exchange."""
         if self.null:
@@ -573,8 +585,8 @@ def _ended(observers: tuple, kind: str, ops: tuple, t0: float, error: str | None
 # -- the call classes ----------------------------------------------------------------------------
 class _OneMessage:
     """A blocking call of one message (``send``, ``recv``): ``run`` tells the observers of
-    ``pt2pt`` its start and end around ``_message`` (as :func:`_observed`, in line: a repeated
-    message's Python is on its exchange's critical path)."""
+    ``pt2pt`` its start and end around its message's ``transfer`` (as :func:`_observed`, in
+    line: a repeated message's Python is on its exchange's critical path)."""
 
     __slots__ = ()
 
@@ -585,7 +597,7 @@ class _OneMessage:
             for observe in observers:
                 observe(self.kind, op, t0, None, None)
         try:
-            self._message(op, comm)
+            op.transfer(self.timeout)
         except BaseException as exc:
             _failed(observers, self.kind, (op,), t0 if observers else 0.0, exc)
             raise
@@ -607,11 +619,6 @@ class SendCall(_OneMessage):
                         _tag(tag, "tag", self.kind, False), "send")
         self.timeout, self.result = opts.timeout, None
 
-    def _message(self, op: _Send, comm: MPI.Comm) -> None:
-        if self.timeout is None:  # MPI_Send itself
-            comm.Send(op.spec, op.dest, op.wire)
-        else:
-            _complete([op.start()], self.kind, self.timeout)
 
 class RecvCall(_OneMessage):
     """A checked blocking receive (``run`` receives into ``out``, or raises)."""
@@ -624,11 +631,6 @@ class RecvCall(_OneMessage):
         self.op = _receive(comm, self.kind, out, source, tag, status, "recv")
         self.timeout, self.result = opts.timeout, out
 
-    def _message(self, op: _Recv, comm: MPI.Comm) -> None:
-        # probed, then received (MPI_Mrecv): any mismatch leaves out as it was; a receive
-        # posted into out first would let a message of another count land in out (its cost:
-        # docs/benchmarks/alltoall.md, "send/recv")
-        op.receive(self.timeout)
 
 class SendrecvCall:
     """A checked send and receive at once (``run``: both, the receive posted first)."""
@@ -683,19 +685,21 @@ class _Open:
     def __init__(self, comm: MPI.Comm) -> None:
         self.comm = comm
 
-    @property
-    def live(self) -> bool:
-        return self.comm != MPI.COMM_NULL
+    #: truthy while the communicator is not freed: the communicator itself, whose truth is
+    #: ``comm != MPI.COMM_NULL`` (a getter in C: every repeat reads it, and a property in
+    #: Python would add a frame)
+    live = property(attrgetter("comm"))
 
 
 class _Checked:
-    """What :class:`Repeat` reads of a checked call: the one array (``src`` and ``dst``: a send
-    reads it, a receive writes it, so its write flag counts) and the options."""
+    """What :class:`Repeat` reads of a checked call: the one array and the options. A receive
+    writes its array (``src`` and ``dst``, as an in-place call's: its write flag counts); a
+    send only reads it (``dst`` None: its write flag is not compared)."""
 
     __slots__ = ("src", "dst", "opts")
 
-    def __init__(self, a: np.ndarray, opts: Options) -> None:
-        self.src = self.dst = a
+    def __init__(self, a: np.ndarray, opts: Options, writes: bool) -> None:
+        self.src, self.dst = a, a if writes else None
         self.opts = opts
 
 
@@ -704,14 +708,15 @@ class _Message(Repeat):
     (``_runtime/repeats.py``, keyed by the array, tag, peer, ``comm`` and ``options=``
     arguments): its checked call, made once more on a view of the array's memory that keeps
     nothing alive (:func:`~.arrays.unowned`), runs again while the array is the same object
-    with the same shape, strides, dtype and write flag and the communicator is not freed."""
+    with the same shape, strides and dtype (a receive's: and write flag) and the communicator
+    is not freed."""
 
     __slots__ = ("call", "comm")
 
     def __init__(self, form: str, cls: type, a: np.ndarray, peer: int, tag: int, comm_arg: Any,
                  comm: MPI.Comm, options: Any, opts: Options) -> None:
         kind = kind_of(a)
-        super().__init__(form, _Checked(a, opts), a, a, tag, peer, comm_arg, options,
+        super().__init__(form, _Checked(a, opts, cls is RecvCall), a, a, tag, peer, comm_arg, options,
                          _Open(comm), kind, kind)
         view = unowned(a)
         self.call = cls(comm, view, peer, tag, opts) if cls is SendCall else \
