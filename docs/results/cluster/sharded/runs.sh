@@ -129,3 +129,18 @@ case "$1" in
         python bench/cluster.py run --name hzaccx -- python bench/sharded_exchange.py --rounds 3 > $R/exchange_2x2z.log 2>&1
         python bench/cluster.py down --name hzaccx ;;
 esac
+# Third pass (2026-12-07): the per-bucket update (sharded.PER_BUCKET, the default now) and the
+# bucket plans it allows within the memory bound, against data parallelism and the layouts
+# before it; bench/sharded_step.py's CONFIGS 21-28 are the per-bucket ones.
+zpb() {  # $1 tag, $2 hosts, $3 ranks per host, $4 subnet, $5 --only, $6 --rounds
+    python bench/cluster.py up --name hzbkt$1 --hosts $2 --ranks-per-host $3 --rate 1gbit --subnet $4
+    uptime > $R/step_$1.load
+    python bench/cluster.py run --name hzbkt$1 -- python bench/sharded_step.py --rounds $6 \
+        --only $5 --json $R/step_$1.json -- --model wide --subset 384 --epochs 1 --quiet > $R/step_$1.log 2>&1
+    uptime >> $R/step_$1.load
+    python bench/cluster.py down --name hzbkt$1
+}
+case "$1" in
+    steps2x2p1) zpb 2x2p1 2 2 10.199.81.0/24 0,2,21,22,23,5,24,25 2 ;;
+    steps4x1p2) zpb 4x1p2 4 1 10.199.82.0/24 0,2,21,22,23,5,24,25 2 ;;
+esac
