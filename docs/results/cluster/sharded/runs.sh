@@ -143,4 +143,7 @@ zpb() {  # $1 tag, $2 hosts, $3 ranks per host, $4 subnet, $5 --only, $6 --round
 case "$1" in
     steps2x2p1) zpb 2x2p1 2 2 10.199.81.0/24 0,2,21,22,23,5,24,25 2 ;;
     steps4x1p2) zpb 4x1p2 4 1 10.199.82.0/24 0,2,21,22,23,5,24,25 2 ;;
+    # data parallelism, stage 1 and the per-bucket plans, three rounds (the order rotating)
+    steps2x2p3) zpb 2x2p3 2 2 10.199.81.0/24 0,21,1,22,24,25 3 ;;
+    steps4x1p4) zpb 4x1p4 4 1 10.199.82.0/24 0,21,1,22,24,25 3 ;;
 esac

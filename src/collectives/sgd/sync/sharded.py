@@ -83,10 +83,11 @@ MIN_BUCKET = 1 << 14
 #: machine, the calls doubled, docs/sharded.md; bench/sharded_step.py compares both)
 PIPELINED = False
 #: stages 2-3 make each bucket of a block of rows of every owner's part of a layer (a
-#: balanced reduce-scatter); off: consecutive rows, a bucket inside one shard going the whole
-#: ring to its one owner, which measured faster on the development machine's oversubscribed
-#: cores (docs/sharded.md; bench/sharded_step.py compares both)
-BALANCED = False
+#: balanced reduce-scatter, landing a quarter of the bucket on each of 4 owners); off:
+#: consecutive rows, a bucket inside one shard going the whole ring to its one owner, which
+#: lands whole there (with PER_BUCKET: twice the buckets, and measured slower on the emulated
+#: cluster; without it, in 1/16-shard buckets, it measured faster: docs/sharded.md)
+BALANCED = True
 
 
 class Sharded(SyncMode):
