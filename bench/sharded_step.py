@@ -35,7 +35,7 @@ from mpi4py import MPI
 
 from collectives.sgd import datasets
 from collectives.sgd.cli import parse
-from collectives.sgd.driver import Trainer
+from collectives.sgd.driver import Trainer, limit_threads
 from collectives.sgd.sync import sharded
 
 #: name -> (extra driver arguments, BALANCED, PIPELINED[, BUCKET_SHARE[, PER_BUCKET]]) (16 and
@@ -85,7 +85,8 @@ def _run(argv: list[str], comm: MPI.Comm, balanced: bool, pipelined: bool,
     """The slowest rank's median step of one run, the final parameters' bytes, and the peak
     memory per category (the largest over the ranks; ``rss`` is the process's, over every run
     so far) with the mean bytes sent per rank and step."""
-    sharded.BALANCED, sharded.PIPELINED, sharded.BUCKET_SHARE = balanced, pipelined, share
+    sharded.BALANCED, sharded.BUCKET_SHARE = balanced, share
+    sharded.PIPELINED = frozenset({2, 3} if pipelined else ())
     sharded.PER_BUCKET = per_bucket
     pre = parse(argv, comm.size, 10**12)
     ds = datasets.load(pre.args.dataset, pre.args.subset)
@@ -113,6 +114,9 @@ def main() -> None:
     a = ap.parse_args()
     base = [x for x in a.driver if x != "--"] or ["--model", "wide", "--epochs", "1", "--quiet"]
     comm = MPI.COMM_WORLD
+    # each rank's BLAS its share of the cores, as the driver's train() gives it (before
+    # 2026-12-07's third pass this script left OpenBLAS at one thread per core in every rank)
+    limit_threads(comm.size)
     names = list(CONFIGS) if not a.only else [list(CONFIGS)[int(i)] for i in a.only.split(",")]
     times: dict[str, list[float]] = {k: [] for k in names}
     extras: dict[str, dict] = {}

@@ -56,16 +56,18 @@ def test_every_stage_gives_data_parallelism_bits_in_small_buckets():
 
 
 @pytest.mark.world_sizes(2, 3)
-@pytest.mark.parametrize("balanced,pipelined", [(False, False), (True, True), (False, True)])
+@pytest.mark.parametrize("balanced,pipelined", [(False, False), (True, True), (True, False),
+                                                (False, True)])
 def test_balanced_and_pipelined_buckets_give_the_same_bits(monkeypatch, balanced, pipelined):
-    """The bucket layouts and schedules of ``collectives.sgd.sync.sharded`` other than the
-    default (balanced, blocking) (``BALANCED``: a block of rows of every owner's part of a
-    layer, else consecutive rows; ``PIPELINED``: reduce-scatters on the progress engine, one in
-    flight) end with data parallelism's parameters too."""
+    """The bucket layouts and schedules of ``collectives.sgd.sync.sharded`` (``BALANCED``: a
+    block of rows of every owner's part of a layer, else consecutive rows; ``PIPELINED``:
+    reduce-scatters on the progress engine, one in flight, at stages 2 and 3 or at neither;
+    the default is balanced, pipelined at stage 3 only) end with data parallelism's parameters
+    too."""
     from collectives.sgd.sync import sharded
 
     monkeypatch.setattr(sharded, "BALANCED", balanced)
-    monkeypatch.setattr(sharded, "PIPELINED", pipelined)
+    monkeypatch.setattr(sharded, "PIPELINED", {2, 3} if pipelined else set())
     for model in ("buckets", "layer-of-4"):
         _assert_same_bits(*MODELS[model], stages=(2, 3))
 
@@ -82,7 +84,7 @@ def test_per_bucket_update_gives_the_whole_shard_updates_bits(monkeypatch, stage
     from collectives.sgd.sync import sharded
 
     monkeypatch.setattr(sharded, "BALANCED", balanced)
-    monkeypatch.setattr(sharded, "PIPELINED", pipelined)
+    monkeypatch.setattr(sharded, "PIPELINED", {2, 3} if pipelined else set())
     comm = WORLD
     runs = [[*MODELS[m][0], *MODELS[m][1]] for m in MODELS]
     runs.append([*MODELS["buckets"][0], *MODELS["buckets"][1], "--codec", "topk:ratio=0.1",

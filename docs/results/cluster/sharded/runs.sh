@@ -146,4 +146,30 @@ case "$1" in
     # data parallelism, stage 1 and the per-bucket plans, three rounds (the order rotating)
     steps2x2p3) zpb 2x2p3 2 2 10.199.81.0/24 0,21,1,22,24,25 3 ;;
     steps4x1p4) zpb 4x1p4 4 1 10.199.82.0/24 0,21,1,22,24,25 3 ;;
+    # stage 2 blocking against pipelined, with data parallelism, four rounds
+    steps2x2p5) zpb 2x2p5 2 2 10.199.81.0/24 0,21,22 4 ;;
+    steps4x1p6) zpb 4x1p6 4 1 10.199.82.0/24 0,21,22 4 ;;
+esac
+# the driver alone on 2 x 2, rank 0's report (its split of the time, the measured memory), each
+# run in turn: data parallelism, --shard 1, 2, 3 (the defaults), twice
+driverp7()  {
+    python bench/cluster.py up --name hzbktd --hosts 2 --ranks-per-host 2 --rate 1gbit --subnet 10.199.83.0/24
+    uptime > $R/driver_2x2p7.load
+    for round in 1 2; do
+        for shard in "" "--shard 1" "--shard 2" "--shard 3"; do
+            echo "# round $round: ${shard:-data parallelism}"
+            python bench/cluster.py run --name hzbktd -- python -m collectives.sgd --model wide \
+                --subset 384 --epochs 1 --quiet $shard 2>&1 | grep -v "^  \(encode\|eval\|checkpoint\)"
+        done
+    done > $R/driver_2x2p7.log
+    uptime >> $R/driver_2x2p7.load
+    python bench/cluster.py down --name hzbktd
+}
+case "$1" in
+    driver2x2p7) driverp7 ;;
+esac
+# after bench/sharded_step.py limits each rank's BLAS threads as the driver does (limit_threads)
+case "$1" in
+    steps2x2p8) zpb 2x2p8 2 2 10.199.81.0/24 0,1,2,21,22,5,24,25 3 ;;
+    steps4x1p9) zpb 4x1p9 4 1 10.199.82.0/24 0,1,2,21,22,5,24,25 3 ;;
 esac

@@ -18,7 +18,7 @@ the MLP and the training loop's hooks (:mod:`.base`):
   whose gradient blocks are buckets of at most ``--bucket-mb`` and, with the block each lands
   in, at most 1/:data:`BUCKET_SHARE` of a shard (but :data:`MIN_BUCKET` elements at least), consecutive
   rows of a layer (with :data:`BALANCED` a block of rows of every owner's part of it), each
-  reduce-scattered as backward finishes it and freed (with :data:`PIPELINED` on the progress
+  reduce-scattered as backward finishes it and freed (at the stages of :data:`PIPELINED` on the progress
   engine while backward computes the next bucket: two buckets alive, each half as large);
   stage 3's source also gathers each layer's parameters before forward and backward
   (:class:`collectives.parallel.LayerGather`, one ahead on the progress engine);
@@ -78,10 +78,12 @@ BUCKET_SHARE = 1
 #: ... but at least this many elements (64 KiB), or every call's latency would dominate small
 #: models
 MIN_BUCKET = 1 << 14
-#: stages 2-3 start each bucket's reduce-scatter on the progress engine, one in flight, in
-#: buckets half as large (read when a mode is made; off: measured slower on the development
-#: machine, the calls doubled, docs/sharded.md; bench/sharded_step.py compares both)
-PIPELINED = False
+#: the stages (of 2 and 3) that start each bucket's reduce-scatter on the progress engine, one
+#: in flight, in buckets half as large (read when a mode is made): stage 3, whose layer gathers
+#: run there already (with the per-bucket update measured 0.86-0.94x the blocking step on the
+#: emulated cluster; at stage 2 it was not faster: docs/sharded.md; bench/sharded_step.py
+#: compares both)
+PIPELINED: frozenset[int] = frozenset({3})
 #: stages 2-3 make each bucket of a block of rows of every owner's part of a layer (a
 #: balanced reduce-scatter, landing a quarter of the bucket on each of 4 owners); off:
 #: consecutive rows, a bucket inside one shard going the whole ring to its one owner, which
@@ -136,7 +138,7 @@ class Sharded(SyncMode):
                          params=params.flat if self.stage.full_params else None,
                          grads=grads.flat if self.stage.full_grads else None,
                          reducer=None if state is None else self._compressed,
-                         param_state=param_state, pipelined=PIPELINED,
+                         param_state=param_state, pipelined=stage in PIPELINED,
                          apply=self._apply if self.applies_update else None)
         self.update_params, self.update_grads = self.zero.owned_params, self.zero.owned_grads
         # stage 1 holds the whole gradient anyway: a bucket (its staging copy) is up to a
