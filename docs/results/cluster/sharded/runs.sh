@@ -173,3 +173,8 @@ case "$1" in
     steps2x2p8) zpb 2x2p8 2 2 10.199.81.0/24 0,1,2,21,22,5,24,25 3 ;;
     steps4x1p9) zpb 4x1p9 4 1 10.199.82.0/24 0,1,2,21,22,5,24,25 3 ;;
 esac
+# stage 3 (and 2) blocking against pipelined, with data parallelism, BLAS threads limited
+case "$1" in
+    steps2x2p10) zpb 2x2p10 2 2 10.199.81.0/24 0,24,25,21,22 3 ;;
+    steps4x1p11) zpb 4x1p11 4 1 10.199.82.0/24 0,24,25,21,22 3 ;;
+esac
