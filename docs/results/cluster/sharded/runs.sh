@@ -178,3 +178,9 @@ case "$1" in
     steps2x2p10) zpb 2x2p10 2 2 10.199.81.0/24 0,24,25,21,22 3 ;;
     steps4x1p11) zpb 4x1p11 4 1 10.199.82.0/24 0,24,25,21,22 3 ;;
 esac
+# the defaults (stage 2 per-bucket blocking, stage 3 per-bucket pipelined) with data parallelism
+# and stage 1, four rounds, BLAS threads limited
+case "$1" in
+    steps2x2p12) zpb 2x2p12 2 2 10.199.81.0/24 0,1,21,25 4 ;;
+    steps4x1p13) zpb 4x1p13 4 1 10.199.82.0/24 0,1,21,25 4 ;;
+esac
