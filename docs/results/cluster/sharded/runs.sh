@@ -184,3 +184,14 @@ case "$1" in
     steps2x2p12) zpb 2x2p12 2 2 10.199.81.0/24 0,1,21,25 4 ;;
     steps4x1p13) zpb 4x1p13 4 1 10.199.82.0/24 0,1,21,25 4 ;;
 esac
+# PyTorch beside it, the same session: ZeroRedundancyOptimizer + DDP (gloo) against our
+# ShardedOptimizer stage 2 (collectives.torch, not changed by the per-bucket update)
+case "$1" in
+    torch2x2p14)
+        python bench/cluster.py up --name hzbktt --hosts 2 --ranks-per-host 2 --rate 1gbit --subnet 10.199.84.0/24
+        uptime > $R/torch_2x2p14.load
+        python bench/cluster.py run --name hzbktt -- python bench/torch_sharded.py --hidden 2048 --steps 5 \
+            --rounds 3 --only "ZeroRedundancy,ShardedOptimizer stage 2" --json $R/torch_2x2p14.json > $R/torch_2x2p14.log 2>&1 || true
+        uptime >> $R/torch_2x2p14.load
+        python bench/cluster.py down --name hzbktt ;;
+esac
