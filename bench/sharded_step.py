@@ -7,7 +7,11 @@ parallelism, stage 1, and stages 2 and 3 with the bucket layouts and schedules o
 ``collectives.sgd.sync.sharded`` (``BALANCED``: a bucket made of a block of rows of every
 owner's part of a layer, else consecutive rows; ``PIPELINED``: each bucket's reduce-scatter on
 the progress engine while backward computes the next, else blocking; ``BUCKET_SHARE``: a
-bucket's largest share of a shard), with and without compression. It records the slowest
+bucket's largest share of a shard; ``PER_BUCKET``: each bucket's slices of the shard updated
+as their average lands, where a bucket with the block it lands in takes at most
+1/``BUCKET_SHARE`` of a shard), with and without compression. The configurations without
+``PER_BUCKET`` run as the driver ran before it (the averaged shard kept whole, ``BUCKET_SHARE``
+16 unless given). It records the slowest
 rank's median step of the run, its peak memory per category (the largest rank's, from the
 driver's ledger; "buffers" reads the collectives' scratch, which the process keeps from one
 run to the next) and the bytes it sent per step, and writes them after every round; rank 0
@@ -31,11 +35,12 @@ from mpi4py import MPI
 
 from collectives.sgd import datasets
 from collectives.sgd.cli import parse
-from collectives.sgd.driver import Trainer
+from collectives.sgd.driver import Trainer, limit_threads
 from collectives.sgd.sync import sharded
 
-#: name -> (extra driver arguments, BALANCED, PIPELINED[, BUCKET_SHARE]); a configuration with a
-#: codec is left out of the check that every run ends with the same parameters
+#: name -> (extra driver arguments, BALANCED, PIPELINED[, BUCKET_SHARE[, PER_BUCKET]]) (16 and
+#: False when left out: the driver before the per-bucket update); a configuration with a codec is
+#: left out of the check that every run ends with the same parameters
 CONFIGS = {
     "data parallelism": ([], True, True),
     "stage 1": (["--shard", "1"], False, False),
@@ -63,15 +68,26 @@ CONFIGS = {
     "stage 3, balanced, blocking, buckets of 1/11 shard": (["--shard", "3"], True, False, 11),
     "stage 2, balanced, blocking, buckets of a shard": (["--shard", "2"], True, False, 1),
     "stage 2, balanced, pipelined, buckets of a shard": (["--shard", "2"], True, True, 1),
+    # the per-bucket update (PER_BUCKET): a bucket and the block it lands in within a shard
+    "stage 2, per-bucket, balanced, blocking": (["--shard", "2"], True, False, 1, True),
+    "stage 2, per-bucket, balanced, pipelined": (["--shard", "2"], True, True, 1, True),
+    "stage 2, per-bucket, contiguous, blocking": (["--shard", "2"], False, False, 1, True),
+    "stage 3, per-bucket, balanced, blocking": (["--shard", "3"], True, False, 1, True),
+    "stage 3, per-bucket, balanced, pipelined": (["--shard", "3"], True, True, 1, True),
+    "stage 3, per-bucket, contiguous, blocking": (["--shard", "3"], False, False, 1, True),
+    "stage 2, per-bucket, contiguous, pipelined": (["--shard", "2"], False, True, 1, True),
+    "stage 3, per-bucket, contiguous, pipelined": (["--shard", "3"], False, True, 1, True),
 }
 
 
 def _run(argv: list[str], comm: MPI.Comm, balanced: bool, pipelined: bool,
-         share: int = sharded.BUCKET_SHARE) -> tuple[float, bytes, dict]:
+         share: int = 16, per_bucket: bool = False) -> tuple[float, bytes, dict]:
     """The slowest rank's median step of one run, the final parameters' bytes, and the peak
     memory per category (the largest over the ranks; ``rss`` is the process's, over every run
     so far) with the mean bytes sent per rank and step."""
-    sharded.BALANCED, sharded.PIPELINED, sharded.BUCKET_SHARE = balanced, pipelined, share
+    sharded.BALANCED, sharded.BUCKET_SHARE = balanced, share
+    sharded.PIPELINED = frozenset({2, 3} if pipelined else ())
+    sharded.PER_BUCKET = per_bucket
     pre = parse(argv, comm.size, 10**12)
     ds = datasets.load(pre.args.dataset, pre.args.subset)
     t = Trainer(parse(argv, comm.size, len(ds.y_train)), ds, comm)
@@ -83,7 +99,9 @@ def _run(argv: list[str], comm: MPI.Comm, balanced: bool, pipelined: bool,
     ranks = comm.allgather(t.ledger.report())
     extra = {"memory": {k: max(m[k] for m in ranks) for k in ranks[0]},
              "sent_per_step": comm.allreduce(t.exchange.stats.bytes_sent) / comm.size / t.step,
-             "test_acc": t.history[-1].get("test_acc") if t.history else None}
+             "test_acc": t.history[-1].get("test_acc") if t.history else None,
+             "reduce_scatters_per_step": sum(len(g[0]) for g in t.exchange.row_groups.values())
+             if hasattr(t.exchange, "row_groups") else None}
     return median, comm.bcast(None if full is None else full.tobytes(), root=0), extra
 
 
@@ -96,6 +114,9 @@ def main() -> None:
     a = ap.parse_args()
     base = [x for x in a.driver if x != "--"] or ["--model", "wide", "--epochs", "1", "--quiet"]
     comm = MPI.COMM_WORLD
+    # each rank's BLAS its share of the cores, as the driver's train() gives it (before
+    # 2026-12-07's third pass this script left OpenBLAS at one thread per core in every rank)
+    limit_threads(comm.size)
     names = list(CONFIGS) if not a.only else [list(CONFIGS)[int(i)] for i in a.only.split(",")]
     times: dict[str, list[float]] = {k: [] for k in names}
     extras: dict[str, dict] = {}
@@ -137,13 +158,24 @@ def _report(times: dict, extras: dict, bits: set, world: int, base: list, path: 
               f"grads {m['gradients'] * mb:.1f} "
               f"optim {m['optimizer'] * mb:.1f} codec {m['codec'] * mb:.1f} "
               f"buffers {m['buffers'] * mb:.1f} "
-              f"total {m['total'] * mb:.1f}  params {row['params_sha1']}")
+              f"total {m['total'] * mb:.1f}  grads+optim {_share(m, rows):.2f} % of data "
+              f"parallelism's  reduce-scatters/step {row.get('reduce_scatters_per_step')}  "
+              f"params {row['params_sha1']}")
     if final:
         print(f"same parameters in every run without a codec: {len(bits) == 1}")
     if path:
         with open(path, "w") as f:
             json.dump({"world": world, "driver": base, "configs": rows,
                        "same_bits": len(bits) == 1}, f, indent=1)
+
+
+def _share(m: dict, rows: dict) -> float:
+    """Gradient + optimizer state of a run as a percentage of data parallelism's (nan where
+    data parallelism was not run)."""
+    dp = rows.get("data parallelism", {}).get("memory")
+    if not dp:
+        return float("nan")
+    return 100 * (m["gradients"] + m["optimizer"]) / (dp["gradients"] + dp["optimizer"])
 
 
 if __name__ == "__main__":

@@ -56,17 +56,52 @@ def test_every_stage_gives_data_parallelism_bits_in_small_buckets():
 
 
 @pytest.mark.world_sizes(2, 3)
-@pytest.mark.parametrize("balanced,pipelined", [(True, False), (True, True), (False, True)])
+@pytest.mark.parametrize("balanced,pipelined", [(False, False), (True, True), (True, False),
+                                                (False, True)])
 def test_balanced_and_pipelined_buckets_give_the_same_bits(monkeypatch, balanced, pipelined):
     """The bucket layouts and schedules of ``collectives.sgd.sync.sharded`` (``BALANCED``: a
-    block of rows of every owner's part of a layer; ``PIPELINED``: reduce-scatters on the
-    progress engine, one in flight) end with data parallelism's parameters too."""
+    block of rows of every owner's part of a layer, else consecutive rows; ``PIPELINED``:
+    reduce-scatters on the progress engine, one in flight, at stages 2 and 3 or at neither;
+    the default is balanced, pipelined at stage 3 only) end with data parallelism's parameters
+    too."""
     from collectives.sgd.sync import sharded
 
     monkeypatch.setattr(sharded, "BALANCED", balanced)
-    monkeypatch.setattr(sharded, "PIPELINED", pipelined)
+    monkeypatch.setattr(sharded, "PIPELINED", {2, 3} if pipelined else set())
     for model in ("buckets", "layer-of-4"):
         _assert_same_bits(*MODELS[model], stages=(2, 3))
+
+
+@pytest.mark.parametrize("stage", ["2", "3"])
+@pytest.mark.parametrize("balanced,pipelined", [(False, False), (True, True)])
+def test_per_bucket_update_gives_the_whole_shard_updates_bits(monkeypatch, stage, balanced,
+                                                              pipelined):
+    """The per-bucket update (``PER_BUCKET``: each bucket's slices of the shard updated as
+    their average lands) against the update of the whole averaged shard after backward: the
+    same parameters and momentum, bit for bit, at 1-5 ranks, with parameter counts that p does
+    not divide (235, 219, 1,185), a layer of fewer elements than ranks, many buckets per layer,
+    and top-k with error feedback in the reduce-scatter (the same buckets either way)."""
+    from collectives.sgd.sync import sharded
+
+    monkeypatch.setattr(sharded, "BALANCED", balanced)
+    monkeypatch.setattr(sharded, "PIPELINED", {2, 3} if pipelined else set())
+    comm = WORLD
+    runs = [[*MODELS[m][0], *MODELS[m][1]] for m in MODELS]
+    runs.append([*MODELS["buckets"][0], *MODELS["buckets"][1], "--codec", "topk:ratio=0.1",
+                 "--error-feedback"])
+    for extra in runs:
+        argv = [*TINY, *extra, "--shard", stage]
+        got = {}
+        for per_bucket in (False, True):
+            monkeypatch.setattr(sharded, "PER_BUCKET", per_bucket)
+            params, t = _final(argv, comm)
+            assert t.exchange.applies_update == per_bucket
+            assert (t.exchange.zero.owned_grads is None) == per_bucket
+            got[per_bucket] = (params.tobytes(), comm.allgather(t.opt.velocity.tobytes()))
+            if stage == "2":
+                assert comm.allgather(t.model.params.flat.tobytes()) == [params.tobytes()] * \
+                    comm.size
+        assert got[True] == got[False], extra
 
 
 def _assert_same_bits(args, sharded, stages=(1, 2, 3)):

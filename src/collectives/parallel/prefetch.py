@@ -74,16 +74,26 @@ class LayerGather:
             self._start(k)
         entry, req, out = self._pending
         self._pending = None
-        self.zero.wait(req)
+        if req is not None:  # None: settled already
+            self.zero.wait(req)
         self._next = k + 1
         self._start(k + 1)  # travels while this layer computes
         if phase == "forward" and layer == last:
             self._kept = out
         return out
 
+    def settle(self) -> None:
+        """Wait for the gather in flight, if any, keeping its array for :meth:`get`: before the
+        owned shard is written (the per-bucket update), since a gather on the progress engine
+        reads it while it travels."""
+        if self._pending is not None and self._pending[1] is not None:
+            entry, req, out = self._pending
+            self.zero.wait(req)
+            self._pending = (entry, None, out)
+
     def finish(self) -> None:
         """Wait for a gather still in flight (a step that stopped early) and forget it."""
-        if self._pending is not None:
+        if self._pending is not None and self._pending[1] is not None:
             self.zero.wait(self._pending[1])
-            self._pending = None
+        self._pending = None
         self._kept = None

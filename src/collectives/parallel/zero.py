@@ -15,7 +15,12 @@ the network, depends on the stage (:data:`STAGES`, one small class each):
   ring to that owner) or a group of ranges side by side (:meth:`Zero.reduce_group`), one
   inside each owner's part of a layer, whose reduce-scatter gives every owner a share. With
   ``pipelined`` each bucket's reduce-scatter runs on the progress engine while backward
-  computes the next one (docs/sharded.md measures both choices).
+  computes the next one (docs/sharded.md measures both choices). With the per-bucket update
+  (``apply``) the optimizer updates each bucket's slices of the shard as soon as their average
+  lands, so no averaged shard is held beside the buckets: the gradient a rank holds is the
+  buckets in flight and the blocks they land in, and buckets as large as a shard fit ZeRO-2's
+  memory (momentum SGD and Adam are element by element: the same bits as updating the whole
+  shard after backward).
 - **stage 3** (parameters sharded too): a rank keeps only its shard of the parameters; before a
   layer's forward, and again before its backward, the layer's parameters are allgathered from
   their owners and freed after use, the next layer's gather running on the progress engine
@@ -145,6 +150,18 @@ class Zero:
         engine and waits for it when the next bucket is ready (or at :meth:`flush`), so that it
         travels while backward computes: two buckets are alive at once instead of one. The
         ``reducer`` then returns the request (``icompressed_reduce_scatter``'s). The same bits.
+    apply
+        Stages 2-3, the per-bucket update: called as ``apply(piece, grad)`` for every piece of
+        the owned shard a bucket's average lands in (``piece`` a slice of the shard, ``grad``
+        its averaged gradient), as soon as it lands, so that the optimizer updates that slice
+        then (element by element, the update of the whole shard, the same bits). No averaged
+        shard is kept (:attr:`owned_grads` is None): the gradient a rank holds is its buckets
+        in flight and the blocks they land in. At stage 2 without a parameter codec the update
+        writes a copy of the owned shard (:attr:`owned_params`, filed as ``"buffers"``: the
+        copy the parameters' allgather sends from, now held across the step), since backward
+        still reads the replica while buckets land; at stage 3 the caller must let no gather
+        of a slice be in flight while it updates that slice (``LayerGather.settle``).
+        None: the averaged shard is kept whole, for an update after backward.
 
     Raises
     ------
@@ -157,9 +174,14 @@ class Zero:
                  params: np.ndarray | None = None, grads: np.ndarray | None = None,
                  algorithm: str = "ring",
                  ledger: MemoryLedger | None = None, reducer: Callable[..., Any] | None = None,
-                 param_state: Any = None, pipelined: bool = False) -> None:
+                 param_state: Any = None, pipelined: bool = False,
+                 apply: Callable[[slice, np.ndarray], None] | None = None) -> None:
         if stage not in STAGES:
             raise ValueError(f"stage must be one of {sorted(STAGES)}, got {stage!r}")
+        if apply is not None and STAGES[stage].full_grads:
+            raise ValueError("the per-bucket update (apply=) is for stages 2-3: stage 1 "
+                             "reduces the whole gradient after backward")
+        self.apply = apply
         self.param_state = param_state
         if algorithm not in ALGORITHMS:
             raise ValueError(f"a sharded exchange runs reduce-scatter and allgather: algorithm "
@@ -177,8 +199,12 @@ class Zero:
             self.params = params
             # with a parameter codec the replica is the masters' decoded view: the owner's
             # master is a slice of its own, which the allgather reads and never writes
-            self.owned_params = params[self.mine] if param_state is None else \
-                self.ledger.track("master", params[self.mine].copy())
+            # with the per-bucket update, the copy the update writes while backward reads the
+            # replica, which the allgather then sends from
+            self.owned_params = self.ledger.track("master", params[self.mine].copy()) \
+                if param_state is not None else \
+                self.ledger.track("buffers", params[self.mine].copy()) if apply is not None \
+                else params[self.mine]
         else:
             if params is not None:
                 raise ValueError("stage 3 keeps only the owned shard of the parameters")
@@ -190,9 +216,9 @@ class Zero:
                 f"the full gradient of {plan.total} elements" if self.stage.full_grads
                 else "no full gradient"))
         self.grads = grads
-        #: the averaged gradient of the owned shard
-        self.owned_grads = self._new("gradients", plan.counts[self.rank]) if grads is None \
-            else grads[self.mine]
+        #: the averaged gradient of the owned shard (None with the per-bucket update)
+        self.owned_grads = grads[self.mine] if grads is not None else None \
+            if apply is not None else self._new("gradients", plan.counts[self.rank])
         #: seconds spent in this rank's exchanges (blocking calls and waits)
         self.seconds = 0.0
         self.reducer = self._dense if reducer is None else reducer
@@ -233,18 +259,18 @@ class Zero:
         backward computes the next."""
         counts, mine, adjacent = self._group_plan(tuple(ranges))
         own = self.owned_grads
-        out = own[mine[0].start:mine[-1].stop] if mine and adjacent else \
+        self.flush()  # counts its own wait (and lands the bucket before, before this one's block)
+        out = own[mine[0].start:mine[-1].stop] if mine and adjacent and own is not None else \
             self.ledger.track("gradients", np.empty(counts[self.rank], dtype=np.float32))
-        self.flush()  # counts its own wait
         t0 = time.perf_counter()
         req = self.reducer(grad.reshape(-1), out=out, counts=counts,
                            key=f"grads.{ranges[0][0]}")
         self.seconds += time.perf_counter() - t0
-        scatter = None if not mine or adjacent else (mine, out)
+        landing = None if not mine or (adjacent and own is not None) else (mine, out)
         if self.pipelined:
-            self._pending = (req, scatter)
+            self._pending = (req, landing)
         else:
-            _scatter(own, scatter)
+            self._land(landing)
 
     def _group_plan(self, ranges: tuple[tuple[int, int], ...]) -> tuple:
         """``(counts, my slices of the shard, whether they are adjacent)`` of a group of
@@ -262,11 +288,27 @@ class Zero:
         """Wait for the bucket :meth:`reduce_group` left in flight (``pipelined``), if any."""
         if self._pending is None:
             return
-        (req, scatter), self._pending = self._pending, None
+        (req, landing), self._pending = self._pending, None
         t0 = time.perf_counter()
         req.wait()
         self.seconds += time.perf_counter() - t0
-        _scatter(self.owned_grads, scatter)
+        self._land(landing)
+
+    def _land(self, landing: tuple | None) -> None:
+        """A bucket's received block (``(slices of the shard, block)``) to its pieces of the
+        shard: copied into :attr:`owned_grads`, or with the per-bucket update handed to
+        ``apply`` piece by piece."""
+        if landing is None:
+            return
+        at = 0
+        slices, out = landing
+        for sl in slices:
+            piece = out[at:at + sl.stop - sl.start]
+            if self.apply is None:
+                self.owned_grads[sl] = piece
+            else:
+                self.apply(sl, piece)
+            at += sl.stop - sl.start
 
     def reduce_all(self, bucket: int) -> None:
         """Stage 1: average the whole flat gradient in buckets of about ``bucket`` elements,
@@ -295,6 +337,13 @@ class Zero:
         With :attr:`param_state` the owners' masters travel through its codec
         (``collectives.compressed_allgather``) and every rank's replica, the owner's slice too,
         is their decoded view."""
+        if self.param_state is None and self.apply is not None:
+            # the per-bucket update's copy of the shard, which nothing writes during the call
+            t0 = time.perf_counter()
+            allgather(self.owned_params, out=self.params, counts=self.plan.counts,
+                      algorithm=self.algorithm, comm=self.comm)
+            self.seconds += time.perf_counter() - t0
+            return
         if self.param_state is not None:
             t0 = time.perf_counter()
             compressed_allgather(self.owned_params, self.param_state, out=self.params,
@@ -358,13 +407,3 @@ class Zero:
         if self.stage.full_params:
             self.gather_params()
 
-
-def _scatter(own: np.ndarray, scatter: tuple | None) -> None:
-    """Copy a bucket's received block (``(slices, out)``) to its pieces of the shard ``own``."""
-    if scatter is None:
-        return
-    at = 0
-    slices, out = scatter
-    for sl in slices:
-        own[sl] = out[at:at + sl.stop - sl.start]
-        at += sl.stop - sl.start

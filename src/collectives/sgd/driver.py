@@ -106,6 +106,7 @@ class Trainer:
         # with momentum correction the memory applies the momentum, before compression (DGC)
         self.opt = SGD(self.exchange.update_params,
                        0.0 if a.momentum_correction else a.momentum, a.weight_decay)
+        self.exchange.attach_optimizer(self.opt, self.schedule)
         self.ledger = self.exchange.ledger  # peak memory per category (the report)
         self.ledger.track("optimizer", self.opt.velocity)
         self.ledger.probe("buffers", workspace.held_bytes)
@@ -390,7 +391,8 @@ class Trainer:
         self.exchange(step)
         self.exchange.finish_mix(step)  # ... the parameters are now the mixed x_t
         with self.clock.measure("compute"):
-            self.opt.step(self.exchange.update_grads, self.schedule(step))
+            if not self.exchange.applies_update:  # --shard 2-3: applied as buckets land
+                self.opt.step(self.exchange.update_grads, self.schedule(step))
         self.exchange.average_params(step)
         if a.check_replicas and self.exchange.exchanges_at(step):
             hashes = self.comm.allgather(_params_hash(self.model.params.flat))

@@ -71,6 +71,16 @@ class SGD:
         momentum_step(self.params, grad.reshape(-1), self.velocity, t(lr), t(self.momentum),
                       t(self.weight_decay))
 
+    def step_range(self, lo: int, hi: int, grad: np.ndarray, lr: float) -> None:
+        """The update of elements ``[lo, hi)`` only, with their averaged gradient ``grad``: the
+        update is element by element, so updating a shard slice by slice as each slice's
+        gradient lands (sharded stages 2-3) gives the bits of :meth:`step` on the whole."""
+        from ._kernels import momentum_step
+
+        t = self.params.dtype.type
+        momentum_step(self.params[lo:hi], grad.reshape(-1), self.velocity[lo:hi], t(lr),
+                      t(self.momentum), t(self.weight_decay))
+
     def step_numpy(self, grad: np.ndarray, lr: float) -> None:
         """The same update in NumPy (six passes, two temporaries): the kernel's reference;
         ``grad`` is clobbered."""

@@ -129,3 +129,69 @@ case "$1" in
         python bench/cluster.py run --name hzaccx -- python bench/sharded_exchange.py --rounds 3 > $R/exchange_2x2z.log 2>&1
         python bench/cluster.py down --name hzaccx ;;
 esac
+# Third pass (2026-12-07): the per-bucket update (sharded.PER_BUCKET, the default now) and the
+# bucket plans it allows within the memory bound, against data parallelism and the layouts
+# before it; bench/sharded_step.py's CONFIGS 21-28 are the per-bucket ones.
+zpb() {  # $1 tag, $2 hosts, $3 ranks per host, $4 subnet, $5 --only, $6 --rounds
+    python bench/cluster.py up --name hzbkt$1 --hosts $2 --ranks-per-host $3 --rate 1gbit --subnet $4
+    uptime > $R/step_$1.load
+    python bench/cluster.py run --name hzbkt$1 -- python bench/sharded_step.py --rounds $6 \
+        --only $5 --json $R/step_$1.json -- --model wide --subset 384 --epochs 1 --quiet > $R/step_$1.log 2>&1
+    uptime >> $R/step_$1.load
+    python bench/cluster.py down --name hzbkt$1
+}
+case "$1" in
+    steps2x2p1) zpb 2x2p1 2 2 10.199.81.0/24 0,2,21,22,23,5,24,25 2 ;;
+    steps4x1p2) zpb 4x1p2 4 1 10.199.82.0/24 0,2,21,22,23,5,24,25 2 ;;
+    # data parallelism, stage 1 and the per-bucket plans, three rounds (the order rotating)
+    steps2x2p3) zpb 2x2p3 2 2 10.199.81.0/24 0,21,1,22,24,25 3 ;;
+    steps4x1p4) zpb 4x1p4 4 1 10.199.82.0/24 0,21,1,22,24,25 3 ;;
+    # stage 2 blocking against pipelined, with data parallelism, four rounds
+    steps2x2p5) zpb 2x2p5 2 2 10.199.81.0/24 0,21,22 4 ;;
+    steps4x1p6) zpb 4x1p6 4 1 10.199.82.0/24 0,21,22 4 ;;
+esac
+# the driver alone on 2 x 2, rank 0's report (its split of the time, the measured memory), each
+# run in turn: data parallelism, --shard 1, 2, 3 (the defaults), twice
+driverp7()  {
+    python bench/cluster.py up --name hzbktd --hosts 2 --ranks-per-host 2 --rate 1gbit --subnet 10.199.83.0/24
+    uptime > $R/driver_2x2p7.load
+    for round in 1 2; do
+        for shard in "" "--shard 1" "--shard 2" "--shard 3"; do
+            echo "# round $round: ${shard:-data parallelism}"
+            python bench/cluster.py run --name hzbktd -- python -m collectives.sgd --model wide \
+                --subset 384 --epochs 1 --quiet $shard 2>&1 | grep -v "^  \(encode\|eval\|checkpoint\)"
+        done
+    done > $R/driver_2x2p7.log
+    uptime >> $R/driver_2x2p7.load
+    python bench/cluster.py down --name hzbktd
+}
+case "$1" in
+    driver2x2p7) driverp7 ;;
+esac
+# after bench/sharded_step.py limits each rank's BLAS threads as the driver does (limit_threads)
+case "$1" in
+    steps2x2p8) zpb 2x2p8 2 2 10.199.81.0/24 0,1,2,21,22,5,24,25 3 ;;
+    steps4x1p9) zpb 4x1p9 4 1 10.199.82.0/24 0,1,2,21,22,5,24,25 3 ;;
+esac
+# stage 3 (and 2) blocking against pipelined, with data parallelism, BLAS threads limited
+case "$1" in
+    steps2x2p10) zpb 2x2p10 2 2 10.199.81.0/24 0,24,25,21,22 3 ;;
+    steps4x1p11) zpb 4x1p11 4 1 10.199.82.0/24 0,24,25,21,22 3 ;;
+esac
+# the defaults (stage 2 per-bucket blocking, stage 3 per-bucket pipelined) with data parallelism
+# and stage 1, four rounds, BLAS threads limited
+case "$1" in
+    steps2x2p12) zpb 2x2p12 2 2 10.199.81.0/24 0,1,21,25 4 ;;
+    steps4x1p13) zpb 4x1p13 4 1 10.199.82.0/24 0,1,21,25 4 ;;
+esac
+# PyTorch beside it, the same session: ZeroRedundancyOptimizer + DDP (gloo) against our
+# ShardedOptimizer stage 2 (collectives.torch, not changed by the per-bucket update)
+case "$1" in
+    torch2x2p14)
+        python bench/cluster.py up --name hzbktt --hosts 2 --ranks-per-host 2 --rate 1gbit --subnet 10.199.84.0/24
+        uptime > $R/torch_2x2p14.load
+        python bench/cluster.py run --name hzbktt -- python bench/torch_sharded.py --hidden 2048 --steps 5 \
+            --rounds 3 --only "ZeroRedundancy,ShardedOptimizer stage 2" --json $R/torch_2x2p14.json > $R/torch_2x2p14.log 2>&1 || true
+        uptime >> $R/torch_2x2p14.load
+        python bench/cluster.py down --name hzbktt ;;
+esac

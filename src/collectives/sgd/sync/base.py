@@ -14,7 +14,10 @@ hooks the training loop calls each step, in this order::
     average_params(step)  after the update: the parameter exchange
 
 Every hook does nothing by default. The optimizer updates :attr:`SyncMode.update_params` with
-:attr:`SyncMode.update_grads` (the whole buffers, or a sharded mode's owned slices), and every
+:attr:`SyncMode.update_grads` (the whole buffers, or a sharded mode's owned slices) after
+``__call__``, unless the mode :attr:`SyncMode.applies_update` itself (sharded stages 2-3 update
+each slice of the shard as its average lands, with the optimizer and schedule handed to
+:meth:`SyncMode.attach_optimizer`), and every
 mode files the arrays it holds in :attr:`SyncMode.ledger` (peak memory per category,
 :class:`collectives.parallel.MemoryLedger`). The statistics of the report (:class:`Stats`) are kept here:
 seconds spent in the exchange, the bytes this rank sent (``collectives.TRAFFIC``, the library's
@@ -150,6 +153,9 @@ class SyncMode:
     mix_ahead: bool = False
     #: --gossip-dtype: the dtype the parameters travel in (None: their own)
     wire: np.dtype | None = None
+    #: the mode applies the optimizer's update itself, during the exchange (the training loop
+    #: then calls no ``opt.step``; :meth:`attach_optimizer` hands it the optimizer)
+    applies_update: bool = False
     #: the parameters this step's gradient is computed at, where :meth:`pull` reads or keeps
     #: them (the update is what the step moves them by); None: the model's own
     pulled: np.ndarray | None = None
@@ -214,6 +220,10 @@ class SyncMode:
         (:class:`collectives.sgd.cli.Config`) and the mode's ``value`` (:meth:`parse` with
         ``comm``); ``state``: the run's compression state, or None."""
         return cls(grads, params, comm, clock)
+
+    def attach_optimizer(self, opt: Any, schedule: Callable[[int], float]) -> None:
+        """The run's optimizer (over :attr:`update_params`) and learning rate per step, for a
+        mode that :attr:`applies_update`. Default: not needed."""
 
     # ------------------------------------------------------------------ each step
     def forward_hooks(self) -> dict:

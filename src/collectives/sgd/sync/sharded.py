@@ -8,15 +8,17 @@ the MLP and the training loop's hooks (:mod:`.base`):
   initialised layer by layer from the same generator as the whole model's,
   ``model.initial_layers``, so every stage starts from data parallelism's bits);
 - the optimizer runs on :attr:`Sharded.update_params` and :attr:`Sharded.update_grads`, the
-  owned shards, with the same learning-rate schedule;
+  owned shards, with the same learning-rate schedule; at stages 2-3 (:data:`PER_BUCKET`) it
+  updates each bucket's slices of the shard as their average lands, so no averaged shard is
+  held;
 - stage 1 reduce-scatters the whole gradient after backward (``__call__``), in buckets of at
   most ``--bucket-mb`` and a quarter of the gradient (each a slice of every shard, side by side
   in a staging copy), each rank's average written over its own slice; stages 2 and 3 hand
   the model a :class:`~collectives.sgd.model.LayerSource` (:meth:`Sharded.backward_hooks`)
-  whose gradient blocks are buckets of at most ``--bucket-mb`` and at most
-  1/:data:`BUCKET_SHARE` of a shard (but :data:`MIN_BUCKET` elements at least), consecutive
+  whose gradient blocks are buckets of at most ``--bucket-mb`` and, with the block each lands
+  in, at most 1/:data:`BUCKET_SHARE` of a shard (but :data:`MIN_BUCKET` elements at least), consecutive
   rows of a layer (with :data:`BALANCED` a block of rows of every owner's part of it), each
-  reduce-scattered as backward finishes it and freed (with :data:`PIPELINED` on the progress
+  reduce-scattered as backward finishes it and freed (at the stages of :data:`PIPELINED` on the progress
   engine while backward computes the next bucket: two buckets alive, each half as large);
   stage 3's source also gathers each layer's parameters before forward and backward
   (:class:`collectives.parallel.LayerGather`, one ahead on the progress engine);
@@ -60,24 +62,34 @@ from ..model import initial_layers
 from ..timing import Clock
 from .base import GOSSIP_DTYPE, Refusal, SyncMode, ring_bytes
 
-__all__ = ["Sharded", "BUCKET_SHARE", "MIN_BUCKET"]
+__all__ = ["Sharded", "BUCKET_SHARE", "MIN_BUCKET", "PER_BUCKET"]
 
-#: a gradient bucket is at most 1/BUCKET_SHARE of the largest shard, so the gradient a rank holds
-#: beyond its shard stays within 1/16 of it at stages 2-3 (ZeRO-2's memory: the shard and a
-#: bucket) ...
-BUCKET_SHARE = 16
+#: stages 2-3 apply the optimizer's update to each bucket's slices of the shard as soon as their
+#: average lands (:class:`collectives.parallel.Zero`'s ``apply``): no averaged shard is held, and
+#: a bucket with the block it lands in may take what that shard took; off: the averaged shard is
+#: kept whole and updated after backward (the same bits, docs/sharded.md)
+PER_BUCKET = True
+#: what a rank's gradient buckets may hold at stages 2-3, as a share of the largest shard: with
+#: :data:`PER_BUCKET` a bucket and the block of the shard its average lands in (all buckets alive
+#: at once) take at most 1/BUCKET_SHARE of a shard, so the gradient held stays within the shard
+#: that ZeRO-2 keeps; without it each bucket is at most 1/BUCKET_SHARE of a shard beyond the
+#: averaged shard (16 kept the gradient within 1/16 of it) ...
+BUCKET_SHARE = 1
 #: ... but at least this many elements (64 KiB), or every call's latency would dominate small
 #: models
 MIN_BUCKET = 1 << 14
-#: stages 2-3 start each bucket's reduce-scatter on the progress engine, one in flight, in
-#: buckets half as large (read when a mode is made; off: measured slower on the development
-#: machine, the calls doubled, docs/sharded.md; bench/sharded_step.py compares both)
-PIPELINED = False
+#: the stages (of 2 and 3) that start each bucket's reduce-scatter on the progress engine, one
+#: in flight, in buckets half as large (read when a mode is made): stage 3, whose layer gathers
+#: run there already (with the per-bucket update measured 0.86-0.94x the blocking step on the
+#: emulated cluster; at stage 2 it was not faster: docs/sharded.md; bench/sharded_step.py
+#: compares both)
+PIPELINED: frozenset[int] = frozenset({3})
 #: stages 2-3 make each bucket of a block of rows of every owner's part of a layer (a
-#: balanced reduce-scatter); off: consecutive rows, a bucket inside one shard going the whole
-#: ring to its one owner, which measured faster on the development machine's oversubscribed
-#: cores (docs/sharded.md; bench/sharded_step.py compares both)
-BALANCED = False
+#: balanced reduce-scatter, landing a quarter of the bucket on each of 4 owners); off:
+#: consecutive rows, a bucket inside one shard going the whole ring to its one owner, which
+#: lands whole there (with PER_BUCKET: twice the buckets, and measured slower on the emulated
+#: cluster; without it, in 1/16-shard buckets, it measured faster: docs/sharded.md)
+BALANCED = True
 
 
 class Sharded(SyncMode):
@@ -117,19 +129,28 @@ class Sharded(SyncMode):
         #: ``--codec``: every gradient bucket reduce-scattered compressed (each destination
         #: block on its own; error feedback per bucket and block), at the step pull() names
         self.state, self._step = state, 0
+        #: stages 2-3 with :data:`PER_BUCKET`: each bucket's average updates its slices as it
+        #: lands (the optimizer and schedule come from :meth:`attach_optimizer`)
+        self.applies_update = PER_BUCKET and not self.stage.full_grads
+        self.opt: Any = None
+        self._lr = 0.0
         self.zero = Zero(self.plan, stage, comm, algorithm=algorithm, ledger=self.ledger,
                          params=params.flat if self.stage.full_params else None,
                          grads=grads.flat if self.stage.full_grads else None,
                          reducer=None if state is None else self._compressed,
-                         param_state=param_state, pipelined=PIPELINED)
+                         param_state=param_state, pipelined=stage in PIPELINED,
+                         apply=self._apply if self.applies_update else None)
         self.update_params, self.update_grads = self.zero.owned_params, self.zero.owned_grads
         # stage 1 holds the whole gradient anyway: a bucket (its staging copy) is up to a
-        # quarter of it; stages 2-3 hold one bucket beyond the shard
+        # quarter of it; stages 2-3 hold their buckets within a share of a shard
         # (pipelined: two buckets alive at once, each half as large)
         alive = 2 if self.zero.pipelined else 1
-        cap = self.plan.total // 4 if self.stage.full_grads else \
-            self.plan.largest // (BUCKET_SHARE * alive)
-        self.bucket = max(1, min(bucket_bytes // 4, max(MIN_BUCKET // alive, cap)))
+        #: the largest bucket, in elements (--bucket-mb) ...
+        self.limit = max(1, bucket_bytes // 4)
+        #: ... and what a bucket (with PER_BUCKET: and the block it lands in) may hold
+        self.budget = self.plan.total // 4 if self.stage.full_grads else \
+            max(MIN_BUCKET // alive, self.plan.largest // (BUCKET_SHARE * alive))
+        self.bucket = max(1, min(self.limit, self.budget))
         if not self.stage.full_params:
             self._initialise(seed)
         self.gather: LayerGather | None = None
@@ -194,6 +215,16 @@ class Sharded(SyncMode):
                        a.param_codec, seed=a.seed, rank=comm.rank))
 
     # ------------------------------------------------------------------ each step
+    def attach_optimizer(self, opt: Any, schedule: Any) -> None:
+        self.opt, self.schedule = opt, schedule
+
+    def _apply(self, piece: slice, grad: np.ndarray) -> None:
+        """The per-bucket update of the shard's ``piece`` with its averaged ``grad``; at stage 3
+        after the layer gather in flight (which reads the shard) has landed."""
+        if self.gather is not None:
+            self.gather.settle()
+        self.opt.step_range(piece.start, piece.stop, grad, self._lr)
+
     def _compressed(self, x: np.ndarray, *, out: np.ndarray, counts: Sequence[int],
                     key: str) -> Any:
         call = icompressed_reduce_scatter if self.zero.pipelined else compressed_reduce_scatter
@@ -202,6 +233,8 @@ class Sharded(SyncMode):
 
     def pull(self, step: int) -> None:
         self._step = step
+        if self.applies_update:
+            self._lr = self.schedule(step)
         self._mark = (TRAFFIC.bytes_sent, self.zero.seconds)
         if not self.stage.full_params:
             self.gather = LayerGather(self.zero, self.bounds)
@@ -210,9 +243,10 @@ class Sharded(SyncMode):
         return {} if self.stage.full_grads else {"layers": _Step(self)}
 
     def __call__(self, step: int) -> None:
+        with self.clock.measure("compute"):
+            self.zero.flush()  # the last bucket's reduce-scatter (and its update)
         # what the collectives took inside forward and backward is communication, not compute
         self.clock.seconds["compute"] -= self.zero.seconds - self._mark[1]
-        self.zero.flush()  # the last bucket's reduce-scatter
         if self.gather is not None:
             self.gather.finish()
             self.gather = None
@@ -311,9 +345,11 @@ def _row_groups(mode: Sharded, i: int) -> tuple[list[_Group], list[tuple[int, sl
 
     With :data:`BALANCED` the rows of the layer's weight are split among the owners of their
     first elements (else they are one part); each part's rows are cut into ``m`` near-equal
-    blocks (``m`` such that a bucket of one block of every part holds at most ``mode.bucket``
-    elements), and bucket ``k`` is block ``k`` of every part, in flat order (the bias with the
-    last rows). A layer inside one shard gives consecutive buckets of its rows either way."""
+    blocks (``m`` such that a bucket of one block of every part holds at most ``mode.limit``
+    elements, and with the per-bucket update, the bucket and the block it lands in at most
+    ``mode.budget``; without it the bucket alone), and bucket ``k`` is block ``k`` of every
+    part, in flat order (the bias with the last rows). A layer inside one shard gives
+    consecutive buckets of its rows either way."""
     fan_in, fan_out = mode.fans[i]
     lo = mode.bounds[i]
     offsets = mode.plan.offsets
@@ -321,7 +357,12 @@ def _row_groups(mode: Sharded, i: int) -> tuple[list[_Group], list[tuple[int, sl
     starts = sorted({min(fan_in, max(0, -(-(a - lo) // fan_out))) for a in offsets[:-1]}
                     | {0, fan_in})
     parts = [(a, b) for a, b in zip(starts, starts[1:]) if b > a] if BALANCED else [(0, fan_in)]
-    m = max(1, -(-(fan_in * fan_out) // max(1, mode.bucket)))
+    size = fan_in * fan_out
+    # with the per-bucket update a bucket lands in a block of its own: at most its largest
+    # part's share of it (balanced; a row more, for a row that straddles two shards, and the
+    # bias), or all of it (a bucket of consecutive rows, mostly one owner's)
+    lands = (max(b - a for a, b in parts) + 1) * fan_out if mode.applies_update else 0
+    m = max(1, -(-size // mode.limit), -(-(size + lands) // max(1, mode.budget)))
     m = min(m, max(b - a for a, b in parts))
     groups: list[_Group] = []
     blocks: list[tuple[int, slice, int]] = []
