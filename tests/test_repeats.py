@@ -146,6 +146,26 @@ def test_tensor_changes_in_place_are_noticed_as_the_fingerprint_notices_them(cha
     assert by_prints is repeats, change
 
 
+def test_a_tensor_layout_is_compared_as_memory_is_addressed():
+    """A C-contiguous tensor's strides are compared as "C-contiguous": a length-1 dimension's
+    stride, which addresses no other memory, may change; a Fortran-ordered pair is compared by
+    its strides, and turning it C-ordered in place is a change."""
+    torch = pytest.importorskip("torch")
+    cache = Repeats()
+    x, out = torch.ones(12, 1), torch.zeros(12, 1)
+    entry = _remember(cache, x, out)
+    x.as_strided_((12, 1), (1, 7))
+    assert x.is_contiguous() and cache.find("allreduce", x, out, "sum", "auto", None, None) \
+        is entry and entry.xprint(x) == entry.xseen
+    f, g = torch.ones(4, 3).t(), torch.zeros(4, 3).t()  # (3, 4), Fortran order
+    entry = _remember(cache, f, g)
+    assert entry.xseen[2] == (1, 3)
+    assert cache.find("allreduce", f, g, "sum", "auto", None, None) is entry
+    g.as_strided_((3, 4), (4, 1))  # the same shape, C order: another layout of out
+    assert cache.find("allreduce", f, g, "sum", "auto", None, None) is None
+    assert entry.oprint(g) != entry.oseen
+
+
 def test_entries_of_a_freed_communicator_are_dropped_at_the_next_remember():
     """A freed or reset communicator's entries never repeat; the next call remembered drops
     them, so that the context, lane and team they reference are not kept alive (the soak test
