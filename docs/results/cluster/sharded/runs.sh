@@ -108,12 +108,12 @@ esac
 # others; bench/sharded_step.py prints each run's parameter digest (the bits check's detail).
 # Configuration numbers: bench/sharded_step.py's CONFIGS, 0-based.
 zacc() {  # $1 tag, $2 hosts, $3 ranks per host, $4 subnet, $5 --only, $6 --rounds
-    python bench/cluster.py up --name hzacc$1 --hosts $2 --ranks-per-host $3 --rate 1gbit --subnet $4
+    python bench/cluster.py up --name ${NAME:-hzacc}$1 --hosts $2 --ranks-per-host $3 --rate 1gbit --subnet $4
     uptime > $R/step_$1.load
-    python bench/cluster.py run --name hzacc$1 -- python bench/sharded_step.py --rounds $6 \
+    python bench/cluster.py run --name ${NAME:-hzacc}$1 -- python bench/sharded_step.py --rounds $6 \
         --only $5 --json $R/step_$1.json -- --model wide --subset 384 --epochs 1 --quiet > $R/step_$1.log 2>&1
     uptime >> $R/step_$1.load
-    python bench/cluster.py down --name hzacc$1
+    python bench/cluster.py down --name ${NAME:-hzacc}$1
 }
 case "$1" in
     steps2x2z0) zacc 2x2z0 2 2 10.199.71.0/24 0,1,2,5 1 ;;
@@ -132,13 +132,8 @@ esac
 # Third pass (2026-12-07): the per-bucket update (sharded.PER_BUCKET, the default now) and the
 # bucket plans it allows within the memory bound, against data parallelism and the layouts
 # before it; bench/sharded_step.py's CONFIGS 21-28 are the per-bucket ones.
-zpb() {  # $1 tag, $2 hosts, $3 ranks per host, $4 subnet, $5 --only, $6 --rounds
-    python bench/cluster.py up --name hzbkt$1 --hosts $2 --ranks-per-host $3 --rate 1gbit --subnet $4
-    uptime > $R/step_$1.load
-    python bench/cluster.py run --name hzbkt$1 -- python bench/sharded_step.py --rounds $6 \
-        --only $5 --json $R/step_$1.json -- --model wide --subset 384 --epochs 1 --quiet > $R/step_$1.log 2>&1
-    uptime >> $R/step_$1.load
-    python bench/cluster.py down --name hzbkt$1
+zpb() {  # the same steps as zacc, clusters named hzbkt...
+    NAME=hzbkt zacc "$@"
 }
 case "$1" in
     steps2x2p1) zpb 2x2p1 2 2 10.199.81.0/24 0,2,21,22,23,5,24,25 2 ;;
