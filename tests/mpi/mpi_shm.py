@@ -96,6 +96,12 @@ def test_cma_threshold_option(transfer, comm):
     assert team is not default and shm.team(context(comm), SMALL) is default
     if team.cma:  # (without cross-memory attach the threshold is never read)
         assert int(team.tab[layout.T_CMA]) == TRANSFERS[transfer]
+        # the bounce buffer: half a page in (away from allocators' offsets, team.BOUNCE_OFFSET),
+        # its iovecs' 32 bytes before it and a round's bytes after it inside its allocation
+        bounce, held = int(team.tab[layout.T_BOUNCE]), team._bounce
+        assert bounce % shm_team.PAGE == shm_team.BOUNCE_OFFSET == 2048
+        assert held.ctypes.data <= bounce - 32 and \
+            bounce + int(team.tab[layout.T_CMA_SEGMENT]) <= held.ctypes.data + held.nbytes
 
 
 @pytest.mark.parametrize("op", OPS)

@@ -43,6 +43,12 @@ SLOT_DEDICATED_PER_RANK, SEGMENT_SHARED = 64 << 10, 4 << 20
 SEGMENT_DEDICATED = 1 << 20
 #: Bytes apart that reading one byte touches every page (4 KiB, the smallest x86-64 page).
 PAGE = 4096
+#: Where in a page a rank's bounce buffer (cross-memory attach's landing place for the other
+#: ranks' segments) starts: half a page in. 80 bytes in (where it was), buffers 64 bytes into a
+#: page, where PyTorch's allocator starts tensors, took the path 1.5-2.4x longer than buffers at
+#: other offsets in the same launch under Open MPI (1 MiB, p = 2); half a page in, no offset
+#: stood out (docs/benchmarks/overhead.md, "The tensor line (stop 64)")
+BOUNCE_OFFSET = 2048
 #: Bytes from which an allreduce moves private buffers by cross-memory attach (where it beats the
 #: slots), when the team's ranks have a core each, and when they share cores: there its extra wait
 #: at the end of a call costs a turn of the scheduler (docs/benchmarks/shm.md, shm thresholds).
@@ -225,10 +231,13 @@ class Team:
         self.cma = _cma_works(comm, self.tab)
         self.tab[L.T_CMA] = np.iinfo(np.int64).max  # never
         if self.cma:  # two iovecs, then room for the other ranks' segments of a round
-            self._bounce = np.zeros((64 + cma_round) // 8, np.int64)
+            # the bounce buffer's bytes start BOUNCE_OFFSET into a page (the iovecs just
+            # before): away from where allocators start user buffers (NumPy 16, PyTorch 64)
+            self._bounce = np.zeros((64 + PAGE + cma_round) // 8, np.int64)
             if touch:
                 self._bounce.fill(0)  # np.zeros of this size maps pages it has not written
-            self.tab[L.T_BOUNCE] = self._bounce.ctypes.data + 64
+            start = self._bounce.ctypes.data + 64
+            self.tab[L.T_BOUNCE] = start + (BOUNCE_OFFSET - start) % PAGE
             self.tab[L.T_CMA] = _cma_bytes(dedicated) if cma_bytes is None else cma_bytes
         self._ranks = (None if buffers is None else
                        buffers.translate(comm))  # team rank -> rank in the buffers' node
