@@ -26,7 +26,6 @@ if not (Path("/dev/nvidia0").exists() or Path("/proc/driver/nvidia").exists()):
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
 
-
 #: set while the outer run writes bytecode that the environment would not have written
 _BYTECODE: dict[str, bool] = {}
 

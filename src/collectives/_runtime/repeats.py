@@ -20,7 +20,7 @@ arrays: a stand-in array takes their place):
   a pair of NumPy arrays, the common case, and a pair of tensors have their fingerprints
   compared field by field in line, which builds no tuple (tested against the fingerprint
   functions; a tensor's five reads are most of what a repeat on tensors costs over one on
-  NumPy arrays, and in line they cost some 0.2 us less a pair). A tensor's device is
+  NumPy arrays: docs/benchmarks/overhead.md). A tensor's device is
   not read: its data pointer implies it (CUDA's unified virtual addressing gives host and
   device memory, and each device's, disjoint addresses), and every attribute read of a tensor
   counts at 8 B (docs/benchmarks/overhead.md);
@@ -90,11 +90,11 @@ def _no_fields(a: Any) -> tuple:
 #: the kind of the stand-in of a call with no arrays (``barrier``): nothing to re-check
 NO_ARRAYS = Kind("none", _no_fields, False)
 
+_TORCH = Kind("torch", _tensor, True)
+
 #: the array kinds a call is remembered for, by (module, type name): exact types only (a
 #: subclass may redefine what its attributes mean); torch and cupy are looked up in
 #: ``sys.modules``, never imported
-_TORCH = Kind("torch", _tensor, True)
-
 KINDS: dict[tuple[str, str], Kind] = {
     ("numpy", "ndarray"): _NUMPY,
     ("torch", "Tensor"): _TORCH,

@@ -65,11 +65,7 @@ class SGD:
     def step(self, grad: np.ndarray, lr: float) -> None:
         """Apply one update with the (averaged) gradient ``grad`` (one pass: the Numba kernel
         of ``_kernels``, NumPy's bits)."""
-        from ._kernels import momentum_step
-
-        t = self.params.dtype.type
-        momentum_step(self.params, grad.reshape(-1), self.velocity, t(lr), t(self.momentum),
-                      t(self.weight_decay))
+        self.step_range(0, self.params.size, grad, lr)
 
     def step_range(self, lo: int, hi: int, grad: np.ndarray, lr: float) -> None:
         """The update of elements ``[lo, hi)`` only, with their averaged gradient ``grad``: the

@@ -44,10 +44,9 @@ SEGMENT_DEDICATED = 1 << 20
 #: Bytes apart that reading one byte touches every page (4 KiB, the smallest x86-64 page).
 PAGE = 4096
 #: Where in a page a rank's bounce buffer (cross-memory attach's landing place for the other
-#: ranks' segments) starts: half a page in. 80 bytes in (where it was), buffers 64 bytes into a
-#: page, where PyTorch's allocator starts tensors, took the path 1.5-2.4x longer than buffers at
-#: other offsets in the same launch under Open MPI (1 MiB, p = 2); half a page in, no offset
-#: stood out (docs/benchmarks/overhead.md, "The tensor line (stop 64)")
+#: ranks' segments) starts: half a page in, away from where allocators start user buffers
+#: (NumPy 16 bytes in, PyTorch 64), which near the bounce buffer's offset made the path slower
+#: (measured: docs/benchmarks/overhead.md, "The tensor line (stop 64)")
 BOUNCE_OFFSET = 2048
 #: Bytes from which an allreduce moves private buffers by cross-memory attach (where it beats the
 #: slots), when the team's ranks have a core each, and when they share cores: there its extra wait
@@ -231,8 +230,7 @@ class Team:
         self.cma = _cma_works(comm, self.tab)
         self.tab[L.T_CMA] = np.iinfo(np.int64).max  # never
         if self.cma:  # two iovecs, then room for the other ranks' segments of a round
-            # the bounce buffer's bytes start BOUNCE_OFFSET into a page (the iovecs just
-            # before): away from where allocators start user buffers (NumPy 16, PyTorch 64)
+            # the bounce buffer's bytes start BOUNCE_OFFSET into a page, the iovecs before them
             self._bounce = np.zeros((64 + PAGE + cma_round) // 8, np.int64)
             if touch:
                 self._bounce.fill(0)  # np.zeros of this size maps pages it has not written
