@@ -73,16 +73,15 @@ PER_BUCKET = True
 #: :data:`PER_BUCKET` a bucket and the block of the shard its average lands in (all buckets alive
 #: at once) take at most 1/BUCKET_SHARE of a shard, so the gradient held stays within the shard
 #: that ZeRO-2 keeps; without it each bucket is at most 1/BUCKET_SHARE of a shard beyond the
-#: averaged shard (16 kept the gradient within 1/16 of it) ...
+#: averaged shard ...
 BUCKET_SHARE = 1
 #: ... but at least this many elements (64 KiB), or every call's latency would dominate small
 #: models
 MIN_BUCKET = 1 << 14
 #: the stages (of 2 and 3) that start each bucket's reduce-scatter on the progress engine, one
 #: in flight, in buckets half as large (read when a mode is made): stage 3, whose layer gathers
-#: run there already (with the per-bucket update measured 0.86-0.94x the blocking step on the
-#: emulated cluster; at stage 2 it was not faster: docs/sharded.md; bench/sharded_step.py
-#: compares both)
+#: run there already (the choice measured in docs/sharded.md; bench/sharded_step.py compares
+#: both)
 PIPELINED: frozenset[int] = frozenset({3})
 #: stages 2-3 make each bucket of a block of rows of every owner's part of a layer (a
 #: balanced reduce-scatter, landing a quarter of the bucket on each of 4 owners); off:
