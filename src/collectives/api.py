@@ -31,7 +31,8 @@ import numpy as np
 from compress.arrays import same_memory
 from mpi4py import MPI
 
-from ._runtime.arrays import check_input, check_out, copy_into, flat, new_like, returned, writeable
+from ._runtime.arrays import (check_input, check_out, copy_into, flat, in_block, new_like, own_block,
+                              returned, writeable)
 from ._runtime.workspace import scratch
 from ._runtime.blocking import run_call
 from ._runtime.context import context
@@ -152,8 +153,10 @@ class ReduceScatterCall:
         self.op = get_op(op, a.dtype)
         self.fn = lookup(REDUCE_SCATTER, algorithm, "algorithm")
         self.offsets = offsets = _offsets(counts, a.size, comm.size)
-        n = int(offsets[comm.rank + 1] - offsets[comm.rank])
-        res = new_like(a, (n,)) if out is None else check_out(out, a, (n,))
+        lo, hi = int(offsets[comm.rank]), int(offsets[comm.rank + 1])
+        res = own_block(out, flat(a), lo, hi)  # in place: out is x's own block
+        if res is None:
+            res = new_like(a, (hi - lo,)) if out is None else check_out(out, a, (hi - lo,))
         self.src, self.dst, self.algorithm, self.opts = flat(a), flat(res), algorithm, opts
         self.result = returned(x, out, res)
         self.trivial = a.size == 0 or comm.size == 1
@@ -180,8 +183,10 @@ class AllgatherCall:
                  counts: Sequence[int] | None, algorithm: str, opts: Options) -> None:
         a = check_input(x)
         self.fn = lookup(ALLGATHER, algorithm, "algorithm")
-        self.offsets, total = _gathered(comm, a, counts)
-        res = new_like(a, (total,)) if out is None else check_out(out, a, (total,))
+        self.offsets, total = offsets, total = _gathered(comm, a, counts)
+        res = None if out is None else in_block(out, flat(a), int(offsets[comm.rank]), total)
+        if res is None:  # (else in place: x is out's own block)
+            res = new_like(a, (total,)) if out is None else check_out(out, a, (total,))
         self.src, self.dst, self.algorithm, self.opts = flat(a), flat(res), algorithm, opts
         self.result = returned(x, out, res)
         self.trivial = total == 0 or comm.size == 1
@@ -623,6 +628,11 @@ def reduce_scatter(x: np.ndarray, *, out: np.ndarray | None = None, op: OpLike =
     ``counts[r]`` is the length of rank ``r``'s block (``MPI_Reduce_scatter``'s recvcounts); by
     default ``x.size`` is split into near-equal blocks, the first ``x.size % p`` one longer.
     ``algorithm``: "ring" or "native".
+
+    In place (NCCL's layout, ``recvbuff == sendbuff + rank * recvcount``): ``out`` a 1-D view
+    of exactly block ``rank`` of a contiguous ``x`` (``x.reshape(-1)[lo:hi]``); the result lands
+    there without a copy of ``x``, and the rest of ``x`` is left holding partial results
+    (undefined): the caller gives ``x`` up to the call, as the ring's work buffer.
     """
     return run_call(ReduceScatterCall, comm, options, validate, x, out, op, counts, algorithm).result
 
@@ -636,6 +646,9 @@ def allgather(x: np.ndarray, *, out: np.ndarray | None = None,
     Without ``counts`` every rank must pass the same number of elements (``MPI_Allgather``); with
     ``counts`` (one per rank, ``counts[rank] == x.size``) blocks may differ (``MPI_Allgatherv``).
     ``algorithm``: "ring" or "native".
+
+    In place (``MPI_IN_PLACE``'s layout, and NCCL's): ``x`` a view of exactly block ``rank`` of
+    a 1-D ``out`` (``out[lo:hi]``); it is not copied, the other blocks arrive around it.
     """
     return run_call(AllgatherCall, comm, options, validate, x, out, counts, algorithm).result
 

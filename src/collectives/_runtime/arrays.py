@@ -119,6 +119,34 @@ def check_out(out: object, x: np.ndarray, shape: tuple[int, ...] | None = None,
     return out
 
 
+def own_block(out: object, whole: np.ndarray, lo: int, hi: int) -> np.ndarray | None:
+    """``out`` checked, if it views exactly elements ``lo:hi`` of the flat input ``whole``: an
+    in-place reduce-scatter's result, landing in the rank's own block of its input (NCCL's
+    in-place layout, ``recvbuff == sendbuff + rank * recvcount``); else None (``out`` is then
+    checked as any other, and may not overlap the input)."""
+    if out is None:
+        return None
+    o = check_input(out, "out")
+    if not same_memory(o, whole[lo:hi]):
+        return None
+    if not writeable(o):
+        raise ValueError("out is read-only")
+    return o
+
+
+def in_block(out: object, part: np.ndarray, lo: int, total: int) -> np.ndarray | None:
+    """``out`` checked, if the flat input ``part`` views exactly its elements ``lo:lo +
+    part.size``: an in-place allgather, whose input already lies in the rank's own block of
+    the result (``MPI_IN_PLACE``'s layout for ``MPI_Allgather``, and NCCL's); else None."""
+    o = check_input(out, "out")
+    if o.ndim != 1 or o.size != total or o.dtype != part.dtype or \
+            not same_memory(part, o[lo:lo + part.size]):
+        return None
+    if not writeable(o):
+        raise ValueError("out is read-only")
+    return o
+
+
 def writeable(a: np.ndarray) -> bool:
     """Whether ``a`` may be written (CuPy arrays always may: their flags have no ``writeable``)."""
     return getattr(a.flags, "writeable", True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+from compress.arrays import same_memory
 
 from .._runtime.arrays import copy_into
 from .._runtime.context import Context
@@ -26,17 +27,22 @@ __all__ = ["ring_reduce_scatter", "ring_allgather", "binomial_bcast", "binomial_
 
 def ring_reduce_scatter(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], op: Op,
                          ctx: Context, opts: Options) -> None:
+    r = ctx.comm.rank
+    if same_memory(out, src[offsets[r]:offsets[r + 1]]):  # in place: src is the work buffer
+        ring.reduce_scatter(src, offsets, op, ctx.comm, opts.segment_bytes, ctx.active)
+        return
     work = scratch("blocks.reduce_scatter", src.size, src)
     copy_into(src, work)  # the ring overwrites its input with partial results
     ring.reduce_scatter(work, offsets, op, ctx.comm, opts.segment_bytes, ctx.active)
-    r = ctx.comm.rank
     copy_into(work[offsets[r]:offsets[r + 1]], out)
 
 
 def ring_allgather(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], ctx: Context,
                     opts: Options) -> None:
     r = ctx.comm.rank
-    copy_into(src, out[offsets[r]:offsets[r + 1]])
+    mine = out[offsets[r]:offsets[r + 1]]
+    if not same_memory(src, mine):  # (in place: there already)
+        copy_into(src, mine)
     ring.allgather(out, offsets, ctx.comm, ctx.active)
 
 

@@ -19,7 +19,7 @@ from mpi4py import MPI
 from .._runtime import device as _device
 from .._runtime.agree import agree, key
 from .._runtime.context import Context
-from .._runtime.arrays import copy_into
+from .._runtime.arrays import copy_into, xp
 from .._runtime.guard import native_call
 from .._runtime.mpitypes import native_op, native_type
 from ..ops import Op
@@ -33,11 +33,18 @@ __all__ = ["reduce_scatter", "allgather", "bcast", "reduce", "alltoall", "barrie
            "scatter"]
 
 
-def _landing(out: np.ndarray | None, ctx: Context) -> np.ndarray | None:
-    """Where MPI receives instead of ``out``: ``out`` itself outside a public call."""
-    if out is None or ctx.active is None:
+def _landing(out: np.ndarray | None, ctx: Context,
+             src: np.ndarray | None = None) -> np.ndarray | None:
+    """Where MPI receives instead of ``out``: ``out`` itself outside a public call, unless it
+    overlaps the input ``src`` (an in-place reduce-scatter or allgather: MPI's buffers may not
+    alias)."""
+    if out is None or (ctx.active is None and (src is None or not _overlap(out, src))):
         return out
     return scratch("native.landing", out.size, out)
+
+
+def _overlap(a: np.ndarray, b: np.ndarray) -> bool:
+    return bool(xp(a).may_share_memory(a, b))
 
 
 def _agreed(ctx: Context, sig: tuple) -> None:
@@ -59,7 +66,7 @@ def reduce_scatter(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], op:
     dtype = native_type(src.dtype)
     counts = [b - a for a, b in zip(offsets[:-1], offsets[1:])]
     _agreed(ctx, key("reduce_scatter", src.size, src.dtype, op.name, counts=tuple(counts)))
-    land = _landing(out, ctx)
+    land = _landing(out, ctx, src)
     _land(native_call(ctx, "Reduce_scatter",
                       ([src, dtype], [land, dtype], counts, native_op(op, src.dtype)),
                       lambda: ring_reduce_scatter(src, out, offsets, op, ctx, opts),
@@ -75,7 +82,7 @@ def allgather(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], ctx: Con
                      counts=tuple(b - a for a, b in zip(offsets[:-1], offsets[1:]))))
     counts = [(b - a) * size for a, b in zip(offsets[:-1], offsets[1:])]
     displs = [a * size for a in offsets[:-1]]
-    land = _landing(out, ctx)
+    land = _landing(out, ctx, src)
     _land(native_call(ctx, "Allgatherv", ([src, MPI.BYTE], [land, (counts, displs), MPI.BYTE]),
                       lambda: ring_allgather(src, out, offsets, ctx, opts),
                       ("native.landing", land)), land, out)
