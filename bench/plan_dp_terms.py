@@ -11,10 +11,9 @@ barrier before each call, ``--repeats`` times after one untimed call (the slowes
 median):
 
 - ``dense``: the driver's ``--sync sync`` exchange (one ring allreduce of the gradient over dp);
-- ``zero1``: ``--shard 1``'s exchange (:class:`collectives.sgd.sync.Sharded`: the staged
-  reduce-scatter in buckets) and its ``average_params`` (the parameters' allgather), and
-  their pieces: the staging copies alone, one reduce-scatter of the whole gradient, one
-  allgather;
+- ``zero1``: ``--shard 1``'s exchange (:class:`collectives.sgd.sync.Sharded`: one in-place
+  reduce-scatter of the whole gradient) and its ``average_params`` (the parameters' allgather,
+  in place), beside one reduce-scatter and one allgather out of place (each through a copy);
 - ``fp16``: ``--codec fp16``'s exchange (``compressed_allreduce``, summable) and its pieces:
   the ``x / p`` scaling, the encode, the ring allreduce of the float16 payload, the same
   bytes as float32, the decode;
@@ -106,21 +105,7 @@ def main() -> int:
     zero = Sharded(grads, params, dpc, Clock(), stage=1)
     out["zero1 reduce (reduce_all)"] = _timed(comm, lambda: zero(0), R, refill)
     out["zero1 allgather (average_params)"] = _timed(comm, lambda: zero.average_params(0), R)
-    out["zero1 bucket count"] = -(-zero.plan.largest // max(1, zero.bucket // dp))
     z = zero.zero
-    p_, offsets = z.plan.world, z.plan.offsets
-    per = max(1, zero.bucket // p_)
-
-    def staging_only():
-        staging = np.empty(per * p_, dtype=np.float32)
-        for k in range(0, z.plan.largest, per):
-            at = 0
-            for r in range(p_):
-                c = max(0, min(per, offsets[r + 1] - offsets[r] - k))
-                staging[at:at + c] = grads.flat[offsets[r] + k:offsets[r] + k + c]
-                at += c
-
-    out["zero1 staging copies"] = _timed(comm, staging_only, R)
     whole = np.empty(z.plan.counts[dpc.rank], np.float32)
     out["reduce_scatter whole"] = _timed(
         comm, lambda: collectives.reduce_scatter(grads.flat, out=whole, op="avg",

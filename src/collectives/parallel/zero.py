@@ -4,10 +4,10 @@ Every rank computes the gradient of its own batch; what it keeps between steps, 
 the network, depends on the stage (:data:`STAGES`, one small class each):
 
 - **stage 1** (optimizer state sharded): the whole gradient is written by backward, then
-  reduce-scattered (op "avg") in buckets, each rank receiving the average of the slice it owns
-  (a bucket holds a slice of every rank's shard, so each reduce-scatter is balanced);
-  the owner runs the optimizer on its slice only (its momentum is all it keeps of the optimizer),
-  and an allgather of the updated slices rebuilds every rank's full parameters.
+  reduce-scattered (op "avg") in one call, in place, each rank receiving the average of the
+  slice it owns in that slice; the owner runs the optimizer on its slice only (its momentum
+  is all it keeps of the optimizer), and an allgather of the updated slices, in place, rebuilds
+  every rank's full parameters: ring allreduce's two halves with the update between them.
 - **stage 2** (gradients sharded too): the same exchange, but each bucket of the gradient is
   reduce-scattered as soon as backward has written it and then freed, so a rank holds the
   averaged gradient of its shard plus a bucket or two, not the whole gradient. A bucket is a
@@ -310,30 +310,29 @@ class Zero:
                 self.apply(sl, piece)
             at += sl.stop - sl.start
 
-    def reduce_all(self, bucket: int) -> None:
-        """Stage 1: average the whole flat gradient in buckets of about ``bucket`` elements,
-        each made of the ``k``-th slice of every rank's shard (copied side by side into a staging
-        buffer), so that every reduce-scatter gives every rank an equal share (a contiguous
-        bucket inside one shard would travel the whole ring to its one owner); each rank's
-        average lands in its own slice of the gradient, which later buckets no longer read."""
-        p, offsets, grads = self.plan.world, self.plan.offsets, self.grads
-        per = max(1, bucket // p)
-        staging = self.ledger.track("buffers", np.empty(per * p, dtype=np.float32))
-        for a in range(0, self.plan.largest, per):
-            counts = [max(0, min(per, offsets[r + 1] - offsets[r] - a)) for r in range(p)]
-            at = 0
-            for r, c in enumerate(counts):
-                staging[at:at + c] = grads[offsets[r] + a:offsets[r] + a + c]
-                at += c
-            t0 = time.perf_counter()
-            self.reducer(staging[:at], out=self.owned_grads[a:a + counts[self.rank]],
-                         counts=counts, key=f"grads.{a}")
-            self.seconds += time.perf_counter() - t0
+    def reduce_all(self) -> None:
+        """Stage 1: average the whole flat gradient in one reduce-scatter, each rank's average
+        landing in its own slice of the gradient: in place for the dense exchange (NCCL's
+        layout: the slice is the rank's block of the gradient, which lies in the owners'
+        order; the ring works on the gradient itself, leaving partial sums in the other
+        slices, which nothing reads), through a block of its own for a ``reducer`` (a codec's
+        reduce-scatter reads its input whole). With :meth:`gather_params` (in place too) the
+        exchange is ring allreduce's two halves with the update between them: its bytes, its
+        order of sums, no copy of the gradient."""
+        t0 = time.perf_counter()
+        if self.reducer == self._dense:
+            self.reducer(self.grads, out=self.owned_grads, counts=self.plan.counts,
+                         key="grads.0")
+        else:
+            block = self.ledger.track("buffers", np.empty_like(self.owned_grads))
+            self.reducer(self.grads, out=block, counts=self.plan.counts, key="grads.0")
+            self.owned_grads[...] = block
+        self.seconds += time.perf_counter() - t0
 
     # ------------------------------------------------------------------ parameters
     def gather_params(self) -> None:
         """Stages 1-2, after the update: every rank's full parameters from the owned shards (one
-        allgather; the owned slice travels from a staging copy, as it lies inside the result).
+        allgather, in place where the owned slice lies inside the result).
         With :attr:`param_state` the owners' masters travel through its codec
         (``collectives.compressed_allgather``) and every rank's replica, the owner's slice too,
         is their decoded view."""
@@ -350,12 +349,10 @@ class Zero:
                                  counts=self.plan.counts, comm=self.comm, key="params")
             self.seconds += time.perf_counter() - t0
             return
-        staging = self.ledger.track("buffers", self.owned_params.copy())
-        t0 = time.perf_counter()
-        allgather(staging, out=self.params, counts=self.plan.counts, algorithm=self.algorithm,
-                  comm=self.comm)
+        t0 = time.perf_counter()  # in place: the owned slice is this rank's block of params
+        allgather(self.owned_params, out=self.params, counts=self.plan.counts,
+                  algorithm=self.algorithm, comm=self.comm)
         self.seconds += time.perf_counter() - t0
-        del staging
 
     def start_gather(self, lo: int, hi: int) -> tuple[Request, np.ndarray]:
         """Stage 3: start gathering the parameters of the flat range ``[lo, hi)`` from their

@@ -11,9 +11,9 @@ the MLP and the training loop's hooks (:mod:`.base`):
   owned shards, with the same learning-rate schedule; at stages 2-3 (:data:`PER_BUCKET`) it
   updates each bucket's slices of the shard as their average lands, so no averaged shard is
   held;
-- stage 1 reduce-scatters the whole gradient after backward (``__call__``), in buckets of at
-  most ``--bucket-mb`` and a quarter of the gradient (each a slice of every shard, side by side
-  in a staging copy), each rank's average written over its own slice; stages 2 and 3 hand
+- stage 1 reduce-scatters the whole gradient after backward (``__call__``) in one call, in
+  place, each rank's average landing in its own slice (``Zero.reduce_all``: with the allgather
+  after the update, ring allreduce's two halves); stages 2 and 3 hand
   the model a :class:`~collectives.sgd.model.LayerSource` (:meth:`Sharded.backward_hooks`)
   whose gradient blocks are buckets of at most ``--bucket-mb`` and, with the block each lands
   in, at most 1/:data:`BUCKET_SHARE` of a shard (but :data:`MIN_BUCKET` elements at least), consecutive
@@ -140,15 +140,13 @@ class Sharded(SyncMode):
                          param_state=param_state, pipelined=stage in PIPELINED,
                          apply=self._apply if self.applies_update else None)
         self.update_params, self.update_grads = self.zero.owned_params, self.zero.owned_grads
-        # stage 1 holds the whole gradient anyway: a bucket (its staging copy) is up to a
-        # quarter of it; stages 2-3 hold their buckets within a share of a shard
-        # (pipelined: two buckets alive at once, each half as large)
+        # stages 2-3 hold their buckets within a share of a shard (pipelined: two buckets
+        # alive at once, each half as large); stage 1 reduces the whole gradient at once
         alive = 2 if self.zero.pipelined else 1
         #: the largest bucket, in elements (--bucket-mb) ...
         self.limit = max(1, bucket_bytes // 4)
         #: ... and what a bucket (with PER_BUCKET: and the block it lands in) may hold
-        self.budget = self.plan.total // 4 if self.stage.full_grads else \
-            max(MIN_BUCKET // alive, self.plan.largest // (BUCKET_SHARE * alive))
+        self.budget = max(MIN_BUCKET // alive, self.plan.largest // (BUCKET_SHARE * alive))
         self.bucket = max(1, min(self.limit, self.budget))
         if not self.stage.full_params:
             self._initialise(seed)
@@ -250,7 +248,7 @@ class Sharded(SyncMode):
             self.gather.finish()
             self.gather = None
         if self.stage.full_grads:
-            self.zero.reduce_all(self.bucket)
+            self.zero.reduce_all()
 
     def average_params(self, step: int) -> None:
         if self.stage.full_params:
