@@ -64,12 +64,14 @@ def _torch_zero(hidden: int) -> tuple[torch.nn.Module, Any]:
                                           lr=1e-3)
 
 
-def _ours_fsdp(hidden: int) -> tuple[torch.nn.Module, Any]:
-    model = _mlp(hidden)
-    for layer in model:
-        ct.fully_shard(layer)
-    ct.fully_shard(model)
-    return model, torch.optim.Adam(model.parameters(), lr=1e-3)
+def _ours_fsdp(codec: str | None = None, param_codec: str | None = None) -> Callable:
+    def build(hidden: int) -> tuple[torch.nn.Module, Any]:
+        model = _mlp(hidden)
+        for layer in model:
+            ct.fully_shard(layer, codec=codec, param_codec=param_codec)
+        ct.fully_shard(model, codec=codec, param_codec=param_codec)
+        return model, torch.optim.Adam(model.parameters(), lr=1e-3)
+    return build
 
 
 def _torch_fsdp(hidden: int) -> tuple[torch.nn.Module, Any]:
@@ -104,7 +106,8 @@ CONFIGS: dict[str, tuple[Callable, str | None]] = {
     "ours ShardedOptimizer stage 2, top-k 1% + bf16 params": (
         _ours_zero(2, False, "topk:ratio=0.01", "bf16"), ZERO),
     FSDP2: (_torch_fsdp, None),
-    "ours fully_shard": (_ours_fsdp, FSDP2),
+    "ours fully_shard": (_ours_fsdp(), FSDP2),
+    "ours fully_shard, top-k 1% + bf16 params": (_ours_fsdp("topk:ratio=0.01", "bf16"), FSDP2),
 }
 
 

@@ -190,3 +190,16 @@ case "$1" in
         uptime >> $R/torch_2x2p14.load
         python bench/cluster.py down --name hzbktt ;;
 esac
+# fully_shard compressed both ways (top-k 1 % + EF in the reduce-scatter, bf16 parameters in the
+# allgather) beside dense and FSDP2 over gloo, 2 x 2 at 1 Gbit/s: torchfs2x2a, torchfs2x2b, ...
+torchfs() {  # $1 tag
+    python bench/cluster.py up --name hlfs --hosts 2 --ranks-per-host 2 --rate 1gbit --subnet 10.199.90.0/24
+    uptime > $R/torch_fs_$1.load
+    python bench/cluster.py run --name hlfs -- python bench/torch_sharded.py --hidden 2048 --steps 5 \
+        --rounds 3 --only "fully_shard" --json $R/torch_fs_$1.json > $R/torch_fs_$1.log 2>&1 || true
+    uptime >> $R/torch_fs_$1.load
+    python bench/cluster.py down --name hlfs
+}
+case "$1" in
+    torchfs2x2*) torchfs "${1#torchfs}" ;;
+esac
