@@ -190,3 +190,18 @@ case "$1" in
         uptime >> $R/torch_2x2p14.load
         python bench/cluster.py down --name hzbktt ;;
 esac
+# ShardedOptimizer stage 1 reduce-scattering (as stage 2) against ZeroRedundancyOptimizer + DDP
+# (gloo): torch2x2's command, three launches on one cluster (2026-12-07; run with
+# PYTHONPATH=<tree>/src), every configuration of bench/torch_sharded.py
+case "$1" in
+    torch2x2z1)
+        python bench/cluster.py up --name hz1t --hosts 2 --ranks-per-host 2 --rate 1gbit --subnet 10.199.152.0/24
+        python bench/cluster.py run --name hz1t -- python -c "import collectives; print(collectives.__file__)"
+        for i in 1 2 3; do
+            uptime > $R/torch_2x2z1_$i.load
+            nice -n 5 python bench/cluster.py run --name hz1t -- python bench/torch_sharded.py --hidden 2048 \
+                --batch 64 --steps 5 --rounds 3 --json $R/torch_2x2z1_$i.json > $R/torch_2x2z1_$i.log 2>&1 || true
+            uptime >> $R/torch_2x2z1_$i.load
+        done
+        python bench/cluster.py down --name hz1t ;;
+esac
