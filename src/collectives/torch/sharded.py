@@ -36,10 +36,11 @@ decoded masters too. No memory is added: the shard is a copy of its own with or 
 codec. The consolidated state dict carries the masters (``"master"``), so that a resumed run
 continues bit for bit.
 
-Cost per step, both stages: the bytes of an allreduce (reduce-scatter of the gradients +
-allgather of the parameters; DeepSpeed's "ZeRO stage 1 with reduced communication", 2020, where
-an allreduce of the gradients then an allgather cost 1.5x), plus with ``average_grads=True``
-an allgather of the gradients; the wrapped optimizer's work divided by ``p``.
+Cost per step, both stages: the bytes of one allreduce (the gradients' reduce-scatter + the
+parameters' allgather), as DeepSpeed's stage 1 since "ZeRO stage 1 with reduced communication"
+(2020; an allreduce of the gradients, then the allgather: 1.5x), plus with
+``average_grads=True`` an allgather of the gradients (1.5x again, ``ZeroRedundancyOptimizer``
++ DDP's volume); the wrapped optimizer's work divided by ``p``.
 """
 
 from __future__ import annotations
