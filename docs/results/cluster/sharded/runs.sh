@@ -205,3 +205,19 @@ case "$1" in
         done
         python bench/cluster.py down --name hz1t ;;
 esac
+# the same command before the change (5f84ee5: stage 1 allreduces, then allgathers), ours against
+# ZeRO + DDP only, two launches on one cluster, beside the after runs above
+case "$1" in
+    torch2x2z1before)
+        rm -rf /tmp/z1_before && mkdir -p /tmp/z1_before && git archive 5f84ee5 src bench | tar -x -C /tmp/z1_before
+        python bench/cluster.py up --name hz1t --hosts 2 --ranks-per-host 2 --rate 1gbit --subnet 10.199.152.0/24
+        for i in 1 2; do
+            uptime > $R/torch_2x2z1_before_$i.load
+            PYTHONPATH=/tmp/z1_before/src nice -n 5 python bench/cluster.py run --name hz1t -- python \
+                /tmp/z1_before/bench/torch_sharded.py --hidden 2048 --batch 64 --steps 5 --rounds 3 \
+                --only "ZeroRedundancy,ShardedOptimizer stage" --json $R/torch_2x2z1_before_$i.json \
+                > $R/torch_2x2z1_before_$i.log 2>&1 || true
+            uptime >> $R/torch_2x2z1_before_$i.load
+        done
+        python bench/cluster.py down --name hz1t ;;
+esac
