@@ -5,9 +5,9 @@ Run ``mpiexec -n 2 python bench/torch_sharded.py [--hidden 1024] [--batch 64] [-
 random data (each rank its own batch) by every configuration of :data:`CONFIGS`:
 
 - ``ShardedOptimizer`` stage 1 (also with ``overlap=True``, and with ``average_grads=True``:
-  ``p.grad`` averaged as DDP leaves it), stage 2, stage 2 with ``overlap=True`` and stage 2 compressed
-  both ways (top-k 1 % with error feedback in the gradients' reduce-scatter, bf16 parameters in
-  the allgather: ``codec=``, ``param_codec=``) (ours) against
+  ``p.grad`` averaged as DDP leaves it), stage 2, stage 2 with ``overlap=True`` and stage 2
+  compressed both ways (top-k 1 % with error feedback in the gradients' reduce-scatter, bf16
+  parameters in the allgather: ``codec=``, ``param_codec=``) (ours) against
   ``torch.distributed.optim.ZeroRedundancyOptimizer`` under ``DistributedDataParallel`` over
   gloo (ZeRO 1: DDP allreduces the gradients, ZeRO shards the optimizer step and broadcasts the
   parameters);
