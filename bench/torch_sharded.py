@@ -4,9 +4,10 @@ Run ``mpiexec -n 2 python bench/torch_sharded.py [--hidden 1024] [--batch 64] [-
 [--rounds 5] [--json FILE]``. One MLP (784-hidden-hidden-10, float32, Adam lr 1e-3) trained on
 random data (each rank its own batch) by every configuration of :data:`CONFIGS`:
 
-- ``ShardedOptimizer`` stage 1, stage 2, stage 2 with ``overlap=True`` and stage 2 compressed
-  both ways (top-k 1 % with error feedback in the gradients' reduce-scatter, bf16 parameters in
-  the allgather: ``codec=``, ``param_codec=``) (ours) against
+- ``ShardedOptimizer`` stage 1 (also with ``overlap=True``, and with ``average_grads=True``:
+  ``p.grad`` averaged as DDP leaves it), stage 2, stage 2 with ``overlap=True`` and stage 2
+  compressed both ways (top-k 1 % with error feedback in the gradients' reduce-scatter, bf16
+  parameters in the allgather: ``codec=``, ``param_codec=``) (ours) against
   ``torch.distributed.optim.ZeroRedundancyOptimizer`` under ``DistributedDataParallel`` over
   gloo (ZeRO 1: DDP allreduces the gradients, ZeRO shards the optimizer step and broadcasts the
   parameters);
@@ -46,12 +47,13 @@ def _mlp(hidden: int) -> torch.nn.Sequential:
 
 
 def _ours_zero(stage: int, overlap: bool, codec: str | None = None,
-               param_codec: str | None = None) -> Callable:
+               param_codec: str | None = None, average_grads: bool = False) -> Callable:
     def build(hidden: int) -> tuple[torch.nn.Module, Any]:
         model = _mlp(hidden)
         return model, ct.ShardedOptimizer(model.parameters(), torch.optim.Adam, stage=stage,
                                           overlap=overlap, codec=codec,
-                                          param_codec=param_codec, lr=1e-3)
+                                          param_codec=param_codec,
+                                          average_grads=average_grads, lr=1e-3)
     return build
 
 
@@ -101,6 +103,9 @@ CONFIGS: dict[str, tuple[Callable, str | None]] = {
     "ours DistributedOptimizer (allreduce, unsharded)": (_ours_dp, None),
     ZERO: (_torch_zero, None),
     "ours ShardedOptimizer stage 1": (_ours_zero(1, False), ZERO),
+    "ours ShardedOptimizer stage 1, overlap": (_ours_zero(1, True), ZERO),
+    "ours ShardedOptimizer stage 1, average_grads": (
+        _ours_zero(1, False, average_grads=True), ZERO),
     "ours ShardedOptimizer stage 2": (_ours_zero(2, False), ZERO),
     "ours ShardedOptimizer stage 2, overlap": (_ours_zero(2, True), ZERO),
     "ours ShardedOptimizer stage 2, top-k 1% + bf16 params": (

@@ -111,6 +111,54 @@ def test_sharded_optimizer_equals_one_process(stage, optimizer, overlap):
     assert per_rank <= full / comm.size + entries * len(opt._buckets)
 
 
+@pytest.mark.parametrize("overlap", [False, True], ids=["blocking", "overlap"])
+def test_sharded_optimizer_stage1_exchange(overlap):
+    """Stage 1 runs stage 2's exchange (a reduce-scatter of the gradients, then the parameters'
+    allgather): the same parameters bit for bit after every step; ``p.grad`` keeps this rank's
+    own gradient (what backward wrote, unchanged by step()), while stage 2 frees it. With
+    ``average_grads=True`` the parameters are again the same bits, and ``p.grad`` is the
+    averaged gradient: bitwise the same on every rank, the one-process gradient to float32
+    rounding (as DDP leaves it)."""
+    comm = MPI.COMM_WORLD
+    cls, kw = OPTIMIZERS["adam"]
+    x, y = _data()
+    ref = _net()
+    ref_opt = cls(ref.parameters(), **kw)
+    models = {name: _net() for name in ("stage 1", "stage 2", "stage 1, average_grads")}
+    opts = {name: ct.ShardedOptimizer(m.parameters(), cls, stage=1 if "1" in name else 2,
+                                      average_grads="average" in name, overlap=overlap,
+                                      bucket_bytes=256, **kw) for name, m in models.items()}
+    xs, ys = _local(x, comm), _local(y, comm)
+    for _ in range(3):
+        ref_opt.zero_grad()
+        _loss(ref, x, y).backward()
+        want = [q.grad.clone() for q in ref.parameters()]
+        ref_opt.step()
+        for name, m in models.items():
+            opts[name].zero_grad()
+            _loss(m, xs, ys).backward()
+            own = [None if q.grad is None else q.grad.clone() for q in m.parameters()]
+            opts[name].step()
+            got = list(m.parameters())
+            if name == "stage 1":
+                assert all(g is not None and torch.equal(q.grad, g) for q, g in zip(got, own)), \
+                    "stage 1 leaves p.grad as backward wrote it"
+            elif name == "stage 2":
+                assert all(q.grad is None for q in got)
+            else:
+                grads = [q.grad for q in got]
+                assert _identical(grads, comm)
+                for g, w in zip(grads, want):
+                    torch.testing.assert_close(g, w, **TOL)
+        first = list(models["stage 1"].parameters())
+        for name in ("stage 2", "stage 1, average_grads"):
+            assert all(torch.equal(a, b) for a, b in zip(first, models[name].parameters())), \
+                name
+        assert _identical(first, comm)
+        for a, b in zip(first, ref.parameters()):
+            torch.testing.assert_close(a, b, **TOL)
+
+
 @pytest.mark.parametrize("stage", [1, 2])
 def test_sharded_optimizer_state_dict(stage):
     """The consolidated state is the unsharded optimizer's (to float32 rounding); loaded into a
@@ -467,6 +515,10 @@ BAD = {
                 ValueError, "stage 1 or 2"),
     "stage 0": (lambda m: ct.ShardedOptimizer(m.parameters(), torch.optim.SGD, stage=0, lr=0.1),
                 ValueError, "stage 1 or 2"),
+    "average_grads at stage 2": (
+        lambda m: ct.ShardedOptimizer(m.parameters(), torch.optim.SGD, stage=2,
+                                      average_grads=True, lr=0.1),
+        ValueError, "average_grads=True goes with stage=1"),
     "not an optimizer": (lambda m: ct.ShardedOptimizer(m.parameters(), dict, lr=0.1),
                          TypeError, "optimizer_class"),
     "low-rank codec": (lambda m: ct.ShardedOptimizer(m.parameters(), torch.optim.SGD,

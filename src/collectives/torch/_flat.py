@@ -10,8 +10,10 @@ This is the minimal plan the PyTorch side needs; ``collectives.parallel.sharding
 driver's plan, issue 52) describes the same offsets.
 
 Gradients reach the shard through :func:`reduce_gradient`, the one place that reduces a flat
-gradient buffer into a shard (dense reduce-scatter; with a codec, the compressed allreduce of the
-bucket and its own block kept until a compressed reduce-scatter is there to call).
+gradient buffer into a shard: a reduce-scatter (dense, or with a codec the compressed
+reduce-scatter), for every stage: a rank updates only its block, so it needs only its block of
+the averaged gradient (ZeRO stage 1 included: DeepSpeed's "ZeRO stage 1 with reduced
+communication", 2020, replaced its allreduce by this reduce-scatter, 3N -> 2N bytes a step).
 """
 
 from __future__ import annotations
@@ -116,35 +118,22 @@ def param_codec_state(codec: Any, rank: int, where: str = "fully_shard",
     return state
 
 
-def reduce_gradient(flat: torch.Tensor, shard_out: torch.Tensor | None, *, comm: Any,
+def reduce_gradient(flat: torch.Tensor, shard_out: torch.Tensor, *, comm: Any,
                     state: Any = None, key: str = "", step: int = 0, name: str | None = None,
                     blocking: bool = True) -> Any:
-    """Average the flat gradient ``flat`` over the ranks of ``comm``.
-
-    ``shard_out`` given: this rank's block lands there (a reduce-scatter; stage 2 and 3);
-    None: ``flat`` is averaged in place (an allreduce; stage 1). ``blocking=False`` returns a
-    request whose ``wait()`` finishes the work (the block copied out where needed), else None.
-    With a codec state the bucket goes through the compressed reduce-scatter (with
-    ``shard_out``: each destination block compressed on its own, error feedback per block under
-    ``key``) or the compressed allreduce (stage 1).
+    """Average the flat gradient ``flat`` over the ranks of ``comm`` into this rank's block,
+    ``shard_out`` (a reduce-scatter; the layout pads to p equal blocks, the call's default
+    split). ``blocking=False`` returns a request whose ``wait()`` finishes the work, else None.
+    With a codec state the bucket goes through the compressed reduce-scatter: each destination
+    block compressed on its own, error feedback per block under ``key``.
     """
     if state is None:
-        if shard_out is not None:
-            if blocking:
-                _api.reduce_scatter(flat, out=shard_out, op="avg", comm=comm)
-                return None
-            return nonblocking.ireduce_scatter(flat, out=shard_out, op="avg", comm=comm,
-                                               name=name)
         if blocking:
-            _api.allreduce(flat, out=flat, op="avg", comm=comm)
+            _api.reduce_scatter(flat, out=shard_out, op="avg", comm=comm)
             return None
-        return nonblocking.iallreduce(flat, out=flat, op="avg", comm=comm, name=name)
-    if shard_out is not None:  # the layout pads to p equal blocks: the call's default split
-        req = nonblocking.icompressed_reduce_scatter(flat, state, out=shard_out, op="avg",
-                                                     comm=comm, key=key, step=step, name=name)
-    else:
-        req = nonblocking.icompressed_allreduce(flat, state, out=flat, op="avg", comm=comm,
-                                                key=key, step=step, name=name)
+        return nonblocking.ireduce_scatter(flat, out=shard_out, op="avg", comm=comm, name=name)
+    req = nonblocking.icompressed_reduce_scatter(flat, state, out=shard_out, op="avg",
+                                                 comm=comm, key=key, step=step, name=name)
     if blocking:
         req.wait()
         return None

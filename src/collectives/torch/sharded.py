@@ -14,13 +14,17 @@ every rank starts from the same values. Each rank owns one contiguous block of e
 wrapped optimizer is built over the shards only, so its state (momentum, Adam's moments) is 1/p
 of an unsharded one's.
 
-``step()``: each bucket's gradients are packed into a flat buffer and averaged over the ranks:
-stage 1 allreduces the bucket (every rank keeps the whole averaged gradient, written back into
-``p.grad``), stage 2 reduce-scatters it (a rank receives its block only, and ``p.grad`` is freed:
-set to None); the wrapped optimizer steps on the shards; an allgather of the shards writes the
-updated parameters into every rank's buffers, bitwise identical everywhere. ``overlap=True``
-starts each bucket's reduce as a non-blocking request from a post-accumulate-grad hook as soon
-as backward has produced all its gradients (as DDP and Horovod overlap), and ``step()`` waits.
+``step()``: each bucket's gradients are packed into a flat buffer and reduce-scattered
+(averaged): a rank receives the averaged gradient of its own block only, the one its update
+reads. Both stages run this one exchange; they differ in the gradient memory they keep
+(:data:`_KEEPS_GRADS`): stage 1 leaves every ``p.grad`` in place (the full gradient memory, as
+ZeRO stage 1 defines it; the values this rank's backward wrote, not averaged), stage 2 frees it
+(set to None) once packed. ``average_grads=True`` (stage 1) also allgathers the averaged blocks
+into ``p.grad``, as DDP leaves it (the bytes of an allreduce's second half more). The wrapped
+optimizer steps on the shards; an allgather of the shards writes the updated parameters into
+every rank's buffers, bitwise identical everywhere. ``overlap=True`` starts each bucket's
+reduce-scatter as a non-blocking request from a post-accumulate-grad hook as soon as backward
+has produced all its gradients (as DDP and Horovod overlap), and ``step()`` waits.
 
 A parameter codec (``param_codec=``: fp16, bf16, eightbit) makes the allgather after the update
 ``collectives.compressed_allgather``: the shard stays the owner's full-precision master (float32
@@ -32,8 +36,11 @@ decoded masters too. No memory is added: the shard is a copy of its own with or 
 codec. The consolidated state dict carries the masters (``"master"``), so that a resumed run
 continues bit for bit.
 
-Cost per step: the bytes of an allreduce (reduce-scatter + allgather of every bucket), plus for
-stage 1 the allreduce's own second half; the wrapped optimizer's work divided by ``p``.
+Cost per step, both stages: the bytes of one allreduce (the gradients' reduce-scatter + the
+parameters' allgather), as DeepSpeed's stage 1 since "ZeRO stage 1 with reduced communication"
+(2020; an allreduce of the gradients, then the allgather: 1.5x), plus with
+``average_grads=True`` an allgather of the gradients (1.5x again, ``ZeroRedundancyOptimizer``
++ DDP's volume); the wrapped optimizer's work divided by ``p``.
 """
 
 from __future__ import annotations
@@ -51,7 +58,9 @@ from .basics import default_comm
 __all__ = ["ShardedOptimizer"]
 
 MiB = 1 << 20
-_STAGES = (1, 2)
+#: stage -> whether ``p.grad`` outlives the packing of the bucket (stage 1: the full gradient is
+#: kept on every rank; stage 2: only the block, in the shard's ``.grad``)
+_KEEPS_GRADS = {1: True, 2: False}
 
 
 class _Bucket:
@@ -128,7 +137,13 @@ class ShardedOptimizer(torch.optim.Optimizer):
     comm
         Communicator (default :func:`collectives.torch.init`'s, else ``MPI.COMM_WORLD``).
     stage
-        1: optimizer state sharded, gradients allreduced; 2: gradients reduce-scattered too.
+        1: optimizer state sharded, every ``p.grad`` kept (full size); 2: ``p.grad`` freed
+        too, each rank holding its block of the gradient only. Both reduce-scatter the
+        gradients (a rank's update reads its block only).
+    average_grads
+        Stage 1: after ``step()`` every ``p.grad`` holds the averaged gradient (as DDP leaves
+        it), through an allgather of the averaged blocks: 1.5x the bytes of the default, where
+        ``p.grad`` keeps this rank's own gradient.
     codec
         A codec spec or codec for the gradients (an elementwise one; with error feedback where it
         needs it); None: dense.
@@ -153,7 +168,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params: Iterable, optimizer_class: type, *, comm: Any = None,
                  stage: int = 2, codec: Any = None, residual_dtype: str | None = None,
-                 param_codec: Any = None, overlap: bool = False,
+                 param_codec: Any = None, overlap: bool = False, average_grads: bool = False,
                  bucket_bytes: int = 25 * MiB, **defaults: Any) -> None:
         if not (isinstance(optimizer_class, type)
                 and issubclass(optimizer_class, torch.optim.Optimizer)):
@@ -161,9 +176,12 @@ class ShardedOptimizer(torch.optim.Optimizer):
                             f"{optimizer_class!r}")
         if isinstance(optimizer_class, type) and issubclass(optimizer_class, ShardedOptimizer):
             raise TypeError("optimizer_class cannot be ShardedOptimizer itself")
-        if stage not in _STAGES or isinstance(stage, bool):
+        if stage not in _KEEPS_GRADS or isinstance(stage, bool):
             raise ValueError(f"ShardedOptimizer runs ZeRO stage 1 or 2, got stage={stage!r} "
                              "(stage 3, parameters sharded too: collectives.torch.fully_shard)")
+        if average_grads and not _KEEPS_GRADS[stage]:
+            raise ValueError(f"average_grads=True goes with stage=1 (stage {stage} frees p.grad:"
+                             " each rank holds its block of the gradient only)")
         if not isinstance(bucket_bytes, int) or bucket_bytes < 1:
             raise ValueError(f"bucket_bytes must be a positive integer, got {bucket_bytes!r}")
         comm = default_comm() if comm is None else comm
@@ -176,6 +194,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
             [q.dtype for g in groups for q in g["params"] if q.requires_grad])
         super().__init__(groups, defaults)
         self._comm, self._stage, self._overlap = comm, stage, bool(overlap)
+        self._average_grads = bool(average_grads)
         self._codec_state, self._param_state = codec_st, param_st
         self._step_count = 0
         p, rank = comm.size, comm.rank
@@ -218,15 +237,12 @@ class ShardedOptimizer(torch.optim.Optimizer):
     # -- communication --------------------------------------------------------------------------
     def _start(self, b: _Bucket, blocking: bool) -> Any:
         b.pack()
-        if self._stage == 1:
-            out = None
-        else:
-            if b.shard.grad is None:
-                b.shard.grad = torch.zeros_like(b.shard)
-            out = b.shard.grad
+        if b.shard.grad is None:
+            b.shard.grad = torch.zeros_like(b.shard)
+        if not _KEEPS_GRADS[self._stage]:
             for q in b.params:  # stage 2 holds the shard's gradient only
                 q.grad = None
-        return reduce_gradient(b.grads, out, comm=self._comm,
+        return reduce_gradient(b.grads, b.shard.grad, comm=self._comm,
                                state=self._codec_state, key=f"zero.b{b.index}",
                                step=self._step_count, name=f"collectives.torch.zero.b{b.index}",
                                blocking=blocking)
@@ -238,17 +254,17 @@ class ShardedOptimizer(torch.optim.Optimizer):
             b.request = self._start(b, blocking=False)
 
     def _reduce(self) -> None:
-        """Every bucket's gradient averaged (started here if no hook started it), then placed:
-        the shard's ``.grad`` and, for stage 1, ``p.grad``; stage 2 frees ``p.grad``."""
+        """Every bucket's block of the averaged gradient in the shard's ``.grad`` (the
+        reduce-scatter started here if no hook started it); with ``average_grads`` the blocks
+        allgathered into ``p.grad``."""
         for b in self._buckets:
             if b.request is not None:
                 b.request.wait()
             else:
                 self._start(b, blocking=True)
             b.request, b.ready = None, 0
-            lo, hi = b.layout.lo, b.layout.hi
-            if self._stage == 1:
-                b.shard.grad = b.grads[lo:hi]
+            if self._average_grads:
+                _api.allgather(b.shard.grad, out=b.grads, comm=self._comm)
                 for q, v in zip(b.params, b.layout.views(b.grads)):
                     if q.grad is not None:
                         q.grad.copy_(v)
@@ -278,7 +294,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self.optim.step()
         for b in self._buckets:
             self._gather(b)
-            b.shard.grad = None if self._stage == 2 else b.shard.grad
+            b.shard.grad = None
         self._step_count += 1
         return loss
 

@@ -190,6 +190,37 @@ case "$1" in
         uptime >> $R/torch_2x2p14.load
         python bench/cluster.py down --name hzbktt ;;
 esac
+# ShardedOptimizer stage 1 reduce-scattering (as stage 2) against ZeroRedundancyOptimizer + DDP
+# (gloo): torch2x2's command, three launches on one cluster (2026-12-07; run with
+# PYTHONPATH=<tree>/src), every configuration of bench/torch_sharded.py
+case "$1" in
+    torch2x2z1)
+        python bench/cluster.py up --name hz1t --hosts 2 --ranks-per-host 2 --rate 1gbit --subnet 10.199.152.0/24
+        python bench/cluster.py run --name hz1t -- python -c "import collectives; print(collectives.__file__)"
+        for i in 1 2 3; do
+            uptime > $R/torch_2x2z1_$i.load
+            nice -n 5 python bench/cluster.py run --name hz1t -- python bench/torch_sharded.py --hidden 2048 \
+                --batch 64 --steps 5 --rounds 3 --json $R/torch_2x2z1_$i.json > $R/torch_2x2z1_$i.log 2>&1 || true
+            uptime >> $R/torch_2x2z1_$i.load
+        done
+        python bench/cluster.py down --name hz1t ;;
+esac
+# the same command before the change (5f84ee5: stage 1 allreduces, then allgathers), ours against
+# ZeRO + DDP only, two launches on one cluster, beside the after runs above
+case "$1" in
+    torch2x2z1before)
+        rm -rf /tmp/z1_before && mkdir -p /tmp/z1_before && git archive 5f84ee5 src bench | tar -x -C /tmp/z1_before
+        python bench/cluster.py up --name hz1t --hosts 2 --ranks-per-host 2 --rate 1gbit --subnet 10.199.152.0/24
+        for i in 1 2; do
+            uptime > $R/torch_2x2z1_before_$i.load
+            PYTHONPATH=/tmp/z1_before/src nice -n 5 python bench/cluster.py run --name hz1t -- python \
+                /tmp/z1_before/bench/torch_sharded.py --hidden 2048 --batch 64 --steps 5 --rounds 3 \
+                --only "ZeroRedundancy,ShardedOptimizer stage" --json $R/torch_2x2z1_before_$i.json \
+                > $R/torch_2x2z1_before_$i.log 2>&1 || true
+            uptime >> $R/torch_2x2z1_before_$i.load
+        done
+        python bench/cluster.py down --name hz1t ;;
+esac
 # fully_shard compressed both ways (top-k 1 % + EF in the reduce-scatter, bf16 parameters in the
 # allgather) beside dense and FSDP2 over gloo, 2 x 2 at 1 Gbit/s: torchfs2x2a, torchfs2x2b, ...
 torchfs() {  # $1 tag
