@@ -28,13 +28,9 @@ __all__ = ["ring_reduce_scatter", "ring_allgather", "binomial_bcast", "binomial_
 def ring_reduce_scatter(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], op: Op,
                          ctx: Context, opts: Options) -> None:
     r = ctx.comm.rank
-    if same_memory(out, src[offsets[r]:offsets[r + 1]]):  # in place: src is the work buffer
-        ring.reduce_scatter(src, offsets, op, ctx.comm, opts.segment_bytes, ctx.active)
-        return
-    work = scratch("blocks.reduce_scatter", src.size, src)
-    copy_into(src, work)  # the ring overwrites its input with partial results
-    ring.reduce_scatter(work, offsets, op, ctx.comm, opts.segment_bytes, ctx.active)
-    copy_into(work[offsets[r]:offsets[r + 1]], out)
+    inplace = same_memory(out, src[offsets[r]:offsets[r + 1]])  # src is then the work buffer
+    ring.reduce_scatter(src, offsets, op, ctx.comm, opts.segment_bytes, ctx.active,
+                        None if inplace else out)
 
 
 def ring_allgather(src: np.ndarray, out: np.ndarray, offsets: Sequence[int], ctx: Context,
