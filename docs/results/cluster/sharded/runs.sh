@@ -234,3 +234,8 @@ torchfs() {  # $1 tag
 case "$1" in
     torchfs2x2*) torchfs "${1#torchfs}" ;;
 esac
+# stage 1 as ring allreduce's two halves in place (stop 65) against data parallelism, four rounds
+case "$1" in
+    steps2x2p15) NAME=hlzs zacc 2x2p15 2 2 10.199.92.0/24 0,1 4 ;;
+    steps4x1p16) NAME=hlzs zacc 4x1p16 4 1 10.199.93.0/24 0,1 4 ;;
+esac
