@@ -251,10 +251,11 @@ def test_residual_is_the_driver_step_less_the_other_terms(tmp_path, tuning):
 
 def test_form_residuals_enter_the_docs_formula(tmp_path, tuning):
     """Each data-parallel form its own driver residual: a fixed calibration file whose mesh
-    dp 2 x pp 2 x tp 2 has ``s`` and, under ``"forms"``, ``s`` of ZeRO 1 and of fp16: those
-    configurations predict the formula by hand plus their own ``s``; dense, top-k (a codec
-    the file has no residual of) and a mesh without forms keep the mesh's ``s``. (With one
-    ``s`` per mesh, the formula before, ZeRO 1 and fp16 would get the dense ``s``.)"""
+    dp 2 x pp 2 x tp 2 has ``s`` and, under ``"forms"``, ``s`` of fp16 (and a stale one of
+    ZeRO 1, which an older calibration timed): fp16 predicts the formula by hand plus its own
+    ``s``; dense, ZeRO 1 (derived: the dense exchange's calls), top-k (a codec the file has no
+    residual of) and a mesh without forms keep the mesh's ``s``. (With one ``s`` per mesh,
+    the formula before, fp16 would get the dense ``s``.)"""
     o, wt, h, s, s1, s16 = 3e-5, 2e-4, 7e-4, 5e-2, 9e-2, 7e-2
     path = _fixed_calibration(tmp_path / "cal.json", {
         "2,2,2": {"micro_batches": 4, "sync": wt, "handoff": h, "overhead": o, "driver": s,
@@ -264,7 +265,7 @@ def test_form_residuals_enter_the_docs_formula(tmp_path, tuning):
     m = planner.MeasuredCompute(path)
     w = planner.Workload(SIZES, global_batch=32)
     cl = planner.cluster(8, hosts=2, tuning=tuning)
-    for shard, codec, want_s in ((0, "none", s), (1, "none", s1), (0, "fp16", s16),
+    for shard, codec, want_s in ((0, "none", s), (1, "none", s), (0, "fp16", s16),
                                  (0, "topk:ratio=0.25", s)):
         c = planner.Configuration(2, 2, 2, 4, shard=shard, codec=codec)
         p = planner.predict(c, w, cl, m, tuning=tuning)
@@ -272,64 +273,63 @@ def test_form_residuals_enter_the_docs_formula(tmp_path, tuning):
         assert p.driver == want_s
         assert p.dp == pytest.approx(want["dp"], rel=1e-12)
         assert p.step == pytest.approx(want["step"] + want_s, rel=1e-12)
-    # a ZeRO stage without its own residual takes stage 1's (8,1,1: its own where it has one)
-    assert m.driver(2, 2, 2, 1, "none") == s1 and m.driver(2, 2, 2, 3, "none") == s1
+    # ZeRO 1 and a ZeRO stage without its own residual take the dense one
+    assert m.driver(2, 2, 2, 1, "none") == s and m.driver(2, 2, 2, 3, "none") == s
     assert m.driver(8, 1, 1, 1, "none") == s and m.driver(8, 1, 1, 0, "fp16") == s
     assert [planner.driver_form(*f) for f in ((0, "none"), (1, "none"), (2, "none"),
-                                              (0, "fp16"))] == [None, "shard 1", "shard 2",
-                                                                "fp16"]
+                                              (0, "fp16"), (1, "fp16"))] == \
+        [None, None, "shard 2", "fp16", None]
     data = json.loads(path.read_text())
-    data["partners"]["8,1,1"]["forms"] = {"shard 1": {"driver": s1}, "shard 3": {"driver": s16}}
+    data["partners"]["8,1,1"]["forms"] = {"shard 2": {"driver": s1}, "shard 3": {"driver": s16}}
     path.write_text(json.dumps(data))
     m = planner.MeasuredCompute(path)
-    assert [m.driver(8, 1, 1, z, "none") for z in (0, 1, 2, 3)] == [s, s1, s1, s16]
+    assert [m.driver(8, 1, 1, z, "none") for z in (0, 1, 2, 3)] == [s, s, s1, s16]
     # the closed-form model takes the same table
-    flops = planner.FlopRate(FLOP_S, UPDATE_S, driver_s=s, forms={"shard 1": s1})
+    flops = planner.FlopRate(FLOP_S, UPDATE_S, driver_s=s, forms={"shard 2": s1})
     assert (flops.driver(2, 2, 2), flops.driver(2, 2, 2, 1), flops.driver(2, 2, 2, 2),
-            flops.driver(2, 2, 2, 0, "fp16")) == (s, s1, s1, s)
+            flops.driver(2, 2, 2, 3), flops.driver(2, 2, 2, 0, "fp16")) == (s, s, s1, s, s)
 
 
 def test_form_residual_is_the_forms_driver_step_less_the_other_terms(tmp_path, tuning):
     """calibrate.residuals with the driver timed per data-parallel form: each form's ``s`` is
     its own driver step less the prediction of that configuration (mesh, M, ZeRO stage or
     codec) without ``s``; with them each form's configuration predicts its own measured step,
-    not the dense step moved by the dense ``s``."""
+    not the dense step moved by the dense ``s``; ZeRO 1 (derived) takes the dense ``s``."""
     from collectives.plan import calibrate
     w = planner.Workload(SIZES, global_batch=32)
     cl = planner.cluster(8, hosts=2, tuning=tuning)
     base = {"sync": 2e-4, "handoff": 7e-4, "overhead": 3e-5}
-    forms = {"shard 1": {"shard": 1, "codec": "none", "driver_step": 0.31},
-             "fp16": {"shard": 0, "codec": "fp16", "driver_step": 0.27}}
+    forms = {"fp16": {"shard": 0, "codec": "fp16", "driver_step": 0.27}}
     path = _fixed_calibration(tmp_path / "cal.json", {
         "2,2,2": {"micro_batches": 4, **base, "driver_step": 0.25, "forms": forms}})
     before = planner.MeasuredCompute(path)
     found = calibrate.residuals(path, w, cl, "1f1b")
-    for form, (shard, codec) in (("shard 1", (1, "none")), ("fp16", (0, "fp16"))):
-        c = planner.Configuration(2, 2, 2, 4, shard=shard, codec=codec)
-        pred = planner.predict(c, w, cl, before).step
-        assert found["2,2,2"]["forms"][form]["predicted"] == pytest.approx(pred, rel=1e-12)
-        assert found["2,2,2"]["forms"][form]["driver"] == \
-            pytest.approx(forms[form]["driver_step"] - pred, rel=1e-12)
+    c = planner.Configuration(2, 2, 2, 4, codec="fp16")
+    pred = planner.predict(c, w, cl, before).step
+    assert found["2,2,2"]["forms"]["fp16"]["predicted"] == pytest.approx(pred, rel=1e-12)
+    assert found["2,2,2"]["forms"]["fp16"]["driver"] == \
+        pytest.approx(forms["fp16"]["driver_step"] - pred, rel=1e-12)
     data = json.loads(path.read_text())
     data["partners"] = found
     path.write_text(json.dumps(data))
     after = planner.MeasuredCompute(path)
-    for shard, codec, step in ((0, "none", 0.25), (1, "none", 0.31), (0, "fp16", 0.27)):
-        c = planner.Configuration(2, 2, 2, 4, shard=shard, codec=codec)
+    for codec, step in (("none", 0.25), ("fp16", 0.27)):
+        c = planner.Configuration(2, 2, 2, 4, codec=codec)
         assert planner.predict(c, w, cl, after).step == pytest.approx(step, rel=1e-9)
+    zero1 = planner.predict(planner.Configuration(2, 2, 2, 4, shard=1), w, cl, after)
+    assert zero1.driver == pytest.approx(found["2,2,2"]["driver"], rel=1e-12)
     # another M of the mesh moves by its form's s
-    c = planner.Configuration(2, 2, 2, 8, shard=1)
+    c = planner.Configuration(2, 2, 2, 8, codec="fp16")
     assert planner.predict(c, w, cl, after).step - planner.predict(c, w, cl, before).step == \
-        pytest.approx(found["2,2,2"]["forms"]["shard 1"]["driver"], rel=1e-9)
+        pytest.approx(found["2,2,2"]["forms"]["fp16"]["driver"], rel=1e-9)
 
 
 def test_driver_forms_of_a_mesh():
-    """The forms timed beside the dense step, only where dp > 1: ZeRO 1 (and 2, 3 on a
-    dp-only mesh, the only one the driver takes them on) and each codec."""
+    """The forms timed beside the dense step, only where dp > 1: ZeRO 2 and 3 on a dp-only
+    mesh (the only one the driver takes them on; ZeRO 1 is derived) and each codec."""
     from collectives.plan import partners
-    assert partners.driver_forms((2, 1, 2, 1), ("none", "fp16")) == [(1, "none"), (0, "fp16")]
-    assert partners.driver_forms((4, 1, 1, 1), ("none",)) == [(1, "none"), (2, "none"),
-                                                             (3, "none")]
+    assert partners.driver_forms((2, 1, 2, 1), ("none", "fp16")) == [(0, "fp16")]
+    assert partners.driver_forms((4, 1, 1, 1), ("none",)) == [(2, "none"), (3, "none")]
     assert partners.driver_forms((1, 2, 2, 4), ("none", "fp16")) == []
     assert "--shard" in partners.driver_argv(planner.Workload(SIZES, 32), (2, 1, 1, 1),
                                              "digits", "1f1b", 1, "none")
@@ -658,9 +658,9 @@ def test_calibrate_inside_a_launch(tmp_path):
         c = planner.Configuration(dp, pp, tp, v["micro_batches"])
         assert planner.predict(c, planner.Workload((64, 16, 16, 10), 64), cl, m).step == \
             pytest.approx(v["driver_step"], rel=1e-9)
-    # on the dp mesh also the driver with ZeRO 1-3 and with fp16, each with its own s
+    # on the dp mesh also the driver with ZeRO 2-3 and with fp16, each with its own s
     forms = data["partners"]["2,1,1"]["forms"]
-    assert set(forms) == {"shard 1", "shard 2", "shard 3", "fp16"}
+    assert set(forms) == {"shard 2", "shard 3", "fp16"}
     assert not any("forms" in data["partners"][k] for k in ("1,2,1", "1,1,2"))
     for f in forms.values():
         assert f["driver_step"] > 0

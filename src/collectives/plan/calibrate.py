@@ -28,8 +28,9 @@ the others. What it measures (docs/planner.md, "Calibrating inside the launch"):
   mesh (:func:`.partners.driver_step`: its own trainer, the optimizer step and the batch
   included) less what the planner predicts for the same configuration from everything
   above; the term the kernels, the overheads and the waits do not hold, per step; on a mesh
-  with dp > 1 also with ZeRO 1 and with each ``--codecs`` codec, each its own ``s``
-  (``"forms"``: what the form's exchange costs beyond its formula is in it);
+  with dp > 1 also with each ``--codecs`` codec and, on a dp-only mesh, ZeRO 2 and 3, each
+  its own ``s`` (``"forms"``: what the form's exchange costs beyond its formula is in it;
+  ZeRO 1, the dense exchange's calls, takes the dense ``s``);
 - **overhead**: the driver's per-micro-batch work outside the matmuls, timed on the driver's own
   :class:`~collectives.sgd.model.MLP`: its forward and backward of a micro-batch minus the sum of
   the layer kernels of the same shapes (Python calls, the loss and softmax, temporaries), per

@@ -35,8 +35,9 @@ mesh:
   slowest rank's median. :mod:`.calibrate` subtracts what the planner's other terms predict for
   the same configuration and keeps the rest as the mesh's per-step driver residual ``s``: the
   optimizer step, the batch, the driver's bookkeeping, which the stage probe above never runs.
-  Where the mesh has dp > 1 the driver is timed again with ZeRO 1 (on a dp-only mesh also
-  2 and 3) and with each calibrated codec (:func:`driver_forms`), each form getting its own
+  Where the mesh has dp > 1 the driver is timed again with each calibrated codec, and on a
+  dp-only mesh with ZeRO 2 and 3 (:func:`driver_forms`), each form getting its own ``s``;
+  ZeRO 1 runs the dense exchange's calls (ring allreduce's two halves) and takes the dense
   ``s``.
 
 Each mesh runs :data:`STEPS` steps after a warm-up one, with the middle of its configurations'
@@ -74,13 +75,13 @@ def meshes(w: planner.Workload, ranks: int, micro_factors, schedule: str
 
 def driver_forms(mesh: tuple[int, int, int, int], codecs) -> list[tuple[int, str]]:
     """The data-parallel forms whose driver step is timed on ``mesh`` besides the dense one,
-    where the mesh has dp > 1: ZeRO stage 1, stages 2 and 3 on a dp-only mesh (the driver
-    takes them there only), and each codec of ``codecs`` (but "none"); ``(shard, codec)``
-    each."""
+    where the mesh has dp > 1: ZeRO stages 2 and 3 on a dp-only mesh (the driver takes them
+    there only; ZeRO 1 is derived, :func:`~collectives.parallel.planner.driver_form`), and each
+    codec of ``codecs`` (but "none"); ``(shard, codec)`` each."""
     dp, pp, tp, _ = mesh
     if dp < 2:
         return []
-    stages = (1, 2, 3) if pp == tp == 1 else (1,)
+    stages = (2, 3) if pp == tp == 1 else ()
     return [(z, "none") for z in stages] + [(0, c) for c in codecs if c != "none"]
 
 

@@ -96,8 +96,8 @@ class FlopRate:
     sync_s: float = 0.0
     handoff_s: float = 0.0
     driver_s: float = 0.0
-    #: per data-parallel form (:func:`driver_form`: "shard 1", a codec's spec), its own
-    #: residual in place of ``driver_s`` (ZeRO 2-3 without their own: stage 1's)
+    #: per data-parallel form (:func:`driver_form`: "shard 2", a codec's spec), its own
+    #: residual in place of ``driver_s`` (ZeRO 1, and 2-3 without their own: the dense one)
     forms: dict = field(default_factory=dict)
 
     def layer(self, rows: int, fan_in: int, fan_out: int, relu: bool,
@@ -129,18 +129,20 @@ class FlopRate:
 
 def driver_form(shard: int, codec: str) -> str | None:
     """The name of a configuration's data-parallel form whose driver residual the calibration
-    keeps apart: "shard N" for ZeRO stage N, the codec's spec with a codec, None for the dense
-    exchange (the mesh's own residual)."""
-    if shard:
+    keeps apart: "shard N" for ZeRO stage 2 or 3, the codec's spec with a codec, None for the
+    dense exchange (the mesh's own residual) and for ZeRO 1, whose exchange is the dense one's
+    calls (ring allreduce's two halves, in place: ``collectives.parallel.zero``), so that its
+    step is derived from the same lines with the update of a shard (docs/planner.md)."""
+    if shard > 1:
         return f"shard {shard}"
-    return None if codec == "none" else codec
+    return None if shard or codec == "none" else codec
 
 
 def _forms(shard: int, codec: str) -> list[str]:
-    """The forms whose residual a configuration takes, first found first: its own, and for
-    ZeRO 2-3 stage 1's (where the calibration did not time the stage)."""
+    """The forms whose residual a configuration takes: its own, if it has one (else the
+    mesh's dense residual)."""
     form = driver_form(shard, codec)
-    return [] if form is None else [form] + (["shard 1"] if shard > 1 else [])
+    return [] if form is None else [form]
 
 
 def default_cache_path() -> Path:

@@ -58,10 +58,12 @@ micro-batch count) less the rest of this formula for the same configuration,
 :mod:`collectives.plan.calibrate`: the optimizer's and the batch's work and the driver's
 bookkeeping that the kernels, ``o`` and the waits do not hold; it may be below 0 where the
 other terms overprice the mesh. On a mesh with dp > 1 it is measured per data-parallel form
-(:func:`~.compute.driver_form`): dense, each ZeRO stage the driver takes there (a stage not
-timed takes stage 1's) and each calibrated codec have their own ``s``, the driver timed with that form, so what the form's exchange costs
-beyond its ``dp_s`` line (the buckets, staging copies and passes over the vector the cost
-model does not see) is in it; a form the calibration did not time takes the dense one. So ``step = compute + bubble + dp + pp + tp + s``. Memory per rank (the largest stage; float32):
+(:func:`~.compute.driver_form`): dense, ZeRO 2 and 3 where the driver takes them (dp-only
+meshes) and each calibrated codec have their own ``s``, the driver timed with that form, so
+what the form's exchange costs beyond its ``dp_s`` line (the buckets, the layers' gathers,
+the passes over the vector the cost model does not see) is in it; ZeRO 1, whose exchange is
+the dense one's calls (ring allreduce's two halves in place), and a form the calibration did
+not time take the dense one. So ``step = compute + bubble + dp + pp + tp + s``. Memory per rank (the largest stage; float32):
 parameters ``4 Psi`` (``/dp`` at ZeRO 3), gradients ``4 Psi`` (``/dp`` at 2-3), optimizer state
 (the momentum, plus error feedback's residual for codecs that need one) ``4 Psi`` each (``/dp``
 at 1-3), activations ``4 r (w_in(s) + sum of its layers' local outputs)`` per micro-batch in
