@@ -239,3 +239,9 @@ case "$1" in
     steps2x2p15) NAME=hlzs zacc 2x2p15 2 2 10.199.92.0/24 0,1 4 ;;
     steps4x1p16) NAME=hlzs zacc 4x1p16 4 1 10.199.93.0/24 0,1 4 ;;
 esac
+# the defaults after the copy-free ring reduce-scatter and ZeRO 1 in place (stop 65): data
+# parallelism, stage 1, stage 2 (per-bucket, blocking) and stage 3 (per-bucket, pipelined)
+case "$1" in
+    steps2x2p17) NAME=hlzs zacc 2x2p17 2 2 10.199.92.0/24 0,1,21,25 3 ;;
+    steps4x1p18) NAME=hlzs zacc 4x1p18 4 1 10.199.93.0/24 0,1,21,25 3 ;;
+esac
