@@ -245,3 +245,15 @@ case "$1" in
     steps2x2p17) NAME=hlzs zacc 2x2p17 2 2 10.199.92.0/24 0,1,21,25 3 ;;
     steps4x1p18) NAME=hlzs zacc 4x1p18 4 1 10.199.93.0/24 0,1,21,25 3 ;;
 esac
+# PyTorch on 4 hosts x 1 rank, every configuration of bench/torch_sharded.py (stop 65)
+torch4x1() {  # $1 tag
+    python bench/cluster.py up --name hlt4 --hosts 4 --ranks-per-host 1 --rate 1gbit --subnet 10.199.94.0/24
+    uptime > $R/torch_4x1_$1.load
+    python bench/cluster.py run --name hlt4 -- python bench/torch_sharded.py --hidden 2048 --steps 5 \
+        --rounds 3 --json $R/torch_4x1_$1.json > $R/torch_4x1_$1.log 2>&1 || true
+    uptime >> $R/torch_4x1_$1.load
+    python bench/cluster.py down --name hlt4
+}
+case "$1" in
+    torch4x1*) torch4x1 "${1#torch4x1}" ;;
+esac
