@@ -415,3 +415,75 @@ def test_memories_streaming_their_state_equal_the_reference(label, monkeypatch):
     for dtype in (np.float32, np.float64):
         check_ef(label, steps(4097, dtype, seed=7, bad=np.nan))
         check_dgc(label, steps(4097, dtype, seed=8, bad=np.inf))
+
+
+def _kth_key(c, k):
+    """The k-th largest magnitude key (bits of ``|c|``) of ``c``."""
+    u = np.abs(c).reshape(-1).view({2: np.uint16, 4: np.uint32, 8: np.uint64}[c.itemsize])
+    return int(np.sort(u)[u.size - k])
+
+
+def _compensated(x, memory, key="k"):
+    """``x`` plus the residual ``memory`` keeps for ``key`` (none before its first step)."""
+    e = memory.residual(key)
+    with np.errstate(over="ignore"):
+        return x.copy() if e is None else x + e
+
+
+def _watch_topk(monkeypatch):
+    """Record ``src.hinted`` of every top-k selection on a source."""
+    from compress._kernels import sources
+
+    seen, inner = [], sources.topk
+
+    def topk(src, k):
+        picked = inner(src, k)
+        seen.append(src.hinted)
+        return picked
+
+    monkeypatch.setattr(sources, "topk", topk)
+    return seen
+
+
+@pytest.mark.parametrize("residual_dtype", [None, "bfloat16"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_top_k_tries_the_last_selections_threshold_first(dtype, residual_dtype, monkeypatch):
+    """After a key's first step, error feedback's top-k tries the k-th largest magnitude of the
+    key's last selection (the hint, kept per key) before it samples: the hint is that key, the
+    hint's pass suffices on these steps, and the payloads and residuals are the unfused path's
+    bits."""
+    if residual_dtype is not None and dtype != np.float32:
+        pytest.skip("a narrower residual narrows float32 tensors")
+    seen = _watch_topk(monkeypatch)
+    n, k = 300_001, 3001  # past the sampled selection's 4 * 65536; k = ceil(0.01 n)
+    xs = steps(n, dtype, seed=11)
+    fused = ErrorFeedback(make("topk"), residual_dtype=residual_dtype)
+    unfused = ErrorFeedback(make("topk"), fused=False, residual_dtype=residual_dtype)
+    for step, x in enumerate(xs):
+        c = _compensated(x, unfused)  # what this step selects from
+        same_bits(fused.encode(x, key="k", step=step), unfused.encode(x, key="k", step=step))
+        same_bits(fused.residual("k"), unfused.residual("k"))
+        assert fused.state["k"].hint == _kth_key(c, k)
+    assert seen == [False, True, True, True]
+
+
+@pytest.mark.parametrize("hint", ["above every value", "below every value"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_misleading_hint_falls_back_to_the_same_bits(hint, dtype, monkeypatch):
+    """A hint that lets fewer than k elements through, or more than the candidates kept, falls
+    back to the sampled selection, which runs the pass again: the same bits (the pass reads
+    inputs it does not write), and the hint is then the true k-th key again."""
+    seen = _watch_topk(monkeypatch)
+    n, k = 300_001, 3001
+    xs = steps(n, dtype, seed=12)
+    fused = ErrorFeedback(make("topk"))
+    unfused = ErrorFeedback(make("topk"), fused=False)
+    for step, x in enumerate(xs):
+        if step:
+            mask = {2: 0x7BFF, 4: 0x7F7FFFFF, 8: 0x7FEFFFFFFFFFFFFF}[np.dtype(dtype).itemsize]
+            fused.state["k"].hint = mask if hint == "above every value" else 1
+        c = _compensated(x, unfused)
+        same_bits(fused.encode(x, key="k", step=step), unfused.encode(x, key="k", step=step))
+        same_bits(fused.residual("k"), unfused.residual("k"))
+        assert fused.state["k"].hint == _kth_key(c, k)
+    assert seen == [False, False, False, False]

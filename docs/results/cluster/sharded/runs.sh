@@ -190,3 +190,33 @@ case "$1" in
         uptime >> $R/torch_2x2p14.load
         python bench/cluster.py down --name hzbktt ;;
 esac
+# Fourth pass (2026-12-07): the compressed runs with the per-bucket update, beside dense stages
+# 2 and 3 and data parallelism (bench/sharded_step.py's CONFIGS 29-32: stage 2 top-k 1 % + EF,
+# and with bf16 parameters; stage 3 with both; stage 2 bf16 parameters alone), BLAS threads
+# limited; each line of the logs ends with the step's split (compute, exchange, codec) in ms
+zc() {  # the same steps as zacc, clusters named hzc...
+    NAME=hzc zacc "$@"
+}
+case "$1" in
+    steps2x2c1) zc 2x2c1 2 2 10.199.91.0/24 0,21,29,30,32,25,31 3 ;;
+    steps4x1c2) zc 4x1c2 4 1 10.199.92.0/24 0,21,29,30,32,25,31 3 ;;
+esac
+# the top-k hint (compress._kernels.sources.topk: the threshold of a key's last selection tried
+# before the sample) against the tree before it, on one cluster, launches alternating: TREE=old
+# runs /work/main's tree (the commit before the hint), TREE=new this one (PYTHONPATH)
+zcab() {  # $1 tag, $2 hosts, $3 ranks per host, $4 subnet
+    python bench/cluster.py up --name hzc$1 --hosts $2 --ranks-per-host $3 --rate 1gbit --subnet $4
+    uptime > $R/step_$1.load
+    for launch in old1 new1 old2 new2; do
+        tree=$([ "${launch%?}" = old ] && echo ${OLD_TREE:-/work/main} || echo $PWD)
+        PYTHONPATH=$tree/src python bench/cluster.py run --name hzc$1 -- python bench/sharded_step.py \
+            --rounds 2 --only 21,30,29,25,31 --json $R/step_$1_$launch.json -- --model wide \
+            --subset 384 --epochs 1 --quiet > $R/step_$1_$launch.log 2>&1
+        uptime >> $R/step_$1.load
+    done
+    python bench/cluster.py down --name hzc$1
+}
+case "$1" in
+    steps2x2c3) zcab 2x2c3 2 2 10.199.93.0/24 ;;
+    steps4x1c4) zcab 4x1c4 4 1 10.199.94.0/24 ;;
+esac
