@@ -4,8 +4,8 @@ Run ``python bench/sharded_codec_cost.py [--world 4] [--repeats 7] [--json FILE]
 ``python -m collectives.sgd --model wide --shard 2 --codec topk:ratio=0.01 --error-feedback
 --param-codec bf16`` at ``--world`` ranks, without the network, each piece timed on its own
 (one BLAS thread, as the driver gives each rank on a 2-core machine with 2 ranks per core; the
-median of ``--repeats`` after one untimed call; the inputs of every repeat are new draws, so that
-error feedback runs at its steady state):
+median of ``--repeats``, the pieces interleaved, after one untimed call of each; two gradients
+used in turn, so that error feedback keeps mixing new values in):
 
 ``compute``          forward and backward of the wide MLP on a batch of 32 (the driver's
                      ``MLP.loss_and_grad``, the whole gradient at once) and momentum SGD on one
@@ -43,14 +43,18 @@ from collectives.sgd.optim import SGD
 SIZES = (64, 4096, 4096, 10)
 
 
-def _median_ms(fn, repeats: int) -> float:
-    fn()  # untimed: compilation, first-touch of buffers
-    times = []
+def _medians_ms(rows: dict, repeats: int) -> dict:
+    """Each row's median time, the rows interleaved (row 1, row 2, ..., row 1, ...: a loaded
+    machine's drift hits them alike), after one untimed call of each."""
+    for fn in rows.values():
+        fn()  # untimed: compilation, first-touch of buffers
+    times: dict = {k: [] for k in rows}
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+        for k, fn in rows.items():
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) * 1e3 for k, v in times.items()}
 
 
 def _blocks(world: int, buckets: int) -> list[list[int]]:
@@ -84,12 +88,12 @@ def main() -> None:
         model.loss_and_grad(x, y)
         opt.step_range(0, shard, model.grads.flat[:shard], 0.01)
 
-    state = CompressionState.from_spec("topk:ratio=0.01", error_feedback=True)
-    coding = TensorCoding(state, "grads", 0, True, p)
     blocks = _blocks(p, a.buckets)
     # two gradients, used in turn, so that the residual keeps mixing new values in
     grads = [[[rng.standard_normal(c, dtype=np.float32) for c in bucket] for bucket in blocks]
              for _ in range(2)]
+
+    state = CompressionState.from_spec("topk:ratio=0.01", error_feedback=True)
     codings = [TensorCoding(state, f"grads.{b}", 0, True, p) for b in range(len(blocks))]
     turn = [0]
 
@@ -98,6 +102,7 @@ def main() -> None:
         return [[c.encode(g, part=i) for i, g in enumerate(bucket)]
                 for c, bucket in zip(codings, grads[turn[0]])]
 
+    coding = TensorCoding(CompressionState.from_spec("topk:ratio=0.01"), "grads", 0, True, p)
     payloads = topk_ef()
     outs = [np.empty(bucket[0], dtype=np.float32) for bucket in blocks]
 
@@ -124,7 +129,7 @@ def main() -> None:
         "bf16 decode": bf16_decode,
         "copy": lambda: np.copyto(whole, model.params.flat),
     }
-    res = {k: _median_ms(fn, a.repeats) for k, fn in rows.items()}
+    res = _medians_ms(rows, a.repeats)
     for k, v in res.items():
         print(f"{k:14s} {v:8.1f} ms")
     if a.json:

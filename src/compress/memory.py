@@ -33,11 +33,7 @@ The state is double-buffered (the buffer written this step becomes the state; th
 becomes the next step's buffer), so a skipped step still has the state it had. A key's first
 step computes ``x + zeros`` into its zeros (one new buffer); the second step makes the other
 one. Both paths give the same bits (``tests/compress/test_fused.py``); ``fused=False`` takes the
-generic one. Device arrays take the generic one. For top-k the memory also keeps, per key, the
-k-th largest magnitude of its last selection, which the next selection tries as its threshold
-before it samples the tensor (``compress._kernels.sources.topk``: the sample's strided reads
-cost as much as the pass on a tensor of a million elements; the result is the exact top-k
-either way).
+generic one. Device arrays take the generic one.
 
 A narrower residual: ``ErrorFeedback(codec, residual_dtype="float16" | "bfloat16")`` keeps each
 residual in two bytes per element instead of the tensor's four (:mod:`compress.residual`: the
@@ -87,14 +83,11 @@ class Residual:
     """Error-feedback state of one tensor: the residual and how many encodes built it.
 
     ``spare`` is the buffer the next fused encode writes the new residual into (the residual
-    before this one, reused): not state, never saved. ``hint``: the k-th largest magnitude key
-    of the last top-k selection from this key's compensated values, the threshold the next one
-    tries first (a speed hint: the selection is exact whatever it is; never saved)."""
+    before this one, reused): not state, never saved."""
 
     error: np.ndarray
     steps: int = 0
     spare: np.ndarray | None = field(default=None, repr=False, compare=False)
-    hint: int | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         if not (isinstance(self.error, np.ndarray) or is_device(self.error)):
@@ -206,8 +199,6 @@ class ErrorFeedback(Memory):
             if spare is None or spare.shape != x.shape or spare.dtype != x.dtype:
                 spare = st.spare = np.empty_like(x)
         src = HOST.compensated(x, addend, spare)
-        if not first:  # (the first step's source is its own addend: no pass may run twice)
-            src.hint = st.hint
         payload, idx, sent = self.codec._encode_source(src, key, int(step), out)
         if src.nonfinite or (not self.codec.sends_values
                              and HOST.subtract_at(src.values, idx, sent)):
@@ -218,11 +209,10 @@ class ErrorFeedback(Memory):
         if self.codec.sends_values:  # c - c at the sent indices: +0.0
             HOST.zero_at(spare, idx)
         if first:  # the next step makes its spare
-            self.state[key] = Residual(spare, steps=1, hint=src.found)
+            self.state[key] = Residual(spare, steps=1)
             return payload
         st.spare, st.error = st.error, spare
         st.steps += 1
-        st.hint = src.found
         return payload
 
     def _encode_fused_narrow(self, x: np.ndarray, key, step: int, out) -> np.ndarray:
@@ -236,17 +226,15 @@ class ErrorFeedback(Memory):
         addend = self.addend(x, key=key)
         spare = self._work(1, x)
         src = HOST.compensated(x, addend, spare)
-        st = self.state[key]
-        src.hint = st.hint
         payload, idx, sent = self.codec._encode_source(src, key, int(step), out)
         if src.nonfinite or (not self.codec.sends_values
                              and HOST.subtract_at(src.values, idx, sent)):
             return payload
         if self.codec.sends_values:  # c - c at the sent indices: +0.0
             HOST.zero_at(spare, idx)
+        st = self.state[key]
         self._format.narrow(spare, st.error)
         st.steps += 1
-        st.hint = src.found
         return payload
 
     def addend(self, x, *, key=None):

@@ -17,9 +17,7 @@ NumPy and then scanned (the kernels do no float16 arithmetic), so their bits are
 construction; float32 and float64 ones by the fused kernels, whose IEEE operations are NumPy's.
 
 :func:`topk` is top-k's selection on a source: the strided sample, threshold and exact selection
-of :func:`.sparse.topk_indices`, with the collecting pass fused into ``run``; given a hint (the
-k-th largest magnitude of the tensor's last selection, which error feedback keeps per key) it
-tries that threshold first and skips the sample.
+of :func:`.sparse.topk_indices`, with the collecting pass fused into ``run``.
 """
 
 from __future__ import annotations
@@ -32,16 +30,7 @@ from .._util import inf_word, quiet, uint_view
 from . import fused, sparse
 from ..stream import streaming
 
-__all__ = ["Source", "Compensated", "Momentum", "Scan", "topk", "sample_keys", "HINT_SLACK"]
-
-#: :func:`topk` with a hint collects the elements at or above this share of the hint's
-#: magnitude: a tensor whose k-th largest magnitude fell by less than 10 % since the hint
-#: still yields k candidates (Gaussian-like data: about 2 k of them)
-HINT_SLACK = 0.9
-#: ... and keeps up to ``HINT_CAP k + 1024`` candidates: error feedback's compensated values
-#: widen from step to step while the residual builds up (by about sqrt(2) from the first step to
-#: the second for independent gradients), so that the hint's threshold lets more through then
-HINT_CAP = 16
+__all__ = ["Source", "Compensated", "Momentum", "Scan", "topk", "sample_keys"]
 
 
 _SCRATCH = threading.local()
@@ -76,15 +65,9 @@ class Scan:
 
 class Source:
     """A tensor computed by :meth:`run` into ``tensor`` (the memory's buffer, in the tensor's
-    shape; ``values`` is it flat, ``bits`` its unsigned view). ``hint``: a magnitude key that
-    :func:`topk` tries as its threshold first (the memory's, from the key's last selection);
-    ``found``, ``hinted``: what :func:`topk` reports back (the k-th largest key; whether the
-    hint sufficed)."""
+    shape; ``values`` is it flat, ``bits`` its unsigned view)."""
 
     nonfinite: bool = False
-    hint: int | None = None
-    found: int | None = None
-    hinted: bool = False
 
     def __init__(self, out: np.ndarray):
         self.tensor = out
@@ -225,26 +208,8 @@ def topk(src: Source, k: int) -> tuple[np.ndarray, np.ndarray | None]:
     lie above the k-th largest key; the threshold is the key ``r + 6 sqrt(r) + 16`` from the top,
     so that (for a sample that represents the data) fewer than ``k`` candidates pass about once in
     10^9 calls, and the candidates are little more than ``k`` (:func:`.sparse.topk_indices` takes
-    ``2 k``: it reads the candidates' keys back from the tensor, here they come with the pass).
-
-    With a hint (``src.hint``: the k-th largest key of the same tensor's last selection, which
-    error feedback keeps per key) the pass runs first at :data:`HINT_SLACK` times that
-    magnitude, without the sample, whose strided reads touch every cache line of the inputs;
-    where it collects from ``k`` to ``HINT_CAP k + 1024`` candidates, the selection is made from
-    them, else the sampled path runs the pass again (the source is computed from inputs it does
-    not write, so a second pass gives the same values). Either way the result is the exact top-k:
-    the threshold decides only which elements are looked at. ``src.found`` is then the k-th
-    largest key (None after a selection over every element) and ``src.hinted`` whether the
-    hint's pass sufficed."""
+    ``2 k``: it reads the candidates' keys back from the tensor, here they come with the pass)."""
     n = src.size
-    src.found, src.hinted = None, False
-    if src.hint is not None and 0 < k < n and n > 4 * sparse._SAMPLE:
-        lower = np.array([src._float(src.bits.dtype.type(src.hint))], dtype=src.dtype)
-        lower *= src.dtype.type(HINT_SLACK)
-        picked = _select(src, src.run(uint_view(lower)[0][0], HINT_CAP * k + 1024), k)
-        if picked is not None:
-            src.hinted = True
-            return picked
     thr, cap = None, 0
     if 0 < k < n and n > 4 * sparse._SAMPLE:
         stride = n // sparse._SAMPLE
@@ -255,26 +220,15 @@ def topk(src: Source, k: int) -> tuple[np.ndarray, np.ndarray | None]:
             thr = np.partition(sample, sparse._SAMPLE - above)[sparse._SAMPLE - above]
             cap = 2 * (above * n // sparse._SAMPLE) + 1024  # twice the candidates expected
     scan = src.run(thr, cap)
-    if thr is not None:
-        picked = _select(src, scan, k)
-        if picked is not None:
-            return picked
+    if thr is not None and scan.complete and scan.count >= k:
+        idx, bits = scratch("idx", k + 1, np.int64), scratch("sent", k + 1, src.bits.dtype)
+        keys = np.bitwise_and(scan.bits, src.absmask, out=scratch("keys", scan.bits.size,
+                                                                   scan.bits.dtype))
+        keys.partition(keys.size - k)  # in place; NumPy's is SIMD, Numba's is not
+        v = keys[keys.size - k]
+        fused.select_collected(scan.cand, scan.bits, src.absmask, v, k, idx, bits)
+        return idx[:k], bits[:k]
     # too few candidates or too many (or none asked for): the selection over every element
     idx = np.empty(k, dtype=np.int64)
     sparse.topk_indices(src.bits, src.absmask, k, idx)
     return idx, None
-
-
-def _select(src: Source, scan: Scan, k: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """The exact top-``k`` from a pass's candidates (``src.found`` set to the k-th largest
-    key), or None where the pass collected fewer than ``k`` or did not keep them all."""
-    if not scan.complete or scan.count < k:
-        return None
-    idx, bits = scratch("idx", k + 1, np.int64), scratch("sent", k + 1, src.bits.dtype)
-    keys = np.bitwise_and(scan.bits, src.absmask, out=scratch("keys", scan.bits.size,
-                                                               scan.bits.dtype))
-    keys.partition(keys.size - k)  # in place; NumPy's is SIMD, Numba's is not
-    v = keys[keys.size - k]
-    fused.select_collected(scan.cand, scan.bits, src.absmask, v, k, idx, bits)
-    src.found = int(v)
-    return idx[:k], bits[:k]

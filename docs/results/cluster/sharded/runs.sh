@@ -54,6 +54,9 @@ case "$1" in
                     --error-feedback --param-codec bf16 ;;
                 topk2bf16) acc acc_topk1_ef_bf16_zero2 --shard 2 --codec topk:ratio=0.01 \
                     --error-feedback --param-codec bf16 ;;
+                # the same with the per-bucket update (the fourth pass; the default since the third)
+                topk2bf16pb) acc acc_topk1_ef_bf16_zero2_pb --shard 2 --codec topk:ratio=0.01 \
+                    --error-feedback --param-codec bf16 ;;
             esac
         done ;;
 esac
