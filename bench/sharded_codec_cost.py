@@ -18,7 +18,9 @@ used in turn, so that error feedback keeps mixing new values in):
                      block of every bucket (the reduce-scatter's receiving side);
 ``bf16 encode``      the bf16 codec's encode of this rank's shard (the parameters' allgather);
 ``bf16 decode``      its decode of every rank's payload into the replica, as
-                     ``compressed_allgather`` does it;
+                     ``compressed_allgather`` does it (``decode(..., out=)``);
+``... copied``       the same into a new array each, then copied into the replica (what
+                     ``compressed_allgather`` did before ``out=``);
 ``copy``             ``np.copyto`` of the whole parameter vector: the memory yardstick.
 
 The wide model's layers are 64 -> 4096 -> 4096 -> 10 (``--dataset synthetic``): 17.09 M
@@ -117,7 +119,11 @@ def main() -> None:
     payload = pcoding.encode(mine)
 
     def bf16_decode() -> None:
-        for k in range(p):  # as compressed_allgather: decode, then into the replica
+        for k in range(p):  # as compressed_allgather does: into the replica
+            pcoding.decode(payload, shard, out=replica[k * shard:(k + 1) * shard])
+
+    def bf16_decode_copy() -> None:
+        for k in range(p):  # as it did before 2026-12-07's fourth pass: a new array, copied
             replica[k * shard:(k + 1) * shard] = pcoding.decode(payload, shard)
 
     whole = np.empty(n, dtype=np.float32)
@@ -127,6 +133,7 @@ def main() -> None:
         "sparse sum": sparse_sum,
         "bf16 encode": lambda: pcoding.encode(mine),
         "bf16 decode": bf16_decode,
+        "bf16 decode, copied": bf16_decode_copy,
         "copy": lambda: np.copyto(whole, model.params.flat),
     }
     res = _medians_ms(rows, a.repeats)

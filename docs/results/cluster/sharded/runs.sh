@@ -204,9 +204,10 @@ case "$1" in
     steps2x2c1) zc 2x2c1 2 2 10.199.91.0/24 0,21,29,30,32,25,31 3 ;;
     steps4x1c2) zc 4x1c2 4 1 10.199.92.0/24 0,21,29,30,32,25,31 3 ;;
 esac
-# the top-k hint (compress._kernels.sources.topk: the threshold of a key's last selection tried
-# before the sample) against the tree before it, on one cluster, launches alternating: TREE=old
-# runs /work/main's tree (the commit before the hint), TREE=new this one (PYTHONPATH)
+# a top-k threshold hint (22a750f: error feedback's top-k tried the k-th magnitude of the key's
+# last selection before sampling; reverted in 607cb6a, no measured gain) against the tree
+# without it, on one cluster, launches alternating: "old" runs $OLD_TREE (/work/main: 5f84ee5,
+# the code as it stands), "new" this tree (it was 22a750f then), chosen by PYTHONPATH
 zcab() {  # $1 tag, $2 hosts, $3 ranks per host, $4 subnet
     python bench/cluster.py up --name hzc$1 --hosts $2 --ranks-per-host $3 --rate 1gbit --subnet $4
     uptime > $R/step_$1.load
