@@ -223,4 +223,7 @@ zcab() {  # $1 tag, $2 hosts, $3 ranks per host, $4 subnet
 case "$1" in
     steps2x2c3) zcab 2x2c3 2 2 10.199.93.0/24 ;;
     steps4x1c4) zcab 4x1c4 4 1 10.199.94.0/24 ;;
+    # the same comparison for the bf16 decode into the replica (Codec.decode(out=), "new":
+    # this tree at the commit that added it) against 5f84ee5 ("old", /work/main)
+    steps2x2c5) zcab 2x2c5 2 2 10.199.95.0/24 ;;
 esac
