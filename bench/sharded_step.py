@@ -14,10 +14,13 @@ as their average lands, where a bucket with the block it lands in takes at most
 16 unless given). It records the slowest
 rank's median step of the run, its peak memory per category (the largest rank's, from the
 driver's ledger; "buffers" reads the collectives' scratch, which the process keeps from one
-run to the next) and the bytes it sent per step, and writes them after every round; rank 0
+run to the next), the bytes it sent per step and where a step's time went (``split_ms``:
+the driver's compute, its exchange and, inside the exchange, the codec's encode, decode and
+sparse sum, per step, the mean over the ranks; the median over the rounds), and writes them
+after every round; rank 0
 prints, per configuration, the median over rounds and its ratio to data parallelism's (after
 one untimed run of each on a small model, which compiles the kernels). Every configuration
-without a codec ends with the same parameters (dense, ring: docs/sharded.md), which the script
+without a codec (neither ``--codec`` nor ``--param-codec``) ends with the same parameters (dense, ring: docs/sharded.md), which the script
 checks; each run's line ends with a digest of its final parameters (the first 12 hex digits of
 their SHA-1), so that a failed check names the runs that differ.
 """
