@@ -203,6 +203,9 @@ zc() {  # the same steps as zacc, clusters named hzc...
 case "$1" in
     steps2x2c1) zc 2x2c1 2 2 10.199.91.0/24 0,21,29,30,32,25,31 3 ;;
     steps4x1c2) zc 4x1c2 4 1 10.199.92.0/24 0,21,29,30,32,25,31 3 ;;
+    # the same after the decode into the replica (Codec.decode(out=))
+    steps2x2c6) zc 2x2c6 2 2 10.199.91.0/24 0,21,29,30,32,25,31 3 ;;
+    steps4x1c7) zc 4x1c7 4 1 10.199.92.0/24 0,21,29,30,32,25,31 3 ;;
 esac
 # a top-k threshold hint (22a750f: error feedback's top-k tried the k-th magnitude of the key's
 # last selection before sampling; reverted in 607cb6a, no measured gain) against the tree
