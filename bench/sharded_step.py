@@ -14,10 +14,13 @@ as their average lands, where a bucket with the block it lands in takes at most
 16 unless given). It records the slowest
 rank's median step of the run, its peak memory per category (the largest rank's, from the
 driver's ledger; "buffers" reads the collectives' scratch, which the process keeps from one
-run to the next) and the bytes it sent per step, and writes them after every round; rank 0
+run to the next), the bytes it sent per step and where a step's time went (``split_ms``:
+the driver's compute, its exchange and, inside the exchange, the codec's encode, decode and
+sparse sum, per step, the mean over the ranks; the median over the rounds), and writes them
+after every round; rank 0
 prints, per configuration, the median over rounds and its ratio to data parallelism's (after
 one untimed run of each on a small model, which compiles the kernels). Every configuration
-without a codec ends with the same parameters (dense, ring: docs/sharded.md), which the script
+without a codec (neither ``--codec`` nor ``--param-codec``) ends with the same parameters (dense, ring: docs/sharded.md), which the script
 checks; each run's line ends with a digest of its final parameters (the first 12 hex digits of
 their SHA-1), so that a failed check names the runs that differ.
 """
@@ -33,10 +36,14 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
+from collectives.observe import OBSERVERS
 from collectives.sgd import datasets
 from collectives.sgd.cli import parse
 from collectives.sgd.driver import Trainer, limit_threads
 from collectives.sgd.sync import sharded
+
+_TOPK = ["--codec", "topk:ratio=0.01", "--error-feedback"]
+_BF16 = ["--param-codec", "bf16"]
 
 #: name -> (extra driver arguments, BALANCED, PIPELINED[, BUCKET_SHARE[, PER_BUCKET]]) (16 and
 #: False when left out: the driver before the per-bucket update); a configuration with a codec is
@@ -77,6 +84,15 @@ CONFIGS = {
     "stage 3, per-bucket, contiguous, blocking": (["--shard", "3"], False, False, 1, True),
     "stage 2, per-bucket, contiguous, pipelined": (["--shard", "2"], False, True, 1, True),
     "stage 3, per-bucket, contiguous, pipelined": (["--shard", "3"], False, True, 1, True),
+    # the compressed runs with the per-bucket update (each stage's defaults: stage 2 blocking,
+    # stage 3 pipelined): top-k 1 % + error feedback in the reduce-scatter, bf16 parameters
+    # in the allgather
+    "stage 2, per-bucket, top-k 1 % + EF": (["--shard", "2", *_TOPK], True, False, 1, True),
+    "stage 2, per-bucket, top-k 1 % + EF, bf16 parameters": (
+        ["--shard", "2", *_TOPK, *_BF16], True, False, 1, True),
+    "stage 3, per-bucket, pipelined, top-k 1 % + EF, bf16 parameters": (
+        ["--shard", "3", *_TOPK, *_BF16], True, True, 1, True),
+    "stage 2, per-bucket, bf16 parameters": (["--shard", "2", *_BF16], True, False, 1, True),
 }
 
 
@@ -92,7 +108,16 @@ def _run(argv: list[str], comm: MPI.Comm, balanced: bool, pipelined: bool,
     ds = datasets.load(pre.args.dataset, pre.args.subset)
     t = Trainer(parse(argv, comm.size, len(ds.y_train)), ds, comm)
     t.t_start = 0.0
-    t.train()
+    codec = dict.fromkeys(("encode", "decode", "aggregate"), 0.0)
+
+    def observe(phase: str, t0: float, t1: float) -> None:
+        codec[phase] += t1 - t0
+
+    OBSERVERS.register("codec", observe)
+    try:
+        t.train()
+    finally:
+        OBSERVERS.unregister("codec", observe)
     t.exchange.close()
     full = t.exchange.full_params()
     median = comm.allreduce(float(np.median(t.step_seconds)), op=MPI.MAX)
@@ -100,9 +125,23 @@ def _run(argv: list[str], comm: MPI.Comm, balanced: bool, pipelined: bool,
     extra = {"memory": {k: max(m[k] for m in ranks) for k in ranks[0]},
              "sent_per_step": comm.allreduce(t.exchange.stats.bytes_sent) / comm.size / t.step,
              "test_acc": t.history[-1].get("test_acc") if t.history else None,
+             "split_ms": _split(t, codec, comm),
              "reduce_scatters_per_step": sum(len(g[0]) for g in t.exchange.row_groups.values())
              if hasattr(t.exchange, "row_groups") else None}
     return median, comm.bcast(None if full is None else full.tobytes(), root=0), extra
+
+
+def _split(t: Trainer, codec: dict, comm: MPI.Comm) -> dict:
+    """Where a step's time went, in ms per step, the mean over the ranks: the driver's compute
+    (forward, backward, the update; the collectives' time inside backward moved out of it), its
+    exchange (every collective's blocking call and wait, the codec's work inside them
+    included) and the codec's work alone (the observation point ``codec``: encode with error
+    feedback, decode, the sparse sum; on the progress engine's thread too, where it may
+    overlap compute)."""
+    mine = {"compute": t.clock.seconds["compute"], "exchange": t.exchange.stats.seconds,
+            **{f"codec_{k}": v for k, v in codec.items()}}
+    mine["codec"] = sum(codec.values())
+    return {k: comm.allreduce(v) / comm.size / max(1, t.step) * 1e3 for k, v in mine.items()}
 
 
 def main() -> None:
@@ -117,8 +156,12 @@ def main() -> None:
     # each rank's BLAS its share of the cores, as the driver's train() gives it (before
     # 2026-12-07's third pass this script left OpenBLAS at one thread per core in every rank)
     limit_threads(comm.size)
+    if comm.rank == 0:  # which tree the ranks run (a launch may compare two, by PYTHONPATH)
+        import collectives
+        print(f"collectives from {collectives.__file__}", file=sys.stderr, flush=True)
     names = list(CONFIGS) if not a.only else [list(CONFIGS)[int(i)] for i in a.only.split(",")]
     times: dict[str, list[float]] = {k: [] for k in names}
+    splits: dict[str, list[dict]] = {k: [] for k in names}
     extras: dict[str, dict] = {}
     bits = set()
     for k in names:  # compile the kernels every configuration calls, on a small model
@@ -130,8 +173,11 @@ def main() -> None:
             comm.Barrier()
             median, params, extras[k] = _run([*base, *extra], comm, *layout)
             times[k].append(median)
+            splits[k].append(extras[k]["split_ms"])  # the medians over the rounds so far
+            extras[k]["split_ms"] = {part: statistics.median(s[part] for s in splits[k])
+                                     for part in splits[k][0]}
             extras[k]["params_sha1"] = hashlib.sha1(params).hexdigest()[:12]
-            if "--codec" not in extra:
+            if "--codec" not in extra and "--param-codec" not in extra:
                 bits.add(params)
             if comm.rank == 0:
                 print(f"round {r}: {k}: {median * 1e3:.1f} ms", file=sys.stderr, flush=True)
@@ -160,7 +206,8 @@ def _report(times: dict, extras: dict, bits: set, world: int, base: list, path: 
               f"buffers {m['buffers'] * mb:.1f} "
               f"total {m['total'] * mb:.1f}  grads+optim {_share(m, rows):.2f} % of data "
               f"parallelism's  reduce-scatters/step {row.get('reduce_scatters_per_step')}  "
-              f"params {row['params_sha1']}")
+              f"params {row['params_sha1']}  ms/step: " + "  ".join(
+                  f"{k} {v:.0f}" for k, v in row.get("split_ms", {}).items()))
     if final:
         print(f"same parameters in every run without a codec: {len(bits) == 1}")
     if path:

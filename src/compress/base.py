@@ -129,8 +129,8 @@ class Codec:
         return like(x, payload) if out is None else out
 
     def decode(self, payload, *, count: int | None = None,
-               max_elements: int | None = None) -> np.ndarray:
-        """Decompress a payload of this codec into a new dense array.
+               max_elements: int | None = None, out=None) -> np.ndarray:
+        """Decompress a payload of this codec into a new dense array (or into ``out``).
 
         Parameters
         ----------
@@ -144,6 +144,12 @@ class Codec:
             header cannot make the decoder allocate gigabytes: a sparse or low-rank payload of
             a few hundred bytes may claim billions of elements. (Dense formats need a payload
             proportional to the count anyway: the exact-length check bounds them.)
+        out : numpy.ndarray or device array, optional
+            A C-contiguous, writeable array of the payload's dtype and element count (any
+            shape), where the payload lives, to decode into and return (in the payload's
+            shape): a collective that decodes into its result saves a new array and a copy
+            each call. The fp16 and bf16 codecs write into it directly; the others decode and
+            copy.
 
         Raises
         ------
@@ -156,7 +162,21 @@ class Codec:
         buf = as_array(payload)
         ops = backend_of(buf)
         hdr, body = self._parse(buf, count, max_elements, ops)
-        return like(payload, self._decode(hdr, body, ops).reshape(hdr.shape))
+        if out is None:
+            return like(payload, self._decode(hdr, body, ops).reshape(hdr.shape))
+        dst = as_array(out)
+        if (dst.size != hdr.count or dst.dtype != hdr.dtype or not dst.flags.c_contiguous
+                or not dst.flags.writeable or type(backend_of(dst)) is not type(ops)):
+            raise ValueError(f"out must be a writeable C-contiguous {hdr.dtype} array of "
+                             f"{hdr.count} elements where the payload lives, got "
+                             f"{dst.dtype} of {dst.size} elements")
+        self._decode_into(hdr, body, ops, dst.reshape(-1))
+        return out.reshape(hdr.shape)
+
+    def _decode_into(self, hdr: Header, body: dict, ops, out) -> None:
+        """Decode into the flat array ``out`` (checked: the payload's dtype and count); by
+        default a new array, copied."""
+        out[...] = self._decode(hdr, body, ops).reshape(-1)
 
     def sparse_parts(self, payload, *, count: int | None = None,
                      max_elements: int | None = None) -> tuple[np.ndarray, np.ndarray]:

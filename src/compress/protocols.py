@@ -156,9 +156,11 @@ class Memory(ABC):
     def encode(self, x, *, key=None, step: int = 0):
         """The payload of ``x`` corrected by the state of ``key``; updates that state."""
 
-    def decode(self, payload, *, count: int | None = None, max_elements: int | None = None):
-        """Decode with the wrapped codec (``count``, ``max_elements``: see ``Codec.decode``)."""
-        return self.codec.decode(payload, count=count, max_elements=max_elements)
+    def decode(self, payload, *, count: int | None = None, max_elements: int | None = None,
+               out=None):
+        """Decode with the wrapped codec (``count``, ``max_elements``, ``out``: see
+        ``Codec.decode``)."""
+        return self.codec.decode(payload, count=count, max_elements=max_elements, out=out)
 
     def flush(self, x, *, key=None):
         """What a dense step sends for ``x`` in place of a payload (what the state of ``key``

@@ -251,3 +251,32 @@ def test_summable_decode_into_out(name, dtype):
                               want.view(np.uint8))
         if out.flags.c_contiguous:
             assert np.shares_memory(got, out)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("name", sorted(compress.CODECS))
+def test_decode_into_out(name, dtype):
+    """``decode(payload, out=)`` writes the bits ``decode(payload)`` returns into ``out`` (flat
+    or in the tensor's shape), returns ``out``'s memory in the payload's shape, and refuses an
+    ``out`` of another size or dtype, or not contiguous, before writing anything; the
+    compressed allgather decodes into its result this way."""
+    params = {"seed": 3} if compress.CODECS[name].randomness == "private" else {}
+    codec = compress.get(name, **params)
+    if np.dtype(dtype) not in codec.dtypes:
+        pytest.skip(f"{name} takes no {np.dtype(dtype)}")
+    shape = (13, 11)
+    x = np.random.default_rng(2).standard_normal(shape).astype(dtype)
+    x[0, :2] = [-0.0, 1e-3]
+    payload = codec.encode(x, key="k", step=1)
+    want = codec.decode(payload, count=x.size)
+    for out in (np.full(x.size, 7, dtype), np.full(shape, 7, dtype)):
+        got = codec.decode(payload, count=x.size, out=out)
+        assert got.shape == want.shape and np.shares_memory(got, out)
+        assert np.array_equal(out.reshape(want.shape).view(np.uint8), want.view(np.uint8))
+    other = np.float32 if np.dtype(dtype) != np.float32 else np.float64
+    for bad in (np.zeros(x.size + 1, dtype), np.zeros(x.size, other),
+                np.zeros((x.size, 2), dtype)[:, 0]):
+        before = bad.copy()
+        with pytest.raises(ValueError, match="out must be"):
+            codec.decode(payload, out=bad)
+        assert np.array_equal(bad, before)

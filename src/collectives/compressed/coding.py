@@ -83,13 +83,15 @@ class TensorCoding:
     def subkey(self, part: int | None) -> Any:
         return self.key if part is None else f"{self.key}#chunk{part}"
 
-    def decode(self, payload: np.ndarray, count: int) -> np.ndarray:
+    def decode(self, payload: np.ndarray, count: int,
+               out: np.ndarray | None = None) -> np.ndarray:
         """Dense flat contents of a payload that must hold ``count`` elements (payloads come
-        from other ranks: a wrong count is rejected before the decoder allocates anything)."""
+        from other ranks: a wrong count is rejected before the decoder allocates anything),
+        written into ``out`` when given (flat, the payload's dtype)."""
         observers = _OBSERVED.codec
         t0 = _clock() if observers else 0.0
         try:
-            return self.codec.decode(payload, count=count).reshape(-1)
+            return self.codec.decode(payload, count=count, out=out).reshape(-1)
         finally:
             if observers:
                 _observed(observers, "decode", t0)

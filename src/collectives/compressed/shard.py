@@ -225,4 +225,4 @@ class CompressedAllgatherCall(_CompressedCall):
         payloads = [payload] if ctx is None else allgatherv(payload, ctx)
         off = self.offsets
         for k, pl in enumerate(payloads):  # the owner decodes its own payload too
-            self.dst[off[k]:off[k + 1]] = coding.decode(pl, off[k + 1] - off[k])
+            coding.decode(pl, off[k + 1] - off[k], out=self.dst[off[k]:off[k + 1]])

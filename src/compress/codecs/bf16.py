@@ -42,6 +42,11 @@ class BF16(Words16):
         ops.bf16_to_f32(body["bf16"], out)
         return ops.astype(out, hdr.dtype)
 
+    def _decode_into(self, hdr, body, ops, out):
+        if hdr.dtype != np.float32:
+            return super()._decode_into(hdr, body, ops, out)
+        ops.bf16_to_f32(body["bf16"], out)
+
     # summable protocol (compress.protocols.ElementSummable): bf16 words, added by add_words
     summable_add = staticmethod(add_words)
 

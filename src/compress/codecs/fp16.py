@@ -49,6 +49,11 @@ class FP16(Words16):
         ops.f16_to_f32(half, out)
         return ops.astype(out, hdr.dtype)
 
+    def _decode_into(self, hdr, body, ops, out):
+        if hdr.dtype != np.float32:
+            return super()._decode_into(hdr, body, ops, out)
+        ops.f16_to_f32(body["half"], out)
+
     # summable protocol (compress.protocols.ElementSummable): binary16 values, added in binary16
     summable_add = np.add
 

@@ -54,6 +54,9 @@ case "$1" in
                     --error-feedback --param-codec bf16 ;;
                 topk2bf16) acc acc_topk1_ef_bf16_zero2 --shard 2 --codec topk:ratio=0.01 \
                     --error-feedback --param-codec bf16 ;;
+                # the same with the per-bucket update (the fourth pass; the default since the third)
+                topk2bf16pb) acc acc_topk1_ef_bf16_zero2_pb --shard 2 --codec topk:ratio=0.01 \
+                    --error-feedback --param-codec bf16 ;;
             esac
         done ;;
 esac
@@ -256,4 +259,41 @@ torch4x1() {  # $1 tag
 }
 case "$1" in
     torch4x1*) torch4x1 "${1#torch4x1}" ;;
+esac
+# Fourth pass (2026-12-07): the compressed runs with the per-bucket update, beside dense stages
+# 2 and 3 and data parallelism (bench/sharded_step.py's CONFIGS 29-32: stage 2 top-k 1 % + EF,
+# and with bf16 parameters; stage 3 with both; stage 2 bf16 parameters alone), BLAS threads
+# limited; each line of the logs ends with the step's split (compute, exchange, codec) in ms
+zc() {  # the same steps as zacc, clusters named hzc...
+    NAME=hzc zacc "$@"
+}
+case "$1" in
+    steps2x2c1) zc 2x2c1 2 2 10.199.91.0/24 0,21,29,30,32,25,31 3 ;;
+    steps4x1c2) zc 4x1c2 4 1 10.199.92.0/24 0,21,29,30,32,25,31 3 ;;
+    # the same after the decode into the replica (Codec.decode(out=))
+    steps2x2c6) zc 2x2c6 2 2 10.199.91.0/24 0,21,29,30,32,25,31 3 ;;
+    steps4x1c7) zc 4x1c7 4 1 10.199.92.0/24 0,21,29,30,32,25,31 3 ;;
+esac
+# a top-k threshold hint (22a750f: error feedback's top-k tried the k-th magnitude of the key's
+# last selection before sampling; reverted in 607cb6a, no measured gain) against the tree
+# without it, on one cluster, launches alternating: "old" runs $OLD_TREE (/work/main: 5f84ee5,
+# the code as it stands), "new" this tree (it was 22a750f then), chosen by PYTHONPATH
+zcab() {  # $1 tag, $2 hosts, $3 ranks per host, $4 subnet
+    python bench/cluster.py up --name hzc$1 --hosts $2 --ranks-per-host $3 --rate 1gbit --subnet $4
+    uptime > $R/step_$1.load
+    for launch in old1 new1 old2 new2; do
+        tree=$([ "${launch%?}" = old ] && echo ${OLD_TREE:-/work/main} || echo $PWD)
+        PYTHONPATH=$tree/src python bench/cluster.py run --name hzc$1 -- python bench/sharded_step.py \
+            --rounds 2 --only 21,30,29,25,31 --json $R/step_$1_$launch.json -- --model wide \
+            --subset 384 --epochs 1 --quiet > $R/step_$1_$launch.log 2>&1
+        uptime >> $R/step_$1.load
+    done
+    python bench/cluster.py down --name hzc$1
+}
+case "$1" in
+    steps2x2c3) zcab 2x2c3 2 2 10.199.93.0/24 ;;
+    steps4x1c4) zcab 4x1c4 4 1 10.199.94.0/24 ;;
+    # the same comparison for the bf16 decode into the replica (Codec.decode(out=), "new":
+    # this tree at the commit that added it) against 5f84ee5 ("old", /work/main)
+    steps2x2c5) zcab 2x2c5 2 2 10.199.95.0/24 ;;
 esac
