@@ -166,7 +166,8 @@ class Codec:
             return like(payload, self._decode(hdr, body, ops).reshape(hdr.shape))
         dst = as_array(out)
         if (dst.size != hdr.count or dst.dtype != hdr.dtype or not dst.flags.c_contiguous
-                or not dst.flags.writeable or type(backend_of(dst)) is not type(ops)):
+                or not getattr(dst.flags, "writeable", True)  # (CuPy's flags have none)
+                or type(backend_of(dst)) is not type(ops)):
             raise ValueError(f"out must be a writeable C-contiguous {hdr.dtype} array of "
                              f"{hdr.count} elements where the payload lives, got "
                              f"{dst.dtype} of {dst.size} elements")
