@@ -38,7 +38,8 @@ from mpi4py import MPI
 from .._runtime.arrays import copy_into
 from .._runtime.context import Context
 from .._runtime.nodes import node_comm
-from .._runtime.p2p import exchange
+from .._runtime.p2p import cancel, complete, exchange, post
+from .._runtime.workspace import scratch
 from ..options import Options
 from .handwritten import pairwise_alltoall
 
@@ -54,6 +55,7 @@ class Layout:
     members: list[list[int]]  # members[m]: the ranks of node m, in local order
     home: np.ndarray       # home[i]: the node of rank i
     local: np.ndarray      # local[i]: rank i's place in its node
+    plan: "Plan | None" = None  # the leader's row permutations for equal blocks (made once)
 
     @property
     def flat(self) -> bool:
@@ -77,7 +79,43 @@ def layout(comm: MPI.Comm, node_size: int | None) -> Layout:
     members: list[list[int]] = [[] for _ in range(int(home.max()) + 1)]
     for i in np.lexsort((local, home)):
         members[home[i]].append(int(i))
-    return Layout(node, leaders, members, home, local)
+    lay = Layout(node, leaders, members, home, local)
+    if node.rank == 0 and not lay.flat:
+        lay.plan = _plan(lay, int(leaders.rank))
+    return lay
+
+
+@dataclass
+class Plan:
+    """The leader's work for equal blocks of ``b`` bytes, as row indices into arrays of
+    ``b``-byte rows (the same for every ``b`` and dtype). The leader's work buffer ``W`` holds
+    the node's inputs (``k x p`` rows: local rank ``q``'s block for rank ``j`` at ``q p + j``),
+    then the messages from the other nodes (``others``, in order; node ``m``'s has ``k x k_m``
+    rows: its rank of local place ``a``'s block for this node's local rank ``q`` at
+    ``q k_m + a``)."""
+
+    others: list[int]      # the other nodes, in order
+    sizes: list[int]       # rows of each one's message (each way: k x k_m)
+    pack: np.ndarray       # the rows of W that make the messages to ``others``, one after another
+    unpack: np.ndarray     # the rows of W that make the results: local rank q's at q p .. q p + p
+
+
+def _plan(lay: Layout, mine: int) -> Plan:
+    ranks = lay.members[mine]
+    k, p = len(ranks), len(lay.home)
+    others = [m for m in range(len(lay.members)) if m != mine]
+    # to node m: for its rank j (local order), for this node's rank q, the block q -> j
+    pack = [q * p + j for m in others for j in lay.members[m] for q in range(k)]
+    base = {}
+    at = k * p
+    for m in others:
+        base[m] = at
+        at += k * len(lay.members[m])
+    unpack = [q * p + ranks[t] if lay.home[i] == mine
+              else base[lay.home[i]] + t * len(lay.members[lay.home[i]]) + lay.local[i]
+              for t in range(k) for i in range(p) for q in [lay.local[i]]]
+    return Plan(others, [k * len(lay.members[m]) for m in others],
+                np.array(pack, dtype=np.intp), np.array(unpack, dtype=np.intp))
 
 
 def alltoall(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],
@@ -89,6 +127,9 @@ def alltoall(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],
         return
     guard, node = ctx.active, lay.node
     k, p = node.size, ctx.comm.size
+    if recvoffsets is None and _bytewise(src, dst, sendoffsets[1] - sendoffsets[0], p):
+        _equal(src, dst, (sendoffsets[1] - sendoffsets[0]) * src.dtype.itemsize, lay, ctx)
+        return
     send = np.diff(np.asarray(sendoffsets, dtype=np.int64))
     recv = send if recvoffsets is None else np.diff(np.asarray(recvoffsets, dtype=np.int64))
     roff = np.asarray(sendoffsets if recvoffsets is None else recvoffsets, dtype=np.int64)
@@ -135,6 +176,53 @@ def alltoall(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],
             copy_into(arrived[m][lo:lo + n], results[q][at:at + n])
             at += n
     exchange(node, [(r, q + 1) for q, r in enumerate(results[1:])], [], guard)
+
+
+def _bytewise(src: np.ndarray, dst: np.ndarray, block: int, p: int) -> bool:
+    """Whether equal blocks of ``block`` elements can be moved as rows of bytes."""
+    return (block > 0 and src.flags.c_contiguous and dst.flags.c_contiguous
+            and dst.size >= p * block)
+
+
+def _equal(src: np.ndarray, dst: np.ndarray, b: int, lay: Layout, ctx: Context) -> None:
+    """Equal blocks of ``b`` bytes: the leader's packing and unpacking are each one indexed
+    copy (:class:`Plan`), its receives from the other leaders are posted before the node's
+    inputs have arrived, and the other ranks send their input and receive their result in
+    one round."""
+    guard, node, p = ctx.active, lay.node, ctx.comm.size
+    x = src.reshape(-1).view(np.uint8)
+    y = dst.reshape(-1)[:p * b // dst.dtype.itemsize].view(np.uint8)
+    if node.rank:  # 1. the input to the leader; 3. the result from it
+        exchange(node, [(x, 0)], [(y, 0)], guard)
+        return
+    plan, k = lay.plan, node.size
+    rows = k * p + sum(plan.sizes)
+    work = scratch("alltoall.node_aware.work", rows * b, x).reshape(rows, b)
+    inputs = work[:k * p].reshape(k, p * b)
+    arrivals, at = [], k * p  # the other leaders' messages, straight into W
+    for m, n in zip(plan.others, plan.sizes):
+        arrivals.append((work[at:at + n].reshape(-1), m))
+        at += n
+    early = post(lay.leaders, [], arrivals, guard)
+    try:
+        inputs[0] = x
+        complete([post(node, [], [(inputs[q], q) for q in range(1, k)], guard)], guard)  # 1.
+        packed = scratch("alltoall.node_aware.packed", len(plan.pack) * b, x)
+        np.take(work, plan.pack, axis=0, out=packed.reshape(-1, b), mode="clip")
+    except BaseException:
+        cancel(early)
+        raise
+    # 2. one message per other node (packed receiver by receiver), the others' into W
+    sends, at = [], 0
+    for m, n in zip(plan.others, plan.sizes):
+        sends.append((packed[at * b:(at + n) * b], m))
+        at += n
+    complete([early, post(lay.leaders, sends, [], guard)], guard)
+    # 3. the results: this rank's into dst, the others' sent from one buffer
+    np.take(work, plan.unpack[:p], axis=0, out=y.reshape(p, b), mode="clip")
+    results = scratch("alltoall.node_aware.results", (k - 1) * p * b, x).reshape(k - 1, p * b)
+    np.take(work, plan.unpack[p:], axis=0, out=results.reshape(-1, b), mode="clip")
+    exchange(node, [(results[q - 1], q) for q in range(1, k)], [], guard)
 
 
 def _pack(inputs: list[np.ndarray], ranks: list[int], members: list[int], starts: np.ndarray,
