@@ -94,10 +94,13 @@ class Plan:
     rows: its rank of local place ``a``'s block for this node's local rank ``q`` at
     ``q k_m + a``)."""
 
+    k: int                 # ranks of this node
+    p: int                 # ranks of the communicator
     others: list[int]      # the other nodes, in order
     sizes: list[int]       # rows of each one's message (each way: k x k_m)
     pack: np.ndarray       # the rows of W that make the messages to ``others``, one after another
     unpack: np.ndarray     # the rows of W that make the results: local rank q's at q p .. q p + p
+    views: "_Views | None" = None  # the buffers of the last call's block size
 
 
 def _plan(lay: Layout, mine: int) -> Plan:
@@ -114,7 +117,7 @@ def _plan(lay: Layout, mine: int) -> Plan:
     unpack = [q * p + ranks[t] if lay.home[i] == mine
               else base[lay.home[i]] + t * len(lay.members[lay.home[i]]) + lay.local[i]
               for t in range(k) for i in range(p) for q in [lay.local[i]]]
-    return Plan(others, [k * len(lay.members[m]) for m in others],
+    return Plan(k, p, others, [k * len(lay.members[m]) for m in others],
                 np.array(pack, dtype=np.intp), np.array(unpack, dtype=np.intp))
 
 
@@ -195,34 +198,56 @@ def _equal(src: np.ndarray, dst: np.ndarray, b: int, lay: Layout, ctx: Context) 
     if node.rank:  # 1. the input to the leader; 3. the result from it
         exchange(node, [(x, 0)], [(y, 0)], guard)
         return
-    plan, k = lay.plan, node.size
-    rows = k * p + sum(plan.sizes)
-    work = scratch("alltoall.node_aware.work", rows * b, x).reshape(rows, b)
-    inputs = work[:k * p].reshape(k, p * b)
-    arrivals, at = [], k * p  # the other leaders' messages, straight into W
-    for m, n in zip(plan.others, plan.sizes):
-        arrivals.append((work[at:at + n].reshape(-1), m))
-        at += n
-    early = post(lay.leaders, [], arrivals, guard)
+    plan = lay.plan
+    v = plan.views if plan.views is not None and plan.views.b == b else _views(plan, b, x)
+    plan.views = v
+    early = post(lay.leaders, [], v.arrivals, guard)  # the other leaders' messages, into W
     try:
-        inputs[0] = x
-        complete([post(node, [], [(inputs[q], q) for q in range(1, k)], guard)], guard)  # 1.
-        packed = scratch("alltoall.node_aware.packed", len(plan.pack) * b, x)
-        np.take(work, plan.pack, axis=0, out=packed.reshape(-1, b), mode="clip")
+        v.work[:p].reshape(-1)[:] = x
+        complete([post(node, [], v.inputs, guard)], guard)  # 1.
+        np.take(v.work, plan.pack, axis=0, out=v.packed, mode="clip")
     except BaseException:
         cancel(early)
         raise
-    # 2. one message per other node (packed receiver by receiver), the others' into W
-    sends, at = [], 0
+    # 2. one message per other node (packed receiver by receiver)
+    complete([early, post(lay.leaders, v.sends, [], guard)], guard)
+    # 3. the results: this rank's into dst, the others' sent from one buffer
+    np.take(v.work, plan.unpack[:p], axis=0, out=y.reshape(p, b), mode="clip")
+    np.take(v.work, plan.unpack[p:], axis=0, out=v.results, mode="clip")
+    exchange(node, v.outs, [], guard)
+
+
+@dataclass
+class _Views:
+    """The leader's buffers for blocks of ``b`` bytes (in the workspace) and the messages'
+    views of them, kept for the next call with the same ``b``."""
+
+    b: int
+    work: np.ndarray       # W as rows of b bytes
+    packed: np.ndarray     # the messages to the other nodes, rows of b bytes
+    results: np.ndarray    # the other local ranks' results, rows of b bytes
+    inputs: list           # (receive buffer, local rank) of the node's inputs
+    arrivals: list         # (receive buffer, leader) of the other nodes' messages
+    sends: list            # (message, leader) to the other nodes
+    outs: list             # (result, local rank) to the node's other ranks
+
+
+def _views(plan: Plan, b: int, like: np.ndarray) -> _Views:
+    k, p = plan.k, plan.p
+    rows = k * p + sum(plan.sizes)
+    work = scratch("alltoall.node_aware.work", rows * b, like).reshape(rows, b)
+    packed = scratch("alltoall.node_aware.packed", len(plan.pack) * b, like)
+    results = scratch("alltoall.node_aware.results", (k - 1) * p * b, like)
+    inputs = work[:k * p].reshape(k, p * b)
+    arrivals, sends, at = [], [], 0
     for m, n in zip(plan.others, plan.sizes):
+        arrivals.append((work[k * p + at:k * p + at + n].reshape(-1), m))
         sends.append((packed[at * b:(at + n) * b], m))
         at += n
-    complete([early, post(lay.leaders, sends, [], guard)], guard)
-    # 3. the results: this rank's into dst, the others' sent from one buffer
-    np.take(work, plan.unpack[:p], axis=0, out=y.reshape(p, b), mode="clip")
-    results = scratch("alltoall.node_aware.results", (k - 1) * p * b, x).reshape(k - 1, p * b)
-    np.take(work, plan.unpack[p:], axis=0, out=results.reshape(-1, b), mode="clip")
-    exchange(node, [(results[q - 1], q) for q in range(1, k)], [], guard)
+    rests = results.reshape(k - 1, p * b)
+    return _Views(b, work, packed.reshape(-1, b), results.reshape(-1, b),
+                  [(inputs[q], q) for q in range(1, k)], arrivals, sends,
+                  [(rests[q - 1], q) for q in range(1, k)])
 
 
 def _pack(inputs: list[np.ndarray], ranks: list[int], members: list[int], starts: np.ndarray,
