@@ -24,6 +24,13 @@ pays where the link's latency, or its per-message cost, dominates: short blocks 
 On one node (or nodes of one rank each) there is nothing to save, and pairwise exchange
 (``pairwise.py``) runs instead; so do device arrays.
 
+Equal blocks (no ``counts=``) take a shorter path: what the leader does is then a fixed
+permutation of ``b``-byte rows, made once per layout (:class:`Plan`), so a call is one indexed
+copy to pack the messages to the other nodes and two to make the results, in buffers kept for
+the block size; the leader posts its receives from the other leaders before its node's inputs
+arrive, and the other ranks post their input and their result's receive in one round. The v
+form learns the counts at every call and keeps the general path.
+
 Every block is copied, never combined: results are bitwise those of any other alltoall.
 """
 
