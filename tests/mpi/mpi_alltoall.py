@@ -243,6 +243,33 @@ def test_shm_alltoallv_counts_mismatch_raises_on_every_rank(monkeypatch):
     assert got == [1] * p and np.array_equal(y, np.arange(p)), y
 
 
+@pytest.mark.world_sizes(3, 4, 5)
+@pytest.mark.parametrize("bad", [None, "count"])
+def test_hierarchical_equal_blocks_mismatch_then_right(bad):
+    """The node-aware alltoall's equal-block path (emulated nodes of 2 ranks): the last rank's
+    count differs, so a leader's receive (from its node or from another leader, which it posts
+    before its node's inputs arrive) gets another size: every rank raises or is told, none
+    hangs; then calls of three block sizes and dtypes, bitwise right (the withdrawn receives
+    take nothing of theirs)."""
+    comm = MPI.COMM_WORLD
+    p, r = comm.size, comm.rank
+    opts = collectives.Options(node_size=2)
+    if bad:
+        x = np.ones(p * (3 if r == p - 1 else 2), np.float64)
+        try:
+            collectives.alltoall(x, algorithm="hierarchical", options=opts)
+            error = None
+        except (ValueError, collectives.CollectiveError) as exc:
+            error = exc
+        assert all(comm.allgather(error is not None)), str(error)
+    for k, (block, dtype) in enumerate([(1, DTYPES[3]), (5, DTYPES[1]), (3, DTYPES[2])]):
+        x = _data(block * p, dtype, r, k)
+        xs = comm.allgather(x)
+        expected = np.concatenate([xs[i][r * block:(r + 1) * block] for i in range(p)])
+        y = collectives.alltoall(x, algorithm="hierarchical", options=opts)
+        assert np.array_equal(_bits(y), _bits(expected)), (block, dtype)
+
+
 @pytest.mark.world_sizes(2, 3)
 @pytest.mark.parametrize("bad", ["dtype", "count"])
 def test_shm_alltoall_mismatch_raises_on_every_rank(bad):

@@ -25,7 +25,7 @@ from .guard import Guard
 from ..observe import OBSERVERS as _OBSERVED
 from .traffic import TRAFFIC
 
-__all__ = ["send", "recv", "sendrecv", "exchange"]
+__all__ = ["send", "recv", "sendrecv", "exchange", "post", "complete", "cancel"]
 
 TAG = 7117  # outside a public call (algorithms run directly); inside, the call's own tag
 
@@ -92,6 +92,17 @@ def exchange(comm: MPI.Comm, sends: list[tuple[np.ndarray, int]],
     """Send each ``(array, dest)`` of ``sends`` while receiving each ``(array, source)`` of
     ``recvs``, all at once (the neighbor collectives: one message to or from each neighbor).
     NumPy arrays only; an array may be sent to several ranks."""
+    complete([post(comm, sends, recvs, guard)], guard)
+
+
+Posted = tuple[list, list, list]  # (requests, bytes each receive expects / None, peers)
+
+
+def post(comm: MPI.Comm, sends: list[tuple[np.ndarray, int]],
+         recvs: list[tuple[np.ndarray, int]], guard: Guard | None) -> Posted:
+    """:func:`exchange`'s messages posted, not waited for: hand the result to :func:`complete`
+    (several postings, on several communicators, may complete together), or to :func:`cancel`
+    if the call fails before that."""
     for a, dest in sends:
         TRAFFIC.add(a.nbytes)
         if _OBSERVED.p2p:
@@ -102,8 +113,25 @@ def exchange(comm: MPI.Comm, sends: list[tuple[np.ndarray, int]],
     tag = TAG if guard is None else guard.tag
     reqs = [comm.Irecv([b, MPI.BYTE], source, tag) for b, source in recvs] + \
         [comm.Isend([a, MPI.BYTE], dest, tag) for a, dest in sends]
+    return (reqs, [b.nbytes for b, _ in recvs] + [None] * len(sends),
+            [source for _, source in recvs] + [dest for _, dest in sends])
+
+
+def complete(posted: list[Posted], guard: Guard | None) -> None:
+    """Wait for every message of ``posted`` (:func:`post`'s results) under ``guard``."""
+    reqs = [r for p in posted for r in p[0]]
     if guard is None:
         MPI.Request.Waitall(reqs)
         return
-    guard.complete(reqs, [b.nbytes for b, _ in recvs] + [None] * len(sends),
-                   [source for _, source in recvs] + [dest for _, dest in sends])
+    guard.complete(reqs, [e for p in posted for e in p[1]], [q for p in posted for q in p[2]])
+
+
+def cancel(posted: Posted) -> None:
+    """Withdraw posted receives (``post(comm, [], recvs, guard)``) of a call that fails before
+    completing them, so that no later call's message lands in them."""
+    for req in posted[0]:
+        req.Cancel()
+        try:
+            req.Wait()
+        except MPI.Exception:  # it had matched a message of another size: discarded
+            pass

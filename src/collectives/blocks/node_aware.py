@@ -24,6 +24,13 @@ pays where the link's latency, or its per-message cost, dominates: short blocks 
 On one node (or nodes of one rank each) there is nothing to save, and pairwise exchange
 (``pairwise.py``) runs instead; so do device arrays.
 
+Equal blocks (no ``counts=``) take a shorter path: what the leader does is then a fixed
+permutation of ``b``-byte rows, made once per layout (:class:`Plan`), so a call is one indexed
+copy to pack the messages to the other nodes and two to make the results, in buffers kept for
+the block size; the leader posts its receives from the other leaders before its node's inputs
+arrive, and the other ranks post their input and their result's receive in one round. The v
+form learns the counts at every call and keeps the general path.
+
 Every block is copied, never combined: results are bitwise those of any other alltoall.
 """
 
@@ -38,7 +45,8 @@ from mpi4py import MPI
 from .._runtime.arrays import copy_into
 from .._runtime.context import Context
 from .._runtime.nodes import node_comm
-from .._runtime.p2p import exchange
+from .._runtime.p2p import cancel, complete, exchange, post
+from .._runtime.workspace import scratch
 from ..options import Options
 from .handwritten import pairwise_alltoall
 
@@ -54,6 +62,7 @@ class Layout:
     members: list[list[int]]  # members[m]: the ranks of node m, in local order
     home: np.ndarray       # home[i]: the node of rank i
     local: np.ndarray      # local[i]: rank i's place in its node
+    plan: "Plan | None" = None  # the leader's row permutations for equal blocks (made once)
 
     @property
     def flat(self) -> bool:
@@ -77,7 +86,46 @@ def layout(comm: MPI.Comm, node_size: int | None) -> Layout:
     members: list[list[int]] = [[] for _ in range(int(home.max()) + 1)]
     for i in np.lexsort((local, home)):
         members[home[i]].append(int(i))
-    return Layout(node, leaders, members, home, local)
+    lay = Layout(node, leaders, members, home, local)
+    if node.rank == 0 and not lay.flat:
+        lay.plan = _plan(lay, int(leaders.rank))
+    return lay
+
+
+@dataclass
+class Plan:
+    """The leader's work for equal blocks of ``b`` bytes, as row indices into arrays of
+    ``b``-byte rows (the same for every ``b`` and dtype). The leader's work buffer ``W`` holds
+    the node's inputs (``k x p`` rows: local rank ``q``'s block for rank ``j`` at ``q p + j``),
+    then the messages from the other nodes (``others``, in order; node ``m``'s has ``k x k_m``
+    rows: its rank of local place ``a``'s block for this node's local rank ``q`` at
+    ``q k_m + a``)."""
+
+    k: int                 # ranks of this node
+    p: int                 # ranks of the communicator
+    others: list[int]      # the other nodes, in order
+    sizes: list[int]       # rows of each one's message (each way: k x k_m)
+    pack: np.ndarray       # the rows of W that make the messages to ``others``, one after another
+    unpack: np.ndarray     # the rows of W that make the results: local rank q's at q p .. q p + p
+    views: "_Views | None" = None  # the buffers of the last call's block size
+
+
+def _plan(lay: Layout, mine: int) -> Plan:
+    ranks = lay.members[mine]
+    k, p = len(ranks), len(lay.home)
+    others = [m for m in range(len(lay.members)) if m != mine]
+    # to node m: for its rank j (local order), for this node's rank q, the block q -> j
+    pack = [q * p + j for m in others for j in lay.members[m] for q in range(k)]
+    base = {}
+    at = k * p
+    for m in others:
+        base[m] = at
+        at += k * len(lay.members[m])
+    unpack = [q * p + ranks[t] if lay.home[i] == mine
+              else base[lay.home[i]] + t * len(lay.members[lay.home[i]]) + lay.local[i]
+              for t in range(k) for i in range(p) for q in [lay.local[i]]]
+    return Plan(k, p, others, [k * len(lay.members[m]) for m in others],
+                np.array(pack, dtype=np.intp), np.array(unpack, dtype=np.intp))
 
 
 def alltoall(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],
@@ -89,6 +137,9 @@ def alltoall(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],
         return
     guard, node = ctx.active, lay.node
     k, p = node.size, ctx.comm.size
+    if recvoffsets is None and _bytewise(src, dst, sendoffsets[1] - sendoffsets[0], p):
+        _equal(src, dst, (sendoffsets[1] - sendoffsets[0]) * src.dtype.itemsize, lay, ctx)
+        return
     send = np.diff(np.asarray(sendoffsets, dtype=np.int64))
     recv = send if recvoffsets is None else np.diff(np.asarray(recvoffsets, dtype=np.int64))
     roff = np.asarray(sendoffsets if recvoffsets is None else recvoffsets, dtype=np.int64)
@@ -135,6 +186,75 @@ def alltoall(src: np.ndarray, dst: np.ndarray, sendoffsets: Sequence[int],
             copy_into(arrived[m][lo:lo + n], results[q][at:at + n])
             at += n
     exchange(node, [(r, q + 1) for q, r in enumerate(results[1:])], [], guard)
+
+
+def _bytewise(src: np.ndarray, dst: np.ndarray, block: int, p: int) -> bool:
+    """Whether equal blocks of ``block`` elements can be moved as rows of bytes."""
+    return (block > 0 and src.flags.c_contiguous and dst.flags.c_contiguous
+            and dst.size >= p * block)
+
+
+def _equal(src: np.ndarray, dst: np.ndarray, b: int, lay: Layout, ctx: Context) -> None:
+    """Equal blocks of ``b`` bytes: the leader's packing and unpacking are each one indexed
+    copy (:class:`Plan`), its receives from the other leaders are posted before the node's
+    inputs have arrived, and the other ranks send their input and receive their result in
+    one round."""
+    guard, node, p = ctx.active, lay.node, ctx.comm.size
+    x = src.reshape(-1).view(np.uint8)
+    y = dst.reshape(-1)[:p * b // dst.dtype.itemsize].view(np.uint8)
+    if node.rank:  # 1. the input to the leader; 3. the result from it
+        exchange(node, [(x, 0)], [(y, 0)], guard)
+        return
+    plan = lay.plan
+    v = plan.views if plan.views is not None and plan.views.b == b else _views(plan, b, x)
+    plan.views = v
+    early = post(lay.leaders, [], v.arrivals, guard)  # the other leaders' messages, into W
+    try:
+        v.work[:p].reshape(-1)[:] = x
+        complete([post(node, [], v.inputs, guard)], guard)  # 1.
+        np.take(v.work, plan.pack, axis=0, out=v.packed, mode="clip")
+    except BaseException:
+        cancel(early)
+        raise
+    # 2. one message per other node (packed receiver by receiver)
+    complete([early, post(lay.leaders, v.sends, [], guard)], guard)
+    # 3. the results: this rank's into dst, the others' sent from one buffer
+    np.take(v.work, plan.unpack[:p], axis=0, out=y.reshape(p, b), mode="clip")
+    np.take(v.work, plan.unpack[p:], axis=0, out=v.results, mode="clip")
+    exchange(node, v.outs, [], guard)
+
+
+@dataclass
+class _Views:
+    """The leader's buffers for blocks of ``b`` bytes (in the workspace) and the messages'
+    views of them, kept for the next call with the same ``b``."""
+
+    b: int
+    work: np.ndarray       # W as rows of b bytes
+    packed: np.ndarray     # the messages to the other nodes, rows of b bytes
+    results: np.ndarray    # the other local ranks' results, rows of b bytes
+    inputs: list           # (receive buffer, local rank) of the node's inputs
+    arrivals: list         # (receive buffer, leader) of the other nodes' messages
+    sends: list            # (message, leader) to the other nodes
+    outs: list             # (result, local rank) to the node's other ranks
+
+
+def _views(plan: Plan, b: int, like: np.ndarray) -> _Views:
+    k, p = plan.k, plan.p
+    rows = k * p + sum(plan.sizes)
+    work = scratch("alltoall.node_aware.work", rows * b, like).reshape(rows, b)
+    packed = scratch("alltoall.node_aware.packed", len(plan.pack) * b, like)
+    results = scratch("alltoall.node_aware.results", (k - 1) * p * b, like)
+    inputs = work[:k * p].reshape(k, p * b)
+    arrivals, sends, at = [], [], 0
+    for m, n in zip(plan.others, plan.sizes):
+        arrivals.append((work[k * p + at:k * p + at + n].reshape(-1), m))
+        sends.append((packed[at * b:(at + n) * b], m))
+        at += n
+    rests = results.reshape(k - 1, p * b)
+    return _Views(b, work, packed.reshape(-1, b), results.reshape(-1, b),
+                  [(inputs[q], q) for q in range(1, k)], arrivals, sends,
+                  [(rests[q - 1], q) for q in range(1, k)])
 
 
 def _pack(inputs: list[np.ndarray], ranks: list[int], members: list[int], starts: np.ndarray,
