@@ -248,17 +248,19 @@ case "$1" in
     steps2x2p17) NAME=hlzs zacc 2x2p17 2 2 10.199.92.0/24 0,1,21,25 3 ;;
     steps4x1p18) NAME=hlzs zacc 4x1p18 4 1 10.199.93.0/24 0,1,21,25 3 ;;
 esac
-# PyTorch on 4 hosts x 1 rank, every configuration of bench/torch_sharded.py (stop 65)
-torch4x1() {  # $1 tag
-    python bench/cluster.py up --name hlt4 --hosts 4 --ranks-per-host 1 --rate 1gbit --subnet 10.199.94.0/24
-    uptime > $R/torch_4x1_$1.load
-    python bench/cluster.py run --name hlt4 -- python bench/torch_sharded.py --hidden 2048 --steps 5 \
-        --rounds 3 --json $R/torch_4x1_$1.json > $R/torch_4x1_$1.log 2>&1 || true
-    uptime >> $R/torch_4x1_$1.load
-    python bench/cluster.py down --name hlt4
+# PyTorch, every configuration of bench/torch_sharded.py (stop 65): torch4x1a, b, c on 4 hosts
+# x 1 rank, torch2x2qa, ... on 2 x 2
+torchall() {  # $1 file tag, $2 hosts, $3 ranks per host
+    python bench/cluster.py up --name hlt$2 --hosts $2 --ranks-per-host $3 --rate 1gbit --subnet 10.199.9$2.0/24
+    uptime > $R/torch_$1.load
+    python bench/cluster.py run --name hlt$2 -- python bench/torch_sharded.py --hidden 2048 --steps 5 \
+        --rounds 3 --json $R/torch_$1.json > $R/torch_$1.log 2>&1 || true
+    uptime >> $R/torch_$1.load
+    python bench/cluster.py down --name hlt$2
 }
 case "$1" in
-    torch4x1*) torch4x1 "${1#torch4x1}" ;;
+    torch4x1*) torchall "4x1_${1#torch4x1}" 4 1 ;;
+    torch2x2q*) torchall "2x2q_${1#torch2x2q}" 2 2 ;;
 esac
 # Fourth pass (2026-12-07): the compressed runs with the per-bucket update, beside dense stages
 # 2 and 3 and data parallelism (bench/sharded_step.py's CONFIGS 29-32: stage 2 top-k 1 % + EF,
