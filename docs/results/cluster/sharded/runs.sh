@@ -299,3 +299,8 @@ case "$1" in
     # this tree at the commit that added it) against 5f84ee5 ("old", /work/main)
     steps2x2c5) zcab 2x2c5 2 2 10.199.95.0/24 ;;
 esac
+# the same four defaults on a quiet machine (stop 65, nothing else running)
+case "$1" in
+    steps2x2p19) NAME=hlzs zacc 2x2p19 2 2 10.199.92.0/24 0,1,21,25 3 ;;
+    steps4x1p20) NAME=hlzs zacc 4x1p20 4 1 10.199.93.0/24 0,1,21,25 3 ;;
+esac
