@@ -304,3 +304,9 @@ case "$1" in
     steps2x2p19) NAME=hlzs zacc 2x2p19 2 2 10.199.92.0/24 0,1,21,25 3 ;;
     steps4x1p20) NAME=hlzs zacc 4x1p20 4 1 10.199.93.0/24 0,1,21,25 3 ;;
 esac
+# dense and compressed stages 2 and 3 on a quiet machine (stop 65): CONFIGS 21, 30 (top-k 1 % +
+# EF, bf16 parameters), 25, 31 (stage 3, both halves compressed)
+case "$1" in
+    steps2x2p21) NAME=hlzs zacc 2x2p21 2 2 10.199.92.0/24 21,30,25,31 2 ;;
+    steps4x1p22) NAME=hlzs zacc 4x1p22 4 1 10.199.93.0/24 21,30,25,31 2 ;;
+esac
