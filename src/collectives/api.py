@@ -31,8 +31,8 @@ import numpy as np
 from compress.arrays import same_memory
 from mpi4py import MPI
 
-from ._runtime.arrays import (check_input, check_out, copy_into, flat, in_block, new_like, own_block,
-                              returned, writeable)
+from ._runtime.arrays import (check_input, check_out, copy_into, flat, in_block, new_like,
+                              own_block, returned, writeable)
 from ._runtime.workspace import scratch
 from ._runtime.blocking import run_call
 from ._runtime.context import context

@@ -8,8 +8,9 @@ Reduce-scatter: in step ``step`` = 0 .. p-2, rank ``r`` sends its partial sum of
 ``r - 1 - step`` to the right and receives the left neighbour's partial sum of block
 ``r - 2 - step``, which it combines with its own input of that block. After p-1 steps block
 ``r`` on rank ``r`` holds the reduction over all ranks. In place the partial sums overwrite
-the input; out of place they go to two alternating scratch blocks and the last to the result. Each block is further cut into ``nseg`` segments of at most
-``segment_bytes`` (one message each), so the scratch buffer ``tmp`` is one segment long.
+the input; out of place they go to two alternating scratch blocks and the last to the result.
+Each block is further cut into ``nseg`` segments of at most ``segment_bytes`` (one message
+each), so the scratch buffer ``tmp`` is one segment long.
 
 Allgather: in step ``step`` rank ``r`` sends block ``r - step`` to the right and receives block
 ``r - 1 - step`` from the left, directly into place. After p-1 steps every rank holds every block.

@@ -39,6 +39,20 @@ class Words16(ElementSummable, Codec):
         """The summable representation of the rounded ``words``."""
         return words
 
+    def _widen(self, ops, words, out) -> None:
+        """Widen ``words`` (uint16) into the float32 array ``out``, as long."""
+        raise NotImplementedError
+
+    def _decode(self, hdr, body, ops):
+        out = ops.empty(hdr.count, np.float32)
+        self._widen(ops, body[self.SECTION], out)
+        return ops.astype(out, hdr.dtype)
+
+    def _decode_into(self, hdr, body, ops, out):
+        if hdr.dtype != np.float32:  # (the words widened to float32 first, then cast)
+            return super()._decode_into(hdr, body, ops, out)
+        self._widen(ops, body[self.SECTION], out)
+
     def _encode(self, x, ops, key, step, out):
         buf, body = self._new_payload(x, out, {}, ops)
         self._words(ops, x.reshape(-1), body[self.SECTION])

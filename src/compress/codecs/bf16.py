@@ -37,15 +37,8 @@ class BF16(Words16):
     def _words(self, ops, x, words):
         ops.to_bf16(ops.astype(x, np.float32), words)
 
-    def _decode(self, hdr, body, ops):
-        out = ops.empty(hdr.count, np.float32)
-        ops.bf16_to_f32(body["bf16"], out)
-        return ops.astype(out, hdr.dtype)
-
-    def _decode_into(self, hdr, body, ops, out):
-        if hdr.dtype != np.float32:
-            return super()._decode_into(hdr, body, ops, out)
-        ops.bf16_to_f32(body["bf16"], out)
+    def _widen(self, ops, words, out):
+        ops.bf16_to_f32(words, out)
 
     # summable protocol (compress.protocols.ElementSummable): bf16 words, added by add_words
     summable_add = staticmethod(add_words)

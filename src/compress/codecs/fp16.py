@@ -42,17 +42,12 @@ class FP16(Words16):
         return words.view(np.float16)
 
     def _decode(self, hdr, body, ops):
-        half = body["half"]
         if hdr.dtype == np.float16:
-            return ops.copy(half).view(np.float16)
-        out = ops.empty(hdr.count, np.float32)
-        ops.f16_to_f32(half, out)
-        return ops.astype(out, hdr.dtype)
+            return ops.copy(body["half"]).view(np.float16)
+        return super()._decode(hdr, body, ops)
 
-    def _decode_into(self, hdr, body, ops, out):
-        if hdr.dtype != np.float32:
-            return super()._decode_into(hdr, body, ops, out)
-        ops.f16_to_f32(body["half"], out)
+    def _widen(self, ops, words, out):
+        ops.f16_to_f32(words, out)
 
     # summable protocol (compress.protocols.ElementSummable): binary16 values, added in binary16
     summable_add = np.add
