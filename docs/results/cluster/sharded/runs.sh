@@ -310,3 +310,18 @@ case "$1" in
     steps2x2p21) NAME=hlzs zacc 2x2p21 2 2 10.199.92.0/24 21,30,25,31 2 ;;
     steps4x1p22) NAME=hlzs zacc 4x1p22 4 1 10.199.93.0/24 21,30,25,31 2 ;;
 esac
+# ZeRO 1's exchange against the dense one, the tree before stop 65 ($OLD_TREE, a worktree of
+# 5f84ee5) and this one in turn, two launches each, 2 x 2 at 1 Gbit/s (zero1_terms_2x2.log)
+case "$1" in
+    zero1terms)
+        python bench/cluster.py up --name hlz1 --hosts 2 --ranks-per-host 2 --rate 1gbit --subnet 10.199.91.0/24
+        for i in 1 2; do
+            for t in $OLD_TREE $PWD; do
+                echo "# launch $i, tree $t, $(uptime)"
+                python bench/cluster.py run --name hlz1 -- python $t/bench/plan_dp_terms.py \
+                    --model wide --mesh 4,1,1 --repeats 5
+            done
+        done > $R/zero1_terms_2x2.log 2>&1
+        uptime >> $R/zero1_terms_2x2.log
+        python bench/cluster.py down --name hlz1 ;;
+esac
