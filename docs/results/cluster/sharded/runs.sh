@@ -84,6 +84,32 @@ case "$1" in
         done
         python bench/cluster.py down --name hzt ;;
 esac
+# the same workload on 4 hosts x 1 rank (stop 66), a run stopped after the epoch that reaches the
+# target (--stop-after keeps the 5-epoch schedule; 0: the whole run); the epoch lines (the
+# cumulative wall time) are the log
+tta4() {  # $1 name, $2 the step to stop after (0: none), then driver arguments
+    name=$1; stop=$2; shift 2
+    nice -n 5 python bench/cluster.py up --name hzt4 --hosts 4 --ranks-per-host 1 --rate 1gbit --subnet 10.199.53.0/24
+    uptime > $R/$name.load
+    if [ "$stop" = 0 ]; then stop="--log $R/$name.json"; else stop="--stop-after $stop"; fi
+    nice -n 5 python bench/cluster.py run --name hzt4 -- python -m collectives.sgd --dataset synthetic \
+        --model wide --epochs 5 --algorithm ring $stop "$@" 2>&1 | tr '\r' '\n' \
+        | grep -v "step/s\|s/step" > $R/$name.log
+    uptime >> $R/$name.load
+}
+case "$1" in
+    tta4x1)
+        shift
+        for run in "$@"; do
+            case "$run" in
+                dense2) tta4 tta4x1_dense_zero2 ${STOP:-375} --shard 2 ;;
+                dense3) tta4 tta4x1_dense_zero3 ${STOP:-0} --shard 3 ;;
+                topk2bf16) tta4 tta4x1_topk1_ef_bf16_zero2 ${STOP:-375} --shard 2 --codec topk:ratio=0.01 --error-feedback --param-codec bf16 ;;
+                topk3bf16) tta4 tta4x1_topk1_ef_bf16_zero3 ${STOP:-375} --shard 3 --codec topk:ratio=0.01 --error-feedback --param-codec bf16 ;;
+            esac
+        done
+        python bench/cluster.py down --name hzt4 ;;
+esac
 # PyTorch: ShardedOptimizer and fully_shard against ZeroRedundancyOptimizer + DDP and FSDP2 over gloo
 case "$1" in
     torch2x2)
