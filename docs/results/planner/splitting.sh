@@ -1,0 +1,21 @@
+#!/bin/sh
+# Where splitting pays (docs/planner.md): on 4 hosts x 1 rank at 1 Gbit/s with the deep model, the
+# planner's first choice of its quiet 4 x 1 sweep (stop65_4x1_1gbit.json: dp 1 pp 2 tp 2, 2
+# micro-batches, 1F1B) against dense data parallelism over the 4 hosts, the same global batch of
+# 128, 10 epochs, launches alternating (split_*.json, .log, .load). As root, from the repository
+# root, the environment's python first on PATH.
+set -e
+R=docs/results/planner
+python bench/cluster.py up --name hsplit --hosts 4 --ranks-per-host 1 --rate 1gbit --subnet 10.199.161.0/24
+for i in ${LAUNCHES:-1 2}; do
+    uptime > $R/split_choice_$i.load
+    python bench/cluster.py run --name hsplit -- python -m collectives.sgd --model deep --batch-size 128 \
+        --mesh dp=1,pp=2,tp=2 --micro-batches 2 --schedule 1f1b --epochs 10 --quiet \
+        --log $R/split_choice_$i.json > $R/split_choice_$i.log 2>&1
+    uptime >> $R/split_choice_$i.load
+    uptime > $R/split_dp_$i.load
+    python bench/cluster.py run --name hsplit -- python -m collectives.sgd --model deep --batch-size 32 \
+        --epochs 10 --quiet --log $R/split_dp_$i.json > $R/split_dp_$i.log 2>&1
+    uptime >> $R/split_dp_$i.load
+done
+python bench/cluster.py down --name hsplit
