@@ -69,18 +69,25 @@ tta() {  # $1 name, then driver arguments
         --model wide --quiet --epochs 5 --algorithm ring --log $R/$name.json "$@" > $R/$name.log 2>&1
     uptime >> $R/$name.load
 }
+# the runs by name: $file, the end of the files' names, and $args, the driver's arguments ($file
+# empty: not a run)
+tta_run() {
+    file=; args=
+    case "$1" in
+        dense2) file=dense_zero2 args="--shard 2" ;;
+        dense3) file=dense_zero3 args="--shard 3" ;;
+        topk2) file=topk1_ef_zero2 args="--shard 2 --codec topk:ratio=0.01 --error-feedback" ;;
+        topk2bf16) file=topk1_ef_bf16_zero2 args="--shard 2 --codec topk:ratio=0.01 --error-feedback --param-codec bf16" ;;
+        topk3bf16) file=topk1_ef_bf16_zero3 args="--shard 3 --codec topk:ratio=0.01 --error-feedback --param-codec bf16" ;;
+        dp) file=dense_dp ;;
+    esac
+}
 case "$1" in
     tta)
         shift
         for run in "$@"; do
-            case "$run" in
-                dense2) tta tta_dense_zero2 --shard 2 ;;
-                dense3) tta tta_dense_zero3 --shard 3 ;;
-                topk2) tta tta_topk1_ef_zero2 --shard 2 --codec topk:ratio=0.01 --error-feedback ;;
-                topk3bf16) tta tta_topk1_ef_bf16_zero3 --shard 3 --codec topk:ratio=0.01 --error-feedback --param-codec bf16 ;;
-                topk2bf16) tta tta_topk1_ef_bf16_zero2 --shard 2 --codec topk:ratio=0.01 --error-feedback --param-codec bf16 ;;
-                dp) tta tta_dense_dp ;;
-            esac
+            tta_run $run
+            if [ -n "$file" ]; then tta tta_$file $args; fi
         done
         python bench/cluster.py down --name hzt ;;
 esac
@@ -101,12 +108,10 @@ case "$1" in
     tta4x1)
         shift
         for run in "$@"; do
-            case "$run" in
-                dense2) tta4 tta4x1_dense_zero2 ${STOP:-375} --shard 2 ;;
-                dense3) tta4 tta4x1_dense_zero3 ${STOP:-0} --shard 3 ;;
-                topk2bf16) tta4 tta4x1_topk1_ef_bf16_zero2 ${STOP:-375} --shard 2 --codec topk:ratio=0.01 --error-feedback --param-codec bf16 ;;
-                topk3bf16) tta4 tta4x1_topk1_ef_bf16_zero3 ${STOP:-375} --shard 3 --codec topk:ratio=0.01 --error-feedback --param-codec bf16 ;;
-            esac
+            stop=${STOP:-375}
+            if [ $run = dense3 ]; then stop=${STOP:-0}; fi
+            tta_run $run
+            if [ -n "$file" ]; then tta4 tta4x1_$file $stop $args; fi
         done
         python bench/cluster.py down --name hzt4 ;;
 esac
