@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from collectives.parallel import (BACKWARD, FORWARD, STAGES, MemoryLedger, ShardPlan,
-                                  schedule)
+                                  keep_for, live_peak, schedule)
 
 
 @pytest.mark.parametrize("layers", [(235,), (195, 4, 20), (1, 0, 3), (0,), (7, 7, 7, 7)])
@@ -52,13 +52,44 @@ def test_plan_takes_counts_and_refuses_bad_ones():
 
 def test_stages_table_and_schedule():
     """Stage 1 keeps the full gradient, 3 no full parameters; a step gathers forward 0..L-1
-    and backward L-2..1 (the last layer's forward gather serves its backward)."""
+    and backward L-1-keep..1 (the last ``keep`` layers' forward gathers serve their backward;
+    keep in 1..L-1)."""
     assert sorted(STAGES) == [1, 2, 3]
     assert [STAGES[s].full_grads for s in (1, 2, 3)] == [True, False, False]
     assert [STAGES[s].full_params for s in (1, 2, 3)] == [True, True, False]
     assert schedule(4) == [(0, FORWARD), (1, FORWARD), (2, FORWARD), (3, FORWARD),
                            (2, BACKWARD), (1, BACKWARD)]
     assert schedule(2) == [(0, FORWARD), (1, FORWARD)]
+    assert schedule(4, keep=2) == [(0, FORWARD), (1, FORWARD), (2, FORWARD), (3, FORWARD),
+                                   (1, BACKWARD)]
+    assert schedule(4, keep=3) == schedule(4)[:4] and schedule(1) == [(0, FORWARD)]
+    for layers, keep in [(4, 0), (4, 4), (3, 3)]:
+        with pytest.raises(ValueError, match="keep"):
+            schedule(layers, keep)
+
+
+def test_kept_layers_add_no_memory():
+    """``keep_for`` keeps the most trailing layers whose forward gathers can serve their
+    backward without more gathered parameters alive at once than keeping the last one alone
+    (``live_peak``, checked here against a walk of the schedule written out by hand)."""
+    # the driver's wide model (64 -> 4096 -> 4096 -> 10): the middle layer is 98 % of it
+    wide = [64 * 4096 + 4096, 4096 * 4096 + 4096, 4096 * 10 + 10]
+    # keep 1: F0 holds layer 0 with layer 1 arriving, F1 layer 1 with 2, F2 layer 2 (kept)
+    # with B1 arriving, B1 layer 1
+    assert live_peak(wide, 1) == max(wide[0] + wide[1], wide[1] + wide[2], wide[1])
+    # keep 2: nothing gathered in backward; F2 holds the kept layers 1 and 2
+    assert live_peak(wide, 2) == max(wide[0] + wide[1], wide[1] + wide[2])
+    assert keep_for(wide) == 2 and schedule(3, keep_for(wide)) == schedule(3)[:3]
+    # equal hidden layers (the deep model): a second kept layer would hold 3 at the last forward
+    deep = [64 * 1024 + 1024] + [1024 * 1024 + 1024] * 15 + [1024 * 10 + 10]
+    assert live_peak(deep, 2) == deep[-1] + deep[-2] + deep[-3] > live_peak(deep, 1)
+    assert keep_for(deep) == 1
+    # a model whose last layers are small keeps them all
+    assert keep_for([100, 100, 1, 1, 1]) == 4 and keep_for([100, 1]) == 1
+    for sizes in ([3], [4, 5], [7, 1, 7], [1, 7, 1, 7], [5, 5, 5, 5, 5]):
+        k = keep_for(sizes)
+        assert 1 <= k <= max(1, len(sizes) - 1)
+        assert live_peak(sizes, k) <= live_peak(sizes, 1)
 
 
 def test_ledger_counts_live_arrays_and_their_peaks():

@@ -12,16 +12,16 @@ collectives and below the trainers (docs/architecture.md), for the SGD driver an
   reduce-scatter and allgather), shared by the optimizer step, checkpoints and exchanges;
 - :mod:`.zero`: ZeRO's stages (:data:`STAGES`) and :class:`Zero`, one rank's shards and their
   reduce-scatter and allgathers;
-- :mod:`.prefetch`: stage 3's layer gathers as a schedule, started one ahead
-  (:class:`LayerGather`);
+- :mod:`.prefetch`: stage 3's layer gathers as a schedule, started one ahead, the trailing
+  layers' forward gathers kept for their backward where that adds no memory (:class:`LayerGather`);
 - :mod:`.memory`: :class:`MemoryLedger`, peak bytes per rank by category, from the arrays held.
 """
 
 from .memory import CATEGORIES, MemoryLedger, peak_rss
-from .prefetch import BACKWARD, FORWARD, LayerGather, schedule
+from .prefetch import BACKWARD, FORWARD, LayerGather, keep_for, live_peak, schedule
 from .sharding import Piece, ShardPlan
 from .zero import ALGORITHMS, STAGES, Stage, Stage1, Stage2, Stage3, Zero
 
 __all__ = ["ShardPlan", "Piece", "STAGES", "Stage", "Stage1", "Stage2", "Stage3", "Zero",
-           "ALGORITHMS", "LayerGather", "schedule", "FORWARD", "BACKWARD", "MemoryLedger",
-           "CATEGORIES", "peak_rss"]
+           "ALGORITHMS", "LayerGather", "schedule", "keep_for", "live_peak", "FORWARD",
+           "BACKWARD", "MemoryLedger", "CATEGORIES", "peak_rss"]

@@ -3,15 +3,27 @@
 A step of a model of ``L`` layers uses its parameters in this order: forward of layers
 ``0 .. L-1``, then backward of layers ``L-1 .. 1`` (the first layer's backward needs only its
 input, not its weights). :func:`schedule` lists that order as data, ``(layer, "forward" |
-"backward")``; the last layer's backward entry is dropped, as its forward gather is kept for it
-(FSDP keeps the root's parameters the same way), so a step gathers ``2 L - 2`` layers.
+"backward")``. The last ``keep`` layers' backward entries are dropped: their forward gathers are
+kept for their backward instead of being freed and gathered again. FSDP keeps the root's
+parameters that way; DeepSpeed's ZeRO-3 keeps any parameter whose next use comes within
+``stage3_max_reuse_distance`` parameters. Here :func:`keep_for` decides from the layers' sizes:
+the most trailing layers whose keeping adds no memory, i.e. whose schedule holds no more gathered
+parameters at any moment (:func:`live_peak`) than keeping the last layer alone (at least 1). A
+model with one large layer among small ones (the driver's ``wide``: 98 % of it in the middle
+layer) then gathers nothing in backward: 2/3 of the bytes of stage 3's gathers twice. A model of
+equal layers keeps one more (the peak is two layers either way).
 
 :class:`LayerGather` walks the schedule: asked for an entry, it waits for that entry's gather
 (started when the entry before it was asked for, so it travelled while that layer computed),
 starts the next entry's gather (``collectives.iallgather`` through :class:`.zero.Zero`), and
-hands out the gathered array, keeping no reference to it: the layer's parameters are freed as
-soon as the model drops them. At most two gathered layers are alive at once (the one computing
-and the one arriving), plus the last layer between its forward and its backward.
+hands out the gathered array, keeping no reference to it unless the layer is kept: the layer's
+parameters are freed as soon as the model drops them. At most two gathered layers are alive at
+once (the one computing and the one arriving), plus the kept layers between their forward and
+their backward. The values are the same either way (a layer's shard is updated only after its
+backward), so a kept layer changes no bit of the training.
+
+Cost: a step gathers ``2 L - 1 - keep`` layers, ``(p - 1) / p`` of each layer's bytes per rank
+(ring allgather), against ``2 L - 2`` when only the last layer is kept.
 """
 
 from __future__ import annotations
@@ -22,15 +34,52 @@ import numpy as np
 
 from .zero import Zero
 
-__all__ = ["schedule", "LayerGather", "FORWARD", "BACKWARD"]
+__all__ = ["schedule", "live_peak", "keep_for", "LayerGather", "FORWARD", "BACKWARD"]
 
 FORWARD, BACKWARD = "forward", "backward"
 
 
-def schedule(layers: int) -> list[tuple[int, str]]:
-    """The order a step uses the parameters of ``layers`` layers in (module docstring)."""
+def schedule(layers: int, keep: int = 1) -> list[tuple[int, str]]:
+    """The order a step uses the parameters of ``layers`` layers in, without the backward
+    entries of the last ``keep`` layers (module docstring)."""
+    if layers > 0 and not 1 <= keep <= max(1, layers - 1):
+        raise ValueError(f"keep must be in 1..{max(1, layers - 1)} for {layers} layers, "
+                         f"got {keep}")
     return [(i, FORWARD) for i in range(layers)] + \
-        [(i, BACKWARD) for i in range(layers - 2, 0, -1)]
+        [(i, BACKWARD) for i in range(layers - 1 - keep, 0, -1)]
+
+
+def live_peak(sizes: Sequence[int], keep: int = 1) -> int:
+    """The most gathered parameters (elements) alive at once when :class:`LayerGather` walks
+    :func:`schedule` ``(len(sizes), keep)``: at each entry the layer computing (a kept one
+    counted once), the next entry arriving, and the kept layers whose forward has run. The kept
+    layers' backward comes right after the last forward, and frees them before the first entry
+    of backward: the most they hold with the gather arriving is the last forward's count."""
+    layers = len(sizes)
+    order = schedule(layers, keep)
+    kept = range(layers - keep, layers)
+    peak = 0
+    for k, (layer, phase) in enumerate(order):
+        arriving = sizes[order[k + 1][0]] if k + 1 < len(order) else 0
+        if phase == FORWARD:
+            held = sum(sizes[j] for j in kept if j <= layer)
+            held += 0 if layer in kept else sizes[layer]
+        else:
+            held = sizes[layer]
+        peak = max(peak, held + arriving)
+    return peak
+
+
+def keep_for(sizes: Sequence[int]) -> int:
+    """How many trailing layers to keep from forward to backward: the most for which
+    :func:`live_peak` is no higher than keeping the last layer alone (module docstring)."""
+    layers = len(sizes)
+    if layers < 3:
+        return 1
+    budget, keep = live_peak(sizes, 1), 1
+    while keep + 1 <= layers - 1 and live_peak(sizes, keep + 1) <= budget:
+        keep += 1
+    return keep
 
 
 class LayerGather:
@@ -42,17 +91,22 @@ class LayerGather:
         The rank's shards (stage 3).
     bounds
         Flat offsets of the layers (``len(layers) + 1`` of them).
-    order
-        The entries in the order they are asked for (default :func:`schedule`).
+    keep
+        How many trailing layers keep their forward gather for their backward (default
+        :func:`keep_for` of the layers' sizes).
     """
 
-    def __init__(self, zero: Zero, bounds: Sequence[int],
-                 order: Sequence[tuple[int, str]] | None = None) -> None:
+    def __init__(self, zero: Zero, bounds: Sequence[int], keep: int | None = None) -> None:
         self.zero, self.bounds = zero, list(bounds)
-        self.order = list(schedule(len(self.bounds) - 1) if order is None else order)
+        layers = len(self.bounds) - 1
+        if keep is None:
+            keep = keep_for([hi - lo for lo, hi in zip(self.bounds, self.bounds[1:])])
+        self.keep = keep
+        self.order = schedule(layers, keep)
+        self._kept_layers = frozenset(range(layers - keep, layers))
         self._next = 0          # index in order of the entry asked for next
         self._pending = None    # (entry, request, array) started ahead
-        self._kept = None       # the last layer's forward parameters, for its backward
+        self._kept: dict[int, np.ndarray] = {}  # kept layers' forward parameters
 
     def _start(self, k: int) -> None:
         if k < len(self.order):
@@ -62,10 +116,8 @@ class LayerGather:
 
     def get(self, layer: int, phase: str) -> np.ndarray:
         """The flat parameters of ``layer`` for ``phase``; entries must be asked for in order."""
-        last = len(self.bounds) - 2
-        if phase == BACKWARD and layer == last and self._kept is not None:
-            out, self._kept = self._kept, None
-            return out
+        if phase == BACKWARD and layer in self._kept:
+            return self._kept.pop(layer)
         k = self._next
         if k >= len(self.order) or self.order[k] != (layer, phase):
             raise RuntimeError(f"layer {layer} {phase} asked for out of order: expected "
@@ -78,8 +130,8 @@ class LayerGather:
             self.zero.wait(req)
         self._next = k + 1
         self._start(k + 1)  # travels while this layer computes
-        if phase == "forward" and layer == last:
-            self._kept = out
+        if phase == FORWARD and layer in self._kept_layers:
+            self._kept[layer] = out
         return out
 
     def settle(self) -> None:
@@ -96,4 +148,4 @@ class LayerGather:
         if self._pending is not None and self._pending[1] is not None:
             self.zero.wait(self._pending[1])
         self._pending = None
-        self._kept = None
+        self._kept = {}

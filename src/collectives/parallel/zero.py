@@ -24,8 +24,10 @@ the network, depends on the stage (:data:`STAGES`, one small class each):
 - **stage 3** (parameters sharded too): a rank keeps only its shard of the parameters; before a
   layer's forward, and again before its backward, the layer's parameters are allgathered from
   their owners and freed after use, the next layer's gather running on the progress engine
-  (``collectives.iallgather``) while the current layer computes (:mod:`.prefetch`); no
-  allgather follows the update.
+  (``collectives.iallgather``) while the current layer computes (:mod:`.prefetch`); the
+  trailing layers whose keeping adds no memory keep their forward gather for their backward
+  (:func:`.prefetch.keep_for`, as FSDP keeps the root's and DeepSpeed reuses parameters
+  within ``stage3_max_reuse_distance``); no allgather follows the update.
 
 A parameter codec (``param_state``: fp16, bf16, int8 in buckets) compresses the parameters'
 allgathers at every stage (``collectives.compressed_allgather``): each owner keeps its slice in
@@ -35,9 +37,10 @@ stages 1-2 keep the master slice beside the replica (1/p of the parameters more 
 allgather it after the update into the replica.
 
 Bytes per step, ``n`` parameters of 4 bytes on ``p`` ranks (ring): stages 1-2 send
-``2 n (p-1)/p`` like ring allreduce (a reduce-scatter and an allgather); stage 3 about 1.5x that
-(the parameters are gathered twice: forward and backward; the last layer's forward gather serves
-its backward and the first layer needs none there).
+``2 n (p-1)/p`` like ring allreduce (a reduce-scatter and an allgather); stage 3 up to 1.5x that
+(the parameters are gathered twice, forward and backward, but the kept layers' forward gathers
+serve their backward and the first layer needs none there): 1.50x for the deep model of 17
+equal-ish layers, 1.0x for the wide one, whose backward gathers nothing.
 
 The reduce-scatter sums every element along the ring that ends at its owner, the order of ring
 allreduce over the plan's even split, so with ``algorithm="ring"`` the averaged gradient, and so
