@@ -66,7 +66,9 @@ def by_hand(shard=0, codec="none", schedule="1f1b", tuning=None, o=0.0, w=0.0, h
     for psi in (8 * 8 + 8 + 8 * 16 + 16, 16 * 4 + 4):
         n = 4 * psi
         if codec == "none":
-            dp = ring(n, 2, AX, 4 * BX) * (1.5 if shard == 3 else 1.0)
+            # ZeRO 3's z: stage 0's two layers and stage 1's one gather nothing again in
+            # backward (the last layer's forward gather is kept, the first needs none): 1
+            dp = ring(n, 2, AX, 4 * BX) * 1.0
         else:
             b = compress.from_spec(codec).payload_nbytes((psi,), np.float32)
             coding = (SPEED["encode"] + SPEED["decode"]) * n
@@ -429,6 +431,19 @@ def test_bubble_is_the_gpipe_fraction_of_the_pipelined_time(setup):
     for m in (2, 4, 8):
         p = planner.predict(planner.Configuration(1, 2, 4, m), w, cl, compute)
         assert p.dp == 0 and p.bubble / p.step == pytest.approx(1 / (m + 1), rel=1e-9)
+
+
+def test_zero3_factor_counts_the_gathers_the_driver_makes():
+    """ZeRO 3's bytes over an allreduce's: 1 + the layers gathered again in backward over twice
+    the parameters; the layers the driver keeps from forward (prefetch.keep_for) are not."""
+    from collectives.parallel.planner.predict import zero3_factor
+
+    wide = [64 * 4096 + 4096, 4096 * 4096 + 4096, 4096 * 10 + 10]
+    assert zero3_factor(wide) == 1.0                   # layers 1 and 2 kept, layer 0 needs none
+    deep = [64 * 1024 + 1024] + [1024 * 1024 + 1024] * 15 + [1024 * 10 + 10]
+    assert zero3_factor(deep) == 1 + 15 * deep[1] / (2 * sum(deep))   # layers 15..1 again
+    assert 1.49 < zero3_factor(deep) < 1.5
+    assert zero3_factor([7]) == zero3_factor([]) == 1.0
 
 
 def test_memory_estimate_by_shard_stage_and_schedule(setup):

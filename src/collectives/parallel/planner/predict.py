@@ -39,7 +39,7 @@ gradient of its ``Psi_s`` local parameters over dp (``n = 4 Psi_s`` bytes) and s
     dp_s = A(n, dp) (+ w on a dp-only mesh)           dense (shard 0); every form below
                                                       gets the same + w on a dp-only mesh
          = ring(n, dp)                                ZeRO 1-2: reduce-scatter + allgather
-         = 1.5 ring(n, dp)                            ZeRO 3: parameters gathered again
+         = z ring(n, dp)                              ZeRO 3: again, z <= 1.5 (zero3_factor)
          = A(b, dp) + (e + d) n                       summable codec (fp16, bf16), b its payload
          = AG(b, dp) + (e + d) n + q dp b             other codecs (top-k): allgather strategy
     u_s  = update(Psi_s / dp if shard >= 1 else Psi_s)
@@ -86,14 +86,25 @@ import numpy as np
 from ...compressed.auto import DEFAULT_SPEEDS, CodecSpeed
 from ...selection.cost_model import COSTS, Network, allgather, predict as cost
 from ...selection.tuning_file import read_codec_speeds
+from ..prefetch import BACKWARD, keep_for, schedule
 from .compute import ComputeModel
 from .config import Configuration, Layer, Workload, check, codec_of
 from .network import Cluster, axis_groups, group_network, mesh_rank, p2p_seconds
 
-__all__ = ["Prediction", "Memory", "predict", "partition", "codec_speed", "ZERO3_FACTOR"]
+__all__ = ["Prediction", "Memory", "predict", "partition", "codec_speed", "zero3_factor"]
 
-#: ZeRO stage 3 moves 1.5x the bytes of an allreduce (Rajbhandari et al. 2020).
-ZERO3_FACTOR = 1.5
+
+def zero3_factor(sizes: Sequence[int]) -> float:
+    """The bytes ZeRO stage 3 moves over those of an allreduce of layers of ``sizes``
+    parameters: a reduce-scatter (half an allreduce), every layer's forward gather and the
+    backward gathers of :func:`..prefetch.schedule` (the layers :func:`..prefetch.keep_for`
+    keeps need none). 1.5 when every layer is gathered twice (Rajbhandari et al. 2020)."""
+    total = sum(sizes)
+    if total == 0:
+        return 1.0
+    again = sum(sizes[i] for i, phase in schedule(len(sizes), keep_for(sizes))
+                if phase == BACKWARD)
+    return 1.0 + again / (2.0 * total)
 
 
 @dataclass(frozen=True)
@@ -169,8 +180,12 @@ def partition(weights: Sequence[float], parts: int) -> list[list[int]]:
     return groups[::-1]
 
 
+def _sizes(layers: Sequence[Layer]) -> list[int]:
+    return [l.fan_in * l.fan_out + l.fan_out for l in layers]
+
+
 def _params(layers: Sequence[Layer]) -> int:
-    return sum(l.fan_in * l.fan_out + l.fan_out for l in layers)
+    return sum(_sizes(layers))
 
 
 def _sharded(nbytes: float, c: Configuration, stage: int) -> float:
@@ -242,7 +257,7 @@ def predict(c: Configuration, w: Workload, cl: Cluster, compute: ComputeModel,
             dps = 0.0
         elif codec is None:
             dps = cost(algorithm if c.shard == 0 else "ring", n, c.dp, dp_net)
-            dps *= ZERO3_FACTOR if c.shard == 3 else 1.0
+            dps *= zero3_factor(_sizes(layers)) if c.shard == 3 else 1.0
             dps += dp_sync
         else:
             b = float(codec.payload_nbytes((psi,), np.float32))
