@@ -60,7 +60,8 @@ case "$1" in
             esac
         done ;;
 esac
-# 625 steps (5 epochs, batch 32 per rank) of the wide model, 2 hosts x 2 ranks (runs one after another)
+# 625 steps (5 epochs, batch 32 per rank) of the wide model, 2 hosts x 2 ranks (runs one after another;
+# TAG=keep_ names the files tta_keep_*: stop 67's runs, stage 3 keeping layers from forward)
 tta() {  # $1 name, then driver arguments
     name=$1; shift
     nice -n 5 python bench/cluster.py up --name hzt --hosts 2 --ranks-per-host 2 --rate 1gbit --subnet 10.199.52.0/24
@@ -87,7 +88,7 @@ case "$1" in
         shift
         for run in "$@"; do
             tta_run $run
-            if [ -n "$file" ]; then tta tta_$file $args; fi
+            if [ -n "$file" ]; then tta tta_${TAG:-}$file $args; fi
         done
         python bench/cluster.py down --name hzt ;;
 esac
