@@ -10,8 +10,10 @@ parameters that way; DeepSpeed's ZeRO-3 keeps any parameter whose next use comes
 the most trailing layers whose keeping adds no memory, i.e. whose schedule holds no more gathered
 parameters at any moment (:func:`live_peak`) than keeping the last layer alone (at least 1). A
 model with one large layer among small ones (the driver's ``wide``: 98 % of it in the middle
-layer) then gathers nothing in backward: 2/3 of the bytes of stage 3's gathers twice. A model of
-equal layers keeps one more (the peak is two layers either way).
+layer) then gathers nothing in backward, and a step sends 2/3 of what it sent when every layer
+was gathered twice: the bytes of an allreduce. The driver's ``deep`` model (equal hidden layers,
+a small last one) keeps its last layer only: a second kept layer would hold three layers at the
+last forward (two kept, one arriving) where the peak is two.
 
 :class:`LayerGather` walks the schedule: asked for an entry, it waits for that entry's gather
 (started when the entry before it was asked for, so it travelled while that layer computed),
