@@ -112,7 +112,7 @@ case "$1" in
             stop=${STOP:-375}
             if [ $run = dense3 ]; then stop=${STOP:-0}; fi
             tta_run $run
-            if [ -n "$file" ]; then tta4 tta4x1_$file $stop $args; fi
+            if [ -n "$file" ]; then tta4 tta4x1_${TAG:-}$file $stop $args; fi
         done
         python bench/cluster.py down --name hzt4 ;;
 esac
