@@ -103,7 +103,6 @@ class LayerGather:
         layers = len(self.bounds) - 1
         if keep is None:
             keep = keep_for([hi - lo for lo, hi in zip(self.bounds, self.bounds[1:])])
-        self.keep = keep
         self.order = schedule(layers, keep)
         self._kept_layers = frozenset(range(layers - keep, layers))
         self._next = 0          # index in order of the entry asked for next

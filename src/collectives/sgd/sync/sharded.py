@@ -55,7 +55,8 @@ from ...compressed import CompressionState
 from ...compressed.shard import compressed_reduce_scatter
 from ...compressed.strategies import why_not_gather, why_not_rounding
 from ...engine.nonblocking import icompressed_reduce_scatter
-from ...parallel import ALGORITHMS, BACKWARD, FORWARD, STAGES, LayerGather, ShardPlan, Zero
+from ...parallel import (ALGORITHMS, BACKWARD, FORWARD, STAGES, LayerGather, ShardPlan, Zero,
+                         keep_for)
 from ..._runtime.traffic import TRAFFIC
 from ..fusion import FusionBuffer
 from ..model import initial_layers
@@ -125,6 +126,8 @@ class Sharded(SyncMode):
         self.fans = [s for s in params.shapes if len(s) == 2]
         self.bounds = [params.offsets[2 * i] for i in range(len(self.fans) + 1)]
         self.plan = ShardPlan(tuple(np.diff(self.bounds).tolist()), comm.size)
+        #: stage 3: the trailing layers whose forward gathers serve their backward (once, here)
+        self.keep = keep_for(self.plan.layers)
         #: ``--codec``: every gradient bucket reduce-scattered compressed (each destination
         #: block on its own; error feedback per bucket and block), at the step pull() names
         self.state, self._step = state, 0
@@ -234,7 +237,7 @@ class Sharded(SyncMode):
             self._lr = self.schedule(step)
         self._mark = (TRAFFIC.bytes_sent, self.zero.seconds)
         if not self.stage.full_params:
-            self.gather = LayerGather(self.zero, self.bounds)
+            self.gather = LayerGather(self.zero, self.bounds, self.keep)
 
     def backward_hooks(self, step: int) -> dict:
         return {} if self.stage.full_grads else {"layers": _Step(self)}
