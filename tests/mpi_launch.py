@@ -159,6 +159,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "mpi: a multi-rank test (pytest-mpi's marker)")
     config.addinivalue_line("markers", "world_sizes(*sizes): run this multi-rank test (or "
                             "module, as pytestmark) only at these of --mpi-world-sizes")
+    config.addinivalue_line("markers", "after_mpi: a serial test run after the multi-rank jobs "
+                            "(its own ranks then find the Numba kernels those jobs compiled)")
     if _inside(config):
         if config.getoption("mpi_log_dir"):
             config.pluginmanager.register(_RankRecorder(Path(config.getoption("mpi_log_dir"))),
@@ -231,7 +233,10 @@ def pytest_collection_modifyitems(session, config, items):
     multi.sort(key=lambda i: i.world_size)  # stable: each size's tests in collection order
     if unsized:
         config.hook.pytest_deselected(items=unsized)
-    items[:] = serial + multi
+    # a serial test that launches ranks of its own (an emulated cluster) goes last: started
+    # first, its ranks compiled every kernel from a cold cache, all at once on the CI's cores
+    after = [i for i in serial if i.get_closest_marker("after_mpi")]
+    items[:] = [i for i in serial if i not in after] + multi + after
 
 
 def _compare_with_outer(select: Path, wanted: set[str], items) -> None:

@@ -113,6 +113,34 @@ def test_k_and_x_and_every_size_reach_the_ranks(tmp_path):
     assert "1 failed, 2 passed, 2 deselected" in run.stdout  # -x: test_ok_after never ran
 
 
+def test_after_mpi_serial_tests_run_after_the_multi_rank_jobs(tmp_path):
+    """Serial tests run before the multi-rank jobs, but those marked ``after_mpi`` (the emulated
+    clusters, whose ranks then find the kernels the jobs compiled) run after them."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "conftest.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(TESTS)!r})\npytest_plugins = ['mpi_launch']\n")
+    (tmp_path / "mpi").mkdir()
+    (tmp_path / "mpi" / "conftest.py").write_text(CONFTEST.split("pytest_plugins")[0] + """
+import pytest
+from mpi4py import MPI
+
+@pytest.fixture(autouse=True)
+def mpi_world_size(request):
+    return getattr(request, "param", None) or MPI.COMM_WORLD.size
+""")
+    (tmp_path / "mpi" / "test_ranks.py").write_text("def test_ranks():\n    pass\n")
+    (tmp_path / "test_serial.py").write_text(
+        "import pytest\n\n@pytest.mark.after_mpi\ndef test_late():\n    pass\n\n"
+        "def test_early():\n    pass\n")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                          "--collect-only", "-q", "--rootdir", str(tmp_path), str(tmp_path),
+                          "--mpi-world-sizes", "2,3"], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    order = [line for line in run.stdout.splitlines() if "::" in line]
+    assert order == ["test_serial.py::test_early", "mpi/test_ranks.py::test_ranks[np2]",
+                     "mpi/test_ranks.py::test_ranks[np3]", "test_serial.py::test_late"], run.stdout
+
+
 def test_the_suite_runs_directly_under_mpiexec_with_pytest_mpi():
     cmd = [*mpiexec_command(), "-n", "2", sys.executable, "-m", "pytest", "--with-mpi", "-q",
            "-rA", "-p", "no:cacheprovider", "tests/mpi", "-k", "test_mpi_op_objects_match_names"]

@@ -417,6 +417,31 @@ def test_threads_follow_the_driver():
         threads_per_rank(4, 2, 2)
 
 
+def test_windowed_timing_is_a_rate_over_back_to_back_calls():
+    """median_time: without a window each timing is one call (a warm-up, then the
+    repetitions); with one, each timing runs the calls back to back for at least the window
+    and is the time per call (what --calibrate uses: ranks sharing a core are timed at their
+    share of it, not at the speed of a call that fit in one scheduler slice)."""
+    import time
+
+    from collectives.parallel.planner.compute import median_time
+    calls = []
+
+    def nap():
+        calls.append(1)
+        time.sleep(0.002)
+
+    t = median_time(nap, 5)
+    assert len(calls) == 1 + 5 and 0.002 <= t < 0.05
+    calls.clear()
+    t0 = time.perf_counter()
+    t = median_time(nap, 5, window=0.02)
+    # each of the 5 timings lasts >= 20 ms, and stops at the first call past it: naps of
+    # >= 2 ms fill it in 10 at most
+    assert time.perf_counter() - t0 >= 5 * 0.02
+    assert 1 + 5 <= len(calls) <= 1 + 5 * 10 and 0.002 <= t < 0.05
+
+
 def test_calibrate_needs_the_launch(tmp_path, capsys):
     """--calibrate outside a launch of --ranks ranks: a clear error, exit status 2."""
     assert command.main(["--hidden", "16", "--ranks", "2", "--calibrate",

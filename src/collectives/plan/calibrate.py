@@ -10,7 +10,10 @@ the others. What it measures (docs/planner.md, "Calibrating inside the launch"):
 - **compute**: every layer shape (and the optimizer step) that some valid configuration of the
   planner's workload needs, with the BLAS threads the driver gives a rank
   (:func:`collectives.sgd.driver.limit_threads`). Before each shape a barrier; each rank takes
-  the median of its :data:`REPETITIONS` runs, and the file keeps the median over the ranks;
+  the median of its :data:`REPETITIONS` runs, each the calls made back to back in
+  :data:`WINDOW_S` seconds (a rate: a single call shorter than the scheduler's slice runs at
+  the speed of a rank alone, which no rank sharing a core has over a step), and the file
+  keeps the median over the ranks;
 - **network**: the library's ring allreduce (the driver's dp and tp axes) timed at the sizes of
   :data:`PROBE_SIZES`, first on each host's ranks (every host at once), then on all ranks;
   ``alpha``, ``beta`` and then ``alpha_inter``, ``beta_inter`` are the values for which the cost
@@ -27,7 +30,8 @@ the others. What it measures (docs/planner.md, "Calibrating inside the launch"):
 - **driver residual** ``s`` (:func:`residuals`): the SGD driver's whole step timed on every
   mesh (:func:`.partners.driver_step`: its own trainer, the optimizer step and the batch
   included) less what the planner predicts for the same configuration from everything
-  above; the term the kernels, the overheads and the waits do not hold, per step; on a mesh
+  above (the median of :data:`DRIVER_ROUNDS` rounds over all the meshes and forms); the term
+  the kernels, the overheads and the waits do not hold, per step; on a mesh
   with dp > 1 also with each ``--codecs`` codec and, on a dp-only mesh, ZeRO 2 and 3, each
   its own ``s`` (``"forms"``: what the form's exchange costs beyond its formula is in it;
   ZeRO 1, the dense exchange's calls, takes the dense ``s``);
@@ -53,12 +57,19 @@ from pathlib import Path
 import numpy as np
 
 from ..parallel import planner
-from ..parallel.planner.compute import FORMAT, measure_layer, measure_update
+from ..parallel.planner.compute import FORMAT, median_time, measure_layer, measure_update
 
-__all__ = ["shapes", "run", "handoffs", "residuals", "REPETITIONS", "PROBE_SIZES"]
+__all__ = ["shapes", "run", "handoffs", "residuals", "REPETITIONS", "WINDOW_S", "DRIVER_ROUNDS",
+           "PROBE_SIZES"]
 
 #: Timed runs per shape on each rank (the median is kept).
 REPETITIONS = 7
+#: Seconds each timed run lasts, calls back to back (a rate): several of the scheduler's
+#: slices, so that ranks sharing a core are timed at their share of it, as in the driver's
+#: step, and not at the speed of a call that fit in one slice.
+WINDOW_S = 0.025
+#: Rounds over every mesh of the driver's timed steps (the median of the rounds is kept).
+DRIVER_ROUNDS = 2
 #: The allreduce sizes the links are fitted to (bytes per rank).
 PROBE_SIZES = (4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
 #: The float32 elements each codec's speed is measured on.
@@ -166,18 +177,13 @@ def _overhead(w: planner.Workload, rows: int, threads: int) -> float:
     def step():
         model.loss_and_grad(x, y)
 
-    step()
-    times = []
-    for _ in range(REPETITIONS):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
+    whole = median_time(step, REPETITIONS, WINDOW_S)
     kernels = 0.0
     for i in range(w.layers):
         f, b = measure_layer(rows, w.sizes[i], w.sizes[i + 1], i < w.layers - 1, i > 0,
-                             REPETITIONS)
+                             REPETITIONS, WINDOW_S)
         kernels += f + b
-    return max(0.0, statistics.median(times) - kernels) / w.layers
+    return max(0.0, whole - kernels) / w.layers
 
 
 def _codec_speeds(comm, codecs, count: int) -> dict[str, dict[str, float]]:
@@ -296,14 +302,14 @@ def run(path: Path, w: planner.Workload, cl: planner.Cluster, micro_factors, sch
     with threadpool_limits(threads):
         for rows, fan_in, fan_out, relu, grad in todo:
             comm.Barrier()
-            mine = measure_layer(rows, fan_in, fan_out, relu, grad, REPETITIONS)
+            mine = measure_layer(rows, fan_in, fan_out, relu, grad, REPETITIONS, WINDOW_S)
             every = comm.gather(mine, root=0)
             if comm.rank == 0:
                 key = f"layer {rows} {fan_in} {fan_out} {int(relu)} {int(grad)} threads={threads}"
                 times[key] = [statistics.median(t[0] for t in every),
                               statistics.median(t[1] for t in every)]
         comm.Barrier()
-        update = comm.gather(measure_update(1 << 20, REPETITIONS), root=0)
+        update = comm.gather(measure_update(1 << 20, REPETITIONS, WINDOW_S), root=0)
         comm.Barrier()
         over = comm.gather(_overhead(w, w.global_batch // cl.ranks, threads), root=0)
     with threadpool_limits(threads):
@@ -313,19 +319,28 @@ def run(path: Path, w: planner.Workload, cl: planner.Cluster, micro_factors, sch
     from . import partners as _partners
 
     found = {}
+    meshes = _partners.meshes(w, cl.ranks, micro_factors, schedule)
     with threadpool_limits(threads):
-        for mesh in _partners.meshes(w, cl.ranks, micro_factors, schedule):
+        for mesh in meshes:
             comm.Barrier()
-            key = ",".join(map(str, mesh[:3]))
-            found[key] = _partners.probe(comm, w, mesh)
-            comm.Barrier()
-            found[key]["driver_step"] = _partners.driver_step(comm, w, mesh, dataset, schedule)
-            for shard, codec in _partners.driver_forms(mesh, codecs):
-                comm.Barrier()
-                found[key].setdefault("forms", {})[planner.driver_form(shard, codec)] = {
-                    "shard": shard, "codec": codec,
-                    "driver_step": _partners.driver_step(comm, w, mesh, dataset, schedule,
-                                                         shard=shard, codec=codec)}
+            found[",".join(map(str, mesh[:3]))] = _partners.probe(comm, w, mesh)
+        # the driver's step on every mesh and form, in DRIVER_ROUNDS rounds over all of them:
+        # a slow spell of the machine then falls on every mesh's median alike, not on one
+        steps: dict[tuple[str, str | None], list[float]] = {}
+        for _ in range(DRIVER_ROUNDS):
+            for mesh in meshes:
+                key = ",".join(map(str, mesh[:3]))
+                for shard, codec in ((0, "none"), *_partners.driver_forms(mesh, codecs)):
+                    form = None if (shard, codec) == (0, "none") else (shard, codec)
+                    comm.Barrier()
+                    steps.setdefault((key, form), []).append(_partners.driver_step(
+                        comm, w, mesh, dataset, schedule, shard=shard, codec=codec))
+        for (key, form), t in steps.items():
+            if form is None:
+                found[key]["driver_step"] = statistics.median(t)
+            else:
+                found[key].setdefault("forms", {})[planner.driver_form(*form)] = {
+                    "shard": form[0], "codec": form[1], "driver_step": statistics.median(t)}
     if comm.rank == 0:
         times[f"update threads={threads}"] = [statistics.median(update)]
         times[f"overhead threads={threads}"] = [statistics.median(over)]

@@ -40,7 +40,8 @@ import numpy as np
 from ...selection.tuning_file import default_path
 
 __all__ = ["ComputeModel", "FlopRate", "MeasuredCompute", "default_cache_path", "driver_form",
-           "REPETITIONS", "BUDGET_S", "FORMAT", "threads_per_rank", "measure_layer", "measure_update"]
+           "REPETITIONS", "BUDGET_S", "FORMAT", "threads_per_rank", "measure_layer", "measure_update",
+           "median_time"]
 
 #: Timed repetitions per measurement (the median is kept).
 REPETITIONS = 5
@@ -164,21 +165,37 @@ def threads_per_rank(ranks_per_host: int, cores: int,
     return threads, max(1.0, ranks_per_host * threads / cores)
 
 
-def _median_time(fn: Callable[[], object], repetitions: int = REPETITIONS) -> float:
+def median_time(fn: Callable[[], object], repetitions: int = REPETITIONS,
+                 window: float = 0.0) -> float:
+    """Median seconds of one call of ``fn`` over ``repetitions`` timings. With ``window`` > 0
+    each timing runs ``fn`` back to back for at least ``window`` seconds and divides by the
+    calls: a rate, not one call. Ranks sharing a core (oversubscribed launches) need it: the
+    scheduler hands each of them slices of a few milliseconds, so a single call shorter than
+    a slice often runs at the speed of a rank alone while over a whole step each gets only its
+    share of the core."""
     fn()  # warm-up (first touch of the buffers, BLAS threads)
-    t0 = time.perf_counter()
-    fn()
-    times = [time.perf_counter() - t0]
-    for _ in range((repetitions if times[0] < BUDGET_S else 3) - 1):
+    times = []
+    for k in range(repetitions):
+        calls = 0
         t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
+        while True:
+            fn()
+            calls += 1
+            elapsed = time.perf_counter() - t0
+            if elapsed >= window:
+                break
+        times.append(elapsed / calls)
+        if k == 0 and elapsed >= BUDGET_S:
+            repetitions = min(repetitions, 3)
+        if k + 1 >= repetitions:
+            break
     return statistics.median(times)
 
 
 def measure_layer(rows: int, fan_in: int, fan_out: int, relu: bool, input_grad: bool,
-                  repetitions: int = REPETITIONS) -> tuple[float, float]:
-    """Median (forward, backward) seconds of one layer's kernels (the module docstring)."""
+                  repetitions: int = REPETITIONS, window: float = 0.0) -> tuple[float, float]:
+    """Median (forward, backward) seconds of one layer's kernels (the module docstring), each
+    timing a rate over ``window`` seconds where it is above 0 (:func:`median_time`)."""
     rng = np.random.default_rng(0)
     h = rng.standard_normal((rows, fan_in), dtype=np.float32)
     w = rng.standard_normal((fan_in, fan_out), dtype=np.float32)
@@ -202,11 +219,13 @@ def measure_layer(rows: int, fan_in: int, fan_out: int, relu: bool, input_grad: 
             dh *= h > 0
         return gw
 
-    return _median_time(forward, repetitions), _median_time(backward, repetitions)
+    return (median_time(forward, repetitions, window),
+            median_time(backward, repetitions, window))
 
 
-def measure_update(n: int, repetitions: int = REPETITIONS) -> float:
-    """Median seconds per parameter of the momentum-SGD step over ``n`` parameters."""
+def measure_update(n: int, repetitions: int = REPETITIONS, window: float = 0.0) -> float:
+    """Median seconds per parameter of the momentum-SGD step over ``n`` parameters (a rate
+    over ``window`` seconds where it is above 0)."""
     p = np.zeros(n, np.float32)
     g = np.ones(n, np.float32)
     v = np.zeros(n, np.float32)
@@ -216,7 +235,7 @@ def measure_update(n: int, repetitions: int = REPETITIONS) -> float:
         v.__iadd__(g)
         p.__isub__(np.float32(0.01) * v)
 
-    return _median_time(step, repetitions) / n
+    return median_time(step, repetitions, window) / n
 
 
 @dataclass
