@@ -747,3 +747,23 @@ def test_alltoall_sweep_times_the_v_form(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert [r["bytes"] for r in rows] == [64] and set(rows[0]) == {"bytes", "calls", *names}
     assert min(rows[0][n] for n in names) > 0 and stdout.count("x)") == len(names), stdout
+
+
+def test_shared_core_timing_prints_both_timings_per_kernel():
+    """bench/shared_core_timing.py with 2 processes on a small shape: a line per kernel, each
+    with every process's single-call median and rate, and their ratio; bad input is a usage
+    error."""
+    cmd = [sys.executable, str(ROOT / "bench/shared_core_timing.py"), "--processes", "2",
+           "--shape", "8,32,16", "--repetitions", "3", "--window", "0.005"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["forward", "backward"]
+    for line in lines:
+        single, rate = re.search(r"call \(median of 3\) (.*) ms; rate over 5 ms (.*) ms;",
+                                 line).groups()
+        assert len(single.split(", ")) == len(rate.split(", ")) == 2
+        assert all(float(x) > 0 for x in (*single.split(", "), *rate.split(", ")))
+    bad = subprocess.run([*cmd[:2], "--shape", "8,32"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "--shape takes three positive integers" in bad.stderr

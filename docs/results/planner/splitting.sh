@@ -6,15 +6,17 @@
 # the repository root, the environment's python first on PATH.
 #   stop 66: the driver's default recipe, 10 epochs (PREFIX=split, RECIPE="--epochs 10")
 #   stop 67: a recipe whose curves do not hang on the order of the sums (the default below)
+#   stop 68: the first choice of the stop-68 sweeps, tp 4 (PREFIX=tp4, CHOICE="--mesh dp=1,pp=1,tp=4")
 set -e
 R=docs/results/planner
 P=${PREFIX:-recipe}
 RECIPE=${RECIPE:---lr 0.005 --warmup-epochs 2 --epochs 20}
+CHOICE=${CHOICE:---mesh dp=1,pp=2,tp=2 --micro-batches 2 --schedule 1f1b}
 python bench/cluster.py up --name hsplit --hosts 4 --ranks-per-host 1 --rate 1gbit --subnet 10.199.161.0/24
 for i in ${LAUNCHES:-1 2}; do
     uptime > $R/${P}_choice_$i.load
     python bench/cluster.py run --name hsplit -- python -m collectives.sgd --model deep --batch-size 128 \
-        --mesh dp=1,pp=2,tp=2 --micro-batches 2 --schedule 1f1b $RECIPE --quiet \
+        $CHOICE $RECIPE --quiet \
         --log $R/${P}_choice_$i.json > $R/${P}_choice_$i.log 2>&1
     uptime >> $R/${P}_choice_$i.load
     uptime > $R/${P}_dp_$i.load

@@ -15,7 +15,9 @@ They run under ``threadpool_limits(threads)`` (the driver gives each rank ``core
 BLAS threads, :func:`threads_per_rank`), and a rank's times are multiplied by ``slowdown``
 (:func:`threads_per_rank`: more ranks than cores on a host share them). Each is run
 :data:`REPETITIONS` times after one warm-up and the median kept (fewer repetitions for
-shapes that take over :data:`BUDGET_S`). Results are cached in a JSON file (default
+shapes that take over :data:`BUDGET_S`); inside a launch (:mod:`collectives.plan.calibrate`)
+each of those runs is a rate, the calls made back to back over a window of several
+scheduler slices (:func:`median_time`). Results are cached in a JSON file (default
 ``plan-compute.json`` beside the tuning file, :func:`default_cache_path`) keyed by shape and
 host name, so a shape is measured once per machine. Tests inject :class:`FlopRate` instead: a
 closed form (seconds per multiply-add pair, and constant partner waits) their expected values
