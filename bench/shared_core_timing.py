@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     got = [out.get(timeout=600) for _ in procs]
     for p in procs:
         p.join()
-    ms = lambda xs: ", ".join(f"{x * 1e3:.2f}" for x in sorted(xs))  # noqa: E731
+    ms = lambda xs: ", ".join(f"{x * 1e3:.3f}" for x in sorted(xs))  # noqa: E731
     for i, name in enumerate(("forward", "backward")):
         single = [g[0][i] for g in got]
         rate = [g[1][i] for g in got]

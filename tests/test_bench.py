@@ -754,7 +754,7 @@ def test_shared_core_timing_prints_both_timings_per_kernel():
     with every process's single-call median and rate, and their ratio; bad input is a usage
     error."""
     cmd = [sys.executable, str(ROOT / "bench/shared_core_timing.py"), "--processes", "2",
-           "--shape", "8,32,16", "--repetitions", "3", "--window", "0.005"]
+           "--shape", "16,64,64", "--repetitions", "3", "--window", "0.005"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
