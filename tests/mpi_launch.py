@@ -233,10 +233,11 @@ def pytest_collection_modifyitems(session, config, items):
     multi.sort(key=lambda i: i.world_size)  # stable: each size's tests in collection order
     if unsized:
         config.hook.pytest_deselected(items=unsized)
-    # a serial test that launches ranks of its own (an emulated cluster) goes last: started
-    # first, its ranks compiled every kernel from a cold cache, all at once on the CI's cores
-    after = [i for i in serial if i.get_closest_marker("after_mpi")]
-    items[:] = [i for i in serial if i not in after] + multi + after
+    # a serial test that launches ranks of its own (an emulated cluster) goes last, where its
+    # ranks find the kernels the jobs compiled instead of compiling them all at once
+    late = [bool(i.get_closest_marker("after_mpi")) for i in serial]
+    items[:] = ([i for i, x in zip(serial, late) if not x] + multi
+                + [i for i, x in zip(serial, late) if x])
 
 
 def _compare_with_outer(select: Path, wanted: set[str], items) -> None:

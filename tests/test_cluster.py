@@ -115,10 +115,8 @@ def test_bad_command_lines_fail_clearly(capsys):
 PROBLEM = cluster.check()
 needs_namespaces = pytest.mark.skipif(PROBLEM is not None, reason=f"no emulated cluster here: "
                                                                   f"{PROBLEM}")
-# after the multi-rank jobs: their ranks fill the Numba cache that these clusters' ranks read
-# (first in the suite, the 2 x 2 cluster's four ranks compiled the kernels at once: 68-80 s of
-# CI against 7 s warm)
-after_mpi = pytest.mark.after_mpi
+# the clusters run after the multi-rank jobs (after_mpi), whose ranks fill the Numba cache
+# that these clusters' ranks read (docs/testing.md, "Where the time goes")
 
 
 def _cli(*args):
@@ -177,7 +175,7 @@ def _run_checks(tmp_path, name, per_host, *pytest_args):
 
 
 @needs_namespaces
-@after_mpi
+@pytest.mark.after_mpi
 def test_two_hosts_of_two_ranks_every_algorithm(tmp_path):
     """2 hosts x 2 ranks: hierarchical finds the 2 hosts; every algorithm's sweep across them."""
     before = _root_links()
@@ -192,7 +190,7 @@ def test_two_hosts_of_two_ranks_every_algorithm(tmp_path):
 
 
 @needs_namespaces
-@after_mpi
+@pytest.mark.after_mpi
 def test_unequal_hosts_three_and_one(tmp_path):
     passed = _run_checks(tmp_path, f"ct{os.getpid()}b", "3,1", "-k",
                          "finds_the_hosts or placed or hierarchical")

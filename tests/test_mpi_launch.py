@@ -117,17 +117,11 @@ def test_after_mpi_serial_tests_run_after_the_multi_rank_jobs(tmp_path):
     """Serial tests run before the multi-rank jobs, but those marked ``after_mpi`` (the emulated
     clusters, whose ranks then find the kernels the jobs compiled) run after them."""
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    (tmp_path / "conftest.py").write_text(
-        f"import sys\nsys.path.insert(0, {str(TESTS)!r})\npytest_plugins = ['mpi_launch']\n")
+    plugin = 'pytest_plugins = ["mpi_launch"]\n'
+    head, fixture = CONFTEST.split(plugin)  # the plugin at the root, the world-size fixture in mpi/
+    (tmp_path / "conftest.py").write_text(head + plugin)
     (tmp_path / "mpi").mkdir()
-    (tmp_path / "mpi" / "conftest.py").write_text(CONFTEST.split("pytest_plugins")[0] + """
-import pytest
-from mpi4py import MPI
-
-@pytest.fixture(autouse=True)
-def mpi_world_size(request):
-    return getattr(request, "param", None) or MPI.COMM_WORLD.size
-""")
+    (tmp_path / "mpi" / "conftest.py").write_text(fixture)
     (tmp_path / "mpi" / "test_ranks.py").write_text("def test_ranks():\n    pass\n")
     (tmp_path / "test_serial.py").write_text(
         "import pytest\n\n@pytest.mark.after_mpi\ndef test_late():\n    pass\n\n"
