@@ -108,8 +108,8 @@ def test_overhead_per_layer_and_micro_batch(setup, tuning):
                                     tuning=tuning).step == pytest.approx((4 + 1) * 2 * 3e-5)
 
     class PerMesh(planner.FlopRate):  # a calibration with a stage overhead for one mesh
-        def overhead(self, mesh=None):
-            return 3e-5 if mesh == (2, 2, 2) else 9.0
+        def overhead(self, mesh=None, micro_batches=None):
+            return 3e-5 if (mesh, micro_batches) == ((2, 2, 2), 4) else 9.0
 
     p = planner.predict(planner.Configuration(2, 2, 2, 4), w, cl, PerMesh(FLOP_S, UPDATE_S),
                         tuning=tuning)
@@ -150,16 +150,22 @@ def test_partner_waits_by_mesh(tuning):
 
 
 def test_calibrated_partner_waits_are_read_by_mesh(tmp_path):
-    """A calibration's ``"partners"`` section: each mesh's own ``sync`` and ``handoff``; a
-    mesh it lacks (or a file without the section) waits 0."""
+    """A calibration's ``"partners"`` section: each mesh's own ``sync`` and ``handoff``, at a
+    micro-batch count the mesh was probed at too (``"counts"``) that count's; a mesh it lacks
+    (or a file without the section) waits 0."""
     path = calibration(tmp_path / "cal.json", {"update threads=1": [1e-9],
                                                 "overhead threads=1": [5e-5]}, {})
     data = json.loads(path.read_text())
-    data["partners"] = {"2,2,2": {"sync": 1e-3, "handoff": 2e-3, "overhead": 7e-5},
+    data["partners"] = {"2,2,2": {"sync": 1e-3, "handoff": 2e-3, "overhead": 7e-5,
+                                  "counts": {"8": {"sync": 4e-3, "handoff": 6e-3,
+                                                   "overhead": 9e-5}}},
                         "1,1,8": {"sync": 3e-3, "handoff": 0.0}}
     path.write_text(json.dumps(data))
     m = planner.MeasuredCompute(path)
     assert (m.sync(2, 2, 2), m.handoff(2, 2, 2)) == (1e-3, 2e-3)
+    assert (m.sync(2, 2, 2, 4), m.handoff(2, 2, 2, 2)) == (1e-3, 2e-3)   # not probed: the mesh's
+    assert (m.sync(2, 2, 2, 8), m.handoff(2, 2, 2, 8), m.overhead((2, 2, 2), 8)) == \
+        (4e-3, 6e-3, 9e-5)
     assert (m.sync(1, 1, 8), m.handoff(1, 1, 8)) == (3e-3, 0.0)
     assert (m.sync(8, 1, 1), m.handoff(1, 8, 1)) == (0.0, 0.0)
     # the stage's own overhead where the mesh has one, else the MLP's
@@ -324,6 +330,23 @@ def test_form_residual_is_the_forms_driver_step_less_the_other_terms(tmp_path, t
     c = planner.Configuration(2, 2, 2, 8, codec="fp16")
     assert planner.predict(c, w, cl, after).step - planner.predict(c, w, cl, before).step == \
         pytest.approx(found["2,2,2"]["forms"]["fp16"]["driver"], rel=1e-9)
+
+
+def test_pipeline_meshes_are_probed_at_each_micro_batch_count():
+    """The stage probe's meshes, each at the middle of its valid counts, and every pipeline
+    mesh's other counts (those its configurations list), which the probe runs again; a mesh
+    without a pipeline has one count and is probed once."""
+    from collectives.plan import partners
+    w = planner.Workload(SIZES, 32)
+    mids = {m[:3]: m[3] for m in partners.meshes(w, 4, (1, 2, 4), "1f1b")}
+    others = partners.probe_counts(w, 4, (1, 2, 4), "1f1b")
+    listed: dict = {}
+    for c in planner.configurations(w, 4, ("none",), (1, 2, 4), "1f1b"):
+        listed.setdefault((c.dp, c.pp, c.tp), set()).add(c.micro_batches)
+    assert set(others) == {m for m in listed if m[1] > 1} == {(1, 2, 2), (2, 2, 1)}
+    for m, counts in others.items():
+        assert mids[m] not in counts and sorted({*counts, mids[m]}) == sorted(listed[m])
+        assert len(counts) == len(listed[m]) - 1 >= 1
 
 
 def test_driver_forms_of_a_mesh():
@@ -683,6 +706,12 @@ def test_calibrate_inside_a_launch(tmp_path):
     # tp 2), none below 0; no pipeline: no messages to take out of the slot
     assert set(data["partners"]) == {"2,1,1", "1,2,1", "1,1,2"}
     assert data["partners"]["1,2,1"]["micro_batches"] == 4
+    # the pipeline mesh probed again at its other count (2), with its own hand-off and
+    # stage overhead, which the prediction of that configuration takes
+    again = data["partners"]["1,2,1"]["counts"]
+    assert list(again) == ["2"] and again["2"]["micro_batches"] == 2
+    assert again["2"]["handoff"] >= 0 and again["2"]["overhead"] >= 0
+    assert all("counts" not in v for k, v in data["partners"].items() if k != "1,2,1")
     assert all(v[k] >= 0 for v in data["partners"].values() for k in ("sync", "handoff"))
     assert data["partners"]["1,1,2"]["messages"] == 0 < data["partners"]["1,2,1"]["messages"]
     # the pipelined stage's overhead where the driver runs one (not on dp alone: its MLP's)

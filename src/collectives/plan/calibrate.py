@@ -26,7 +26,7 @@ the others. What it measures (docs/planner.md, "Calibrating inside the launch"):
 - **partner waits** (:mod:`.partners`): the driver's own stage run on every mesh, each tp
   allreduce followed by a second: the wait ``w`` per allreduce for partners still computing,
   and ``h`` per pipeline slot beyond the compute and the messages the cost model prices
-  (:func:`handoffs`);
+  (:func:`handoffs`); on a pipeline mesh at each of its micro-batch counts;
 - **driver residual** ``s`` (:func:`residuals`): the SGD driver's whole step timed on every
   mesh (:func:`.partners.driver_step`: its own trainer, the optimizer step and the batch
   included) less what the planner predicts for the same configuration from everything
@@ -211,27 +211,34 @@ def handoffs(path: Path, w: planner.Workload, cl: planner.Cluster, found: dict,
     the cost model prices for that slot (read from the calibration file ``path``, its links
     over ``cl``'s), at least 0; no pipeline and no tp: 0. With a pipeline or tp also its
     stage ``overhead`` per layer and micro-batch: the stages' compute less the kernels the
-    file has for the same shapes, over the layers, at least 0."""
+    file has for the same shapes, over the layers, at least 0. The same for each other
+    micro-batch count a pipeline mesh was probed at (``"counts"``, by count)."""
     from dataclasses import replace
 
     compute = planner.MeasuredCompute(path)
     measured = replace(cl, net=replace(cl.net, **{k: float(v)
                                                   for k, v in compute.network.items()}))
-    out = {}
-    for key, v in found.items():
+    def terms(key: str, v: dict) -> dict:  # one probe's hand-off and stage overhead
         dp, pp, tp = (int(x) for x in key.split(","))
         M = int(v["micro_batches"])
         messages = 0.0
         if pp > 1:
             c = planner.Configuration(dp, pp, tp, M, 0, "none", schedule)
             messages = planner.predict(c, w, measured, compute).pp / c.micro_batches
-        out[key] = {**v, "messages": messages,
-                    "handoff": max(0.0, v["slot"] - messages) if pp > 1 or tp > 1 else 0.0}
+        out = {**v, "messages": messages,
+               "handoff": max(0.0, v["slot"] - messages) if pp > 1 or tp > 1 else 0.0}
         if pp > 1 or tp > 1:  # the driver's pipelined stage (dp alone runs its MLP: o)
             rows = w.global_batch // (dp * M)
             kernels = sum(sum(compute.layer(rows, l.fan_in, l.fan_out, l.relu, l.input_grad))
                           for b in w.blocks(tp) for l in b)
-            out[key]["overhead"] = max(0.0, v["stages_compute"] - kernels) / w.layers
+            out["overhead"] = max(0.0, v["stages_compute"] - kernels) / w.layers
+        return out
+
+    out = {}
+    for key, v in found.items():
+        out[key] = terms(key, v)
+        if "counts" in v:
+            out[key]["counts"] = {M: terms(key, u) for M, u in v["counts"].items()}
     return out
 
 
@@ -321,9 +328,15 @@ def run(path: Path, w: planner.Workload, cl: planner.Cluster, micro_factors, sch
     found = {}
     meshes = _partners.meshes(w, cl.ranks, micro_factors, schedule)
     with threadpool_limits(threads):
+        others = _partners.probe_counts(w, cl.ranks, micro_factors, schedule)
         for mesh in meshes:
             comm.Barrier()
-            found[",".join(map(str, mesh[:3]))] = _partners.probe(comm, w, mesh)
+            key = ",".join(map(str, mesh[:3]))
+            found[key] = _partners.probe(comm, w, mesh)
+            for M in others.get(mesh[:3], ()):
+                comm.Barrier()
+                found[key].setdefault("counts", {})[str(M)] = _partners.probe(
+                    comm, w, (*mesh[:3], M))
         # the driver's step on every mesh and form, in DRIVER_ROUNDS rounds over all of them:
         # a slow spell of the machine then falls on every mesh's median alike, not on one
         steps: dict[tuple[str, str | None], list[float]] = {}

@@ -19,7 +19,9 @@ pipelined stage of this mesh where it runs one, else on its ``MLP``; 0 without i
 and ``h`` the mesh's partner waits measured in the launch by running the driver's own stage
 (:mod:`collectives.plan.partners`; 0 without it): ``w`` per allreduce, the wait for partners
 still computing that back-to-back allreduces never see, ``h`` per pipeline slot, what a slot
-costs beyond its compute and the modelled messages. Per micro-batch, stage ``s`` costs::
+costs beyond its compute and the modelled messages; on a pipeline mesh ``w``, ``h`` and ``o``
+are those probed at the configuration's micro-batch count ``M`` (the fewer rows a micro-batch
+has, the larger a slot's share of hand-offs). Per micro-batch, stage ``s`` costs::
 
     c_s = sum over its layers of F_l(r) + B_l(r) + o
     x_s = sum over its tensor-parallel pairs (i, i+1) of
@@ -216,10 +218,10 @@ def predict(c: Configuration, w: Workload, cl: Cluster, compute: ComputeModel,
     dp_net = group_network(cl, axis_groups("dp", c.dp, c.pp, c.tp))
 
     blocks = w.blocks(c.tp)
-    o = compute.overhead((c.dp, c.pp, c.tp))
+    o = compute.overhead((c.dp, c.pp, c.tp), M)
     comp = [sum(sum(compute.layer(rows, l.fan_in, l.fan_out, l.relu, l.input_grad)) + o
                 for l in b) for b in blocks]
-    sync = compute.sync(c.dp, c.pp, c.tp)
+    sync = compute.sync(c.dp, c.pp, c.tp, M)
     tpx = [_tp_seconds(b, w, rows, c.tp, tp_net, algorithm, sync) for b in blocks]
     groups = partition([a + b for a, b in zip(comp, tpx)], S)
 
@@ -231,7 +233,7 @@ def predict(c: Configuration, w: Workload, cl: Cluster, compute: ComputeModel,
 
     # the hand-off per slot: with a pipeline the neighbor messages', else the step's closing
     # wait of a tp mesh (the executor's barrier)
-    h = compute.handoff(c.dp, c.pp, c.tp) if S > 1 or c.tp > 1 else 0.0
+    h = compute.handoff(c.dp, c.pp, c.tp, M) if S > 1 or c.tp > 1 else 0.0
     per = []
     for s, g in enumerate(groups):
         cs, xs = sum(comp[j] for j in g), sum(tpx[j] for j in g)
