@@ -108,8 +108,8 @@ def test_overhead_per_layer_and_micro_batch(setup, tuning):
                                     tuning=tuning).step == pytest.approx((4 + 1) * 2 * 3e-5)
 
     class PerMesh(planner.FlopRate):  # a calibration with a stage overhead for one mesh
-        def overhead(self, mesh=None, micro_batches=None):
-            return 3e-5 if (mesh, micro_batches) == ((2, 2, 2), 4) else 9.0
+        def overhead(self, mesh=None):
+            return 3e-5 if mesh == (2, 2, 2) else 9.0
 
     p = planner.predict(planner.Configuration(2, 2, 2, 4), w, cl, PerMesh(FLOP_S, UPDATE_S),
                         tuning=tuning)
@@ -150,22 +150,16 @@ def test_partner_waits_by_mesh(tuning):
 
 
 def test_calibrated_partner_waits_are_read_by_mesh(tmp_path):
-    """A calibration's ``"partners"`` section: each mesh's own ``sync`` and ``handoff``, at a
-    micro-batch count the mesh was probed at too (``"counts"``) that count's; a mesh it lacks
-    (or a file without the section) waits 0."""
+    """A calibration's ``"partners"`` section: each mesh's own ``sync`` and ``handoff``; a
+    mesh it lacks (or a file without the section) waits 0."""
     path = calibration(tmp_path / "cal.json", {"update threads=1": [1e-9],
                                                 "overhead threads=1": [5e-5]}, {})
     data = json.loads(path.read_text())
-    data["partners"] = {"2,2,2": {"sync": 1e-3, "handoff": 2e-3, "overhead": 7e-5,
-                                  "counts": {"8": {"sync": 4e-3, "handoff": 6e-3,
-                                                   "overhead": 9e-5}}},
+    data["partners"] = {"2,2,2": {"sync": 1e-3, "handoff": 2e-3, "overhead": 7e-5},
                         "1,1,8": {"sync": 3e-3, "handoff": 0.0}}
     path.write_text(json.dumps(data))
     m = planner.MeasuredCompute(path)
     assert (m.sync(2, 2, 2), m.handoff(2, 2, 2)) == (1e-3, 2e-3)
-    assert (m.sync(2, 2, 2, 4), m.handoff(2, 2, 2, 2)) == (1e-3, 2e-3)   # not probed: the mesh's
-    assert (m.sync(2, 2, 2, 8), m.handoff(2, 2, 2, 8), m.overhead((2, 2, 2), 8)) == \
-        (4e-3, 6e-3, 9e-5)
     assert (m.sync(1, 1, 8), m.handoff(1, 1, 8)) == (3e-3, 0.0)
     assert (m.sync(8, 1, 1), m.handoff(1, 8, 1)) == (0.0, 0.0)
     # the stage's own overhead where the mesh has one, else the MLP's
@@ -257,6 +251,52 @@ def test_residual_is_the_driver_step_less_the_other_terms(tmp_path, tuning):
             == pytest.approx(found["2,2,2"]["driver"], rel=1e-9)
 
 
+def test_pipeline_residual_is_a_line_in_the_micro_batch_count(tmp_path, tuning):
+    """A pipeline mesh timed at three micro-batch counts: each count's residual (its step less
+    the prediction without ``s``) and the least-squares line through them. Steps whose
+    residuals lie on a line are predicted exactly at every count; one off the line moves the
+    fitted slope as numpy's fit of the three residuals says; the mesh's form (fp16, timed at
+    the probe's count) moves with the same slope."""
+    from collectives.plan import calibrate
+    w = planner.Workload(SIZES, global_batch=32)
+    cl = planner.cluster(8, hosts=2, tuning=tuning)
+    base = {"sync": 2e-4, "handoff": 7e-4, "overhead": 3e-5}
+    flat = planner.MeasuredCompute(_fixed_calibration(tmp_path / "flat.json", {
+        "2,2,2": {"micro_batches": 4, **base}}))
+
+    def bare(M, codec="none"):  # the prediction without s
+        return planner.predict(planner.Configuration(2, 2, 2, M, codec=codec), w, cl,
+                               flat).step
+
+    for bump in (0.0, 5e-3):   # on the line; M = 8 off it
+        line = {M: -0.02 + 3e-3 * M + (bump if M == 8 else 0.0) for M in (2, 4, 8)}
+        path = _fixed_calibration(tmp_path / f"cal{bump}.json", {"2,2,2": {
+            "micro_batches": 4, **base, "driver_step": bare(4) + line[4],
+            "counts": {str(M): {"micro_batches": M, "driver_step": bare(M) + line[M]}
+                       for M in (2, 8)},
+            "forms": {"fp16": {"shard": 0, "codec": "fp16", "driver_step": bare(4, "fp16")
+                               + 0.05}}}})
+        found = calibrate.residuals(path, w, cl, "1f1b")["2,2,2"]
+        assert found["counts"]["8"]["driver"] == pytest.approx(line[8], abs=1e-12)
+        slope, at_zero = np.polyfit([4, 2, 8], [line[4], line[2], line[8]], 1)
+        assert found["driver_per_micro_batch"] == pytest.approx(slope, rel=1e-9)
+        assert found["driver"] == pytest.approx(at_zero + 4 * slope, rel=1e-9)
+        assert (slope == pytest.approx(3e-3)) == (bump == 0.0)
+        data = json.loads(path.read_text())
+        data["partners"] = {"2,2,2": found}
+        path.write_text(json.dumps(data))
+        m = planner.MeasuredCompute(path)
+        for M in (2, 4, 8):
+            p = planner.predict(planner.Configuration(2, 2, 2, M), w, cl, m)
+            assert p.step == pytest.approx(bare(M) + at_zero + slope * M, rel=1e-9)
+            if bump == 0.0:
+                assert p.step == pytest.approx(bare(M) + line[M], rel=1e-9)
+            fp16 = planner.predict(planner.Configuration(2, 2, 2, M, codec="fp16"), w, cl, m)
+            assert fp16.driver == pytest.approx(0.05 + slope * (M - 4), rel=1e-9)
+    # without a micro-batch count (or without counts in the file) no slope
+    assert m.driver(2, 2, 2) == pytest.approx(found["driver"], rel=1e-12)
+
+
 def test_form_residuals_enter_the_docs_formula(tmp_path, tuning):
     """Each data-parallel form its own driver residual: a fixed calibration file whose mesh
     dp 2 x pp 2 x tp 2 has ``s`` and, under ``"forms"``, ``s`` of fp16 (and a stale one of
@@ -332,14 +372,14 @@ def test_form_residual_is_the_forms_driver_step_less_the_other_terms(tmp_path, t
         pytest.approx(found["2,2,2"]["forms"]["fp16"]["driver"], rel=1e-9)
 
 
-def test_pipeline_meshes_are_probed_at_each_micro_batch_count():
+def test_pipeline_meshes_are_timed_at_each_micro_batch_count():
     """The stage probe's meshes, each at the middle of its valid counts, and every pipeline
-    mesh's other counts (those its configurations list), which the probe runs again; a mesh
-    without a pipeline has one count and is probed once."""
+    mesh's other counts (those its configurations list), at which the driver's step is timed
+    again; a mesh without a pipeline has one count and is timed at it only."""
     from collectives.plan import partners
     w = planner.Workload(SIZES, 32)
     mids = {m[:3]: m[3] for m in partners.meshes(w, 4, (1, 2, 4), "1f1b")}
-    others = partners.probe_counts(w, 4, (1, 2, 4), "1f1b")
+    others = partners.other_counts(w, 4, (1, 2, 4), "1f1b")
     listed: dict = {}
     for c in planner.configurations(w, 4, ("none",), (1, 2, 4), "1f1b"):
         listed.setdefault((c.dp, c.pp, c.tp), set()).add(c.micro_batches)
@@ -706,11 +746,10 @@ def test_calibrate_inside_a_launch(tmp_path):
     # tp 2), none below 0; no pipeline: no messages to take out of the slot
     assert set(data["partners"]) == {"2,1,1", "1,2,1", "1,1,2"}
     assert data["partners"]["1,2,1"]["micro_batches"] == 4
-    # the pipeline mesh probed again at its other count (2), with its own hand-off and
-    # stage overhead, which the prediction of that configuration takes
+    # the pipeline mesh's driver step also at its other count (2); through two counts the
+    # line of residuals is exact
     again = data["partners"]["1,2,1"]["counts"]
-    assert list(again) == ["2"] and again["2"]["micro_batches"] == 2
-    assert again["2"]["handoff"] >= 0 and again["2"]["overhead"] >= 0
+    assert list(again) == ["2"] and again["2"]["driver_step"] > 0
     assert all("counts" not in v for k, v in data["partners"].items() if k != "1,2,1")
     assert all(v[k] >= 0 for v in data["partners"].values() for k in ("sync", "handoff"))
     assert data["partners"]["1,1,2"]["messages"] == 0 < data["partners"]["1,2,1"]["messages"]
@@ -727,6 +766,9 @@ def test_calibrate_inside_a_launch(tmp_path):
         c = planner.Configuration(dp, pp, tp, v["micro_batches"])
         assert planner.predict(c, planner.Workload((64, 16, 16, 10), 64), cl, m).step == \
             pytest.approx(v["driver_step"], rel=1e-9)
+    c = planner.Configuration(1, 2, 1, 2)
+    assert planner.predict(c, planner.Workload((64, 16, 16, 10), 64), cl, m).step == \
+        pytest.approx(again["2"]["driver_step"], rel=1e-9)
     # on the dp mesh also the driver with ZeRO 2-3 and with fp16, each with its own s
     forms = data["partners"]["2,1,1"]["forms"]
     assert set(forms) == {"shard 2", "shard 3", "fp16"}

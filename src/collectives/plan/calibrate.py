@@ -26,12 +26,13 @@ the others. What it measures (docs/planner.md, "Calibrating inside the launch"):
 - **partner waits** (:mod:`.partners`): the driver's own stage run on every mesh, each tp
   allreduce followed by a second: the wait ``w`` per allreduce for partners still computing,
   and ``h`` per pipeline slot beyond the compute and the messages the cost model prices
-  (:func:`handoffs`); on a pipeline mesh at each of its micro-batch counts;
+  (:func:`handoffs`);
 - **driver residual** ``s`` (:func:`residuals`): the SGD driver's whole step timed on every
   mesh (:func:`.partners.driver_step`: its own trainer, the optimizer step and the batch
   included) less what the planner predicts for the same configuration from everything
   above (the median of :data:`DRIVER_ROUNDS` rounds over all the meshes and forms); the term
-  the kernels, the overheads and the waits do not hold, per step; on a mesh
+  the kernels, the overheads and the waits do not hold, per step; on a pipeline mesh timed
+  at each of its micro-batch counts and fitted as a line in the count; on a mesh
   with dp > 1 also with each ``--codecs`` codec and, on a dp-only mesh, ZeRO 2 and 3, each
   its own ``s`` (``"forms"``: what the form's exchange costs beyond its formula is in it;
   ZeRO 1, the dense exchange's calls, takes the dense ``s``);
@@ -211,34 +212,27 @@ def handoffs(path: Path, w: planner.Workload, cl: planner.Cluster, found: dict,
     the cost model prices for that slot (read from the calibration file ``path``, its links
     over ``cl``'s), at least 0; no pipeline and no tp: 0. With a pipeline or tp also its
     stage ``overhead`` per layer and micro-batch: the stages' compute less the kernels the
-    file has for the same shapes, over the layers, at least 0. The same for each other
-    micro-batch count a pipeline mesh was probed at (``"counts"``, by count)."""
+    file has for the same shapes, over the layers, at least 0."""
     from dataclasses import replace
 
     compute = planner.MeasuredCompute(path)
     measured = replace(cl, net=replace(cl.net, **{k: float(v)
                                                   for k, v in compute.network.items()}))
-    def terms(key: str, v: dict) -> dict:  # one probe's hand-off and stage overhead
+    out = {}
+    for key, v in found.items():
         dp, pp, tp = (int(x) for x in key.split(","))
         M = int(v["micro_batches"])
         messages = 0.0
         if pp > 1:
             c = planner.Configuration(dp, pp, tp, M, 0, "none", schedule)
             messages = planner.predict(c, w, measured, compute).pp / c.micro_batches
-        out = {**v, "messages": messages,
-               "handoff": max(0.0, v["slot"] - messages) if pp > 1 or tp > 1 else 0.0}
+        out[key] = {**v, "messages": messages,
+                    "handoff": max(0.0, v["slot"] - messages) if pp > 1 or tp > 1 else 0.0}
         if pp > 1 or tp > 1:  # the driver's pipelined stage (dp alone runs its MLP: o)
             rows = w.global_batch // (dp * M)
             kernels = sum(sum(compute.layer(rows, l.fan_in, l.fan_out, l.relu, l.input_grad))
                           for b in w.blocks(tp) for l in b)
-            out["overhead"] = max(0.0, v["stages_compute"] - kernels) / w.layers
-        return out
-
-    out = {}
-    for key, v in found.items():
-        out[key] = terms(key, v)
-        if "counts" in v:
-            out[key]["counts"] = {M: terms(key, u) for M, u in v["counts"].items()}
+            out[key]["overhead"] = max(0.0, v["stages_compute"] - kernels) / w.layers
     return out
 
 
@@ -249,7 +243,11 @@ def residuals(path: Path, w: planner.Workload, cl: planner.Cluster, schedule: st
     configuration the driver ran there (the mesh, its ``micro_batches``, no ZeRO, no codec),
     and that prediction as ``predicted``; the same for each data-parallel form the driver was
     timed with on that mesh (``"forms"``: its configuration with that ZeRO stage or codec).
-    Not bounded below: where the other terms overprice the mesh it is negative."""
+    Not bounded below: where the other terms overprice the mesh it is negative. A pipeline
+    mesh timed at other micro-batch counts too (``"counts"``) gets each count's residual, and
+    ``driver`` and ``driver_per_micro_batch`` are the least-squares line through them all:
+    ``s(M) = driver + driver_per_micro_batch (M - micro_batches)``; its forms' residuals,
+    measured at the probe's count, move with the same slope."""
     from dataclasses import replace
 
     compute = planner.MeasuredCompute(path)
@@ -266,6 +264,19 @@ def residuals(path: Path, w: planner.Workload, cl: planner.Cluster, schedule: st
         p = planner.predict(c, w, measured, compute)
         out[key]["predicted"] = p.step - p.driver
         out[key]["driver"] = float(v["driver_step"]) - out[key]["predicted"]
+        if v.get("counts"):  # a pipeline mesh: the least-squares line through each count's
+            counts = {}
+            for n, u in v["counts"].items():
+                c = planner.Configuration(dp, pp, tp, int(n), 0, "none", schedule)
+                p = planner.predict(c, w, measured, compute)
+                counts[n] = {**u, "predicted": p.step - p.driver,
+                             "driver": float(u["driver_step"]) - (p.step - p.driver)}
+            out[key]["counts"] = counts
+            points = [(M, out[key]["driver"]), *((int(n), u["driver"])
+                                                 for n, u in counts.items())]
+            slope, at_zero = np.polyfit(*zip(*points), 1)
+            out[key]["driver_per_micro_batch"] = float(slope)
+            out[key]["driver"] = float(at_zero + slope * M)
         forms = {}
         for form, f in (v.get("forms") or {}).items():
             c = planner.Configuration(dp, pp, tp, M, int(f["shard"]), f["codec"], schedule)
@@ -328,28 +339,30 @@ def run(path: Path, w: planner.Workload, cl: planner.Cluster, micro_factors, sch
     found = {}
     meshes = _partners.meshes(w, cl.ranks, micro_factors, schedule)
     with threadpool_limits(threads):
-        others = _partners.probe_counts(w, cl.ranks, micro_factors, schedule)
         for mesh in meshes:
             comm.Barrier()
-            key = ",".join(map(str, mesh[:3]))
-            found[key] = _partners.probe(comm, w, mesh)
-            for M in others.get(mesh[:3], ()):
-                comm.Barrier()
-                found[key].setdefault("counts", {})[str(M)] = _partners.probe(
-                    comm, w, (*mesh[:3], M))
+            found[",".join(map(str, mesh[:3]))] = _partners.probe(comm, w, mesh)
         # the driver's step on every mesh and form, in DRIVER_ROUNDS rounds over all of them:
         # a slow spell of the machine then falls on every mesh's median alike, not on one
-        steps: dict[tuple[str, str | None], list[float]] = {}
+        # (a pipeline mesh's dense step also at its other micro-batch counts)
+        others = _partners.other_counts(w, cl.ranks, micro_factors, schedule)
+        steps: dict[tuple[str, int, tuple | None], list[float]] = {}
         for _ in range(DRIVER_ROUNDS):
             for mesh in meshes:
                 key = ",".join(map(str, mesh[:3]))
-                for shard, codec in ((0, "none"), *_partners.driver_forms(mesh, codecs)):
+                runs = [(mesh[3], shard, codec) for shard, codec in
+                        ((0, "none"), *_partners.driver_forms(mesh, codecs))]
+                runs += [(M, 0, "none") for M in others.get(mesh[:3], ())]
+                for M, shard, codec in runs:
                     form = None if (shard, codec) == (0, "none") else (shard, codec)
                     comm.Barrier()
-                    steps.setdefault((key, form), []).append(_partners.driver_step(
-                        comm, w, mesh, dataset, schedule, shard=shard, codec=codec))
-        for (key, form), t in steps.items():
-            if form is None:
+                    steps.setdefault((key, M, form), []).append(_partners.driver_step(
+                        comm, w, (*mesh[:3], M), dataset, schedule, shard=shard, codec=codec))
+        for (key, M, form), t in steps.items():
+            if M != found[key]["micro_batches"]:
+                found[key].setdefault("counts", {})[str(M)] = {
+                    "micro_batches": M, "driver_step": statistics.median(t)}
+            elif form is None:
                 found[key]["driver_step"] = statistics.median(t)
             else:
                 found[key].setdefault("forms", {})[planner.driver_form(*form)] = {

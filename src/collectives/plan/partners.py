@@ -41,10 +41,9 @@ mesh:
   ``s``.
 
 Each mesh runs :data:`STEPS` steps after a warm-up one, with the middle of its configurations'
-micro-batch counts (:func:`meshes`) and the planner's global batch; a pipeline mesh's stage probe
-runs again at each of its other counts (:func:`probe_counts`), whose slot and stage overhead the
-planner takes for the configurations with that count. docs/planner.md has the formulas that use
-them.
+micro-batch counts (:func:`meshes`) and the planner's global batch; on a pipeline mesh the driver
+step is timed again at each of its other counts (:func:`other_counts`). docs/planner.md has the
+formulas that use them.
 """
 
 from __future__ import annotations
@@ -56,7 +55,7 @@ import numpy as np
 
 from ..parallel import planner
 
-__all__ = ["meshes", "probe_counts", "probe", "driver_step", "driver_argv", "driver_forms",
+__all__ = ["meshes", "other_counts", "probe", "driver_step", "driver_argv", "driver_forms",
            "STEPS", "DP_PROBE_ELEMENTS"]
 
 #: Timed steps per mesh (after one warm-up step).
@@ -75,12 +74,12 @@ def meshes(w: planner.Workload, ranks: int, micro_factors, schedule: str
     return [(*m, sorted(v)[len(v) // 2]) for m, v in sorted(counts.items()) if m != (1, 1, 1)]
 
 
-def probe_counts(w: planner.Workload, ranks: int, micro_factors, schedule: str
+def other_counts(w: planner.Workload, ranks: int, micro_factors, schedule: str
                  ) -> dict[tuple[int, int, int], list[int]]:
     """Each pipeline mesh's (pp > 1) valid micro-batch counts but the middle one
-    (:func:`meshes`' ``M``): the counts the stage probe runs again, each with its own slot
-    and stage overhead (``"micro_batches"`` of the mesh's entry, by count), since a slot
-    costs more the less compute each micro-batch carries."""
+    (:func:`meshes`' ``M``): the counts the driver's step is timed at again (dense, no ZeRO,
+    no codec), so that :mod:`.calibrate` fits the mesh's residual ``s`` as a line in the
+    count."""
     counts: dict[tuple[int, int, int], set[int]] = {}
     for c in planner.configurations(w, ranks, ("none",), micro_factors, schedule):
         if c.pp > 1:

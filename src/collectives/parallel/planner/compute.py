@@ -63,30 +63,28 @@ class ComputeModel(Protocol):
     def update(self, params: int) -> float:
         """Seconds of the optimizer step over ``params`` parameters."""
 
-    def overhead(self, mesh: tuple[int, int, int] | None = None,
-                 micro_batches: int | None = None) -> float:
+    def overhead(self, mesh: tuple[int, int, int] | None = None) -> float:
         """Seconds per layer and micro-batch outside the layer kernels (Python, the loss) on
-        ``mesh`` (``(dp, pp, tp)``; None: the data-parallel model's) with ``micro_batches``
-        micro-batches per step."""
+        ``mesh`` (``(dp, pp, tp)``; None: the data-parallel model's)."""
 
     def codec_speeds(self) -> dict[str, dict[str, float]]:
         """Codec speeds measured with the compute (a tuning file's ``"codecs"`` form), or {}."""
 
-    def sync(self, dp: int, pp: int, tp: int, micro_batches: int | None = None) -> float:
-        """Seconds a rank of this mesh (with ``micro_batches`` per step) waits per tp
-        allreduce (dp-only: per gradient allreduce) for partners still computing, beyond the
-        allreduce itself; 0 if unknown."""
+    def sync(self, dp: int, pp: int, tp: int) -> float:
+        """Seconds a rank of this mesh waits per tp allreduce (dp-only: per gradient
+        allreduce) for partners still computing, beyond the allreduce itself; 0 if unknown."""
 
-    def handoff(self, dp: int, pp: int, tp: int, micro_batches: int | None = None) -> float:
-        """Seconds per pipeline slot of this mesh (with ``micro_batches`` per step) beyond the
-        stage's compute and modelled messages (the neighbor hand-offs; one stage: the step's
-        closing wait); 0 if unknown."""
+    def handoff(self, dp: int, pp: int, tp: int) -> float:
+        """Seconds per pipeline slot of this mesh beyond the stage's compute and modelled
+        messages (the neighbor hand-offs; one stage: the step's closing wait); 0 if unknown."""
 
-    def driver(self, dp: int, pp: int, tp: int, shard: int = 0, codec: str = "none") -> float:
+    def driver(self, dp: int, pp: int, tp: int, shard: int = 0, codec: str = "none",
+               micro_batches: int | None = None) -> float:
         """Seconds per step of the driver's whole step on this mesh (with this ZeRO stage or
-        gradient codec: :func:`driver_form`) beyond what the other terms predict for it (the
-        optimizer's and the batch's work, the driver's bookkeeping, what the data-parallel
-        form costs beyond its formula; below 0 where they overprice it); 0 if unknown."""
+        gradient codec: :func:`driver_form`; with ``micro_batches`` per step) beyond what the
+        other terms predict for it (the optimizer's and the batch's work, the driver's
+        bookkeeping, what the data-parallel form costs beyond its formula; below 0 where
+        they overprice it); 0 if unknown."""
 
 
 @dataclass(frozen=True)
@@ -115,20 +113,20 @@ class FlopRate:
     def update(self, params: int) -> float:
         return params * self.update_s
 
-    def overhead(self, mesh: tuple[int, int, int] | None = None,
-                 micro_batches: int | None = None) -> float:
+    def overhead(self, mesh: tuple[int, int, int] | None = None) -> float:
         return self.overhead_s
 
     def codec_speeds(self) -> dict[str, dict[str, float]]:
         return {}
 
-    def sync(self, dp: int, pp: int, tp: int, micro_batches: int | None = None) -> float:
+    def sync(self, dp: int, pp: int, tp: int) -> float:
         return self.sync_s
 
-    def handoff(self, dp: int, pp: int, tp: int, micro_batches: int | None = None) -> float:
+    def handoff(self, dp: int, pp: int, tp: int) -> float:
         return self.handoff_s
 
-    def driver(self, dp: int, pp: int, tp: int, shard: int = 0, codec: str = "none") -> float:
+    def driver(self, dp: int, pp: int, tp: int, shard: int = 0, codec: str = "none",
+               micro_batches: int | None = None) -> float:
         for form in _forms(shard, codec):
             if form in self.forms:
                 return self.forms[form]
@@ -330,45 +328,41 @@ class MeasuredCompute:
         """The launch's measured codec speeds ({} outside a calibrated launch)."""
         return self.codecs
 
-    def _probe(self, mesh: tuple[int, int, int], micro_batches: int | None) -> dict:
-        """The mesh's probe in ``"partners"``: the one at ``micro_batches`` where the mesh was
-        probed at that count too (``"counts"``), else the mesh's own; {} if none."""
-        entry = self.partners.get(",".join(map(str, mesh))) or {}
-        return (entry.get("counts") or {}).get(str(micro_batches)) or entry
+    def _partner(self, dp: int, pp: int, tp: int, key: str) -> float:
+        return float((self.partners.get(f"{dp},{pp},{tp}") or {}).get(key, 0.0))
 
-    def _partner(self, dp: int, pp: int, tp: int, key: str,
-                 micro_batches: int | None = None) -> float:
-        return float(self._probe((dp, pp, tp), micro_batches).get(key, 0.0))
+    def sync(self, dp: int, pp: int, tp: int) -> float:
+        """The launch's measured wait per allreduce of this mesh (``"partners"``); else 0."""
+        return self._partner(dp, pp, tp, "sync")
 
-    def sync(self, dp: int, pp: int, tp: int, micro_batches: int | None = None) -> float:
-        """The launch's measured wait per allreduce of this mesh (``"partners"``; at this
-        micro-batch count where it was probed at it); else 0."""
-        return self._partner(dp, pp, tp, "sync", micro_batches)
+    def handoff(self, dp: int, pp: int, tp: int) -> float:
+        """The launch's measured hand-off per pipeline slot of this mesh; else 0."""
+        return self._partner(dp, pp, tp, "handoff")
 
-    def handoff(self, dp: int, pp: int, tp: int, micro_batches: int | None = None) -> float:
-        """The launch's measured hand-off per pipeline slot of this mesh (at this
-        micro-batch count where it was probed at it); else 0."""
-        return self._partner(dp, pp, tp, "handoff", micro_batches)
-
-    def driver(self, dp: int, pp: int, tp: int, shard: int = 0, codec: str = "none") -> float:
+    def driver(self, dp: int, pp: int, tp: int, shard: int = 0, codec: str = "none",
+               micro_batches: int | None = None) -> float:
         """The launch's measured driver residual per step of this mesh (the driver's whole
         step less the other terms' prediction of it, ``"partners"``): of this data-parallel
         form where the file has it (``"forms"``, :func:`driver_form`), else of the mesh's
-        dense configuration; else 0."""
-        forms = (self.partners.get(f"{dp},{pp},{tp}") or {}).get("forms") or {}
-        for form in _forms(shard, codec):
-            if "driver" in (forms.get(form) or {}):
-                return float(forms[form]["driver"])
-        return self._partner(dp, pp, tp, "driver")
+        dense configuration; on a mesh whose residual was fitted as a line in the micro-batch
+        count (``"driver_per_micro_batch"``), plus its slope times ``micro_batches`` less the
+        probe's count; else 0."""
+        entry = self.partners.get(f"{dp},{pp},{tp}") or {}
+        forms = entry.get("forms") or {}
+        s = next((float(forms[f]["driver"]) for f in _forms(shard, codec)
+                  if "driver" in (forms.get(f) or {})), float(entry.get("driver", 0.0)))
+        if micro_batches is not None and "driver_per_micro_batch" in entry:
+            s += float(entry["driver_per_micro_batch"]) * (micro_batches
+                                                           - int(entry["micro_batches"]))
+        return s
 
-    def overhead(self, mesh: tuple[int, int, int] | None = None,
-                 micro_batches: int | None = None) -> float:
+    def overhead(self, mesh: tuple[int, int, int] | None = None) -> float:
         """The launch's measured per-layer overhead: of ``mesh``'s pipelined stage where the
-        file has it (``"partners"``; at this micro-batch count where it was probed at it),
-        else of the data-parallel ``MLP``; 0 outside a calibrated launch."""
+        file has it (``"partners"``), else of the data-parallel ``MLP``; 0 outside a
+        calibrated launch."""
         if self.launch is None:
             return 0.0
-        per_mesh = self._probe(mesh, micro_batches) if mesh else {}
+        per_mesh = (self.partners.get(",".join(map(str, mesh))) or {}) if mesh else {}
         if "overhead" in per_mesh:
             return float(per_mesh["overhead"])
         return self._lookup("overhead", lambda: [0.0])[0]

@@ -19,9 +19,7 @@ pipelined stage of this mesh where it runs one, else on its ``MLP``; 0 without i
 and ``h`` the mesh's partner waits measured in the launch by running the driver's own stage
 (:mod:`collectives.plan.partners`; 0 without it): ``w`` per allreduce, the wait for partners
 still computing that back-to-back allreduces never see, ``h`` per pipeline slot, what a slot
-costs beyond its compute and the modelled messages; on a pipeline mesh ``w``, ``h`` and ``o``
-are those probed at the configuration's micro-batch count ``M`` (the fewer rows a micro-batch
-has, the larger a slot's share of hand-offs). Per micro-batch, stage ``s`` costs::
+costs beyond its compute and the modelled messages. Per micro-batch, stage ``s`` costs::
 
     c_s = sum over its layers of F_l(r) + B_l(r) + o
     x_s = sum over its tensor-parallel pairs (i, i+1) of
@@ -59,7 +57,10 @@ calibration): the driver's whole step measured in the launch on that mesh (the p
 micro-batch count) less the rest of this formula for the same configuration,
 :mod:`collectives.plan.calibrate`: the optimizer's and the batch's work and the driver's
 bookkeeping that the kernels, ``o`` and the waits do not hold; it may be below 0 where the
-other terms overprice the mesh. On a mesh with dp > 1 it is measured per data-parallel form
+other terms overprice the mesh. On a pipeline mesh the driver is timed at each of its
+micro-batch counts and ``s`` is the least-squares line through those residuals,
+``s(M) = s(M_probe) + s_M (M - M_probe)``: per micro-batch the driver does work the stage
+probe's ``o`` and ``h`` hold only in part. On a mesh with dp > 1 it is measured per data-parallel form
 (:func:`~.compute.driver_form`): dense, ZeRO 2 and 3 where the driver takes them (dp-only
 meshes) and each calibrated codec have their own ``s``, the driver timed with that form, so
 what the form's exchange costs beyond its ``dp_s`` line (the buckets, the layers' gathers,
@@ -218,10 +219,10 @@ def predict(c: Configuration, w: Workload, cl: Cluster, compute: ComputeModel,
     dp_net = group_network(cl, axis_groups("dp", c.dp, c.pp, c.tp))
 
     blocks = w.blocks(c.tp)
-    o = compute.overhead((c.dp, c.pp, c.tp), M)
+    o = compute.overhead((c.dp, c.pp, c.tp))
     comp = [sum(sum(compute.layer(rows, l.fan_in, l.fan_out, l.relu, l.input_grad)) + o
                 for l in b) for b in blocks]
-    sync = compute.sync(c.dp, c.pp, c.tp, M)
+    sync = compute.sync(c.dp, c.pp, c.tp)
     tpx = [_tp_seconds(b, w, rows, c.tp, tp_net, algorithm, sync) for b in blocks]
     groups = partition([a + b for a, b in zip(comp, tpx)], S)
 
@@ -233,7 +234,7 @@ def predict(c: Configuration, w: Workload, cl: Cluster, compute: ComputeModel,
 
     # the hand-off per slot: with a pipeline the neighbor messages', else the step's closing
     # wait of a tp mesh (the executor's barrier)
-    h = compute.handoff(c.dp, c.pp, c.tp, M) if S > 1 or c.tp > 1 else 0.0
+    h = compute.handoff(c.dp, c.pp, c.tp) if S > 1 or c.tp > 1 else 0.0
     per = []
     for s, g in enumerate(groups):
         cs, xs = sum(comp[j] for j in g), sum(tpx[j] for j in g)
@@ -280,4 +281,4 @@ def predict(c: Configuration, w: Workload, cl: Cluster, compute: ComputeModel,
     stages = tuple(tuple(l.index for j in g for l in blocks[j]) for g in groups)
     return Prediction(c, M * c_star + u_tail, (S - 1) * t_star, dp_tail, M * q_star,
                       M * x_star, memory, stages,
-                      compute.driver(c.dp, c.pp, c.tp, c.shard, c.codec))
+                      compute.driver(c.dp, c.pp, c.tp, c.shard, c.codec, M))
