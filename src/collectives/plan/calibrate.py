@@ -264,7 +264,7 @@ def residuals(path: Path, w: planner.Workload, cl: planner.Cluster, schedule: st
         p = planner.predict(c, w, measured, compute)
         out[key]["predicted"] = p.step - p.driver
         out[key]["driver"] = float(v["driver_step"]) - out[key]["predicted"]
-        if v.get("counts"):  # a pipeline mesh: the least-squares line through each count's
+        if v.get("counts"):  # a pipeline mesh: each count's residual, and the line through all
             counts = {}
             for n, u in v["counts"].items():
                 c = planner.Configuration(dp, pp, tp, int(n), 0, "none", schedule)
