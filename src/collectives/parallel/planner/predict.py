@@ -56,20 +56,20 @@ with ``s`` the mesh's driver residual per step (``ComputeModel.driver``; 0 witho
 calibration): the driver's whole step measured in the launch on that mesh (the probe's
 micro-batch count) less the rest of this formula for the same configuration,
 :mod:`collectives.plan.calibrate`: the optimizer's and the batch's work and the driver's
-bookkeeping that the kernels, ``o`` and the waits do not hold; it may be below 0 where the
-other terms overprice the mesh. On a pipeline mesh the driver is timed at each of its
-micro-batch counts and ``s`` is the least-squares line through those residuals,
+bookkeeping that the kernels, ``o`` and the waits do not hold; it may be below 0 where the other
+terms overprice the mesh. On a pipeline mesh the driver is timed at each of its micro-batch
+counts and ``s`` is the least-squares line through those residuals,
 ``s(M) = s(M_probe) + s_M (M - M_probe)``: per micro-batch the driver does work the stage
-probe's ``o`` and ``h`` hold only in part. On a mesh with dp > 1 it is measured per data-parallel form
-(:func:`~.compute.driver_form`): dense, ZeRO 2 and 3 where the driver takes them (dp-only
-meshes) and each calibrated codec have their own ``s``, the driver timed with that form, so
-what the form's exchange costs beyond its ``dp_s`` line (the buckets, the layers' gathers,
-the passes over the vector the cost model does not see) is in it; ZeRO 1, whose exchange is
-the dense one's calls (ring allreduce's two halves in place), and a form the calibration did
-not time take the dense one. So ``step = compute + bubble + dp + pp + tp + s``. Memory per rank (the largest stage; float32):
-parameters ``4 Psi`` (``/dp`` at ZeRO 3), gradients ``4 Psi`` (``/dp`` at 2-3), optimizer state
-(the momentum, plus error feedback's residual for codecs that need one) ``4 Psi`` each (``/dp``
-at 1-3), activations ``4 r (w_in(s) + sum of its layers' local outputs)`` per micro-batch in
+probe's ``o`` and ``h`` hold only in part. On a mesh with dp > 1 it is measured per
+data-parallel form (:func:`~.compute.driver_form`): dense, ZeRO 2 and 3 where the driver takes them (dp-only
+meshes) and each calibrated codec have their own ``s``, the driver timed with that form, so what
+the form's exchange costs beyond its ``dp_s`` line (the buckets, the layers' gathers, the passes
+over the vector the cost model does not see) is in it; ZeRO 1, whose exchange is the dense one's
+calls (ring allreduce's two halves in place), and a form the calibration did not time take the
+dense one. So ``step = compute + bubble + dp + pp + tp + s``. Memory per rank (the largest
+stage; float32): parameters ``4 Psi`` (``/dp`` at ZeRO 3), gradients ``4 Psi`` (``/dp`` at
+2-3), optimizer state (the momentum, plus error feedback's residual for codecs that need one)
+``4 Psi`` each (``/dp`` at 1-3), activations ``4 r (w_in(s) + sum of its layers' local outputs)`` per micro-batch in
 flight: ``M`` for GPipe, ``min(M, S - s)`` for 1F1B.
 
 Not modelled: communication overlapped with compute (everything above is serial), stragglers
