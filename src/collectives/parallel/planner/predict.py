@@ -61,16 +61,17 @@ terms overprice the mesh. On a pipeline mesh the driver is timed at each of its 
 counts and ``s`` is the least-squares line through those residuals,
 ``s(M) = s(M_probe) + s_M (M - M_probe)``: per micro-batch the driver does work the stage
 probe's ``o`` and ``h`` hold only in part. On a mesh with dp > 1 it is measured per
-data-parallel form (:func:`~.compute.driver_form`): dense, ZeRO 2 and 3 where the driver
-takes them (dp-only meshes) and each calibrated codec have their own ``s``, the driver timed with that form, so what
-the form's exchange costs beyond its ``dp_s`` line (the buckets, the layers' gathers, the passes
-over the vector the cost model does not see) is in it; ZeRO 1, whose exchange is the dense one's
-calls (ring allreduce's two halves in place), and a form the calibration did not time take the
-dense one. So ``step = compute + bubble + dp + pp + tp + s``. Memory per rank (the largest
-stage; float32): parameters ``4 Psi`` (``/dp`` at ZeRO 3), gradients ``4 Psi`` (``/dp`` at
-2-3), optimizer state (the momentum, plus error feedback's residual for codecs that need one)
-``4 Psi`` each (``/dp`` at 1-3), activations ``4 r (w_in(s) + sum of its layers' local
-outputs)`` per micro-batch in flight: ``M`` for GPipe, ``min(M, S - s)`` for 1F1B.
+data-parallel form (:func:`~.compute.driver_form`): dense, ZeRO 2 and 3 where the driver takes
+them (dp-only meshes) and each calibrated codec have their own ``s``, the driver timed with that
+form, so what the form's exchange costs beyond its ``dp_s`` line (the buckets, the layers'
+gathers, the passes over the vector the cost model does not see) is in it; ZeRO 1, whose
+exchange is the dense one's calls (ring allreduce's two halves in place), and a form the
+calibration did not time take the dense one. So ``step = compute + bubble + dp + pp + tp + s``.
+Memory per rank (the largest stage; float32): parameters ``4 Psi`` (``/dp`` at ZeRO 3),
+gradients ``4 Psi`` (``/dp`` at 2-3), optimizer state (the momentum, plus error feedback's
+residual for codecs that need one) ``4 Psi`` each (``/dp`` at 1-3), activations
+``4 r (w_in(s) + sum of its layers' local outputs)`` per micro-batch in flight: ``M`` for GPipe,
+``min(M, S - s)`` for 1F1B.
 
 Not modelled: communication overlapped with compute (everything above is serial), stragglers
 and noise, memory limits. Ranks sharing cores are in the measured ``F``, ``B`` when the compute
