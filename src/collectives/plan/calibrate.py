@@ -253,6 +253,10 @@ def residuals(path: Path, w: planner.Workload, cl: planner.Cluster, schedule: st
     compute = planner.MeasuredCompute(path)
     measured = replace(cl, net=replace(cl.net, **{k: float(v)
                                                   for k, v in compute.network.items()}))
+    def residual(c: planner.Configuration, step: float) -> dict[str, float]:
+        p = planner.predict(c, w, measured, compute)  # the file has no s yet: p.driver is 0
+        return {"predicted": p.step - p.driver, "driver": float(step) - (p.step - p.driver)}
+
     out = {}
     for key, v in compute.partners.items():
         out[key] = dict(v)
@@ -260,29 +264,22 @@ def residuals(path: Path, w: planner.Workload, cl: planner.Cluster, schedule: st
             continue
         dp, pp, tp = (int(x) for x in key.split(","))
         M = int(v["micro_batches"])
-        c = planner.Configuration(dp, pp, tp, M, 0, "none", schedule)
-        p = planner.predict(c, w, measured, compute)
-        out[key]["predicted"] = p.step - p.driver
-        out[key]["driver"] = float(v["driver_step"]) - out[key]["predicted"]
+        out[key].update(residual(planner.Configuration(dp, pp, tp, M, 0, "none", schedule),
+                                 v["driver_step"]))
         if v.get("counts"):  # a pipeline mesh: each count's residual, and the line through all
-            counts = {}
-            for n, u in v["counts"].items():
-                c = planner.Configuration(dp, pp, tp, int(n), 0, "none", schedule)
-                p = planner.predict(c, w, measured, compute)
-                counts[n] = {**u, "predicted": p.step - p.driver,
-                             "driver": float(u["driver_step"]) - (p.step - p.driver)}
+            counts = {n: {**u, **residual(planner.Configuration(dp, pp, tp, int(n), 0, "none",
+                                                                 schedule), u["driver_step"])}
+                      for n, u in v["counts"].items()}
             out[key]["counts"] = counts
             points = [(M, out[key]["driver"]), *((int(n), u["driver"])
                                                  for n, u in counts.items())]
             slope, at_zero = np.polyfit(*zip(*points), 1)
             out[key]["driver_per_micro_batch"] = float(slope)
             out[key]["driver"] = float(at_zero + slope * M)
-        forms = {}
-        for form, f in (v.get("forms") or {}).items():
-            c = planner.Configuration(dp, pp, tp, M, int(f["shard"]), f["codec"], schedule)
-            p = planner.predict(c, w, measured, compute)
-            forms[form] = {**f, "predicted": p.step - p.driver,
-                           "driver": float(f["driver_step"]) - (p.step - p.driver)}
+        forms = {form: {**f, **residual(planner.Configuration(dp, pp, tp, M, int(f["shard"]),
+                                                              f["codec"], schedule),
+                                        f["driver_step"])}
+                 for form, f in (v.get("forms") or {}).items()}
         if forms:
             out[key]["forms"] = forms
     return out

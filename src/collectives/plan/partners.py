@@ -64,14 +64,21 @@ STEPS = 4
 DP_PROBE_ELEMENTS = 1 << 18
 
 
+def _counts(w: planner.Workload, ranks: int, micro_factors, schedule: str
+            ) -> dict[tuple[int, int, int], list[int]]:
+    """Every ``(dp, pp, tp)`` of a valid configuration, with its valid micro-batch counts."""
+    counts: dict[tuple[int, int, int], set[int]] = {}
+    for c in planner.configurations(w, ranks, ("none",), micro_factors, schedule):
+        counts.setdefault((c.dp, c.pp, c.tp), set()).add(c.micro_batches)
+    return {m: sorted(v) for m, v in sorted(counts.items())}
+
+
 def meshes(w: planner.Workload, ranks: int, micro_factors, schedule: str
            ) -> list[tuple[int, int, int, int]]:
     """Every ``(dp, pp, tp)`` of a valid configuration but the single rank, with the middle of
     its valid micro-batch counts: ``(dp, pp, tp, M)``."""
-    counts: dict[tuple[int, int, int], set[int]] = {}
-    for c in planner.configurations(w, ranks, ("none",), micro_factors, schedule):
-        counts.setdefault((c.dp, c.pp, c.tp), set()).add(c.micro_batches)
-    return [(*m, sorted(v)[len(v) // 2]) for m, v in sorted(counts.items()) if m != (1, 1, 1)]
+    return [(*m, v[len(v) // 2]) for m, v in _counts(w, ranks, micro_factors, schedule).items()
+            if m != (1, 1, 1)]
 
 
 def other_counts(w: planner.Workload, ranks: int, micro_factors, schedule: str
@@ -80,12 +87,8 @@ def other_counts(w: planner.Workload, ranks: int, micro_factors, schedule: str
     (:func:`meshes`' ``M``): the counts the driver's step is timed at again (dense, no ZeRO,
     no codec), so that :mod:`.calibrate` fits the mesh's residual ``s`` as a line in the
     count."""
-    counts: dict[tuple[int, int, int], set[int]] = {}
-    for c in planner.configurations(w, ranks, ("none",), micro_factors, schedule):
-        if c.pp > 1:
-            counts.setdefault((c.dp, c.pp, c.tp), set()).add(c.micro_batches)
-    middle = {m[:3]: m[3] for m in meshes(w, ranks, micro_factors, schedule)}
-    return {m: [M for M in sorted(v) if M != middle[m]] for m, v in sorted(counts.items())}
+    return {m: [M for M in v if M != v[len(v) // 2]]
+            for m, v in _counts(w, ranks, micro_factors, schedule).items() if m[1] > 1}
 
 
 def driver_forms(mesh: tuple[int, int, int, int], codecs) -> list[tuple[int, str]]:
