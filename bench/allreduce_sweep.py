@@ -32,7 +32,11 @@ column's ratio to ``mpi``. The mode says what happens between calls:
   of one algorithm with different options on the same arrays would replace each other's
   remembered call at every call and both pay a first call's path. Compare such columns with
   each other (``shm:cma=4M`` is the default threshold under MPICH), not with ``shm`` or
-  ``auto``, whose arrays the other columns share and keep warm.
+  ``auto``, whose arrays the other columns share and keep warm. The key ``mem`` puts the
+  column's input (``mem=in``), output (``mem=out``) or both (``mem=both``) in shared memory
+  (``collectives.empty``): ``shm:cma=never:mem=in`` is the slots' path with nothing to stage,
+  ``mem=out`` with nothing to copy out, so that, back to back, each step's cost is the
+  difference to ``shm:cma=never`` (docs/benchmarks/shm.md, "Where the time goes").
 
 ``--json FILE`` adds this run's records (``collectives.tools.osu.results.Record``, benchmark
 ``allreduce_sweep``) to FILE, replacing any of the same world size, so runs at several ``P`` make
@@ -71,20 +75,27 @@ CHUNK = {"interleaved": 1, "evicting": 1, "back-to-back": 20}
 KNOBS = {"cma": "shm_cma_bytes", "seg": "shm_segment_bytes"}
 #: a byte count above any call (an option value ``never``)
 NEVER = 2**63 - 1
+#: the key ``mem``'s values: which of the column's arrays are ``collectives.empty`` buffers
+SHARED = {"in": (True, False), "out": (False, True), "both": (True, True)}
 
 
-def column(name: str) -> tuple[str, dict[str, int]]:
-    """The algorithm and the options of the column ``name`` (``shm:cma=4M``: ``"shm"`` and
-    ``{"shm_cma_bytes": 4194304}``). Raises ValueError naming the keys for an unknown one."""
+def column(name: str) -> tuple[str, dict[str, int], str | None]:
+    """The algorithm, the options and the ``mem`` value (None: NumPy arrays) of the column
+    ``name`` (``shm:cma=4M:mem=in``: ``"shm"``, ``{"shm_cma_bytes": 4194304}`` and ``"in"``).
+    Raises ValueError naming the keys for an unknown one."""
     algorithm, *pairs = name.split(":")
-    fields = {}
+    fields, mem = {}, None
     for pair in pairs:
         key, _, value = pair.partition("=")
-        if key not in KNOBS or not value:
+        if key == "mem" and value in SHARED:
+            mem = value
+        elif key not in KNOBS or not value:
             raise ValueError(f"column {name!r}: options are KEY=VALUE with KEY one of "
-                             f"{', '.join(KNOBS)}, got {pair!r}")
-        fields[KNOBS[key]] = NEVER if value == "never" else parse_bytes(value)
-    return algorithm, fields
+                             f"{', '.join(KNOBS)} (a byte count), or mem={'|'.join(SHARED)}; "
+                             f"got {pair!r}")
+        else:
+            fields[KNOBS[key]] = NEVER if value == "never" else parse_bytes(value)
+    return algorithm, fields, mem
 
 
 def llc_bytes() -> int:
@@ -130,10 +141,13 @@ def _call(name: str, x: np.ndarray, y: np.ndarray, bare: MPI.Comm, opts: collect
     other algorithm as a user calls it (default options, read from the environment)."""
     if name == "mpi":
         return lambda: bare.Allreduce(x, y, op=MPI.SUM)
-    algorithm, fields = column(name)
-    if fields:  # on arrays of its own (see the module docstring)
+    algorithm, fields, mem = column(name)
+    if fields or mem:  # on arrays of its own (see the module docstring)
         given = dataclasses.replace(collectives.Options.from_env(), **fields)
-        xs, ys = x.copy(), np.empty_like(y)
+        shared_in, shared_out = SHARED.get(mem, (False, False))
+        xs = collectives.empty(x.size, x.dtype) if shared_in else np.empty_like(x)
+        ys = collectives.empty(y.size, y.dtype) if shared_out else np.empty_like(y)
+        xs[:] = x
         return lambda: collectives.allreduce(xs, out=ys, algorithm=algorithm, options=given)
     if name == "hierarchical":
         return lambda: collectives.allreduce(x, out=y, algorithm=name, options=opts)

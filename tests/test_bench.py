@@ -541,22 +541,42 @@ def test_allreduce_sweep_columns_with_options(tmp_path):
     spec = importlib.util.spec_from_file_location("sweep", ROOT / "bench" / "allreduce_sweep.py")
     sweep = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sweep)
-    assert sweep.column("shm") == ("shm", {})
+    assert sweep.column("shm") == ("shm", {}, None)
     assert sweep.column("shm:cma=4M:seg=never") == \
-        ("shm", {"shm_cma_bytes": 4 << 20, "shm_segment_bytes": sweep.NEVER})
-    for bad in ("shm:cmb=0", "shm:cma", "shm:cma=lots"):
+        ("shm", {"shm_cma_bytes": 4 << 20, "shm_segment_bytes": sweep.NEVER}, None)
+    assert sweep.column("shm:cma=never:mem=in") == ("shm", {"shm_cma_bytes": sweep.NEVER}, "in")
+    for bad in ("shm:cmb=0", "shm:cma", "shm:cma=lots", "shm:mem=elsewhere"):
         with pytest.raises(ValueError, match="cma, seg|byte count"):
             sweep.column(bad)
     out = tmp_path / "columns.json"
-    _bench_job(2, "allreduce_sweep.py", "--algorithms", "mpi,shm,shm:cma=0,shm:cma=never",
+    names = ("mpi", "shm", "shm:cma=0", "shm:cma=never", "shm:cma=never:mem=in",
+             "shm:cma=never:mem=out", "shm:mem=both")
+    _bench_job(2, "allreduce_sweep.py", "--algorithms", ",".join(names),
                "--sizes", "8,65536", "--iterations", "4", "--iterations-large", "4", out=out)
     records = json.loads(out.read_text())["records"]
     assert {(r["algorithm"], r["size"]) for r in records} == \
-        {(a, n) for a in ("mpi", "shm", "shm:cma=0", "shm:cma=never") for n in (8, 65536)}
+        {(a, n) for a in names for n in (8, 65536)}
     bad = subprocess.run([sys.executable, str(ROOT / "bench" / "allreduce_sweep.py"),
                           "--algorithms", "mpi,shm:cmb=0"], capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode == 2 and "KEY one of cma, seg" in bad.stderr
+
+
+def test_core_to_core(tmp_path):
+    """bench/core_to_core.py: the round trip and every copy timed at each size (it checks that
+    each read of the other process's writes got them), in the table and the JSON file."""
+    out = tmp_path / "cores.json"
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "core_to_core.py"), "--sizes",
+                          "4K,64K", "--calls", "3", "--json", str(out)], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(out.read_text())
+    assert result["round_trip_ns"] > 0 and list(result["sizes"]) == ["4096", "65536"]
+    kinds = {"read theirs", "read local", "write theirs", "write local"}
+    assert all(set(row) == kinds and min(row.values()) > 0 for row in result["sizes"].values())
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("# one cache line core to core and back: ")
+    assert [line.split()[0] for line in lines[2:]] == ["4096", "65536"]
 
 
 def test_cma_copy_rate(tmp_path):
