@@ -198,6 +198,40 @@ def test_bad_nodes(tmp_path, nodes):
         selection.read(_file(tmp_path, {"4": {"rules": RULES, "nodes": nodes}}))
 
 
+def test_shm_cma_bytes_read_and_checked(tmp_path, use):
+    use(_file(tmp_path, {"2": {"rules": RULES, "shm_cma_bytes": 262144}, "4": {"rules": RULES}}))
+    assert selection.entry_for(2).shm_cma_bytes == 262144
+    assert selection.entry_for(4).shm_cma_bytes is None
+    for bad in (-1, 1.5, "4M", True, [1]):
+        with pytest.raises(selection.TuningFileError, match="'shm_cma_bytes' must be"):
+            selection.read(_file(tmp_path, {"2": {"rules": RULES, "shm_cma_bytes": bad}}))
+
+
+def test_cma_threshold_from_the_two_transfers():
+    """collectives-tune's shm threshold: where cross-memory attach starts winning by more than
+    the margin and never loses by more than it above; above any call where the slots win at the
+    largest size; None (the built-in threshold) where neither wins anywhere."""
+    from collectives.tools.tuning.tune import CMA_COLUMNS, cma_threshold
+
+    slots, cma = CMA_COLUMNS
+    never = CMA_COLUMNS[slots]
+
+    def times(*pairs):
+        sizes = [64 << 10, 256 << 10, 1 << 20, 4 << 20]
+        return {s: {slots: a, cma: b} for s, (a, b) in zip(sizes, pairs)}
+
+    t = times((10, 20), (100, 70), (400, 200), (1600, 800))
+    assert cma_threshold(t, 0.05, 64 << 10) == 256 << 10  # the first size above replication
+    assert cma_threshold(t, 0.05, 0) == int(((64 << 10) * (256 << 10)) ** 0.5)
+    t = times((10, 20), (100, 99), (400, 300), (1600, 800))
+    assert cma_threshold(t, 0.05, 0) == 1 << 19  # 256 KiB within the margin: from between
+    t = times((10, 20), (100, 70), (400, 450), (1600, 800))
+    assert cma_threshold(t, 0.05, 0) == 2 << 20  # the slots win at 1 MiB: after it
+    assert cma_threshold(times((10, 20), (100, 70), (400, 300), (1600, 1800)), 0.05, 0) == never
+    assert cma_threshold(times((10, 10.2), (100, 99), (400, 401), (1600, 1599)), 0.05, 0) is None
+    assert cma_threshold({}, 0.05, 0) is None
+
+
 def test_bad_model(tmp_path):
     with pytest.raises(selection.TuningFileError, match="'model' must be an object"):
         selection.read(_file(tmp_path, {"4": {"rules": RULES, "model": [1, 2]}}))

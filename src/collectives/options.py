@@ -120,10 +120,12 @@ class Options:
     shm_cma_bytes
         Bytes from which the "shm" allreduce reads the other ranks' private buffers by
         cross-memory attach (``process_vm_readv``) instead of staging them through the slots,
-        where the kernel allows it. None (default): the team's own threshold for the MPI library
-        and the machine (``collectives/algorithms/shm.py``); 0: at every size; a size above any
-        call: never. A team is made per value (a window each), so that tests and
-        bench/shm_thresholds.py can compare both transfers; "hierarchical" keeps the default.
+        where the kernel allows it. None (default): the one ``collectives-tune`` measured for the
+        communicator's size on this machine (the tuning file's ``shm_cma_bytes``), else the
+        team's own for the MPI library and the machine (``collectives/algorithms/shm.py``); 0:
+        at every size; a size above any call: never. A team is made per value (a window each),
+        so that tests and bench/shm_thresholds.py can compare both transfers; "hierarchical"
+        keeps the built-in threshold.
     """
 
     segment_bytes: int = 1 << 20

@@ -104,6 +104,46 @@ def test_cma_threshold_option(transfer, comm):
             bounce + int(team.tab[layout.T_CMA_SEGMENT]) <= held.ctypes.data + held.nbytes
 
 
+def test_tuned_cma_threshold(comm, monkeypatch, tmp_path_factory):
+    """A tuning file's ``shm_cma_bytes`` for this world size (what ``collectives-tune``
+    measured) is the threshold of a new communicator's team, the same on every rank; the
+    option overrides it; a file without it, or another world size's, leaves the built-in one;
+    the results are the built-in team's bits."""
+    from collectives import selection
+
+    path = comm.bcast(str(tmp_path_factory.mktemp("tuned") / "tuning.json") if comm.rank == 0
+                      else None)
+    x = make_input(50_001, np.dtype(np.float32), "sum", comm.rank)
+    expected = collectives.allreduce(x, algorithm="shm", comm=comm, options=SMALL)
+    monkeypatch.setenv(selection.ENV, path)
+    found = {}
+    for name, entry in (("tuned", {"shm_cma_bytes": 12345}), ("untuned", {}),
+                        ("other size", None)):
+        if comm.rank == 0:
+            sizes = {comm.size: {"rules": [{"max_bytes": None, "algorithm": "ring"}], **entry}} \
+                if entry is not None else {comm.size + 1: {"rules": [], "shm_cma_bytes": 1}}
+            selection.write(path, sizes)
+        comm.Barrier()
+        selection.clear_cache()
+        fresh = comm.Dup()
+        try:
+            for opts in (SMALL, collectives.Options(shm_segment_bytes=256, shm_cma_bytes=777)):
+                y = collectives.allreduce(x, algorithm="shm", comm=fresh, options=opts)
+                assert np.array_equal(y, expected), name
+                team = shm.team(context(fresh), opts)
+                found[name, opts.shm_cma_bytes] = int(team.tab[layout.T_CMA]), team.cma
+        finally:
+            fresh.Free()
+    selection.clear_cache()
+    if not found["tuned", None][1]:
+        pytest.skip("process_vm_readv is not permitted here: the threshold is never read")
+    built_in = shm_team._cma_bytes(comm.size <= (os.cpu_count() or 1))
+    assert found["tuned", None][0] == 12345 and found["tuned", 777][0] == 777
+    assert found["untuned", None][0] == found["other size", None][0] == built_in
+    assert found["untuned", 777][0] == 777
+    assert comm.allgather(found) == [found] * comm.size
+
+
 @pytest.mark.parametrize("op", OPS)
 def test_cross_memory_attach_many_rounds(op, monkeypatch, shm_driver, comm):
     """Private buffers read by cross-memory attach over tens to hundreds of rounds, in place

@@ -24,7 +24,9 @@ kernel allows it: the reducer reads the other ranks' segments of its block strai
 memory with ``process_vm_readv`` (cross-memory attach, as MPICH's and Open MPI's single-copy
 transports do), and each rank then reads the other blocks straight from their reducers'
 outputs; every rank writes only its own memory (``_runtime/shmem/team.py``).
-``Options.shm_cma_bytes`` sets that threshold instead (0: every size; one above any call: never).
+A threshold ``collectives-tune`` measured on this machine (the tuning file's ``shm_cma_bytes``)
+replaces the built-in one, ``Options.shm_cma_bytes`` either (0: every size; one above any call:
+never).
 
 Ranks hand rounds to each other through counters in the window (``_runtime/shmem/team.py``; the
 protocol and why it is correct under MPI's memory model: docs/shm-protocol.md), never through MPI
@@ -80,7 +82,7 @@ from ..options import Options
 from .flat import FLAT
 
 __all__ = ["allreduce", "allreduce_without_waiting", "lane", "Lane", "on_one_node", "prepare",
-           "team", "team_key", "REPLICATE_BYTES"]
+           "team", "team_key", "tuned_cma_bytes", "REPLICATE_BYTES"]
 
 #: Up to this many bytes every rank reduces the whole vector itself from every input (one
 #: hand-off per round instead of two; the same operands in the same order, so the same bits).
@@ -122,8 +124,20 @@ def team(ctx: Context, opts: Options) -> Team:
 def _make_team(ctx: Context, opts: Options, touch: bool = False) -> Team | str:
     """The team, or the reason there is none (cached like a team, raised at every call)."""
     why = _why_not(ctx, opts)
-    return why if why is not None else Team(ctx.comm, opts.shm_segment_bytes, registry(ctx),
-                                            touch, opts.shm_cma_bytes)
+    if why is not None:
+        return why
+    cma = opts.shm_cma_bytes if opts.shm_cma_bytes is not None else tuned_cma_bytes(ctx.comm)
+    return Team(ctx.comm, opts.shm_segment_bytes, registry(ctx), touch, cma)
+
+
+def tuned_cma_bytes(comm: Any) -> int | None:
+    """The cross-memory attach threshold that ``collectives-tune`` measured for this many ranks
+    on one node (the tuning file's ``shm_cma_bytes``), or None: the team's built-in one.
+    Collective (rank 0 reads the file, every rank gets its verdict)."""
+    from ..selection.network import read_entry
+
+    entry = read_entry(comm, stacklevel=6)
+    return None if entry is None else entry.shm_cma_bytes
 
 
 def prepare(ctx: Context, opts: Options) -> None:

@@ -16,7 +16,8 @@ The file (JSON)::
                            "model": {"alpha": 2e-06, "beta": 1.5e-10, "gamma": 1e-10,
                                      "alpha_native": 5e-07, "alpha_inter": 6e-05,
                                      "beta_inter": 8e-09, "node_size": 2},
-                           "measured_us": {"8": {"native": 30.1, "ring": 80.2}}}}}
+                           "measured_us": {"8": {"native": 30.1, "ring": 80.2}},
+                           "shm_cma_bytes": 262144}}}
 
 A file may also hold ``"codecs"``: the codec pipeline's measured speed on this machine, by codec
 spec, for ``codec="auto:..."`` (:mod:`collectives.compressed.auto`), seconds per byte::
@@ -34,7 +35,11 @@ ranks of each node, ``collectives._runtime.nodes.node_sizes``): ``auto`` follows
 rules only on a communicator with that layout (without ``nodes``: on one node). ``model`` holds
 the fitted cost-model parameters (:class:`collectives.selection.cost_model.Network`; two levels when
 it has ``alpha_inter``/``beta_inter`` and ``node_size``). A world size missing from the file gets
-auto's built-in rule (or, across nodes, the two-level model).
+auto's built-in rule (or, across nodes, the two-level model). ``shm_cma_bytes`` (optional, one
+node): the size from which the shm allreduce reads the other ranks' private buffers by
+cross-memory attach rather than through the window's slots, as measured on this machine (which
+one wins depends on how far apart the machine's cores are: docs/benchmarks/shm.md); without it
+the team's built-in threshold. ``Options.shm_cma_bytes`` overrides either.
 
 Errors: a missing file means "not tuned" (no message). A file that exists but cannot be read or
 does not have this shape raises :class:`TuningFileError` naming the file and the problem: also a
@@ -85,6 +90,7 @@ class Entry:
     rules: Rules
     nodes: tuple[int, ...] | None = None  # the node layout it was tuned on (None: not recorded)
     model: dict[str, Any] | None = None   # fitted cost-model parameters
+    shm_cma_bytes: int | None = None  # the shm allreduce's measured cross-memory attach threshold
 
 
 class TuningFileError(ValueError):
@@ -151,7 +157,11 @@ def _entry(path: Path, key: str, entry: Any, known: frozenset[str]) -> Entry:
     if model is not None and not isinstance(model, dict):
         raise TuningFileError(f"{path}: world size {key}: 'model' must be an object, "
                               f"got {model!r}")
-    return Entry(rules, None if nodes is None else tuple(nodes), model or None)
+    cma = entry.get("shm_cma_bytes")
+    if cma is not None and (not isinstance(cma, int) or isinstance(cma, bool) or cma < 0):
+        raise TuningFileError(f"{path}: world size {key}: 'shm_cma_bytes' must be a "
+                              f"non-negative integer or null, got {_short(cma)}")
+    return Entry(rules, None if nodes is None else tuple(nodes), model or None, cma)
 
 
 def _load(path: Path) -> Any:

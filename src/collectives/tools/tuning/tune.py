@@ -21,7 +21,11 @@ Each world size:
 3. picks the winner at each size, keeping auto's built-in choice unless another algorithm is
    faster by more than ``--margin`` (default 5%, so noise cannot flip the rule), and stores the
    winners as thresholds (:func:`collectives.selection.tuning_file.make_rules`), with the measured
-   times and the fitted model.
+   times and the fitted model. On one node it also times "shm" through its slots only and by
+   cross-memory attach only (columns ``shm:cma=never`` and ``shm:cma=0``, on arrays of their
+   own) and stores where the second starts to win as ``shm_cma_bytes``
+   (:func:`cma_threshold`): the shm allreduce's threshold on this machine, where the two cores'
+   distance decides it (docs/benchmarks/shm.md);
 
 4. measures the codec pipeline of each ``--codec`` spec (default :data:`DEFAULT_CODECS`) for
    ``codec="auto:<spec>"``: every rank at once, as in training, on ``--codec-elements`` float32
@@ -42,15 +46,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Sequence
 
 from ..._runtime.cli import program
 from ..launch import mpiexec_command
 
-__all__ = ["DEFAULT_SIZES", "DEFAULT_CODECS", "main", "script", "fastest", "tune_world",
-           "tune_codecs"]
+__all__ = ["DEFAULT_SIZES", "DEFAULT_CODECS", "main", "script", "fastest", "cma_threshold",
+           "tune_world", "tune_codecs"]
 
 DEFAULT_SIZES = [8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 ROUNDS = 2
@@ -77,6 +81,35 @@ def fastest(times: dict[str, float], builtin: str, margin: float) -> str:
     return builtin if times[builtin] <= (1 + margin) * times[best] else best
 
 
+#: the columns of the shm allreduce's two transfers, and the option value of each
+CMA_COLUMNS = {"shm:cma=never": 2**63 - 1, "shm:cma=0": 0}
+
+
+def cma_threshold(measured: dict[int, dict[str, float]], margin: float,
+                  smallest: int) -> int | None:
+    """The shm allreduce's cross-memory attach threshold from the times of its two transfers
+    (``measured``: bytes -> column -> us, the :data:`CMA_COLUMNS`) at the sizes above
+    ``smallest`` (below it the call is replicated: no transfer to choose): the first size from
+    which cross-memory attach is never slower by more than ``margin`` and is faster by more
+    than it there (the geometric mean with the size before, as
+    :func:`~collectives.selection.tuning_file.make_rules` puts thresholds); above any call when
+    the slots win by more than ``margin`` at the largest size; None where neither does (the
+    team's built-in threshold stays)."""
+    sizes = sorted(s for s in measured if s > smallest)
+    slots, cma = CMA_COLUMNS
+
+    def verdict(size: int) -> str:
+        t_slots, t_cma = measured[size][slots], measured[size][cma]
+        return "cma" if t_cma * (1 + margin) < t_slots else \
+            "slots" if t_slots * (1 + margin) < t_cma else "either"
+
+    verdicts = [verdict(size) for size in sizes]
+    for k, size in enumerate(sizes):
+        if verdicts[k] == "cma" and "slots" not in verdicts[k:]:
+            return size if k == 0 else int((size * sizes[k - 1]) ** 0.5)
+    return CMA_COLUMNS[slots] if verdicts and verdicts[-1] == "slots" else None
+
+
 def tune_world(sizes: Sequence[int], quick: bool = False, verbose: bool = True,
                margin: float = 0.05) -> dict:
     """Tune ``MPI.COMM_WORLD`` (collectively): the tuning-file entry for its size."""
@@ -86,6 +119,7 @@ def tune_world(sizes: Sequence[int], quick: bool = False, verbose: bool = True,
     from ... import api
     from ...algorithms.auto import builtin_choice
     from ...algorithms.flat import FLAT
+    from ...algorithms.shm import REPLICATE_BYTES
     from ..._runtime.nodes import node_ids, node_sizes
     from ..osu.timing import time_interleaved
     from ...options import Options
@@ -100,17 +134,26 @@ def tune_world(sizes: Sequence[int], quick: bool = False, verbose: bool = True,
     names.append("shm" if one_node else "hierarchical")
     measured: dict[str, dict[str, float]] = {}
     winners: dict[int, str] = {}
+    transfers: dict[int, dict[str, float]] = {}
     for size in sizes:
         x = np.ones(max(size // 4, 1), np.float32)
         y = np.empty_like(x)
         calls = {n: (lambda n=n: api.allreduce(x, out=y, algorithm=n, comm=comm, options=opts))
                  for n in names}
+        if one_node and comm.size > 1 and x.nbytes > REPLICATE_BYTES:
+            for column, cma in CMA_COLUMNS.items():  # arrays of its own: a remembered call each
+                given = replace(opts, shm_cma_bytes=cma)
+                xs, ys = x.copy(), np.empty_like(y)
+                calls[column] = lambda xs=xs, ys=ys, given=given: api.allreduce(
+                    xs, out=ys, algorithm="shm", comm=comm, options=given)
         rounds = [time_interleaved(calls, *_iterations(x.nbytes, quick), comm)
                   for _ in range(ROUNDS)]
-        row = {n: round(min(r[n].median for r in rounds), 3) for n in names}
+        row = {n: round(min(r[n].median for r in rounds), 3) for n in calls}
         measured[str(x.nbytes)] = row
-        winners[x.nbytes] = fastest(row, builtin_choice(x.nbytes, x.size, comm.size, one_node),
-                                 margin)
+        if CMA_COLUMNS.keys() <= row.keys():
+            transfers[x.nbytes] = row
+        winners[x.nbytes] = fastest({n: row[n] for n in names},
+                                    builtin_choice(x.nbytes, x.size, comm.size, one_node), margin)
         if verbose and comm.rank == 0:
             print(f"p={comm.size} {x.nbytes:>10} B: {winners[x.nbytes]:<18} " +
                   " ".join(f"{n}={t:.1f}" for n, t in row.items()), flush=True)
@@ -130,8 +173,14 @@ def tune_world(sizes: Sequence[int], quick: bool = False, verbose: bool = True,
                           inter_pingpong=inter, segment_bytes=opts.segment_bytes,
                           node_size=min(nodes) if len(nodes) > 1 else None)
         model = {k: v for k, v in asdict(net).items() if v is not None}
-    return {"rules": tuning_file.make_rules(winners), "nodes": nodes, "measured_us": measured,
-            "model": model}
+    entry = {"rules": tuning_file.make_rules(winners), "nodes": nodes, "measured_us": measured,
+             "model": model}
+    threshold = cma_threshold(transfers, margin, REPLICATE_BYTES)
+    if threshold is not None:
+        entry["shm_cma_bytes"] = threshold
+        if verbose and comm.rank == 0:
+            print(f"p={comm.size} shm: cross-memory attach from {threshold} B", flush=True)
+    return entry
 
 
 def tune_codecs(specs: Sequence[str], count: int, verbose: bool = True) -> dict:
