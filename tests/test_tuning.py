@@ -276,3 +276,29 @@ def test_cluster_model_prefers_fitted_parameters():
     assert _cluster_model(one_level, [2, 2]).alpha_inter == CLUSTER_DEFAULTS["alpha_inter"]
     broken = selection.Entry(RULES, None, {"alpha_inter": 1.0, "bogus": 3})
     assert _cluster_model(broken, [2, 2]).alpha == CLUSTER_DEFAULTS["alpha"]
+
+
+def test_tune_writes_the_measured_cma_threshold(tmp_path):
+    """``collectives-tune`` at 2 ranks on one node: the shm allreduce's two transfers are timed
+    at the sizes above replication only, and the file's ``shm_cma_bytes`` is what
+    :func:`cma_threshold` makes of those times (absent where it makes None)."""
+    import subprocess
+    import sys
+
+    from collectives.algorithms.shm import REPLICATE_BYTES
+    from collectives.tools.tuning.tune import CMA_COLUMNS, cma_threshold
+
+    out = tmp_path / "tuning.json"
+    run = subprocess.run([sys.executable, "-m", "collectives.tools.tuning.tune", "--ranks", "2",
+                          "--quick", "--sizes", "8,131072,262144", "--codec", "none", "--output",
+                          str(out)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    entry = json.loads(out.read_text())["world_sizes"]["2"]
+    measured = {int(size): row for size, row in entry["measured_us"].items()}
+    assert sorted(measured) == [8, 131072, 262144]
+    assert not CMA_COLUMNS.keys() & measured[8].keys()
+    assert all(CMA_COLUMNS.keys() <= measured[s].keys() for s in (131072, 262144))
+    want = cma_threshold({s: measured[s] for s in (131072, 262144)}, 0.05, REPLICATE_BYTES)
+    assert entry.get("shm_cma_bytes") == want
+    if want is not None:
+        assert f"p=2 shm: cross-memory attach from {want} B" in run.stdout

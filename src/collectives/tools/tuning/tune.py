@@ -25,7 +25,7 @@ Each world size:
    cross-memory attach only (columns ``shm:cma=never`` and ``shm:cma=0``, on arrays of their
    own) and stores where the second starts to win as ``shm_cma_bytes``
    (:func:`cma_threshold`): the shm allreduce's threshold on this machine, where the two cores'
-   distance decides it (docs/benchmarks/shm.md);
+   distance decides it (docs/benchmarks/shm.md).
 
 4. measures the codec pipeline of each ``--codec`` spec (default :data:`DEFAULT_CODECS`) for
    ``codec="auto:<spec>"``: every rank at once, as in training, on ``--codec-elements`` float32
