@@ -122,7 +122,7 @@ def _median_us(samples: list[float]) -> float:
 def measure(sizes: list[int], calls: int) -> dict:
     """Time the round trip and each size's copies; the child runs on the second core."""
     biggest = max(sizes)
-    shm = shared_memory.SharedMemory(create=True, size=4096 + 2 * biggest)
+    shm = shared_memory.SharedMemory(create=True, size=4096 + biggest)
     try:
         flags = np.ndarray(512, np.int64, shm.buf, 0)
         flags[:] = 0
@@ -159,6 +159,7 @@ def _turn(flags: np.ndarray, address: int, action: int, words: int) -> None:
 
 def _measure(flags: np.ndarray, address: int, data: np.ndarray, sizes: list[int],
              calls: int) -> dict:
+    flags[2] = ANSWER  # the round trips: the child only echoes
     _ping(address, 1000)  # warm
     start = time.perf_counter()
     trips = 20000

@@ -134,7 +134,6 @@ def tune_world(sizes: Sequence[int], quick: bool = False, verbose: bool = True,
     names.append("shm" if one_node else "hierarchical")
     measured: dict[str, dict[str, float]] = {}
     winners: dict[int, str] = {}
-    transfers: dict[int, dict[str, float]] = {}
     for size in sizes:
         x = np.ones(max(size // 4, 1), np.float32)
         y = np.empty_like(x)
@@ -150,8 +149,6 @@ def tune_world(sizes: Sequence[int], quick: bool = False, verbose: bool = True,
                   for _ in range(ROUNDS)]
         row = {n: round(min(r[n].median for r in rounds), 3) for n in calls}
         measured[str(x.nbytes)] = row
-        if CMA_COLUMNS.keys() <= row.keys():
-            transfers[x.nbytes] = row
         winners[x.nbytes] = fastest({n: row[n] for n in names},
                                     builtin_choice(x.nbytes, x.size, comm.size, one_node), margin)
         if verbose and comm.rank == 0:
@@ -175,7 +172,8 @@ def tune_world(sizes: Sequence[int], quick: bool = False, verbose: bool = True,
         model = {k: v for k, v in asdict(net).items() if v is not None}
     entry = {"rules": tuning_file.make_rules(winners), "nodes": nodes, "measured_us": measured,
              "model": model}
-    threshold = cma_threshold(transfers, margin, REPLICATE_BYTES)
+    threshold = cma_threshold({int(size): row for size, row in measured.items()
+                               if CMA_COLUMNS.keys() <= row.keys()}, margin, REPLICATE_BYTES)
     if threshold is not None:
         entry["shm_cma_bytes"] = threshold
         if verbose and comm.rank == 0:
